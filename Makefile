@@ -1,0 +1,42 @@
+# Cairn: every target bootstraps what it needs. Only Python 3.11+, git, make and Node 20 are assumed.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+NODE_DIR   := .tools/node
+NODE_STAMP := $(NODE_DIR)/.installed
+
+.PHONY: demo test stress bench node-tools venv lint clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -c 'import sys; sys.exit("Python 3.11+ is required") if sys.version_info < (3, 11) else None'
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test]'
+	touch $(STAMP)
+
+# Node 22, the MCP conformance suite and the Inspector CLI, pinned by tools/node/package-lock.json.
+node-tools: $(NODE_STAMP)
+
+$(NODE_STAMP): tools/node/package.json tools/node/package-lock.json
+	mkdir -p $(NODE_DIR)
+	cp tools/node/package.json tools/node/package-lock.json $(NODE_DIR)/
+	cd $(NODE_DIR) && npm ci --no-audit --no-fund --loglevel=error
+	$(NODE_DIR)/node_modules/.bin/node --version
+	touch $(NODE_STAMP)
+
+demo: $(STAMP)
+	$(PY) -m cairn.demo
+
+test: $(STAMP) $(NODE_STAMP)
+	$(PY) -m pytest -q
+
+stress: $(STAMP) $(NODE_STAMP)
+	CAIRN_STRESS=1 $(PY) -m pytest -q -m "not node" tests
+
+bench: $(STAMP)
+	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b; done
+
+clean:
+	rm -rf $(VENV) .tools .pytest_cache

@@ -1,0 +1,1 @@
+"""blz: local llms.txt documentation search with exact line citations."""

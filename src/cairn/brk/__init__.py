@@ -1,0 +1,1 @@
+"""brk: Bitcoin blockchain datasets from a node's block files."""

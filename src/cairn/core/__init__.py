@@ -1,0 +1,1 @@
+"""Shared core: paths, errors, output rendering, sanitising, fetching."""

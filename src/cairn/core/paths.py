@@ -1,0 +1,39 @@
+"""XDG base directories with per-server environment overrides.
+
+Precedence everywhere: explicit flag > server env var (e.g. ``BLZ_DATA_DIR``) > XDG var > default.
+Read at call time, never at import time, so tests can point each run at its own directories.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def _xdg(var: str, default: str) -> Path:
+    value = os.environ.get(var, "")
+    # The XDG spec says relative paths are invalid and must be ignored.
+    if value and os.path.isabs(value):
+        return Path(value)
+    return Path.home() / default
+
+
+def data_dir(app: str, override_env: str | None = None) -> Path:
+    """Where ``app`` keeps its data: ``$<override_env>``, else ``$XDG_DATA_HOME/<app>``."""
+    if override_env and os.environ.get(override_env):
+        return Path(os.environ[override_env]).expanduser()
+    return _xdg("XDG_DATA_HOME", ".local/share") / app
+
+
+def config_dir(app: str, override_env: str | None = None) -> Path:
+    """Where ``app`` reads its config: ``$<override_env>``, else ``$XDG_CONFIG_HOME/<app>``."""
+    if override_env and os.environ.get(override_env):
+        return Path(os.environ[override_env]).expanduser()
+    return _xdg("XDG_CONFIG_HOME", ".config") / app
+
+
+def cache_dir(app: str, override_env: str | None = None) -> Path:
+    """Where ``app`` keeps re-creatable caches: ``$<override_env>``, else ``$XDG_CACHE_HOME/<app>``."""
+    if override_env and os.environ.get(override_env):
+        return Path(os.environ[override_env]).expanduser()
+    return _xdg("XDG_CACHE_HOME", ".cache") / app

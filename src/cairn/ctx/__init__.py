@@ -1,0 +1,1 @@
+"""ctx: a knowledge base over files and git repositories."""

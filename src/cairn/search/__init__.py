@@ -1,0 +1,1 @@
+"""Text search engine shared by blz and ctx: SQLite FTS5, embeddings, vectors, fusion."""
