@@ -1,0 +1,55 @@
+"""Safe SQLite FTS5 queries from any user text.
+
+Raw user text in ``MATCH`` breaks on ``-``, ``"``, ``:``, ``*``, ``(`` and the bareword operators
+``AND``/``OR``/``NOT``/``NEAR``. We never pass it through: the text is split into terms (whitespace-
+separated words, or ``"quoted phrases"``), every term becomes an FTS5 string literal, and the terms
+are joined with ``AND`` or ``OR``. Inside a string literal FTS5 applies its own tokenizer, so
+``use-effect`` becomes the phrase ``use effect`` and non-Latin scripts work as the tokenizer allows.
+"""
+
+from __future__ import annotations
+
+import re
+
+_TERM = re.compile(r'"([^"]*)"?|(\S+)')
+_WORDLIKE = re.compile(r"\w", re.UNICODE)
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def terms(text: str) -> list[str]:
+    """The user's terms: quoted phrases kept whole, other words split on whitespace.
+
+    Terms without a letter or digit (``-``, ``*``, ``::``) carry no searchable token and are dropped.
+    An unbalanced quote runs to the end of the text.
+    """
+    out: list[str] = []
+    # SQLite ends a string at NUL ("unterminated string"); other control characters are never tokens.
+    text = _CONTROL.sub(" ", text)
+    for match in _TERM.finditer(text):
+        term = match.group(1) if match.group(1) is not None else match.group(2)
+        term = term.strip()
+        if term and _WORDLIKE.search(term):
+            out.append(term)
+    return out
+
+
+def literal(term: str) -> str:
+    """``term`` as an FTS5 string literal (double quotes, inner quotes doubled)."""
+    return '"' + term.replace('"', '""') + '"'
+
+
+def fts_match(text: str, *, operator: str = "AND", prefix_last: bool = False) -> str | None:
+    """An FTS5 ``MATCH`` expression for ``text``, or None when it holds no searchable term.
+
+    :param operator: ``AND`` (every term must occur) or ``OR`` (any term).
+    :param prefix_last: make the last unquoted term a prefix query (search-as-you-type).
+    """
+    if operator not in ("AND", "OR"):
+        raise ValueError(f"operator must be AND or OR, not {operator!r}")
+    found = terms(text)
+    if not found:
+        return None
+    parts = [literal(t) for t in found]
+    if prefix_last and not text.rstrip().endswith('"'):
+        parts[-1] += "*"
+    return f" {operator} ".join(parts)
