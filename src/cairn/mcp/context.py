@@ -1,0 +1,74 @@
+"""``ToolContext``: what a tool handler can do besides returning a result.
+
+Progress and log notifications, cancellation, and server-to-client requests (sampling, elicitation,
+roots), all routed through the session and the sender of the request being handled.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from cairn.mcp.session import Session
+
+Sender = Callable[[dict[str, Any]], None]
+
+
+class ToolContext:
+    """Per-request context handed to tool handlers (and available to resource/prompt handlers)."""
+
+    def __init__(self, session: Session, request_id: Any, method: str, params: dict[str, Any],
+                 send: Sender | None) -> None:
+        self.session = session
+        self.request_id = request_id
+        self.method = method
+        meta = params.get("_meta")
+        self.meta: dict[str, Any] = meta if isinstance(meta, dict) else {}
+        token = self.meta.get("progressToken")
+        valid = isinstance(token, str) or (isinstance(token, int) and not isinstance(token, bool))
+        self.progress_token: str | int | None = token if valid else None
+        self._send = send
+        self._cancelled = threading.Event()
+        self.cancel_reason: str | None = None
+        self.close_stream: Callable[[], None] = lambda: None  # replaced by transports that can (HTTP SSE)
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the client sent notifications/cancelled for this request."""
+        return self._cancelled.is_set()
+
+    def wait_cancelled(self, timeout: float | None = None) -> bool:
+        """Block up to ``timeout`` seconds for a cancellation; True if cancelled."""
+        return self._cancelled.wait(timeout)
+
+    def _cancel(self, reason: str | None) -> None:
+        self.cancel_reason = reason
+        self._cancelled.set()
+
+    def notify(self, method: str, params: dict[str, Any] | None = None) -> None:
+        """Send a notification related to this request (on its stream, where the transport has one)."""
+        self.session.send_notification(method, params, self._send, related=self.request_id)
+
+    def progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
+        """notifications/progress for this request; a no-op without ``_meta.progressToken``."""
+        if self.progress_token is None:
+            return
+        params: dict[str, Any] = {"progressToken": self.progress_token, "progress": progress}
+        if total is not None:
+            params["total"] = total
+        if message is not None:
+            params["message"] = message
+        self.notify("notifications/progress", params)
+
+    def log(self, level: str, data: Any, logger: str | None = None) -> None:
+        """notifications/message at ``level``, sent only at or above the session's logging/setLevel."""
+        self.session.log(level, data, logger, self._send, related=self.request_id)
+
+    def request(self, method: str, params: dict[str, Any] | None = None, timeout: float = 60.0) -> dict[str, Any]:
+        """Send a request to the client (e.g. ``sampling/createMessage``) and wait for its result.
+
+        Raises ``cairn.core.errors.InvalidInput`` where the transport cannot carry it (stateless HTTP),
+        ``Timeout`` after ``timeout`` seconds, and ``CairnError`` when the client answers with an error.
+        """
+        return self.session.send_request(method, params, self._send, timeout=timeout, related=self.request_id)

@@ -1,0 +1,284 @@
+"""Declaring an MCP server: tools, resources, resource templates, prompts and completion, once each.
+
+Transports (``cairn.mcp.stdio``, ``cairn.mcp.http``) open a ``Session`` per connection on a ``Server``.
+Standard library only at module level: this is on the stdio start-up path.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import weakref
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from cairn.mcp.content import ToolResult
+from cairn.mcp.context import ToolContext
+
+if TYPE_CHECKING:
+    from cairn.mcp.session import Session
+
+__all__ = ["Server", "ToolContext", "ToolResult", "Tool", "Resource", "ResourceTemplate", "Prompt"]
+
+LATEST_PROTOCOL_VERSION = "2025-11-25"
+SUPPORTED_PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
+
+ToolHandler = Callable[[dict[str, Any], ToolContext], Any]
+EMPTY_INPUT_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
+
+
+@dataclass
+class Tool:
+    name: str
+    handler: ToolHandler
+    description: str = ""
+    input_schema: dict[str, Any] = field(default_factory=lambda: dict(EMPTY_INPUT_SCHEMA))
+    output_schema: dict[str, Any] | None = None
+    title: str | None = None
+    annotations: dict[str, Any] | None = None
+    structured: bool = False
+    meta: dict[str, Any] | None = None
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name}
+        if self.title:
+            out["title"] = self.title
+        if self.description:
+            out["description"] = self.description
+        out["inputSchema"] = self.input_schema
+        if self.output_schema is not None:
+            out["outputSchema"] = self.output_schema
+        if self.annotations:
+            out["annotations"] = self.annotations
+        if self.meta:
+            out["_meta"] = self.meta
+        return out
+
+
+@dataclass
+class Resource:
+    uri: str
+    handler: Callable[[str], Any]
+    name: str
+    title: str | None = None
+    description: str | None = None
+    mime_type: str | None = None
+    size: int | None = None
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"uri": self.uri, "name": self.name}
+        if self.title:
+            out["title"] = self.title
+        if self.description:
+            out["description"] = self.description
+        if self.mime_type:
+            out["mimeType"] = self.mime_type
+        if self.size is not None:
+            out["size"] = self.size
+        return out
+
+
+_VAR = re.compile(r"\{([+#]?)([A-Za-z0-9_.]+)\}")
+
+
+@dataclass
+class ResourceTemplate:
+    uri_template: str
+    handler: Callable[[str, dict[str, str]], Any]
+    name: str
+    title: str | None = None
+    description: str | None = None
+    mime_type: str | None = None
+    _regex: re.Pattern[str] | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        # RFC 6570 level 1-2 matching: {var} is one path segment, {+var} may span several.
+        parts: list[str] = []
+        last = 0
+        for m in _VAR.finditer(self.uri_template):
+            parts.append(re.escape(self.uri_template[last:m.start()]))
+            span = ".+" if m.group(1) else "[^/?#]+"
+            parts.append(f"(?P<{m.group(2).replace('.', '_')}>{span})")
+            last = m.end()
+        parts.append(re.escape(self.uri_template[last:]))
+        self._regex = re.compile("".join(parts) + r"\Z")
+
+    def match(self, uri: str) -> dict[str, str] | None:
+        assert self._regex is not None
+        m = self._regex.match(uri)
+        if m is None:
+            return None
+        from urllib.parse import unquote
+
+        return {k: unquote(v) for k, v in m.groupdict().items()}
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"uriTemplate": self.uri_template, "name": self.name}
+        if self.title:
+            out["title"] = self.title
+        if self.description:
+            out["description"] = self.description
+        if self.mime_type:
+            out["mimeType"] = self.mime_type
+        return out
+
+
+@dataclass
+class Prompt:
+    name: str
+    handler: Callable[[dict[str, str]], Any]
+    description: str | None = None
+    title: str | None = None
+    arguments: list[dict[str, Any]] = field(default_factory=list)
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name}
+        if self.title:
+            out["title"] = self.title
+        if self.description:
+            out["description"] = self.description
+        if self.arguments:
+            out["arguments"] = self.arguments
+        return out
+
+
+class Server:
+    """One MCP server's declarations; transports serve it to any number of sessions."""
+
+    def __init__(self, name: str, version: str, *, title: str | None = None, instructions: str | None = None,
+                 page_size: int = 100, website_url: str | None = None) -> None:
+        if page_size < 1:
+            raise ValueError("page_size must be at least 1")
+        self.name = name
+        self.version = version
+        self.title = title
+        self.instructions = instructions
+        self.website_url = website_url
+        self.page_size = page_size
+        self.tools: dict[str, Tool] = {}
+        self.resources: dict[str, Resource] = {}
+        self.templates: list[ResourceTemplate] = []
+        self.prompts: dict[str, Prompt] = {}
+        self.completion_handler: Callable[[dict[str, Any], dict[str, Any], dict[str, Any] | None], Any] | None = None
+        self._sessions: weakref.WeakSet[Session] = weakref.WeakSet()
+        self._lock = threading.Lock()
+
+    # -- declarations -------------------------------------------------------------------------
+
+    def tool(self, name: str | None = None, *, description: str | None = None,
+             input_schema: dict[str, Any] | None = None, output_schema: dict[str, Any] | None = None,
+             title: str | None = None, annotations: dict[str, Any] | None = None,
+             structured: bool = False, meta: dict[str, Any] | None = None) -> Callable[[ToolHandler], ToolHandler]:
+        """Decorator declaring a tool; name and description default to the function's name and docstring."""
+
+        def register(fn: ToolHandler) -> ToolHandler:
+            self.add_tool(Tool(
+                name=name or fn.__name__,
+                handler=fn,
+                description=description if description is not None else (fn.__doc__ or "").strip(),
+                input_schema=input_schema if input_schema is not None else dict(EMPTY_INPUT_SCHEMA),
+                output_schema=output_schema,
+                title=title,
+                annotations=annotations,
+                structured=structured,
+                meta=meta,
+            ))
+            return fn
+
+        return register
+
+    def add_tool(self, tool: Tool) -> None:
+        if tool.input_schema.get("type") != "object":
+            raise ValueError(f'Tool {tool.name!r}: input_schema must have "type": "object"')
+        if tool.output_schema is not None and tool.output_schema.get("type") != "object":
+            raise ValueError(f'Tool {tool.name!r}: output_schema must have "type": "object"')
+        if tool.name in self.tools:
+            raise ValueError(f"Tool {tool.name!r} is already declared")
+        self.tools[tool.name] = tool
+
+    def resource(self, uri: str, *, name: str | None = None, title: str | None = None,
+                 description: str | None = None, mime_type: str | None = None,
+                 size: int | None = None) -> Callable[[Callable[[str], Any]], Callable[[str], Any]]:
+        def register(fn: Callable[[str], Any]) -> Callable[[str], Any]:
+            self.resources[uri] = Resource(uri, fn, name or fn.__name__, title,
+                                           description if description is not None else (fn.__doc__ or "").strip() or None,
+                                           mime_type, size)
+            return fn
+
+        return register
+
+    def resource_template(self, uri_template: str, *, name: str | None = None, title: str | None = None,
+                          description: str | None = None, mime_type: str | None = None
+                          ) -> Callable[[Callable[[str, dict[str, str]], Any]], Callable[[str, dict[str, str]], Any]]:
+        def register(fn: Callable[[str, dict[str, str]], Any]) -> Callable[[str, dict[str, str]], Any]:
+            self.templates.append(ResourceTemplate(
+                uri_template, fn, name or fn.__name__, title,
+                description if description is not None else (fn.__doc__ or "").strip() or None, mime_type))
+            return fn
+
+        return register
+
+    def prompt(self, name: str | None = None, *, description: str | None = None, title: str | None = None,
+               arguments: list[dict[str, Any]] | None = None
+               ) -> Callable[[Callable[[dict[str, str]], Any]], Callable[[dict[str, str]], Any]]:
+        def register(fn: Callable[[dict[str, str]], Any]) -> Callable[[dict[str, str]], Any]:
+            pname = name or fn.__name__
+            self.prompts[pname] = Prompt(pname, fn,
+                                         description if description is not None else (fn.__doc__ or "").strip() or None,
+                                         title, list(arguments or []))
+            return fn
+
+        return register
+
+    def completion(self, fn: Callable[[dict[str, Any], dict[str, Any], dict[str, Any] | None], Any]
+                   ) -> Callable[[dict[str, Any], dict[str, Any], dict[str, Any] | None], Any]:
+        """Decorator: ``fn(ref, argument, context) -> list[str]`` answers completion/complete."""
+        self.completion_handler = fn
+        return fn
+
+    # -- introspection ------------------------------------------------------------------------
+
+    def capabilities(self) -> dict[str, Any]:
+        """Only what is declared, so the initialize result stays small."""
+        caps: dict[str, Any] = {"logging": {}}
+        if self.tools:
+            caps["tools"] = {}
+        if self.resources or self.templates:
+            caps["resources"] = {"subscribe": True}
+        if self.prompts:
+            caps["prompts"] = {}
+        if self.completion_handler is not None:
+            caps["completions"] = {}
+        return caps
+
+    def server_info(self) -> dict[str, Any]:
+        info: dict[str, Any] = {"name": self.name, "version": self.version}
+        if self.title:
+            info["title"] = self.title
+        if self.website_url:
+            info["websiteUrl"] = self.website_url
+        return info
+
+    # -- sessions and notifications -----------------------------------------------------------
+
+    def _attach(self, session: Session) -> None:
+        with self._lock:
+            self._sessions.add(session)
+
+    def sessions(self) -> list[Session]:
+        with self._lock:
+            return list(self._sessions)
+
+    def notify_resource_updated(self, uri: str) -> int:
+        """Send notifications/resources/updated to every session subscribed to ``uri``; returns how many."""
+        sent = 0
+        for session in self.sessions():
+            if session.notify_resource_updated(uri):
+                sent += 1
+        return sent
+
+    def open_session(self, *, stateless: bool = False, send: Callable[[dict[str, Any]], None] | None = None) -> Session:
+        """A new protocol session on this server (transports call this once per connection)."""
+        from cairn.mcp.session import Session
+
+        return Session(self, stateless=stateless, send=send)

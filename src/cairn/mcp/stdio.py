@@ -1,0 +1,163 @@
+"""The stdio transport: newline-delimited JSON-RPC on stdin/stdout, logs on stderr.
+
+A reader thread (the caller's) decodes each line. Quick methods are answered inline; methods that run
+user code (tools/call, resources/read, prompts/get, completion/complete) go to a small worker pool so a
+long tool never blocks pings, cancellations or the client's answers to server-to-client requests.
+Writes go to the real stdout under a lock, one line per message. While serving, ``sys.stdout`` and file
+descriptor 1 point at stderr, so nothing but protocol messages can reach the client.
+On stdin EOF the server drains in-flight requests, then returns 0.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import sys
+import threading
+import traceback
+from typing import IO, TYPE_CHECKING, Any, Callable
+
+from cairn.mcp import jsonrpc as rpc
+from cairn.mcp.jsonrpc import RpcError
+
+if TYPE_CHECKING:
+    from cairn.mcp.server import Server
+    from cairn.mcp.session import Session
+
+_STOP = object()
+
+
+class _Writer:
+    """Serializes whole messages onto the protocol stream, one line each."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self._stream = stream
+        self._lock = threading.Lock()
+        self.broken = False
+
+    def __call__(self, message: Any) -> None:
+        line = (rpc.dumps_safe(message) if isinstance(message, dict) else rpc.dumps(message)).encode("utf-8") + b"\n"
+        with self._lock:
+            if self.broken:
+                return
+            try:
+                self._stream.write(line)
+                self._stream.flush()
+            except (BrokenPipeError, OSError, ValueError):
+                self.broken = True
+
+
+class _Pool:
+    """A bounded pool of daemon worker threads, started on demand (no concurrent.futures: 13 ms to import)."""
+
+    def __init__(self, max_workers: int) -> None:
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._idle = 0
+        self._max = max_workers
+        self._lock = threading.Lock()
+
+    def submit(self, fn: Callable[[], None]) -> None:
+        with self._lock:
+            if self._idle == 0 and len(self._threads) < self._max:
+                t = threading.Thread(target=self._work, name=f"mcp-worker-{len(self._threads)}", daemon=True)
+                self._threads.append(t)
+                t.start()
+            else:
+                self._idle -= 1 if self._idle else 0
+        self._queue.put(fn)
+
+    def _work(self) -> None:
+        while True:
+            fn = self._queue.get()
+            if fn is _STOP:
+                return
+            try:
+                fn()
+            except Exception:
+                traceback.print_exc(file=sys.stderr)
+            with self._lock:
+                self._idle += 1
+
+    def drain(self) -> None:
+        """Finish queued work, then stop every worker."""
+        with self._lock:
+            threads = list(self._threads)
+        for _ in threads:
+            self._queue.put(_STOP)
+        for t in threads:
+            t.join()
+
+
+def serve_stdio(server: Server, *, stdin: IO[bytes] | None = None, stdout: IO[bytes] | None = None,
+                max_workers: int = 8) -> int:
+    """Serve ``server`` on stdin/stdout until stdin closes; returns the exit status (0)."""
+    redirect = stdout is None
+    saved_fd: int | None = None
+    saved_stdout = sys.stdout
+    if redirect:
+        # Keep the real stdout for protocol messages; point fd 1 and sys.stdout at stderr so a stray
+        # print() or a chatty C library cannot corrupt the stream.
+        sys.stdout.flush()
+        saved_fd = os.dup(1)
+        os.dup2(2, 1)
+        out: IO[bytes] = os.fdopen(os.dup(saved_fd), "wb", buffering=0)
+        sys.stdout = sys.stderr
+    else:
+        out = stdout  # type: ignore[assignment]
+    inp = stdin if stdin is not None else sys.stdin.buffer
+    write = _Writer(out)
+    session = server.open_session(send=write)
+    pool = _Pool(max_workers)
+    try:
+        _read_loop(session, inp, write, pool)
+    finally:
+        session.abandon_requests()  # nobody is left to answer them; then finish what is in flight
+        pool.drain()
+        session.close()
+        if redirect:
+            assert saved_fd is not None
+            sys.stdout = saved_stdout
+            os.dup2(saved_fd, 1)
+            os.close(saved_fd)
+            out.close()
+    return 0
+
+
+def _read_loop(session: Session, inp: IO[bytes], write: _Writer, pool: _Pool) -> None:
+    while not write.broken:
+        line = inp.readline()
+        if not line:
+            return  # EOF: the caller drains in-flight requests
+        if not line.strip():
+            continue
+        try:
+            msg = rpc.loads(line)
+        except RpcError as exc:
+            write(rpc.error_response(None, exc))
+            continue
+        if session.is_slow(msg):
+            pool.submit(_job(session, msg, write))
+            continue
+        try:
+            reply = session.handle(msg, write)
+        except Exception as exc:  # defensive: dispatch bugs must not end the session
+            traceback.print_exc(file=sys.stderr)
+            reply = rpc.error_response(msg.get("id") if isinstance(msg, dict) else None,
+                                       RpcError(rpc.INTERNAL_ERROR, f"Internal error: {exc}"))
+        if reply is not None:
+            write(reply)
+
+
+def _job(session: Session, msg: Any, write: _Writer) -> Callable[[], None]:
+    def run() -> None:
+        try:
+            reply = session.handle(msg, write)
+        except Exception as exc:
+            traceback.print_exc(file=sys.stderr)
+            reply = rpc.error_response(msg.get("id") if isinstance(msg, dict) else None,
+                                       RpcError(rpc.INTERNAL_ERROR, f"Internal error: {exc}"))
+        if reply is not None:
+            write(reply)
+
+    return run
