@@ -1,0 +1,330 @@
+"""Benchmark of the MCP protocol core (``cairn.mcp``); prints one JSON document on stdout.
+
+Measures, for a small stdio server on the core (one tool, one resource, one prompt):
+
+* spawn-to-initialize-reply time (median of ``--runs`` fresh processes);
+* bytes of the serialized initialize result;
+* resident memory (VmRSS from /proc) when idle after initialize, and after ``--calls`` tools/call;
+* per-call round trip p50/p95 over stdio, and over streamable HTTP (uvicorn on a free loopback port,
+  stateless mode, one keep-alive httpx client);
+
+and, in the same run, the same figures for the official ``mcp`` SDK's own server (``MCPServer``, the
+former FastMCP, over stdio) as a baseline.
+
+    .venv/bin/python benchmarks/mcp_core.py [--runs 20] [--calls 1000] [--skip-sdk] [--skip-http]
+
+Linux only (reads /proc). Progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from typing import IO, Any
+
+PROTOCOL = "2025-11-25"
+INSTRUCTIONS = "Search local llms.txt docs; cite lines as alias:start-end."
+
+# The server under test, run with ``python -c``: what a Cairn stdio server imports and declares.
+CORE_SERVER = f"""
+from cairn.mcp.server import Server
+from cairn.mcp.stdio import serve_stdio
+server = Server(name="bench", version="0.1.0", instructions={INSTRUCTIONS!r})
+@server.tool(name="echo", description="Echo the text back.",
+             input_schema={{"type": "object", "properties": {{"text": {{"type": "string"}}}}, "required": ["text"]}},
+             annotations={{"readOnlyHint": True}})
+def echo(args, ctx):
+    return args["text"]
+@server.resource("bench://about", name="about", description="About this server", mime_type="text/plain")
+def about(uri):
+    return "bench"
+@server.prompt("hello", description="Say hello", arguments=[{{"name": "who", "required": True}}])
+def hello(args):
+    return "Hello " + args["who"]
+serve_stdio(server)
+"""
+
+CORE_HTTP_SERVER = CORE_SERVER.replace("serve_stdio(server)", """
+import sys, uvicorn
+from cairn.mcp.http import mcp_app
+uvicorn.run(mcp_app(server, stateless=True), host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
+""")
+
+# The baseline: the official SDK's high-level server with the same tool, resource and prompt.
+SDK_SERVER = f"""
+from mcp.server.mcpserver import MCPServer
+server = MCPServer("bench", instructions={INSTRUCTIONS!r})
+@server.tool(description="Echo the text back.")
+def echo(text: str) -> str:
+    return text
+@server.resource("bench://about", name="about", description="About this server", mime_type="text/plain")
+def about() -> str:
+    return "bench"
+@server.prompt(description="Say hello")
+def hello(who: str) -> str:
+    return "Hello " + who
+server.run("stdio")
+"""
+
+
+def _initialize(request_id: int = 0) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "method": "initialize",
+            "params": {"protocolVersion": PROTOCOL, "capabilities": {},
+                       "clientInfo": {"name": "cairn-bench", "version": "0.1.0"}}}
+
+
+INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+
+
+def _call(request_id: int) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"text": f"ping {request_id}"}}}
+
+
+def _line(msg: dict[str, Any]) -> bytes:
+    return json.dumps(msg, separators=(",", ":")).encode() + b"\n"
+
+
+def rss_kib(pid: int) -> int:
+    """Resident set size of ``pid`` in KiB, from /proc/PID/status."""
+    with open(f"/proc/{pid}/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS in /proc/{pid}/status")
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100) of a non-empty list."""
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
+    return ordered[rank - 1]
+
+
+class StdioServer:
+    """A server process spoken to over pipes, one JSON-RPC line at a time."""
+
+    def __init__(self, code: str) -> None:
+        self.t0 = time.perf_counter()
+        self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, cwd=os.path.dirname(os.path.abspath(__file__)))
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.stdin: IO[bytes] = self.proc.stdin
+        self.stdout: IO[bytes] = self.proc.stdout
+
+    def send(self, msg: dict[str, Any]) -> None:
+        self.stdin.write(_line(msg))
+        self.stdin.flush()
+
+    def reply(self, request_id: int) -> dict[str, Any]:
+        """Read lines until the response to ``request_id`` (skipping notifications)."""
+        while True:
+            raw = self.stdout.readline()
+            if not raw:
+                raise RuntimeError(f"server exited (rc={self.proc.poll()}) before answering request {request_id}")
+            msg: dict[str, Any] = json.loads(raw)
+            if msg.get("id") == request_id and ("result" in msg or "error" in msg):
+                return msg
+
+    def initialize(self) -> tuple[float, dict[str, Any], bytes]:
+        """Send initialize at once; return (seconds since spawn, response, raw result bytes)."""
+        self.send(_initialize())
+        raw = self.stdout.readline()
+        elapsed = time.perf_counter() - self.t0
+        msg = json.loads(raw)
+        if "result" not in msg:
+            raise RuntimeError(f"initialize failed: {raw!r}")
+        self.send(INITIALIZED)
+        return elapsed, msg, json.dumps(msg["result"], separators=(",", ":"), ensure_ascii=False).encode()
+
+    def close(self) -> None:
+        try:
+            self.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.stdout.close()
+
+
+def spawn_to_initialize(code: str, runs: int) -> dict[str, Any]:
+    times: list[float] = []
+    result_bytes = 0
+    for _ in range(runs):
+        server = StdioServer(code)
+        try:
+            elapsed, _, raw = server.initialize()
+        finally:
+            server.close()
+        times.append(elapsed * 1000)
+        result_bytes = len(raw)
+    return {"median_ms": round(statistics.median(times), 2), "min_ms": round(min(times), 2),
+            "max_ms": round(max(times), 2), "runs": runs, "initialize_result_bytes": result_bytes}
+
+
+def stdio_calls(code: str, calls: int, warmup: int = 50) -> dict[str, Any]:
+    server = StdioServer(code)
+    try:
+        server.initialize()
+        # Let start-up work settle, then take idle RSS.
+        server.send({"jsonrpc": "2.0", "id": -1, "method": "ping"})
+        server.reply(-1)
+        time.sleep(0.3)
+        idle = rss_kib(server.proc.pid)
+        for i in range(1, warmup + 1):
+            server.send(_call(-1 - i))
+            server.reply(-1 - i)
+        rtts: list[float] = []
+        for i in range(1, calls + 1):
+            t = time.perf_counter()
+            server.send(_call(i))
+            msg = server.reply(i)
+            rtts.append((time.perf_counter() - t) * 1000)
+            if "result" not in msg or msg["result"].get("isError"):
+                raise RuntimeError(f"tools/call failed: {msg}")
+        after = rss_kib(server.proc.pid)
+    finally:
+        server.close()
+    return {"idle_rss_mib": round(idle / 1024, 2), "rss_after_calls_mib": round(after / 1024, 2),
+            "calls": calls, "rtt_p50_ms": round(percentile(rtts, 50), 4), "rtt_p95_ms": round(percentile(rtts, 95), 4),
+            "rtt_mean_ms": round(statistics.fmean(rtts), 4)}
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
+    """Readiness by TCP connect (a GET /mcp could open an SSE stream that never ends)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"HTTP server exited with {proc.returncode} before listening")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"HTTP server did not listen on 127.0.0.1:{port} within {timeout} s")
+
+
+def _http_result(response: Any) -> dict[str, Any]:
+    """The JSON-RPC message of a streamable-HTTP POST reply, JSON or a one-message SSE stream."""
+    response.raise_for_status()
+    ctype = response.headers.get("content-type", "")
+    if ctype.startswith("application/json"):
+        msg: dict[str, Any] = response.json()
+        return msg
+    for line in response.text.splitlines():
+        if line.startswith("data:") and line[5:].strip():
+            candidate: dict[str, Any] = json.loads(line[5:])
+            if "result" in candidate or "error" in candidate:
+                return candidate
+    raise RuntimeError(f"no JSON-RPC response in {ctype} body: {response.text[:200]!r}")
+
+
+def http_calls(calls: int, warmup: int = 50) -> dict[str, Any]:
+    import httpx
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-c", CORE_HTTP_SERVER, str(port)], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_for_port(port, proc)
+        url = f"http://127.0.0.1:{port}/mcp"
+        headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
+                   "MCP-Protocol-Version": PROTOCOL}
+        with httpx.Client(headers=headers, timeout=10.0) as client:
+            init = _http_result(client.post(url, content=_line(_initialize())))
+            if "result" not in init:
+                raise RuntimeError(f"initialize over HTTP failed: {init}")
+            session = client.post(url, content=_line(INITIALIZED))
+            if session.status_code not in (200, 202, 204):
+                raise RuntimeError(f"initialized notification got HTTP {session.status_code}")
+            for i in range(warmup):
+                _http_result(client.post(url, content=_line(_call(-1 - i))))
+            rtts: list[float] = []
+            for i in range(1, calls + 1):
+                body = _line(_call(i))
+                t = time.perf_counter()
+                msg = _http_result(client.post(url, content=body))
+                rtts.append((time.perf_counter() - t) * 1000)
+                if "result" not in msg or msg["result"].get("isError"):
+                    raise RuntimeError(f"tools/call over HTTP failed: {msg}")
+        server_rss = rss_kib(proc.pid)
+    finally:
+        proc.terminate()
+        try:
+            _, err = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+        if err:
+            sys.stderr.write(err.decode(errors="replace")[-2000:])
+    return {"calls": calls, "rtt_p50_ms": round(percentile(rtts, 50), 4), "rtt_p95_ms": round(percentile(rtts, 95), 4),
+            "rtt_mean_ms": round(statistics.fmean(rtts), 4), "server_rss_after_calls_mib": round(server_rss / 1024, 2),
+            "mode": "stateless", "client": "httpx.Client keep-alive"}
+
+
+GOALS = {"spawn_to_initialize_median_ms": 60, "initialize_result_bytes": 512, "idle_rss_mib": 20,
+         "stdio_rtt_p50_ms": 0.3, "http_rtt_p50_ms": 2}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=20, help="fresh processes for spawn-to-initialize (median)")
+    parser.add_argument("--calls", type=int, default=1000, help="tools/call round trips per transport")
+    parser.add_argument("--skip-sdk", action="store_true", help="skip the official SDK baseline")
+    parser.add_argument("--skip-http", action="store_true", help="skip the HTTP round trips")
+    opts = parser.parse_args(argv)
+
+    out: dict[str, Any] = {
+        "benchmark": "mcp_core",
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "goals": GOALS,
+    }
+    print("cairn stdio: spawn-to-initialize ...", file=sys.stderr)
+    spawn = spawn_to_initialize(CORE_SERVER, opts.runs)
+    print("cairn stdio: round trips ...", file=sys.stderr)
+    stdio = stdio_calls(CORE_SERVER, opts.calls)
+    out["cairn"] = {"spawn_to_initialize": spawn, "stdio": stdio}
+    measured = {"spawn_to_initialize_median_ms": spawn["median_ms"],
+                "initialize_result_bytes": spawn["initialize_result_bytes"],
+                "idle_rss_mib": stdio["idle_rss_mib"], "stdio_rtt_p50_ms": stdio["rtt_p50_ms"]}
+    if not opts.skip_http:
+        print("cairn http: round trips ...", file=sys.stderr)
+        http = http_calls(opts.calls)
+        out["cairn"]["http"] = http
+        measured["http_rtt_p50_ms"] = http["rtt_p50_ms"]
+    out["measured"] = measured
+    out["meets_goals"] = {k: v <= GOALS[k] for k, v in measured.items()}
+    if not opts.skip_sdk:
+        print("mcp SDK (MCPServer) stdio baseline ...", file=sys.stderr)
+        from importlib.metadata import version
+
+        sdk_spawn = spawn_to_initialize(SDK_SERVER, opts.runs)
+        sdk_stdio = stdio_calls(SDK_SERVER, opts.calls)
+        out["sdk_baseline"] = {"package": f"mcp {version('mcp')}", "server": "mcp.server.mcpserver.MCPServer",
+                               "spawn_to_initialize": sdk_spawn, "stdio": sdk_stdio}
+    json.dump(out, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
