@@ -1,0 +1,1 @@
+"""Reading blocks: blk*.dat files, best-chain selection, bitcoind RPC, and the block parser."""

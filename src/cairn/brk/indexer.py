@@ -1,0 +1,460 @@
+"""The indexer: best-chain blocks in, raw vecs per height / tx / input / output out.
+
+One run: scan blk files for new records (headers go to the ``blockpos`` vecs, so the next run does
+not rescan), select the best chain by cumulative work, roll the store back to the fork height if the
+chain changed, then parse and append blocks from there in batches, committing each batch. A block
+that fails to parse, or spends an output that does not exist, is reported with its file and offset,
+marked invalid (it and its descendants are never chosen again), and chain selection runs again.
+
+Prevouts resolve through a txid map (txid -> first output index and output count) rebuilt from the
+committed vecs on open, so input values, spends and fees are exact.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cairn.brk.blocks.chain import HeaderInfo, best_chain, pow_ok
+from cairn.brk.blocks.files import MAGICS, BlockFile, blk_files, detect_network, read_xor_key, scan
+from cairn.brk.blocks.parser import (
+    COINBASE_VOUT,
+    NULL_HASH,
+    Block,
+    MalformedBlock,
+    difficulty,
+    hash_hex,
+    parse_block,
+    parse_header,
+)
+from cairn.brk.vecs import VecSpec, VecStore
+from cairn.core.errors import InvalidInput
+
+HASH = {"dtype": "u1", "width": 32}
+NO_OUTPUT = (1 << 64) - 1  # inputindex_to_outputindex of a coinbase input
+_OUT_SHIFT = 24  # txid map value: first_outputindex << 24 | output_count
+
+SPECS: list[VecSpec] = [
+    VecSpec("height_to_blockhash", "height", **HASH),  # type: ignore[arg-type]
+    VecSpec("height_to_timestamp", "height", "<u4"),
+    VecSpec("height_to_bits", "height", "<u4"),
+    VecSpec("height_to_difficulty", "height", "<f8"),
+    VecSpec("height_to_version", "height", "<i4"),
+    VecSpec("height_to_size", "height", "<u4"),
+    VecSpec("height_to_weight", "height", "<u4"),
+    VecSpec("height_to_tx_count", "height", "<u4"),
+    VecSpec("height_to_fee", "height", "<u8"),
+    VecSpec("height_to_first_txindex", "height", "<u8"),
+    VecSpec("height_to_first_inputindex", "height", "<u8"),
+    VecSpec("height_to_first_outputindex", "height", "<u8"),
+    VecSpec("txindex_to_txid", "txindex", **HASH),  # type: ignore[arg-type]
+    VecSpec("txindex_to_height", "txindex", "<u4"),
+    VecSpec("txindex_to_version", "txindex", "<i4"),
+    VecSpec("txindex_to_locktime", "txindex", "<u4"),
+    VecSpec("txindex_to_size", "txindex", "<u4"),
+    VecSpec("txindex_to_weight", "txindex", "<u4"),
+    VecSpec("txindex_to_vsize", "txindex", "<u4"),
+    VecSpec("txindex_to_input_count", "txindex", "<u4"),
+    VecSpec("txindex_to_output_count", "txindex", "<u4"),
+    VecSpec("txindex_to_first_inputindex", "txindex", "<u8"),
+    VecSpec("txindex_to_first_outputindex", "txindex", "<u8"),
+    VecSpec("txindex_to_fee", "txindex", "<u8"),
+    VecSpec("inputindex_to_outputindex", "inputindex", "<u8"),
+    VecSpec("outputindex_to_value", "outputindex", "<u8"),
+    VecSpec("outputindex_to_type", "outputindex", "u1"),
+    # The scan cache: every framed block found in the files, in discovery order.
+    VecSpec("blockpos_to_hash", "blockpos", **HASH),  # type: ignore[arg-type]
+    VecSpec("blockpos_to_prevhash", "blockpos", **HASH),  # type: ignore[arg-type]
+    VecSpec("blockpos_to_bits", "blockpos", "<u4"),
+    VecSpec("blockpos_to_file", "blockpos", "<u4"),
+    VecSpec("blockpos_to_offset", "blockpos", "<u8"),
+    VecSpec("blockpos_to_length", "blockpos", "<u4"),
+]
+CHAIN_INDEXES = ("height", "txindex", "inputindex", "outputindex")
+
+
+@dataclass
+class IndexResult:
+    """What one ``index`` run did."""
+
+    network: str
+    height: int  # tip height after the run (-1: empty)
+    tip: str  # tip hash (display order), "" when empty
+    indexed_blocks: int = 0
+    indexed_bytes: int = 0
+    rolled_back_from: int | None = None  # previous tip height when a reorg rolled the store back
+    fork_height: int | None = None
+    invalid: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def open_store(out: Path, *, durable: bool = True) -> VecStore:
+    """The vec store of an output directory, truncated to its last committed state."""
+    return VecStore(out, SPECS, durable=durable)
+
+
+def _hashes(raw: bytes) -> list[bytes]:
+    return [raw[i:i + 32] for i in range(0, len(raw), 32)]
+
+
+class _Batch:
+    """Rows of the blocks parsed since the last commit, as Python lists."""
+
+    def __init__(self) -> None:
+        self.h: dict[str, list[Any]] = {k: [] for k in ("hash", "time", "bits", "diff", "version", "size",
+                                                        "weight", "ntx")}
+        self.txids: list[bytes] = []
+        self.tx_height: list[int] = []
+        self.tx_version: list[int] = []
+        self.tx_locktime: list[int] = []
+        self.tx_size: list[int] = []
+        self.tx_weight: list[int] = []
+        self.tx_inputs: list[int] = []
+        self.tx_outputs: list[int] = []
+        self.spent: list[int] = []
+        self.out_value: list[int] = []
+        self.out_type: list[int] = []
+        self.bytes = 0
+
+    def __len__(self) -> int:
+        return len(self.h["hash"])
+
+
+class Indexer:
+    """Index one blocks directory into one output directory (see the module docstring)."""
+
+    def __init__(self, blocks_dir: Path, out: Path, *, durable: bool = True, commit_blocks: int = 2000,
+                 commit_bytes: int = 64 << 20, log: Callable[[str], None] | None = None) -> None:
+        self.blocks_dir = blocks_dir
+        self.out = out
+        self.commit_blocks = max(1, commit_blocks)
+        self.commit_bytes = commit_bytes
+        self.log = log or (lambda msg: print(f"brk: {msg}", file=sys.stderr))
+        self.store = open_store(out, durable=durable)
+        self.meta: dict[str, Any] = dict(self.store.meta)
+        self.key = read_xor_key(blocks_dir)
+        network = detect_network(blocks_dir)
+        if self.meta.get("network", network) != network:
+            raise InvalidInput(
+                f"{out} indexes {self.meta['network']} but {blocks_dir} holds {network} blocks. "
+                f"Use a different --out directory."
+            )
+        self.meta["network"] = network
+        self.meta.setdefault("scanned", {})
+        self.meta.setdefault("invalid", [])
+        self._files: dict[int, BlockFile] = {}
+        self._load_headers()
+        self._load_txmap()
+
+    # -- state rebuilt from committed vecs ------------------------------------------------------
+    def _load_headers(self) -> None:
+        import numpy as np
+
+        s = self.store
+        hashes = _hashes(s.read("blockpos_to_hash").tobytes())
+        prevs = _hashes(s.read("blockpos_to_prevhash").tobytes())
+        bits = s.read("blockpos_to_bits").tolist()
+        self.headers: dict[bytes, HeaderInfo] = {}
+        for i, (h, p, b) in enumerate(zip(hashes, prevs, bits)):
+            self.headers[h] = HeaderInfo(h, p, b, i)
+        self.pos_of: dict[bytes, int] = {h: i for i, h in enumerate(hashes)}
+        self.pos_file: list[int] = s.read("blockpos_to_file").tolist()
+        self.pos_offset: list[int] = s.read("blockpos_to_offset").tolist()
+        self.pos_length: list[int] = s.read("blockpos_to_length").tolist()
+        self.chain: list[bytes] = _hashes(np.asarray(s.read("height_to_blockhash")).tobytes())
+
+    def _load_txmap(self) -> None:
+        s = self.store
+        txids = _hashes(s.read("txindex_to_txid").tobytes())
+        firsts = s.read("txindex_to_first_outputindex").tolist()
+        counts = s.read("txindex_to_output_count").tolist()
+        self.txmap: dict[bytes, int] = {t: (f << _OUT_SHIFT) | c for t, f, c in zip(txids, firsts, counts)}
+
+    # -- scanning -------------------------------------------------------------------------------
+    def scan_files(self) -> int:
+        """Record every new framed block in the blk files; returns how many were found."""
+        magic = MAGICS[self.meta["network"]]
+        scanned: dict[str, int] = self.meta["scanned"]
+        found = 0
+        for file_no, path in blk_files(self.blocks_dir):
+            start = scanned.get(str(file_no), 0)
+            if path.stat().st_size <= start:
+                continue
+            records, resume = scan(path, self.key, magic, start)
+            hashes, prevs, bits, offs, lens = [], [], [], [], []
+            for rec in records:
+                head = parse_header(rec.header)
+                if head.hash in self.headers:
+                    continue  # the same block stored twice
+                if not pow_ok(head.hash, head.bits):
+                    self.log(f"ignoring block {hash_hex(head.hash)} in {path.name} at offset {rec.offset}: "
+                             f"its hash does not meet its own target")
+                    continue
+                seq = len(self.pos_file)
+                self.headers[head.hash] = HeaderInfo(head.hash, head.prev, head.bits, seq)
+                self.pos_of[head.hash] = seq
+                self.pos_file.append(file_no)
+                self.pos_offset.append(rec.offset)
+                self.pos_length.append(rec.length)
+                hashes.append(head.hash)
+                prevs.append(head.prev)
+                bits.append(head.bits)
+                offs.append(rec.offset)
+                lens.append(rec.length)
+            if hashes:
+                import numpy as np
+
+                s = self.store
+                s.append_bytes("blockpos_to_hash", b"".join(hashes), len(hashes))
+                s.append_bytes("blockpos_to_prevhash", b"".join(prevs), len(prevs))
+                s.append("blockpos_to_bits", np.array(bits, dtype=np.uint32))
+                s.append("blockpos_to_file", np.full(len(hashes), file_no, dtype=np.uint32))
+                s.append("blockpos_to_offset", np.array(offs, dtype=np.uint64))
+                s.append("blockpos_to_length", np.array(lens, dtype=np.uint32))
+            scanned[str(file_no)] = resume
+            found += len(hashes)
+        return found
+
+    # -- the run --------------------------------------------------------------------------------
+    def run(self, *, max_blocks: int | None = None) -> IndexResult:
+        """Scan, select, roll back if needed, and index up to ``max_blocks`` new blocks."""
+        t0 = time.perf_counter()
+        self.scan_files()
+        result = IndexResult(self.meta["network"], -1, "")
+        budget = max_blocks
+        while True:
+            invalid = {bytes.fromhex(e["hash"])[::-1] for e in self.meta["invalid"]}
+            chain = best_chain(self.headers, exclude=invalid, prefer=set(self.chain))
+            fork = 0
+            limit = min(len(chain), len(self.chain))
+            while fork < limit and chain[fork] == self.chain[fork]:
+                fork += 1
+            if fork < len(self.chain):
+                if result.rolled_back_from is None:
+                    result.rolled_back_from = len(self.chain) - 1
+                result.fork_height = fork
+                self.rollback(fork)
+            todo = chain[fork:]
+            if budget is not None:
+                todo = todo[:budget]
+            done, bad = self._index_blocks(todo, result)
+            if budget is not None:
+                budget -= done
+            if bad is None:
+                break
+        self._close_files()
+        result.height = len(self.chain) - 1
+        result.tip = hash_hex(self.chain[-1]) if self.chain else ""
+        result.seconds = time.perf_counter() - t0
+        return result
+
+    def rollback(self, height: int) -> None:
+        """Truncate every chain vec to ``height`` blocks (a reorg), then rebuild the txid map."""
+        s = self.store
+        s.commit(self._meta())  # make the scan durable first; nothing else is pending here
+        if height >= s.lengths["height_to_blockhash"]:
+            return
+        lengths = {
+            "height": height,
+            "txindex": int(s.read("height_to_first_txindex")[height]),
+            "inputindex": int(s.read("height_to_first_inputindex")[height]),
+            "outputindex": int(s.read("height_to_first_outputindex")[height]),
+        }
+        self.log(f"reorg: rolling back from height {len(self.chain) - 1} to {height - 1}")
+        self.chain = self.chain[:height]
+        s.truncate({spec.name: lengths[spec.index] for spec in SPECS if spec.index in lengths}, self._meta())
+        self._load_txmap()
+
+    def _meta(self) -> dict[str, Any]:
+        meta = dict(self.meta)
+        meta["height"] = len(self.chain) - 1
+        meta["tip"] = hash_hex(self.chain[-1]) if self.chain else ""
+        return meta
+
+    def _file(self, file_no: int) -> BlockFile:
+        bf = self._files.get(file_no)
+        if bf is None:
+            for no, path in blk_files(self.blocks_dir):
+                if no == file_no:
+                    bf = BlockFile(path, self.key)
+                    break
+            else:
+                raise InvalidInput(f"blk{file_no:05d}.dat disappeared from {self.blocks_dir}")
+            self._files[file_no] = bf
+        return bf
+
+    def _close_files(self) -> None:
+        for bf in self._files.values():
+            bf.close()
+        self._files.clear()
+
+    def _index_blocks(self, todo: list[bytes], result: IndexResult) -> tuple[int, bytes | None]:
+        batch = _Batch()
+        done = 0
+        for h in todo:
+            pos = self.pos_of[h]
+            file_no, offset, length = self.pos_file[pos], self.pos_offset[pos], self.pos_length[pos]
+            where = f"blk{file_no:05d}.dat offset {offset}"
+            try:
+                raw = self._file(file_no).read(offset, length)
+                block = parse_block(raw)
+                self._add_block(batch, block, len(self.chain))
+            except (MalformedBlock, InvalidInput) as exc:
+                entry = {"hash": hash_hex(h), "file": f"blk{file_no:05d}.dat", "offset": offset,
+                         "error": str(exc)}
+                self.log(f"invalid block {entry['hash']} in {where}: {exc}")
+                self.meta["invalid"].append(entry)
+                result.invalid.append(entry)
+                self._flush(batch)
+                return done, h
+            done += 1
+            result.indexed_blocks += 1
+            result.indexed_bytes += length
+            batch.bytes += length
+            if len(batch) >= self.commit_blocks or batch.bytes >= self.commit_bytes:
+                self._flush(batch)
+                batch = _Batch()
+        self._flush(batch)
+        return done, None
+
+    def _add_block(self, batch: _Batch, block: Block, height: int) -> None:
+        """Resolve the block's prevouts and queue its rows; on error nothing of it is kept."""
+        txmap = self.txmap
+        out_base = self.store.pending_length("outputindex_to_value") + len(batch.out_value)
+        spent: list[int] = []
+        inserted: list[tuple[bytes, int | None]] = []
+        in_txids = block.in_prev_txid
+        in_vouts = block.in_prev_vout
+        i = 0
+        try:
+            for t, (txid, n_in, n_out) in enumerate(zip(block.txids, block.tx_inputs, block.tx_outputs)):
+                if t == 0:
+                    if n_in != 1 or in_vouts[0] != COINBASE_VOUT or in_txids[0] != NULL_HASH:
+                        raise InvalidInput("the first transaction is not a coinbase")
+                    spent.append(NO_OUTPUT)
+                    i = 1
+                else:
+                    for j in range(i, i + n_in):
+                        v = txmap.get(in_txids[j])
+                        vout = in_vouts[j]
+                        if v is None or vout >= (v & 0xFFFFFF):
+                            raise InvalidInput(
+                                f"transaction {hash_hex(txid)} spends {hash_hex(in_txids[j])}:{vout}, "
+                                f"which is not an earlier output of this chain"
+                            )
+                        spent.append((v >> _OUT_SHIFT) + vout)
+                    i += n_in
+                inserted.append((txid, txmap.get(txid)))
+                txmap[txid] = (out_base << _OUT_SHIFT) | n_out
+                out_base += n_out
+        except InvalidInput:
+            for txid, old in reversed(inserted):
+                if old is None:
+                    del txmap[txid]
+                else:
+                    txmap[txid] = old
+            raise
+        hd = block.header
+        bh = batch.h
+        bh["hash"].append(block.hash)
+        bh["time"].append(hd.time)
+        bh["bits"].append(hd.bits)
+        bh["diff"].append(difficulty(hd.bits))
+        bh["version"].append(hd.version)
+        bh["size"].append(block.size)
+        bh["weight"].append(block.weight)
+        bh["ntx"].append(len(block.txids))
+        n = len(block.txids)
+        batch.txids.extend(block.txids)
+        batch.tx_height.extend([height] * n)
+        batch.tx_version.extend(block.tx_version)
+        batch.tx_locktime.extend(block.tx_locktime)
+        batch.tx_size.extend(block.tx_size)
+        batch.tx_weight.extend(block.tx_weight)
+        batch.tx_inputs.extend(block.tx_inputs)
+        batch.tx_outputs.extend(block.tx_outputs)
+        batch.spent.extend(spent)
+        batch.out_value.extend(block.out_value)
+        batch.out_type.extend(block.out_type)
+        self.chain.append(block.hash)
+
+    def _flush(self, batch: _Batch) -> None:
+        """Turn the batch into columns (fees computed vectorised), append, and commit."""
+        import numpy as np
+
+        s = self.store
+        if len(batch) == 0:
+            s.commit(self._meta())
+            return
+        tx0 = s.lengths["txindex_to_txid"]
+        in0 = s.lengths["inputindex_to_outputindex"]
+        out0 = s.lengths["outputindex_to_value"]
+        n_in = np.array(batch.tx_inputs, dtype=np.uint64)
+        n_out = np.array(batch.tx_outputs, dtype=np.uint64)
+        first_in = np.concatenate(([0], np.cumsum(n_in)[:-1])).astype(np.uint64)
+        first_out = np.concatenate(([0], np.cumsum(n_out)[:-1])).astype(np.uint64)
+        spent = np.array(batch.spent, dtype=np.uint64)
+        values = np.array(batch.out_value, dtype=np.uint64)
+        # Input values: committed outputs come from the memory-mapped vec, this batch's from memory.
+        in_val = np.zeros(spent.shape[0], dtype=np.uint64)
+        real = spent != NO_OUTPUT
+        old = real & (spent < out0)
+        new = real & ~old
+        if old.any():
+            in_val[old] = s.read("outputindex_to_value")[spent[old]]
+        in_val[new] = values[(spent[new] - out0).astype(np.int64)]
+        in_sum = np.add.reduceat(in_val, first_in.astype(np.int64))
+        out_sum = np.add.reduceat(values, first_out.astype(np.int64))
+        ntx = np.array(batch.h["ntx"], dtype=np.uint64)
+        tx_first = np.concatenate(([0], np.cumsum(ntx)[:-1])).astype(np.int64)
+        coinbase = np.zeros(len(batch.txids), dtype=bool)
+        coinbase[tx_first] = True
+        fee = np.where(coinbase, 0, in_sum.astype(np.int64) - out_sum.astype(np.int64))
+        if (fee < 0).any():
+            bad = int(np.argmax(fee < 0))
+            raise InvalidInput(f"transaction {hash_hex(batch.txids[bad])} spends more than its inputs hold")
+        fee_u = fee.astype(np.uint64)
+        block_fee = np.add.reduceat(fee_u, tx_first)
+        weight = np.array(batch.tx_weight, dtype=np.uint64)
+
+        s.append_bytes("height_to_blockhash", b"".join(batch.h["hash"]), len(batch))
+        s.append("height_to_timestamp", np.array(batch.h["time"], dtype=np.uint32))
+        s.append("height_to_bits", np.array(batch.h["bits"], dtype=np.uint32))
+        s.append("height_to_difficulty", np.array(batch.h["diff"], dtype=np.float64))
+        s.append("height_to_version", np.array(batch.h["version"], dtype=np.int32))
+        s.append("height_to_size", np.array(batch.h["size"], dtype=np.uint32))
+        s.append("height_to_weight", np.array(batch.h["weight"], dtype=np.uint32))
+        s.append("height_to_tx_count", ntx)
+        s.append("height_to_fee", block_fee)
+        s.append("height_to_first_txindex", tx_first.astype(np.uint64) + tx0)
+        s.append("height_to_first_inputindex", first_in[tx_first] + in0)
+        s.append("height_to_first_outputindex", first_out[tx_first] + out0)
+        s.append_bytes("txindex_to_txid", b"".join(batch.txids), len(batch.txids))
+        s.append("txindex_to_height", np.array(batch.tx_height, dtype=np.uint32))
+        s.append("txindex_to_version", np.array(batch.tx_version, dtype=np.int32))
+        s.append("txindex_to_locktime", np.array(batch.tx_locktime, dtype=np.uint32))
+        s.append("txindex_to_size", np.array(batch.tx_size, dtype=np.uint32))
+        s.append("txindex_to_weight", weight)
+        s.append("txindex_to_vsize", (weight + 3) // 4)
+        s.append("txindex_to_input_count", n_in)
+        s.append("txindex_to_output_count", n_out)
+        s.append("txindex_to_first_inputindex", first_in + in0)
+        s.append("txindex_to_first_outputindex", first_out + out0)
+        s.append("txindex_to_fee", fee_u)
+        s.append("inputindex_to_outputindex", spent)
+        s.append("outputindex_to_value", values)
+        s.append("outputindex_to_type", np.array(batch.out_type, dtype=np.uint8))
+        s.commit(self._meta())
+
+
+def index(blocks_dir: Path, out: Path, **options: Any) -> IndexResult:
+    """Index new blocks of ``blocks_dir`` into ``out`` (resuming, and rolling back on reorgs)."""
+    max_blocks = options.pop("max_blocks", None)
+    return Indexer(blocks_dir, out, **options).run(max_blocks=max_blocks)
