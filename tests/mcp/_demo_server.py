@@ -99,6 +99,15 @@ def build(page_size: int = 100, extra_tools: int = 0) -> Server:
         print("this must go to stderr")
         return "printed"
 
+    @server.tool(name="test_reconnection", description="Close the SSE stream mid-call, then finish (resumability).")
+    def reconnect(args: dict[str, Any], ctx: ToolContext) -> str:
+        ctx.log("info", "before the cut")
+        time.sleep(0.05)
+        ctx.close_stream()
+        time.sleep(0.2)
+        ctx.log("info", "after the cut")
+        return "Reconnection test completed successfully"
+
     for i in range(extra_tools):
         server.tool(name=f"extra_{i}", description=f"Extra tool {i}.")(lambda args, ctx: "extra")
 

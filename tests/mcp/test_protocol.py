@@ -143,7 +143,8 @@ def test_tools_list_describes_each_tool_once() -> None:
 
 
 def test_tools_list_pagination_and_bad_cursor() -> None:
-    session = ready(build(page_size=4, extra_tools=7))
+    server = build(page_size=4, extra_tools=7)
+    session = ready(server)
     names: list[str] = []
     cursor = None
     pages = 0
@@ -154,7 +155,8 @@ def test_tools_list_pagination_and_bad_cursor() -> None:
         cursor = page.get("nextCursor")
         if not cursor:
             break
-    assert len(names) == len(set(names)) == 17 and pages == 5
+    assert names == list(server.tools) and len(names) > 12
+    assert pages == -(-len(names) // 4)
     for bad in ("garbage!", "", 5, "cHJvbXB0czo0"):  # the last is a valid prompts cursor, not a tools one
         err = error(session, "tools/list", {"cursor": bad})
         assert err["code"] == rpc.INVALID_PARAMS and "cursor" in err["message"]

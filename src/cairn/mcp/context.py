@@ -31,7 +31,9 @@ class ToolContext:
         self._send = send
         self._cancelled = threading.Event()
         self.cancel_reason: str | None = None
-        self.close_stream: Callable[[], None] = lambda: None  # replaced by transports that can (HTTP SSE)
+        # End the HTTP SSE stream carrying this request now (the client reconnects with Last-Event-ID and
+        # gets the rest); a no-op on transports without one.
+        self.close_stream: Callable[[], None] = getattr(send, "close_stream", None) or (lambda: None)
 
     @property
     def cancelled(self) -> bool:

@@ -473,7 +473,10 @@ class Session:
                 raise NetworkError(f"Cannot send {method}: the client has disconnected")
             self._pending[request_id] = pending
         try:
-            sender(rpc.request(request_id, method, params))
+            try:
+                sender(rpc.request(request_id, method, params))
+            except Exception as exc:
+                raise NetworkError(f"Cannot send {method} to the client: {exc}") from None
             if not pending.event.wait(timeout):
                 self.send_notification("notifications/cancelled", {"requestId": request_id, "reason": "timed out"}, send)
                 raise Timeout(f"The client did not answer {method} within {timeout:g} s")
