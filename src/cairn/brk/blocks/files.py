@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from cairn.brk.blocks.parser import MalformedBlock, parse_block
 from cairn.core.errors import InvalidInput, NotFound
 
 MAGICS: dict[str, bytes] = {
@@ -146,6 +147,16 @@ def scan(path: Path, key: bytes, magic: bytes, start: int = 0) -> tuple[list[Rec
         records.append(Record(file_no, start + found + 8, length, data[found + 8:found + 88]))
         pos = found + 8 + length
         resume = pos
+    # The last record may be one the node is still writing into zero-preallocated space: its frame
+    # looks complete but the block is not. Accept it only if it parses; otherwise retry it next scan
+    # (once a later record follows it, it is accepted and a real corruption is reported then).
+    if records:
+        last = records[-1]
+        try:
+            parse_block(data[last.offset - start:last.offset - start + last.length])
+        except MalformedBlock:
+            records.pop()
+            resume = last.offset - 8 - start
     return records, start + resume
 
 
