@@ -1,16 +1,173 @@
-"""The `ctx` command line (placeholder until its issue lands)."""
+"""ctx: a knowledge base over files and git repositories, searched by keyword, meaning, or both."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
+
+from cairn.core.errors import CairnError, raise_errors
+
+FORMAT_ENV = "CTX_OUTPUT_FORMAT"
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", default=argparse.SUPPRESS, metavar="PATH",
+                        help="config file (default: $CTX_CONFIG, else ./config/ctx.toml)")
+    fmt = common.add_mutually_exclusive_group()
+    for name in ("json", "jsonl", "text"):
+        fmt.add_argument(f"--{name}", dest="format", action="store_const", const=name, default=argparse.SUPPRESS,
+                         help=f"output {name}")
+    fmt.add_argument("--format", dest="format", default=argparse.SUPPRESS,
+                     choices=["json", "jsonl", "text", "csv", "tsv", "md"],
+                     help=f"output format (default: ${FORMAT_ENV}, else text on a terminal, json when piped)")
+
+    parser = argparse.ArgumentParser(prog="ctx", description=__doc__, parents=[common])
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    sub.add_parser("init", parents=[common], help="write a commented starter config and create the database")
+    sub.add_parser("sources", parents=[common], help="configured sources: health and document counts")
+    sub.add_parser("stats", parents=[common], help="document, chunk and vector counts")
+
+    p = sub.add_parser("sync", parents=[common], help="index new and changed documents, drop deleted ones")
+    p.add_argument("target", nargs="?", default="all", help="connector name, type, type:name, or all (default)")
+    p.add_argument("--full", action="store_true", help="re-read and re-chunk every document")
+    p.add_argument("--dry-run", action="store_true", help="report what would change without writing")
+
+    p = sub.add_parser("search", parents=[common], help="search documents")
+    p.add_argument("query", help="what to look for")
+    p.add_argument("--mode", choices=["keyword", "semantic", "hybrid"], default="keyword")
+    p.add_argument("--source", action="append", help="only this source (type:name, type or name); repeatable")
+    p.add_argument("--since", help="only documents updated at/after this date (YYYY-MM-DD or ISO 8601)")
+    p.add_argument("--until", help="only documents updated before this date")
+    p.add_argument("--limit", type=int, help="maximum results (default: [retrieval] final_limit)")
+
+    p = sub.add_parser("get", parents=[common], help="a document with its chunks")
+    p.add_argument("id", help="document id from search results")
+
+    p = sub.add_parser("embed", parents=[common], help="compute embeddings")
+    p.add_argument("action", choices=["pending", "rebuild"], help="pending: missing vectors only; rebuild: all")
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ctx", description=__doc__)
-    parser.parse_args(argv)
-    parser.print_help()
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help()
+        return 0
+    try:
+        from cairn.core.output import choose_format
+
+        fmt = choose_format(getattr(args, "format", None), FORMAT_ENV)
+        data, text = _run(args)
+    except CairnError as exc:
+        if raise_errors():
+            raise
+        from cairn.core.sanitize import scrub
+
+        sys.stderr.write(f"ctx: error: {scrub(exc.message)}\n")
+        return exc.exit_code
+    except KeyboardInterrupt:
+        sys.stderr.write("ctx: interrupted\n")
+        return 130
+    from cairn.core.output import render
+
+    out = text() if (fmt == "text" and text is not None) else render(data, fmt)
+    if out:
+        sys.stdout.write(out + "\n")
     return 0
+
+
+def _run(args: argparse.Namespace) -> tuple[Any, Any]:
+    """(data to render, optional custom text renderer) for the command."""
+    from cairn.ctx import service
+
+    config = getattr(args, "config", None)
+    if args.command == "init":
+        report = service.init(config)
+        verb = "Wrote" if report.created_config else "Kept existing"
+        return report, lambda: f"{verb} {report.config_path}\nDatabase: {report.db_path}"
+
+    svc = service.Service.from_config(config)
+    try:
+        if args.command == "search":
+            results = svc.search(args.query, args.mode, source=args.source, since=args.since, until=args.until,
+                                 limit=args.limit)
+            return results, lambda: _search_text(results)
+        if args.command == "get":
+            doc = svc.get(args.id)
+            return doc, lambda: _doc_text(doc)
+        if args.command == "sources":
+            return svc.sources(), None
+        if args.command == "stats":
+            return svc.stats(), None
+        if args.command == "sync":
+            from cairn.ctx.sync import ProgressBar
+
+            summary = svc.sync(args.target, full=args.full, dry_run=args.dry_run, progress=ProgressBar())
+            if any(not r.ok for r in summary.sources):
+                _warn_failures(summary)
+            return summary, lambda: _sync_text(summary)
+        if args.command == "embed":
+            from cairn.ctx.sync import ProgressBar
+
+            report = svc.embed_rebuild(progress=ProgressBar()) if args.action == "rebuild" else svc.embed_pending(
+                progress=ProgressBar())
+            if report.error:
+                sys.stderr.write(f"ctx: warning: embedding stopped: {report.error}\n")
+            return report, None
+    finally:
+        svc.close()
+    raise AssertionError(args.command)
+
+
+def _warn_failures(summary: Any) -> None:
+    for r in summary.sources:
+        if not r.ok:
+            sys.stderr.write(f"ctx: warning: {r.source} was not synced: {r.error}\n")
+
+
+def _search_text(results: list[Any]) -> str:
+    if not results:
+        return "No results."
+    lines = []
+    for i, r in enumerate(results, 1):
+        lines.append(f"{i}. {r.title}  [{r.score:.3f}]")
+        lines.append(f"   {r.source} {r.source_id}  (updated {r.updated_at})")
+        lines.append(f"   {r.snippet}")
+        lines.append(f"   id: {r.id}" + (f"  {r.source_url}" if r.source_url else ""))
+    return "\n".join(lines)
+
+
+def _doc_text(doc: Any) -> str:
+    head = [f"# {doc.title}", f"id: {doc.id}", f"source: {doc.source} {doc.source_id}", f"updated: {doc.updated_at}"]
+    if doc.author:
+        head.append(f"author: {doc.author}")
+    if doc.source_url:
+        head.append(f"url: {doc.source_url}")
+    head.append(f"chunks: {len(doc.chunks)}")
+    return "\n".join(head) + "\n\n" + doc.body
+
+
+def _sync_text(summary: Any) -> str:
+    lines = []
+    for r in summary.sources:
+        if not r.ok:
+            lines.append(f"{r.source}: FAILED ({r.error})")
+            continue
+        prefix = "would: " if r.dry_run else ""
+        lines.append(
+            f"{r.source}: {prefix}{r.added} added, {r.updated} updated, {r.deleted} deleted, "
+            f"{r.unchanged} unchanged, {r.skipped} skipped, {r.chunks} chunks written ({r.seconds:.2f} s)"
+            + ("  [resumed an interrupted sync]" if r.resumed else "")
+        )
+    e = summary.embedding
+    if e is not None:
+        lines.append(f"embeddings ({e.model}): {e.embedded} embedded, {e.pending} pending ({e.seconds:.2f} s)"
+                     + (f"  error: {e.error}" if e.error else ""))
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

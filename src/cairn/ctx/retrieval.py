@@ -1,0 +1,177 @@
+"""Keyword, semantic and hybrid retrieval over the store, grouped per document.
+
+* keyword: FTS5 BM25 over a query built by :func:`cairn.search.query.fts_match` (terms OR-ed,
+  common English stop words dropped when other terms remain); filters are SQL conditions evaluated
+  before the ``LIMIT``. Scores are BM25 relative to the best hit (best = 1.0).
+* semantic: exact cosine over the in-memory matrix of unit vectors; filters are boolean masks
+  applied before top-k. Scores are the cosine, clipped to [0, 1].
+* hybrid: both candidate lists fused per chunk (:mod:`cairn.search.fusion`), then grouped.
+
+Every mode groups chunks per document (a document scores its best chunk), orders by score then id,
+and shows the best chunk's snippet.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from cairn.ctx.store import Store
+from cairn.search.query import fts_match, terms
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    from cairn.search.embed import Embedder
+    from cairn.search.vectors import VectorIndex
+
+STOP_WORDS = frozenset(
+    "a an and are as at be by can do does for from how i in is it of on or that the this to was what when"
+    " where which who why will with you your".split()
+)
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Resolved filters: exact source labels, and an updated_at window in unix seconds."""
+
+    sources: tuple[str, ...] | None = None
+    since: int | None = None
+    until: int | None = None
+
+
+def keyword_query(text: str) -> str | None:
+    """The FTS5 query for ``text``: its terms OR-ed, stop words dropped unless nothing else is left."""
+    found = terms(text)
+    kept = [t for t in found if t.lower() not in STOP_WORDS] or found
+    return fts_match(" ".join('"' + t.replace('"', " ") + '"' for t in kept), operator="OR") if kept else None
+
+
+def keyword(store: Store, text: str, filters: Filters, k: int) -> dict[int, float]:
+    """Chunk rowid -> positive BM25 score, best ``k`` among chunks that pass the filters."""
+    match = keyword_query(text)
+    if match is None:
+        return {}
+    where, params = _sql_filters(filters)
+    if where:
+        sql = (
+            "SELECT f.rowid, -bm25(chunks_fts) AS s FROM chunks_fts f JOIN chunks c ON c.rowid = f.rowid"
+            " JOIN documents d ON d.rowid = c.doc WHERE chunks_fts MATCH ?" + where + " ORDER BY s DESC, f.rowid LIMIT ?"
+        )
+    else:
+        sql = "SELECT rowid, -rank FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY rank LIMIT ?"
+    rows = store.db.execute(sql, (match, *params, k)) if where else store.db.execute(sql, (match, k))
+    return {int(r): float(s) for r, s in rows}
+
+
+def _sql_filters(filters: Filters) -> tuple[str, list[Any]]:
+    parts: list[str] = []
+    params: list[Any] = []
+    if filters.sources is not None:
+        parts.append(f"d.source IN ({','.join('?' * len(filters.sources))})")
+        params.extend(filters.sources)
+    if filters.since is not None:
+        parts.append("d.updated_at >= ?")
+        params.append(filters.since)
+    if filters.until is not None:
+        parts.append("d.updated_at < ?")
+        params.append(filters.until)
+    return ("".join(" AND " + p for p in parts), params)
+
+
+class VectorMatrix:
+    """Every chunk vector of one model as one contiguous float32 matrix, plus per-row filter columns."""
+
+    def __init__(self, index: "VectorIndex", chunk_rows: "npt.NDArray[np.int64]", sources: "npt.NDArray[np.int32]",
+                 source_names: list[str], updated: "npt.NDArray[np.int64]", generation: int) -> None:
+        self.index = index
+        self.chunk_rows = chunk_rows
+        self.sources = sources
+        self.source_names = source_names
+        self.updated = updated
+        self.generation = generation
+
+    @classmethod
+    def load(cls, store: Store, model: str, dims: int) -> "VectorMatrix":
+        import numpy as np
+
+        from cairn.search.vectors import VectorIndex
+
+        generation = store.generation()
+        rows = store.db.execute(
+            "SELECT c.rowid, d.source, d.updated_at, v.vec FROM chunks c JOIN documents d ON d.rowid = c.doc"
+            " JOIN vectors v ON v.hash = c.hash AND v.model = ? ORDER BY c.rowid",
+            (model,),
+        ).fetchall()
+        names = sorted({r[1] for r in rows})
+        code = {n: i for i, n in enumerate(names)}
+        blob = b"".join(r[3] for r in rows)
+        matrix = np.frombuffer(blob, dtype=np.float32).reshape(len(rows), dims) if rows else np.zeros((0, dims), np.float32)
+        return cls(
+            VectorIndex(matrix),
+            np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows)),
+            np.fromiter((code[r[1]] for r in rows), dtype=np.int32, count=len(rows)),
+            names,
+            np.fromiter((r[2] for r in rows), dtype=np.int64, count=len(rows)),
+            generation,
+        )
+
+    def mask(self, filters: Filters) -> "npt.NDArray[np.bool_] | None":
+        import numpy as np
+
+        if filters.sources is None and filters.since is None and filters.until is None:
+            return None
+        m = np.ones(self.chunk_rows.shape[0], dtype=bool)
+        if filters.sources is not None:
+            codes = [i for i, n in enumerate(self.source_names) if n in filters.sources]
+            m &= np.isin(self.sources, np.array(codes, dtype=np.int32))
+        if filters.since is not None:
+            m &= self.updated >= filters.since
+        if filters.until is not None:
+            m &= self.updated < filters.until
+        return m
+
+
+_matrices: dict[tuple[str, str], VectorMatrix] = {}
+_lock = threading.Lock()
+
+
+def matrix_for(store: Store, embedder: "Embedder") -> VectorMatrix:
+    """The cached matrix for this database and model, reloaded when the store's generation moved."""
+    key = (str(store.path.resolve()), embedder.identity)
+    with _lock:
+        cached = _matrices.get(key)
+        if cached is None or cached.generation != store.generation():
+            cached = VectorMatrix.load(store, embedder.identity, embedder.dims)
+            _matrices[key] = cached
+        return cached
+
+
+def semantic(store: Store, embedder: "Embedder", text: str, filters: Filters, k: int) -> dict[int, float]:
+    """Chunk rowid -> cosine similarity, best ``k`` among chunks that pass the filters."""
+    m = matrix_for(store, embedder)
+    if m.index.size == 0:
+        return {}
+    query = embedder.embed([text])
+    hits = m.index.search(query[0], k, m.mask(filters))
+    return {int(m.chunk_rows[h.row]): max(0.0, min(1.0, h.score)) for h in hits}
+
+
+def snippet(text: str, query: str, width: int = 240) -> str:
+    """About ``width`` characters of ``text`` around the first query term, whitespace collapsed."""
+    flat = re.sub(r"\s+", " ", text).strip()
+    if len(flat) <= width:
+        return flat
+    lowered = flat.lower()
+    positions = [lowered.find(t.lower()) for t in terms(query) if t.lower() not in STOP_WORDS]
+    positions = [p for p in positions if p >= 0]
+    start = max(0, min(positions) - width // 4) if positions else 0
+    start = min(start, len(flat) - width)
+    if start > 0:
+        space = flat.find(" ", start)
+        start = space + 1 if 0 <= space < start + 20 else start
+    piece = flat[start : start + width].strip()
+    return ("…" if start > 0 else "") + piece + ("…" if start + width < len(flat) else "")

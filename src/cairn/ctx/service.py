@@ -1,0 +1,388 @@
+"""The ctx service: one method per capability, plain data in, dataclasses out.
+
+Adapters (the CLI here; HTTP, MCP and Lua tools later) only parse input, call these methods and
+render what they return. Validation and error messages live here so every adapter shares them.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cairn.core.errors import InvalidInput, NotFound
+from cairn.core.sanitize import scrub
+from cairn.ctx import config as cfg
+from cairn.ctx.retrieval import Filters
+from cairn.ctx.store import Store
+from cairn.ctx.sync import EmbedReport, Progress, SyncReport
+
+if TYPE_CHECKING:
+    from cairn.search.embed import Embedder
+
+
+@dataclass
+class SearchResult:
+    """One document hit; ``score`` is in [0, 1]."""
+
+    id: str
+    score: float
+    title: str
+    source: str
+    source_id: str
+    updated_at: str
+    snippet: str
+    source_url: str | None
+
+
+@dataclass
+class ChunkView:
+    ordinal: int
+    hash: str
+    heading: str
+    text: str
+
+
+@dataclass
+class Document:
+    """A full document with its chunks."""
+
+    id: str
+    source: str
+    source_id: str
+    title: str
+    body: str
+    source_url: str | None
+    updated_at: str
+    author: str | None
+    metadata: dict[str, Any]
+    chunks: list[ChunkView] = field(default_factory=list)
+
+
+@dataclass
+class SourceStatus:
+    """A configured (or formerly configured) source and its health."""
+
+    name: str
+    type: str
+    source: str
+    configured: bool
+    healthy: bool
+    doc_count: int
+    last_sync: str | None
+    error: str | None
+
+
+@dataclass
+class Stats:
+    db_path: str
+    documents: int
+    chunks: int
+    distinct_chunks: int
+    vectors: int
+    pending_embeddings: int
+    embedding_model: str | None
+    db_bytes: int
+    sources: dict[str, int]
+
+
+@dataclass
+class SyncSummary:
+    sources: list[SyncReport]
+    embedding: EmbedReport | None
+
+
+@dataclass
+class InitReport:
+    config_path: str
+    db_path: str
+    created_config: bool
+
+
+def iso(ts: int | None) -> str:
+    """Unix seconds as ``YYYY-MM-DDTHH:MM:SSZ``."""
+    return datetime.fromtimestamp(ts or 0, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(value: str | int | None, name: str) -> int | None:
+    """``2024-05-01``, an ISO 8601 datetime (UTC unless it says otherwise) or unix seconds."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, int) or (isinstance(value, str) and value.isdigit()):
+        return int(value)
+    text = value.strip().replace("Z", "+00:00")
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise InvalidInput(f"{name} {value!r} is not a date. Use YYYY-MM-DD, an ISO 8601 time or unix seconds.") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return int(when.timestamp())
+
+
+def init(config_path: str | os.PathLike[str] | None = None) -> InitReport:
+    """Write a commented starter ``ctx.toml`` (unless one exists) and create its database."""
+    path = cfg.resolve_path(config_path)
+    created = False
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".ctx.toml.")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(cfg.STARTER)
+        os.replace(tmp, path)
+        created = True
+    config = cfg.load(path)
+    Store(config.db.path, create=True).close()
+    return InitReport(config_path=str(path), db_path=str(config.db.path), created_config=created)
+
+
+class Service:
+    """The knowledge base behind every adapter; cheap to create, opens the database on first use."""
+
+    def __init__(self, config: cfg.Config) -> None:
+        self.config = config
+        self._store: Store | None = None
+        self._embedder: Embedder | None = None
+
+    @classmethod
+    def from_config(cls, path: str | os.PathLike[str] | None = None) -> "Service":
+        return cls(cfg.load(path))
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            self._store = Store(self.config.db.path, create=True)
+        return self._store
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    def embedder(self) -> "Embedder":
+        """The configured embedder; raises ``embeddings_disabled`` when there is none."""
+        if self._embedder is None:
+            from cairn.search import embed
+
+            e = self.config.embedding
+            self._embedder = embed.create(
+                embed.EmbeddingSettings(e.provider, e.model, e.dims, e.batch_size, e.url, e.api_key_env, e.timeout)
+            )
+        return self._embedder
+
+    # ---- sources -----------------------------------------------------------------------------
+
+    def _select(self, target: str) -> list[cfg.ConnectorConfig]:
+        conns = self.config.connectors
+        if target == "all":
+            chosen = conns
+        else:
+            chosen = [c for c in conns if target in (c.source, c.type, c.name)]
+        if not chosen:
+            names = ", ".join(c.source for c in conns) or "none configured"
+            raise NotFound(f"No connector matches {target!r}. Configured: {names}. Use a name, a type, or all.")
+        return chosen
+
+    def resolve_sources(self, source: str | list[str] | None) -> tuple[str, ...] | None:
+        """Source filter values (``type:name``, a type, or a name) as exact source labels."""
+        if source is None or source == "" or source == []:
+            return None
+        wanted = [source] if isinstance(source, str) else list(source)
+        labels: list[str] = []
+        stored = {r[0] for r in self.store.db.execute("SELECT DISTINCT source FROM documents")}
+        for w in wanted:
+            found = [c.source for c in self.config.connectors if w in (c.source, c.type, c.name)]
+            if not found and w in stored:
+                found = [w]
+            if not found:
+                known = sorted({c.source for c in self.config.connectors} | stored)
+                raise NotFound(f"Unknown source {w!r}. Known sources: {', '.join(known) or 'none'}.")
+            labels.extend(found)
+        return tuple(sorted(set(labels)))
+
+    def sources(self) -> list[SourceStatus]:
+        """Configured sources with their health (last sync result) and document counts."""
+        counts = dict(self.store.db.execute("SELECT source, COUNT(*) FROM documents GROUP BY source").fetchall())
+        checkpoints = self.store.checkpoints()
+        out: list[SourceStatus] = []
+        for c in self.config.connectors:
+            cp = checkpoints.get(c.source)
+            healthy, error = self._health(c)
+            if cp and cp["status"] == "error":
+                healthy, error = False, cp["error"]
+            out.append(SourceStatus(
+                name=c.name, type=c.type, source=c.source, configured=True, healthy=healthy,
+                doc_count=int(counts.get(c.source, 0)),
+                last_sync=iso(cp["finished_at"]) if cp and cp["finished_at"] else None,
+                error=scrub(error) if error else None,
+            ))
+        for label in sorted(set(counts) - {c.source for c in self.config.connectors}):
+            ctype, _, name = label.partition(":")
+            out.append(SourceStatus(name, ctype, label, False, False, int(counts[label]), None,
+                                    "no longer configured; its documents stay until removed"))
+        return out
+
+    def _health(self, c: cfg.ConnectorConfig) -> tuple[bool, str | None]:
+        if c.type == "filesystem":
+            root = Path(c.options["root"])
+            return (True, None) if root.is_dir() else (False, f"root {root} is not a directory")
+        if c.type == "script":
+            p = Path(c.options["path"])
+            return (True, None) if p.is_file() else (False, f"script {p} does not exist")
+        return True, None
+
+    # ---- sync & embeddings -------------------------------------------------------------------
+
+    def sync(self, target: str = "all", *, full: bool = False, dry_run: bool = False,
+             progress: Progress | None = None) -> SyncSummary:
+        """Sync the connectors matching ``target`` (a name, a type, ``type:name`` or ``all``), then embed."""
+        from cairn.ctx.sync import sync_source
+
+        reports = [
+            sync_source(self.store, c, self.config.chunking, full=full, dry_run=dry_run, progress=progress)
+            for c in self._select(target)
+        ]
+        with self.store.transaction():
+            if not dry_run and self.store.drop_orphan_vectors():
+                self.store.bump()
+        embedding = None
+        if not dry_run and self.config.embedding.provider != "disabled":
+            embedding = self.embed_pending(progress=progress)
+        return SyncSummary(reports, embedding)
+
+    def embed_pending(self, *, progress: Progress | None = None) -> EmbedReport:
+        """Embed every chunk that has no vector for the configured model yet."""
+        from cairn.ctx.sync import embed_pending
+
+        try:
+            embedder = self.embedder()
+        except InvalidInput:
+            raise
+        except Exception as exc:  # the provider could not even start: chunks stay pending
+            model = f"{self.config.embedding.provider}:{self.config.embedding.model}"
+            return EmbedReport(model=model, pending=-1, error=scrub(str(getattr(exc, "message", exc))))
+        return embed_pending(self.store, embedder, self.config.embedding.batch_size, progress=progress)
+
+    def embed_rebuild(self, *, progress: Progress | None = None) -> EmbedReport:
+        """Drop every stored vector and embed all chunks again with the configured model."""
+        self.embedder()
+        with self.store.transaction():
+            self.store.clear_vectors()
+            self.store.bump()
+        return self.embed_pending(progress=progress)
+
+    # ---- search & get ------------------------------------------------------------------------
+
+    def search(self, query: str, mode: str = "keyword", *, source: str | list[str] | None = None,
+               since: str | int | None = None, until: str | int | None = None,
+               limit: int | None = None) -> list[SearchResult]:
+        """Search indexed documents by keyword, semantic, or hybrid query.
+
+        :param query: what to look for (any text; it is never passed raw to the index).
+        :param mode: ``keyword`` (BM25), ``semantic`` (embeddings) or ``hybrid`` (both, fused).
+        :param source: only these sources (``type:name``, a connector type, or a connector name).
+        :param since: only documents updated at or after this date.
+        :param until: only documents updated before this date.
+        :param limit: maximum number of documents (default ``[retrieval] final_limit``).
+        """
+        from cairn.ctx import retrieval
+        from cairn.search.fusion import fuse
+
+        if not isinstance(query, str) or not query.strip():
+            raise InvalidInput("The query is empty. Pass some words to search for.")
+        if mode not in cfg.MODES:
+            raise InvalidInput(f"Unknown search mode {mode!r}. Use one of: {', '.join(cfg.MODES)}.")
+        r = self.config.retrieval
+        limit = r.final_limit if limit is None else limit
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+            raise InvalidInput(f"limit must be an integer from 1 to 1000, not {limit!r}.")
+        embedder = self.embedder() if mode != "keyword" else None  # embeddings_disabled, before any work
+        filters = Filters(self.resolve_sources(source), parse_time(since, "since"), parse_time(until, "until"))
+        store = self.store
+        kw: dict[int, float] = {}
+        vec: dict[int, float] = {}
+        if mode in ("keyword", "hybrid"):
+            kw = retrieval.keyword(store, query, filters, max(r.candidate_k_keyword, limit))
+        if embedder is not None:
+            vec = retrieval.semantic(store, embedder, query, filters, max(r.candidate_k_vector, limit))
+        if mode == "keyword":
+            top = max(kw.values(), default=0.0)
+            scored = [(cid, s / top if top > 0 else 0.0) for cid, s in kw.items()]
+        elif mode == "semantic":
+            scored = list(vec.items())
+        else:
+            scored = fuse(r.fusion, kw, vec, r.hybrid_alpha)
+        return self._group(scored, query, limit)
+
+    def _group(self, scored: list[tuple[int, float]], query: str, limit: int) -> list[SearchResult]:
+        from cairn.ctx.retrieval import snippet
+
+        if not scored:
+            return []
+        ids = [cid for cid, _ in scored]
+        meta: dict[int, tuple[Any, ...]] = {}
+        for s in range(0, len(ids), 500):
+            part = ids[s : s + 500]
+            for row in self.store.db.execute(
+                "SELECT c.rowid, c.text, d.id, d.title, d.source, d.source_id, d.updated_at, d.source_url FROM chunks c"
+                f" JOIN documents d ON d.rowid = c.doc WHERE c.rowid IN ({','.join('?' * len(part))})", part
+            ):
+                meta[row[0]] = row[1:]
+        best: dict[str, tuple[float, int]] = {}
+        for cid, score in scored:
+            if cid not in meta:
+                continue  # removed since the candidates were taken
+            doc = meta[cid][1]
+            if doc not in best or score > best[doc][0] or (score == best[doc][0] and cid < best[doc][1]):
+                best[doc] = (score, cid)
+        ordered = sorted(best.items(), key=lambda kv: (-kv[1][0], kv[0]))[:limit]
+        results = []
+        for doc_id, (score, cid) in ordered:
+            text, _, title, source, source_id, updated_at, source_url = meta[cid]
+            results.append(SearchResult(
+                id=doc_id, score=round(min(1.0, max(0.0, score)), 6), title=title, source=source,
+                source_id=source_id, updated_at=iso(updated_at), snippet=snippet(text, query),
+                source_url=scrub(source_url) if source_url else None,
+            ))
+        return results
+
+    def get(self, id: str) -> Document:
+        """A document by id, with its full body and its chunks in order."""
+        if not isinstance(id, str) or not id.strip():
+            raise InvalidInput("The document id is empty. Use an id from search results.")
+        row = self.store.db.execute(
+            "SELECT rowid, id, source, source_id, title, body, source_url, updated_at, author, metadata"
+            " FROM documents WHERE id = ?", (id.strip(),)
+        ).fetchone()
+        if row is None:
+            raise NotFound(f"No document with id {id!r}. Ids come from `ctx search`; run `ctx sync` if it was just added.")
+        import json
+
+        chunks = [ChunkView(o, h, hd, t) for o, h, hd, t in self.store.db.execute(
+            "SELECT ordinal, hash, heading, text FROM chunks WHERE doc = ? ORDER BY ordinal", (row[0],))]
+        return Document(
+            id=row[1], source=row[2], source_id=row[3], title=row[4], body=row[5],
+            source_url=scrub(row[6]) if row[6] else None, updated_at=iso(row[7]), author=row[8],
+            metadata=json.loads(row[9] or "{}"), chunks=chunks,
+        )
+
+    def stats(self) -> Stats:
+        """Counts of documents, chunks, vectors and pending embeddings, and the database size."""
+        db = self.store.db
+        docs = db.execute("SELECT COUNT(*) FROM documents").fetchone()[0]
+        chunks, distinct = db.execute("SELECT COUNT(*), COUNT(DISTINCT hash) FROM chunks").fetchone()
+        model = None
+        vectors = pending = 0
+        if self.config.embedding.provider != "disabled":
+            try:
+                model = self.embedder().identity
+                vectors = db.execute("SELECT COUNT(*) FROM vectors WHERE model = ?", (model,)).fetchone()[0]
+                pending = self.store.pending_count(model)
+            except Exception:
+                model = None
+        size = sum(p.stat().st_size for p in self.store.path.parent.glob(self.store.path.name + "*") if p.is_file())
+        per = dict(db.execute("SELECT source, COUNT(*) FROM documents GROUP BY source").fetchall())
+        return Stats(scrub(str(self.store.path)), docs, chunks, distinct, vectors, pending, model, size, per)

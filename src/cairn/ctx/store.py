@@ -1,0 +1,279 @@
+"""The knowledge base on disk: one SQLite database (WAL) with documents, chunks, FTS5, vectors, checkpoints.
+
+Every change happens inside a transaction, so a process killed at any moment leaves the last
+committed state intact and searchable. Chunks are stored with their content hash; vectors are keyed
+by (hash, model), so a chunk whose text did not change keeps its vector across syncs, and two
+identical chunks share one vector. The ``generation`` counter in ``meta`` moves on every commit that
+changes chunks or vectors, which tells in-memory caches (the vector matrix) to reload.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cairn.core.errors import StorageError
+from cairn.ctx.chunk import Chunk
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS documents(
+    rowid INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    source TEXT NOT NULL,
+    source_id TEXT NOT NULL,
+    title TEXT NOT NULL,
+    author TEXT,
+    source_url TEXT,
+    updated_at INTEGER NOT NULL,
+    fingerprint TEXT NOT NULL,
+    content_hash TEXT NOT NULL,
+    body TEXT NOT NULL,
+    metadata TEXT NOT NULL DEFAULT '{}',
+    indexed_at INTEGER NOT NULL,
+    UNIQUE(source, source_id)
+);
+CREATE INDEX IF NOT EXISTS documents_updated ON documents(updated_at);
+CREATE TABLE IF NOT EXISTS chunks(
+    rowid INTEGER PRIMARY KEY,
+    doc INTEGER NOT NULL REFERENCES documents(rowid) ON DELETE CASCADE,
+    ordinal INTEGER NOT NULL,
+    hash TEXT NOT NULL,
+    heading TEXT NOT NULL,
+    text TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS chunks_doc ON chunks(doc, ordinal);
+CREATE INDEX IF NOT EXISTS chunks_hash ON chunks(hash);
+CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(
+    heading, text, content='chunks', content_rowid='rowid', tokenize='porter unicode61 remove_diacritics 2'
+);
+CREATE TRIGGER IF NOT EXISTS chunks_ai AFTER INSERT ON chunks BEGIN
+    INSERT INTO chunks_fts(rowid, heading, text) VALUES (new.rowid, new.heading, new.text);
+END;
+CREATE TRIGGER IF NOT EXISTS chunks_ad AFTER DELETE ON chunks BEGIN
+    INSERT INTO chunks_fts(chunks_fts, rowid, heading, text) VALUES ('delete', old.rowid, old.heading, old.text);
+END;
+CREATE TABLE IF NOT EXISTS vectors(
+    hash TEXT NOT NULL,
+    model TEXT NOT NULL,
+    vec BLOB NOT NULL,
+    PRIMARY KEY(hash, model)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS checkpoints(
+    source TEXT PRIMARY KEY,
+    status TEXT NOT NULL,
+    started_at INTEGER NOT NULL,
+    finished_at INTEGER,
+    documents INTEGER NOT NULL DEFAULT 0,
+    error TEXT
+);
+"""
+
+
+def document_id(source: str, source_id: str) -> str:
+    """Stable document id: sha256 of ``source`` and ``source_id`` (32 hex digits)."""
+    return hashlib.sha256(f"{source}\x00{source_id}".encode("utf-8")).hexdigest()[:32]
+
+
+@dataclass
+class DocumentRecord:
+    """A document as the sync engine writes it."""
+
+    source: str
+    source_id: str
+    title: str
+    body: str
+    updated_at: int
+    fingerprint: str
+    content_hash: str
+    author: str | None = None
+    source_url: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        return document_id(self.source, self.source_id)
+
+
+@dataclass(frozen=True)
+class Known:
+    """What the store remembers about a document, for change detection."""
+
+    rowid: int
+    fingerprint: str
+    content_hash: str
+
+
+class Store:
+    """One connection to the knowledge base database."""
+
+    def __init__(self, path: Path, *, create: bool = False) -> None:
+        self.path = Path(path)
+        if not create and not self.path.exists():
+            from cairn.core.errors import NotFound
+
+            raise NotFound(f"No knowledge base at {self.path}. Run `ctx init` (or `ctx sync all`) first.")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
+            self.db.execute("PRAGMA busy_timeout = 10000")
+            self.db.execute("PRAGMA journal_mode = WAL")
+            self.db.execute("PRAGMA synchronous = NORMAL")
+            self.db.execute("PRAGMA foreign_keys = ON")
+            self.db.execute("PRAGMA cache_size = -65536")
+            with self.transaction():
+                for statement in _split_sql(_SCHEMA):
+                    self.db.execute(statement)
+                self.db.execute(
+                    "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?), ('generation', '0')",
+                    (str(SCHEMA_VERSION),),
+                )
+        except sqlite3.DatabaseError as exc:
+            raise StorageError(f"Cannot open the knowledge base {self.path}: {exc}. Move it aside and run `ctx sync all --full`.") from exc
+
+    def close(self) -> None:
+        self.db.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any exception."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.db
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    def bump(self) -> None:
+        """Advance the generation counter (call inside the transaction that changed data)."""
+        self.db.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'")
+
+    def generation(self) -> int:
+        row = self.db.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
+        return int(row[0]) if row else 0
+
+    # ---- documents ---------------------------------------------------------------------------
+
+    def known(self, source: str) -> dict[str, Known]:
+        rows = self.db.execute(
+            "SELECT source_id, rowid, fingerprint, content_hash FROM documents WHERE source = ?", (source,)
+        )
+        return {sid: Known(rowid, fp, ch) for sid, rowid, fp, ch in rows}
+
+    def upsert(self, doc: DocumentRecord, chunks: Sequence[Chunk]) -> None:
+        """Replace the document and its chunks (inside the caller's transaction)."""
+        now = int(time.time())
+        row = self.db.execute(
+            "SELECT rowid FROM documents WHERE source = ? AND source_id = ?", (doc.source, doc.source_id)
+        ).fetchone()
+        values = (
+            doc.title, doc.author, doc.source_url, doc.updated_at, doc.fingerprint, doc.content_hash,
+            doc.body, json.dumps(doc.metadata, sort_keys=True, default=str), now,
+        )
+        if row:
+            rowid = int(row[0])
+            self.db.execute("DELETE FROM chunks WHERE doc = ?", (rowid,))
+            self.db.execute(
+                "UPDATE documents SET title=?, author=?, source_url=?, updated_at=?, fingerprint=?, content_hash=?,"
+                " body=?, metadata=?, indexed_at=? WHERE rowid = ?",
+                (*values, rowid),
+            )
+        else:
+            cur = self.db.execute(
+                "INSERT INTO documents(id, source, source_id, title, author, source_url, updated_at, fingerprint,"
+                " content_hash, body, metadata, indexed_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                (doc.id, doc.source, doc.source_id, *values),
+            )
+            rowid = int(cur.lastrowid or 0)
+        self.db.executemany(
+            "INSERT INTO chunks(doc, ordinal, hash, heading, text) VALUES (?,?,?,?,?)",
+            [(rowid, c.ordinal, c.hash, c.heading, c.text) for c in chunks],
+        )
+
+    def set_fingerprint(self, rowid: int, fingerprint: str, updated_at: int) -> None:
+        self.db.execute(
+            "UPDATE documents SET fingerprint = ?, updated_at = ? WHERE rowid = ?", (fingerprint, updated_at, rowid)
+        )
+
+    def delete(self, rowids: Sequence[int]) -> None:
+        for rowid in rowids:
+            self.db.execute("DELETE FROM chunks WHERE doc = ?", (rowid,))
+            self.db.execute("DELETE FROM documents WHERE rowid = ?", (rowid,))
+
+    def drop_orphan_vectors(self) -> int:
+        cur = self.db.execute("DELETE FROM vectors WHERE hash NOT IN (SELECT hash FROM chunks)")
+        return cur.rowcount
+
+    # ---- vectors -----------------------------------------------------------------------------
+
+    def pending(self, model: str, limit: int) -> list[tuple[str, str, str]]:
+        """Up to ``limit`` distinct (hash, heading, text) chunks without a vector for ``model``."""
+        rows = self.db.execute(
+            "SELECT c.hash, c.heading, c.text FROM chunks c WHERE NOT EXISTS"
+            " (SELECT 1 FROM vectors v WHERE v.hash = c.hash AND v.model = ?) GROUP BY c.hash ORDER BY c.hash LIMIT ?",
+            (model, limit),
+        )
+        return [(h, hd, t) for h, hd, t in rows]
+
+    def pending_count(self, model: str) -> int:
+        row = self.db.execute(
+            "SELECT COUNT(DISTINCT hash) FROM chunks c WHERE NOT EXISTS"
+            " (SELECT 1 FROM vectors v WHERE v.hash = c.hash AND v.model = ?)",
+            (model,),
+        ).fetchone()
+        return int(row[0])
+
+    def put_vectors(self, model: str, hashes: Sequence[str], blobs: Sequence[bytes]) -> None:
+        self.db.executemany(
+            "INSERT OR REPLACE INTO vectors(hash, model, vec) VALUES (?,?,?)",
+            [(h, model, b) for h, b in zip(hashes, blobs)],
+        )
+
+    def clear_vectors(self) -> None:
+        self.db.execute("DELETE FROM vectors")
+
+    # ---- checkpoints -------------------------------------------------------------------------
+
+    def checkpoint(self, source: str, status: str, *, documents: int = 0, error: str | None = None) -> None:
+        now = int(time.time())
+        if status == "running":
+            self.db.execute(
+                "INSERT INTO checkpoints(source, status, started_at) VALUES (?, 'running', ?)"
+                " ON CONFLICT(source) DO UPDATE SET status='running', started_at=excluded.started_at, error=NULL",
+                (source, now),
+            )
+        else:
+            self.db.execute(
+                "UPDATE checkpoints SET status = ?, finished_at = ?, documents = ?, error = ? WHERE source = ?",
+                (status, now, documents, error, source),
+            )
+
+    def checkpoints(self) -> dict[str, dict[str, Any]]:
+        rows = self.db.execute("SELECT source, status, started_at, finished_at, documents, error FROM checkpoints")
+        return {
+            r[0]: {"status": r[1], "started_at": r[2], "finished_at": r[3], "documents": r[4], "error": r[5]}
+            for r in rows
+        }
+
+
+def _split_sql(script: str) -> list[str]:
+    """Statements of ``script``; trigger bodies (BEGIN ... END;) stay whole."""
+    out: list[str] = []
+    buf: list[str] = []
+    for line in script.strip().splitlines():
+        buf.append(line)
+        joined = "\n".join(buf).strip()
+        if joined.endswith(";") and sqlite3.complete_statement(joined):
+            out.append(joined)
+            buf = []
+    return out
