@@ -1,0 +1,58 @@
+"""JSON Schemas of blz's outputs (``blz schema``), shared by the MCP tools' output schemas."""
+
+from __future__ import annotations
+
+from typing import Any
+
+_STR = {"type": "string"}
+_INT = {"type": "integer"}
+_NULLSTR = {"type": ["string", "null"]}
+_PATH = {"type": "array", "items": _STR}
+
+
+def _obj(props: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": "object", "properties": props}
+    if required:
+        out["required"] = required
+    return out
+
+
+HIT = _obj({"alias": _STR, "lines": _STR, "headingPath": _PATH, "snippet": _STR, "score": {"type": "number"},
+            "sourceUrl": _NULLSTR}, ["alias", "lines", "headingPath", "snippet", "score"])
+SNIPPET = _obj({"alias": _STR, "lines": _STR, "content": _STR, "headingPath": _PATH,
+                "truncated": {"type": "boolean"}}, ["alias", "lines", "content", "headingPath"])
+SOURCE = _obj({"alias": _STR, "title": _NULLSTR, "url": _STR, "kind": {"enum": ["installed", "registry"]},
+               "fetchedAt": _STR, "checkedAt": _NULLSTR, "category": _STR, "suggestedCommand": _STR,
+               "metadata": _obj({"totalLines": _INT, "headings": _INT, "sections": _INT, "bytes": _INT,
+                                 "sha256": _STR})}, ["alias", "url", "kind"])
+
+SCHEMAS: dict[str, dict[str, Any]] = {
+    "search": _obj({"query": _STR, "sources": _PATH, "page": _INT, "limit": _INT,
+                    "fallback": {"enum": [None, "any-term", "corrected"]}, "correctedQuery": _STR,
+                    "hasMore": {"type": "boolean"}, "hits": {"type": "array", "items": HIT}},
+                   ["query", "hits"]),
+    "get": _obj({"snippets": {"type": "array", "items": SNIPPET}}, ["snippets"]),
+    "find": _obj({"snippets": {"type": "array", "items": SNIPPET}, "hits": {"type": "array", "items": HIT},
+                  "executed": _obj({"searched": {"type": "boolean"}, "retrievedSnippets": {"type": "boolean"}}),
+                  "fallback": {"enum": [None, "any-term", "corrected"]}, "correctedQuery": _STR},
+                 ["snippets", "hits", "executed"]),
+    "list": _obj({"sources": {"type": "array", "items": SOURCE}}, ["sources"]),
+    "lookup": _obj({"query": _STR, "results": {"type": "array", "items": _obj(
+        {"alias": _STR, "url": _STR, "description": _STR, "category": _STR, "suggestedCommand": _STR})}}),
+    "add": _obj({"alias": _STR, "url": _STR, "title": _STR, "lines": _INT, "headings": _INT, "sections": _INT,
+                 "bytes": _INT, "sha256": _STR, "elapsedMs": {"type": "number"}, "message": _STR},
+                ["alias", "url", "message"]),
+    "update": _obj({"results": {"type": "array", "items": _obj(
+        {"alias": _STR, "status": {"enum": ["updated", "unchanged", "failed"]}, "reason": _STR, "error": _STR})}}),
+    "remove": _obj({"alias": _STR, "removed": {"type": "boolean"}}),
+    "stats": _obj({"sources": _INT, "totalLines": _INT, "totalHeadings": _INT, "totalSections": _INT,
+                   "totalBytes": _INT, "indexBytes": _INT, "perSource": {"type": "array"}}),
+    "history": _obj({"events": {"type": "array", "items": _obj(
+        {"alias": _STR, "action": {"enum": ["add", "replace", "update", "unchanged", "remove"]}, "at": _STR,
+         "url": _NULLSTR, "sha256": _NULLSTR, "lines": {"type": ["integer", "null"]}, "detail": _NULLSTR})}}),
+    "validate": _obj({"ok": {"type": "boolean"}, "indexOk": {"type": "boolean"}, "sources": {"type": "array", "items": _obj(
+        {"alias": _STR, "ok": {"type": "boolean"}, "problems": _PATH, "fix": _NULLSTR})}}),
+    "inspect": _obj({"alias": _STR, "url": _STR, "file": _STR, "headingLevels": {"type": "object"},
+                     "outline": {"type": "array"}}),
+    "error": _obj({"error": _obj({"code": _STR, "message": _STR}, ["code", "message"])}, ["error"]),
+}

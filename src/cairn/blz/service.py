@@ -1,0 +1,189 @@
+"""blz's read-side operations: retrieval by citation, listing, statistics, history, validation.
+
+Plain data in, plain data out; the CLI and the MCP tools only parse input and render these results.
+Writes live in :mod:`cairn.blz.sources`, search in :mod:`cairn.blz.search`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from cairn.blz import llmstxt, registry
+from cairn.blz.citation import check_alias, merge, parse_citation
+from cairn.blz.store import SourceRow, Store
+from cairn.core.errors import InvalidInput, NotFound
+
+CONTEXT_MODES = ("none", "symmetric", "all")
+MAX_PADDING = 50
+DEFAULT_MAX_LINES = 2000
+
+
+def require(store: Store, alias: str) -> SourceRow:
+    row = store.source(check_alias(alias))
+    if row is None:
+        names = ", ".join(r.alias for r in store.sources()) or "none"
+        raise NotFound(f"No source named {alias.strip().lower()!r}. Installed: {names}. "
+                       f"Add it with `blz add {alias.strip().lower()}`.")
+    return row
+
+
+def get(store: Store, citations: list[str], context: str = "none", padding: int = 0,
+        max_lines: int = DEFAULT_MAX_LINES) -> dict[str, Any]:
+    """The exact lines each citation names (``alias:120-142``, ``alias:1-3,5-9``), expanded by
+    ``context``: ``none``; ``symmetric`` (``padding`` lines each side, 0-50); or ``all`` (the whole
+    heading section holding the range). At most ``max_lines`` lines are returned in total."""
+    if context not in CONTEXT_MODES:
+        raise InvalidInput(f"Unknown context mode {context!r}: use one of {', '.join(CONTEXT_MODES)}.")
+    if not 0 <= padding <= MAX_PADDING:
+        raise InvalidInput(f"Line padding must be between 0 and {MAX_PADDING}, not {padding}.")
+    if max_lines < 1:
+        raise InvalidInput(f"max-lines must be at least 1, not {max_lines}.")
+    if not citations:
+        raise InvalidInput("Give at least one citation, e.g. react:120-142.")
+    if context == "symmetric" and padding == 0:
+        padding = 5  # symmetric context without an explicit padding: a few lines each side
+    budget = max_lines
+    snippets: list[dict[str, Any]] = []
+    for citation in citations:
+        alias, ranges = parse_citation(citation)
+        row = require(store, alias)
+        heads = [llmstxt.Heading(*h) for h in store.headings(alias)]
+        wanted = []
+        for start, end in ranges:
+            if start > row.lines:
+                raise InvalidInput(f"{alias}:{start}-{end} starts past the end: {alias} has {row.lines} lines.")
+            end = min(end, row.lines)
+            if context == "symmetric":
+                start, end = max(1, start - padding), min(row.lines, end + padding)
+            elif context == "all":
+                start, end = llmstxt.enclosing(heads, start, end, row.lines)
+            wanted.append((start, end))
+        for start, end in merge(wanted):
+            truncated = False
+            if end - start + 1 > budget:
+                end, truncated = start + budget - 1, True
+            if budget <= 0:
+                break
+            lines = store.read_lines(row, start, end)
+            budget -= len(lines)
+            snip: dict[str, Any] = {"alias": alias, "lines": f"{start}-{end}", "content": "\n".join(lines),
+                                    "headingPath": heading_path(heads, start)}
+            if truncated:
+                snip["truncated"] = True
+            snippets.append(snip)
+    return {"snippets": snippets}
+
+
+def heading_path(heads: list[llmstxt.Heading], line: int) -> list[str]:
+    """The chain of headings enclosing ``line``."""
+    stack: list[llmstxt.Heading] = []
+    for h in heads:
+        if h.line > line:
+            break
+        while stack and stack[-1].level >= h.level:
+            stack.pop()
+        stack.append(h)
+    return [h.text for h in stack if h.end >= line]
+
+
+def describe(row: SourceRow) -> dict[str, Any]:
+    return {"alias": row.alias, "title": row.title, "url": row.url, "kind": "installed",
+            "fetchedAt": row.fetched_at, "checkedAt": row.checked_at,
+            "metadata": {"totalLines": row.lines, "headings": row.headings, "sections": row.sections,
+                         "bytes": row.bytes, "sha256": row.sha256}}
+
+
+def list_sources(store: Store, filter: str | None = None, include_registry: bool = False) -> dict[str, Any]:
+    """Installed sources (and, with ``include_registry``, registry entries not yet installed),
+    optionally only those whose alias, title or URL contains ``filter`` (case-insensitive)."""
+    needle = (filter or "").strip().lower()
+    out = []
+    installed = store.sources()
+    for row in installed:
+        if not needle or needle in f"{row.alias} {row.title} {row.url}".lower():
+            out.append(describe(row))
+    if include_registry:
+        have = {r.alias for r in installed}
+        for e in registry.REGISTRY:
+            if e.alias in have:
+                continue
+            if not needle or needle in f"{e.alias} {e.description} {e.category} {e.url}".lower():
+                out.append({"alias": e.alias, "title": e.description, "url": e.url, "kind": "registry",
+                            "category": e.category, "suggestedCommand": f"blz add {e.alias}"})
+    return {"sources": out}
+
+
+def lookup(query: str) -> dict[str, Any]:
+    """Registry entries matching ``query`` (words in alias, description, category or URL)."""
+    return {"query": query, "results": [
+        {"alias": e.alias, "url": e.url, "description": e.description, "category": e.category,
+         "suggestedCommand": f"blz add {e.alias}"} for e in registry.lookup(query)]}
+
+
+def stats(store: Store) -> dict[str, Any]:
+    """Totals over every installed source."""
+    rows = store.sources()
+    db_file = store.root / "blz.db"
+    size = sum(p.stat().st_size for p in store.root.glob("blz.db*") if p.is_file()) if db_file.exists() else 0
+    return {"sources": len(rows), "totalLines": sum(r.lines for r in rows),
+            "totalHeadings": sum(r.headings for r in rows), "totalSections": sum(r.sections for r in rows),
+            "totalBytes": sum(r.bytes for r in rows), "indexBytes": size,
+            "perSource": [{"alias": r.alias, "lines": r.lines, "headings": r.headings,
+                           "sections": r.sections, "bytes": r.bytes} for r in rows]}
+
+
+def history(store: Store, alias: str | None = None, limit: int = 50) -> dict[str, Any]:
+    """Adds, updates, unchanged checks and removals, newest first."""
+    if limit < 1:
+        raise InvalidInput(f"limit must be at least 1, not {limit}.")
+    return {"events": store.history(check_alias(alias) if alias else None, limit)}
+
+
+def validate(store: Store, alias: str | None = None) -> dict[str, Any]:
+    """Check each stored file against its checksum and line count, and the index against the file."""
+    rows = [require(store, alias)] if alias else store.sources()
+    report = []
+    for row in rows:
+        problems = []
+        path = store.file_path(row)
+        try:
+            data = path.read_bytes()
+        except OSError:
+            problems.append(f"stored file sources/{row.alias}/{row.file} is missing")
+            data = None
+        if data is not None:
+            if hashlib.sha256(data).hexdigest() != row.sha256:
+                problems.append("checksum mismatch: the stored file changed after it was indexed")
+            lines = len(llmstxt.split_lines(data.decode("utf-8", errors="replace")))
+            if lines != row.lines:
+                problems.append(f"line count {lines} differs from the indexed {row.lines}")
+        count = store.db.execute("SELECT count(*) FROM sections WHERE alias = ?", (row.alias,)).fetchone()[0]
+        if count != row.sections:
+            problems.append(f"index holds {count} sections, expected {row.sections}")
+        heads = store.db.execute("SELECT count(*) FROM headings WHERE alias = ?", (row.alias,)).fetchone()[0]
+        if heads != row.headings:
+            problems.append(f"index holds {heads} headings, expected {row.headings}")
+        report.append({"alias": row.alias, "ok": not problems, "problems": problems,
+                       "fix": f"blz update {row.alias} (or blz add {row.alias} URL --force)" if problems else None})
+    index_ok = True
+    try:
+        store.db.execute("INSERT INTO sections(sections) VALUES('integrity-check')")
+    except Exception:  # sqlite3.DatabaseError: the FTS index disagrees with its content
+        index_ok = False
+    return {"ok": index_ok and all(r["ok"] for r in report), "indexOk": index_ok, "sources": report}
+
+
+def inspect(store: Store, alias: str) -> dict[str, Any]:
+    """One source's metadata, stored file and heading outline (levels 1-2)."""
+    row = require(store, alias)
+    heads = store.headings(row.alias)
+    levels: dict[str, int] = {}
+    for _line, level, _text, _end in heads:
+        levels[f"h{level}"] = levels.get(f"h{level}", 0) + 1
+    info = describe(row)
+    info.update({"file": f"sources/{row.alias}/{row.file}", "etag": row.etag,
+                 "lastModified": row.last_modified, "addedAt": row.added_at, "headingLevels": levels,
+                 "outline": [{"line": ln, "level": lv, "text": t, "lines": f"{ln}-{end}"}
+                             for ln, lv, t, end in heads if lv <= 2][:200]})
+    return info

@@ -1,0 +1,136 @@
+"""Adding and refreshing sources: resolve where to fetch, fetch, parse, store (the write side)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable
+from urllib.parse import urlsplit, urlunsplit
+
+from cairn.blz import llmstxt, registry
+from cairn.blz.citation import check_alias
+from cairn.blz.store import SourceRow, Store, now_iso
+from cairn.core import fetch as fetching
+from cairn.core.errors import CairnError, Conflict, InvalidInput, NotFound
+
+Progress = Callable[[int, int | None], None]
+
+
+def candidates(location: str, exact: bool = False) -> list[str]:
+    """Where to look, best first: the ``llms-full.txt`` variant, the location given, then ``llms.txt``.
+
+    ``location`` is an http(s) or file URL, or a local path (made absolute and turned into a file URL).
+    """
+    if not fetching.is_url(location):
+        path = Path(location).expanduser().resolve()
+        if path.is_dir():
+            return [(path / "llms-full.txt").as_uri(), (path / "llms.txt").as_uri()]
+        location = path.as_uri()
+    if exact:
+        return [location]
+    parts = urlsplit(location)
+    path = parts.path or "/"
+    name = path.rsplit("/", 1)[-1]
+    if name == "llms.txt":
+        full = urlunsplit(parts._replace(path=path[: -len(name)] + "llms-full.txt"))
+        return [full, location]
+    if name == "" or "." not in name:  # a site or folder: look for the conventional files in it
+        base = path if path.endswith("/") else path + "/"
+        return [urlunsplit(parts._replace(path=base + n)) for n in ("llms-full.txt", "llms.txt")]
+    return [location]
+
+
+def _fetch_first(urls: list[str], *, max_bytes: int, timeout: float,
+                 progress: Progress | None) -> tuple[str, fetching.FetchResult]:
+    last: CairnError | None = None
+    for url in urls:
+        try:
+            return url, fetching.fetch(url, max_bytes=max_bytes, timeout=timeout, progress=progress)
+        except NotFound as exc:  # try the next variant
+            last = exc
+    assert last is not None
+    if len(urls) > 1:
+        raise NotFound(f"Nothing found at {' or '.join(urls)}. Check the URL.")
+    raise last
+
+
+def add(store: Store, alias: str, location: str | None = None, *, force: bool = False,
+        exact: bool = False, max_bytes: int = fetching.DEFAULT_MAX_BYTES,
+        timeout: float = fetching.DEFAULT_TIMEOUT, progress: Progress | None = None) -> dict[str, Any]:
+    """Fetch and index a source under ``alias`` (from the registry when ``location`` is omitted)."""
+    started = time.perf_counter()
+    alias = check_alias(alias)
+    existing = store.source(alias)
+    if existing and not force:
+        raise Conflict(f"Source {alias!r} already exists. Use --force to replace it, or "
+                       f"`blz update {alias}` to refresh it.")
+    if not location:
+        entry = registry.get(alias)
+        if entry is None:
+            raise NotFound(f"{alias!r} is not in the built-in registry. Give its URL: blz add {alias} URL "
+                           f"(see `blz lookup {alias}`).")
+        location = entry.url
+    url, result = _fetch_first(candidates(location, exact), max_bytes=max_bytes, timeout=timeout,
+                               progress=progress)
+    assert result.body is not None
+    info = _ingest(store, alias, url, result, "add" if not existing else "replace",
+                   added_at=existing.added_at if existing else None)
+    info["elapsedMs"] = round((time.perf_counter() - started) * 1000, 1)
+    info["message"] = (f"Added {alias} ({info['headings']:,} headings, {info['lines']:,} lines) in "
+                       f"{info['elapsedMs']:.0f}ms")
+    return info
+
+
+def update(store: Store, alias: str, *, max_bytes: int = fetching.DEFAULT_MAX_BYTES,
+           timeout: float = fetching.DEFAULT_TIMEOUT, progress: Progress | None = None) -> dict[str, Any]:
+    """Refresh one source with a conditional request; a 304 or identical bytes change nothing."""
+    alias = check_alias(alias)
+    row = store.source(alias)
+    if row is None:
+        raise NotFound(f"No source named {alias!r}. See `blz list`, or add it with `blz add {alias} URL`.")
+    result = fetching.fetch(row.url, etag=row.etag, last_modified=row.last_modified,
+                            max_bytes=max_bytes, timeout=timeout, progress=progress)
+    if result.not_modified:
+        store.touch(alias, etag=result.etag, last_modified=result.last_modified, detail="304 Not Modified")
+        return {"alias": alias, "status": "unchanged", "reason": "not modified (304)", "url": row.url}
+    assert result.body is not None
+    import hashlib
+
+    if hashlib.sha256(result.body).hexdigest() == row.sha256:
+        store.touch(alias, etag=result.etag, last_modified=result.last_modified, detail="same content")
+        return {"alias": alias, "status": "unchanged", "reason": "same content", "url": row.url}
+    info = _ingest(store, alias, row.url, result, "update", added_at=row.added_at)
+    info["status"] = "updated"
+    return info
+
+
+def _ingest(store: Store, alias: str, url: str, result: fetching.FetchResult, action: str,
+            added_at: str | None) -> dict[str, Any]:
+    body = result.body or b""
+    if b"\x00" in body[:8192]:
+        raise InvalidInput(f"{url} looks binary (it contains NUL bytes), not an llms.txt text file.")
+    text = body.decode("utf-8", errors="replace")
+    doc = llmstxt.parse(text)
+    name, sha = store.write_file(alias, body)
+    stamp = now_iso()
+    row = SourceRow(alias=alias, url=url, title=doc.title, file=name, sha256=sha, bytes=len(body),
+                    lines=len(doc.lines), headings=len(doc.headings), sections=len(doc.sections),
+                    etag=result.etag, last_modified=result.last_modified, fetched_at=stamp,
+                    added_at=added_at or stamp, checked_at=stamp)
+    try:
+        store.replace_source(row, doc, action)
+    except BaseException:
+        current = store.source(alias)
+        if current is None or current.file != name:  # the new file is not in use: drop it
+            (store.root / "sources" / alias / name).unlink(missing_ok=True)
+        raise
+    return {"alias": alias, "url": url, "title": doc.title, "lines": row.lines, "headings": row.headings,
+            "sections": row.sections, "bytes": row.bytes, "sha256": sha}
+
+
+def remove(store: Store, alias: str) -> dict[str, Any]:
+    alias = check_alias(alias)
+    if store.source(alias) is None:
+        raise NotFound(f"No source named {alias!r}. See `blz list`.")
+    store.delete_source(alias)
+    return {"alias": alias, "removed": True}

@@ -1,0 +1,303 @@
+"""blz's on-disk state: one SQLite database (WAL) plus every source's file, byte-for-byte.
+
+Layout under the data root (``$BLZ_DATA_DIR``, else ``$XDG_DATA_HOME/blz``)::
+
+    blz.db                         sources, headings, history, and ONE FTS5 table for every source
+    sources/<alias>/<sha16>.txt    the fetched file exactly as received (content-addressed)
+
+All sources share one FTS5 table, so BM25 statistics (document frequencies, average lengths) are
+global and scores from different sources are comparable. Replacing a source writes its new file
+beside the old one, then swaps rows in one transaction; the old file is deleted only after the
+commit. A failure at any point leaves the previous file and index intact.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+import time
+from array import array
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from cairn.core.errors import StorageError
+
+if TYPE_CHECKING:
+    from cairn.blz.llmstxt import Document
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS sources(
+    alias TEXT PRIMARY KEY, url TEXT NOT NULL, title TEXT, file TEXT NOT NULL, sha256 TEXT NOT NULL,
+    bytes INTEGER, lines INTEGER, headings INTEGER, sections INTEGER, etag TEXT, last_modified TEXT,
+    fetched_at TEXT, added_at TEXT, checked_at TEXT);
+CREATE TABLE IF NOT EXISTS headings(
+    alias TEXT NOT NULL, line INTEGER NOT NULL, level INTEGER NOT NULL, text TEXT NOT NULL,
+    last_line INTEGER NOT NULL, PRIMARY KEY(alias, line)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS history(
+    id INTEGER PRIMARY KEY, alias TEXT NOT NULL, action TEXT NOT NULL, at TEXT NOT NULL,
+    url TEXT, sha256 TEXT, lines INTEGER, detail TEXT);
+CREATE VIRTUAL TABLE IF NOT EXISTS sections USING fts5(
+    heading, path, body, alias UNINDEXED, first_line UNINDEXED, last_line UNINDEXED, hpath UNINDEXED,
+    tokenize = 'unicode61 remove_diacritics 2');
+CREATE VIRTUAL TABLE IF NOT EXISTS sections_vocab USING fts5vocab(sections, 'row');
+"""
+
+# Markdown links in headings: index the link text, not the URL (URL words would outrank real titles).
+_LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
+
+# BM25 column weights: the section's own heading, its ancestors' headings, its body.
+WEIGHTS = (6.0, 2.0, 1.0)
+
+
+def now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+class SourceRow(NamedTuple):
+    alias: str
+    url: str
+    title: str
+    file: str
+    sha256: str
+    bytes: int
+    lines: int
+    headings: int
+    sections: int
+    etag: str | None
+    last_modified: str | None
+    fetched_at: str
+    added_at: str
+    checked_at: str | None
+
+
+class Store:
+    """The database and files under one data root. Keep one per process: the connection, its page
+    cache and the per-file line offsets stay warm across requests."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._db: sqlite3.Connection | None = None
+        self._offsets: dict[str, array[int]] = {}
+
+    # -- connection ---------------------------------------------------------------------------
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        if self._db is None:
+            self._db = self._open()
+        return self._db
+
+    def _open(self) -> sqlite3.Connection:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(self.root / "blz.db", isolation_level=None, check_same_thread=False,
+                                 timeout=10.0)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("PRAGMA cache_size=-4000")
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            if version != SCHEMA_VERSION:
+                if version > SCHEMA_VERSION:
+                    raise StorageError(f"{self.root / 'blz.db'} was written by a newer blz (schema "
+                                       f"{version}). Upgrade blz or point BLZ_DATA_DIR elsewhere.")
+                db.executescript(_SCHEMA)
+                db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        except sqlite3.Error as exc:
+            raise StorageError(f"Cannot open the blz database in {self.root}: {exc}. Check the "
+                               "directory's permissions, or set BLZ_DATA_DIR.") from exc
+        return db
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    # -- reads --------------------------------------------------------------------------------
+
+    def source(self, alias: str) -> SourceRow | None:
+        row = self.db.execute("SELECT * FROM sources WHERE alias = ?", (alias,)).fetchone()
+        return SourceRow(*row) if row else None
+
+    def sources(self) -> list[SourceRow]:
+        return [SourceRow(*r) for r in self.db.execute("SELECT * FROM sources ORDER BY alias")]
+
+    def file_path(self, row: SourceRow) -> Path:
+        return self.root / "sources" / row.alias / row.file
+
+    def headings(self, alias: str) -> list[tuple[int, int, str, int]]:
+        return list(self.db.execute(
+            "SELECT line, level, text, last_line FROM headings WHERE alias = ? ORDER BY line", (alias,)))
+
+    def read_lines(self, row: SourceRow, start: int, end: int) -> list[str]:
+        """Lines ``start..end`` (1-based, inclusive, clamped) of the stored file, without newlines."""
+        path = self.file_path(row)
+        offsets = self._line_offsets(path, row.sha256)
+        total = len(offsets) - 1
+        start, end = max(1, start), min(end, total)
+        if start > end:
+            return []
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(offsets[start - 1])
+                data = fh.read(offsets[end] - offsets[start - 1])
+        except OSError as exc:
+            raise StorageError(f"Cannot read the stored file of {row.alias!r}: {exc}. Run `blz update "
+                               f"{row.alias}` to fetch it again.") from exc
+        text = data.decode("utf-8", errors="replace")
+        if start == 1 and text.startswith("\ufeff"):
+            text = text[1:]
+        out = text.split("\n")
+        if len(out) > end - start + 1:
+            out.pop()
+        return [ln[:-1] if ln.endswith("\r") else ln for ln in out]
+
+    def _line_offsets(self, path: Path, sha: str) -> array[int]:
+        key = f"{path}:{sha}"
+        cached = self._offsets.get(key)
+        if cached is not None:
+            return cached
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise StorageError(f"Cannot read {path}: {exc}. Run `blz update` to fetch it again.") from exc
+        offsets = array("q", [0])
+        find = data.find
+        pos = find(b"\n")
+        while pos != -1:
+            offsets.append(pos + 1)
+            pos = find(b"\n", pos + 1)
+        if offsets[-1] != len(data):  # last line without a final newline
+            offsets.append(len(data))
+        if len(self._offsets) > 32:
+            self._offsets.clear()
+        self._offsets[key] = offsets
+        return offsets
+
+    def history(self, alias: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+        sql = "SELECT alias, action, at, url, sha256, lines, detail FROM history"
+        args: tuple[Any, ...] = ()
+        if alias:
+            sql += " WHERE alias = ?"
+            args = (alias,)
+        sql += " ORDER BY id DESC LIMIT ?"
+        keys = ("alias", "action", "at", "url", "sha256", "lines", "detail")
+        return [dict(zip(keys, r)) for r in self.db.execute(sql, (*args, limit))]
+
+    # -- writes -------------------------------------------------------------------------------
+
+    def write_file(self, alias: str, data: bytes) -> tuple[str, str]:
+        """Write ``data`` beside any current file (atomically); returns ``(file name, sha256)``."""
+        import hashlib
+        import tempfile
+
+        sha = hashlib.sha256(data).hexdigest()
+        folder = self.root / "sources" / alias
+        name = f"{sha[:16]}.txt"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            target = folder / name
+            if not target.exists():
+                fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".txt")
+                try:
+                    with os.fdopen(fd, "wb") as fh:
+                        fh.write(data)
+                    os.replace(tmp, target)
+                except BaseException:
+                    Path(tmp).unlink(missing_ok=True)
+                    raise
+        except OSError as exc:
+            raise StorageError(f"Cannot write {folder}: {exc}. Check free space and permissions.") from exc
+        return name, sha
+
+    def replace_source(self, row: SourceRow, doc: Document, action: str, detail: str = "") -> None:
+        """Swap ``row.alias``'s index for ``doc``'s in one transaction, then drop stale files."""
+        lines = doc.lines
+        rows = []
+        for s in doc.sections:
+            own = s.heading
+            parents = s.path[:-1] if own else s.path
+            body_start = s.start if not own else s.start + 1  # the heading line is in `heading`
+            body = "\n".join(lines[body_start - 1:s.end])
+            rows.append((_LINK.sub(r"\1", own), _LINK.sub(r"\1", " ".join(parents)), body, row.alias, s.start, s.end,
+                         json.dumps(list(s.path), ensure_ascii=False)))
+        heads = [(row.alias, h.line, h.level, h.text, h.end) for h in doc.headings]
+        db = self.db
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.execute("DELETE FROM sections WHERE alias = ?", (row.alias,))
+                db.execute("DELETE FROM headings WHERE alias = ?", (row.alias,))
+                db.executemany("INSERT INTO sections VALUES (?,?,?,?,?,?,?)", rows)
+                db.executemany("INSERT INTO headings VALUES (?,?,?,?,?)", heads)
+                db.execute("INSERT OR REPLACE INTO sources VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", (
+                    row.alias, row.url, row.title, row.file, row.sha256, row.bytes, row.lines,
+                    row.headings, row.sections, row.etag, row.last_modified, row.fetched_at,
+                    row.added_at, row.checked_at))
+                self._log(row.alias, action, row.url, row.sha256, row.lines, detail)
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise StorageError(f"Indexing {row.alias!r} failed: {exc}. The previous index is unchanged.") from exc
+        self._drop_stale_files(row.alias, keep=row.file)
+
+    def touch(self, alias: str, *, etag: str | None, last_modified: str | None, detail: str) -> None:
+        """Record a check that changed nothing (HTTP 304 or identical bytes)."""
+        with self._tx():
+            self.db.execute("UPDATE sources SET checked_at = ?, etag = COALESCE(?, etag), "
+                            "last_modified = COALESCE(?, last_modified) WHERE alias = ?",
+                            (now_iso(), etag, last_modified, alias))
+            row = self.source(alias)
+            self._log(alias, "unchanged", row.url if row else None, row.sha256 if row else None,
+                      row.lines if row else None, detail)
+
+    def delete_source(self, alias: str) -> None:
+        with self._tx():
+            row = self.source(alias)
+            self.db.execute("DELETE FROM sections WHERE alias = ?", (alias,))
+            self.db.execute("DELETE FROM headings WHERE alias = ?", (alias,))
+            self.db.execute("DELETE FROM sources WHERE alias = ?", (alias,))
+            self._log(alias, "remove", row.url if row else None, row.sha256 if row else None,
+                      row.lines if row else None, "")
+        self._drop_stale_files(alias, keep=None)
+
+    def _log(self, alias: str, action: str, url: str | None, sha: str | None, lines: int | None,
+             detail: str) -> None:
+        self.db.execute("INSERT INTO history(alias, action, at, url, sha256, lines, detail) "
+                        "VALUES (?,?,?,?,?,?,?)", (alias, action, now_iso(), url, sha, lines, detail))
+
+    def _tx(self) -> _Transaction:
+        return _Transaction(self.db)
+
+    def _drop_stale_files(self, alias: str, keep: str | None) -> None:
+        folder = self.root / "sources" / alias
+        if not folder.is_dir():
+            return
+        for child in folder.iterdir():
+            if child.name != keep:
+                child.unlink(missing_ok=True)
+        if keep is None:
+            try:
+                folder.rmdir()
+            except OSError:
+                pass
+
+
+class _Transaction:
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def __enter__(self) -> None:
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise StorageError(f"The blz database is busy or unwritable: {exc}. Retry in a moment.") from exc
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self.db.execute("ROLLBACK" if exc_type else "COMMIT")

@@ -1,0 +1,251 @@
+"""``blz mcp``: the seed's MCP tools, resources and prompt over stdio, on the cairn.mcp core.
+
+Tools: find, list-sources, source-add (the only mutation), run-command (whitelisted, in-process),
+learn-blz. Resources: blz://sources/{alias}, blz://registry. Prompt: discover-docs.
+One Store per process keeps the database connection, its page cache and line offsets warm.
+Everything a client sees is scrubbed: no home directory, no data root, no absolute local paths.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import re
+import threading
+from typing import Any, Callable
+
+from cairn.blz import registry, service
+from cairn.blz.cli import WHITELIST
+from cairn.blz.search import MAX_LIMIT, search
+from cairn.blz.service import CONTEXT_MODES, MAX_PADDING
+from cairn.blz.store import Store
+from cairn.core.errors import CairnError, InvalidInput, NotFound
+from cairn.core.paths import data_dir
+from cairn.core.sanitize import register_root, scrub_obj
+from cairn.mcp.server import Server, ToolContext
+
+INSTRUCTIONS = ("Search local llms.txt documentation and cite exact lines as alias:start-end. "
+                "Use find(query=...) to search, then find(snippets=[...]) to read the cited lines.")
+_FILE_URL = re.compile(r"file://(/[^\s\"'<>]*)")
+
+
+def _hide_local_paths(text: str) -> str:
+    """file:///abs/dir/docs/llms.txt -> file://<local>/docs/llms.txt (after scrub() had its turn)."""
+    def short(m: re.Match[str]) -> str:
+        parts = [p for p in m.group(1).split("/") if p]
+        return "file://<local>/" + "/".join(parts[-2:])
+
+    return _FILE_URL.sub(short, text)
+
+
+def public(value: Any) -> Any:
+    """``value`` as a client may see it."""
+    value = scrub_obj(value)
+    if isinstance(value, str):
+        return _hide_local_paths(value)
+    if isinstance(value, dict):
+        return {k: public(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [public(v) for v in value]
+    return value
+
+
+def _scrubbed(fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def wrapper(*args: Any) -> Any:
+        try:
+            return public(fn(*args))
+        except CairnError as exc:
+            exc.message = public(exc.message)
+            exc.args = (exc.message,)
+            raise
+
+    return wrapper
+
+
+FIND_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "query": {"type": "string", "description": "Search text (any words; \"quoted phrases\" work)."},
+        "snippets": {"type": "array", "items": {"type": "string"},
+                     "description": "Citations to retrieve, e.g. [\"bun:120-145\", \"react:1-3,5-9\"]."},
+        "source": {"type": "string", "description": "Alias to search; omit to search every installed "
+                                                    "source on one comparable score scale."},
+        "contextMode": {"type": "string", "enum": list(CONTEXT_MODES),
+                        "description": "How to expand snippets: none, symmetric (linePadding lines each "
+                                       "side) or all (the whole enclosing heading section)."},
+        "linePadding": {"type": "integer", "minimum": 0, "maximum": MAX_PADDING,
+                        "description": "Lines added before and after each snippet (0-50)."},
+        "maxResults": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": 10,
+                       "description": "Maximum search hits (1-50, default 10)."},
+    },
+    "additionalProperties": False,
+}
+
+
+def build_server(store: Store | None = None) -> Server:
+    root = data_dir("blz", "BLZ_DATA_DIR")
+    register_root(root, "<blz-data>")
+    store = store or Store(root)
+    lock = threading.RLock()  # one connection, used by the worker threads one at a time
+    server = Server(name="blz", version="0.1.0", title="blz docs search", instructions=INSTRUCTIONS)
+
+    @server.tool("find", description="Search documentation (query) and/or retrieve exact cited line "
+                 "ranges (snippets). Hits carry alias, lines, headingPath, snippet, score (0-100 relative "
+                 "to the top hit) and sourceUrl; cite them as alias:lines.", input_schema=FIND_SCHEMA,
+                 structured=True, annotations={"readOnlyHint": True, "openWorldHint": False})
+    @_scrubbed
+    def find(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+        query, cites = args.get("query"), args.get("snippets") or []
+        if not (query and query.strip()) and not cites:
+            raise InvalidInput("Give a query to search, or snippets (citations like react:120-142) to retrieve.")
+        out: dict[str, Any] = {"snippets": [], "hits": [],
+                               "executed": {"searched": False, "retrievedSnippets": False}}
+        with lock:
+            if query and query.strip():
+                source = args.get("source")
+                found = search(store, query, [source] if source else None, args.get("maxResults", 10))
+                out["hits"] = found["hits"]
+                if found.get("fallback"):
+                    out["fallback"] = found["fallback"]
+                if found.get("correctedQuery"):
+                    out["correctedQuery"] = found["correctedQuery"]
+                out["executed"]["searched"] = True
+            if cites:
+                mode = args.get("contextMode") or ("symmetric" if args.get("linePadding") else "none")
+                got = service.get(store, cites, mode, args.get("linePadding", 0))
+                out["snippets"] = got["snippets"]
+                out["executed"]["retrievedSnippets"] = True
+        return out
+
+    @server.tool("list-sources", description="List installed documentation sources and registry "
+                 "candidates (kind: installed | registry), optionally filtered by name (case-insensitive).",
+                 input_schema={"type": "object", "properties": {"filter": {"type": "string"}},
+                               "additionalProperties": False},
+                 structured=True, annotations={"readOnlyHint": True})
+    @_scrubbed
+    def list_sources(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+        with lock:
+            return service.list_sources(store, args.get("filter"), include_registry=True)
+
+    @server.tool("source-add", description="Add a documentation source from the registry (alias only) "
+                 "or a URL; prefers the llms-full.txt variant. The only tool that changes anything.",
+                 input_schema={"type": "object", "required": ["alias"], "additionalProperties": False,
+                               "properties": {"alias": {"type": "string"}, "url": {"type": "string"},
+                                              "force": {"type": "boolean", "default": False}}},
+                 structured=True, annotations={"readOnlyHint": False, "destructiveHint": False,
+                                               "openWorldHint": True})
+    @_scrubbed
+    def source_add(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+        from cairn.blz import sources
+
+        def progress(done: int, total: int | None) -> None:
+            ctx.progress(done, total, f"fetched {done:,} bytes")
+
+        with lock:
+            info = sources.add(store, args["alias"], args.get("url"), force=bool(args.get("force")),
+                               progress=progress)
+        return {"alias": info["alias"], "url": info["url"], "message": info["message"],
+                "lines": info["lines"], "headings": info["headings"]}
+
+    @server.tool("run-command", description="Run a read-only blz command in-process (never a shell): "
+                 + ", ".join(WHITELIST) + ". Returns stdout, stderr and exitCode. `source` names the alias "
+                 "for history, validate and inspect.",
+                 input_schema={"type": "object", "required": ["command"], "additionalProperties": False,
+                               "properties": {"command": {"type": "string", "enum": list(WHITELIST)},
+                                              "source": {"type": "string"}}},
+                 structured=True, annotations={"readOnlyHint": True})
+    @_scrubbed
+    def run_command(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+        from cairn.blz.cli import run
+
+        command = args["command"]
+        if command not in WHITELIST:  # the schema's enum already refuses it; never rely on one check
+            raise InvalidInput(f"{command!r} is not allowed. Allowed: {', '.join(WHITELIST)}.")
+        argv = [command]
+        if args.get("source"):
+            if command not in ("history", "validate", "inspect", "schema"):
+                raise InvalidInput(f"`{command}` takes no source.")
+            argv.append(args["source"])
+        out, err = io.StringIO(), io.StringIO()
+        with lock:
+            code = run([*argv, "--text"], out, err)
+        return {"stdout": out.getvalue(), "stderr": err.getvalue(), "exitCode": code}
+
+    @server.tool("learn-blz", description="Reference data about blz: prompts, flags, installed sources "
+                 "and example calls.", structured=True, annotations={"readOnlyHint": True})
+    @_scrubbed
+    def learn_blz(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+        with lock:
+            aliases = [r.alias for r in store.sources()]
+        first = aliases[0] if aliases else "react"
+        return {
+            "prompts": [{"name": "discover-docs", "summary": "Find and add project docs"}],
+            "flags": {"contextMode": list(CONTEXT_MODES), "source": aliases,
+                      "maxResults": {"min": 1, "max": MAX_LIMIT, "default": 10},
+                      "linePadding": {"min": 0, "max": MAX_PADDING}},
+            "citations": "alias:start-end (1-based, inclusive); several ranges: alias:1-3,5-9",
+            "examples": [f"find(query='hooks', source='{first}')",
+                         f"find(snippets=['{first}:1-20'], contextMode='all')",
+                         "list-sources(filter='react')", "source-add(alias='bun')",
+                         "run-command(command='stats')"],
+            "tools": ["find", "list-sources", "source-add", "run-command", "learn-blz"],
+            "resources": ["blz://registry", "blz://sources/{alias}"],
+        }
+
+    @server.resource("blz://registry", name="registry", description="Known llms.txt sources that "
+                     "`source-add` can install by alias.", mime_type="application/json")
+    def registry_resource(uri: str) -> Any:
+        return [{"alias": e.alias, "url": e.url, "description": e.description, "category": e.category}
+                for e in registry.REGISTRY]
+
+    @server.resource_template("blz://sources/{alias}", name="source", description="One installed "
+                              "source's metadata.", mime_type="application/json")
+    @_scrubbed
+    def source_resource(uri: str, params: dict[str, str]) -> Any:
+        with lock:
+            row = store.source(params["alias"].strip().lower())
+        if row is None:
+            raise NotFound(f"No source named {params['alias']!r}. See list-sources.")
+        return {"alias": row.alias, "title": row.title, "url": row.url, "fetchedAt": row.fetched_at,
+                "totalLines": row.lines, "headings": row.headings, "lastUpdated": row.checked_at or row.fetched_at,
+                "sha256": row.sha256}
+
+    @server.prompt("discover-docs", description="Find which documentation to add for a project's "
+                   "technologies and how to search it.",
+                   arguments=[{"name": "technologies", "description": "Comma-separated list, e.g. "
+                               "\"bun,react,tailwind\"", "required": True}])
+    @_scrubbed
+    def discover(args: dict[str, str]) -> str:
+        techs = [t.strip().lower() for t in (args.get("technologies") or "").split(",") if t.strip()]
+        if not techs:
+            raise InvalidInput("technologies is required: a comma-separated list such as \"bun,react\".")
+        with lock:
+            installed = {r.alias: r for r in store.sources()}
+        lines = [f"Help me set up documentation for: {', '.join(techs)}.", ""]
+        missing = []
+        for tech in techs:
+            have = [a for a in installed if tech in a]
+            known = [e for e in registry.lookup(tech) if e.alias not in installed]
+            if have:
+                lines.append(f"- {tech}: installed as {', '.join(have)} — search with "
+                             f"find(query='...', source='{have[0]}').")
+            elif known:
+                lines.append(f"- {tech}: available in the registry as {known[0].alias} ({known[0].url}) — "
+                             f"add with source-add(alias='{known[0].alias}').")
+                missing.append(known[0].alias)
+            else:
+                lines.append(f"- {tech}: not installed and not in the registry — if the project publishes "
+                             f"an llms.txt, add it with source-add(alias='{re.sub(r'[^a-z0-9_-]', '-', tech)[:64]}', url='https://.../llms.txt').")
+        lines += ["", "Steps: 1) call list-sources to confirm what is installed; 2) add the missing sources"
+                  + (f" ({', '.join(missing)})" if missing else "") + "; 3) search with find(query=...), then "
+                  "read exact lines with find(snippets=['alias:start-end'], contextMode='all')."]
+        return "\n".join(lines)
+
+    return server
+
+
+def serve() -> None:
+    from cairn.mcp.stdio import serve_stdio
+
+    serve_stdio(build_server())

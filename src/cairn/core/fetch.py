@@ -1,0 +1,156 @@
+"""Fetch a document over HTTP(S) or from a ``file://`` URL, with caps and clear errors.
+
+* timeouts: ``connect`` seconds to connect, ``timeout`` seconds for the whole download;
+* redirects followed (at most ``MAX_REDIRECTS``), the final URL reported;
+* conditional requests: pass the ``etag`` / ``last_modified`` of the copy you hold and a
+  ``304 Not Modified`` comes back as ``FetchResult(not_modified=True, body=None)``;
+* streaming with a size cap: a download larger than ``max_bytes`` stops early with ``TooLarge``.
+
+Errors are Cairn's: ``NetworkError`` (unreachable, bad status), ``NotFound`` (HTTP 404/410, missing
+file), ``Timeout``, ``TooLarge``, ``InvalidInput`` (unsupported URL). httpx is imported only when an
+HTTP URL is fetched, so command-line tools that never fetch do not pay for it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+from urllib.parse import unquote, urlsplit
+
+from cairn.core.errors import InvalidInput, NetworkError, NotFound, Timeout, TooLarge
+
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+DEFAULT_TIMEOUT = 60.0
+DEFAULT_CONNECT_TIMEOUT = 10.0
+MAX_REDIRECTS = 5
+USER_AGENT = "cairn/0.1 (+https://github.com/cairn)"
+
+Progress = Callable[[int, int | None], None]  # (bytes so far, total or None)
+
+
+@dataclass
+class FetchResult:
+    url: str  # the final URL, after redirects
+    status: int
+    body: bytes | None  # None when not_modified
+    etag: str | None = None
+    last_modified: str | None = None
+    content_type: str | None = None
+
+    @property
+    def not_modified(self) -> bool:
+        return self.status == 304
+
+
+def _human(n: int) -> str:
+    return f"{n / 1048576:.1f} MiB" if n >= 1048576 else f"{n} bytes"
+
+
+def is_url(text: str) -> bool:
+    return urlsplit(text).scheme.lower() in ("http", "https", "file")
+
+
+def fetch(url: str, *, etag: str | None = None, last_modified: str | None = None,
+          max_bytes: int = DEFAULT_MAX_BYTES, timeout: float = DEFAULT_TIMEOUT,
+          connect: float = DEFAULT_CONNECT_TIMEOUT, headers: dict[str, str] | None = None,
+          progress: Progress | None = None) -> FetchResult:
+    """GET ``url`` (http, https or file); see the module docstring for the guarantees."""
+    scheme = urlsplit(url).scheme.lower()
+    if scheme == "file":
+        return read_file(file_url_path(url), max_bytes=max_bytes, progress=progress)
+    if scheme not in ("http", "https"):
+        raise InvalidInput(f"Unsupported URL {url!r}: use an http://, https:// or file:// URL, or a local path.")
+    return _fetch_http(url, etag=etag, last_modified=last_modified, max_bytes=max_bytes,
+                       timeout=timeout, connect=connect, headers=headers, progress=progress)
+
+
+def file_url_path(url: str) -> Path:
+    parts = urlsplit(url)
+    if parts.netloc not in ("", "localhost"):
+        raise InvalidInput(f"Unsupported file URL {url!r}: only local files (file:///path) can be read.")
+    return Path(unquote(parts.path))
+
+
+def read_file(path: Path, *, max_bytes: int = DEFAULT_MAX_BYTES, progress: Progress | None = None) -> FetchResult:
+    """A local file as a FetchResult (status 200, last_modified from its mtime)."""
+    try:
+        size = path.stat().st_size
+        if not path.is_file():
+            raise InvalidInput(f"{path} is not a regular file. Give the path of an llms.txt file.")
+        if size > max_bytes:
+            raise TooLarge(f"{path} is {_human(size)}, over the {_human(max_bytes)} cap. Raise the cap "
+                           "(--max-bytes) if you trust this file.")
+        data = path.read_bytes()
+    except FileNotFoundError as exc:
+        raise NotFound(f"No such file: {path}. Check the path.") from exc
+    except IsADirectoryError as exc:
+        raise InvalidInput(f"{path} is a directory. Give the path of an llms.txt file.") from exc
+    except PermissionError as exc:
+        raise InvalidInput(f"Cannot read {path}: permission denied.") from exc
+    if len(data) > max_bytes:  # it grew since stat()
+        raise TooLarge(f"{path} is over the {_human(max_bytes)} cap.")
+    if progress:
+        progress(len(data), len(data))
+    mtime = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(path.stat().st_mtime))
+    return FetchResult(url=path.resolve().as_uri(), status=200, body=data, last_modified=mtime)
+
+
+def _fetch_http(url: str, *, etag: str | None, last_modified: str | None, max_bytes: int,
+                timeout: float, connect: float, headers: dict[str, str] | None,
+                progress: Progress | None) -> FetchResult:
+    import httpx
+
+    send = {"User-Agent": USER_AGENT, "Accept": "text/plain, text/markdown;q=0.9, */*;q=0.5"}
+    if headers:
+        send.update(headers)
+    if etag:
+        send["If-None-Match"] = etag
+    if last_modified:
+        send["If-Modified-Since"] = last_modified
+    deadline = time.monotonic() + timeout
+    limits = httpx.Timeout(timeout, connect=connect)
+    try:
+        with httpx.Client(follow_redirects=True, max_redirects=MAX_REDIRECTS, timeout=limits) as client:
+            with client.stream("GET", url, headers=send) as resp:
+                final = str(resp.url)
+                got_etag = resp.headers.get("etag")
+                got_lm = resp.headers.get("last-modified")
+                ctype = resp.headers.get("content-type")
+                if resp.status_code == 304:
+                    return FetchResult(final, 304, None, got_etag or etag, got_lm or last_modified, ctype)
+                if resp.status_code in (404, 410):
+                    raise NotFound(f"{url} answered HTTP {resp.status_code}: nothing there. Check the URL.")
+                if resp.status_code >= 400:
+                    raise NetworkError(f"{url} answered HTTP {resp.status_code} {resp.reason_phrase}. "
+                                       "Check the URL, or retry later.")
+                declared = resp.headers.get("content-length")
+                total = int(declared) if declared and declared.isdigit() else None
+                if total is not None and total > max_bytes:
+                    raise TooLarge(f"{url} is {_human(total)}, over the {_human(max_bytes)} download cap. "
+                                   "Raise the cap (--max-bytes) if you trust this source.")
+                chunks: list[bytes] = []
+                received = 0
+                for chunk in resp.iter_bytes():
+                    received += len(chunk)
+                    if received > max_bytes:
+                        raise TooLarge(f"{url} sent more than the {_human(max_bytes)} download cap. "
+                                       "Raise the cap (--max-bytes) if you trust this source.")
+                    if time.monotonic() > deadline:
+                        raise Timeout(f"Downloading {url} took longer than {timeout:g} s. Retry, or "
+                                      "raise the timeout (--timeout).")
+                    chunks.append(chunk)
+                    if progress:
+                        progress(received, total)
+                return FetchResult(final, resp.status_code, b"".join(chunks), got_etag, got_lm, ctype)
+    except httpx.TimeoutException as exc:
+        raise Timeout(f"{url} did not answer within {timeout:g} s ({type(exc).__name__}). Retry, or "
+                      "raise the timeout (--timeout).") from exc
+    except httpx.TooManyRedirects as exc:
+        raise NetworkError(f"{url} redirected more than {MAX_REDIRECTS} times. Check the URL.") from exc
+    except httpx.InvalidURL as exc:
+        raise InvalidInput(f"Invalid URL {url!r}: {exc}.") from exc
+    except httpx.HTTPError as exc:
+        raise NetworkError(f"Cannot fetch {url}: {exc or type(exc).__name__}. Check the URL and your "
+                           "network connection.") from exc

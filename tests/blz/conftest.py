@@ -1,0 +1,93 @@
+"""blz fixtures: a per-test data root, a Store on it, and a real HTTP server serving llms.txt files."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from cairn.blz.store import Store
+
+
+@pytest.fixture
+def data_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "blz-data"
+    monkeypatch.setenv("BLZ_DATA_DIR", str(root))
+    return root
+
+
+@pytest.fixture
+def store(data_root: Path) -> Iterator[Store]:
+    st = Store(data_root)
+    yield st
+    st.close()
+
+
+@dataclass
+class DocServer:
+    """Serves ``files`` (path -> bytes) with strong ETags and Last-Modified; answers conditional
+    requests with 304; records every request as (method, path, headers)."""
+
+    files: dict[str, bytes] = field(default_factory=dict)
+    requests: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
+    redirects: dict[str, str] = field(default_factory=dict)
+    port: int = 0
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def etag(self, path: str) -> str:
+        return '"' + hashlib.sha256(self.files[path]).hexdigest()[:16] + '"'
+
+    def gets(self, path: str) -> list[dict[str, str]]:
+        return [h for m, p, h in self.requests if p == path and m == "GET"]
+
+
+LAST_MODIFIED = "Wed, 01 Jan 2025 00:00:00 GMT"
+
+
+@pytest.fixture
+def doc_server() -> Iterator[DocServer]:
+    state = DocServer()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+            state.requests.append(("GET", self.path, {k.lower(): v for k, v in self.headers.items()}))
+            if self.path in state.redirects:
+                self.send_response(302)
+                self.send_header("Location", state.redirects[self.path])
+                self.end_headers()
+                return
+            body = state.files.get(self.path)
+            if body is None:
+                self.send_error(404)
+                return
+            tag = state.etag(self.path)
+            if self.headers.get("If-None-Match") == tag:
+                self.send_response(304)
+                self.send_header("ETag", tag)
+                self.end_headers()
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("ETag", tag)
+            self.send_header("Last-Modified", LAST_MODIFIED)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    state.port = httpd.server_address[1]
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield state
+    httpd.shutdown()
+    httpd.server_close()
