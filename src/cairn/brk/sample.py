@@ -212,7 +212,8 @@ class SampleChain:
         cb, cb_txid, _ = _coinbase(h, subsidy + fees, rng, commitment)
         self.maturing.append((h + 100, _Coin(cb_txid, 0, subsidy + fees, "p2wpkh")))
         txids = [cb_txid] + [t[1] for t in txs]
-        self.time += max(1, int(rng.expovariate(1 / self.interval)))
+        # Evenly spread with jitter, strictly increasing: slot h plus up to half a slot.
+        self.time = START_TIME + h * self.interval + rng.randrange(self.interval // 2)
         nonce = 0
         prefix = struct.pack("<i32s32sII", 0x20000000, self.prev, _merkle(txids), self.time, REGTEST_BITS)
         while True:

@@ -1,0 +1,47 @@
+"""The brk command line: real commands, exit codes, exact messages, and a light import path."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cairn.brk.cli import main
+
+
+def test_sample_index_status(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sample", "--blocks", "120", "--out", str(tmp_path / "b"), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"blocks": 120, "files": 1, "bytes": _size(tmp_path / "b")}
+    assert main(["index", "--blocks-dir", str(tmp_path / "b"), "--out", str(tmp_path / "o"), "--format", "json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert (result["network"], result["height"], result["indexed_blocks"]) == ("regtest", 119, 120)
+    assert main(["status", "--out", str(tmp_path / "o"), "--format", "json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["height"] == 119 and status["vecs"]["height_to_blockhash"] == 120
+    assert status["tip"] == result["tip"]
+
+
+def _size(blocks: Path) -> int:
+    data = (blocks / "blk00000.dat").read_bytes()
+    return len(data) - 8 * 120
+
+
+def test_errors_state_fact_and_fix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["index", "--blocks-dir", str(tmp_path / "nope"), "--out", str(tmp_path / "o")]) == 3
+    assert capsys.readouterr().err == (f"brk: Blocks directory {tmp_path / 'nope'} does not exist. "
+                                       f"Point --blocks-dir at a node's blocks/ folder.\n")
+    assert main(["status", "--out", str(tmp_path / "empty")]) == 7
+    assert capsys.readouterr().err == (f"brk: {tmp_path / 'empty'} has no manifest.json. "
+                                       f"Run `brk index --out {tmp_path / 'empty'}` first.\n")
+
+
+def test_help_does_not_import_numpy_or_the_parser() -> None:
+    code = ("import sys; from cairn.brk.cli import main; "
+            "import contextlib, io\n"
+            "with contextlib.redirect_stdout(io.StringIO()): main([])\n"
+            "print(sorted(m for m in ('numpy', 'cairn.brk.blocks.parser', 'cairn.brk.indexer') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
