@@ -1,0 +1,58 @@
+"""Helpers for ctx tests: config files, real directory trees, real git repositories."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
+
+
+def git(repo: Path, *args: str, when: str | None = None) -> str:
+    """Run git in ``repo`` as a fixed test identity (optionally at a fixed commit time)."""
+    env = dict(os.environ, **GIT_ENV)
+    if when:
+        env["GIT_AUTHOR_DATE"] = env["GIT_COMMITTER_DATE"] = when
+    out = subprocess.run(
+        ["git", "-c", "user.name=Ada Lovelace", "-c", "user.email=ada@example.org", "-c", "init.defaultBranch=main",
+         *args],
+        cwd=repo, env=env, check=True, capture_output=True, text=True,
+    )
+    return out.stdout
+
+
+def make_repo(path: Path, files: dict[str, str], when: str = "2024-03-01T12:00:00Z") -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    git(path, "init", "-q", "-b", "main")
+    write(path, files)
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "-m", "initial", when=when)
+    return path
+
+
+def write(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text, encoding="utf-8")
+
+
+def config_file(tmp_path: Path, body: str, name: str = "ctx.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(body, encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def docs_tree(tmp_path: Path) -> Path:
+    root = tmp_path / "docs"
+    write(root, {
+        "guide/install.md": "# Installing\n\nRun the installer with pip. Requires Python 3.11.\n",
+        "guide/auth.md": "# Authentication\n\nJWT tokens are signed with the server key. Rotate keys monthly.\n",
+        "notes.txt": "Meeting notes: the deployment pipeline uses blue-green releases.\n",
+        "src/app.py": "print('not included by default globs')\n",
+    })
+    return root

@@ -1,0 +1,108 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cairn.core.errors import InvalidInput, NotFound
+from cairn.ctx import config as cfg
+from cairn.ctx.service import init
+
+from .conftest import config_file
+
+
+def test_defaults_match_the_anchors(tmp_path: Path) -> None:
+    c = cfg.load(config_file(tmp_path, ""))
+    assert c.db.path == tmp_path / "data" / "ctx.sqlite"
+    assert (c.retrieval.hybrid_alpha, c.retrieval.candidate_k_keyword, c.retrieval.candidate_k_vector,
+            c.retrieval.final_limit) == (0.6, 80, 80, 12)
+    assert c.embedding.provider == "disabled"
+    assert c.server.bind == "127.0.0.1:7331"
+    assert c.connectors == []
+
+
+def test_connectors_several_instances_and_relative_paths(tmp_path: Path) -> None:
+    c = cfg.load(config_file(tmp_path, """
+[connectors.filesystem.a]
+root = "docs"
+[connectors.filesystem.b]
+root = "/abs/notes"
+include_globs = ["**/*.rst"]
+follow_symlinks = true
+[connectors.git.repo]
+url = "https://token@example.org/r.git"
+[connectors.git.local]
+url = "repos/x"
+branch = "dev"
+shallow = false
+[connectors.script.jira]
+path = "jira.lua"
+timeout = 5
+project = "ABC"
+[tools.script.echo]
+path = "tools/echo.lua"
+greeting = "hi"
+"""))
+    by = {x.source: x for x in c.connectors}
+    assert by["filesystem:a"].options["root"] == tmp_path / "docs"
+    assert by["filesystem:a"].options["include_globs"] == ["**/*.md", "**/*.txt"]
+    assert by["filesystem:b"].options["follow_symlinks"] is True
+    assert by["git:repo"].options["branch"] == "main" and by["git:repo"].options["shallow"] is True
+    assert by["git:repo"].options["url"] == "https://token@example.org/r.git"
+    assert by["git:local"].options["url"] == str(tmp_path / "repos/x")
+    assert by["script:jira"].options["project"] == "ABC"
+    assert c.tools[0].name == "echo" and c.tools[0].config == {"greeting": "hi"} and c.tools[0].timeout == 30.0
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ("[db]\npath = 'x'\ncolour = 1\n", "[db] colour: unknown key. Known keys: path."),
+        ("[retrieval]\nhybrid_alpha = 1.5\n", "[retrieval] hybrid_alpha: must be between 0.0 and 1.0, not 1.5"),
+        ("[retrieval]\nfinal_limit = 'ten'\n", "[retrieval] final_limit: must be an integer, not 'ten'"),
+        ("[embedding]\nprovider = 'magic'\n", "[embedding] provider: must be one of disabled, local, openai, ollama, not 'magic'"),
+        ("[embedding]\nprovider = 'openai'\n", "[embedding] model: is required for provider 'openai'"),
+        ("[chunking]\nmax_tokens = 100\noverlap_tokens = 60\n", "[chunking] overlap_tokens: must be less than half of max_tokens (100), not 60"),
+        ("[server]\nbind = 'localhost'\n", "[server] bind: must be host:port"),
+        ("[connectors.filesystem.a]\n", "[connectors.filesystem.a] root: is required"),
+        ("[connectors.filesystem.a]\nroot = 'x'\ninclude = ['*.md']\n", "[connectors.filesystem.a] include: unknown key."),
+        ("[connectors.ftp.a]\nroot = 'x'\n", "[connectors] ftp: unknown key. Known keys: filesystem, git, script."),
+        ("[connectors.git.a]\nurl = 'x'\nroot = '../up'\n", "[connectors.git.a] root: must be a relative path inside the repository"),
+        ("[connectors.filesystem.Bad]\nroot = 'x'\n", "[connectors.filesystem.Bad]: connector names use lowercase"),
+        ("[extras]\n", "unknown section [extras]"),
+        ("[db\n", "not valid TOML"),
+    ],
+)
+def test_bad_config_names_file_key_and_reason(tmp_path: Path, body: str, message: str) -> None:
+    path = config_file(tmp_path, body)
+    with pytest.raises(InvalidInput) as info:
+        cfg.load(path)
+    assert info.value.message.startswith(str(path))
+    assert message in info.value.message
+
+
+def test_location_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CTX_CONFIG", raising=False)
+    assert cfg.resolve_path(None) == Path("config/ctx.toml")
+    monkeypatch.setenv("CTX_CONFIG", str(tmp_path / "env.toml"))
+    assert cfg.resolve_path(None) == tmp_path / "env.toml"
+    assert cfg.resolve_path("flag.toml") == Path("flag.toml")
+    with pytest.raises(NotFound, match="Run `ctx init`"):
+        cfg.load(None)
+
+
+def test_init_writes_a_loadable_commented_starter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CTX_CONFIG", raising=False)
+    report = init(None)
+    assert report.created_config
+    text = (tmp_path / "config" / "ctx.toml").read_text()
+    assert text.count("#") > 10
+    loaded = cfg.load(None)
+    assert loaded.embedding.provider == "local"
+    assert Path(report.db_path).is_file()
+    # A second init keeps the user's file.
+    (tmp_path / "config" / "ctx.toml").write_text(text + "\n# mine\n")
+    assert not init(None).created_config
+    assert (tmp_path / "config" / "ctx.toml").read_text().endswith("# mine\n")

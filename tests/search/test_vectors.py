@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cairn.search.vectors import VectorIndex, normalize
+
+
+def test_normalize_unit_rows_and_zero_rows() -> None:
+    m = normalize(np.array([[3.0, 4.0], [0.0, 0.0]]))
+    assert m.dtype == np.float32 and m.flags["C_CONTIGUOUS"]
+    assert np.allclose(m[0], [0.6, 0.8])
+    assert np.allclose(m[1], [0.0, 0.0])
+
+
+def test_exact_topk_matches_brute_force() -> None:
+    rng = np.random.default_rng(7)
+    data = rng.normal(size=(500, 32)).astype(np.float32)
+    index = VectorIndex(data)
+    q = rng.normal(size=32)
+    hits = index.search(q, 10)
+    unit = data / np.linalg.norm(data, axis=1, keepdims=True)
+    expected = np.argsort(-(unit @ (q / np.linalg.norm(q))))[:10]
+    assert [h.row for h in hits] == list(expected)
+    assert all(a.score >= b.score for a, b in zip(hits, hits[1:]))
+
+
+def test_mask_applies_before_topk() -> None:
+    rng = np.random.default_rng(1)
+    data = rng.normal(size=(1000, 16)).astype(np.float32)
+    mask = np.zeros(1000, dtype=bool)
+    mask[::100] = True  # only 10 rows allowed
+    hits = VectorIndex(data).search(data[5], 10, mask)
+    assert len(hits) == 10  # all allowed rows, even though none is near the query's own row
+    assert {h.row for h in hits} == set(range(0, 1000, 100))
+
+
+def test_ties_break_by_row_and_empty_cases() -> None:
+    index = VectorIndex(np.ones((5, 4), dtype=np.float32))
+    assert [h.row for h in index.search(np.ones(4), 3)] == [0, 1, 2]
+    assert index.search(np.ones(4), 0) == []
+    assert index.search(np.ones(4), 3, np.zeros(5, dtype=bool)) == []
+    assert VectorIndex(np.zeros((0, 4), dtype=np.float32)).search(np.ones(4), 3) == []
+    with pytest.raises(ValueError, match="dimensions"):
+        index.search(np.ones(3), 1)
