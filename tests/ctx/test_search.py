@@ -1,0 +1,158 @@
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from cairn.core.errors import InvalidInput, NotFound
+from cairn.ctx.service import Service
+
+from .conftest import config_file, write
+
+
+def make(tmp_path: Path, embedding: str = "", retrieval: str = "") -> Service:
+    return Service.from_config(config_file(tmp_path, f"""
+[db]
+path = "kb.sqlite"
+[embedding]
+{embedding}
+[retrieval]
+{retrieval}
+[connectors.filesystem.notes]
+root = "notes"
+[connectors.filesystem.wiki]
+root = "wiki"
+"""))
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    write(tmp_path / "notes", {f"n{i:02d}.md": f"# Note {i}\n\nThe kiwi harvest report number {i}.\n" for i in range(30)})
+    write(tmp_path / "wiki", {
+        "kiwi.md": "# Kiwi\n\nA kiwi is a flightless bird.\n",
+        "long.md": "# Long\n\n" + "\n\n".join(f"## Part {i}\n\n" + "filler text " * 150 + ("kiwi" if i == 3 else "")
+                                            for i in range(6)),
+        "hyphen.md": "# Hooks\n\nuse-effect cleanup runs before the next effect.\n",
+        "old.md": "# Old\n\nkiwi from long ago\n",
+    })
+    old = 946684800  # 2000-01-01
+    os.utime(tmp_path / "wiki" / "old.md", (old, old))
+    return tmp_path
+
+
+def test_keyword_results_shape_scores_and_grouping(corpus: Path) -> None:
+    svc = make(corpus)
+    svc.sync("all")
+    results = svc.search("kiwi", limit=50)
+    ids = [r.id for r in results]
+    assert len(ids) == len(set(ids)) == 33  # one result per document, every chunk grouped
+    assert results[0].score == 1.0
+    assert all(0.0 <= r.score <= 1.0 for r in results)
+    assert [r.score for r in results] == sorted((r.score for r in results), reverse=True)
+    long = next(r for r in results if r.source_id == "long.md")
+    assert "kiwi" in long.snippet  # the best chunk's snippet, not the document start
+    assert set(vars(results[0])) == {"id", "score", "title", "source", "source_id", "updated_at", "snippet", "source_url"}
+    assert svc.search("kiwi", limit=50) == results  # deterministic
+
+
+def test_filters_apply_before_the_candidate_cap(corpus: Path) -> None:
+    svc = make(corpus, retrieval="candidate_k_keyword = 5\nfinal_limit = 5")
+    svc.sync("all")
+    # 30 notes outrank the wiki for "kiwi harvest"; the wiki filter must still fill its results.
+    wiki = svc.search("kiwi", source="wiki")
+    assert {r.source for r in wiki} == {"filesystem:wiki"} and len(wiki) == 3
+    recent = svc.search("kiwi", source="wiki", since="2010-01-01")
+    assert {r.source_id for r in recent} == {"kiwi.md", "long.md"}
+    old = svc.search("kiwi", until="2001-01-01")
+    assert [r.source_id for r in old] == ["old.md"]
+    assert old[0].updated_at == "2000-01-01T00:00:00Z"
+
+
+def test_hostile_queries_are_safe(corpus: Path) -> None:
+    svc = make(corpus)
+    svc.sync("all")
+    assert svc.search("use-effect")[0].source_id == "hyphen.md"
+    for q in ['"unbalanced', "AND OR NOT", "a:b", "(*)", "NEAR(", "-", "kiwi*"]:
+        svc.search(q)  # never an FTS5 syntax error
+    with pytest.raises(InvalidInput, match="The query is empty"):
+        svc.search("   ")
+    with pytest.raises(InvalidInput, match="Unknown search mode 'fuzzy'"):
+        svc.search("kiwi", "fuzzy")
+    with pytest.raises(InvalidInput, match="limit must be an integer from 1 to 1000"):
+        svc.search("kiwi", limit=0)
+    with pytest.raises(NotFound, match="Unknown source 'nope'. Known sources: filesystem:notes, filesystem:wiki"):
+        svc.search("kiwi", source="nope")
+    with pytest.raises(InvalidInput, match="since 'yesterday' is not a date"):
+        svc.search("kiwi", since="yesterday")
+
+
+def test_semantic_and_hybrid_need_embeddings(corpus: Path) -> None:
+    svc = make(corpus)
+    svc.sync("all")
+    for mode in ("semantic", "hybrid"):
+        with pytest.raises(InvalidInput) as info:
+            svc.search("kiwi", mode)
+        assert info.value.code == "embeddings_disabled"
+
+
+def test_semantic_and_hybrid_with_local_embeddings(corpus: Path) -> None:
+    svc = make(corpus, 'provider = "local"')
+    summary = svc.sync("all")
+    assert summary.embedding is not None and summary.embedding.pending == 0 and summary.embedding.error is None
+    sem = svc.search("a bird that cannot fly", "semantic", source="wiki")
+    assert sem[0].source_id == "kiwi.md"
+    assert all(0.0 <= r.score <= 1.0 for r in sem)
+    hyb = svc.search("flightless bird", "hybrid", limit=3)
+    assert hyb[0].source_id == "kiwi.md"
+    filtered = svc.search("kiwi bird", "semantic", since="2010-01-01", source="wiki", limit=10)
+    assert "old.md" not in {r.source_id for r in filtered}
+    # Re-sync: unchanged chunks are not re-embedded; a changed file embeds only its new chunks.
+    assert svc.sync("all").embedding.embedded == 0  # type: ignore[union-attr]
+    write(corpus / "wiki", {"kiwi.md": "# Kiwi\n\nA kiwi is a small flightless bird from New Zealand.\n"})
+    assert svc.sync("all").embedding.embedded == 1  # type: ignore[union-attr]
+    assert svc.search("New Zealand bird", "semantic", source="wiki")[0].source_id == "kiwi.md"
+
+
+def test_failed_embedding_never_fails_the_sync(corpus: Path) -> None:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    svc = make(corpus, f'provider = "openai"\nmodel = "m"\ndims = 8\nurl = "http://127.0.0.1:{port}/v1"\ntimeout = 2')
+    summary = svc.sync("all")
+    assert all(r.ok for r in summary.sources)
+    assert summary.embedding is not None and summary.embedding.error and summary.embedding.embedded == 0
+    assert summary.embedding.pending > 0
+    assert svc.stats().pending_embeddings == summary.embedding.pending
+    assert svc.search("kiwi")[0].score == 1.0  # keyword search works meanwhile
+
+    # Switching to a working provider: `embed pending` finishes the job, `embed rebuild` redoes it.
+    svc2 = make(corpus, 'provider = "local"')
+    report = svc2.embed_pending()
+    assert report.error is None and report.pending == 0 and report.embedded == svc2.stats().distinct_chunks
+    rebuilt = svc2.embed_rebuild()
+    assert rebuilt.embedded == report.embedded and rebuilt.pending == 0
+
+
+def test_get_returns_document_and_chunks(corpus: Path) -> None:
+    svc = make(corpus)
+    svc.sync("all")
+    hit = svc.search("flightless")[0]
+    doc = svc.get(hit.id)
+    assert (doc.id, doc.title, doc.source_id) == (hit.id, "Kiwi", "kiwi.md")
+    assert doc.body == (corpus / "wiki" / "kiwi.md").read_text()
+    assert [c.ordinal for c in doc.chunks] == [0]
+    long = svc.get(svc.search("filler", source="wiki")[0].id)
+    assert len(long.chunks) > 1 and [c.ordinal for c in long.chunks] == list(range(len(long.chunks)))
+    with pytest.raises(NotFound, match="No document with id 'nope'"):
+        svc.get("nope")
+
+
+def test_stats(corpus: Path) -> None:
+    svc = make(corpus)
+    svc.sync("all")
+    st = svc.stats()
+    assert st.documents == 34 and st.chunks >= 34 and st.sources == {"filesystem:notes": 30, "filesystem:wiki": 4}
+    assert st.embedding_model is None and st.db_bytes > 0
