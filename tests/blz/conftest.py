@@ -86,7 +86,7 @@ def doc_server() -> Iterator[DocServer]:
 
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     state.port = httpd.server_address[1]
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     yield state
     httpd.shutdown()
