@@ -102,7 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="output directory (default: $BRK_DATA_DIR or $XDG_DATA_HOME/brk)")
     p.add_argument("--watch", action="store_true", help="keep polling for new blocks")
     p.add_argument("--interval", type=float, default=5.0, help="seconds between polls with --watch")
-    p.add_argument("--commit-every", type=int, default=2000, help="blocks per committed batch (default 2000)")
+    p.add_argument("--commit-every", type=int, default=10_000,
+                   help="commit at least every N blocks (default 10000; also every 3 s and 128 MB)")
     p.add_argument("--max-blocks", type=int, help="stop after indexing this many blocks")
     p.add_argument("--no-fsync", action="store_true", help="skip fsync on commit (faster; unsafe on power loss)")
     common(p)

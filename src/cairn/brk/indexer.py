@@ -130,12 +130,15 @@ class _Batch:
 class Indexer:
     """Index one blocks directory into one output directory (see the module docstring)."""
 
-    def __init__(self, blocks_dir: Path, out: Path, *, durable: bool = True, commit_blocks: int = 2000,
-                 commit_bytes: int = 64 << 20, log: Callable[[str], None] | None = None) -> None:
+    def __init__(self, blocks_dir: Path, out: Path, *, durable: bool = True, commit_blocks: int = 10_000,
+                 commit_bytes: int = 128 << 20, commit_seconds: float = 3.0,
+                 log: Callable[[str], None] | None = None) -> None:
         self.blocks_dir = blocks_dir
         self.out = out
         self.commit_blocks = max(1, commit_blocks)
         self.commit_bytes = commit_bytes
+        # Each commit fsyncs ~30 files (~80 ms here), so batches are bounded by time as well as size.
+        self.commit_seconds = commit_seconds
         self.log = log or (lambda msg: print(f"brk: {msg}", file=sys.stderr))
         self.store = open_store(out, durable=durable)
         self.meta: dict[str, Any] = dict(self.store.meta)
@@ -298,6 +301,7 @@ class Indexer:
     def _index_blocks(self, todo: list[bytes], result: IndexResult) -> tuple[int, bytes | None]:
         batch = _Batch()
         done = 0
+        started = time.monotonic()
         for h in todo:
             pos = self.pos_of[h]
             file_no, offset, length = self.pos_file[pos], self.pos_offset[pos], self.pos_length[pos]
@@ -318,9 +322,11 @@ class Indexer:
             result.indexed_blocks += 1
             result.indexed_bytes += length
             batch.bytes += length
-            if len(batch) >= self.commit_blocks or batch.bytes >= self.commit_bytes:
+            if len(batch) >= self.commit_blocks or batch.bytes >= self.commit_bytes \
+                    or time.monotonic() - started >= self.commit_seconds:
                 self._flush(batch)
                 batch = _Batch()
+                started = time.monotonic()
         self._flush(batch)
         return done, None
 
