@@ -75,6 +75,7 @@ class Session:
         self._lock = threading.Lock()
         self._inflight: dict[tuple[str, Any], ToolContext] = {}
         self._early_cancel: set[tuple[str, Any]] = set()
+        self._queued: set[tuple[str, Any]] = set()
         self._pending: dict[str, _Pending] = {}
         self._ids = itertools.count(1)
         self._methods: dict[str, Callable[[JSON, ToolContext], JSON]] = {
@@ -112,7 +113,16 @@ class Session:
 
     def is_slow(self, msg: Any) -> bool:
         """Whether a transport should run this message off its reader thread (it runs user code)."""
-        return isinstance(msg, list) or (isinstance(msg, dict) and msg.get("method") in SLOW_METHODS and "id" in msg)
+        if isinstance(msg, list):
+            return True
+        method = msg.get("method") if isinstance(msg, dict) else None
+        return isinstance(method, str) and method in SLOW_METHODS and "id" in msg
+
+    def enqueue(self, msg: Any) -> None:
+        """Note a request handed to a worker but not started yet, so a cancellation can overtake it."""
+        if isinstance(msg, dict) and rpc.kind(msg) == "request":
+            with self._lock:
+                self._queued.add(_id_key(msg["id"]))
 
     def _batch(self, batch: list[Any], send: Sender | None) -> JSON | list[JSON] | None:
         if self.protocol_version not in BATCH_VERSIONS:
@@ -167,6 +177,7 @@ class Session:
         key = _id_key(request_id)
         with self._lock:
             self._inflight[key] = ctx
+            self._queued.discard(key)
             if key in self._early_cancel:
                 self._early_cancel.discard(key)
                 ctx._cancel("cancelled before it started")
@@ -394,12 +405,14 @@ class Session:
             raise RpcError(rpc.INVALID_PARAMS, 'Invalid params: "argument" must be {"name": string, "value": string}')
         if context is not None and not isinstance(context, dict):
             raise RpcError(rpc.INVALID_PARAMS, 'Invalid params: "context" must be an object')
-        if ref["type"] == "ref/prompt" and ref.get("name") not in self.server.prompts:
-            raise RpcError(rpc.INVALID_PARAMS, f"Unknown prompt: {ref.get('name')!r}")
+        if ref["type"] == "ref/prompt":
+            name = ref.get("name")
+            if not isinstance(name, str) or name not in self.server.prompts:
+                raise RpcError(rpc.INVALID_PARAMS, f"Unknown prompt: {name!r}")
         if ref["type"] == "ref/resource":
             uri = ref.get("uri")
             known = {t.uri_template for t in self.server.templates} | set(self.server.resources)
-            if uri not in known:
+            if not isinstance(uri, str) or uri not in known:
                 raise RpcError(rpc.INVALID_PARAMS, f"Unknown resource template: {uri!r}")
         value = _await(handler(ref, argument, context))
         if isinstance(value, dict):
@@ -428,10 +441,9 @@ class Session:
         with self._lock:
             ctx = self._inflight.get(key)
             if ctx is None:
-                self._early_cancel.add(key)
-                if len(self._early_cancel) > 1000:  # bounded: cancels for ids we never see
-                    self._early_cancel.pop()
-                return
+                if key in self._queued:  # received, waiting for a worker: cancel it when it starts
+                    self._early_cancel.add(key)
+                return  # finished or unknown: nothing to cancel
         ctx._cancel(reason if isinstance(reason, str) else None)
 
     def _on_response(self, msg: JSON) -> None:

@@ -136,10 +136,11 @@ def _read_loop(session: Session, inp: IO[bytes], write: _Writer, pool: _Pool) ->
         except RpcError as exc:
             write(rpc.error_response(None, exc))
             continue
-        if session.is_slow(msg):
-            pool.submit(_job(session, msg, write))
-            continue
         try:
+            if session.is_slow(msg):
+                session.enqueue(msg)
+                pool.submit(_job(session, msg, write))
+                continue
             reply = session.handle(msg, write)
         except Exception as exc:  # defensive: dispatch bugs must not end the session
             traceback.print_exc(file=sys.stderr)
