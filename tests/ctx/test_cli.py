@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from .conftest import config_file, write
+
+PY = sys.executable
+
+
+def ctx(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([PY, "-m", "cairn.ctx.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          env=dict(os.environ, **(env or {})), timeout=60)
+
+
+def test_init_sync_search_get_sources_stats(tmp_path: Path) -> None:
+    write(tmp_path / "docs", {"a.md": "# Alpha\n\nThe alpha release ships on Monday.\n", "b.txt": "beta notes\n"})
+    r = ctx("init", "--text", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("Wrote config/ctx.toml")
+    # Keep the test keyword-only and fast.
+    cfg = tmp_path / "config" / "ctx.toml"
+    cfg.write_text(cfg.read_text().replace('provider = "local"', 'provider = "disabled"'))
+
+    r = ctx("sync", "all", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)  # piped -> JSON
+    assert summary["sources"][0]["source"] == "filesystem:docs" and summary["sources"][0]["added"] == 2
+    assert r.stderr == ""  # no progress bar when stderr is not a terminal
+
+    r = ctx("search", "alpha release", "--json", cwd=tmp_path)
+    hits = json.loads(r.stdout)
+    assert [h["source_id"] for h in hits] == ["a.md"]
+    assert hits[0]["title"] == "Alpha" and hits[0]["score"] == 1.0
+
+    r = ctx("get", hits[0]["id"], "--text", cwd=tmp_path)
+    assert r.returncode == 0 and "# Alpha" in r.stdout and "The alpha release ships on Monday." in r.stdout
+
+    r = ctx("search", "alpha", "--text", "--limit", "1", cwd=tmp_path)
+    assert r.stdout.startswith("1. Alpha  [1.000]")
+
+    sources = json.loads(ctx("sources", cwd=tmp_path).stdout)
+    assert sources == [{"name": "docs", "type": "filesystem", "source": "filesystem:docs", "configured": True,
+                        "healthy": True, "doc_count": 2, "last_sync": sources[0]["last_sync"], "error": None}]
+    stats = json.loads(ctx("stats", "--json", cwd=tmp_path).stdout)
+    assert stats["documents"] == 2
+
+    r = ctx("sync", "--dry-run", "--text", cwd=tmp_path)
+    assert "filesystem:docs: would: 0 added, 0 updated, 0 deleted, 2 unchanged" in r.stdout
+
+
+def test_errors_exit_codes_and_messages(tmp_path: Path) -> None:
+    r = ctx("search", "x", cwd=tmp_path)
+    assert r.returncode == 3
+    assert r.stderr == "ctx: error: No config file at config/ctx.toml. Run `ctx init` to create one, or pass --config PATH.\n"
+    assert r.stdout == ""
+
+    path = config_file(tmp_path, "[db]\npath = 'kb.sqlite'\n[retrieval]\nfinal_limt = 3\n", "bad.toml")
+    r = ctx("stats", "--config", str(path), cwd=tmp_path)
+    assert r.returncode == 2 and "[retrieval] final_limt: unknown key" in r.stderr
+
+    path = config_file(tmp_path, "[db]\npath = 'kb.sqlite'\n", "ok.toml")
+    r = ctx("search", "x", "--mode", "semantic", "--config", str(path), cwd=tmp_path)
+    assert r.returncode == 2 and "Embeddings are disabled" in r.stderr
+
+    r = ctx("get", "missing", cwd=tmp_path, env={"CTX_CONFIG": str(path)})
+    assert r.returncode == 3 and "No document with id 'missing'" in r.stderr
+
+    r = ctx("search", "x", "--json", "--text", cwd=tmp_path)
+    assert r.returncode == 2  # argparse: mutually exclusive
+
+
+def test_help_is_fast_to_import() -> None:
+    code = "import sys, cairn.ctx.cli; print(sorted(m for m in ('numpy','httpx','wordllama','sqlite3') if m in sys.modules))"
+    out = subprocess.run([PY, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "[]"
