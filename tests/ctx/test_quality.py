@@ -1,0 +1,119 @@
+"""Retrieval quality on real documentation: questions with known answer pages, recall@5 per mode.
+
+The corpus is the shared llms-full files cut into their pages: react.dev (one document per page,
+split on its YAML front-matter) and Hono (one document per top-level section).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from cairn.ctx.service import Service
+
+# question -> acceptable answer titles
+QUESTIONS: dict[str, set[str]] = {
+    "read a value from context inside a component": {"useContext", "Passing Data Deeply with Context"},
+    "cache an expensive calculation between re-renders": {"useMemo"},
+    "keep a mutable value that does not cause a re-render": {"useRef", "Referencing Values with Refs"},
+    "render children into a different part of the DOM": {"createPortal"},
+    "display a fallback while content is loading": {"<Suspense>"},
+    "update an array in state without mutating it": {"Updating Arrays in State"},
+    "clean up a subscription when the component unmounts": {"useEffect", "Synchronizing with Effects",
+                                                             "Lifecycle of Reactive Effects"},
+    "attach React to HTML rendered on the server": {"hydrateRoot"},
+    "generate unique ids for accessibility attributes": {"useId"},
+    "stream HTML from a Node.js server": {"renderToPipeableStream"},
+    "show the expected result before the server responds": {"useOptimistic"},
+    "update state without blocking the UI": {"useTransition", "startTransition"},
+    "load a component's code only when it is first rendered": {"lazy"},
+    "skip re-rendering when props are unchanged": {"memo"},
+    "measure rendering performance of a component tree": {"<Profiler>", "React Performance tracks"},
+    "find bugs by rendering twice in development": {"<StrictMode>"},
+    "deploy the app to Cloudflare Workers": {"Cloudflare Workers"},
+    "run Hono on AWS Lambda": {"AWS Lambda"},
+    "validate the request body with a schema": {"Validation"},
+    "type-safe client calling the server API": {"RPC"},
+    "write tests for the application's routes": {"Testing"},
+    "get query parameters from the request": {"HonoRequest"},
+}
+
+FLOORS = {"keyword": 0.5, "semantic": 0.5, "hybrid": 0.6}
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:60] or "page"
+
+
+def build_corpus(shared: Path, out: Path) -> int:
+    n = 0
+    react = (shared / "llms" / "react-dev" / "llms-full.txt").read_text(encoding="utf-8")
+    for i, page in enumerate(re.split(r"\n---\ntitle: ", react)[1:]):
+        title_line, _, rest = page.partition("\n")
+        title = title_line.strip().strip('"')
+        body = rest.split("\n---\n", 1)[1] if "\n---\n" in rest else rest
+        (out / "react").mkdir(parents=True, exist_ok=True)
+        (out / "react" / f"{i:03d}-{_slug(title)}.md").write_text(f"# {title}\n\n{body}", encoding="utf-8")
+        n += 1
+    hono = (shared / "llms" / "hono" / "llms-small.txt").read_text(encoding="utf-8")
+    for i, section in enumerate(re.split(r"(?m)^(?=# )", hono)):
+        if section.startswith("# "):
+            (out / "hono").mkdir(parents=True, exist_ok=True)
+            (out / "hono" / f"{i:03d}-{_slug(section.splitlines()[0])}.md").write_text(section, encoding="utf-8")
+            n += 1
+    return n
+
+
+@pytest.fixture(scope="module")
+def kb(tmp_path_factory: pytest.TempPathFactory) -> Service:
+    from tests.conftest import SHARED_DATA
+
+    if not SHARED_DATA.is_dir():
+        pytest.skip("../shared/data is not present beside this clone")
+    base = tmp_path_factory.mktemp("quality")
+    assert build_corpus(SHARED_DATA, base / "corpus") > 150
+    (base / "ctx.toml").write_text(f"""
+[db]
+path = "kb.sqlite"
+[embedding]
+provider = "local"
+[connectors.filesystem.docs]
+root = "{base / 'corpus'}"
+""")
+    svc = Service.from_config(base / "ctx.toml")
+    summary = svc.sync("all")
+    assert summary.embedding is not None and summary.embedding.pending == 0
+    return svc
+
+
+def recall_at_5(svc: Service, mode: str) -> tuple[float, list[str]]:
+    misses = []
+    for question, answers in QUESTIONS.items():
+        titles = [r.title for r in svc.search(question, mode, limit=5)]
+        if not answers & set(titles):
+            misses.append(f"{question!r} -> {titles}")
+    return 1 - len(misses) / len(QUESTIONS), misses
+
+
+@pytest.mark.parametrize("mode", ["keyword", "semantic", "hybrid"])
+def test_recall_at_5(kb: Service, mode: str, record_property: pytest.RecordProperty) -> None:
+    recall, misses = recall_at_5(kb, mode)
+    record_property(f"recall@5_{mode}", recall)
+    print(f"\nrecall@5 {mode}: {recall:.2f} ({len(QUESTIONS)} questions)")
+    assert recall >= FLOORS[mode], "\n".join(misses)
+
+
+def test_reference_minmax_fusion_still_available(kb: Service, record_property: pytest.RecordProperty) -> None:
+    import dataclasses
+
+    original = kb.config
+    kb.config = dataclasses.replace(original, retrieval=dataclasses.replace(original.retrieval, fusion="minmax"))
+    try:
+        recall, misses = recall_at_5(kb, "hybrid")
+    finally:
+        kb.config = original
+    record_property("recall@5_hybrid_minmax", recall)
+    print(f"\nrecall@5 hybrid (minmax): {recall:.2f}")
+    assert recall >= FLOORS["hybrid"], "\n".join(misses)
