@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -148,15 +149,16 @@ def test_truncated_block_is_reported(shared_data: Path) -> None:
         parse_block(raw + b"\x00")
 
 
-@pytest.fixture
-def small_block(shared_data: Path) -> bytes:
-    return btc_file(shared_data, "hadoopcryptoledger/block176149.blk")[8:]
+@functools.cache
+def _small_block(root: Path) -> bytes:
+    return btc_file(root, "hadoopcryptoledger/block176149.blk")[8:]
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
-def test_mutated_bytes_never_crash(small_block: bytes, data: st.DataObject) -> None:
+def test_mutated_bytes_never_crash(shared_data: Path, data: st.DataObject) -> None:
     """Any mutation either parses (and then the merkle check holds) or raises MalformedBlock."""
+    small_block = _small_block(shared_data)
     raw = bytearray(small_block)
     for _ in range(data.draw(st.integers(1, 8))):
         pos = data.draw(st.integers(0, len(raw) - 1))

@@ -265,7 +265,7 @@ def parse_block(data: bytes, *, check_merkle: bool = True) -> Block:
         data = bytes(data)
     try:
         block = _parse(data)
-    except (IndexError, ValueError, StructError) as exc:
+    except (IndexError, ValueError, OverflowError, StructError) as exc:
         raise MalformedBlock(f"block bytes are truncated or corrupt ({exc})") from exc
     if check_merkle and merkle_root(block.txids) != block.header.merkle_root:
         raise MalformedBlock(
