@@ -118,3 +118,56 @@ def test_invalid_arguments_and_unknown_resource_are_protocol_errors() -> None:
     # Arguments are validated against inputSchema before the handler runs; the message names the field.
     assert "prompt" in inspect_error("--method", "tools/call", "--tool-name", "test_sampling")["message"]
     assert "test://nope" in inspect_error("--method", "resources/read", "--uri", "test://nope")["message"]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.mark.parametrize("stateless", [False, True], ids=["stateful", "stateless"])
+def test_inspector_over_streamable_http(tmp_path: Path, stateless: bool) -> None:
+    import socket
+    import time
+
+    port = _free_port()
+    log = tmp_path / "server.log"
+    cmd = [sys.executable, str(FIXTURE), "http", "--port", str(port)] + (["--stateless"] if stateless else [])
+    with log.open("wb") as fh:
+        server = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT, cwd=REPO)
+    try:
+        deadline = time.monotonic() + 20
+        while True:  # readiness by TCP connect, never by a GET that could open an endless SSE stream
+            assert server.poll() is None, f"server exited {server.returncode}:\n{log.read_text()}"
+            assert time.monotonic() < deadline, f"server never listened:\n{log.read_text()}"
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        env = dict(os.environ, PATH=f"{NODE_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+        url = f"http://127.0.0.1:{port}/mcp"
+
+        def run(*args: str) -> Any:
+            proc = subprocess.run([str(INSPECTOR), "--cli", url, *args], capture_output=True, text=True,
+                                  timeout=45, env=env, cwd=REPO)
+            assert proc.returncode == 0, f"stdout: {proc.stdout}\nstderr: {proc.stderr}\nserver: {log.read_text()}"
+            return json.loads(proc.stdout)
+
+        out = run("--method", "tools/call", "--tool-name", "test_multiple_content_types")
+        assert [b["type"] for b in out["content"]] == ["text", "image", "resource"]
+        assert json.loads(out["content"][2]["resource"]["text"]) == {"test": "data", "value": 123}
+        out = run("--method", "resources/templates/list")
+        assert out["resourceTemplates"] == [{"name": "template-data", "uriTemplate": "test://template/{id}/data",
+                                             "description": "Data for one id", "mimeType": "application/json"}]
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
