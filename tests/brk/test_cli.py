@@ -45,3 +45,33 @@ def test_help_does_not_import_numpy_or_the_parser() -> None:
             "print(sorted(m for m in ('numpy', 'cairn.brk.blocks.parser', 'cairn.brk.indexer') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_watch_picks_up_appended_blocks(mainnet_blocks: Path, tmp_path: Path) -> None:
+    import time
+
+    from cairn.brk.vecs import read_manifest
+
+    data = (mainnet_blocks / "blk00000.dat").read_bytes()
+    blocks = tmp_path / "node"
+    blocks.mkdir()
+    (blocks / "blk00000.dat").write_bytes(data[:50_000])
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "cairn.brk.cli", "index", "--watch", "--interval", "0.2",
+                             "--blocks-dir", str(blocks), "--out", str(out), "--format", "jsonl"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout is not None
+        first = json.loads(proc.stdout.readline())
+        assert 0 < first["height"] < 589
+        with open(blocks / "blk00000.dat", "ab") as fh:  # the node appends the rest
+            fh.write(data[50_000:])
+        second = json.loads(proc.stdout.readline())
+        assert second["height"] == 589 and second["indexed_blocks"] == 589 - first["height"]
+        deadline = time.monotonic() + 10
+        while read_manifest(out)["meta"]["height"] != 589 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert read_manifest(out)["meta"]["height"] == 589
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

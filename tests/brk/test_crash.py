@@ -72,8 +72,8 @@ def test_random_sigkills_leave_a_consistent_store(tmp_path: Path) -> None:
             break
     assert kills >= min(KILLS, 5), f"only {kills} kills landed"
     assert progress == sorted(progress) and progress[-1] > progress[0]
-    if not finished:
-        assert subprocess.run(cmd, stdout=subprocess.DEVNULL).returncode == 0
+    if not finished:  # finish with default commit sizes (tiny fsynced batches are slow under load)
+        assert subprocess.run(cmd[:-4] + cmd[-2:], stdout=subprocess.DEVNULL).returncode == 0
     assert _check_consistent(out, ref) == 5999
     for spec in SPECS:  # byte for byte, the scan cache included
         assert open_store(out).path(spec.name).read_bytes() == open_store(ref).path(spec.name).read_bytes()

@@ -41,8 +41,9 @@ def _cmd_index(args: argparse.Namespace) -> int:
 
     blocks_dir = Path(args.blocks_dir).expanduser()
     out = Path(args.out).expanduser() if args.out else _default_out()
+    # One Indexer for every poll: its header set, chain and txid map stay in step with the store.
+    indexer = Indexer(blocks_dir, out, durable=not args.no_fsync, commit_blocks=args.commit_every)
     while True:
-        indexer = Indexer(blocks_dir, out, durable=not args.no_fsync, commit_blocks=args.commit_every)
         result = indexer.run(max_blocks=args.max_blocks)
         if not args.watch or result.indexed_blocks or result.rolled_back_from is not None or result.invalid:
             _print(result.to_dict(), args.format)
