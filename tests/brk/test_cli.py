@@ -75,3 +75,12 @@ def test_watch_picks_up_appended_blocks(mainnet_blocks: Path, tmp_path: Path) ->
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_bundled_mainnet_sample(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sample", "--mainnet", "--out", str(tmp_path / "b"), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["blocks"] == 590
+    assert main(["index", "--blocks-dir", str(tmp_path / "b"), "--out", str(tmp_path / "o"), "--format", "json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["height"] == 589
+    assert result["tip"] == "00000000b96305605f1eb5ab800024ff3fa260deedf6005e1e3987daa11d3935"

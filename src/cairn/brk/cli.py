@@ -3,7 +3,7 @@
 Commands:
   brk index  --blocks-dir DIR --out DIR [--watch]   index new blocks (resumes; rolls back on reorgs)
   brk fetch  --rpc-url URL --blocks-dir DIR          mirror a bitcoind's best chain into blk files
-  brk sample --blocks N --out DIR                    write a deterministic regtest sample chain
+  brk sample --blocks N --out DIR [--mainnet]        write a regtest sample chain (or mainnet 0..589)
   brk status --out DIR                               the committed tip and vec lengths
 """
 
@@ -54,10 +54,13 @@ def _cmd_index(args: argparse.Namespace) -> int:
 
 
 def _cmd_sample(args: argparse.Namespace) -> int:
-    from cairn.brk.sample import write_sample
+    from cairn.brk.sample import write_mainnet_sample, write_sample
 
-    summary = write_sample(Path(args.out).expanduser(), args.blocks, seed=args.seed,
-                           max_file_bytes=args.max_file_bytes)
+    if args.mainnet:
+        summary = write_mainnet_sample(Path(args.out).expanduser())
+    else:
+        summary = write_sample(Path(args.out).expanduser(), args.blocks, seed=args.seed,
+                               max_file_bytes=args.max_file_bytes)
     _print(summary, args.format)
     return 0
 
@@ -115,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="directory to write blk*.dat files into")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--max-file-bytes", type=int, default=128 << 20, help="start a new blk file past this size")
+    p.add_argument("--mainnet", action="store_true", help="write the bundled mainnet heights 0..589 instead")
     common(p)
     p.set_defaults(func=_cmd_sample)
 

@@ -261,3 +261,22 @@ def write_sample(out: Path, n_blocks: int, *, seed: int = 7, max_file_bytes: int
     if chunks:
         flush()
     return {"blocks": n_blocks, "files": file_no + 1, "bytes": total}
+
+
+MAINNET_SAMPLE = Path(__file__).resolve().parent / "samples" / "mainnet-0-589.blk"
+
+
+def write_mainnet_sample(out: Path) -> dict[str, int]:
+    """Copy the bundled mainnet heights 0..589 into ``out`` as ``blk00000.dat`` (atomically)."""
+    import os
+
+    from cairn.core.errors import NotFound
+
+    if not MAINNET_SAMPLE.exists():
+        raise NotFound(f"The bundled mainnet sample {MAINNET_SAMPLE} is missing. Reinstall cairn.")
+    out.mkdir(parents=True, exist_ok=True)
+    data = MAINNET_SAMPLE.read_bytes()
+    tmp = out / "blk00000.dat.tmp"
+    tmp.write_bytes(data)
+    os.replace(tmp, out / "blk00000.dat")
+    return {"blocks": 590, "files": 1, "bytes": len(data) - 8 * 590}
