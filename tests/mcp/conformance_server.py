@@ -279,7 +279,9 @@ def _serve_http(server: Server, port: int, stateless: bool) -> None:
     from cairn.mcp.http import mcp_app
 
     app = mcp_app(server, stateless=stateless)
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    # Open SSE streams (a client's GET stream) never finish on their own, and uvicorn waits for every
+    # connection before the app's lifespan shutdown: bound that wait so SIGTERM always stops the server.
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", timeout_graceful_shutdown=2)
 
 
 def main(argv: list[str] | None = None) -> int:
