@@ -175,6 +175,13 @@ def test_tools_call_text_structured_and_errors() -> None:
     assert result(session, "tools/call", {"name": "later"})["structuredContent"] == {"async": True}
 
 
+def test_raise_errors_switch_surfaces_tool_bugs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CAIRN_RAISE_ERRORS", "1")
+    session = ready()
+    assert error(session, "tools/call", {"name": "crash"}) == {"code": rpc.INTERNAL_ERROR, "message": "Internal error: RuntimeError: boom"}
+    assert result(session, "tools/call", {"name": "fail"})["isError"] is True  # CairnErrors stay tool errors
+
+
 @pytest.mark.parametrize("args,message", [
     ({"a": 1, "b": 99}, "b: 99 is greater than the maximum of 50"),
     ({"a": 1}, "b: is required"),

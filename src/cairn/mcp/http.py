@@ -260,7 +260,7 @@ class McpApp:
         headers = {"mcp-session-id": sid} if sid else {}
 
         if isinstance(msg, dict) and kinds[0] in ("notification", "response"):
-            await self._run(session.handle, msg, None)
+            session.handle(msg, None)  # quick: no user code runs for these
             return Response(status_code=202, headers=headers)
         if isinstance(msg, list):
             replies = await self._run(session.handle, msg, None)
@@ -272,7 +272,10 @@ class McpApp:
         wants_sse = "text/event-stream" in accept and (
             "application/json" not in accept or (not self.json_response and session.is_slow(msg)))
         if not wants_sse:
-            reply = await self._run(session.handle, msg, None)
+            if session.is_slow(msg):
+                reply = await self._run(session.handle, msg, None)
+            else:  # initialize, ping, lists, subscriptions, setLevel: no user code, answer on the loop
+                reply = session.handle(msg, None)
             if reply is None:  # cancelled while running
                 return Response(status_code=202, headers=headers)
             status = 200

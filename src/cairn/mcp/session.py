@@ -7,40 +7,24 @@ and writes whatever it returns; notifications and server-to-client requests go o
 
 from __future__ import annotations
 
-import base64
 import itertools
-import json
 import sys
 import threading
 import traceback
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
-from cairn.core.errors import CairnError, InvalidInput, NetworkError, NotFound, Timeout
+from cairn.core.errors import CairnError, InvalidInput, NetworkError, Timeout
 from cairn.mcp import jsonrpc as rpc
-from cairn.mcp.content import ToolResult, text
 from cairn.mcp.context import Sender, ToolContext
 from cairn.mcp.jsonrpc import JSON, RpcError
-from cairn.mcp.schema import SchemaError, validate
+from cairn.mcp.methods import LEVELS, METHODS
 
 if TYPE_CHECKING:
     from cairn.mcp.server import Server
 
-LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 BATCH_VERSIONS = ("2025-03-26", "2024-11-05")  # JSON-RPC batching was removed in 2025-06-18
 SLOW_METHODS = frozenset({"tools/call", "resources/read", "prompts/get", "completion/complete"})
 _STANDALONE = ("initialize", "ping")
-
-
-def _await(value: Any) -> Any:
-    """Run a coroutine returned by an ``async def`` handler to completion (we are in a worker thread)."""
-    if hasattr(value, "__await__"):
-        import asyncio
-
-        async def wait() -> Any:
-            return await value
-
-        return asyncio.run(wait())
-    return value
 
 
 def _id_key(request_id: Any) -> tuple[str, Any]:
@@ -78,21 +62,6 @@ class Session:
         self._queued: set[tuple[str, Any]] = set()
         self._pending: dict[str, _Pending] = {}
         self._ids = itertools.count(1)
-        self._methods: dict[str, Callable[[JSON, ToolContext], JSON]] = {
-            "initialize": self._initialize,
-            "ping": lambda p, c: {},
-            "tools/list": self._tools_list,
-            "tools/call": self._tools_call,
-            "resources/list": self._resources_list,
-            "resources/templates/list": self._templates_list,
-            "resources/read": self._resources_read,
-            "resources/subscribe": self._subscribe,
-            "resources/unsubscribe": self._unsubscribe,
-            "prompts/list": self._prompts_list,
-            "prompts/get": self._prompts_get,
-            "completion/complete": self._complete,
-            "logging/setLevel": self._set_level,
-        }
         server._attach(self)
 
     # -- entry points -------------------------------------------------------------------------
@@ -164,7 +133,7 @@ class Session:
 
     def _on_request(self, msg: JSON, send: Sender | None) -> JSON | None:
         request_id, method = msg["id"], msg["method"]
-        handler = self._methods.get(method)
+        handler = METHODS.get(method)
         if handler is None:
             return rpc.error_response(request_id, RpcError(rpc.METHOD_NOT_FOUND, f"Method not found: {method}"))
         if not self.initialized and method not in _STANDALONE:
@@ -182,7 +151,7 @@ class Session:
                 self._early_cancel.discard(key)
                 ctx._cancel("cancelled before it started")
         try:
-            result = handler(params, ctx)
+            result = handler(self, params, ctx)
             reply = rpc.response(request_id, result)
         except RpcError as exc:
             reply = rpc.error_response(request_id, exc)
@@ -198,234 +167,19 @@ class Session:
             return None  # the client gave up on it; cancelled requests get no response
         return reply
 
-    def _initialize(self, params: JSON, ctx: ToolContext) -> JSON:
-        from cairn.mcp.server import LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS
-
-        requested = params.get("protocolVersion")
-        if not isinstance(requested, str):
-            raise RpcError(rpc.INVALID_PARAMS, 'Invalid params: initialize needs "protocolVersion" (a string)')
-        caps = params.get("capabilities", {})
-        info = params.get("clientInfo", {})
-        if not isinstance(caps, dict) or not isinstance(info, dict):
-            raise RpcError(rpc.INVALID_PARAMS, 'Invalid params: "capabilities" and "clientInfo" must be objects')
-        version = requested if requested in SUPPORTED_PROTOCOL_VERSIONS else LATEST_PROTOCOL_VERSION
-        self.protocol_version = version
-        self.client_capabilities = caps
-        self.client_info = info
-        self.initialized = True
-        result: JSON = {
-            "protocolVersion": version,
-            "capabilities": self.server.capabilities(),
-            "serverInfo": self.server.server_info(),
-        }
-        if self.server.instructions:
-            result["instructions"] = self.server.instructions
-        return result
-
-    # pagination ---------------------------------------------------------------------------------
-
-    def _page(self, kind: str, items: list[JSON], params: JSON, key: str) -> JSON:
-        cursor = params.get("cursor")
-        start = 0
-        if cursor is not None:
-            start = self._decode_cursor(kind, cursor)
-        size = self.server.page_size
-        result: JSON = {key: items[start:start + size]}
-        if start + size < len(items):
-            token = f"{kind}:{start + size}".encode()
-            result["nextCursor"] = base64.urlsafe_b64encode(token).decode("ascii")
-        return result
-
-    @staticmethod
-    def _decode_cursor(kind: str, cursor: Any) -> int:
-        bad = RpcError(rpc.INVALID_PARAMS, f"Invalid params: invalid cursor {cursor!r:.60}; "
-                                           "pass the nextCursor of the previous page, or omit it")
-        if not isinstance(cursor, str):
-            raise bad
-        try:
-            label, _, offset = base64.urlsafe_b64decode(cursor.encode("ascii")).decode("ascii").partition(":")
-            start = int(offset)
-        except (ValueError, UnicodeError):
-            raise bad from None
-        if label != kind or start < 0:
-            raise bad
-        return start
-
-    # tools --------------------------------------------------------------------------------------
-
-    def _tools_list(self, params: JSON, ctx: ToolContext) -> JSON:
-        return self._page("tools", [t.describe() for t in self.server.tools.values()], params, "tools")
-
-    def _tools_call(self, params: JSON, ctx: ToolContext) -> JSON:
-        name = params.get("name")
-        if not isinstance(name, str):
-            raise RpcError(rpc.INVALID_PARAMS, 'Invalid params: tools/call needs "name" (a string)')
-        tool = self.server.tools.get(name)
-        if tool is None:
-            raise RpcError(rpc.INVALID_PARAMS, f"Unknown tool: {name!r}", {"name": name})
-        args = params.get("arguments")
-        if args is None:
-            args = {}
-        if not isinstance(args, dict):
-            raise RpcError(rpc.INVALID_PARAMS, f'Invalid params: "arguments" must be an object, got {type(args).__name__}')
-        try:
-            validate(args, tool.input_schema)
-        except SchemaError as exc:
-            raise RpcError(rpc.INVALID_PARAMS, str(exc), {"tool": name, "field": exc.path}) from None
-        try:
-            value = _await(tool.handler(args, ctx))
-        except CairnError as exc:
-            return ToolResult([text(exc.message)], is_error=True).to_dict()
-        except Exception as exc:
-            traceback.print_exc(file=sys.stderr)
-            return ToolResult([text(f"{type(exc).__name__}: {exc}")], is_error=True).to_dict()
-        return self._tool_result(tool, value)
-
-    @staticmethod
-    def _tool_result(tool: Any, value: Any) -> JSON:
-        if isinstance(value, ToolResult):
-            result = value
-        elif isinstance(value, str):
-            result = ToolResult([text(value)])
-        elif value is None:
-            result = ToolResult([])
-        else:
-            try:
-                body = json.dumps(value, ensure_ascii=False, allow_nan=False)
-            except (TypeError, ValueError):
-                body = str(value)
-            structured = value if isinstance(value, dict) and (tool.output_schema is not None or tool.structured) else None
-            result = ToolResult([text(body)], structured=structured)
-        if tool.output_schema is not None and not result.is_error:
-            if result.structured is None:
-                return ToolResult([text(f"Tool {tool.name!r} declares an outputSchema but returned no structured content")],
-                                  is_error=True).to_dict()
-            try:
-                validate(result.structured, tool.output_schema)
-            except SchemaError as exc:
-                print(f"cairn.mcp: tool {tool.name!r} output violates its outputSchema: {exc}", file=sys.stderr)
-                return ToolResult([text(f"Tool {tool.name!r} returned output that does not match its outputSchema: {exc}")],
-                                  is_error=True).to_dict()
-        return result.to_dict()
-
-    # resources ----------------------------------------------------------------------------------
-
-    def _resources_list(self, params: JSON, ctx: ToolContext) -> JSON:
-        return self._page("resources", [r.describe() for r in self.server.resources.values()], params, "resources")
-
-    def _templates_list(self, params: JSON, ctx: ToolContext) -> JSON:
-        return self._page("templates", [t.describe() for t in self.server.templates], params, "resourceTemplates")
-
-    def _resources_read(self, params: JSON, ctx: ToolContext) -> JSON:
-        uri = params.get("uri")
-        if not isinstance(uri, str):
-            raise RpcError(rpc.INVALID_PARAMS, 'Invalid params: resources/read needs "uri" (a string)')
-        mime: str | None
-        resource = self.server.resources.get(uri)
-        try:
-            if resource is not None:
-                mime = resource.mime_type
-                value = _await(resource.handler(uri))
-            else:
-                for template in self.server.templates:
-                    found = template.match(uri)
-                    if found is not None:
-                        mime = template.mime_type
-                        value = _await(template.handler(uri, found))
-                        break
-                else:
-                    raise NotFound(f"Resource not found: {uri}")
-        except NotFound as exc:
-            raise RpcError(rpc.INVALID_PARAMS, exc.message, {"uri": uri}) from None
-        return {"contents": _resource_contents(uri, value, mime)}
-
-    def _subscribe(self, params: JSON, ctx: ToolContext) -> JSON:
-        uri = params.get("uri")
-        if not isinstance(uri, str):
-            raise RpcError(rpc.INVALID_PARAMS, 'Invalid params: resources/subscribe needs "uri" (a string)')
+    def subscribe(self, uri: str) -> None:
         with self._lock:
             self.subscriptions.add(uri)
-        return {}
 
-    def _unsubscribe(self, params: JSON, ctx: ToolContext) -> JSON:
-        uri = params.get("uri")
-        if not isinstance(uri, str):
-            raise RpcError(rpc.INVALID_PARAMS, 'Invalid params: resources/unsubscribe needs "uri" (a string)')
+    def unsubscribe(self, uri: str) -> None:
         with self._lock:
             self.subscriptions.discard(uri)
-        return {}
 
     def notify_resource_updated(self, uri: str) -> bool:
         if uri not in self.subscriptions or self.closed:
             return False
         self.send_notification("notifications/resources/updated", {"uri": uri}, None)
         return True
-
-    # prompts and completion ---------------------------------------------------------------------
-
-    def _prompts_list(self, params: JSON, ctx: ToolContext) -> JSON:
-        return self._page("prompts", [p.describe() for p in self.server.prompts.values()], params, "prompts")
-
-    def _prompts_get(self, params: JSON, ctx: ToolContext) -> JSON:
-        name = params.get("name")
-        if not isinstance(name, str):
-            raise RpcError(rpc.INVALID_PARAMS, 'Invalid params: prompts/get needs "name" (a string)')
-        prompt = self.server.prompts.get(name)
-        if prompt is None:
-            raise RpcError(rpc.INVALID_PARAMS, f"Unknown prompt: {name!r}", {"name": name})
-        args = params.get("arguments") or {}
-        if not isinstance(args, dict) or not all(isinstance(v, str) for v in args.values()):
-            raise RpcError(rpc.INVALID_PARAMS, 'Invalid params: prompt "arguments" must be an object of strings')
-        for spec in prompt.arguments:
-            if spec.get("required") and spec.get("name") not in args:
-                raise RpcError(rpc.INVALID_PARAMS, f"Missing required argument {spec.get('name')!r} for prompt {name!r}")
-        try:
-            value = _await(prompt.handler(args))
-        except NotFound as exc:
-            raise RpcError(rpc.INVALID_PARAMS, exc.message) from None
-        result: JSON
-        if isinstance(value, dict) and "messages" in value:
-            result = dict(value)
-        else:
-            items = [value] if isinstance(value, str) else list(value)
-            result = {"messages": [
-                {"role": "user", "content": text(m)} if isinstance(m, str) else m for m in items]}
-        if prompt.description and "description" not in result:
-            result["description"] = prompt.description
-        return result
-
-    def _complete(self, params: JSON, ctx: ToolContext) -> JSON:
-        handler = self.server.completion_handler
-        if handler is None:
-            raise RpcError(rpc.METHOD_NOT_FOUND, "Method not found: completion/complete (this server offers no completions)")
-        ref, argument, context = params.get("ref"), params.get("argument"), params.get("context")
-        if not isinstance(ref, dict) or ref.get("type") not in ("ref/prompt", "ref/resource"):
-            raise RpcError(rpc.INVALID_PARAMS, 'Invalid params: "ref" must be {"type": "ref/prompt", "name"} or {"type": "ref/resource", "uri"}')
-        if not isinstance(argument, dict) or not isinstance(argument.get("name"), str) or not isinstance(argument.get("value"), str):
-            raise RpcError(rpc.INVALID_PARAMS, 'Invalid params: "argument" must be {"name": string, "value": string}')
-        if context is not None and not isinstance(context, dict):
-            raise RpcError(rpc.INVALID_PARAMS, 'Invalid params: "context" must be an object')
-        if ref["type"] == "ref/prompt":
-            name = ref.get("name")
-            if not isinstance(name, str) or name not in self.server.prompts:
-                raise RpcError(rpc.INVALID_PARAMS, f"Unknown prompt: {name!r}")
-        if ref["type"] == "ref/resource":
-            uri = ref.get("uri")
-            known = {t.uri_template for t in self.server.templates} | set(self.server.resources)
-            if not isinstance(uri, str) or uri not in known:
-                raise RpcError(rpc.INVALID_PARAMS, f"Unknown resource template: {uri!r}")
-        value = _await(handler(ref, argument, context))
-        if isinstance(value, dict):
-            return {"completion": value}
-        values = [str(v) for v in value]
-        return {"completion": {"values": values[:100], "total": len(values), "hasMore": len(values) > 100}}
-
-    def _set_level(self, params: JSON, ctx: ToolContext) -> JSON:
-        level = params.get("level")
-        if level not in LEVELS:
-            raise RpcError(rpc.INVALID_PARAMS, f"Invalid params: level must be one of {', '.join(LEVELS)}")
-        self.log_level = level
-        return {}
 
     # -- notifications, responses, outgoing messages ---------------------------------------------
 
@@ -523,23 +277,3 @@ class Session:
             p.event.set()
         for ctx in inflight:
             ctx._cancel("session closed")
-
-
-def _resource_contents(uri: str, value: Any, mime: str | None) -> list[JSON]:
-    """Turn a resource handler's return value into ``resources/read`` contents."""
-    if isinstance(value, list) and value and all(isinstance(v, dict) and "uri" in v and ("text" in v or "blob" in v)
-                                                 for v in value):
-        return value
-    entry: JSON = {"uri": uri}
-    if isinstance(value, bytes):
-        entry["mimeType"] = mime or "application/octet-stream"
-        entry["blob"] = base64.b64encode(value).decode("ascii")
-        return [entry]
-    if isinstance(value, str):
-        if mime:
-            entry["mimeType"] = mime
-        entry["text"] = value
-        return [entry]
-    entry["mimeType"] = mime or "application/json"
-    entry["text"] = json.dumps(value, ensure_ascii=False)
-    return [entry]
