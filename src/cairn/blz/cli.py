@@ -18,9 +18,6 @@ from cairn.core.errors import CairnError, InvalidInput, raise_errors
 
 # Only these imports are paid on every call; everything else is imported by the command using it.
 
-WHITELIST = ("stats", "history", "list", "validate", "inspect", "schema")
-
-
 def _store() -> Any:
     from cairn.blz.store import Store
     from cairn.core.paths import data_dir
@@ -214,6 +211,11 @@ def _text(cmd: str, data: Any) -> str:
 
 def run(argv: list[str], out: TextIO, err: TextIO) -> int:
     """Run blz with ``argv``, writing to ``out``/``err``; returns the exit code (no sys.exit)."""
+    if argv == ["mcp"]:  # the server's start-up path: skip building the parser
+        from cairn.blz.tools import serve
+
+        serve()
+        return 0
     parser = build_parser(out, err)
     try:
         args = parser.parse_args(argv)

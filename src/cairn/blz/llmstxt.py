@@ -22,6 +22,8 @@ _FRONT_KEY = re.compile(r"[A-Za-z_][\w-]*:")
 _ANCHOR = re.compile(r"[ \t]*\{(?:#[^}]*|/\*.*?\*/)\}[ \t]*$")
 _NOT_PARAGRAPH = re.compile(r" {0,3}(?:[-+*>|]|\d{1,9}[.)](?:[ \t]|$)|<|$)|    |\t")
 
+_MARKS = frozenset("#`~=-")
+
 WINDOW = 60  # lines per window for heading-less text and for splitting long sections
 MAX_FRONT_MATTER = 40  # front-matter longer than this is not front-matter
 
@@ -70,20 +72,67 @@ def split_lines(text: str) -> list[str]:
     return lines
 
 
+def decode_lines(data: bytes) -> list[str]:
+    """The lines of UTF-8 ``data`` (invalid bytes replaced), numbered as :func:`split_lines` does.
+
+    Splitting the bytes before decoding keeps each line a compact (mostly ASCII) string; decoding the
+    whole file first would make one UCS-4 copy of it as soon as it holds a single emoji."""
+    lines = [ln.decode("utf-8", errors="replace") for ln in data.split(b"\n")]
+    if len(lines) > 1 and lines[-1] == "":
+        lines.pop()
+    if lines[0].startswith("\ufeff"):
+        lines[0] = lines[0][1:]
+    return lines
+
+
+def count_lines(data: bytes) -> int:
+    """``len(decode_lines(data))`` without building the lines."""
+    n = data.count(b"\n")
+    return n if n and data.endswith(b"\n") else n + 1
+
+
 def clean_heading(raw: str) -> str:
     text = _ANCHOR.sub("", raw.rstrip("\r")).strip()
     return text
 
 
+def candidates(lines: list[str]) -> list[int]:
+    """Indexes of the lines :func:`find_headings` must look at. (A comprehension beats a multiline
+    regex here: 17 ms against 51 ms on react's 92k lines, whose text is UCS-4.)"""
+    marks = _MARKS
+    return [i for i, ln in enumerate(lines)
+            if ln and (ln[0] in marks or (ln[0] == " " and ln.lstrip(" ")[:1] in marks))]
+
+
 def find_headings(lines: list[str]) -> list[tuple[int, int, str]]:
-    """``(line_number, level, text)`` for every heading outside code fences and front-matter."""
+    """``(line_number, level, text)`` for every heading outside code fences and front-matter.
+
+    Only lines that can open or close something (``#``, backticks, ``~``, ``=``, ``-`` after at most
+    three spaces) are visited; the state a setext underline needs is read from the lines above it.
+    On a 92k-line file this is ~4x faster than a loop over every line.
+    """
     found: list[tuple[int, int, str]] = []
+    cands = candidates(lines)
+    boundary: set[int] = set()  # lines ending a block (headings, fence closes): a paragraph may follow
+    used: set[int] = set()  # heading lines and fence openers: never paragraph text
+
+    def blank_before(j: int) -> bool:
+        return j == 0 or not lines[j - 1].strip() or (j - 1) in boundary
+
+    def one_line_paragraph(j: int) -> bool:
+        # A setext heading's text must be a one-line paragraph: after a blank line or a closed block.
+        # (CommonMark also allows multi-line paragraphs; in llms.txt files "text\n---" is far more
+        # often a sloppy thematic break, so we stay conservative.)
+        if j < 0 or j in used or j in boundary:
+            return False
+        text = lines[j]
+        return bool(text.strip()) and not _NOT_PARAGRAPH.match(text) and blank_before(j)
+
     fence: str | None = None  # the opening fence's run of ` or ~ while inside a fenced block
-    n = len(lines)
-    i = 0
-    prev_para = False  # the previous line is a one-line paragraph that a setext underline may claim
-    prev_blank = True
-    while i < n:
+    skip_until = -1
+    for i in cands:
+        if i <= skip_until:
+            continue
         line = lines[i]
         first = line.lstrip(" ")[:1]
         if fence is not None:
@@ -91,51 +140,36 @@ def find_headings(lines: list[str]) -> list[tuple[int, int, str]]:
                 m = _FENCE.match(line)
                 if m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence) and not m.group(2).strip():
                     fence = None
-                    i += 1
-                    prev_para, prev_blank = False, True  # a closed block: a paragraph may follow
-                    continue
-            i += 1
-            prev_para, prev_blank = False, False
+                    boundary.add(i)
             continue
         if first in ("`", "~"):
             m = _FENCE.match(line)
             # A backtick fence's info string may not contain backticks (CommonMark).
             if m and not (m.group(1)[0] == "`" and "`" in m.group(2)):
                 fence = m.group(1)
-                i += 1
-                prev_para, prev_blank = False, False
-                continue
+                used.add(i)
+            continue
         if first == "#":
             m = _ATX.match(line)
             if m:
                 text = clean_heading(m.group(2) or "")
                 if text:
                     found.append((i + 1, len(m.group(1)), text))
-                i += 1
-                prev_para, prev_blank = False, True
-                continue
-        if first in ("=", "-"):
-            if _SETEXT.match(line):
-                if prev_para:
-                    text = clean_heading(lines[i - 1])
-                    if text:
-                        found.append((i, 1 if first == "=" else 2, text))
-                        i += 1
-                        prev_para, prev_blank = False, True
-                        continue
-                elif first == "-" and prev_blank and line.strip() == "---":
-                    end = _front_matter_end(lines, i)
-                    if end is not None:
-                        i = end + 1
-                        prev_para, prev_blank = False, True
-                        continue
-        blank = not line.strip()
-        # A setext heading's text must be a one-line paragraph: after a blank line or a closed block.
-        # (CommonMark also allows multi-line paragraphs; in llms.txt files "text\n---" is far more
-        # often a sloppy thematic break, so we stay conservative.)
-        prev_para = not blank and prev_blank and not _NOT_PARAGRAPH.match(line)
-        prev_blank = blank
-        i += 1
+                boundary.add(i)
+                used.add(i)
+            continue
+        if _SETEXT.match(line):
+            if one_line_paragraph(i - 1):
+                text = clean_heading(lines[i - 1])
+                if text:
+                    found.append((i, 1 if first == "=" else 2, text))
+                    boundary.add(i)
+                    used.add(i - 1)
+            elif first == "-" and blank_before(i) and line.strip() == "---":
+                end = _front_matter_end(lines, i)
+                if end is not None:
+                    skip_until = end
+                    boundary.add(end)
     return found
 
 
@@ -153,7 +187,11 @@ def parse(text: str, window: int = WINDOW) -> Document:
     """Headings and sections of ``text``. Never raises."""
     if text.startswith("\ufeff"):
         text = text[1:]
-    lines = split_lines(text)
+    return parse_lines(split_lines(text), window)
+
+
+def parse_lines(lines: list[str], window: int = WINDOW) -> Document:
+    """Headings and sections of a file already split into lines (see :func:`decode_lines`)."""
     total = len(lines)
     raw = find_headings(lines)
     # Section extents: a heading runs to just before the next heading of the same or higher level.

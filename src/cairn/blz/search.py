@@ -2,90 +2,126 @@
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
 from cairn.blz.citation import check_alias
-from cairn.blz.store import WEIGHTS, Store
+from cairn.blz.limits import MAX_LIMIT
+from cairn.blz.store import PATH_SEP, SID_SHIFT, WEIGHTS, Store
 from cairn.core.errors import InvalidInput, NotFound
 from cairn.search.query import fts_match, terms
 
-MAX_LIMIT = 50
-SNIPPET_TOKENS = 32
+SNIPPET_CHARS = 240
 _WORD = re.compile(r"\w+", re.UNICODE)
 
-_SQL = (
-    "SELECT alias, first_line, last_line, hpath, snippet(sections, 2, '', '', '…', {tokens}), "
-    "bm25(sections, {w0}, {w1}, {w2}) AS rank FROM sections WHERE sections MATCH ?{filter} "
-    "ORDER BY rank LIMIT ? OFFSET ?"
-)
+_RANK_SQL = ("SELECT rowid, bm25(sections, {w0}, {w1}, {w2}) AS rank FROM sections WHERE sections MATCH ?{filter} "
+             "ORDER BY rank LIMIT ?").format(w0=WEIGHTS[0], w1=WEIGHTS[1], w2=WEIGHTS[2], filter="{filter}")
+_ROW_SQL = "SELECT first_line, last_line, hpath, body FROM sections WHERE rowid = ?"
 
 
 def search(store: Store, query: str, sources: list[str] | None = None, limit: int = 10,
            page: int = 1) -> dict[str, Any]:
     """Ranked hits for ``query`` across ``sources`` (all installed sources when empty).
 
-    Every term must match; when that finds nothing, any term may match; when that finds nothing
+    Every term must match; when that finds nothing, any word may match; when that finds nothing
     either, unknown words are replaced by the closest indexed word (typo tolerance). ``fallback``
-    in the result says which of these produced the hits.
+    in the result says which of these produced the hits. All sources share one FTS5 table, so
+    BM25 scores from different sources are on one scale; ``score`` is 0-100 relative to the top hit.
     """
     if not 1 <= limit <= MAX_LIMIT:
         raise InvalidInput(f"limit must be between 1 and {MAX_LIMIT}, not {limit}.")
     if page < 1:
         raise InvalidInput(f"page must be 1 or more, not {page}.")
-    urls = dict(store.db.execute("SELECT alias, url FROM sources").fetchall())
+    by_sid = store.aliases_by_sid()
+    sid_of = {alias: sid for sid, (alias, _url) in by_sid.items()}
     aliases = sorted({check_alias(s) for s in sources}) if sources else []
     for alias in aliases:
-        if alias not in urls:
-            raise NotFound(f"No source named {alias!r}. Installed: {', '.join(sorted(urls)) or 'none'}. "
+        if alias not in sid_of:
+            raise NotFound(f"No source named {alias!r}. Installed: {', '.join(sorted(sid_of)) or 'none'}. "
                            f"Add it with `blz add {alias}`.")
-    result: dict[str, Any] = {"query": query, "sources": aliases or sorted(urls), "page": page,
+    result: dict[str, Any] = {"query": query, "sources": aliases or sorted(sid_of), "page": page,
                               "limit": limit, "fallback": None, "hits": [], "hasMore": False}
     if not terms(query):
         return result
-    attempts: list[tuple[str | None, str | None]] = [(None, fts_match(query, operator="AND"))]
+    sids = [sid_of[a] for a in aliases] if aliases and len(aliases) < len(sid_of) else []
+    want = page * limit + 1
     words = _WORD.findall(query)
-    if len(terms(query)) > 1 or len(words) > 1:
+    ranked = _rank(store, fts_match(query, operator="AND"), sids, want)
+    if not ranked and (len(terms(query)) > 1 or len(words) > 1):
         # Any word may match; hyphenated or quoted terms are split into their words here.
-        attempts.append(("any-term", fts_match(" ".join(words), operator="OR")))
-    for label, match in attempts:
-        rows, top = _run(store, match, aliases, limit, page)
-        if rows or page > 1 and label is None and top is not None:
-            result["fallback"] = label
-            break
-    else:
+        ranked = _rank(store, fts_match(" ".join(words), operator="OR"), sids, want)
+        result["fallback"] = "any-term" if ranked else None
+    if not ranked:
         corrected = correct(store, query)
-        if corrected and corrected != query:
-            match = fts_match(corrected, operator="OR")
-            rows, top = _run(store, match, aliases, limit, page)
+        if corrected:
+            ranked = _rank(store, fts_match(corrected, operator="OR"), sids, want)
             result["fallback"] = "corrected"
             result["correctedQuery"] = corrected
-    result["hasMore"] = len(rows) > limit
-    rows = rows[:limit]
+            words = corrected.split()
+    top = ranked[0][1] if ranked else None
+    window = ranked[(page - 1) * limit:page * limit + 1]
+    result["hasMore"] = len(window) > limit
+    needles = [w.lower() for w in words]
     hits = []
-    for alias, first, last, hpath, snippet, rank in rows:
-        score = 100.0 * rank / top if top else 0.0
-        hits.append({"alias": alias, "lines": f"{first}-{last}", "headingPath": json.loads(hpath),
-                     "snippet": " ".join(snippet.split()), "score": round(score, 1),
-                     "sourceUrl": urls.get(alias)})
+    row_sql = store.db.execute
+    for rowid, rank in window[:limit]:
+        first, last, hpath, body = row_sql(_ROW_SQL, (rowid,)).fetchone()
+        alias, url = by_sid[rowid >> SID_SHIFT]
+        hits.append({"alias": alias, "lines": f"{first}-{last}",
+                     "headingPath": hpath.split(PATH_SEP) if hpath else [],
+                     "snippet": snippet(body, needles), "score": round(100.0 * rank / top, 1) if top else 0.0,
+                     "sourceUrl": url})
     result["hits"] = hits
     return result
 
 
-def _run(store: Store, match: str | None, aliases: list[str], limit: int,
-         page: int) -> tuple[list[tuple[Any, ...]], float | None]:
+def _rank(store: Store, match: str | None, sids: list[int], want: int) -> list[tuple[int, float]]:
+    """``(rowid, bm25)`` best first. One rowid-range query per source when filtering: FTS5 applies
+    rowid ranges inside the index, and raw BM25 from one table merges soundly across sources."""
     if match is None:
-        return [], None
-    where = f" AND alias IN ({','.join('?' * len(aliases))})" if aliases else ""
-    sql = _SQL.format(tokens=SNIPPET_TOKENS, w0=WEIGHTS[0], w1=WEIGHTS[1], w2=WEIGHTS[2], filter=where)
-    rows = store.db.execute(sql, (match, *aliases, limit + 1, (page - 1) * limit)).fetchall()
-    if page == 1:
-        top = rows[0][5] if rows else None
-    else:
-        first = store.db.execute(sql, (match, *aliases, 1, 0)).fetchone()
-        top = first[5] if first else None
-    return rows, top
+        return []
+    db = store.db
+    if not sids:
+        return db.execute(_RANK_SQL.format(filter=""), (match, want)).fetchall()
+    sql = _RANK_SQL.format(filter=" AND rowid BETWEEN ? AND ?")
+    out: list[tuple[int, float]] = []
+    for sid in sids:
+        lo = sid << SID_SHIFT
+        out += db.execute(sql, (match, lo, lo + (1 << SID_SHIFT) - 1, want)).fetchall()
+    if len(sids) > 1:
+        out.sort(key=lambda r: r[1])
+    return out[:want]
+
+
+def snippet(body: str, needles: list[str], width: int = SNIPPET_CHARS) -> str:
+    """About ``width`` characters of ``body`` around the densest cluster of query words."""
+    low = body.lower()
+    hits: list[tuple[int, int]] = []  # (position, word index)
+    for k, word in enumerate(needles):
+        pos = low.find(word)
+        count = 0
+        while pos != -1 and count < 20:
+            hits.append((pos, k))
+            pos = low.find(word, pos + len(word))
+            count += 1
+    start = 0
+    if hits:
+        hits.sort()
+        best = -1
+        for pos, _k in hits:
+            covered = len({k for p, k in hits if pos <= p < pos + width - 40})
+            if covered > best:
+                best, start = covered, pos
+        start = max(0, start - 40)
+        if start:
+            space = body.rfind(" ", 0, start)
+            start = space + 1 if space > start - 20 else start
+    end = min(len(body), start + width)
+    if end < len(body):
+        space = body.rfind(" ", start + width // 2, end)
+        end = space if space > 0 else end
+    text = " ".join(body[start:end].split())
+    return ("…" if start > 0 else "") + text + ("…" if end < len(body) else "")
 
 
 def correct(store: Store, query: str) -> str | None:

@@ -6,17 +6,14 @@ Writes live in :mod:`cairn.blz.sources`, search in :mod:`cairn.blz.search`.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 from cairn.blz import llmstxt, registry
 from cairn.blz.citation import check_alias, merge, parse_citation
-from cairn.blz.store import SourceRow, Store
+from cairn.blz.limits import CONTEXT_MODES, DEFAULT_MAX_LINES, MAX_PADDING
+from cairn.blz.store import SourceRow, Store, sha256_hex
 from cairn.core.errors import InvalidInput, NotFound
 
-CONTEXT_MODES = ("none", "symmetric", "all")
-MAX_PADDING = 50
-DEFAULT_MAX_LINES = 2000
 
 
 def require(store: Store, alias: str) -> SourceRow:
@@ -153,12 +150,13 @@ def validate(store: Store, alias: str | None = None) -> dict[str, Any]:
             problems.append(f"stored file sources/{row.alias}/{row.file} is missing")
             data = None
         if data is not None:
-            if hashlib.sha256(data).hexdigest() != row.sha256:
+            if sha256_hex(data) != row.sha256:
                 problems.append("checksum mismatch: the stored file changed after it was indexed")
-            lines = len(llmstxt.split_lines(data.decode("utf-8", errors="replace")))
+            lines = llmstxt.count_lines(data)
             if lines != row.lines:
                 problems.append(f"line count {lines} differs from the indexed {row.lines}")
-        count = store.db.execute("SELECT count(*) FROM sections WHERE alias = ?", (row.alias,)).fetchone()[0]
+        count = store.db.execute("SELECT count(*) FROM sections WHERE rowid BETWEEN ? AND ?",
+                                 row.rowids).fetchone()[0]
         if count != row.sections:
             problems.append(f"index holds {count} sections, expected {row.sections}")
         heads = store.db.execute("SELECT count(*) FROM headings WHERE alias = ?", (row.alias,)).fetchone()[0]

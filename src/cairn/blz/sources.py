@@ -9,7 +9,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from cairn.blz import llmstxt, registry
 from cairn.blz.citation import check_alias
-from cairn.blz.store import SourceRow, Store, now_iso
+from cairn.blz.store import SourceRow, Store, now_iso, sha256_hex
 from cairn.core import fetch as fetching
 from cairn.core.errors import CairnError, Conflict, InvalidInput, NotFound
 
@@ -94,9 +94,7 @@ def update(store: Store, alias: str, *, max_bytes: int = fetching.DEFAULT_MAX_BY
         store.touch(alias, etag=result.etag, last_modified=result.last_modified, detail="304 Not Modified")
         return {"alias": alias, "status": "unchanged", "reason": "not modified (304)", "url": row.url}
     assert result.body is not None
-    import hashlib
-
-    if hashlib.sha256(result.body).hexdigest() == row.sha256:
+    if sha256_hex(result.body) == row.sha256:
         store.touch(alias, etag=result.etag, last_modified=result.last_modified, detail="same content")
         return {"alias": alias, "status": "unchanged", "reason": "same content", "url": row.url}
     info = _ingest(store, alias, row.url, result, "update", added_at=row.added_at)
@@ -109,8 +107,7 @@ def _ingest(store: Store, alias: str, url: str, result: fetching.FetchResult, ac
     body = result.body or b""
     if b"\x00" in body[:8192]:
         raise InvalidInput(f"{url} looks binary (it contains NUL bytes), not an llms.txt text file.")
-    text = body.decode("utf-8", errors="replace")
-    doc = llmstxt.parse(text)
+    doc = llmstxt.parse_lines(llmstxt.decode_lines(body))
     name, sha = store.write_file(alias, body)
     stamp = now_iso()
     row = SourceRow(alias=alias, url=url, title=doc.title, file=name, sha256=sha, bytes=len(body),

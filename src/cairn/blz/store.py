@@ -27,22 +27,26 @@ from cairn.core.errors import StorageError
 if TYPE_CHECKING:
     from cairn.blz.llmstxt import Document
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+SID_SHIFT = 32
+PATH_SEP = "\x1f"  # joins heading paths in the hpath column (cheaper than JSON both ways)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS sources(
     alias TEXT PRIMARY KEY, url TEXT NOT NULL, title TEXT, file TEXT NOT NULL, sha256 TEXT NOT NULL,
     bytes INTEGER, lines INTEGER, headings INTEGER, sections INTEGER, etag TEXT, last_modified TEXT,
-    fetched_at TEXT, added_at TEXT, checked_at TEXT);
+    fetched_at TEXT, added_at TEXT, checked_at TEXT, sid INTEGER UNIQUE NOT NULL);
 CREATE TABLE IF NOT EXISTS headings(
     alias TEXT NOT NULL, line INTEGER NOT NULL, level INTEGER NOT NULL, text TEXT NOT NULL,
     last_line INTEGER NOT NULL, PRIMARY KEY(alias, line)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS history(
     id INTEGER PRIMARY KEY, alias TEXT NOT NULL, action TEXT NOT NULL, at TEXT NOT NULL,
     url TEXT, sha256 TEXT, lines INTEGER, detail TEXT);
+-- rowid = sid << 32 | n: one source's sections are one rowid range, which FTS5 filters without
+-- reading row contents (an UNINDEXED alias column costs a content lookup per match: 3x slower).
 CREATE VIRTUAL TABLE IF NOT EXISTS sections USING fts5(
-    heading, path, body, alias UNINDEXED, first_line UNINDEXED, last_line UNINDEXED, hpath UNINDEXED,
+    heading, path, body, first_line UNINDEXED, last_line UNINDEXED, hpath UNINDEXED,
     tokenize = 'unicode61 remove_diacritics 2');
 CREATE VIRTUAL TABLE IF NOT EXISTS sections_vocab USING fts5vocab(sections, 'row');
 """
@@ -52,6 +56,19 @@ _LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
 
 # BM25 column weights: the section's own heading, its ancestors' headings, its body.
 WEIGHTS = (6.0, 2.0, 1.0)
+
+
+def sha256_hex(data: bytes) -> str:
+    """SHA-256 of ``data``. Uses the interpreter's built-in implementation when it has one: hashlib
+    loads OpenSSL, which costs a long-running server 3.6 MB of resident memory for one digest."""
+    try:
+        from _sha256 import sha256  # CPython <= 3.11
+    except ImportError:
+        try:
+            from _sha2 import sha256  # type: ignore[import-not-found, no-redef]  # CPython >= 3.12
+        except ImportError:
+            from hashlib import sha256
+    return sha256(data).hexdigest()
 
 
 def now_iso() -> str:
@@ -73,6 +90,12 @@ class SourceRow(NamedTuple):
     fetched_at: str
     added_at: str
     checked_at: str | None
+    sid: int = 0
+
+    @property
+    def rowids(self) -> tuple[int, int]:
+        """The first and last rowid this source's sections may use."""
+        return self.sid << SID_SHIFT, ((self.sid + 1) << SID_SHIFT) - 1
 
 
 class Store:
@@ -105,6 +128,9 @@ class Store:
                 if version > SCHEMA_VERSION:
                     raise StorageError(f"{self.root / 'blz.db'} was written by a newer blz (schema "
                                        f"{version}). Upgrade blz or point BLZ_DATA_DIR elsewhere.")
+                if version:  # an older development schema: its sources must be added again
+                    raise StorageError(f"{self.root / 'blz.db'} uses an older blz schema ({version}). "
+                                       "Move it away and add your sources again.")
                 db.executescript(_SCHEMA)
                 db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         except sqlite3.Error as exc:
@@ -128,6 +154,10 @@ class Store:
 
     def file_path(self, row: SourceRow) -> Path:
         return self.root / "sources" / row.alias / row.file
+
+    def aliases_by_sid(self) -> dict[int, tuple[str, str]]:
+        """sid -> (alias, url) for every source."""
+        return {sid: (alias, url) for alias, url, sid in self.db.execute("SELECT alias, url, sid FROM sources")}
 
     def headings(self, alias: str) -> list[tuple[int, int, str, int]]:
         return list(self.db.execute(
@@ -192,10 +222,9 @@ class Store:
 
     def write_file(self, alias: str, data: bytes) -> tuple[str, str]:
         """Write ``data`` beside any current file (atomically); returns ``(file name, sha256)``."""
-        import hashlib
         import tempfile
 
-        sha = hashlib.sha256(data).hexdigest()
+        sha = sha256_hex(data)
         folder = self.root / "sources" / alias
         name = f"{sha[:16]}.txt"
         try:
@@ -214,30 +243,33 @@ class Store:
             raise StorageError(f"Cannot write {folder}: {exc}. Check free space and permissions.") from exc
         return name, sha
 
-    def replace_source(self, row: SourceRow, doc: Document, action: str, detail: str = "") -> None:
-        """Swap ``row.alias``'s index for ``doc``'s in one transaction, then drop stale files."""
+    def replace_source(self, row: SourceRow, doc: Document, action: str, detail: str = "") -> SourceRow:
+        """Swap ``row.alias``'s index for ``doc``'s in one transaction, then drop stale files.
+        Returns the row as stored (with its sid)."""
         lines = doc.lines
-        rows = []
-        for s in doc.sections:
-            own = s.heading
-            parents = s.path[:-1] if own else s.path
-            body_start = s.start if not own else s.start + 1  # the heading line is in `heading`
-            body = "\n".join(lines[body_start - 1:s.end])
-            rows.append((_LINK.sub(r"\1", own), _LINK.sub(r"\1", " ".join(parents)), body, row.alias, s.start, s.end,
-                         json.dumps(list(s.path), ensure_ascii=False)))
-        heads = [(row.alias, h.line, h.level, h.text, h.end) for h in doc.headings]
+        sep = PATH_SEP
+        link = _LINK.sub
         db = self.db
         try:
             db.execute("BEGIN IMMEDIATE")
             try:
-                db.execute("DELETE FROM sections WHERE alias = ?", (row.alias,))
+                old = db.execute("SELECT sid FROM sources WHERE alias = ?", (row.alias,)).fetchone()
+                sid = old[0] if old else db.execute("SELECT COALESCE(MAX(sid), 0) + 1 FROM sources").fetchone()[0]
+                row = row._replace(sid=sid)
+                base = sid << SID_SHIFT
+                rows = ((base + n, link(r"\1", s.heading) if "](" in s.heading else s.heading,
+                         link(r"\1", " ".join(s.path[:-1] if s.heading else s.path)),
+                         # the heading line itself is in `heading`, not in the body
+                         "\n".join(lines[(s.start if s.heading else s.start - 1):s.end]),
+                         s.start, s.end, sep.join(s.path)) for n, s in enumerate(doc.sections))
+                lo, hi = row.rowids
+                db.execute("DELETE FROM sections WHERE rowid BETWEEN ? AND ?", (lo, hi))
                 db.execute("DELETE FROM headings WHERE alias = ?", (row.alias,))
-                db.executemany("INSERT INTO sections VALUES (?,?,?,?,?,?,?)", rows)
-                db.executemany("INSERT INTO headings VALUES (?,?,?,?,?)", heads)
-                db.execute("INSERT OR REPLACE INTO sources VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", (
-                    row.alias, row.url, row.title, row.file, row.sha256, row.bytes, row.lines,
-                    row.headings, row.sections, row.etag, row.last_modified, row.fetched_at,
-                    row.added_at, row.checked_at))
+                db.executemany("INSERT INTO sections(rowid, heading, path, body, first_line, last_line, hpath) "
+                               "VALUES (?,?,?,?,?,?,?)", rows)
+                db.executemany("INSERT INTO headings VALUES (?,?,?,?,?)",
+                               [(row.alias, h.line, h.level, h.text, h.end) for h in doc.headings])
+                db.execute("INSERT OR REPLACE INTO sources VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", tuple(row))
                 self._log(row.alias, action, row.url, row.sha256, row.lines, detail)
                 db.execute("COMMIT")
             except BaseException:
@@ -246,6 +278,7 @@ class Store:
         except sqlite3.Error as exc:
             raise StorageError(f"Indexing {row.alias!r} failed: {exc}. The previous index is unchanged.") from exc
         self._drop_stale_files(row.alias, keep=row.file)
+        return row
 
     def touch(self, alias: str, *, etag: str | None, last_modified: str | None, detail: str) -> None:
         """Record a check that changed nothing (HTTP 304 or identical bytes)."""
@@ -260,7 +293,8 @@ class Store:
     def delete_source(self, alias: str) -> None:
         with self._tx():
             row = self.source(alias)
-            self.db.execute("DELETE FROM sections WHERE alias = ?", (alias,))
+            if row is not None:
+                self.db.execute("DELETE FROM sections WHERE rowid BETWEEN ? AND ?", row.rowids)
             self.db.execute("DELETE FROM headings WHERE alias = ?", (alias,))
             self.db.execute("DELETE FROM sources WHERE alias = ?", (alias,))
             self._log(alias, "remove", row.url if row else None, row.sha256 if row else None,

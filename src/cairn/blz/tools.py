@@ -11,18 +11,23 @@ from __future__ import annotations
 import functools
 import io
 import re
+import sys
 import threading
 from typing import Any, Callable
 
-from cairn.blz import registry, service
-from cairn.blz.cli import WHITELIST
-from cairn.blz.search import MAX_LIMIT, search
-from cairn.blz.service import CONTEXT_MODES, MAX_PADDING
-from cairn.blz.store import Store
+from typing import TYPE_CHECKING
+
+from cairn.blz.limits import CONTEXT_MODES, MAX_LIMIT, MAX_PADDING, WHITELIST
 from cairn.core.errors import CairnError, InvalidInput, NotFound
 from cairn.core.paths import data_dir
 from cairn.core.sanitize import register_root, scrub_obj
 from cairn.mcp.server import Server, ToolContext
+
+if TYPE_CHECKING:
+    from cairn.blz.store import Store
+
+# The store, search and service modules are imported by a warm-up thread right after start-up (and
+# by the first request at the latest), so `initialize` is answered before they load.
 
 INSTRUCTIONS = ("Search local llms.txt documentation and cite exact lines as alias:start-end. "
                 "Use find(query=...) to search, then find(snippets=[...]) to read the cited lines.")
@@ -84,11 +89,30 @@ FIND_SCHEMA: dict[str, Any] = {
 
 
 def build_server(store: Store | None = None) -> Server:
+    server = Server(name="blz", version="0.1.0", title="blz docs search", instructions=INSTRUCTIONS)
     root = data_dir("blz", "BLZ_DATA_DIR")
     register_root(root, "<blz-data>")
-    store = store or Store(root)
     lock = threading.RLock()  # one connection, used by the worker threads one at a time
-    server = Server(name="blz", version="0.1.0", title="blz docs search", instructions=INSTRUCTIONS)
+    holder: list[Store] = [store] if store is not None else []
+
+    def get_store() -> Store:
+        with lock:
+            if not holder:
+                from cairn.blz.store import Store
+
+                holder.append(Store(root))
+            return holder[0]
+
+    def warm() -> None:
+        try:
+            with lock:
+                from cairn.blz import search, service  # noqa: F401  (import now, not on the first call)
+
+                get_store().sources()  # opens the database and reads its first pages
+        except CairnError as exc:  # the first request reports it properly
+            print(f"blz: warm-up: {exc.message}", file=sys.stderr)
+
+    server.warm = warm  # type: ignore[attr-defined]
 
     @server.tool("find", description="Search documentation (query) and/or retrieve exact cited line "
                  "ranges (snippets). Hits carry alias, lines, headingPath, snippet, score (0-100 relative "
@@ -99,6 +123,10 @@ def build_server(store: Store | None = None) -> Server:
         query, cites = args.get("query"), args.get("snippets") or []
         if not (query and query.strip()) and not cites:
             raise InvalidInput("Give a query to search, or snippets (citations like react:120-142) to retrieve.")
+        from cairn.blz import service
+        from cairn.blz.search import search
+
+        store = get_store()
         out: dict[str, Any] = {"snippets": [], "hits": [],
                                "executed": {"searched": False, "retrievedSnippets": False}}
         with lock:
@@ -125,8 +153,10 @@ def build_server(store: Store | None = None) -> Server:
                  structured=True, annotations={"readOnlyHint": True})
     @_scrubbed
     def list_sources(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+        from cairn.blz import service
+
         with lock:
-            return service.list_sources(store, args.get("filter"), include_registry=True)
+            return service.list_sources(get_store(), args.get("filter"), include_registry=True)
 
     @server.tool("source-add", description="Add a documentation source from the registry (alias only) "
                  "or a URL; prefers the llms-full.txt variant. The only tool that changes anything.",
@@ -143,8 +173,11 @@ def build_server(store: Store | None = None) -> Server:
             ctx.progress(done, total, f"fetched {done:,} bytes")
 
         with lock:
-            info = sources.add(store, args["alias"], args.get("url"), force=bool(args.get("force")),
-                               progress=progress)
+            try:
+                info = sources.add(get_store(), args["alias"], args.get("url"), force=bool(args.get("force")),
+                                   progress=progress)
+            finally:
+                _release_memory()
         return {"alias": info["alias"], "url": info["url"], "message": info["message"],
                 "lines": info["lines"], "headings": info["headings"]}
 
@@ -177,7 +210,7 @@ def build_server(store: Store | None = None) -> Server:
     @_scrubbed
     def learn_blz(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
         with lock:
-            aliases = [r.alias for r in store.sources()]
+            aliases = [r.alias for r in get_store().sources()]
         first = aliases[0] if aliases else "react"
         return {
             "prompts": [{"name": "discover-docs", "summary": "Find and add project docs"}],
@@ -196,6 +229,8 @@ def build_server(store: Store | None = None) -> Server:
     @server.resource("blz://registry", name="registry", description="Known llms.txt sources that "
                      "`source-add` can install by alias.", mime_type="application/json")
     def registry_resource(uri: str) -> Any:
+        from cairn.blz import registry
+
         return [{"alias": e.alias, "url": e.url, "description": e.description, "category": e.category}
                 for e in registry.REGISTRY]
 
@@ -204,7 +239,7 @@ def build_server(store: Store | None = None) -> Server:
     @_scrubbed
     def source_resource(uri: str, params: dict[str, str]) -> Any:
         with lock:
-            row = store.source(params["alias"].strip().lower())
+            row = get_store().source(params["alias"].strip().lower())
         if row is None:
             raise NotFound(f"No source named {params['alias']!r}. See list-sources.")
         return {"alias": row.alias, "title": row.title, "url": row.url, "fetchedAt": row.fetched_at,
@@ -220,8 +255,10 @@ def build_server(store: Store | None = None) -> Server:
         techs = [t.strip().lower() for t in (args.get("technologies") or "").split(",") if t.strip()]
         if not techs:
             raise InvalidInput("technologies is required: a comma-separated list such as \"bun,react\".")
+        from cairn.blz import registry
+
         with lock:
-            installed = {r.alias: r for r in store.sources()}
+            installed = {r.alias: r for r in get_store().sources()}
         lines = [f"Help me set up documentation for: {', '.join(techs)}.", ""]
         missing = []
         for tech in techs:
@@ -245,7 +282,20 @@ def build_server(store: Store | None = None) -> Server:
     return server
 
 
+def _release_memory() -> None:
+    """Give the parse's freed memory back to the OS (glibc keeps it otherwise): this server lives
+    long, and indexing a 3 MB file briefly needs ~20 MB that searches never need again."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to do
+        pass
+
+
 def serve() -> None:
     from cairn.mcp.stdio import serve_stdio
 
-    serve_stdio(build_server())
+    server = build_server()
+    threading.Thread(target=server.warm, name="blz-warm", daemon=True).start()  # type: ignore[attr-defined]
+    serve_stdio(server)
