@@ -3,9 +3,9 @@ server on ``cairn.mcp`` served over streamable HTTP (stateful, so server-to-clie
 
 Every server scenario the suite lists runs in one ``conformance server --suite all`` invocation: the
 active suite plus the two 0.1.16 keeps pending (json-schema-2020-12, server-sse-polling), which the
-core passes too. Its per-scenario ``checks.json``
-files are parsed here: a scenario passes only with at least one SUCCESS check and no FAILURE or WARNING
-check (a scenario with 0 passed / 0 failed tested nothing and fails). Scenarios listed in
+core passes too. Its per-scenario ``checks.json`` files are parsed here: a scenario passes only with
+at least one SUCCESS check and no FAILURE or WARNING check (a scenario with 0 passed / 0 failed tested
+nothing and fails). Scenarios listed in
 ``conformance-expected-failures.txt`` (one per line, ``name  # reason``) must fail; a listed scenario
 that passes is a stale entry and fails the test, as the suite's own baseline check does.
 """
