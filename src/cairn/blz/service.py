@@ -57,11 +57,11 @@ def get(store: Store, citations: list[str], context: str = "none", padding: int 
                 start, end = llmstxt.enclosing(heads, start, end, row.lines)
             wanted.append((start, end))
         for start, end in merge(wanted):
+            if budget <= 0:
+                break
             truncated = False
             if end - start + 1 > budget:
                 end, truncated = start + budget - 1, True
-            if budget <= 0:
-                break
             lines = store.read_lines(row, start, end)
             budget -= len(lines)
             snip: dict[str, Any] = {"alias": alias, "lines": f"{start}-{end}", "content": "\n".join(lines),
