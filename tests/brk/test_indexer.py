@@ -177,3 +177,71 @@ def test_network_mismatch_is_refused(mainnet_blocks: Path, tmp_path: Path) -> No
     write_sample(tmp_path / "rt", 3)
     with pytest.raises(InvalidInput, match="indexes mainnet but .* holds regtest blocks. Use a different --out"):
         index(tmp_path / "rt", tmp_path / "out")
+
+
+def _overspend_tip(blocks: Path) -> tuple[int, int] | None:
+    """Rewrite the last block of a sample chain so one transaction pays out more than it spends.
+
+    Returns (height of that block, its offset in the file). Txid, merkle root and PoW are redone,
+    so only the fee check can catch it.
+    """
+    import hashlib
+    import struct
+
+    from cairn.brk.blocks.parser import merkle_root, parse_block, read_varint
+
+    path = blocks / "blk00000.dat"
+    data = path.read_bytes()
+    offsets = []
+    p = 0
+    while p < len(data):
+        offsets.append(p)
+        p += 8 + int.from_bytes(data[p + 4:p + 8], "little")
+    start = offsets[-1]
+    raw = bytearray(data[start + 8:])
+    block = parse_block(bytes(raw))
+    t = next((i for i in range(1, len(block.txids)) if not block.tx_segwit[i]), None)
+    if t is None:
+        return None
+    a, b = block.tx_span[2 * t], block.tx_span[2 * t + 1]
+    q = a + 4
+    n_in, q = read_varint(bytes(raw), q)
+    for _ in range(n_in):
+        q += 36
+        slen, q = read_varint(bytes(raw), q)
+        q += slen + 4
+    _, q = read_varint(bytes(raw), q)
+    raw[q:q + 8] = struct.pack("<q", 21_000_000 * 100_000_000)
+    txids = list(block.txids)
+    txids[t] = hashlib.sha256(hashlib.sha256(bytes(raw[a:b])).digest()).digest()
+    raw[36:68] = merkle_root(txids)
+    nonce = 0
+    while True:
+        raw[76:80] = struct.pack("<I", nonce)
+        h = hashlib.sha256(hashlib.sha256(bytes(raw[:80])).digest()).digest()
+        if int.from_bytes(h, "little") <= 0x7FFFFF << 232:
+            break
+        nonce += 1
+    path.write_bytes(data[:start + 8] + bytes(raw))
+    return len(offsets) - 1, start + 8
+
+
+def test_overspending_block_is_reported_and_skipped(tmp_path: Path) -> None:
+    from cairn.brk.sample import write_sample
+
+    for n in range(400, 440):  # the first chain length whose tip holds a non-segwit spend
+        write_sample(tmp_path / "b", n)
+        found = _overspend_tip(tmp_path / "b")
+        if found:
+            break
+    assert found is not None
+    height, offset = found
+    r = index(tmp_path / "b", tmp_path / "out")
+    assert r.height == height - 1 and r.indexed_blocks == height
+    assert [(e["file"], e["offset"]) for e in r.invalid] == [("blk00000.dat", offset)]
+    assert "spends more than its inputs hold" in r.invalid[0]["error"]
+    s = open_store(tmp_path / "out")
+    assert s.lengths["height_to_blockhash"] == height
+    assert s.lengths["txindex_to_txid"] == int(s.read("height_to_first_txindex")[-1] + s.read("height_to_tx_count")[-1])
+    again = index(tmp_path / "b", tmp_path / "out")
+    assert (again.height, again.invalid, again.indexed_blocks) == (height - 1, [], 0)

@@ -121,10 +121,23 @@ class _Batch:
         self.spent: list[int] = []
         self.out_value: list[int] = []
         self.out_type: list[int] = []
+        self.pos: list[int] = []  # blockpos of each block, to report where a bad one lives
         self.bytes = 0
 
     def __len__(self) -> int:
         return len(self.h["hash"])
+
+    def truncate(self, blocks: int, txs: int, inputs: int, outputs: int) -> None:
+        """Keep only the first ``blocks`` blocks (and their txs, inputs and outputs)."""
+        for col in self.h.values():
+            del col[blocks:]
+        del self.pos[blocks:]
+        for col in (self.txids, self.tx_height, self.tx_version, self.tx_locktime, self.tx_size,
+                    self.tx_weight, self.tx_inputs, self.tx_outputs):
+            del col[txs:]
+        del self.spent[inputs:]
+        del self.out_value[outputs:]
+        del self.out_type[outputs:]
 
 
 class Indexer:
@@ -168,6 +181,7 @@ class Indexer:
         for i, (h, p, b) in enumerate(zip(hashes, prevs, bits)):
             self.headers[h] = HeaderInfo(h, p, b, i)
         self.pos_of: dict[bytes, int] = {h: i for i, h in enumerate(hashes)}
+        self.pos_hash: list[bytes] = hashes
         self.pos_file: list[int] = s.read("blockpos_to_file").tolist()
         self.pos_offset: list[int] = s.read("blockpos_to_offset").tolist()
         self.pos_length: list[int] = s.read("blockpos_to_length").tolist()
@@ -203,6 +217,7 @@ class Indexer:
                 seq = len(self.pos_file)
                 self.headers[head.hash] = HeaderInfo(head.hash, head.prev, head.bits, seq)
                 self.pos_of[head.hash] = seq
+                self.pos_hash.append(head.hash)
                 self.pos_file.append(file_no)
                 self.pos_offset.append(rec.offset)
                 self.pos_length.append(rec.length)
@@ -304,31 +319,38 @@ class Indexer:
         started = time.monotonic()
         for h in todo:
             pos = self.pos_of[h]
-            file_no, offset, length = self.pos_file[pos], self.pos_offset[pos], self.pos_length[pos]
-            where = f"blk{file_no:05d}.dat offset {offset}"
             try:
-                raw = self._file(file_no).read(offset, length)
+                raw = self._file(self.pos_file[pos]).read(self.pos_offset[pos], self.pos_length[pos])
                 block = parse_block(raw)
                 self._add_block(batch, block, len(self.chain))
             except (MalformedBlock, InvalidInput) as exc:
-                entry = {"hash": hash_hex(h), "file": f"blk{file_no:05d}.dat", "offset": offset,
-                         "error": str(exc)}
-                self.log(f"invalid block {entry['hash']} in {where}: {exc}")
-                self.meta["invalid"].append(entry)
-                result.invalid.append(entry)
-                self._flush(batch)
-                return done, h
+                self._mark_invalid(pos, str(exc), result)
+                bad = self._flush(batch, result)
+                return done, h if bad is None else bad
+            batch.pos.append(pos)
             done += 1
             result.indexed_blocks += 1
-            result.indexed_bytes += length
-            batch.bytes += length
+            result.indexed_bytes += self.pos_length[pos]
+            batch.bytes += self.pos_length[pos]
             if len(batch) >= self.commit_blocks or batch.bytes >= self.commit_bytes \
                     or time.monotonic() - started >= self.commit_seconds:
-                self._flush(batch)
+                bad = self._flush(batch, result)
+                if bad is not None:
+                    return done, bad
                 batch = _Batch()
                 started = time.monotonic()
-        self._flush(batch)
-        return done, None
+        return done, self._flush(batch, result)
+
+    def _mark_invalid(self, pos: int, error: str, result: IndexResult) -> None:
+        """Remember a bad block (reported with its file and offset); it is never chosen again."""
+        name = f"blk{self.pos_file[pos]:05d}.dat"
+        entry = {"hash": hash_hex(self._pos_hash(pos)), "file": name, "offset": self.pos_offset[pos], "error": error}
+        self.log(f"invalid block {entry['hash']} in {name} at offset {entry['offset']}: {error}")
+        self.meta["invalid"].append(entry)
+        result.invalid.append(entry)
+
+    def _pos_hash(self, pos: int) -> bytes:
+        return self.pos_hash[pos]
 
     def _add_block(self, batch: _Batch, block: Block, height: int) -> None:
         """Resolve the block's prevouts and queue its rows; on error nothing of it is kept."""
@@ -391,14 +413,18 @@ class Indexer:
         batch.out_type.extend(block.out_type)
         self.chain.append(block.hash)
 
-    def _flush(self, batch: _Batch) -> None:
-        """Turn the batch into columns (fees computed vectorised), append, and commit."""
+    def _flush(self, batch: _Batch, result: IndexResult | None = None) -> bytes | None:
+        """Turn the batch into columns (fees computed vectorised), append, and commit.
+
+        A transaction spending more than its inputs hold makes its block invalid: the batch is cut
+        before that block, the rest committed, and the bad block's hash returned.
+        """
         import numpy as np
 
         s = self.store
         if len(batch) == 0:
             s.commit(self._meta())
-            return
+            return None
         tx0 = s.lengths["txindex_to_txid"]
         in0 = s.lengths["inputindex_to_outputindex"]
         out0 = s.lengths["outputindex_to_value"]
@@ -424,8 +450,20 @@ class Indexer:
         coinbase[tx_first] = True
         fee = np.where(coinbase, 0, in_sum.astype(np.int64) - out_sum.astype(np.int64))
         if (fee < 0).any():
-            bad = int(np.argmax(fee < 0))
-            raise InvalidInput(f"transaction {hash_hex(batch.txids[bad])} spends more than its inputs hold")
+            bad_tx = int(np.argmax(fee < 0))
+            k = int(np.searchsorted(tx_first, bad_tx, "right")) - 1
+            bad_hash = batch.h["hash"][k]
+            self._mark_invalid(batch.pos[k], f"transaction {hash_hex(batch.txids[bad_tx])} spends more than "
+                                             f"its inputs hold", result or IndexResult("", -1, ""))
+            cut_tx = int(tx_first[k])
+            if result is not None:
+                result.indexed_blocks -= len(ntx) - k
+                result.indexed_bytes -= sum(self.pos_length[p] for p in batch.pos[k:])
+            batch.truncate(k, cut_tx, int(first_in[cut_tx]), int(first_out[cut_tx]))
+            del self.chain[len(self.chain) - (len(ntx) - k):]
+            self._flush(batch)
+            self._load_txmap()  # forget the txids of the dropped blocks
+            return bad_hash
         fee_u = fee.astype(np.uint64)
         block_fee = np.add.reduceat(fee_u, tx_first)
         weight = np.array(batch.tx_weight, dtype=np.uint64)
@@ -458,6 +496,7 @@ class Indexer:
         s.append("outputindex_to_value", values)
         s.append("outputindex_to_type", np.array(batch.out_type, dtype=np.uint8))
         s.commit(self._meta())
+        return None
 
 
 def index(blocks_dir: Path, out: Path, **options: Any) -> IndexResult:
