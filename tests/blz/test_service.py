@@ -248,3 +248,9 @@ def test_react_full_corpus(store: Store, shared_data: Path) -> None:
     got = service.get(store, [f"react:{hit['lines']}"])["snippets"][0]["content"]
     assert got == "\n".join(real[start - 1:end])
     assert "usestate" in got.lower()
+
+
+def test_line_budget_spans_citations(store: Store, tmp_path: Path) -> None:
+    sources.add(store, "alpha", str(write(tmp_path, "a.txt", ALPHA)))
+    snips = service.get(store, ["alpha:1-3", "alpha:5-9", "alpha:12-13"], max_lines=5)["snippets"]
+    assert [(s["lines"], s.get("truncated", False)) for s in snips] == [("1-3", False), ("5-6", True)]
