@@ -42,15 +42,17 @@ def test_bad_xor_key_is_explained(tmp_path: Path) -> None:
         read_xor_key(tmp_path)
 
 
-def test_partial_record_resumes_where_it_stopped(mainnet_blocks: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("key", [bytes(8), bytes.fromhex("f00dbabe12345678")])
+def test_partial_record_resumes_where_it_stopped(mainnet_blocks: Path, tmp_path: Path, key: bytes) -> None:
     data = (mainnet_blocks / "blk00000.dat").read_bytes()
     path = tmp_path / "blk00000.dat"
-    path.write_bytes(data[:1000] + bytes(4096))  # cut mid-record, then zero preallocation
-    records, resume = scan(path, bytes(8), MAGICS["mainnet"])
+    path.write_bytes(unxor(data[:1000] + bytes(4096), key, 0))  # cut mid-record, then zero preallocation
+    records, resume = scan(path, key, MAGICS["mainnet"])
     assert 0 < resume < 1000
     assert all(r.offset + r.length <= resume for r in records)
-    path.write_bytes(data)
-    more, resume2 = scan(path, bytes(8), MAGICS["mainnet"], resume)
+    path.write_bytes(unxor(data, key, 0))
+    more, resume2 = scan(path, key, MAGICS["mainnet"], resume)
+    assert more and all(r.header == data[r.offset:r.offset + 80] for r in more)  # XOR phase kept mid-file
     assert len(records) + len(more) == 590
     assert resume2 == len(data)
 

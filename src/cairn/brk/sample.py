@@ -116,13 +116,18 @@ def _merkle(hashes: list[bytes]) -> bytes:
 class SampleChain:
     """Builds blocks one at a time; ``next_block()`` returns the serialized block."""
 
-    def __init__(self, n_blocks: int, seed: int = 7) -> None:
+    def __init__(self, n_blocks: int, seed: int = 7, *, fork_at: int | None = None, fork_seed: int = 0,
+                 spread_blocks: int | None = None) -> None:
         self.rng = random.Random(seed)
         self.n_blocks = n_blocks
+        # From height ``fork_at`` on, a different random stream: a competing chain that shares
+        # blocks 0..fork_at-1 with the chain of the same seed (give both the same spread_blocks).
+        self.fork_at = fork_at
+        self.fork_seed = fork_seed
         self.height = 0
         self.prev = bytes(32)
         self.time = START_TIME
-        self.interval = max(600, (183 * 86400) // max(1, n_blocks))
+        self.interval = max(600, (183 * 86400) // max(1, spread_blocks or n_blocks))
         self.pool: list[_Coin] = []
         self.maturing: list[tuple[int, _Coin]] = []
         self.target = bits_to_target(REGTEST_BITS)
@@ -192,8 +197,10 @@ class SampleChain:
         return full, txid, wtxid, fee
 
     def next_block(self) -> bytes:
-        rng = self.rng
         h = self.height
+        if h == self.fork_at:
+            self.rng = random.Random(self.fork_seed)
+        rng = self.rng
         while self.maturing and self.maturing[0][0] <= h:
             self.pool.append(self.maturing.pop(0)[1])
         txs: list[tuple[bytes, bytes, bytes, int]] = []
@@ -227,17 +234,20 @@ class SampleChain:
         return header + varint(len(txids)) + cb + b"".join(t[0] for t in txs)
 
 
-def write_sample(out: Path, n_blocks: int, *, seed: int = 7, max_file_bytes: int = 128 << 20) -> dict[str, int]:
+def write_sample(out: Path, n_blocks: int, *, seed: int = 7, max_file_bytes: int = 128 << 20, first_file: int = 0,
+                 fork_at: int | None = None, fork_seed: int = 0, spread_blocks: int | None = None) -> dict[str, int]:
     """Write a regtest ``blocks/`` directory with ``n_blocks`` blocks into ``out`` (blk00000.dat, ...).
 
     Each file is written to a temp name and renamed, so a reader never sees half a file.
+    ``fork_at``/``fork_seed``/``spread_blocks`` make a competing chain (see ``SampleChain``), and
+    ``first_file`` numbers the files so it can be added beside an existing chain.
     """
     import os
 
     out.mkdir(parents=True, exist_ok=True)
     magic = MAGICS["regtest"]
-    chain = SampleChain(n_blocks, seed)
-    file_no = 0
+    chain = SampleChain(n_blocks, seed, fork_at=fork_at, fork_seed=fork_seed, spread_blocks=spread_blocks)
+    file_no = first_file
     chunks: list[bytes] = []
     size = 0
     total = 0
@@ -260,7 +270,7 @@ def write_sample(out: Path, n_blocks: int, *, seed: int = 7, max_file_bytes: int
         total += len(block)
     if chunks:
         flush()
-    return {"blocks": n_blocks, "files": file_no + 1, "bytes": total}
+    return {"blocks": n_blocks, "files": file_no + 1 - first_file, "bytes": total}
 
 
 MAINNET_SAMPLE = Path(__file__).resolve().parent / "samples" / "mainnet-0-589.blk"
