@@ -122,7 +122,7 @@ class Store:
                                  timeout=10.0)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
-            db.execute("PRAGMA cache_size=-4000")
+            db.execute("PRAGMA cache_size=-2000")
             version = db.execute("PRAGMA user_version").fetchone()[0]
             if version != SCHEMA_VERSION:
                 if version > SCHEMA_VERSION:
