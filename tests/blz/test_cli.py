@@ -63,6 +63,12 @@ def test_env_chooses_format(doc: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert json.loads(out.splitlines()[0])["alias"] == "guide"
     code, out, _ = blz("list", "--json")  # the flag beats the env
     assert "sources" in json.loads(out)
+    monkeypatch.setenv("BLZ_OUTPUT_FORMAT", "tsv")
+    code, out, _ = blz("lookup", "bun")
+    assert out.splitlines()[0] == "query\tresults" and code == 0
+    monkeypatch.setenv("BLZ_OUTPUT_FORMAT", "yaml")
+    code, out, err = blz("list")
+    assert code == 2 and "Unknown output format 'yaml'" in err
 
 
 @pytest.mark.parametrize("argv, code, message", [

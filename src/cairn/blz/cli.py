@@ -230,9 +230,11 @@ def run(argv: list[str], out: TextIO, err: TextIO) -> int:
         serve()
         return 0
     try:
-        from cairn.core.output import choose_format
+        fmt = getattr(args, "format", None)
+        if not fmt:
+            from cairn.core.output import choose_format
 
-        fmt = choose_format(getattr(args, "format", None), "BLZ_OUTPUT_FORMAT", out)
+            fmt = choose_format(None, "BLZ_OUTPUT_FORMAT", out)
         data, code = execute(args, err)
     except CairnError as exc:
         if raise_errors():
@@ -241,18 +243,28 @@ def run(argv: list[str], out: TextIO, err: TextIO) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
+    if fmt == "jsonl" and isinstance(data, dict):
+        # Stream the list inside the result (hits, snippets, sources, ...) one object per line.
+        for key in ("hits", "snippets", "sources", "results", "events"):
+            if isinstance(data.get(key), list):
+                data = data[key]
+                break
     if fmt == "text":
         rendered = _text(args.command, data)
-    else:
+    elif fmt in ("json", "jsonl"):
+        # Services return plain dicts, so this is exactly cairn.core.output.render's JSON, without
+        # importing it (and dataclasses) on `blz search --json`, the path that must start fastest.
+        import json
+
+        if fmt == "json":
+            rendered = json.dumps(data, indent=2, ensure_ascii=False, default=str)
+        else:
+            rows = data if isinstance(data, list) else [data]
+            rendered = "\n".join(json.dumps(r, ensure_ascii=False, separators=(",", ":"), default=str) for r in rows)
+    else:  # csv, tsv, md (BLZ_OUTPUT_FORMAT accepts every cairn format)
         from cairn.core.output import render
 
-        if fmt == "jsonl" and isinstance(data, dict):
-            # Stream the list inside the result (hits, snippets, sources, ...) one object per line.
-            for key in ("hits", "snippets", "sources", "results", "events"):
-                if isinstance(data.get(key), list):
-                    data = data[key]
-                    break
-        rendered = render(data, fmt if fmt in ("json", "jsonl") else "json")
+        rendered = render(data, fmt)
     if rendered:
         out.write(rendered + "\n")
     return code
