@@ -34,12 +34,16 @@ from cairn.brk.blocks.parser import (
 from cairn.brk.vecs import VecSpec, VecStore
 from cairn.core.errors import InvalidInput
 
-HASH = {"dtype": "u1", "width": 32}
+
+def _hash_vec(name: str, index: str) -> VecSpec:
+    """A vec of 32-byte hashes (internal byte order), stored as 32 x u1 per row."""
+    return VecSpec(name, index, "u1", 32)
+
 NO_OUTPUT = (1 << 64) - 1  # inputindex_to_outputindex of a coinbase input
 _OUT_SHIFT = 24  # txid map value: first_outputindex << 24 | output_count
 
 SPECS: list[VecSpec] = [
-    VecSpec("height_to_blockhash", "height", **HASH),  # type: ignore[arg-type]
+    _hash_vec("height_to_blockhash", "height"),
     VecSpec("height_to_timestamp", "height", "<u4"),
     VecSpec("height_to_bits", "height", "<u4"),
     VecSpec("height_to_difficulty", "height", "<f8"),
@@ -51,7 +55,7 @@ SPECS: list[VecSpec] = [
     VecSpec("height_to_first_txindex", "height", "<u8"),
     VecSpec("height_to_first_inputindex", "height", "<u8"),
     VecSpec("height_to_first_outputindex", "height", "<u8"),
-    VecSpec("txindex_to_txid", "txindex", **HASH),  # type: ignore[arg-type]
+    _hash_vec("txindex_to_txid", "txindex"),
     VecSpec("txindex_to_height", "txindex", "<u4"),
     VecSpec("txindex_to_version", "txindex", "<i4"),
     VecSpec("txindex_to_locktime", "txindex", "<u4"),
@@ -67,8 +71,8 @@ SPECS: list[VecSpec] = [
     VecSpec("outputindex_to_value", "outputindex", "<u8"),
     VecSpec("outputindex_to_type", "outputindex", "u1"),
     # The scan cache: every framed block found in the files, in discovery order.
-    VecSpec("blockpos_to_hash", "blockpos", **HASH),  # type: ignore[arg-type]
-    VecSpec("blockpos_to_prevhash", "blockpos", **HASH),  # type: ignore[arg-type]
+    _hash_vec("blockpos_to_hash", "blockpos"),
+    _hash_vec("blockpos_to_prevhash", "blockpos"),
     VecSpec("blockpos_to_bits", "blockpos", "<u4"),
     VecSpec("blockpos_to_file", "blockpos", "<u4"),
     VecSpec("blockpos_to_offset", "blockpos", "<u8"),
