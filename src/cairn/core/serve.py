@@ -1,0 +1,77 @@
+"""Run an ASGI app on uvicorn the way every Cairn HTTP server should.
+
+Shared by ``ctx serve mcp`` and ``brk serve``: parses ``HOST:PORT``, refuses non-loopback binds unless
+the caller allows them, and bounds graceful shutdown. uvicorn waits for every open connection before
+it runs the app's shutdown, and an MCP client's GET SSE stream never ends on its own, so without a
+bound a SIGTERM would hang forever.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import sys
+from typing import Any
+
+from cairn.core.errors import InvalidInput
+
+SHUTDOWN_GRACE_SECONDS = 2
+
+
+def parse_bind(bind: str, default_port: int) -> tuple[str, int]:
+    """``"127.0.0.1:7331"``, ``"[::1]:80"``, ``"localhost"`` or ``":8080"`` as ``(host, port)``."""
+    text = bind.strip()
+    host, port_text = text, ""
+    if text.startswith("["):
+        close = text.find("]")
+        if close < 0:
+            raise InvalidInput(f"Bad bind address {bind!r}: missing ']'. Use [::1]:PORT.")
+        host, rest = text[1:close], text[close + 1 :]
+        if rest and not rest.startswith(":"):
+            raise InvalidInput(f"Bad bind address {bind!r}. Use HOST:PORT.")
+        port_text = rest[1:]
+    elif text.count(":") == 1:
+        host, port_text = text.split(":")
+    host = host or "127.0.0.1"
+    if not port_text:
+        return host, default_port
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise InvalidInput(f"Bad port in bind address {bind!r}: use a number from 0 to 65535.")
+    return host, int(port_text)
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and any 127.0.0.0/8 or ``::1`` address."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def serve(app: Any, host: str, port: int, *, name: str, allow_remote: bool = False, log_level: str = "warning") -> None:
+    """Serve ``app`` on ``host:port`` until SIGINT/SIGTERM; prints the address to stderr.
+
+    :param allow_remote: binding beyond loopback exposes the server to the network; callers pass
+        the user's explicit flag here.
+    """
+    if not is_loopback(host) and not allow_remote:
+        raise InvalidInput(
+            f"Refusing to bind {name} to {host}: it is not a loopback address. "
+            "Pass --allow-remote (and set an auth token) to expose it to the network."
+        )
+    import uvicorn
+
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        lifespan="on",
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
+        server_header=False,
+    )
+    server = uvicorn.Server(config)
+    shown = f"[{host}]" if ":" in host else host
+    print(f"{name} listening on http://{shown}:{port}", file=sys.stderr, flush=True)
+    server.run()
