@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cairn.ctx.store import Store
+from cairn.search import vectors as _vectors  # noqa: F401  (sets the BLAS thread policy before numpy loads)
 from cairn.search.query import fts_match, terms
 
 if TYPE_CHECKING:
@@ -43,27 +44,88 @@ class Filters:
     until: int | None = None
 
 
-def keyword_query(text: str) -> str | None:
-    """The FTS5 query for ``text``: its terms OR-ed, stop words dropped unless nothing else is left."""
+RANK_BUDGET = 8_000  # most chunks BM25 ranks per query (~1 us each): bounds keyword latency
+
+
+def keyword_terms(text: str) -> list[str]:
+    """The query's terms, common English stop words dropped unless nothing else is left."""
     found = terms(text)
-    kept = [t for t in found if t.lower() not in STOP_WORDS] or found
-    return fts_match(" ".join('"' + t.replace('"', " ") + '"' for t in kept), operator="OR") if kept else None
+    return [t for t in found if t.lower() not in STOP_WORDS] or found
 
 
-def keyword(store: Store, text: str, filters: Filters, k: int) -> dict[int, float]:
+def _or(terms_: list[str]) -> str | None:
+    return fts_match(" ".join('"' + t.replace('"', " ") + '"' for t in terms_), operator="OR") if terms_ else None
+
+
+def keyword_query(text: str) -> str | None:
+    """The FTS5 query for ``text``: its terms OR-ed (BM25 rewards chunks that hold more of them)."""
+    return _or(keyword_terms(text))
+
+
+def _count(store: Store, match: str, cap: int) -> int:
+    row = store.db.execute(
+        "SELECT count(*) FROM (SELECT 1 FROM chunks_fts WHERE chunks_fts MATCH ? LIMIT ?)", (match, cap + 1)
+    ).fetchone()
+    return int(row[0])
+
+
+def plan(store: Store, text: str, budget: int = RANK_BUDGET) -> tuple[str | None, int]:
+    """(FTS5 query, lowest rowid to rank) keeping the ranking work under ``budget`` chunks.
+
+    BM25 costs ~1 us per matching chunk, so a term found in most chunks would dominate latency
+    while adding almost nothing to the ranking (its IDF is near zero). When the OR of all terms
+    matches more than ``budget`` chunks, the most common terms are left out (rarest first, as long
+    as they fit); if even the rarest term is over budget, the AND of all terms is used when it is
+    non-empty and within budget; failing that, ranking covers the ``budget`` most recently indexed
+    matching chunks.
+    """
+    kept = keyword_terms(text)
+    match = _or(kept)
+    if match is None:
+        return None, 0
+    counts = sorted(((_count(store, _or([t]) or "", budget), t) for t in kept), key=lambda ct: ct[0])
+    if sum(c for c, _ in counts) <= budget:
+        return match, 0
+    chosen: list[str] = []
+    total = 0
+    for c, t in counts:
+        if chosen and total + c > budget:
+            break
+        chosen.append(t)
+        total += c
+    if total <= budget:
+        return _or(chosen), 0
+    if len(kept) > 1:
+        conj = fts_match(" ".join('"' + t.replace('"', " ") + '"' for t in kept), operator="AND")
+        if conj and 0 < _count(store, conj, budget) <= budget:
+            return conj, 0
+    rarest = _or([counts[0][1]]) or match
+    row = store.db.execute(
+        "SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY rowid DESC LIMIT 1 OFFSET ?",
+        (rarest, budget - 1),
+    ).fetchone()
+    return rarest, int(row[0]) if row else 0
+
+
+def keyword(store: Store, text: str, filters: Filters, k: int, *, budget: int = RANK_BUDGET) -> dict[int, float]:
     """Chunk rowid -> positive BM25 score, best ``k`` among chunks that pass the filters."""
-    match = keyword_query(text)
+    where, params = _sql_filters(filters)
+    # Filtered queries join every matching chunk to its document, so they get a smaller budget.
+    match, min_rowid = plan(store, text, budget // 2 if where else budget)
     if match is None:
         return {}
-    where, params = _sql_filters(filters)
+    if min_rowid:
+        where += " AND f.rowid >= ?"
+        params.append(min_rowid)
     if where:
         sql = (
             "SELECT f.rowid, -bm25(chunks_fts) AS s FROM chunks_fts f JOIN chunks c ON c.rowid = f.rowid"
             " JOIN documents d ON d.rowid = c.doc WHERE chunks_fts MATCH ?" + where + " ORDER BY s DESC, f.rowid LIMIT ?"
         )
+        rows = store.db.execute(sql, (match, *params, k))
     else:
         sql = "SELECT rowid, -rank FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY rank LIMIT ?"
-    rows = store.db.execute(sql, (match, *params, k)) if where else store.db.execute(sql, (match, k))
+        rows = store.db.execute(sql, (match, k))
     return {int(r): float(s) for r, s in rows}
 
 
@@ -152,12 +214,35 @@ def matrix_for(store: Store, embedder: "Embedder") -> VectorMatrix:
 
 def semantic(store: Store, embedder: "Embedder", text: str, filters: Filters, k: int) -> dict[int, float]:
     """Chunk rowid -> cosine similarity, best ``k`` among chunks that pass the filters."""
-    m = matrix_for(store, embedder)
+    return semantic_in(matrix_for(store, embedder), embedder, text, filters, k)
+
+
+def semantic_in(m: VectorMatrix, embedder: "Embedder", text: str, filters: Filters, k: int) -> dict[int, float]:
+    """:func:`semantic` over an already loaded matrix (no database access, so it can run in a thread)."""
     if m.index.size == 0:
         return {}
     query = embedder.embed([text])
     hits = m.index.search(query[0], k, m.mask(filters))
     return {int(m.chunk_rows[h.row]): max(0.0, min(1.0, h.score)) for h in hits}
+
+
+_pool: Any = None
+
+
+def hybrid_candidates(store: Store, embedder: "Embedder", text: str, filters: Filters, k_keyword: int,
+                      k_vector: int) -> tuple[dict[int, float], dict[int, float]]:
+    """Keyword and vector candidates computed side by side: SQLite and numpy both release the GIL."""
+    global _pool
+    from concurrent.futures import ThreadPoolExecutor
+
+    m = matrix_for(store, embedder)
+    with _lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctx-vectors")
+    future = _pool.submit(semantic_in, m, embedder, text, filters, k_vector)
+    # Half the ranking budget: in hybrid mode the vectors already cover the very common terms.
+    kw = keyword(store, text, filters, k_keyword, budget=RANK_BUDGET // 2)
+    return kw, future.result()
 
 
 def snippet(text: str, query: str, width: int = 240) -> str:

@@ -304,10 +304,13 @@ class Service:
         store = self.store
         kw: dict[int, float] = {}
         vec: dict[int, float] = {}
-        if mode in ("keyword", "hybrid"):
-            kw = retrieval.keyword(store, query, filters, max(r.candidate_k_keyword, limit))
-        if embedder is not None:
-            vec = retrieval.semantic(store, embedder, query, filters, max(r.candidate_k_vector, limit))
+        k_kw, k_vec = max(r.candidate_k_keyword, limit), max(r.candidate_k_vector, limit)
+        if mode == "keyword":
+            kw = retrieval.keyword(store, query, filters, k_kw)
+        elif mode == "semantic" and embedder is not None:
+            vec = retrieval.semantic(store, embedder, query, filters, k_vec)
+        elif embedder is not None:
+            kw, vec = retrieval.hybrid_candidates(store, embedder, query, filters, k_kw, k_vec)
         if mode == "keyword":
             top = max(kw.values(), default=0.0)
             scored = [(cid, s / top if top > 0 else 0.0) for cid, s in kw.items()]
@@ -322,26 +325,31 @@ class Service:
 
         if not scored:
             return []
+        db = self.store.db
+        doc_of: dict[int, str] = {}
         ids = [cid for cid, _ in scored]
-        meta: dict[int, tuple[Any, ...]] = {}
         for s in range(0, len(ids), 500):
             part = ids[s : s + 500]
-            for row in self.store.db.execute(
-                "SELECT c.rowid, c.text, d.id, d.title, d.source, d.source_id, d.updated_at, d.source_url FROM chunks c"
-                f" JOIN documents d ON d.rowid = c.doc WHERE c.rowid IN ({','.join('?' * len(part))})", part
-            ):
-                meta[row[0]] = row[1:]
+            doc_of.update(db.execute(
+                "SELECT c.rowid, d.id FROM chunks c JOIN documents d ON d.rowid = c.doc"
+                f" WHERE c.rowid IN ({','.join('?' * len(part))})", part).fetchall())
         best: dict[str, tuple[float, int]] = {}
         for cid, score in scored:
-            if cid not in meta:
+            doc = doc_of.get(cid)
+            if doc is None:
                 continue  # removed since the candidates were taken
-            doc = meta[cid][1]
             if doc not in best or score > best[doc][0] or (score == best[doc][0] and cid < best[doc][1]):
                 best[doc] = (score, cid)
         ordered = sorted(best.items(), key=lambda kv: (-kv[1][0], kv[0]))[:limit]
+        winners = [cid for _, (_, cid) in ordered]
+        meta = {row[0]: row[1:] for row in db.execute(
+            "SELECT c.rowid, c.text, d.title, d.source, d.source_id, d.updated_at, d.source_url FROM chunks c"
+            f" JOIN documents d ON d.rowid = c.doc WHERE c.rowid IN ({','.join('?' * len(winners))})", winners)}
         results = []
         for doc_id, (score, cid) in ordered:
-            text, _, title, source, source_id, updated_at, source_url = meta[cid]
+            if cid not in meta:
+                continue
+            text, title, source, source_id, updated_at, source_url = meta[cid]
             results.append(SearchResult(
                 id=doc_id, score=round(min(1.0, max(0.0, score)), 6), title=title, source=source,
                 source_id=source_id, updated_at=iso(updated_at), snippet=snippet(text, query),

@@ -7,8 +7,15 @@ filtered query still gets its full ``k`` results. 100k x 256 float32 is ~100 MB 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+# One BLAS thread: a matrix-vector product is memory-bound, and on a busy 2-core machine a second
+# thread tripled p95 (100k x 256: p50 5.6 / p95 6.0 ms single-threaded; 4.1 / 12 ms with two).
+# Effective only when numpy is not imported yet, as in the ctx and blz processes; override by
+# setting OPENBLAS_NUM_THREADS yourself.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 if TYPE_CHECKING:
     import numpy as np
