@@ -14,6 +14,11 @@ import pytest
 from cairn.blz.store import Store
 
 
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # clients that stop reading on purpose (size caps, timeouts) are not errors here
+
+
 @pytest.fixture
 def data_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root = tmp_path / "blz-data"
@@ -84,7 +89,7 @@ def doc_server() -> Iterator[DocServer]:
         def log_message(self, *args: object) -> None:
             pass
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd = _QuietServer(("127.0.0.1", 0), Handler)
     state.port = httpd.server_address[1]
     thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
