@@ -254,3 +254,20 @@ def test_line_budget_spans_citations(store: Store, tmp_path: Path) -> None:
     sources.add(store, "alpha", str(write(tmp_path, "a.txt", ALPHA)))
     snips = service.get(store, ["alpha:1-3", "alpha:5-9", "alpha:12-13"], max_lines=5)["snippets"]
     assert [(s["lines"], s.get("truncated", False)) for s in snips] == [("1-3", False), ("5-6", True)]
+
+
+def test_search_accepts_any_text_property(store: Store, tmp_path: Path) -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    sources.add(store, "alpha", str(write(tmp_path, "a.txt", ALPHA)))
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.text(max_size=60))
+    def check(query: str) -> None:
+        res = searching.search(store, query, limit=3)
+        assert len(res["hits"]) <= 3
+        for hit in res["hits"]:
+            assert 0.0 <= hit["score"] <= 100.0
+
+    check()
