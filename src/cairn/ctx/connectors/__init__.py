@@ -63,8 +63,9 @@ def register(ctype: str, factory: Factory) -> None:
 
 def create(config: ConnectorConfig) -> Connector:
     """The connector for ``config``; built-in types are registered on first use."""
-    if not _TYPES:
-        from cairn.ctx.connectors import filesystem, git  # noqa: F401  (registers the built-ins)
+    # Importing registers the built-ins; cheap after the first time, and independent of which
+    # connector module something else happened to import first.
+    from cairn.ctx.connectors import filesystem, git  # noqa: F401
     factory = _TYPES.get(config.type)
     if factory is None:
         raise ExtensionError(

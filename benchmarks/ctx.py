@@ -1,0 +1,174 @@
+"""ctx benchmarks; prints one JSON object.
+
+* sync: 10,000 small files through the real CLI (`ctx sync`, keyword-only), then a re-sync with
+  nothing changed (wall time of the whole process, startup included).
+* embed: local (wordllama) throughput on real documentation chunks (react.dev pages), chunks/s.
+* search: keyword / semantic / hybrid latency (p50, p95, in-process, warm) on a knowledge base of
+  N chunks (default 100,000) of synthetic text drawn from the real corpus vocabulary, unfiltered
+  and filtered (one source of four; a date window).
+
+Usage: .venv/bin/python benchmarks/ctx.py [--chunks 100000] [--files 10000] [--queries 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared" / "data" / "llms"
+sys.path.insert(0, str(REPO / "src"))
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+
+
+def ms(values: list[float]) -> dict[str, float]:
+    return {"p50_ms": round(pct(values, 50) * 1000, 2), "p95_ms": round(pct(values, 95) * 1000, 2),
+            "max_ms": round(max(values) * 1000, 2)}
+
+
+def vocabulary() -> list[str]:
+    text = (SHARED / "react-dev" / "llms-full.txt").read_text(encoding="utf-8")
+    text += (SHARED / "hono" / "llms-small.txt").read_text(encoding="utf-8")
+    return re.findall(r"[A-Za-z][A-Za-z]{2,}", text)
+
+
+def bench_sync(base: Path, files: int) -> dict[str, object]:
+    rng = random.Random(1)
+    words = vocabulary()
+    root = base / "files"
+    for i in range(files):
+        d = root / f"d{i // 500:03d}"
+        d.mkdir(parents=True, exist_ok=True)
+        body = " ".join(rng.choice(words) for _ in range(rng.randint(40, 200)))
+        (d / f"f{i:05d}.md").write_text(f"# File {i}\n\n{body}\n", encoding="utf-8")
+    cfg = base / "sync.toml"
+    cfg.write_text(f'[db]\npath = "sync.sqlite"\n[connectors.filesystem.files]\nroot = "{root}"\n')
+    cmd = [sys.executable, "-m", "cairn.ctx.cli", "sync", "all", "--config", str(cfg), "--json"]
+    env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
+    t = time.perf_counter()
+    first = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True, env=env).stdout)
+    first_s = time.perf_counter() - t
+    resync = []
+    for _ in range(3):
+        t = time.perf_counter()
+        again = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True, env=env).stdout)
+        resync.append(time.perf_counter() - t)
+    assert again["sources"][0]["unchanged"] == files, again
+    return {"files": files, "chunks": first["sources"][0]["chunks"], "first_sync_s": round(first_s, 3),
+            "resync_unchanged_s": round(min(resync), 3), "resync_unchanged_max_s": round(max(resync), 3)}
+
+
+def bench_embed() -> dict[str, object]:
+    from cairn.ctx.chunk import chunk_text
+    from cairn.search.embed import EmbeddingSettings, create
+
+    text = (SHARED / "react-dev" / "llms-full.txt").read_text(encoding="utf-8")
+    chunks = [c.text for c in chunk_text(text, 400, 40)]
+    e = create(EmbeddingSettings(provider="local", batch_size=256))
+    e.embed(["warm up"])
+    t = time.perf_counter()
+    e.embed(chunks)
+    s = time.perf_counter() - t
+    words = sum(len(c.split()) for c in chunks) / len(chunks)
+    return {"model": e.identity, "chunks": len(chunks), "avg_words_per_chunk": round(words, 1),
+            "seconds": round(s, 3), "chunks_per_s": round(len(chunks) / s, 1)}
+
+
+def build_kb(base: Path, n_chunks: int) -> Path:
+    from cairn.ctx.chunk import chunk_hash, Chunk
+    from cairn.ctx.store import DocumentRecord, Store
+    from cairn.search.embed import EmbeddingSettings, create
+
+    rng = random.Random(2)
+    words = vocabulary()
+    store = Store(base / "kb.sqlite", create=True)
+    embedder = create(EmbeddingSettings(provider="local", batch_size=512))
+    per_doc = 10
+    sources = [f"filesystem:s{i}" for i in range(4)]
+    for start in range(0, n_chunks, 5000):
+        docs = []
+        texts: dict[str, str] = {}
+        for d in range(start // per_doc, min(n_chunks, start + 5000) // per_doc):
+            chunks = []
+            for k in range(per_doc):
+                body = " ".join(rng.choice(words) for _ in range(rng.randint(40, 120)))
+                heading = f"# Doc {d} > ## Part {k}"
+                chunks.append(Chunk(k, heading, body, chunk_hash(heading, body)))
+                texts[chunks[-1].hash] = body
+            docs.append((DocumentRecord(
+                source=sources[d % 4], source_id=f"doc{d}.md", title=f"Doc {d}", body="",
+                updated_at=1_500_000_000 + rng.randint(0, 250_000_000), fingerprint="x", content_hash=str(d)), chunks))
+        hashes = list(texts)
+        vecs = embedder.embed([texts[h] for h in hashes])
+        with store.transaction():
+            for doc, chunks in docs:
+                store.upsert(doc, chunks)
+            store.put_vectors(embedder.identity, hashes, [v.tobytes() for v in vecs])
+            store.bump()
+    store.db.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")
+    store.close()
+    (base / "kb.toml").write_text('[db]\npath = "kb.sqlite"\n[embedding]\nprovider = "local"\n' + "".join(
+        f'[connectors.filesystem.s{i}]\nroot = "."\n' for i in range(4)))
+    return base / "kb.toml"
+
+
+def bench_search(cfg: Path, queries: int) -> dict[str, object]:
+    from cairn.ctx.service import Service
+
+    svc = Service.from_config(cfg)
+    rng = random.Random(3)
+    words = vocabulary()
+    qs = [" ".join(rng.choice(words) for _ in range(rng.randint(1, 4))) for _ in range(queries)]
+    t = time.perf_counter()
+    svc.search("warm up", "semantic")  # loads the model and the vector matrix once
+    load_s = time.perf_counter() - t
+    out: dict[str, object] = {"chunks": svc.stats().chunks, "first_semantic_query_s_incl_matrix_load": round(load_s, 3)}
+    variants = {
+        "": {},
+        "_source_filter": {"source": "s1"},
+        "_since_filter": {"since": "2020-01-01"},
+    }
+    for mode in ("keyword", "semantic", "hybrid"):
+        for suffix, kwargs in variants.items():
+            times = []
+            for q in qs:
+                t = time.perf_counter()
+                svc.search(q, mode, **kwargs)  # type: ignore[arg-type]
+                times.append(time.perf_counter() - t)
+            out[mode + suffix] = ms(times)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--chunks", type=int, default=100_000)
+    ap.add_argument("--files", type=int, default=10_000)
+    ap.add_argument("--queries", type=int, default=300)
+    args = ap.parse_args()
+    result: dict[str, object] = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}}
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp)
+        result["sync"] = bench_sync(base, args.files)
+        result["embed_local"] = bench_embed()
+        t = time.perf_counter()
+        cfg = build_kb(base, args.chunks)
+        result["build_kb_s"] = round(time.perf_counter() - t, 1)
+        result["search"] = bench_search(cfg, args.queries)
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
