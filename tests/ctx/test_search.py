@@ -156,3 +156,28 @@ def test_stats(corpus: Path) -> None:
     st = svc.stats()
     assert st.documents == 34 and st.chunks >= 34 and st.sources == {"filesystem:notes": 30, "filesystem:wiki": 4}
     assert st.embedding_model is None and st.db_bytes > 0
+
+
+def test_ranking_budget_prefers_rare_terms(tmp_path: Path) -> None:
+    from cairn.ctx import retrieval
+
+    files = {f"c{i:03d}.md": f"# C{i}\n\ncommon word here {'rare' if i == 7 else ''} {'pair' if i % 50 == 0 else ''}"
+             for i in range(200)}
+    write(tmp_path / "notes", files)
+    write(tmp_path / "wiki", {"w.md": "# W\n\nnothing"})
+    svc = make(tmp_path)
+    svc.sync("all")
+    store = svc.store
+    # Under budget: the plain OR of all terms.
+    assert retrieval.plan(store, "common rare", budget=1000) == ('"common" OR "rare"', 0)
+    # Over budget: the common term is left out, the rare one decides.
+    assert retrieval.plan(store, "common rare", budget=50) == ('"rare"', 0)
+    # Every term over budget and their AND too: rank the most recently indexed matches only.
+    match, min_rowid = retrieval.plan(store, "common word", budget=50)
+    assert min_rowid > 0 and match == '"common"'  # AND is also over budget -> the newest 50 matches
+    n = store.db.execute("SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ? AND rowid >= ?",
+                         (match, min_rowid)).fetchone()[0]
+    assert n == 50
+    assert retrieval.plan(store, "pair common", budget=10) == ('"pair"', 0)
+    # The service still answers, best document first.
+    assert svc.search("common rare")[0].source_id == "c007.md"
