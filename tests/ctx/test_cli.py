@@ -77,3 +77,21 @@ def test_help_is_fast_to_import() -> None:
     code = "import sys, cairn.ctx.cli; print(sorted(m for m in ('numpy','httpx','wordllama','sqlite3') if m in sys.modules))"
     out = subprocess.run([PY, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]"
+
+
+def test_failed_source_sets_the_exit_status_but_others_sync(tmp_path: Path) -> None:
+    write(tmp_path / "ok", {"a.md": "# A\n\nfine"})
+    path = config_file(tmp_path, f"""
+[db]
+path = "kb.sqlite"
+[connectors.filesystem.ok]
+root = "{tmp_path / 'ok'}"
+[connectors.filesystem.gone]
+root = "{tmp_path / 'missing'}"
+""")
+    r = ctx("sync", "--config", str(path), "--json", cwd=tmp_path)
+    assert r.returncode == 3  # not found: the missing folder
+    assert "ctx: warning: filesystem:gone was not synced:" in r.stderr and "is not a directory" in r.stderr
+    summary = json.loads(r.stdout)
+    assert [(s["source"], s["ok"], s["added"]) for s in summary["sources"]] == [
+        ("filesystem:ok", True, 1), ("filesystem:gone", False, 0)]

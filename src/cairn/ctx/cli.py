@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         from cairn.core.output import choose_format
 
         fmt = choose_format(getattr(args, "format", None), FORMAT_ENV)
-        data, text = _run(args)
+        data, text, status = _run(args)
     except CairnError as exc:
         if raise_errors():
             raise
@@ -77,47 +77,55 @@ def main(argv: list[str] | None = None) -> int:
     out = text() if (fmt == "text" and text is not None) else render(data, fmt)
     if out:
         sys.stdout.write(out + "\n")
-    return 0
+    return status
 
 
-def _run(args: argparse.Namespace) -> tuple[Any, Any]:
-    """(data to render, optional custom text renderer) for the command."""
+def _exit_code(code: str | None) -> int:
+    from cairn.core.errors import ALL_ERRORS
+
+    return next((e.exit_code for e in ALL_ERRORS if e.code == code), 1)
+
+
+def _run(args: argparse.Namespace) -> tuple[Any, Any, int]:
+    """(data to render, optional custom text renderer, exit status) for the command."""
     from cairn.ctx import service
 
     config = getattr(args, "config", None)
     if args.command == "init":
         report = service.init(config)
         verb = "Wrote" if report.created_config else "Kept existing"
-        return report, lambda: f"{verb} {report.config_path}\nDatabase: {report.db_path}"
+        return report, lambda: f"{verb} {report.config_path}\nDatabase: {report.db_path}", 0
 
     svc = service.Service.from_config(config)
     try:
         if args.command == "search":
             results = svc.search(args.query, args.mode, source=args.source, since=args.since, until=args.until,
                                  limit=args.limit)
-            return results, lambda: _search_text(results)
+            return results, lambda: _search_text(results), 0
         if args.command == "get":
             doc = svc.get(args.id)
-            return doc, lambda: _doc_text(doc)
+            return doc, lambda: _doc_text(doc), 0
         if args.command == "sources":
-            return svc.sources(), None
+            return svc.sources(), None, 0
         if args.command == "stats":
-            return svc.stats(), None
+            return svc.stats(), None, 0
         if args.command == "sync":
             from cairn.ctx.sync import ProgressBar
 
             summary = svc.sync(args.target, full=args.full, dry_run=args.dry_run, progress=ProgressBar())
-            if any(not r.ok for r in summary.sources):
+            failed = [r for r in summary.sources if not r.ok]
+            if failed:
                 _warn_failures(summary)
-            return summary, lambda: _sync_text(summary)
+            # The other sources synced; the exit status still says that one did not.
+            return summary, lambda: _sync_text(summary), _exit_code(failed[0].error_code) if failed else 0
         if args.command == "embed":
             from cairn.ctx.sync import ProgressBar
 
             report = svc.embed_rebuild(progress=ProgressBar()) if args.action == "rebuild" else svc.embed_pending(
                 progress=ProgressBar())
             if report.error:
-                sys.stderr.write(f"ctx: warning: embedding stopped: {report.error}\n")
-            return report, None
+                sys.stderr.write(f"ctx: error: embedding stopped: {report.error}\n")
+            return report, None, _exit_code(report.error_code) if report.error else 0
     finally:
         svc.close()
     raise AssertionError(args.command)

@@ -263,7 +263,8 @@ class Service:
             raise
         except Exception as exc:  # the provider could not even start: chunks stay pending
             model = f"{self.config.embedding.provider}:{self.config.embedding.model}"
-            return EmbedReport(model=model, pending=-1, error=scrub(str(getattr(exc, "message", exc))))
+            return EmbedReport(model=model, pending=-1, error=scrub(str(getattr(exc, "message", exc))),
+                               error_code=getattr(exc, "code", "internal"))
         return embed_pending(self.store, embedder, self.config.embedding.batch_size, progress=progress)
 
     def embed_rebuild(self, *, progress: Progress | None = None) -> EmbedReport:

@@ -49,6 +49,7 @@ class SyncReport:
     pending: int = 0
     resumed: bool = False
     error: str | None = None
+    error_code: str | None = None  # the error taxonomy's code when the source failed
     seconds: float = 0.0
     would_add: list[str] = field(default_factory=list)
     would_update: list[str] = field(default_factory=list)
@@ -79,8 +80,10 @@ def sync_source(
                 store.checkpoint(config.source, "running")
         entries = list(connector.scan())
     except CairnError as exc:
+        report.error_code = exc.code
         return _failed(store, report, exc.message, dry_run, started)
     except OSError as exc:
+        report.error_code = "storage"
         return _failed(store, report, f"{config.source}: {exc}", dry_run, started)
 
     report.scanned = len(entries)
@@ -185,6 +188,7 @@ class EmbedReport:
     embedded: int = 0
     pending: int = 0
     error: str | None = None
+    error_code: str | None = None
     seconds: float = 0.0
 
 
@@ -207,10 +211,10 @@ def embed_pending(
                 part = rows[s : s + batch_size]
                 vectors.append(embedder.embed([_embed_text(h, t) for _, h, t in part]))
         except CairnError as exc:
-            report.error = scrub(exc.message)
+            report.error, report.error_code = scrub(exc.message), exc.code
             break
         except Exception as exc:  # a provider bug must not fail the sync
-            report.error = scrub(f"{type(exc).__name__}: {exc}")
+            report.error, report.error_code = scrub(f"{type(exc).__name__}: {exc}"), "internal"
             break
         import numpy as np
 
