@@ -70,6 +70,8 @@ greeting = "hi"
         ("[connectors.git.a]\nurl = 'x'\nroot = '../up'\n", "[connectors.git.a] root: must be a relative path inside the repository"),
         ("[connectors.filesystem.Bad]\nroot = 'x'\n", "[connectors.filesystem.Bad]: connector names use lowercase"),
         ("[extras]\n", "unknown section [extras]"),
+        ("[connectors.git.a]\nurl = 'x'\nbranch = '--upload-pack=evil'\n", "[connectors.git.a] branch: is not a valid branch name"),
+        ("[connectors.git.a]\nurl = '-oProxyCommand=x'\n", "[connectors.git.a] url: must not start with '-'"),
         ("[db\n", "not valid TOML"),
     ],
 )

@@ -154,3 +154,43 @@ def test_missing_root_fails_that_source_only_and_keeps_its_documents(tmp_path: P
     assert len(docs(svc)) == 3  # a failed scan deletes nothing
     status = svc.sources()[0]
     assert (status.healthy, status.doc_count) == (False, 3)
+
+
+def test_script_connectors_wait_for_the_lua_extension(tmp_path: Path, docs_tree: Path) -> None:
+    svc = service(tmp_path, f'[connectors.script.jira]\npath = "{tmp_path / "jira.lua"}"\n')
+    summary = svc.sync("all")
+    by = {r.source: r for r in summary.sources}
+    assert by["filesystem:docs"].ok
+    assert not by["script:jira"].ok and "not available in this build" in (by["script:jira"].error or "")
+    assert by["script:jira"].error_code == "extension"
+
+
+def test_extension_point_registers_a_connector_type(tmp_path: Path, docs_tree: Path) -> None:
+    """Script connectors (next part) plug in exactly like this: register a factory for the type."""
+    from cairn.ctx import connectors
+    from cairn.ctx.config import ConnectorConfig
+    from cairn.ctx.connectors import Entry, Item
+
+    class Static:
+        skipped = 0
+
+        def __init__(self, config: ConnectorConfig) -> None:
+            self.config = config
+
+        def scan(self):  # type: ignore[no-untyped-def]
+            for i in range(3):
+                item = Item(source_id=f"T-{i}", body=f"ticket {i} about printers", title=f"Ticket {i}",
+                            author="bot", source_url=f"https://user:pw@tickets.example.org/T-{i}", updated_at=1700000000)
+                yield Entry(item.source_id, str(hash(item.body)), lambda item=item: item)
+
+    connectors.register("script", Static)
+    try:
+        svc = service(tmp_path, f'[connectors.script.tickets]\npath = "{tmp_path / "t.lua"}"\n')
+        assert all(r.ok for r in svc.sync("script").sources)
+        hits = svc.search("printers", source="tickets")
+        assert sorted(h.source_id for h in hits) == ["T-0", "T-1", "T-2"]
+        hits = sorted(hits, key=lambda h: h.source_id)
+        assert hits[0].source_url == "https://***@tickets.example.org/T-0"  # credentials scrubbed
+        assert svc.get(hits[0].id).author == "bot"
+    finally:
+        connectors._TYPES.pop("script", None)

@@ -198,13 +198,18 @@ def _connector(file: Path, base: Path, ctype: str, name: str, table: Any) -> Con
         url = r.str("url", None)
         if not url:
             r.fail("url", "must not be empty")
+        if url.startswith("-"):
+            r.fail("url", f"must not start with '-': {url!r}")
         # A local path relative to the config file; URLs (scheme:// or scp-like user@host:path) stay as is.
         if "://" not in url and not ("@" in url.split("/")[0] and ":" in url):
             if not Path(url).expanduser().is_absolute():
                 url = str(base / url)
+        branch = r.str("branch", "main")
+        if not branch or branch.startswith("-") or any(c.isspace() or c in "~^:?*[\\" for c in branch) or ".." in branch:
+            r.fail("branch", f"is not a valid branch name: {branch!r}")
         opts = {
             "url": url,
-            "branch": r.str("branch", "main"),
+            "branch": branch,
             "root": root,
             "include_globs": r.globs("include_globs", DEFAULT_INCLUDE),
             "exclude_globs": r.globs("exclude_globs", []),
