@@ -95,3 +95,19 @@ root = "{tmp_path / 'missing'}"
     summary = json.loads(r.stdout)
     assert [(s["source"], s["ok"], s["added"]) for s in summary["sources"]] == [
         ("filesystem:ok", True, 1), ("filesystem:gone", False, 0)]
+
+
+def test_progress_bar_only_on_a_terminal(tmp_path: Path) -> None:
+    import pty
+
+    write(tmp_path / "docs", {f"f{i}.md": f"# F{i}\n\nbody {i}" for i in range(100)})
+    path = config_file(tmp_path, f'[db]\npath = "kb.sqlite"\n[connectors.filesystem.docs]\nroot = "{tmp_path / "docs"}"\n')
+    master, slave = pty.openpty()
+    proc = subprocess.run([PY, "-m", "cairn.ctx.cli", "sync", "--config", str(path), "--json"], cwd=tmp_path,
+                          stdout=subprocess.PIPE, stderr=slave, timeout=60)
+    os.close(slave)
+    drawn = os.read(master, 65536).decode()
+    os.close(master)
+    assert proc.returncode == 0
+    assert "filesystem:docs" in drawn and "100/100" in drawn and "#" * 30 in drawn
+    assert json.loads(proc.stdout)["sources"][0]["added"] == 100  # stdout stays clean JSON
