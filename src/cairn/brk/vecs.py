@@ -70,8 +70,12 @@ def write_atomic(path: Path, data: bytes) -> None:
 class VecStore:
     """A directory of vecs. Append with ``append``, make it durable with ``commit``."""
 
-    def __init__(self, root: Path, specs: list[VecSpec], *, durable: bool = True) -> None:
+    def __init__(self, root: Path, specs: list[VecSpec], *, durable: bool = True,
+                 independent: bool = False) -> None:
         self.root = root
+        # independent: a vec whose version (or dtype/width) changed is emptied on its own, the others
+        # kept (derived vecs, each recomputable); otherwise one change resets the whole store.
+        self.independent = independent
         self.specs = {s.name: s for s in specs}
         self.durable = durable  # fsync on commit (tests and benchmarks of throughput may turn it off)
         self.lengths: dict[str, int] = {s.name: 0 for s in specs}
@@ -103,12 +107,17 @@ class VecStore:
                     f"{self.root} holds format {manifest.get('format')!r}, not {FORMAT!r}. Delete it and index again."
                 )
             stored = manifest.get("vecs", {})
+            changed = False
             for name, spec in self.specs.items():
                 entry = stored.get(name)
                 if entry is None or entry.get("version") != spec.version or entry.get("dtype") != spec.dtype \
                         or entry.get("width") != spec.width:
-                    reset = True
-                    break
+                    changed = True
+                    if not self.independent:
+                        reset = True
+                        break
+                    self.lengths[name] = 0
+                    continue
                 self.lengths[name] = int(entry["length"])
             self.meta = manifest.get("meta", {})
             if reset:
@@ -119,6 +128,8 @@ class VecStore:
                 self.lengths = {name: 0 for name in self.specs}
                 self.meta = {}
                 self._write_manifest()
+            elif changed:
+                self._write_manifest()  # the emptied vecs are committed before their files shrink
         # Drop whatever a crashed run appended past the committed lengths.
         for name, spec in self.specs.items():
             path = self.path(name)

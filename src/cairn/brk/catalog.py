@@ -1,0 +1,426 @@
+"""Every vec id the query interface serves, on every index, and how to read its rows.
+
+A ``Source`` holds the readers of one output directory (raw store, computed store, prices) and the
+per-tip caches; a ``Vec`` reads rows ``[start, stop)`` of one id on one index. Three kinds:
+
+* stored: a slice of a raw or computed vec (``os.pread``, committed rows only);
+* derived per row: ``_btc`` (sats / 1e8), ``_usd`` (btc x the period's close), ``block_count``,
+  ``date``, hex hashes;
+* period aggregates over heights: for a base series X on a coarse index, ``X_sum``, ``X_avg``,
+  ``X_min``, ``X_max``, ``X_median``, ``X_p10/_p25/_p75/_p90``, ``X_cumulative``; the bare ``X`` is
+  the sum for flows, the last value for states and the average for levels. They are reduced from the
+  stored height vecs and cached per tip; when the tip grows only the last period onwards is redone.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cairn.brk.compute import CUMULATED, TYPE_COUNTS, computed_dir
+from cairn.brk.dates import DATE_INDEXES, HEIGHT_INDEXES, first_day_of_period, format_days, period_of_height
+from cairn.brk.reader import StoreReader
+
+if TYPE_CHECKING:
+    import numpy as np
+
+INDEXES = ("height", "dateindex", "weekindex", "monthindex", "quarterindex", "semesterindex", "yearindex",
+           "decadeindex", "difficultyepoch", "halvingepoch", "txindex", "inputindex", "outputindex")
+ACCEPTED: dict[str, tuple[str, ...]] = {
+    "height": ("h", "height"),
+    "dateindex": ("d", "date", "dateindex"),
+    "weekindex": ("w", "week", "weekindex"),
+    "monthindex": ("m", "month", "monthindex"),
+    "quarterindex": ("q", "quarter", "quarterindex"),
+    "semesterindex": ("s", "semester", "semesterindex"),
+    "yearindex": ("y", "year", "yearindex"),
+    "decadeindex": ("decade", "decadeindex"),
+    "difficultyepoch": ("difficulty", "difficultyepoch"),
+    "halvingepoch": ("halving", "halvingepoch"),
+    "txindex": ("tx", "txindex"),
+    "inputindex": ("in", "inputindex"),
+    "outputindex": ("out", "outputindex"),
+}
+STATS = ("sum", "avg", "min", "max", "median", "p10", "p25", "p75", "p90")
+QUANTILES = {"median": 0.5, "p10": 0.1, "p25": 0.25, "p75": 0.75, "p90": 0.9}
+SATS_PER_BTC = 100_000_000.0
+
+# Base series per height: id -> (store, vec name, kind, in sats). kind: flow (bare = sum), state
+# (bare = last value of the period), level (bare = average).
+BASES: dict[str, tuple[str, str, str, bool]] = {
+    "block_count": ("", "", "flow", False),
+    "block_size": ("raw", "height_to_size", "flow", False),
+    "block_weight": ("raw", "height_to_weight", "flow", False),
+    "block_vbytes": ("comp", "height_to_block_vbytes", "flow", False),
+    "tx_count": ("raw", "height_to_tx_count", "flow", False),
+    "input_count": ("comp", "height_to_input_count", "flow", False),
+    "output_count": ("comp", "height_to_output_count", "flow", False),
+    **{name: ("comp", f"height_to_{name}", "flow", False) for name in TYPE_COUNTS},
+    "fee": ("raw", "height_to_fee", "flow", True),
+    "coinbase": ("comp", "height_to_coinbase", "flow", True),
+    "subsidy": ("comp", "height_to_subsidy", "flow", True),
+    "supply": ("comp", "height_to_supply", "state", True),
+    "utxo_count": ("comp", "height_to_utxo_count", "state", False),
+    "difficulty": ("raw", "height_to_difficulty", "state", False),
+    "block_interval": ("comp", "height_to_block_interval", "level", False),
+    "hash_rate": ("comp", "height_to_hash_rate", "level", False),
+    "fee_rate": ("comp", "height_to_fee_rate", "level", False),
+}
+RAW_HEIGHT = {"timestamp": "height_to_timestamp", "bits": "height_to_bits", "block_version": "height_to_version",
+              "first_txindex": "height_to_first_txindex", "first_inputindex": "height_to_first_inputindex",
+              "first_outputindex": "height_to_first_outputindex"}
+RAW_TX = {"height": "txindex_to_height", "tx_version": "txindex_to_version", "locktime": "txindex_to_locktime",
+          "tx_size": "txindex_to_size", "tx_weight": "txindex_to_weight", "tx_vsize": "txindex_to_vsize",
+          "input_count": "txindex_to_input_count", "output_count": "txindex_to_output_count",
+          "first_inputindex": "txindex_to_first_inputindex", "first_outputindex": "txindex_to_first_outputindex",
+          "fee": "txindex_to_fee"}
+PRICES = ("open", "high", "low", "close")
+
+Reader = Callable[["Source", int, int], Any]  # (source, start, stop) -> numpy array or list
+
+
+@dataclass(frozen=True)
+class Vec:
+    id: str
+    index: str
+    read: Reader
+
+
+class Source:
+    """The readers of one output directory and the caches keyed on its committed tip."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.raw = StoreReader(out)
+        self.comp = StoreReader(computed_dir(out))
+        self.prices = StoreReader(out / "prices")
+        self._lock = threading.Lock()
+        self._cache: dict[Any, tuple[int, Any]] = {}
+        self.generation = -1
+        self.heights = 0
+        self.refresh()
+
+    def refresh(self) -> bool:
+        """Pick up new commits; True when anything changed (callers rebuild id lists then)."""
+        changed = self.raw.refresh()
+        changed = self.comp.refresh() or changed
+        changed = self.prices.refresh() or changed
+        if changed:
+            with self._lock:
+                gen = int(self.comp.meta.get("generation", 0))
+                if gen != self.generation or self.prices.exists != self._cache.get("prices", (0, None))[1]:
+                    self._cache.clear()
+                    self._cache["prices"] = (0, self.prices.exists)
+                self.generation = gen
+                self.heights = self.comp.length("height_to_blockhash")
+        return changed
+
+    @property
+    def has_prices(self) -> bool:
+        return self.prices.exists and self.prices.length("dateindex_to_close") > 0
+
+    def tip(self) -> int:
+        return self.heights - 1
+
+    # -- index lengths and height -> period maps ------------------------------------------------
+    def length(self, index: str) -> int:
+        n = self.heights
+        if index == "height":
+            return n
+        if index in HEIGHT_INDEXES:
+            return 0 if n == 0 else int(self.periods(index)[-1]) + 1
+        return self.raw.length({"txindex": "txindex_to_txid", "inputindex": "inputindex_to_outputindex",
+                                "outputindex": "outputindex_to_value"}[index])
+
+    def periods(self, index: str) -> np.ndarray:
+        """Period of every committed height (extended incrementally as heights arrive)."""
+        import numpy as np
+
+        def build(prev: np.ndarray | None, have: int, n: int) -> np.ndarray:
+            dateindex = self.comp.read("height_to_dateindex", have, n)
+            part = period_of_height(index, np.arange(have, n), dateindex)
+            return part if prev is None else np.concatenate((prev, part))
+
+        return self._incremental(("periods", index), build)
+
+    def first_heights(self, index: str) -> np.ndarray:
+        """``first[p]`` = first height of period p; ``first[P]`` = heights (empty periods: next start)."""
+        import numpy as np
+
+        key = ("first", index)
+        n = self.heights
+        with self._lock:
+            hit = self._cache.get(key)
+        if hit and hit[0] == n:
+            result: np.ndarray = hit[1]
+            return result
+        per = self.periods(index)
+        count = int(per[-1]) + 1 if n else 0
+        first = np.searchsorted(per, np.arange(count + 1), "left")
+        with self._lock:
+            self._cache[key] = (n, first)
+        return first
+
+    def _incremental(self, key: Any, build: Callable[[Any, int, int], Any]) -> Any:
+        n = self.heights
+        with self._lock:
+            hit = self._cache.get(key)
+        if hit and hit[0] == n:
+            return hit[1]
+        have, prev = hit if hit and hit[0] < n else (0, None)
+        value = build(prev, have, n)
+        with self._lock:
+            self._cache[key] = (n, value)
+        return value
+
+    # -- height series ---------------------------------------------------------------------------
+    def height_values(self, base: str, start: int, stop: int) -> np.ndarray:
+        import numpy as np
+
+        store, name, _, _ = BASES[base]
+        stop = min(stop, self.heights)
+        if base == "block_count":
+            return np.ones(max(stop - start, 0), dtype=np.uint32)
+        reader = self.raw if store == "raw" else self.comp
+        result: np.ndarray = reader.read(name, start, stop)
+        return result
+
+    def cumulative(self, base: str, start: int, stop: int) -> np.ndarray:
+        """Running sum of a flow at heights [start, stop)."""
+        import numpy as np
+
+        stop = min(stop, self.heights)
+        if base == "block_count":
+            return np.arange(start + 1, stop + 1, dtype=np.uint64)
+        name = "height_to_supply" if base == "subsidy" else f"height_to_{base}_cumulative"
+        result: np.ndarray = self.comp.read(name, start, stop)
+        return result
+
+    def aggregate(self, index: str, base: str, stat: str) -> np.ndarray:
+        """One statistic of a base series for every period of ``index`` (cached per tip)."""
+        import numpy as np
+
+        def build(prev: np.ndarray | None, have: int, n: int) -> np.ndarray:
+            first = self.first_heights(index)
+            count = first.shape[0] - 1
+            # Redo from the period holding the last height seen before (it may have grown).
+            p0 = 0 if prev is None or have == 0 else int(self.periods(index)[have - 1])
+            part = self._reduce(index, base, stat, first, p0, count)
+            return part if prev is None else np.concatenate((prev[:p0], part))
+
+        result: np.ndarray = self._incremental(("agg", index, base, stat), build)
+        return result
+
+    def _reduce(self, index: str, base: str, stat: str, first: np.ndarray, p0: int, p1: int) -> np.ndarray:
+        import numpy as np
+
+        kind = BASES[base][2]
+        ends = first[p0 + 1:p1 + 1]
+        if stat in ("last", "cumulative"):
+            idx = ends.astype(np.int64) - 1
+            if stat == "cumulative" and kind == "flow":
+                vals = np.zeros(idx.shape[0], dtype=np.uint64)
+                ok = idx >= 0
+                if ok.any():
+                    lo = int(idx[ok].min())
+                    window = self.cumulative(base, lo, int(idx.max()) + 1)
+                    vals[ok] = window[idx[ok] - lo]
+                return vals
+            ok = idx >= 0
+            if not ok.any():
+                return np.full(idx.shape[0], np.nan)
+            lo = int(idx[ok].min())
+            window = self.height_values(base, lo, int(idx.max()) + 1)
+            if ok.all():  # keep integer series integral
+                return window[idx - lo]
+            out = np.full(idx.shape[0], np.nan)
+            out[ok] = window[idx[ok] - lo]
+            return out
+        h0, h1 = int(first[p0]), int(first[p1])
+        values = self.height_values(base, h0, h1)
+        starts = first[p0:p1] - h0
+        counts = np.diff(first[p0:p1 + 1])
+        nonempty = counts > 0
+        s = starts[nonempty].astype(np.int64)
+        if stat == "sum":
+            out_sum = np.zeros(p1 - p0, dtype=np.float64 if values.dtype.kind == "f" else np.uint64)
+            if s.size:
+                out_sum[nonempty] = np.add.reduceat(values.astype(out_sum.dtype), s)
+            return out_sum
+        out = np.full(p1 - p0, np.nan)
+        if not s.size:
+            return out
+        fvals = values.astype(np.float64)
+        if stat == "avg":
+            out[nonempty] = np.add.reduceat(fvals, s) / counts[nonempty]
+        elif stat == "min":
+            out[nonempty] = np.minimum.reduceat(fvals, s)
+        elif stat == "max":
+            out[nonempty] = np.maximum.reduceat(fvals, s)
+        else:
+            q = QUANTILES[stat]
+            group = np.repeat(np.arange(p1 - p0), counts)
+            order = np.lexsort((fvals, group))
+            ordered = fvals[order]
+            c = counts[nonempty]
+            pos = q * (c - 1)
+            lo = np.floor(pos).astype(np.int64)
+            hi = np.minimum(lo + 1, c - 1)
+            frac = pos - lo
+            out[nonempty] = ordered[s + lo] + (ordered[s + hi] - ordered[s + lo]) * frac
+        return out
+
+    # -- prices ------------------------------------------------------------------------------------
+    def price(self, field: str, index: str, start: int, stop: int) -> np.ndarray:
+        """OHLC per period of a date index, or per height (the height's day)."""
+        import numpy as np
+
+        if index == "height":
+            di = self.comp.read("height_to_dateindex", start, stop).astype(np.int64)
+            daily = self.daily_price(field)
+            out = np.full(di.shape[0], np.nan)
+            ok = di < daily.shape[0]
+            out[ok] = daily[di[ok]]
+            return out
+        return self.period_price(index, field)[start:stop]
+
+    def daily_price(self, field: str) -> np.ndarray:
+        return self.prices.read(f"dateindex_to_{field}").astype("<f8")
+
+    def period_price(self, index: str, field: str) -> np.ndarray:
+        """OHLC of each period of a date index: first open, max high, min low, last close."""
+        import numpy as np
+
+        n_periods = self.length(index)
+        with self._lock:
+            hit = self._cache.get(("price", index, field))
+        if hit and hit[0] == self.heights:
+            cached: np.ndarray = hit[1]
+            return cached
+        daily = self.daily_price(field)
+        out = np.full(n_periods, np.nan)
+        if daily.shape[0]:
+            from cairn.brk.dates import period_of_dateindex
+
+            per = period_of_dateindex(index, np.arange(daily.shape[0]))
+            ok = ~np.isnan(daily) & (per < n_periods)
+            p, v = per[ok], daily[ok]
+            if field == "high":
+                np.fmax.at(out, p, v)
+            elif field == "low":
+                np.fmin.at(out, p, v)
+            elif field == "open":
+                out[p[::-1]] = v[::-1]  # the first day's value wins
+            else:
+                out[p] = v  # the last day's value wins
+        with self._lock:
+            self._cache[("price", index, field)] = (self.heights, out)
+        return out
+
+    def dates(self, index: str, start: int, stop: int) -> list[str]:
+        import numpy as np
+
+        if index == "height":
+            from cairn.brk.dates import day_nums
+
+            return format_days(day_nums(self.comp.read("height_to_dateindex", start, stop)))
+        return format_days(first_day_of_period(index, np.arange(start, stop)))
+
+
+def _btc(read: Reader) -> Reader:
+    return lambda src, a, b: read(src, a, b) / SATS_PER_BTC
+
+
+def _usd(read_btc: Reader, index: str) -> Reader:
+    return lambda src, a, b: read_btc(src, a, b) * src.price("close", index, a, b)
+
+
+def _hex(store: str, name: str) -> Reader:
+    def read(src: Source, a: int, b: int) -> list[str]:
+        reader = src.raw if store == "raw" else src.comp
+        return [bytes(row[::-1]).hex() for row in reader.read(name, a, b)]
+    return read
+
+
+def _stored(store: str, name: str) -> Reader:
+    return lambda src, a, b: (src.raw if store == "raw" else src.comp).read(name, a, b)
+
+
+def build_catalog(prices: bool) -> dict[str, dict[str, Vec]]:
+    """index -> id -> Vec, for a store with (or without) prices."""
+    cat: dict[str, dict[str, Vec]] = {index: {} for index in INDEXES}
+
+    def add(index: str, vec_id: str, read: Reader) -> None:
+        cat[index][vec_id] = Vec(vec_id, index, read)
+
+    # height
+    h = "height"
+    add(h, "blockhash", _hex("raw", "height_to_blockhash"))
+    add(h, "date", lambda src, a, b: src.dates("height", a, b))
+    add(h, "difficulty", _stored("raw", "height_to_difficulty"))
+    for vec_id, name in RAW_HEIGHT.items():
+        add(h, vec_id, _stored("raw", name))
+    for base, (_, _, kind, sats) in BASES.items():
+        read: Reader = (lambda b_: lambda src, a, z: src.height_values(b_, a, z))(base)
+        _unit_variants(add, h, base, read, sats, prices, "")
+        if kind == "flow" and (base in CUMULATED or base in ("block_count", "subsidy")):
+            cum: Reader = (lambda b_: lambda src, a, z: src.cumulative(b_, a, z))(base)
+            _unit_variants(add, h, base, cum, sats, False, "_cumulative")
+    if prices:
+        for field in PRICES:
+            add(h, field, (lambda f: lambda src, a, b: src.price(f, "height", a, b))(field))
+        add(h, "market_cap", cat[h]["supply_usd"].read)
+    # coarse indexes
+    for index in HEIGHT_INDEXES:
+        dated = index in DATE_INDEXES
+        add(index, "first_height", (lambda i: lambda src, a, b: src.first_heights(i)[a:b])(index))
+        if dated:
+            add(index, "date", (lambda i: lambda src, a, b: src.dates(i, a, b))(index))
+        for base, (_, _, kind, sats) in BASES.items():
+            usd = prices and dated
+            bare = {"flow": "sum", "state": "last", "level": "avg"}[kind]
+            named = [s for s in STATS if kind == "flow" or s != "sum"] + (["cumulative"] if kind == "flow" else [])
+            _unit_variants(add, index, base, _agg(index, base, bare), sats, usd, "")
+            for stat in named:
+                _unit_variants(add, index, base, _agg(index, base, stat), sats, usd, f"_{stat}")
+        if prices and dated:
+            for field in PRICES:
+                add(index, field, (lambda i, f: lambda src, a, b: src.price(f, i, a, b))(index, field))
+            add(index, "market_cap", cat[index]["supply_usd"].read)
+    # raw chain indexes
+    add("txindex", "txid", _hex("raw", "txindex_to_txid"))
+    for vec_id, name in RAW_TX.items():
+        add("txindex", vec_id, _stored("raw", name))
+    add("txindex", "fee_btc", _btc(_stored("raw", "txindex_to_fee")))
+    add("txindex", "fee_rate", _fee_rate)
+    add("inputindex", "outputindex", _stored("raw", "inputindex_to_outputindex"))
+    add("outputindex", "value", _stored("raw", "outputindex_to_value"))
+    add("outputindex", "value_btc", _btc(_stored("raw", "outputindex_to_value")))
+    add("outputindex", "type", _stored("raw", "outputindex_to_type"))
+    return cat
+
+
+def _fee_rate(src: Source, a: int, b: int) -> np.ndarray:
+    """A transaction's fee per virtual byte (sat/vB)."""
+    fee = src.raw.read("txindex_to_fee", a, b).astype("<f8")
+    vsize = src.raw.read("txindex_to_vsize", a, b).astype("<f8")
+    result: np.ndarray = fee / vsize
+    return result
+
+
+def _agg(index: str, base: str, stat: str) -> Reader:
+    return lambda src, a, b: src.aggregate(index, base, stat)[a:b]
+
+
+def _unit_variants(add: Callable[[str, str, Reader], None], index: str, base: str, read: Reader, sats: bool,
+                   usd: bool, suffix: str) -> None:
+    """``base+suffix`` and, for sats series, ``base_btc+suffix`` and (with prices) ``base_usd+suffix``."""
+    add(index, base + suffix, read)
+    if sats:
+        btc = _btc(read)
+        add(index, f"{base}_btc{suffix}", btc)
+        if usd and suffix != "_cumulative":
+            add(index, f"{base}_usd{suffix}", _usd(btc, index))

@@ -1,0 +1,277 @@
+"""The query interface: the ten operations that the HTTP routes, the MCP tools and the CLI all call.
+
+Parameters arrive loosely typed (query strings, JSON, CLI flags): numbers may be strings, ``ids`` may
+be a list or a comma/space separated string, and each parameter has a one-letter alias (``i``, ``v``,
+``f``, ``t``, ``c``). Ids and index names are lower-cased and ``-`` is read as ``_``. Unknown
+indexes and ids fail with a ``NotFound`` naming the closest matches.
+
+Response shapes of ``get_vecs``: one id and one row -> the value; one id, several rows -> a list;
+several ids -> a column-major matrix (one list per id). ``csv``/``tsv``/``md`` give a header row of
+ids and one row per index position.
+"""
+
+from __future__ import annotations
+
+import difflib
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cairn.brk.catalog import ACCEPTED, INDEXES, Source, Vec, build_catalog
+from cairn.core.errors import InvalidInput, NotFound, TooLarge
+
+if TYPE_CHECKING:
+    import numpy as np
+
+PAGE_SIZE = 1000
+MAX_CELLS = 1_000_000  # values (ids x rows) one get_vecs may return
+FORMATS = ("json", "csv", "tsv", "md")
+ALIASES = {"i": "index", "v": "ids", "f": "from", "t": "to", "c": "count", "p": "page"}
+
+
+def version() -> str:
+    from cairn import __version__
+
+    return f"v{__version__}"
+
+
+def _accepted_lookup() -> dict[str, str]:
+    return {name: index for index, names in ACCEPTED.items() for name in names}
+
+
+class Interface:
+    """Queries over one output directory; safe to share between threads."""
+
+    def __init__(self, out: Path, *, max_cells: int = MAX_CELLS) -> None:
+        self.out = out
+        self.max_cells = max_cells
+        self.source = Source(out)
+        self._lookup = _accepted_lookup()
+        self._lock = threading.Lock()
+        self._catalog_prices: bool | None = None
+        self._catalog: dict[str, dict[str, Vec]] = {}
+        self._ids: list[str] = []
+        self._id_indexes: dict[str, list[str]] = {}
+        self._index_ids: dict[str, list[str]] = {}
+        self._refresh()
+
+    # -- state ------------------------------------------------------------------------------------
+    def _refresh(self) -> None:
+        self.source.refresh()
+        prices = self.source.has_prices
+        if prices != self._catalog_prices:
+            with self._lock:
+                catalog = build_catalog(prices)
+                id_indexes: dict[str, list[str]] = {}
+                for index in INDEXES:
+                    for vec_id in catalog[index]:
+                        id_indexes.setdefault(vec_id, []).append(index)
+                self._catalog = catalog
+                self._index_ids = {index: sorted(catalog[index]) for index in INDEXES}
+                self._id_indexes = id_indexes
+                self._ids = sorted(id_indexes)
+                self._catalog_prices = prices
+
+    def tip(self) -> int:
+        """The committed height served (-1 when nothing is computed yet)."""
+        self._refresh()
+        return self.source.tip()
+
+    def etag(self) -> str:
+        self._refresh()
+        return f'"{self.source.generation}-{self.source.tip()}-{int(self.source.has_prices)}"'
+
+    # -- the ten operations -------------------------------------------------------------------------
+    def get_index_count(self) -> int:
+        return len(INDEXES)
+
+    def get_vecid_count(self) -> int:
+        self._refresh()
+        return len(self._ids)
+
+    def get_vec_count(self) -> int:
+        self._refresh()
+        return sum(len(v) for v in self._id_indexes.values())
+
+    def get_indexes(self) -> list[str]:
+        return list(INDEXES)
+
+    def get_accepted_indexes(self) -> dict[str, list[str]]:
+        return {index: list(ACCEPTED[index]) for index in INDEXES}
+
+    def get_vecids(self, page: Any = 0) -> list[str]:
+        self._refresh()
+        return _page(self._ids, _int(page, "page", minimum=0))
+
+    def get_index_to_vecids(self, index: Any, page: Any = 0) -> list[str]:
+        self._refresh()
+        return _page(self._index_ids[self.resolve_index(index)], _int(page, "page", minimum=0))
+
+    def get_vecid_to_indexes(self, vec_id: Any) -> list[str]:
+        self._refresh()
+        return list(self._id_indexes[self.resolve_id(vec_id)])
+
+    def get_version(self) -> str:
+        return version()
+
+    def get_vecs(self, params: Mapping[str, Any] | None = None, **kwargs: Any) -> Any:
+        """Rows of one or more vecs on one index (see the module docstring for shapes)."""
+        p = normalize_params({**(params or {}), **kwargs})
+        if p.get("index") in (None, ""):
+            raise InvalidInput("get_vecs needs an index, e.g. index=date (see get_indexes).")
+        index = self.resolve_index(p["index"])
+        ids = parse_ids(p.get("ids"))
+        fmt = str(p.get("format") or "json").lower()
+        if fmt not in FORMATS:
+            raise InvalidInput(f"Unknown format {p.get('format')!r}. Use one of: {', '.join(FORMATS)}.")
+        self._refresh()
+        vecs = [self._vec(index, vec_id) for vec_id in ids]
+        length = self.source.length(index)
+        start, stop = resolve_range(length, p.get("from"), p.get("to"), p.get("count"))
+        cells = (stop - start) * len(vecs)
+        if cells > self.max_cells:
+            raise TooLarge(f"This query asks for {cells:,} values ({len(vecs)} ids x {stop - start:,} rows); "
+                           f"the limit is {self.max_cells:,}. Narrow it with from/to/count or ask for fewer ids.")
+        columns = [to_list(v.read(self.source, start, stop), stop - start) for v in vecs]
+        if fmt == "json":
+            if len(columns) == 1:
+                return columns[0][0] if len(columns[0]) == 1 else columns[0]
+            return columns
+        return render_table([v.id for v in vecs], columns, fmt)
+
+    # -- resolution -----------------------------------------------------------------------------------
+    def resolve_index(self, name: Any) -> str:
+        key = _key(name)
+        index = self._lookup.get(key)
+        if index is None:
+            close = difflib.get_close_matches(key, list(self._lookup), n=3, cutoff=0.5)
+            hint = f" Did you mean: {', '.join(close)}?" if close else ""
+            raise NotFound(f"Unknown index {name!r}.{hint} See get_indexes (or /api/vecs/indexes).")
+        return index
+
+    def resolve_id(self, name: Any) -> str:
+        key = _key(name)
+        if key not in self._id_indexes:
+            close = difflib.get_close_matches(key, self._ids, n=5, cutoff=0.6)
+            hint = f" Did you mean: {', '.join(close)}?" if close else ""
+            raise NotFound(f"Unknown vec id {name!r}.{hint} List ids with get_vecids.")
+        return key
+
+    def _vec(self, index: str, name: str) -> Vec:
+        vec = self._catalog[index].get(name)
+        if vec is not None:
+            return vec
+        if name in self._id_indexes:
+            raise NotFound(f"Vec {name!r} is not available on {index}; it exists on: "
+                           f"{', '.join(self._id_indexes[name])}.")
+        close = difflib.get_close_matches(name, self._index_ids[index], n=5, cutoff=0.6)
+        hint = f" Did you mean: {', '.join(close)}?" if close else ""
+        if not self.source.has_prices and (name in ("open", "high", "low", "close", "market_cap")
+                                           or name.endswith("_usd")):
+            hint += " Dollar prices appear after `brk price import FILE.csv` (or `brk price fetch`)."
+        raise NotFound(f"Unknown vec id {name!r} on {index}.{hint} List them with get_index_to_vecids.")
+
+
+# -- parameters ----------------------------------------------------------------------------------------
+def _key(name: Any) -> str:
+    return str(name).strip().lower().replace("-", "_")
+
+
+def normalize_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """Aliases resolved (``i`` -> ``index``, ...); a parameter given twice under two names is an error."""
+    out: dict[str, Any] = {}
+    for raw_key, value in params.items():
+        key = ALIASES.get(raw_key, raw_key)
+        if key in out and value is not None and out[key] is not None and out[key] != value:
+            raise InvalidInput(f"Parameter {key!r} is given twice (as {raw_key!r} and {key!r}); give it once.")
+        if value is not None or key not in out:
+            out[key] = value
+    return out
+
+
+def parse_ids(ids: Any) -> list[str]:
+    if ids is None or ids == "" or ids == []:
+        raise InvalidInput("get_vecs needs ids, e.g. ids=close,tx_count (see get_vecids).")
+    if isinstance(ids, str):
+        parts = ids.replace(",", " ").split()
+    elif isinstance(ids, (list, tuple)):
+        parts = [p for item in ids for p in str(item).replace(",", " ").split()]
+    else:
+        raise InvalidInput(f"ids must be a string or a list of strings, not {type(ids).__name__}.")
+    if not parts:
+        raise InvalidInput("get_vecs needs ids, e.g. ids=close,tx_count (see get_vecids).")
+    return [_key(p) for p in parts]
+
+
+def _int(value: Any, name: str, *, minimum: int | None = None) -> int:
+    if isinstance(value, bool):
+        raise InvalidInput(f"{name} must be an integer, not a boolean.")
+    if isinstance(value, int):
+        number = value
+    elif isinstance(value, float) and value.is_integer():
+        number = int(value)
+    else:
+        text = str(value).strip()
+        try:
+            number = int(text)
+        except ValueError:
+            raise InvalidInput(f"{name} must be an integer, got {value!r}.") from None
+    if minimum is not None and number < minimum:
+        raise InvalidInput(f"{name} must be {minimum} or more, got {number}.")
+    return number
+
+
+def _opt_int(value: Any, name: str, *, minimum: int | None = None) -> int | None:
+    return None if value is None or value == "" else _int(value, name, minimum=minimum)
+
+
+def resolve_range(length: int, frm: Any, to: Any, count: Any) -> tuple[int, int]:
+    """``[start, stop)`` from from (inclusive), to (exclusive; wins over count) and count; negative = from the end."""
+    f = _opt_int(frm, "from")
+    t = _opt_int(to, "to")
+    c = _opt_int(count, "count", minimum=0)
+    start = 0 if f is None else (f + length if f < 0 else f)
+    start = min(max(start, 0), length)
+    if t is not None:
+        stop = t + length if t < 0 else t
+    elif c is not None:
+        stop = start + c
+    else:
+        stop = length
+    return start, min(max(stop, start), length)
+
+
+def _page(items: list[str], page: int) -> list[str]:
+    start = page * PAGE_SIZE
+    return items[start:start + PAGE_SIZE]
+
+
+# -- output -----------------------------------------------------------------------------------------
+def to_list(values: np.ndarray | list[Any], rows: int) -> list[Any]:
+    """JSON-ready values: numpy scalars as Python numbers, NaN as None."""
+    if isinstance(values, list):
+        return values[:rows]
+    out: list[Any] = values[:rows].tolist()
+    if values.dtype.kind == "f":
+        import numpy as np
+
+        if np.isnan(values[:rows]).any():
+            out = [None if v != v else v for v in out]
+    return out
+
+
+def _cell(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def render_table(ids: list[str], columns: list[list[Any]], fmt: str) -> str:
+    """csv / tsv / md: a header row of ids, then one row per index position."""
+    cols = [[_cell(v) for v in col] for col in columns]
+    rows = zip(*cols)
+    if fmt == "md":
+        lines = ["| " + " | ".join(ids) + " |", "|" + "|".join("---" for _ in ids) + "|"]
+        lines += ["| " + " | ".join(r) + " |" for r in rows]
+        return "\n".join(lines) + "\n"
+    sep = "," if fmt == "csv" else "\t"
+    return "\n".join([sep.join(ids), *(sep.join(r) for r in rows)]) + "\n"
