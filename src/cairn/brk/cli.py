@@ -5,6 +5,13 @@ Commands:
   brk fetch  --rpc-url URL --blocks-dir DIR          mirror a bitcoind's best chain into blk files
   brk sample --blocks N --out DIR [--mainnet]        write a regtest sample chain (or mainnet 0..589)
   brk status --out DIR                               the committed tip and vec lengths
+  brk serve  --out DIR [--bind 127.0.0.1:3110]       HTTP API, web page and MCP (POST /mcp)
+  brk run    --blocks-dir DIR --out DIR              index, then serve while following new blocks
+  brk mcp    --out DIR                               MCP over stdio
+  brk query  --index date --ids close,tx_count --from -30 --format md
+  brk ids    [--index INDEX] [--page N]              vec ids (1,000 per page)
+  brk indexes                                        indexes and the names they accept
+  brk price  import FILE.csv | fetch --source kraken  daily BTC/USD prices
 """
 
 from __future__ import annotations
@@ -45,6 +52,10 @@ def _cmd_index(args: argparse.Namespace) -> int:
     indexer = Indexer(blocks_dir, out, durable=not args.no_fsync, commit_blocks=args.commit_every)
     while True:
         result = indexer.run(max_blocks=args.max_blocks)
+        if not args.no_compute:
+            from cairn.brk.compute import compute
+
+            compute(out, durable=not args.no_fsync)
         if not args.watch or result.indexed_blocks or result.rolled_back_from is not None or result.invalid:
             _print(result.to_dict(), args.format)
             sys.stdout.flush()
@@ -110,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="commit at least every N blocks (default 10000; also every 3 s and 128 MB)")
     p.add_argument("--max-blocks", type=int, help="stop after indexing this many blocks")
     p.add_argument("--no-fsync", action="store_true", help="skip fsync on commit (faster; unsafe on power loss)")
+    p.add_argument("--no-compute", action="store_true", help="index raw vecs only (no computed datasets)")
     common(p)
     p.set_defaults(func=_cmd_index)
 
@@ -138,6 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="output directory (default: $BRK_DATA_DIR or $XDG_DATA_HOME/brk)")
     common(p)
     p.set_defaults(func=_cmd_status)
+    from cairn.brk.cli_serve import add_commands
+
+    add_commands(sub, common)
     return parser
 
 

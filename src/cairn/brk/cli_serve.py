@@ -1,0 +1,201 @@
+"""brk commands of the query side: serve, run, mcp, query, ids, indexes, price.
+
+Imports stay inside the command functions so ``brk --help`` and the indexing commands stay light.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+DEFAULT_BIND = "127.0.0.1:3110"
+
+
+def _out(args: argparse.Namespace) -> Path:
+    from cairn.brk.cli import _default_out
+
+    return Path(args.out).expanduser() if args.out else _default_out()
+
+
+def _ready(out: Path) -> Path:
+    """Check the output directory is indexed and bring its computed vecs up to the raw tip."""
+    from cairn.brk.compute import compute
+    from cairn.brk.vecs import read_manifest
+
+    read_manifest(out)  # a clear error when nothing was indexed there
+    compute(out)
+    return out
+
+
+def _interface(args: argparse.Namespace) -> Any:
+    from cairn.brk.interface import Interface
+
+    return Interface(_ready(_out(args)))
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from cairn.brk.http import serve_dir
+    from cairn.core.serve import parse_bind
+
+    host, port = parse_bind(args.bind, 3110)
+    serve_dir(_ready(_out(args)), host, port, allow_remote=args.allow_remote)
+    return 0
+
+
+def follow(blocks_dir: Path, out: Path, interval: float, stop: threading.Event,
+           log: Callable[[str], None] | None = None) -> None:
+    """Index and compute new blocks every ``interval`` seconds until ``stop`` is set."""
+    from cairn.brk.compute import compute
+    from cairn.brk.indexer import Indexer
+    from cairn.core.errors import CairnError
+
+    say = log or (lambda msg: print(f"brk: {msg}", file=sys.stderr, flush=True))
+    indexer = Indexer(blocks_dir, out)
+    while not stop.is_set():
+        try:
+            result = indexer.run()
+            compute(out)
+            if result.indexed_blocks or result.rolled_back_from is not None:
+                say(f"indexed {result.indexed_blocks} blocks; tip {result.height}")
+        except CairnError as exc:  # keep serving what is committed; try again next poll
+            say(f"indexing failed: {exc.message}")
+        stop.wait(interval)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from cairn.brk.http import serve_dir
+    from cairn.brk.indexer import Indexer
+    from cairn.core.serve import parse_bind
+
+    host, port = parse_bind(args.bind, 3110)
+    out = _out(args)
+    blocks_dir = Path(args.blocks_dir).expanduser()
+    result = Indexer(blocks_dir, out).run()  # the first pass before listening
+    print(f"brk: indexed {result.indexed_blocks} blocks; tip {result.height}", file=sys.stderr, flush=True)
+    _ready(out)
+    stop = threading.Event()
+    thread = threading.Thread(target=follow, args=(blocks_dir, out, args.interval, stop), daemon=True,
+                              name="brk-follow")
+    thread.start()
+    try:
+        serve_dir(out, host, port, allow_remote=args.allow_remote)
+    finally:
+        stop.set()
+        thread.join(30)
+    return 0
+
+
+def _cmd_mcp(args: argparse.Namespace) -> int:
+    from cairn.brk.tools import build_server
+    from cairn.mcp.stdio import serve_stdio
+
+    return serve_stdio(build_server(_interface(args)))
+
+
+def _fmt(flag: str | None) -> str:
+    fmt = (flag or os.environ.get("BRK_FORMAT") or ("md" if sys.stdout.isatty() else "json")).lower()
+    return "md" if fmt == "text" else fmt
+
+
+def _cmd_query(args: argparse.Namespace) -> int:
+    import json
+
+    params = {"index": args.index, "ids": args.ids, "from": args.from_, "to": args.to, "count": args.count,
+              "format": _fmt(args.format)}
+    result = _interface(args).get_vecs(params)
+    sys.stdout.write(result if isinstance(result, str) else json.dumps(result) + "\n")
+    return 0
+
+
+def _cmd_ids(args: argparse.Namespace) -> int:
+    from cairn.brk.cli import _print
+
+    iface = _interface(args)
+    ids = iface.get_index_to_vecids(args.index, args.page) if args.index else iface.get_vecids(args.page)
+    _print(ids, args.format)
+    return 0
+
+
+def _cmd_indexes(args: argparse.Namespace) -> int:
+    from cairn.brk.cli import _print
+    from cairn.brk.interface import Interface
+
+    _print({k: v for k, v in Interface.get_accepted_indexes(None).items()}, args.format)  # type: ignore[arg-type]
+    return 0
+
+
+def _cmd_price(args: argparse.Namespace) -> int:
+    from cairn.brk import prices
+    from cairn.brk.cli import _print
+
+    out = _out(args)
+    if args.action == "import":
+        if not args.file:
+            from cairn.core.errors import InvalidInput
+
+            raise InvalidInput("brk price import needs a CSV file: brk price import FILE.csv --out DIR")
+        summary = prices.import_csv(out, Path(args.file).expanduser())
+    else:
+        summary = prices.fetch(out, args.source, args.url)
+    _print(summary, args.format)
+    return 0
+
+
+def add_commands(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
+    def out_arg(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--out", help="output directory (default: $BRK_DATA_DIR or $XDG_DATA_HOME/brk)")
+
+    def bind_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--bind", default=DEFAULT_BIND, help=f"HOST:PORT to listen on (default {DEFAULT_BIND})")
+        p.add_argument("--allow-remote", action="store_true", help="allow binding beyond loopback")
+
+    p = sub.add_parser("serve", help="serve the HTTP API, the web page and MCP at /mcp")
+    out_arg(p)
+    bind_args(p)
+    p.set_defaults(func=_cmd_serve)
+
+    p = sub.add_parser("run", help="index, then serve while following new blocks")
+    p.add_argument("--blocks-dir", default=os.environ.get("BRK_BLOCKS_DIR", str(Path.home() / ".bitcoin" / "blocks")))
+    out_arg(p)
+    bind_args(p)
+    p.add_argument("--interval", type=float, default=5.0, help="seconds between polls for new blocks")
+    p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser("mcp", help="serve the ten MCP tools over stdio")
+    out_arg(p)
+    p.set_defaults(func=_cmd_mcp)
+
+    p = sub.add_parser("query", help="values of vecs on one index")
+    out_arg(p)
+    p.add_argument("--index", "-i", required=True, help="index or accepted name (height, date, week, ...)")
+    p.add_argument("--ids", "-v", required=True, help="comma separated vec ids")
+    p.add_argument("--from", "-f", dest="from_", help="first row (negative: from the end)")
+    p.add_argument("--to", "-t", help="end row, exclusive (negative: from the end)")
+    p.add_argument("--count", "-c", help="number of rows")
+    p.add_argument("--format", help="json, csv, tsv or md (default: md on a terminal, else json)")
+    p.set_defaults(func=_cmd_query)
+
+    p = sub.add_parser("ids", help="vec ids, sorted, 1,000 per page")
+    out_arg(p)
+    p.add_argument("--index", help="only the ids available on this index")
+    p.add_argument("--page", default=0)
+    common(p)
+    p.set_defaults(func=_cmd_ids)
+
+    p = sub.add_parser("indexes", help="indexes and the names each accepts")
+    common(p)
+    p.set_defaults(func=_cmd_indexes)
+
+    p = sub.add_parser("price", help="import or fetch daily BTC/USD prices")
+    p.add_argument("action", choices=["import", "fetch"])
+    p.add_argument("file", nargs="?", help="CSV file (import): date,open,high,low,close")
+    out_arg(p)
+    p.add_argument("--source", default="kraken", help="fetch: kraken or binance (network access, opt-in)")
+    p.add_argument("--url", help="fetch: override the source's endpoint URL")
+    common(p)
+    p.set_defaults(func=_cmd_price)
