@@ -239,9 +239,14 @@ class _Computer:
         times = np.concatenate((prior, mts))
         heights = np.arange(a, b)
         k = np.minimum(heights, w)  # blocks in each window (their timespan starts k blocks back)
-        dcs = np.concatenate(([0.0], np.cumsum(diff)))
-        end = heights - lo + 1
-        work = (dcs[end] - dcs[end - np.maximum(k, 1)]) * TWO_32
+        # Each window is summed on its own (not as a difference of running sums) so the result does
+        # not depend on where a chunk starts: incremental runs give the same bits as one full run.
+        padded = np.concatenate((np.zeros(max(0, w - 1 - (a - lo))), diff))
+        if lo == 0:
+            padded[w - 1 - a] = 0.0  # height 0 only opens windows (its own rate is handled below)
+        windows = np.lib.stride_tricks.sliding_window_view(padded, w)[-(b - a):]
+        work = windows.sum(axis=1) * TWO_32
+        work = np.where(k == 0, diff[heights - lo] * TWO_32, work)
         span = times[heights - lo] - times[heights - lo - k]
         span = np.where(k == 0, 600, np.maximum(span, 1))
         result: np.ndarray = work / span
