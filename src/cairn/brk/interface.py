@@ -165,10 +165,11 @@ class Interface:
         if name in self._id_indexes:
             raise NotFound(f"Vec {name!r} is not available on {index}; it exists on: "
                            f"{', '.join(self._id_indexes[name])}.")
-        close = difflib.get_close_matches(name, self._index_ids[index], n=5, cutoff=0.6)
+        priced = ("open", "high", "low", "close", "market_cap")
+        candidates = self._index_ids[index] + ([] if self.source.has_prices else list(priced))
+        close = difflib.get_close_matches(name, candidates, n=5, cutoff=0.6)
         hint = f" Did you mean: {', '.join(close)}?" if close else ""
-        if not self.source.has_prices and (name in ("open", "high", "low", "close", "market_cap")
-                                           or name.endswith("_usd")):
+        if not self.source.has_prices and (name.endswith("_usd") or any(c in priced for c in close)):
             hint += " Dollar prices appear after `brk price import FILE.csv` (or `brk price fetch`)."
         raise NotFound(f"Unknown vec id {name!r} on {index}.{hint} List them with get_index_to_vecids.")
 
