@@ -262,17 +262,18 @@ def to_list(values: np.ndarray | list[Any], rows: int) -> list[Any]:
     return out
 
 
-def _cell(value: Any) -> str:
-    return "" if value is None else str(value)
+def _strings(col: list[Any]) -> list[str]:
+    if None in col:
+        return ["" if v is None else str(v) for v in col]
+    return list(map(str, col))
 
 
 def render_table(ids: list[str], columns: list[list[Any]], fmt: str) -> str:
     """csv / tsv / md: a header row of ids, then one row per index position."""
-    cols = [[_cell(v) for v in col] for col in columns]
-    rows = zip(*cols)
+    rows = zip(*[_strings(col) for col in columns])
     if fmt == "md":
         lines = ["| " + " | ".join(ids) + " |", "|" + "|".join("---" for _ in ids) + "|"]
         lines += ["| " + " | ".join(r) + " |" for r in rows]
         return "\n".join(lines) + "\n"
     sep = "," if fmt == "csv" else "\t"
-    return "\n".join([sep.join(ids), *(sep.join(r) for r in rows)]) + "\n"
+    return sep.join(ids) + "\n" + "\n".join(map(sep.join, rows)) + "\n"
