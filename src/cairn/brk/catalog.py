@@ -144,7 +144,8 @@ class Source:
             part = period_of_height(index, np.arange(have, n), dateindex)
             return part if prev is None else np.concatenate((prev, part))
 
-        return self._incremental(("periods", index), build)
+        result: np.ndarray = self._incremental(("periods", index), build)
+        return result
 
     def first_heights(self, index: str) -> np.ndarray:
         """``first[p]`` = first height of period p; ``first[P]`` = heights (empty periods: next start)."""
@@ -267,10 +268,10 @@ class Source:
             ordered = fvals[order]
             c = counts[nonempty]
             pos = q * (c - 1)
-            lo = np.floor(pos).astype(np.int64)
-            hi = np.minimum(lo + 1, c - 1)
-            frac = pos - lo
-            out[nonempty] = ordered[s + lo] + (ordered[s + hi] - ordered[s + lo]) * frac
+            lo_i = np.floor(pos).astype(np.int64)
+            hi = np.minimum(lo_i + 1, c - 1)
+            frac = pos - lo_i
+            out[nonempty] = ordered[s + lo_i] + (ordered[s + hi] - ordered[s + lo_i]) * frac
         return out
 
     # -- prices ------------------------------------------------------------------------------------

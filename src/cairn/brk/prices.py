@@ -62,7 +62,7 @@ def parse_csv(text: str, name: str = "CSV") -> list[Row]:
     rows: list[Row] = []
     for line, rec in enumerate(reader, start=2):
         try:
-            values = [float(str(rec[cols[f]]).replace(",", "")) for f in FIELDS]  # type: ignore[index]
+            values = [float(str(rec[str(cols[f])]).replace(",", "")) for f in FIELDS]
         except (TypeError, ValueError):
             raise InvalidInput(f"{name} line {line}: a price is not a number ({rec}).") from None
         rows.append((dateindex_of_date(_day(str(rec[date_col]))), *values))  # type: ignore[arg-type]

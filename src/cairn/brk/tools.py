@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from cairn.brk.interface import FORMATS, Interface, version
-from cairn.mcp.server import Server, ToolContext
+from cairn.mcp.server import Server, ToolContext, ToolHandler
 
 INSTRUCTIONS = (
     "Bitcoin datasets computed from a local node's block files (no web access needed). "
@@ -31,7 +32,7 @@ def build_server(interface: Interface) -> Server:
     server = Server(name="brk", version=version(), title="brk Bitcoin datasets", instructions=INSTRUCTIONS)
 
     def tool(name: str, description: str, props: dict[str, Any] | None = None,
-             required: list[str] | None = None) -> Any:
+             required: list[str] | None = None) -> Callable[[ToolHandler], ToolHandler]:
         schema: dict[str, Any] = {"type": "object", "properties": props or {}}
         if required:
             schema["required"] = required
