@@ -211,3 +211,34 @@ def test_readers_while_the_indexer_appends(tmp_path: Path) -> None:
         writer.join()
     assert not errors, errors[:5]
     assert min(tips) >= 99 and max(tips) > min(tips)
+
+
+@pytest.mark.timeout(120)
+def test_brk_run_indexes_serves_and_follows(tmp_path: Path) -> None:
+    """`brk run`: index, serve, and pick up blocks appended to the files afterwards."""
+    blocks, out = tmp_path / "blocks", tmp_path / "out"
+    write_sample(blocks, 150, seed=9, spread_blocks=400)
+    port = free_port()
+    log = tmp_path / "run.log"
+    cmd = [sys.executable, "-m", "cairn.brk.cli", "run", "--blocks-dir", str(blocks), "--out", str(out),
+           "--bind", f"127.0.0.1:{port}", "--interval", "0.2"]
+    with log.open("wb") as fh:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT, cwd=REPO)
+    try:
+        wait_listening(port, proc, log)
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as c:
+            assert c.get("/health").json()["height"] == 149
+            first = c.get("/api/vecs/query", params={"index": "h", "ids": "supply", "from": "-1"})
+            write_sample(blocks, 260, seed=9, spread_blocks=400)  # the same chain, 110 blocks longer
+            deadline = time.monotonic() + 30
+            while c.get("/health").json()["height"] != 259 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert c.get("/health").json()["height"] == 259, log.read_text()
+            r = c.get("/api/vecs/query", params={"index": "h", "ids": "supply", "from": "149", "count": "1"},
+                      headers={"If-None-Match": first.headers["etag"]})
+            assert r.status_code == 200 and r.json() == first.json()  # the tip moved, so no 304
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+    # uvicorn shuts down gracefully, then re-raises SIGTERM so the exit status reports the signal.
+    assert proc.returncode in (0, -15) and "Traceback" not in log.read_text(), log.read_text()
