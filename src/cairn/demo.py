@@ -124,6 +124,35 @@ def demo_blz(work: Path, env: dict[str, str]) -> None:
         client.close()
 
 
+def _run(argv: list[str], env: dict[str, str]) -> str:
+    done = subprocess.run(argv, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv[:2])} failed: {done.stderr.strip()}")
+    return done.stdout
+
+
+def demo_brk(work: Path, env: dict[str, str]) -> None:
+    print("\n=== brk: Bitcoin datasets from block files (stdio MCP) ===")
+    chain, out = work / "chain", work / "brk"
+    _run([_bin("brk"), "sample", "--mainnet", "--out", str(chain), "--format", "json"], env)
+    started = time.perf_counter()
+    _run([_bin("brk"), "index", "--blocks-dir", str(chain), "--out", str(out), "--format", "json"], env)
+    print(f"indexed the bundled mainnet blocks 0..589 in {time.perf_counter() - started:.2f} s")
+    client = StdioClient([_bin("brk"), "mcp", "--out", str(out)], env)
+    try:
+        print(f"brk mcp answered initialize in {client.startup_ms:.0f} ms: {client.server_info}")
+        _show("tools/list", [t["name"] for t in client.request("tools/list")["tools"]])
+        _show("get_index_count", client.call("get_index_count", {}))
+        _show('get_vecs {"index": "date", "ids": "block_count,tx_count", "from": 0, "count": 3}',
+              client.call("get_vecs", {"index": "date", "ids": "block_count,tx_count", "from": 0, "count": 3}))
+        _show('get_vecs {"index": "height", "ids": "supply_btc", "from": -1}',
+              client.call("get_vecs", {"index": "height", "ids": "supply_btc", "from": -1}))
+        _show('get_vecs {"index": "h", "ids": "fee,tx_count", "from": 170, "count": 1, "format": "md"}',
+              client.call("get_vecs", {"index": "h", "ids": "fee,tx_count", "from": 170, "count": 1, "format": "md"}))
+    finally:
+        client.close()
+
+
 def main() -> int:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("BLZ_", "CTX_", "BRK_"))}
     with tempfile.TemporaryDirectory(prefix="cairn-demo-") as tmp:
@@ -132,6 +161,7 @@ def main() -> int:
         env["XDG_CONFIG_HOME"] = str(work / "xdg-config")
         env["XDG_CACHE_HOME"] = str(work / "xdg-cache")
         demo_blz(work, env)
+        demo_brk(work, env)
     print("\nDemo finished: every answer above came from a real server over MCP.")
     return 0
 
