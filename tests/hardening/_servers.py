@@ -1,0 +1,270 @@
+"""Real Cairn servers for the hardening tests: prepared data, spawned processes, RSS from /proc.
+
+Every server runs as its own process (``python -m cairn.<app>.cli ...``) so the tests see what a
+user's editor sees, can read the server's resident memory from ``/proc/PID/status``, and can tell a
+crash (the process is gone) from an error answer. HTTP servers listen on a free 127.0.0.1 port.
+
+Outbound network access is cut for every spawned server: ``HTTP(S)_PROXY``/``ALL_PROXY`` point at a
+closed loopback port and only loopback is exempt, so a fuzzed ``source-add`` can never reach the
+internet (httpx honours these variables).
+
+Used by the fuzzing/load tests (tests/hardening/test_fuzz_*.py, test_load_*.py), the fault and
+security tests, and ``benchmarks/soak.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import IO, Any
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED_DATA = REPO.parent / "shared" / "data"
+STRESS = os.environ.get("CAIRN_STRESS", "") not in ("", "0")
+DEAD_PROXY = "http://127.0.0.1:9"  # discard port: nothing listens there, connections fail at once
+# Real llms.txt files for blz (small enough to index in well under a second).
+BLZ_FILES = {"hono": "hono/llms-small.txt", "tresjs": "tresjs/llms-full.txt", "spec": "llmstxt-spec/llms-ctx-full.txt"}
+FALLBACK_DOC = "# Guide\n\nIntro words.\n\n## Hooks\n\nHooks let you use state.\nMore hooks text.\n\n## Other\n\nzebra\n"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rss_kb(pid: int) -> int:
+    """Resident set size of process ``pid`` in KiB (``VmRSS`` from /proc)."""
+    with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def server_env(workdir: Path, **extra: str) -> dict[str, str]:
+    """The environment of a spawned server: this one, without outbound network, with its XDG dirs
+    under ``workdir`` (never the user's), plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if k.lower() not in ("http_proxy", "https_proxy", "all_proxy", "no_proxy")}
+    for var in ("XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME"):
+        env[var] = str(workdir / "xdg" / var.lower())
+    env.update(HTTP_PROXY=DEAD_PROXY, HTTPS_PROXY=DEAD_PROXY, ALL_PROXY=DEAD_PROXY,
+               http_proxy=DEAD_PROXY, https_proxy=DEAD_PROXY, all_proxy=DEAD_PROXY,
+               NO_PROXY="127.0.0.1,localhost,::1", no_proxy="127.0.0.1,localhost,::1",
+               PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1")
+    src = str(REPO / "src")
+    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.update(extra)
+    return env
+
+
+# -- data ----------------------------------------------------------------------------------------
+
+def prepare_blz(root: Path) -> Path:
+    """A blz data root holding real llms.txt sources (or one small doc without shared/data)."""
+    from cairn.blz import sources
+    from cairn.blz.store import Store
+
+    root.mkdir(parents=True, exist_ok=True)
+    store = Store(root)
+    try:
+        if (SHARED_DATA / "llms").is_dir():
+            for alias, rel in BLZ_FILES.items():
+                sources.add(store, alias, str(SHARED_DATA / "llms" / rel), exact=True)
+        else:
+            doc = root.parent / "guide.txt"
+            doc.write_text(FALLBACK_DOC)
+            sources.add(store, "guide", str(doc), exact=True)
+    finally:
+        store.close()
+    return root
+
+
+def prepare_brk(base: Path) -> Path:
+    """A brk output directory indexed and computed from the bundled mainnet heights 0..589."""
+    from cairn.brk.compute import compute
+    from cairn.brk.indexer import index
+    from cairn.brk.sample import write_mainnet_sample
+
+    out = base / "out"
+    if not (out / "computed").exists():
+        write_mainnet_sample(base / "blocks")
+        index(base / "blocks", out)
+        compute(out)
+    return out
+
+
+# -- processes -----------------------------------------------------------------------------------
+
+class _Proc:
+    proc: subprocess.Popen[bytes]
+    stderr_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def rss_kb(self) -> int:
+        return rss_kb(self.proc.pid)
+
+    def stderr_tail(self, limit: int = 4000) -> str:
+        try:
+            return self.stderr_path.read_text(errors="replace")[-limit:]
+        except OSError:
+            return ""
+
+    def close(self) -> int | None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        return self.proc.returncode
+
+
+class StdioServer(_Proc):
+    """A stdio MCP server process; a reader thread queues every stdout line (parsed, or the raw bytes)."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], workdir: Path, cwd: Path | None = None) -> None:
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.stderr_path = workdir / f"stderr-{time.monotonic_ns()}.log"
+        self._stderr: IO[bytes] = open(self.stderr_path, "wb")
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
+                                     env=env, cwd=cwd)
+        self.lines: queue.Queue[Any] = queue.Queue()
+        self._next = 0
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            try:
+                self.lines.put(json.loads(line))
+            except ValueError:
+                self.lines.put(("unparseable", line))
+        self.lines.put(("eof", b""))
+
+    def send(self, raw: bytes | dict[str, Any]) -> None:
+        data = json.dumps(raw).encode() if isinstance(raw, dict) else raw
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(data + b"\n")
+        self.proc.stdin.flush()
+
+    def recv(self, timeout: float = 30.0) -> Any:
+        """The next stdout message; raises AssertionError on EOF, unparseable output or timeout."""
+        try:
+            msg = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"no reply within {timeout}s; stderr: {self.stderr_tail()}") from None
+        if isinstance(msg, tuple):
+            raise AssertionError(f"server stdout {msg[0]}: {msg[1][:300]!r}; stderr: {self.stderr_tail()}")
+        return msg
+
+    def new_id(self) -> str:
+        self._next += 1
+        return f"h{self._next}"
+
+    def request(self, method: str, params: dict[str, Any] | None = None, timeout: float = 30.0,
+                seen: list[Any] | None = None) -> dict[str, Any]:
+        """Send a request and return its response; other messages on the way go to ``seen``."""
+        rid = self.new_id()
+        msg: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
+        if params is not None:
+            msg["params"] = params
+        self.send(msg)
+        return self.wait_for(rid, timeout, seen)
+
+    def wait_for(self, rid: Any, timeout: float = 30.0, seen: list[Any] | None = None) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            msg = self.recv(max(0.01, deadline - time.monotonic()))
+            if isinstance(msg, dict) and "method" not in msg and msg.get("id") == rid:
+                return msg
+            if seen is not None:
+                seen.append(msg)
+
+    def initialize(self, version: str = "2025-11-25") -> dict[str, Any]:
+        reply = self.request("initialize", {"protocolVersion": version, "capabilities": {},
+                                            "clientInfo": {"name": "cairn-hardening", "version": "0"}})
+        assert "result" in reply, reply
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        return reply["result"]
+
+    def close(self) -> int | None:
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
+            try:
+                self.proc.stdin.close()  # EOF: the documented clean shutdown
+            except OSError:
+                pass
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
+        code = super().close()
+        self._stderr.close()
+        return code
+
+
+class HttpServer(_Proc):
+    """An HTTP server process on 127.0.0.1:``port``; ready once ``ready_path`` answers."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], port: int, workdir: Path, ready_path: str,
+                 cwd: Path | None = None, start_timeout: float = 60.0) -> None:
+        import httpx
+
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.stderr_path = workdir / f"stderr-{time.monotonic_ns()}.log"
+        self._stderr = open(self.stderr_path, "wb")
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self._stderr, stderr=self._stderr,
+                                     env=env, cwd=cwd)
+        deadline = time.monotonic() + start_timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{argv} exited with {self.proc.returncode}: {self.stderr_tail()}")
+            try:
+                if httpx.get(self.url + ready_path, timeout=2).status_code < 500:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                self.close()
+                raise RuntimeError(f"{argv} did not answer {ready_path} within {start_timeout}s: {self.stderr_tail()}")
+            time.sleep(0.05)
+
+    def close(self) -> int | None:
+        code = super().close()
+        self._stderr.close()
+        return code
+
+
+def _cli(app: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", f"cairn.{app}.cli", *args]
+
+
+def spawn_blz_stdio(data_root: Path, workdir: Path, **env: str) -> StdioServer:
+    return StdioServer(_cli("blz", "mcp"), server_env(workdir, BLZ_DATA_DIR=str(data_root), **env), workdir)
+
+
+def spawn_brk_stdio(out: Path, workdir: Path, **env: str) -> StdioServer:
+    return StdioServer(_cli("brk", "mcp", "--out", str(out)), server_env(workdir, **env), workdir)
+
+
+def spawn_brk_http(out: Path, workdir: Path, **env: str) -> HttpServer:
+    port = free_port()
+    return HttpServer(_cli("brk", "serve", "--out", str(out), "--bind", f"127.0.0.1:{port}"), server_env(workdir, **env),
+                      port, workdir, "/health")

@@ -1,0 +1,88 @@
+"""Hardening fixtures: prepared data (session) and real server processes (per module).
+
+Data is prepared once per session; servers that write (blz's ``source-add``) get a per-module copy.
+Each module gets its own server processes, so a test that kills or starves one (fault injection)
+cannot affect another module. Fixtures skip cleanly when the real data is absent.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ._servers import (
+    SHARED_DATA,
+    HttpServer,
+    StdioServer,
+    prepare_blz,
+    prepare_brk,
+    spawn_blz_stdio,
+    spawn_brk_http,
+    spawn_brk_stdio,
+)
+
+
+@pytest.fixture(scope="session")
+def blz_data_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return prepare_blz(tmp_path_factory.mktemp("blz-template") / "data")
+
+
+@pytest.fixture(scope="module")
+def blz_data(blz_data_template: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A private copy of the prepared blz data root (real llms.txt sources)."""
+    dest = tmp_path_factory.mktemp("blz") / "data"
+    shutil.copytree(blz_data_template, dest)
+    return dest
+
+
+@pytest.fixture(scope="session")
+def brk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A brk output directory computed from real mainnet blocks 0..589 (bundled in the package)."""
+    return prepare_brk(tmp_path_factory.mktemp("brk"))
+
+
+@pytest.fixture(scope="module")
+def server_workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("servers")
+
+
+@pytest.fixture(scope="module")
+def blz_stdio(blz_data: Path, server_workdir: Path) -> Iterator[StdioServer]:
+    """``blz mcp``, initialized."""
+    server = spawn_blz_stdio(blz_data, server_workdir / "blz", CAIRN_RAISE_ERRORS="1")
+    try:
+        server.initialize()
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="module")
+def brk_stdio(brk_out: Path, server_workdir: Path) -> Iterator[StdioServer]:
+    """``brk mcp --out OUT``, initialized."""
+    server = spawn_brk_stdio(brk_out, server_workdir / "brk-stdio", CAIRN_RAISE_ERRORS="1")
+    try:
+        server.initialize()
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="module")
+def brk_http(brk_out: Path, server_workdir: Path) -> Iterator[HttpServer]:
+    """``brk serve --out OUT`` on a free 127.0.0.1 port (``.url`` has no trailing slash)."""
+    server = spawn_brk_http(brk_out, server_workdir / "brk-http", CAIRN_RAISE_ERRORS="1")
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="session")
+def llms_data() -> Path:
+    if not (SHARED_DATA / "llms").is_dir():
+        pytest.skip("../shared/data/llms is not present beside this clone")
+    return SHARED_DATA / "llms"
