@@ -156,13 +156,13 @@ def test_missing_root_fails_that_source_only_and_keeps_its_documents(tmp_path: P
     assert (status.healthy, status.doc_count) == (False, 3)
 
 
-def test_script_connectors_wait_for_the_lua_extension(tmp_path: Path, docs_tree: Path) -> None:
+def test_a_script_connector_with_a_missing_script_fails_alone(tmp_path: Path, docs_tree: Path) -> None:
     svc = service(tmp_path, f'[connectors.script.jira]\npath = "{tmp_path / "jira.lua"}"\n')
     summary = svc.sync("all")
     by = {r.source: r for r in summary.sources}
     assert by["filesystem:docs"].ok
-    assert not by["script:jira"].ok and "not available in this build" in (by["script:jira"].error or "")
-    assert by["script:jira"].error_code == "extension"
+    assert not by["script:jira"].ok and "jira.lua does not exist" in (by["script:jira"].error or "")
+    assert by["script:jira"].error_code == "not_found"
 
 
 def test_extension_point_registers_a_connector_type(tmp_path: Path, docs_tree: Path) -> None:

@@ -48,6 +48,21 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("embed", parents=[common], help="compute embeddings")
     p.add_argument("action", choices=["pending", "rebuild"], help="pending: missing vectors only; rebuild: all")
+
+    p = sub.add_parser("serve", parents=[common], help="serve the HTTP API and MCP (at /mcp, or over stdio)")
+    p.add_argument("what", choices=["mcp"], help="mcp: the tools over HTTP (/tools/*, /mcp) or --stdio")
+    p.add_argument("--stdio", action="store_true", help="speak MCP on stdin/stdout instead of HTTP")
+    p.add_argument("--bind", metavar="HOST:PORT", help="listen address (default: [server] bind, 127.0.0.1:7331)")
+    p.add_argument("--allow-remote", action="store_true",
+                   help="allow a non-loopback bind address (requires [server] auth_token or $CTX_AUTH_TOKEN)")
+
+    p = sub.add_parser("tool", parents=[common], help="list the tools or run one once")
+    tsub = p.add_subparsers(dest="tool_command", metavar="ACTION", required=True)
+    tsub.add_parser("list", parents=[common], help="built-in and Lua tools with their parameters")
+    t = tsub.add_parser("test", parents=[common], help="run a tool with parameters, print its result")
+    t.add_argument("name", help="tool name")
+    t.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                   help="a parameter (repeatable); VALUE is read as JSON when it parses, else as text")
     return parser
 
 
@@ -72,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("ctx: interrupted\n")
         return 130
+    if args.command == "serve":  # stdout belonged to the protocol (stdio) or to nobody
+        return status
     from cairn.core.output import render
 
     out = text() if (fmt == "text" and text is not None) else render(data, fmt)
@@ -96,6 +113,8 @@ def _run(args: argparse.Namespace) -> tuple[Any, Any, int]:
         verb = "Wrote" if report.created_config else "Kept existing"
         return report, lambda: f"{verb} {report.config_path}\nDatabase: {report.db_path}", 0
 
+    if args.command in ("serve", "tool"):
+        return _run_tools(args)
     svc = service.Service.from_config(config)
     try:
         if args.command == "search":
@@ -129,6 +148,74 @@ def _run(args: argparse.Namespace) -> tuple[Any, Any, int]:
     finally:
         svc.close()
     raise AssertionError(args.command)
+
+
+def _run_tools(args: argparse.Namespace) -> tuple[Any, Any, int]:
+    from cairn.ctx import config as cfg
+
+    conf = cfg.load(getattr(args, "config", None))
+    if args.command == "serve":
+        if args.stdio:
+            from cairn.ctx.tools import Toolbox, mcp_server
+            from cairn.mcp.stdio import serve_stdio
+
+            box = Toolbox(conf)
+            try:
+                return None, lambda: "", serve_stdio(mcp_server(box))
+            finally:
+                box.close()
+        from cairn.ctx.http import serve
+
+        serve(conf, bind=args.bind, allow_remote=args.allow_remote)
+        return None, lambda: "", 0
+    from cairn.ctx.tools import Toolbox
+
+    box = Toolbox(conf)
+    try:
+        if args.tool_command == "list":
+            tools = box.list()
+            return tools, lambda: _tools_text(tools), 0
+        params = _params(args.param, box.spec(args.name).parameters)
+        result = box.call(args.name, params)
+        return result, None, 0
+    finally:
+        box.close()
+
+
+def _params(pairs: list[str], schema: dict[str, Any]) -> dict[str, Any]:
+    """``k=v`` pairs; a value is JSON when it parses (numbers, booleans, lists), except for string parameters."""
+    import json
+
+    from cairn.core.errors import InvalidInput
+
+    props = schema.get("properties", {})
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise InvalidInput(f"--param {pair!r}: use KEY=VALUE.")
+        value: Any = raw
+        if (props.get(key) or {}).get("type") != "string":
+            try:
+                value = json.loads(raw)
+            except ValueError:
+                value = raw
+        out[key] = value
+    return out
+
+
+def _tools_text(tools: list[dict[str, Any]]) -> str:
+    lines = []
+    for t in tools:
+        kind = "built-in" if t["builtin"] else "lua"
+        lines.append(f"{t['name']}  ({kind})  {t['description']}")
+        required = set(t["parameters"].get("required", []))
+        for name, prop in t["parameters"].get("properties", {}).items():
+            ptype = prop.get("type") or "string|array"
+            flag = " (required)" if name in required else ""
+            desc = f"  {prop['description']}" if prop.get("description") else ""
+            lines.append(f"    {name}: {ptype}{flag}{desc}")
+    return "\n".join(lines)
 
 
 def _warn_failures(summary: Any) -> None:

@@ -57,6 +57,8 @@ class EmbeddingConfig:
 @dataclass(frozen=True)
 class ServerConfig:
     bind: str = "127.0.0.1:7331"
+    auth_token: str = field(default="", repr=False)  # $CTX_AUTH_TOKEN wins over the file
+    cors_origins: tuple[str, ...] = ("*",)  # [] turns CORS off
 
 
 @dataclass(frozen=True)
@@ -221,6 +223,9 @@ def _connector(file: Path, base: Path, ctype: str, name: str, table: Any) -> Con
         opts = dict(r.table)
         opts["path"] = r.path("path", None, base)
         opts["timeout"] = r.float("timeout", 30.0, 0.001, 3600.0)
+        for key in ("allow_hosts", "allow_env"):  # http hosts and environment variables the script may use
+            if key in opts:
+                r.globs(key, [])
     return ConnectorConfig(type=ctype, name=name, options=opts)
 
 
@@ -290,12 +295,16 @@ def parse(data: dict[str, Any], file: Path) -> Config:
             r.fail("dims", f"is required for provider {embedding.provider!r}")
 
     r = _Reader(file, "server", data.get("server", {}))
-    r.check_keys(["bind"])
+    r.check_keys(["bind", "auth_token", "cors_origins"])
     bind = r.str("bind", ServerConfig.bind)
     host, _, port = bind.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         r.fail("bind", f"must be host:port, such as 127.0.0.1:7331, not {bind!r}")
-    server = ServerConfig(bind=bind)
+    token = os.environ.get("CTX_AUTH_TOKEN") or r.str("auth_token", "")
+    origins = r.table.get("cors_origins", list(ServerConfig.cors_origins))
+    if not isinstance(origins, list) or not all(isinstance(o, str) and o for o in origins):
+        r.fail("cors_origins", f'must be a list of origins such as ["*"] or ["https://app.example"], not {origins!r}')
+    server = ServerConfig(bind=bind, auth_token=token, cors_origins=tuple(origins))
 
     connectors: list[ConnectorConfig] = []
     r = _Reader(file, "connectors", data.get("connectors", {}))
@@ -312,6 +321,11 @@ def parse(data: dict[str, Any], file: Path) -> Config:
     for name, table in group.table.items():
         t = _Reader(file, f"tools.script.{name}", table)
         extra = {k: v for k, v in t.table.items() if k not in ("path", "timeout")}
+        for key in ("allow_hosts", "allow_env"):  # http hosts and environment variables the script may use
+            if key in extra:
+                t.globs(key, [])
+        if not name or not set(name) <= _NAME_CHARS or name.startswith("-"):
+            t.fail(None, "tool names use lowercase letters, digits, '_' and '-'")
         tools.append(
             ToolConfig(name=name, path=t.path("path", None, base), timeout=t.float("timeout", 30.0, 0.001, 3600.0), config=extra)
         )
@@ -349,7 +363,9 @@ batch_size = 256
 # api_key_env = "OPENAI_API_KEY"     # the environment variable holding the API key
 
 [server]
-bind = "127.0.0.1:7331"
+bind = "127.0.0.1:7331"           # `ctx serve mcp`; non-loopback addresses also need --allow-remote
+# auth_token = "..."              # require `Authorization: Bearer <token>` ($CTX_AUTH_TOKEN overrides)
+# cors_origins = ["*"]            # browser origins allowed to call the API; [] turns CORS off
 
 [connectors.filesystem.docs]
 root = "../docs"
@@ -364,4 +380,10 @@ max_file_bytes = 2000000          # larger files are skipped
 # root = "."
 # include_globs = ["**/*.md"]
 # shallow = true
+
+# [tools.script.word_count]        # a Lua tool: POST /tools/word_count, MCP tool `word_count`
+# path = "tools/word_count.lua"
+# timeout = 5                      # seconds; other keys become context.config
+# allow_hosts = []                 # hosts `http.get/post` may reach; none by default
+# allow_env = []                   # variables `env.get` may read; none by default
 '''

@@ -67,6 +67,10 @@ def create(config: ConnectorConfig) -> Connector:
     # connector module something else happened to import first.
     from cairn.ctx.connectors import filesystem, git  # noqa: F401
     factory = _TYPES.get(config.type)
+    if factory is None and config.type == "script":
+        from cairn.ctx.connectors.script import ScriptConnector  # Lua: loaded only when configured
+
+        factory = _TYPES.setdefault("script", ScriptConnector)
     if factory is None:
         raise ExtensionError(
             f"Connector type {config.type!r} ({config.source}) is not available in this build; "

@@ -1,0 +1,296 @@
+"""``ctx serve mcp``: the HTTP API (``/tools/*``, ``/health``, ``/openapi.json``) and MCP at ``/mcp``.
+
+Routes are thin: read the JSON body (capped, content type checked), call the toolbox (which validates
+against the same declarations MCP uses), and answer JSON. Every failure, routing ones included, is one
+envelope ``{"error": {"code", "message"}}`` with the status of the error's class (400 validation, 401
+auth, 404 unknown tool/document/route, 405, 408 Lua timeout, 413 body too large, 415 content type,
+500 internal). Unexpected exceptions are logged to stderr with their traceback; the client only
+learns their type. Tool calls run in the thread pool, each worker thread on its own SQLite connection.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import sys
+import traceback
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
+
+from cairn.core.errors import CairnError, InvalidInput, NotFound, TooLarge, Unauthorized
+
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.types import ASGIApp, Receive, Scope, Send
+
+    from cairn.ctx.config import Config
+    from cairn.ctx.tools import Toolbox
+
+MAX_BODY = 1 << 20  # bytes of a request body
+
+
+class UnsupportedMediaType(InvalidInput):
+    """The request body is not JSON."""
+
+    code = "unsupported_media_type"
+    http_status = 415
+
+
+class MethodNotAllowed(InvalidInput):
+    """The route exists but not for this method."""
+
+    code = "method_not_allowed"
+    http_status = 405
+
+
+def _dumps(data: Any) -> bytes:
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def error_body(exc: CairnError) -> bytes:
+    from cairn.core.sanitize import scrub
+
+    body: dict[str, Any] = {"code": exc.code, "message": scrub(exc.message)}
+    if exc.details:
+        body["details"] = exc.details
+    return _dumps({"error": body})
+
+
+def error_response(exc: CairnError, headers: dict[str, str] | None = None) -> "Response":
+    from starlette.responses import Response
+
+    return Response(error_body(exc), status_code=exc.http_status, media_type="application/json", headers=headers)
+
+
+def internal_error(exc: BaseException) -> "Response":
+    traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+    return error_response(CairnError(f"Internal error ({type(exc).__name__}). The server log has the details."))
+
+
+async def read_json(request: "Request") -> Any:
+    """The JSON body (an empty body is ``{}``); 413 past ``MAX_BODY``, 415 for other media, 400 when malformed."""
+    length = request.headers.get("content-length")
+    if length and length.isdigit() and int(length) > MAX_BODY:
+        raise TooLarge(f"The request body is {length} bytes; the limit is {MAX_BODY}.")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY:
+            raise TooLarge(f"The request body is over the limit of {MAX_BODY} bytes.")
+    if not body.strip():
+        return {}
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media != "application/json" and not media.endswith("+json"):
+        raise UnsupportedMediaType(
+            f"The request body must be JSON (Content-Type: application/json), not {media or 'unspecified'!r}.")
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidInput(f"The request body is not valid JSON: {exc}.") from None
+
+
+def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token: str | None = None,
+               cors_origins: list[str] | None = None) -> "Starlette":
+    """The ASGI app for ``config``; ``auth_token``/``cors_origins`` default to the config's ``[server]``."""
+    from contextlib import asynccontextmanager
+
+    from starlette.applications import Starlette
+    from starlette.concurrency import run_in_threadpool
+    from starlette.exceptions import HTTPException
+    from starlette.middleware import Middleware
+    from starlette.middleware.cors import CORSMiddleware
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    from cairn.ctx.tools import Toolbox, mcp_server
+    from cairn.mcp.http import mcp_app
+
+    box = toolbox if toolbox is not None else Toolbox(config)
+    token = auth_token if auth_token is not None else config.server.auth_token
+    origins = cors_origins if cors_origins is not None else list(config.server.cors_origins)
+
+    def ok(data: Any) -> Response:
+        return Response(_dumps(data), media_type="application/json")
+
+    def endpoint(fn: Callable[["Request"], Awaitable[Any]]) -> Callable[["Request"], Awaitable[Response]]:
+        async def run(request: "Request") -> Response:
+            try:
+                return ok(await fn(request))
+            except CairnError as exc:
+                return error_response(exc)
+            except Exception as exc:  # never a traceback in the body
+                return internal_error(exc)
+
+        return run
+
+    async def call(name: str, request: "Request") -> Any:
+        params = await read_json(request)
+        box.spec(name)  # 404 before any work
+        if name in ("get", "sources") or (name == "search" and isinstance(params, dict)
+                                           and params.get("mode", "keyword") == "keyword"):
+            # Bounded SQLite work (keyword ranking is capped at a few ms): answering on the event loop
+            # beats a thread hop, which under 20 concurrent clients cost a third of the throughput.
+            return box.call(name, params)
+        return await run_in_threadpool(box.call, name, params)
+
+    @endpoint
+    async def search(request: "Request") -> Any:
+        return await call("search", request)
+
+    @endpoint
+    async def get(request: "Request") -> Any:
+        return await call("get", request)
+
+    @endpoint
+    async def sources(request: "Request") -> Any:
+        return box.call("sources", {})
+
+    @endpoint
+    async def tool(request: "Request") -> Any:
+        return await call(request.path_params["name"], request)
+
+    @endpoint
+    async def tools_list(request: "Request") -> Any:
+        return {"tools": box.list()}
+
+    @endpoint
+    async def health(request: "Request") -> Any:
+        return {"status": "ok"}
+
+    routes = [
+        Route("/health", health, methods=["GET"]),
+        Route("/openapi.json", endpoint(lambda r: _async(openapi(box))), methods=["GET"]),
+        Route("/tools/list", tools_list, methods=["GET"]),
+        Route("/tools/sources", sources, methods=["GET"]),
+        Route("/tools/search", search, methods=["POST"]),
+        Route("/tools/get", get, methods=["POST"]),
+        Route("/tools/{name}", tool, methods=["POST"]),
+        Route("/mcp", mcp_app(mcp_server(box), stateless=True,
+                              allowed_origins=[o for o in origins if o != "*"])),
+    ]
+
+    async def http_error(request: "Request", exc: Exception) -> Response:
+        status = getattr(exc, "status_code", 500)
+        if status == 404:
+            return error_response(NotFound(f"No route {request.method} {request.url.path}. See GET /openapi.json."))
+        if status == 405:
+            allow = getattr(exc, "headers", None) or {}
+            return error_response(MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}."),
+                                  headers=dict(allow))
+        return error_response(InvalidInput(str(getattr(exc, "detail", "Bad request"))))
+
+    @asynccontextmanager
+    async def lifespan(app: Any) -> Any:
+        yield
+        box.close()
+
+    middleware = []
+    if origins:
+        middleware.append(Middleware(CORSMiddleware, allow_origins=origins, allow_methods=["GET", "POST", "OPTIONS"],
+                                     allow_headers=["*"], expose_headers=["Mcp-Session-Id"], max_age=600))
+    if token:
+        middleware.append(Middleware(BearerAuth, token=token))
+    app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan,
+                    exception_handlers={HTTPException: http_error})
+    app.state.toolbox = box
+    return app
+
+
+async def _async(value: Any) -> Any:
+    return value
+
+
+class BearerAuth:
+    """``Authorization: Bearer <token>`` on every route but ``/health`` and CORS preflights (constant-time compare)."""
+
+    def __init__(self, app: "ASGIApp", token: str) -> None:
+        self.app = app
+        self.token = token.encode("utf-8")
+
+    async def __call__(self, scope: "Scope", receive: "Receive", send: "Send") -> None:
+        if scope["type"] == "http" and scope["method"] != "OPTIONS" and scope["path"] != "/health":
+            header = b""
+            for key, value in scope["headers"]:
+                if key == b"authorization":
+                    header = value
+                    break
+            scheme, _, given = header.partition(b" ")
+            if not (scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), self.token)):
+                response = error_response(
+                    Unauthorized("Missing or wrong bearer token. Send `Authorization: Bearer <token>` "
+                                 "(the server's [server] auth_token or $CTX_AUTH_TOKEN)."),
+                    headers={"WWW-Authenticate": "Bearer"})
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def openapi(box: "Toolbox") -> dict[str, Any]:
+    """OpenAPI 3.1 for every route, with the tools' parameter schemas as request bodies."""
+    err = {"$ref": "#/components/schemas/Error"}
+
+    def errors(*codes: int) -> dict[str, Any]:
+        reasons = {400: "invalid parameters or malformed JSON", 401: "missing or wrong bearer token",
+                   404: "unknown tool or document", 408: "a Lua tool ran past its timeout",
+                   413: "request body too large", 415: "body is not JSON", 500: "internal or script error"}
+        return {str(c): {"description": reasons[c], "content": {"application/json": {"schema": err}}} for c in codes}
+
+    def body(schema: dict[str, Any]) -> dict[str, Any]:
+        return {"required": False, "content": {"application/json": {"schema": schema}}}
+
+    def reply(description: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
+        return {"description": description, "content": {"application/json": {"schema": schema or {"type": "object"}}}}
+
+    specs = box.specs
+    paths: dict[str, Any] = {
+        "/health": {"get": {"summary": "Health check", "responses": {"200": reply("ok", {
+            "type": "object", "properties": {"status": {"const": "ok"}}})}}},
+        "/openapi.json": {"get": {"summary": "This document", "responses": {"200": reply("OpenAPI 3.1")}}},
+        "/tools/list": {"get": {"summary": "Every tool (built-in and Lua) with its parameter schema",
+                                "responses": {"200": reply("tools"), **errors(401, 500)}}},
+        "/tools/sources": {"get": {"summary": specs["sources"].description,
+                                   "responses": {"200": reply("sources"), **errors(401, 500)}}},
+        "/tools/search": {"post": {"summary": specs["search"].description, "requestBody": body(specs["search"].parameters),
+                                   "responses": {"200": reply("results"), **errors(400, 401, 404, 413, 415, 500)}}},
+        "/tools/get": {"post": {"summary": specs["get"].description, "requestBody": body(specs["get"].parameters),
+                                "responses": {"200": reply("document with chunks"), **errors(400, 401, 404, 413, 415, 500)}}},
+        "/tools/{name}": {"post": {
+            "summary": "Call any tool by name; Lua tools answer {\"result\": ...}",
+            "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string",
+                                                                                         "enum": list(specs)}}],
+            "requestBody": body({"type": "object"}),
+            "responses": {"200": reply("the tool's result"), **errors(400, 401, 404, 408, 413, 415, 500)}}},
+        "/mcp": {"post": {"summary": "MCP Streamable HTTP (stateless JSON-RPC 2.0): the same tools",
+                          "requestBody": {"required": True, "content": {"application/json": {"schema": {"type": "object"}}}},
+                          "responses": {"200": reply("JSON-RPC response (or an SSE stream)"),
+                                        "202": {"description": "notification accepted"}, **errors(401)}}},
+    }
+    for name, spec in specs.items():
+        if not spec.builtin:
+            paths[f"/tools/{name}"] = {"post": {
+                "summary": spec.description or f"Lua tool {name}", "requestBody": body(spec.parameters),
+                "responses": {"200": reply("{\"result\": ...}"), **errors(400, 401, 408, 413, 415, 500)}}}
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "ctx knowledge base", "version": "1"},
+        "paths": paths,
+        "components": {
+            "schemas": {"Error": {"type": "object", "required": ["error"], "properties": {"error": {
+                "type": "object", "required": ["code", "message"],
+                "properties": {"code": {"type": "string"}, "message": {"type": "string"}, "details": {"type": "object"}}}}}},
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+    }
+
+
+def serve(config: "Config", *, bind: str | None = None, allow_remote: bool = False) -> None:
+    """Run the server until SIGINT/SIGTERM on ``bind`` (default ``[server] bind``)."""
+    from cairn.core.serve import is_loopback, parse_bind
+    from cairn.core.serve import serve as run
+
+    host, port = parse_bind(bind or config.server.bind, 7331)
+    if not is_loopback(host) and allow_remote and not config.server.auth_token:
+        raise InvalidInput(f"Refusing to serve on {host} without an auth token: set [server] auth_token "
+                           "or $CTX_AUTH_TOKEN so only your clients can call it.")
+    run(create_app(config), host, port, name="ctx", allow_remote=allow_remote)

@@ -1,0 +1,447 @@
+"""A Lua 5.4 sandbox (lupa) for ctx's script tools and connectors.
+
+Every run gets a fresh ``LuaRuntime`` (about 40 µs), so nothing leaks between calls and each run has
+its own memory cap. Inside, scripts see only: the base functions that cannot reach the host
+(``pairs``, ``pcall``, ``setmetatable``, ...), ``string`` (guarded), ``table``, ``math``, ``utf8``,
+``coroutine`` (wrapped), and the host modules handed in (``json``, ``log``, ``http``, ``env``,
+``context``). ``os``, ``io``, ``debug``, ``require``, ``package``, ``load``, ``loadfile``, ``dofile``,
+``collectgarbage``, ``string.dump`` and lupa's ``python`` module are gone, and an attribute filter
+refuses every attribute of a Python object, so host functions cannot be used to climb into Python.
+
+Time: a count hook runs every ``HOOK_EVERY`` instructions and checks an instruction budget and the
+wall-clock deadline. Once either is exceeded, the hook is re-armed with ``count = 1`` on every Lua
+thread, so each following instruction raises again: ``pcall`` can catch the error but cannot go on
+running. Coroutines do not inherit hooks, so ``coroutine.create``/``wrap`` arm the new thread.
+Hooks never fire inside C functions, so the pattern functions (``string.find/match/gmatch/gsub``)
+refuse inputs whose worst case (subject length to the power of the pattern's repetitions, times
+its length) is over ``PATTERN_BUDGET`` steps, and ``string.rep`` refuses results over ``MAX_STRING``.
+Blocking host calls (``http``) get at most the time that is left.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from cairn.core.errors import CairnError, ExtensionError, InvalidInput, Timeout
+
+MAX_MEMORY = 64 << 20  # bytes per run
+HOOK_EVERY = 1000  # instructions between budget checks
+INSTRUCTIONS_PER_SECOND = 1_000_000_000  # instruction budget = timeout x this (Lua 5.4 runs ~3e8/s here)
+PATTERN_BUDGET = 50_000_000  # worst-case matching steps one C pattern call may cost (~0.1 s measured)
+MAX_SUBJECT = 1 << 20  # bytes a pattern function accepts as subject
+MAX_PATTERN = 256  # pattern length
+MAX_STRING = 4 << 20  # longest string.rep result
+MAX_DEPTH = 64  # nesting of tables converted to/from Python
+MAX_ITEMS = 1_000_000  # values converted from Lua to Python in one result
+
+_TIMEOUT_MESSAGE = "ctx: time budget exceeded"
+
+# Runs first, while debug/load are still present, and keeps what it needs as upvalues only.
+_PRELUDE = r"""
+local now, on_trip, HOOK_EVERY, MAX_SUBJECT, MAX_PATTERN, MAX_STRING, PATTERN_BUDGET, TIMEOUT = ...
+local sethook, co_create, co_resume, co_running = debug.sethook, coroutine.create, coroutine.resume, coroutine.running
+local s_find, s_match, s_gmatch, s_gsub, s_rep, s_byte, s_sub = string.find, string.match, string.gmatch, string.gsub, string.rep, string.byte, string.sub
+local pack, unpack, type, error, tostring, setmetatable, load = table.pack, table.unpack, type, error, tostring, setmetatable, load
+local main = co_running()
+local threads = setmetatable({}, {__mode = "k"})
+local deadline, max_ticks, ticks, tripped = math.huge, math.huge, 0, false
+
+local hook
+hook = function()
+  if tripped then error(TIMEOUT, 0) end
+  ticks = ticks + 1
+  if ticks > max_ticks or now() > deadline then
+    tripped = true
+    on_trip(ticks > max_ticks)
+    -- every later instruction raises again, in every thread: pcall cannot swallow the timeout
+    sethook(main, hook, "", 1)
+    for th in pairs(threads) do sethook(th, hook, "", 1) end
+    error(TIMEOUT, 0)
+  end
+end
+
+local function arm(th)
+  sethook(th, hook, "", tripped and 1 or HOOK_EVERY)
+end
+
+coroutine.create = function(f)
+  local co = co_create(f)
+  threads[co] = true
+  arm(co)
+  return co
+end
+coroutine.wrap = function(f)
+  local co = coroutine.create(f)
+  return function(...)
+    local r = pack(co_resume(co, ...))
+    if r[1] then return unpack(r, 2, r.n) end
+    error(r[2], 0)
+  end
+end
+
+-- Lua runs xpcall message handlers and __gc finalizers with hooks disabled (a handler called for the
+-- hook's own error, every finalizer): skip handlers once tripped, and refuse finalizers altogether.
+local real_xpcall, rawget = xpcall, rawget
+_G.xpcall = function(f, handler, ...)
+  return real_xpcall(f, function(e)
+    if tripped then return e end
+    return handler(e)
+  end, ...)
+end
+_G.setmetatable = function(t, mt)
+  if type(mt) == "table" and rawget(mt, "__gc") ~= nil then
+    error("setmetatable: __gc finalizers are not allowed in the sandbox", 2)
+  end
+  return setmetatable(t, mt)
+end
+
+-- Pattern cost: repetitions (* + - and %b) multiply the work per start position.
+local reps_of = {}
+local function repetitions(p)
+  local q = reps_of[p]
+  if q then return q end
+  q = 0
+  local i, n = 1, #p
+  while i <= n do
+    local c = s_byte(p, i)
+    if c == 37 then -- %x escape; %bxy balances, %f[set] is a frontier
+      local d = s_byte(p, i + 1)
+      if d == 98 then q = q + 1; i = i + 4
+      elseif d == 102 then i = i + 2
+      else i = i + 2 end
+    elseif c == 91 then -- [set]
+      i = i + 1
+      if s_byte(p, i) == 94 then i = i + 1 end
+      if s_byte(p, i) == 93 then i = i + 1 end
+      while i <= n and s_byte(p, i) ~= 93 do
+        if s_byte(p, i) == 37 then i = i + 1 end
+        i = i + 1
+      end
+      i = i + 1
+    else
+      if c == 42 or c == 43 or c == 45 then q = q + 1 end
+      i = i + 1
+    end
+  end
+  reps_of[p] = q
+  return q
+end
+
+local function guard(name, s, p, plain)
+  if type(s) ~= "string" or type(p) ~= "string" then return end
+  local n = #s
+  if n > MAX_SUBJECT then
+    error(name .. ": the subject is " .. n .. " bytes; the sandbox allows " .. MAX_SUBJECT .. ". Work on smaller pieces.", 3)
+  end
+  if plain then return end
+  if #p > MAX_PATTERN then
+    error(name .. ": the pattern is " .. #p .. " bytes; the sandbox allows " .. MAX_PATTERN .. ".", 3)
+  end
+  local e = repetitions(p) + (s_byte(p, 1) == 94 and 0 or 1)
+  if (n + 1.0) ^ e * (#p + 1) > PATTERN_BUDGET then
+    error(name .. ": a pattern with " .. repetitions(p) .. " repetition(s) over " .. n ..
+      " bytes could run too long in the sandbox. Use a simpler pattern, plain find, or a shorter text.", 3)
+  end
+end
+
+string.find = function(s, p, init, plain) guard("string.find", s, p, plain); return s_find(s, p, init, plain) end
+string.match = function(s, p, init) guard("string.match", s, p); return s_match(s, p, init) end
+string.gmatch = function(s, p, init) guard("string.gmatch", s, p); return s_gmatch(s, p, init) end
+string.gsub = function(s, p, r, n) guard("string.gsub", s, p); return s_gsub(s, p, r, n) end
+string.rep = function(s, n, sep)
+  if type(n) == "number" and n > 0 then
+    local size = #tostring(s) * n + (sep and #tostring(sep) * (n - 1) or 0)
+    if size > MAX_STRING then
+      error("string.rep: a result of " .. size .. " bytes is over the sandbox limit of " .. MAX_STRING .. ".", 2)
+    end
+  end
+  return s_rep(s, n, sep)
+end
+string.dump = nil
+
+-- Compile text only (never bytecode) with the sandbox's globals.
+local function compile(source, name)
+  local f, e = load(source, "=" .. name, "t", _G)
+  return f or false, e or ""
+end
+
+local function start(seconds, instructions)
+  deadline, max_ticks, ticks = now() + seconds, instructions / HOOK_EVERY, 0
+  arm(main)
+end
+
+local function halt()
+  tripped = true
+  sethook(main, hook, "", 1)
+end
+
+
+-- Host functions return (true, value) or (false, message); the message becomes a plain Lua error.
+local function make_host(fn)
+  return function(...)
+    local ok, value = fn(...)
+    if not ok then error(value, 2) end
+    return value
+  end
+end
+
+for _, name in ipairs({"os", "io", "debug", "require", "package", "load", "loadfile", "dofile",
+                       "collectgarbage", "python", "print", "warn"}) do
+  _G[name] = nil
+end
+return compile, start, halt, sethook, main, make_host
+"""
+
+
+class SandboxViolation(AttributeError):
+    """Lua tried to reach into a Python object."""
+
+
+def _deny_attributes(obj: Any, name: Any, is_setting: bool) -> Any:
+    raise SandboxViolation("Python attributes are not accessible from the Lua sandbox")
+
+
+@dataclass
+class Run:
+    """State of one sandboxed run, shared with the host functions."""
+
+    label: str
+    timeout: float
+    deadline: float = 0.0
+    tripped: bool = False
+    by_instructions: bool = False
+    logs: list[str] = field(default_factory=list)
+
+    def remaining(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+
+class Sandbox:
+    """One fresh Lua state: load a script, call its functions under the time and memory budget."""
+
+    def __init__(self, label: str, timeout: float, *, max_memory: int = MAX_MEMORY) -> None:
+        from lupa import lua54
+
+        self.run = Run(label=label, timeout=timeout)
+        self.lua = lua54.LuaRuntime(register_eval=False, register_builtins=False, unpack_returned_tuples=True,
+                                    attribute_filter=_deny_attributes, max_memory=max_memory)
+        prelude = self.lua.execute(_PRELUDE, time.monotonic, self._trip, HOOK_EVERY, MAX_SUBJECT, MAX_PATTERN,
+                                   MAX_STRING, PATTERN_BUDGET, _TIMEOUT_MESSAGE)
+        self._compile, self._start, self._halt, self._sethook, self._main, self.make_host = prelude
+        self.globals = self.lua.globals()
+        self.globals["print"] = self._print
+
+    def _trip(self, by_instructions: bool) -> None:
+        self.run.tripped = True
+        self.run.by_instructions = bool(by_instructions)
+
+    def _print(self, *args: Any) -> None:
+        log_line(self.run.label, "info", "\t".join(_show(a) for a in args))
+
+    # -- host values ------------------------------------------------------------------------------
+
+    def set_global(self, name: str, value: Any) -> None:
+        self.globals[name] = value
+
+    def table(self, value: Any) -> Any:
+        """A Python dict/list/scalar as a Lua value (nested tables, no Python objects)."""
+        return to_lua(self.lua, value)
+
+    def module(self, functions: dict[str, Any]) -> Any:
+        t = self.lua.table()
+        for k, v in functions.items():
+            t[k] = v
+        return t
+
+    # -- running ----------------------------------------------------------------------------------
+
+    def execute(self, source: str, name: str) -> Any:
+        """Run a chunk of Lua source (text only) under the budget; returns its first result."""
+        chunk, err = self._compile(source, name)
+        if not chunk:
+            raise ExtensionError(f"{self.run.label}: Lua syntax error: {err}")
+        return self.call(chunk)
+
+    def call(self, fn: Any, *args: Any) -> Any:
+        """Call a Lua function under the budget; Lua values come back as Python data."""
+        from lupa import lua54
+
+        if not self.run.deadline:  # one budget for the whole run: loading the script and calling it
+            self.run.deadline = time.monotonic() + self.run.timeout
+        left = self.run.remaining()
+        self._start(left, max(1_000_000.0, left * INSTRUCTIONS_PER_SECOND))
+        try:
+            result = fn(*args)
+            if isinstance(result, tuple):  # several return values: the first one is the result
+                result = result[0] if result else None
+            if self.run.tripped:  # e.g. `return pcall(f)` handed back the caught timeout
+                raise self._timeout()
+            return from_lua(result, self.run.label)
+        except lua54.LuaMemoryError:
+            raise ExtensionError(
+                f"{self.run.label}: ran out of memory (the sandbox allows {MAX_MEMORY >> 20} MiB per run)."
+            ) from None
+        except lua54.LuaError as exc:
+            if self.run.tripped:
+                raise self._timeout() from None
+            message = _lua_message(exc)
+            if "not enough memory" in message:
+                raise ExtensionError(
+                    f"{self.run.label}: ran out of memory (the sandbox allows {MAX_MEMORY >> 20} MiB per run)."
+                ) from None
+            raise ExtensionError(f"{self.run.label}: {message}") from None
+        except SandboxViolation as exc:
+            raise ExtensionError(f"{self.run.label}: {exc}") from None
+        except LuaHostError as exc:
+            if self.run.tripped:
+                raise self._timeout() from None
+            raise ExtensionError(f"{self.run.label}: {exc}") from None
+        except UnicodeDecodeError:
+            raise ExtensionError(f"{self.run.label}: returned a string that is not valid UTF-8.") from None
+        except RecursionError:
+            raise ExtensionError(f"{self.run.label}: returned a value nested too deeply.") from None
+        finally:
+            # debug.sethook is a C function: calling it from Python runs no Lua instruction, so no hook.
+            self._sethook(self._main)
+
+    def _timeout(self) -> Timeout:
+        what = "instruction budget" if self.run.by_instructions else f"time limit of {self.run.timeout:g} s"
+        return Timeout(f"{self.run.label}: exceeded its {what}. Raise `timeout` in its config or make it do less.")
+
+    def close(self) -> None:
+        """Stop anything still able to run (finalizers) before the state is dropped."""
+        try:
+            self._halt()
+        except Exception:
+            pass
+
+
+def _lua_message(exc: Exception) -> str:
+    text = str(exc)
+    # lupa appends a Lua stack traceback; the first line names the script and line.
+    return text.split("\nstack traceback:")[0].strip() or "Lua error"
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", "replace")
+    if isinstance(value, str) or value is None or isinstance(value, (int, float, bool)):
+        return "nil" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+    return "<" + _lua_type(value) + ">"
+
+
+def _lua_type(value: Any) -> str:
+    from lupa import lua54
+
+    return str(lua54.lua_type(value) or type(value).__name__)
+
+
+def log_line(label: str, level: str, message: str) -> None:
+    """A log line from a script, on stderr (stdout may carry JSON-RPC)."""
+    from cairn.core.sanitize import scrub
+
+    sys.stderr.write(f"ctx: {label}: {level}: {scrub(message[:4000])}\n")
+
+
+def to_lua(lua: Any, value: Any, depth: int = 0) -> Any:
+    """Python data -> Lua value: dicts and lists become tables; other objects are refused."""
+    if depth > MAX_DEPTH:
+        raise InvalidInput("The value is nested too deeply for Lua.")
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if isinstance(value, dict):
+        t = lua.table()
+        for k, v in value.items():
+            if v is not None:
+                t[k if isinstance(k, (int, str)) else str(k)] = to_lua(lua, v, depth + 1)
+        return t
+    if isinstance(value, (list, tuple)):
+        t = lua.table()
+        for i, v in enumerate(value, 1):
+            t[i] = to_lua(lua, v, depth + 1)
+        return t
+    if hasattr(value, "__dataclass_fields__"):
+        from dataclasses import asdict
+
+        return to_lua(lua, asdict(value), depth)
+    return str(value)
+
+
+def from_lua(value: Any, label: str, depth: int = 0, budget: list[int] | None = None) -> Any:
+    """Lua value -> JSON-ready Python data. Tables with keys 1..n are lists (an empty table is a list)."""
+    from lupa import lua54
+
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ExtensionError(f"{label}: returned a number JSON cannot carry ({value}).")
+        return int(value) if value.is_integer() and abs(value) < 2**53 else value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    kind = lua54.lua_type(value)
+    if kind != "table":
+        raise ExtensionError(f"{label}: returned a Lua {kind or type(value).__name__}, which JSON cannot carry.")
+    if depth > MAX_DEPTH:
+        raise ExtensionError(f"{label}: returned tables nested more than {MAX_DEPTH} deep (a cycle?).")
+    budget = budget if budget is not None else [MAX_ITEMS]
+    items = list(value.items())
+    budget[0] -= len(items)
+    if budget[0] < 0:
+        raise ExtensionError(f"{label}: returned more than {MAX_ITEMS} values.")
+    keys = [k for k, _ in items]
+    if all(isinstance(k, int) and not isinstance(k, bool) for k in keys) and sorted(keys) == list(range(1, len(keys) + 1)):
+        ordered = sorted(items, key=lambda kv: kv[0])
+        return [from_lua(v, label, depth + 1, budget) for _, v in ordered]
+    out: dict[str, Any] = {}
+    for k, v in items:
+        if isinstance(k, float) and k.is_integer():
+            k = int(k)
+        if not isinstance(k, (str, int)) or isinstance(k, bool):
+            raise ExtensionError(f"{label}: returned a table with a {lua54.lua_type(k) or type(k).__name__} key.")
+        out[str(k)] = from_lua(v, label, depth + 1, budget)
+    return out
+
+
+def read_script(path: Path, label: str) -> str:
+    """The script's text; a missing or unreadable file is a clear error."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        from cairn.core.errors import NotFound
+
+        raise NotFound(f"{label}: script {path} does not exist. Fix `path` in the config.") from None
+    except OSError as exc:
+        raise ExtensionError(f"{label}: cannot read script {path}: {exc.strerror}.") from None
+    if data.startswith(b"\x1bLua"):
+        raise ExtensionError(f"{label}: {path} is precompiled Lua bytecode; only Lua source is accepted.")
+    return data.decode("utf-8", "replace")
+
+
+HostFactory = Callable[[Sandbox], dict[str, Any]]
+
+
+def wrap_host(sandbox: Sandbox, fn: Callable[..., Any]) -> Any:
+    """A host function for Lua: Lua arguments in, Lua values out; a CairnError becomes a Lua error
+    carrying its message (a string, so scripts can ``pcall`` it and print it)."""
+
+    def host(*args: Any) -> tuple[bool, Any]:
+        if sandbox.run.tripped:
+            return False, _TIMEOUT_MESSAGE
+        try:
+            return True, sandbox.table(fn(*args))
+        except CairnError as exc:
+            return False, exc.message
+
+    return sandbox.make_host(host)
+
+
+class LuaHostError(Exception):
+    """Raised by a host function; Lua sees its message as the error."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "host error"

@@ -1,0 +1,312 @@
+"""Lua tools and connectors: reading their declarations and running them in the sandbox.
+
+A tool script defines ``tool = {name, description, parameters = {{name, type, required, description,
+default, enum}, ...}}`` and ``function tool.execute(params, context)``. A connector script defines
+``function connector.scan(config)`` returning a list of items (``source_id``, ``body``, optional
+``title``, ``author``, ``source_url``, ``updated_at``, ``metadata``). Scripts get the host modules
+``json``, ``log``, ``http`` and ``env``; tools also get ``context`` (``search``, ``get``, ``sources``,
+``config``). ``http`` only reaches the hosts listed in the script's ``allow_hosts`` config key and
+``env.get`` only reads the variables listed in ``allow_env``, so secrets stay out unless granted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cairn.core.errors import ExtensionError, InvalidInput, NetworkError, NotFound
+from cairn.ctx.lua import LuaHostError, Sandbox, from_lua, log_line, read_script, wrap_host
+
+if TYPE_CHECKING:
+    from cairn.ctx.config import ToolConfig
+    from cairn.ctx.service import Service
+
+PARAM_TYPES = {"string": "string", "number": "number", "integer": "integer", "boolean": "boolean",
+               "array": "array", "object": "object"}
+RESERVED_KEYS = ("allow_hosts", "allow_env")
+MAX_HTTP_BODY = 8 << 20
+DEFAULT_HTTP_TIMEOUT = 10.0
+MAX_JSON_TEXT = 8 << 20
+DECLARE_TIMEOUT = 5.0  # seconds to evaluate a script's top level when reading its declaration
+
+
+@dataclass
+class LuaTool:
+    """A Lua tool's declaration, read once from its script."""
+
+    name: str
+    description: str
+    schema: dict[str, Any]
+    path: Path
+    timeout: float
+    config: dict[str, Any]
+    source: str = field(repr=False, default="")
+
+
+def _strings(value: Any, key: str, label: str) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise InvalidInput(f"{label}: `{key}` must be a list of strings, not {value!r}.")
+    return list(value)
+
+
+class Hosts:
+    """The host modules one run sees; every function checks its arguments and the run's budget."""
+
+    def __init__(self, sandbox: Sandbox, label: str, config: dict[str, Any]) -> None:
+        self.sandbox = sandbox
+        self.label = label
+        self.allow_hosts = {h.lower() for h in _strings(config.get("allow_hosts"), "allow_hosts", label)}
+        self.allow_env = set(_strings(config.get("allow_env"), "allow_env", label))
+
+    def install(self) -> None:
+        sb = self.sandbox
+        h = lambda fn: wrap_host(sb, fn)  # noqa: E731
+        sb.set_global("json", sb.module({"encode": h(self.json_encode), "decode": h(self.json_decode)}))
+        sb.set_global("log", sb.module({lvl: h(self._logger(lvl)) for lvl in ("debug", "info", "warn", "error")}))
+        sb.set_global("env", sb.module({"get": h(self.env_get)}))
+        sb.set_global("http", sb.module({"get": h(self.http_get), "post": h(self.http_post)}))
+
+    # json / log / env ---------------------------------------------------------------------------
+
+    def json_encode(self, value: Any = None) -> str:
+        try:
+            return json.dumps(from_lua(value, "json.encode"), ensure_ascii=False)
+        except ExtensionError as exc:
+            raise InvalidInput(exc.message.replace("json.encode: returned", "json.encode: got")) from None
+
+    def json_decode(self, text: Any = None) -> Any:
+        if not isinstance(text, str):
+            raise InvalidInput(f"json.decode: expected a string, got {_kind(text)}")
+        if len(text) > MAX_JSON_TEXT:
+            raise InvalidInput(f"json.decode: the text is over {MAX_JSON_TEXT} bytes")
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            raise InvalidInput(f"json.decode: not valid JSON: {exc}") from None
+
+    def _logger(self, level: str) -> Any:
+        def log(*args: Any) -> None:
+            log_line(self.label, level, " ".join(a if isinstance(a, str) else json.dumps(_plain(a)) for a in args))
+
+        return log
+
+    def env_get(self, name: Any = None) -> str | None:
+        if not isinstance(name, str):
+            raise InvalidInput(f"env.get: expected a variable name, got {_kind(name)}")
+        return os.environ.get(name) if name in self.allow_env else None
+
+    # http ---------------------------------------------------------------------------------------
+
+    def http_get(self, url: Any = None, opts: Any = None) -> dict[str, Any]:
+        return self._request("GET", url, None, opts)
+
+    def http_post(self, url: Any = None, body: Any = None, opts: Any = None) -> dict[str, Any]:
+        return self._request("POST", url, body, opts)
+
+    def _request(self, method: str, url: Any, body: Any, opts: Any) -> dict[str, Any]:
+        from urllib.parse import urlsplit
+
+        if not isinstance(url, str):
+            raise InvalidInput(f"http.{method.lower()}: expected a URL string, got {_kind(url)}")
+        parts = urlsplit(url)
+        host = (parts.hostname or "").lower()
+        if parts.scheme not in ("http", "https") or not host:
+            raise InvalidInput(f"http.{method.lower()}: {url!r} is not an http(s) URL")
+        if host not in self.allow_hosts and "*" not in self.allow_hosts:
+            raise InvalidInput(f"http.{method.lower()}: host {host!r} is not allowed. "
+                               "List it in this script's `allow_hosts` config.")
+        options = _plain(opts) if opts is not None else {}
+        if not isinstance(options, dict):
+            raise InvalidInput(f"http.{method.lower()}: options must be a table")
+        headers = options.get("headers") or {}
+        if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
+            raise InvalidInput(f"http.{method.lower()}: headers must be a table of strings")
+        wanted = options.get("timeout", DEFAULT_HTTP_TIMEOUT)
+        if isinstance(wanted, bool) or not isinstance(wanted, (int, float)) or wanted <= 0:
+            raise InvalidInput(f"http.{method.lower()}: timeout must be a positive number of seconds")
+        left = self.sandbox.run.remaining()
+        if left <= 0.01:
+            raise InvalidInput(f"http.{method.lower()}: no time left in this run's budget")
+        timeout = min(float(wanted), left)
+        content: bytes | None = None
+        if body is not None:
+            if isinstance(body, str):
+                content = body.encode("utf-8")
+            else:
+                content = json.dumps(_plain(body)).encode("utf-8")
+                headers.setdefault("content-type", "application/json")
+        return _fetch(method, url, headers, content, timeout)
+
+
+def _fetch(method: str, url: str, headers: dict[str, str], content: bytes | None, timeout: float) -> dict[str, Any]:
+    import httpx
+
+    started = time.monotonic()
+    try:
+        with httpx.Client(timeout=timeout, follow_redirects=False) as client:
+            with client.stream(method, url, headers=headers, content=content) as resp:
+                chunks: list[bytes] = []
+                size = 0
+                for chunk in resp.iter_bytes():
+                    size += len(chunk)
+                    if size > MAX_HTTP_BODY:
+                        raise InvalidInput(f"http: the response from {url} is over {MAX_HTTP_BODY} bytes")
+                    chunks.append(chunk)
+                    if time.monotonic() - started > timeout:
+                        raise httpx.ReadTimeout("the response took too long")
+                return {"status": resp.status_code, "ok": 200 <= resp.status_code < 300,
+                        "body": b"".join(chunks).decode("utf-8", "replace"),
+                        "headers": {k.lower(): v for k, v in resp.headers.items()}}
+    except httpx.TimeoutException:
+        raise NetworkError(f"http: {url} did not answer within {timeout:.2f} s") from None
+    except httpx.HTTPError as exc:
+        raise NetworkError(f"http: {url}: {exc}") from None
+
+
+def _plain(value: Any) -> Any:
+    try:
+        return from_lua(value, "value")
+    except ExtensionError as exc:
+        raise InvalidInput(exc.message) from None
+
+
+def _kind(value: Any) -> str:
+    from lupa import lua54
+
+    return "nil" if value is None else str(lua54.lua_type(value) or type(value).__name__)
+
+
+# ---- tools ----------------------------------------------------------------------------------------
+
+
+def _schema(params: Any, label: str) -> dict[str, Any]:
+    """``tool.parameters`` (a list of {name, type, required, description, default, enum}) as JSON Schema."""
+    if params is None:
+        params = []
+    if isinstance(params, dict) and not params:
+        params = []
+    if not isinstance(params, list):
+        raise ExtensionError(f"{label}: tool.parameters must be a list of parameter tables.")
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    for i, p in enumerate(params, 1):
+        if not isinstance(p, dict) or not isinstance(p.get("name"), str) or not p["name"]:
+            raise ExtensionError(f"{label}: tool.parameters[{i}] needs a string `name`.")
+        name = p["name"]
+        ptype = p.get("type", "string")
+        if ptype not in PARAM_TYPES:
+            raise ExtensionError(f"{label}: parameter {name!r}: type {ptype!r} is not one of {', '.join(PARAM_TYPES)}.")
+        prop: dict[str, Any] = {"type": PARAM_TYPES[ptype]}
+        if isinstance(p.get("description"), str):
+            prop["description"] = p["description"]
+        if "enum" in p:
+            if not isinstance(p["enum"], list) or not p["enum"]:
+                raise ExtensionError(f"{label}: parameter {name!r}: enum must be a non-empty list.")
+            prop["enum"] = p["enum"]
+        if "default" in p:
+            prop["default"] = p["default"]
+        if p.get("required") is True:
+            required.append(name)
+        properties[name] = prop
+    schema: dict[str, Any] = {"type": "object", "properties": properties, "additionalProperties": False}
+    if required:
+        schema["required"] = required
+    return schema
+
+
+def declare_tool(tc: "ToolConfig") -> LuaTool:
+    """Run the script's top level once and read its ``tool`` table."""
+    label = f"Lua tool {tc.name!r}"
+    source = read_script(tc.path, label)
+    sandbox = Sandbox(label, min(tc.timeout, DECLARE_TIMEOUT))
+    try:
+        Hosts(sandbox, label, tc.config).install()
+        sandbox.set_global("context", sandbox.table({"config": tc.config}))
+        sandbox.execute(source, tc.path.name)
+        tool = sandbox.globals["tool"]
+        if tool is None:
+            raise ExtensionError(f"{label}: {tc.path} does not define a global `tool` table.")
+        from lupa import lua54
+
+        if lua54.lua_type(tool) != "table" or lua54.lua_type(tool["execute"]) != "function":
+            raise ExtensionError(f"{label}: {tc.path} must define `function tool.execute(params, context)`.")
+        description = tool["description"]
+        params = from_lua(tool["parameters"], label)
+    finally:
+        sandbox.close()
+    return LuaTool(name=tc.name, description=description if isinstance(description, str) else "",
+                   schema=_schema(params, label), path=tc.path, timeout=tc.timeout, config=dict(tc.config),
+                   source=source)
+
+
+def run_tool(tool: LuaTool, params: dict[str, Any], service: "Service") -> Any:
+    """``tool.execute(params, context)`` in a fresh sandbox; params were validated by the caller."""
+    label = f"Lua tool {tool.name!r}"
+    sandbox = Sandbox(label, tool.timeout)
+    try:
+        Hosts(sandbox, label, tool.config).install()
+        sandbox.set_global("context", _context(sandbox, tool, service))
+        sandbox.execute(tool.source, tool.path.name)
+        return sandbox.call(sandbox.globals["tool"]["execute"], sandbox.table(params), sandbox.globals["context"])
+    finally:
+        sandbox.close()
+
+
+def _context(sandbox: Sandbox, tool: LuaTool, service: "Service") -> Any:
+    def search(query: Any = None, opts: Any = None) -> list[dict[str, Any]]:
+        o = _plain(opts) if opts is not None else {}
+        if not isinstance(o, dict):
+            raise InvalidInput("context.search: options must be a table {mode, limit, source}")
+        if not isinstance(query, str):
+            raise InvalidInput(f"context.search: expected a query string, got {_kind(query)}")
+        hits = service.search(query, o.get("mode", "keyword"), source=o.get("source"), since=o.get("since"),
+                              until=o.get("until"), limit=o.get("limit"))
+        return [asdict(h) for h in hits]
+
+    def get(doc_id: Any = None) -> dict[str, Any]:
+        if not isinstance(doc_id, str):
+            raise InvalidInput(f"context.get: expected a document id string, got {_kind(doc_id)}")
+        return asdict(service.get(doc_id))
+
+    def sources() -> list[dict[str, Any]]:
+        return [asdict(s) for s in service.sources()]
+
+    ctx = sandbox.module({"search": wrap_host(sandbox, search), "get": wrap_host(sandbox, get),
+                          "sources": wrap_host(sandbox, sources)})
+    ctx["config"] = sandbox.table(tool.config)
+    return ctx
+
+
+# ---- connectors -----------------------------------------------------------------------------------
+
+
+def run_connector(name: str, path: Path, timeout: float, config: dict[str, Any]) -> list[Any]:
+    """``connector.scan(config)`` in a fresh sandbox; returns the raw item list (checked by the caller)."""
+    label = f"Lua connector {name!r}"
+    source = read_script(path, label)
+    sandbox = Sandbox(label, timeout)
+    try:
+        Hosts(sandbox, label, config).install()
+        sandbox.execute(source, path.name)
+        from lupa import lua54
+
+        conn = sandbox.globals["connector"]
+        if lua54.lua_type(conn) != "table" or lua54.lua_type(conn["scan"]) != "function":
+            raise ExtensionError(f"{label}: {path} must define `function connector.scan(config)`.")
+        items = sandbox.call(conn["scan"], sandbox.table(config))
+    finally:
+        sandbox.close()
+    if items is None or items == {}:
+        return []
+    if not isinstance(items, list):
+        raise ExtensionError(f"{label}: connector.scan must return a list of items, not {type(items).__name__}.")
+    return items
+
+
+__all__ = ["LuaTool", "declare_tool", "run_tool", "run_connector", "LuaHostError", "NotFound", "RESERVED_KEYS"]

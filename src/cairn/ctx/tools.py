@@ -1,0 +1,218 @@
+"""ctx's tools, declared once: name, description, JSON Schema of the parameters, handler.
+
+The same declarations feed ``GET /tools/list``, ``POST /tools/{name}``, MCP ``tools/list`` and
+``tools/call`` (HTTP and stdio), ``ctx tool list`` and ``ctx tool test``, and the OpenAPI document.
+Parameters are validated against the schema before any handler (or Lua script) runs, so every
+surface rejects the same input with the same message, naming the parameter.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from cairn.core.errors import InvalidInput, NotFound
+
+if TYPE_CHECKING:
+    from cairn.ctx.config import Config
+    from cairn.ctx.scripts import LuaTool
+    from cairn.ctx.service import Service
+
+BUILTIN = ("search", "get", "sources")
+_SOURCE = {
+    "anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
+    "description": "only these sources: `type:name`, a connector type, or a connector name",
+}
+SEARCH_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "query": {"type": "string", "minLength": 1, "description": "what to look for (any text)"},
+        "mode": {"type": "string", "enum": ["keyword", "semantic", "hybrid"], "default": "keyword",
+                 "description": "keyword (BM25), semantic (embeddings) or hybrid (both, fused)"},
+        "limit": {"type": "integer", "minimum": 1, "maximum": 1000,
+                  "description": "maximum number of documents (default: [retrieval] final_limit)"},
+        "source": _SOURCE,
+        "filters": {
+            "type": "object",
+            "properties": {
+                "source": _SOURCE,
+                "since": {"type": ["string", "integer"],
+                          "description": "only documents updated at/after this date (YYYY-MM-DD, ISO 8601, unix seconds)"},
+                "until": {"type": ["string", "integer"], "description": "only documents updated before this date"},
+            },
+            "additionalProperties": False,
+        },
+    },
+    "required": ["query"],
+    "additionalProperties": False,
+}
+GET_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"id": {"type": "string", "minLength": 1, "description": "a document id from search results"}},
+    "required": ["id"],
+    "additionalProperties": False,
+}
+SOURCES_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
+
+
+@dataclass
+class ToolSpec:
+    """One tool on every surface. ``run(params, service)`` gets validated params with defaults filled."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    builtin: bool
+    run: Callable[[dict[str, Any], "Service"], Any]
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "description": self.description, "builtin": self.builtin,
+                "parameters": self.parameters}
+
+
+def _search(p: dict[str, Any], svc: "Service") -> dict[str, Any]:
+    filters = p.get("filters") or {}
+    source = p.get("source")
+    if filters.get("source") is not None:
+        extra = filters["source"]
+        source = ([source] if isinstance(source, str) else list(source or [])) + (
+            [extra] if isinstance(extra, str) else list(extra))
+    hits = svc.search(p["query"], p.get("mode", "keyword"), source=source, since=filters.get("since"),
+                      until=filters.get("until"), limit=p.get("limit"))
+    return {"results": [asdict(h) for h in hits]}
+
+
+def _get(p: dict[str, Any], svc: "Service") -> dict[str, Any]:
+    return asdict(svc.get(p["id"]))
+
+
+def _sources(p: dict[str, Any], svc: "Service") -> dict[str, Any]:
+    return {"sources": [asdict(s) for s in svc.sources()]}
+
+
+def builtin_specs() -> list[ToolSpec]:
+    from cairn.ctx.service import Service
+
+    def doc(fn: Any) -> str:
+        return (fn.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
+
+    return [
+        ToolSpec("search", doc(Service.search), SEARCH_SCHEMA, True, _search),
+        ToolSpec("get", doc(Service.get), GET_SCHEMA, True, _get),
+        ToolSpec("sources", doc(Service.sources), SOURCES_SCHEMA, True, _sources),
+    ]
+
+
+def _lua_spec(tool: "LuaTool") -> ToolSpec:
+    from cairn.ctx.scripts import run_tool
+
+    def run(params: dict[str, Any], svc: "Service") -> Any:
+        return {"result": run_tool(tool, params, svc)}
+
+    return ToolSpec(tool.name, tool.description, tool.schema, False, run)
+
+
+def validate(spec: ToolSpec, params: Any) -> dict[str, Any]:
+    """``params`` checked against the tool's schema (400 naming the parameter), with defaults filled in."""
+    from cairn.mcp.schema import SchemaError, validate as check
+
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise InvalidInput(f"Parameters of {spec.name!r} must be a JSON object.")
+    try:
+        check(params, spec.parameters)
+    except SchemaError as exc:
+        field = exc.path or None
+        raise InvalidInput(f"Invalid parameter for {spec.name!r}: {exc}",
+                           details={"tool": spec.name, **({"parameter": field} if field else {})}) from None
+    out = dict(params)
+    for name, prop in spec.parameters.get("properties", {}).items():
+        if name not in out and isinstance(prop, dict) and "default" in prop:
+            out[name] = prop["default"]
+    return out
+
+
+class Toolbox:
+    """Every tool of one configuration, and a knowledge-base service per thread to run them on.
+
+    SQLite connections are not shared between threads: each worker thread gets its own ``Service``
+    (they all see the same database; the vector matrix cache is shared per process and reloads only
+    when the database's generation moves).
+    """
+
+    def __init__(self, config: "Config") -> None:
+        from cairn.ctx.scripts import declare_tool
+
+        self.config = config
+        self.specs: dict[str, ToolSpec] = {s.name: s for s in builtin_specs()}
+        for tc in config.tools:
+            if tc.name in self.specs:
+                raise InvalidInput(f"{config.path}: [tools.script.{tc.name}]: {tc.name!r} is a built-in tool's name. "
+                                   "Rename the section.")
+            self.specs[tc.name] = _lua_spec(declare_tool(tc))
+        self._local = threading.local()
+        self._services: list[Service] = []
+        self._lock = threading.Lock()
+
+    def service(self) -> "Service":
+        svc: Service | None = getattr(self._local, "service", None)
+        if svc is None:
+            from cairn.ctx.service import Service
+
+            svc = Service(self.config)
+            self._local.service = svc
+            with self._lock:
+                self._services.append(svc)
+        return svc
+
+    def close(self) -> None:
+        with self._lock:
+            services, self._services = self._services, []
+        for svc in services:
+            try:
+                svc.close()
+            except Exception:
+                pass
+
+    def list(self) -> list[dict[str, Any]]:
+        return [s.describe() for s in self.specs.values()]
+
+    def spec(self, name: str) -> ToolSpec:
+        spec = self.specs.get(name)
+        if spec is None:
+            raise NotFound(f"No tool named {name!r}. Available tools: {', '.join(self.specs)}.",
+                           details={"tool": name})
+        return spec
+
+    def call(self, name: str, params: Any) -> Any:
+        """Validate and run a tool on this thread's service."""
+        spec = self.spec(name)
+        return spec.run(validate(spec, params), self.service())
+
+
+def mcp_server(toolbox: Toolbox) -> Any:
+    """An MCP server exposing exactly the toolbox's tools (same names, descriptions, schemas, handlers)."""
+    from cairn.mcp.server import Server, Tool
+
+    server = Server(name="ctx", version=_version(), title="ctx knowledge base",
+                    instructions="Search the local knowledge base (files, git repositories) with `search`, "
+                                 "read a whole document with `get`, list sources with `sources`.")
+    for spec in toolbox.specs.values():
+        def handler(args: dict[str, Any], ctx: Any, _name: str = spec.name) -> Any:
+            return toolbox.call(_name, args)
+
+        server.add_tool(Tool(name=spec.name, handler=handler, description=spec.description,
+                             input_schema=spec.parameters, structured=True,
+                             annotations={"readOnlyHint": True} if spec.builtin else None))
+    return server
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("cairn")
+    except Exception:
+        return "0.0.0"
