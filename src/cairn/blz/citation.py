@@ -7,6 +7,8 @@ import re
 from cairn.core.errors import InvalidInput
 
 _ALIAS = re.compile(r"[a-z0-9_][a-z0-9_-]{0,63}\Z")
+# Windows device names: a folder called "con" or "aux" cannot be created or opened there.
+_RESERVED = re.compile(r"(con|prn|aux|nul|com[0-9]|lpt[0-9])\Z")
 _RANGE = re.compile(r"\s*(\d{1,9})\s*(?:-\s*(\d{1,9})\s*)?\Z")
 
 
@@ -17,6 +19,9 @@ def check_alias(alias: str) -> str:
         raise InvalidInput(
             f"Invalid alias {alias!r}: use 1-64 characters from a-z, 0-9, '_' and '-', not starting "
             "with '-' (for example: react, bun-docs).")
+    if _RESERVED.match(norm):
+        raise InvalidInput(f"Invalid alias {alias!r}: {norm.upper()} is a reserved device name on Windows "
+                           f"(CON, PRN, AUX, NUL, COM0-9, LPT0-9). Choose another alias, e.g. {norm}-docs.")
     return norm
 
 

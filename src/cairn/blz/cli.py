@@ -165,7 +165,9 @@ def execute(args: argparse.Namespace, err: TextIO) -> tuple[Any, int]:
             except CairnError as exc:
                 if not args.all:
                     raise
-                err.write(f"blz: {name}: {exc.message}\n")
+                from cairn.core.sanitize import scrub
+
+                err.write(f"blz: {name}: {scrub(exc.message)}\n")
                 results.append({"alias": name, "status": "failed", "error": exc.message})
                 code = code or exc.exit_code
         return {"results": results}, code
@@ -239,7 +241,9 @@ def run(argv: list[str], out: TextIO, err: TextIO) -> int:
     except CairnError as exc:
         if raise_errors():
             raise
-        err.write(f"blz: error: {exc.message}\n")
+        from cairn.core.sanitize import scrub
+
+        err.write(f"blz: error: {scrub(exc.message)}\n")
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
@@ -266,6 +270,10 @@ def run(argv: list[str], out: TextIO, err: TextIO) -> int:
 
         rendered = render(data, fmt)
     if rendered:
+        if args.command != "get":  # `get` prints the cited lines exactly; nothing else may show $HOME
+            from cairn.core.sanitize import scrub  # or URL credentials
+
+            rendered = scrub(rendered)
         out.write(rendered + "\n")
     return code
 

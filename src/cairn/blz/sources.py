@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -15,6 +17,10 @@ from cairn.core.errors import CairnError, Conflict, InvalidInput, NotFound
 
 Progress = Callable[[int, int | None], None]
 
+# "ftp:", "data:", "javascript:" ... (a single letter is a Windows drive, not a scheme)
+_SCHEME = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]+):")
+MCP_ROOTS_ENV = "BLZ_MCP_FILE_ROOTS"
+
 
 def candidates(location: str, exact: bool = False) -> list[str]:
     """Where to look, best first: the ``llms-full.txt`` variant, the location given, then ``llms.txt``.
@@ -22,6 +28,10 @@ def candidates(location: str, exact: bool = False) -> list[str]:
     ``location`` is an http(s) or file URL, or a local path (made absolute and turned into a file URL).
     """
     if not fetching.is_url(location):
+        scheme = _SCHEME.match(location)
+        if scheme and not Path(location).exists():
+            raise InvalidInput(f"Unsupported URL scheme {scheme.group(1).lower()!r} in {location!r}: use an "
+                               "http://, https:// or file:// URL, or a local path.")
         path = Path(location).expanduser().resolve()
         if path.is_dir():
             return [(path / "llms-full.txt").as_uri(), (path / "llms.txt").as_uri()]
@@ -34,10 +44,36 @@ def candidates(location: str, exact: bool = False) -> list[str]:
     if name == "llms.txt":
         full = urlunsplit(parts._replace(path=path[: -len(name)] + "llms-full.txt"))
         return [full, location]
+    if parts.scheme.lower() == "file" and name and fetching.file_url_path(location).is_file():
+        return [location]  # an existing local file is what was asked for, whatever its name
     if name == "" or "." not in name:  # a site or folder: look for the conventional files in it
         base = path if path.endswith("/") else path + "/"
         return [urlunsplit(parts._replace(path=base + n)) for n in ("llms-full.txt", "llms.txt")]
     return [location]
+
+
+def allowed_roots() -> list[Path]:
+    """Folders an MCP client may add local files from: ``$BLZ_MCP_FILE_ROOTS`` (os.pathsep-separated)."""
+    raw = os.environ.get(MCP_ROOTS_ENV, "")
+    return [Path(p).expanduser().resolve() for p in raw.split(os.pathsep) if p.strip()]
+
+
+def check_agent_location(location: str, exact: bool = False) -> None:
+    """Refuse what an agent must not add: any URL but http(s), and local files outside the allowed roots.
+
+    The CLI user may add any file; an agent over MCP could otherwise read /etc/passwd or ~/.ssh through
+    ``source-add`` + ``find``. Symlinks and ``..`` are resolved before the check.
+    """
+    roots = allowed_roots()
+    for url in candidates(location, exact):
+        if urlsplit(url).scheme.lower() != "file":
+            continue
+        real = fetching.file_url_path(url).resolve()
+        if not any(real == root or real.is_relative_to(root) for root in roots):
+            raise InvalidInput(
+                f"Local files cannot be added over MCP: {real} is outside the folders allowed by "
+                f"{MCP_ROOTS_ENV}. Add it from the command line (blz add ALIAS PATH), or start `blz mcp` "
+                f"with {MCP_ROOTS_ENV}=/folder/with/docs.")
 
 
 def _fetch_first(urls: list[str], *, max_bytes: int, timeout: float,

@@ -172,6 +172,8 @@ def build_server(store: Store | None = None) -> Server:
         def progress(done: int, total: int | None) -> None:
             ctx.progress(done, total, f"fetched {done:,} bytes")
 
+        if args.get("url"):
+            sources.check_agent_location(args["url"])  # no local files outside BLZ_MCP_FILE_ROOTS
         with lock:
             try:
                 info = sources.add(get_store(), args["alias"], args.get("url"), force=bool(args.get("force")),

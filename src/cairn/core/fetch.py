@@ -89,6 +89,10 @@ def read_file(path: Path, *, max_bytes: int = DEFAULT_MAX_BYTES, progress: Progr
         raise InvalidInput(f"{path} is a directory. Give the path of an llms.txt file.") from exc
     except PermissionError as exc:
         raise InvalidInput(f"Cannot read {path}: permission denied.") from exc
+    except NotADirectoryError as exc:
+        raise NotFound(f"No such file: {path} (a parent is not a folder). Check the path.") from exc
+    except OSError as exc:  # name too long, symlink loop, I/O error...
+        raise InvalidInput(f"Cannot read {path}: {exc.strerror or exc}. Check the path.") from exc
     if len(data) > max_bytes:  # it grew since stat()
         raise TooLarge(f"{path} is over the {_human(max_bytes)} cap.")
     if progress:
