@@ -224,7 +224,7 @@ class Sandbox:
     """One fresh Lua state: load a script, call its functions under the time and memory budget."""
 
     def __init__(self, label: str, timeout: float, *, max_memory: int = MAX_MEMORY) -> None:
-        from lupa import lua54
+        from lupa import lua54  # type: ignore[import-untyped]
 
         self.run = Run(label=label, timeout=timeout)
         self.lua = lua54.LuaRuntime(register_eval=False, register_builtins=False, unpack_returned_tuples=True,
@@ -295,10 +295,6 @@ class Sandbox:
                 ) from None
             raise ExtensionError(f"{self.run.label}: {message}") from None
         except SandboxViolation as exc:
-            raise ExtensionError(f"{self.run.label}: {exc}") from None
-        except LuaHostError as exc:
-            if self.run.tripped:
-                raise self._timeout() from None
             raise ExtensionError(f"{self.run.label}: {exc}") from None
         except UnicodeDecodeError:
             raise ExtensionError(f"{self.run.label}: returned a string that is not valid UTF-8.") from None
@@ -438,10 +434,3 @@ def wrap_host(sandbox: Sandbox, fn: Callable[..., Any]) -> Any:
             return False, exc.message
 
     return sandbox.make_host(host)
-
-
-class LuaHostError(Exception):
-    """Raised by a host function; Lua sees its message as the error."""
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else "host error"

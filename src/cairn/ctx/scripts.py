@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cairn.core.errors import ExtensionError, InvalidInput, NetworkError, NotFound
-from cairn.ctx.lua import LuaHostError, Sandbox, from_lua, log_line, read_script, wrap_host
+from cairn.core.errors import ExtensionError, InvalidInput, NetworkError
+from cairn.ctx.lua import Sandbox, from_lua, log_line, read_script, wrap_host
 
 if TYPE_CHECKING:
     from cairn.ctx.config import ToolConfig
@@ -66,7 +66,10 @@ class Hosts:
 
     def install(self) -> None:
         sb = self.sandbox
-        h = lambda fn: wrap_host(sb, fn)  # noqa: E731
+
+        def h(fn: Any) -> Any:
+            return wrap_host(sb, fn)
+
         sb.set_global("json", sb.module({"encode": h(self.json_encode), "decode": h(self.json_decode)}))
         sb.set_global("log", sb.module({lvl: h(self._logger(lvl)) for lvl in ("debug", "info", "warn", "error")}))
         sb.set_global("env", sb.module({"get": h(self.env_get)}))
@@ -177,7 +180,7 @@ def _plain(value: Any) -> Any:
 
 
 def _kind(value: Any) -> str:
-    from lupa import lua54
+    from lupa import lua54  # type: ignore[import-untyped]
 
     return "nil" if value is None else str(lua54.lua_type(value) or type(value).__name__)
 
@@ -308,5 +311,3 @@ def run_connector(name: str, path: Path, timeout: float, config: dict[str, Any])
         raise ExtensionError(f"{label}: connector.scan must return a list of items, not {type(items).__name__}.")
     return items
 
-
-__all__ = ["LuaTool", "declare_tool", "run_tool", "run_connector", "LuaHostError", "NotFound", "RESERVED_KEYS"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from cairn.core.errors import ExtensionError
@@ -38,8 +38,12 @@ class ScriptConnector:
                 raise ExtensionError(f"{self.config.source}: item {i}: source_id {item.source_id!r} was returned twice.")
             seen.add(item.source_id)
             fingerprint = hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode("utf-8")).hexdigest()
-            entries.append(Entry(item.source_id, fingerprint, lambda item=item: item))
+            entries.append(Entry(item.source_id, fingerprint, _loader(item)))
         return iter(entries)
+
+
+def _loader(item: Item) -> Callable[[], Item | None]:
+    return lambda: item
 
 
 def to_item(value: Any, index: int, source: str) -> Item:
