@@ -48,8 +48,14 @@ def loads(data: str | bytes) -> Any:
 
 
 def dumps(message: Any) -> str:
-    """Serialize one message compactly (one line, no NaN)."""
-    return json.dumps(message, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    """Serialize one message compactly (one line, no NaN) as text that always encodes to UTF-8."""
+    text = json.dumps(message, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate (a "\ud800" escape in the input, echoed back)
+            text = json.dumps(message, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    return text
 
 
 def dumps_safe(message: JSON) -> str:
