@@ -105,7 +105,7 @@ local function repetitions(p)
   local q = reps_of[p]
   if q then return q end
   q = 0
-  local i, n = 1, #p
+  local i, n, last = 1, #p, 0
   while i <= n do
     local c = s_byte(p, i)
     if c == 37 then -- %x escape; %bxy balances, %f[set] is a frontier
@@ -123,10 +123,13 @@ local function repetitions(p)
       end
       i = i + 1
     else
-      if c == 42 or c == 43 or c == 45 then q = q + 1 end
+      if c == 42 or c == 43 or c == 45 then q = q + 1; last = i end
       i = i + 1
     end
   end
+  -- A * + - that ends the pattern (only capture closes after it) cannot backtrack into anything
+  -- that fails, so it costs one pass over its run: "%s+" in gsub is linear.
+  if last > 0 and not s_find(p, "[^)]", last + 1) then q = q - 1 end
   reps_of[p] = q
   return q
 end
