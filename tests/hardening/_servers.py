@@ -102,6 +102,43 @@ def prepare_brk(base: Path) -> Path:
     return out
 
 
+CTX_FILES = ["hono/llms-small.txt", "tresjs/llms-full.txt", "llmstxt-spec/llms-ctx-full.txt", "fasthtml/llms.txt",
+             "react-dev/llms.txt", "langchainjs/llms.txt", "copilotkit/llms.txt"]
+ECHO_TOOL = """
+tool = {name = "echo", description = "returns its input", parameters = {
+  {name = "text", type = "string", required = true, description = "what to echo"},
+  {name = "times", type = "integer", default = 1, description = "repeat count (1-5)"}}}
+function tool.execute(params, context)
+  local n = math.max(1, math.min(params.times or 1, 5))
+  return {text = string.rep(params.text, n), n = n}
+end
+"""
+
+
+def prepare_ctx(base: Path) -> Path:
+    """A ctx config (keyword search) over real llms.txt files, synced, with two Lua tools:
+    ``find_mentions`` (the bundled example, which calls search) and ``echo``. Returns the config path."""
+    import shutil
+
+    docs = base / "docs"
+    docs.mkdir(parents=True, exist_ok=True)
+    if (SHARED_DATA / "llms").is_dir():
+        for rel in CTX_FILES:
+            shutil.copy(SHARED_DATA / "llms" / rel, docs / rel.replace("/", "-"))
+    else:
+        (docs / "guide.md").write_text(FALLBACK_DOC)
+    shutil.copy(REPO / "examples" / "ctx" / "tools" / "find_mentions.lua", base / "find_mentions.lua")
+    (base / "echo.lua").write_text(ECHO_TOOL)
+    cfg = base / "ctx.toml"
+    cfg.write_text('[db]\npath = "kb.sqlite"\n[embedding]\nprovider = "disabled"\n'
+                   '[connectors.filesystem.docs]\nroot = "docs"\ninclude_globs = ["**/*.txt", "**/*.md"]\n'
+                   '[tools.script.find_mentions]\npath = "find_mentions.lua"\ntimeout = 5\n'
+                   '[tools.script.echo]\npath = "echo.lua"\ntimeout = 5\n')
+    subprocess.run(_cli("ctx", "sync", "all", "--config", str(cfg), "--json"), check=True,
+                   env=server_env(base), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=300)
+    return cfg
+
+
 # -- processes -----------------------------------------------------------------------------------
 
 class _Proc:
@@ -268,3 +305,13 @@ def spawn_brk_http(out: Path, workdir: Path, **env: str) -> HttpServer:
     port = free_port()
     return HttpServer(_cli("brk", "serve", "--out", str(out), "--bind", f"127.0.0.1:{port}"), server_env(workdir, **env),
                       port, workdir, "/health")
+
+
+def spawn_ctx_stdio(config: Path, workdir: Path, **env: str) -> StdioServer:
+    return StdioServer(_cli("ctx", "serve", "mcp", "--stdio", "--config", str(config)), server_env(workdir, **env), workdir)
+
+
+def spawn_ctx_http(config: Path, workdir: Path, **env: str) -> HttpServer:
+    port = free_port()
+    return HttpServer(_cli("ctx", "serve", "mcp", "--config", str(config), "--bind", f"127.0.0.1:{port}"),
+                      server_env(workdir, **env), port, workdir, "/health")

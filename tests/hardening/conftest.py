@@ -1,5 +1,7 @@
 """Hardening fixtures: prepared data (session) and real server processes (per module).
 
+Servers run with ``CAIRN_RAISE_ERRORS=1``: an unexpected exception in a tool becomes a -32603
+error instead of an ``isError`` result, so a test can tell a bug from a tool's own error answer.
 Data is prepared once per session; servers that write (blz's ``source-add``) get a per-module copy.
 Each module gets its own server processes, so a test that kills or starves one (fault injection)
 cannot affect another module. Fixtures skip cleanly when the real data is absent.
@@ -19,9 +21,12 @@ from ._servers import (
     StdioServer,
     prepare_blz,
     prepare_brk,
+    prepare_ctx,
     spawn_blz_stdio,
     spawn_brk_http,
     spawn_brk_stdio,
+    spawn_ctx_http,
+    spawn_ctx_stdio,
 )
 
 
@@ -75,6 +80,33 @@ def brk_stdio(brk_out: Path, server_workdir: Path) -> Iterator[StdioServer]:
 def brk_http(brk_out: Path, server_workdir: Path) -> Iterator[HttpServer]:
     """``brk serve --out OUT`` on a free 127.0.0.1 port (``.url`` has no trailing slash)."""
     server = spawn_brk_http(brk_out, server_workdir / "brk-http", CAIRN_RAISE_ERRORS="1")
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="session")
+def ctx_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A synced ctx config over real llms.txt files (keyword search) with Lua tools find_mentions and echo."""
+    return prepare_ctx(tmp_path_factory.mktemp("ctx"))
+
+
+@pytest.fixture(scope="module")
+def ctx_stdio(ctx_config: Path, server_workdir: Path) -> Iterator[StdioServer]:
+    """``ctx serve mcp --stdio``, initialized."""
+    server = spawn_ctx_stdio(ctx_config, server_workdir / "ctx-stdio", CAIRN_RAISE_ERRORS="1")
+    try:
+        server.initialize()
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="module")
+def ctx_http(ctx_config: Path, server_workdir: Path) -> Iterator[HttpServer]:
+    """``ctx serve mcp`` on a free 127.0.0.1 port."""
+    server = spawn_ctx_http(ctx_config, server_workdir / "ctx-http", CAIRN_RAISE_ERRORS="1")
     try:
         yield server
     finally:
