@@ -134,8 +134,8 @@ class Store:
                 db.executescript(_SCHEMA)
                 db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         except sqlite3.Error as exc:
-            raise StorageError(f"Cannot open the blz database in {self.root}: {exc}. Check the "
-                               "directory's permissions, or set BLZ_DATA_DIR.") from exc
+            raise StorageError(f"Cannot open the blz database in {self.root}: {exc}. "
+                               f"{_open_hint(self.root)}") from exc
         return db
 
     def close(self) -> None:
@@ -273,10 +273,12 @@ class Store:
                 self._log(row.alias, action, row.url, row.sha256, row.lines, detail)
                 db.execute("COMMIT")
             except BaseException:
-                db.execute("ROLLBACK")
+                if db.in_transaction:  # SQLite has already rolled back after SQLITE_FULL / IOERR
+                    db.execute("ROLLBACK")
                 raise
         except sqlite3.Error as exc:
-            raise StorageError(f"Indexing {row.alias!r} failed: {exc}. The previous index is unchanged.") from exc
+            raise StorageError(f"Indexing {row.alias!r} failed: {exc}. The previous index is unchanged; "
+                               "check free space and retry.") from exc
         self._drop_stale_files(row.alias, keep=row.file)
         return row
 
@@ -323,6 +325,20 @@ class Store:
                 pass
 
 
+def _open_hint(root: Path) -> str:
+    """The likely fix when SQLite cannot open the database: a full disk reads as "disk I/O error"."""
+    import shutil
+
+    try:
+        free = shutil.disk_usage(root).free
+    except OSError:
+        free = None
+    if free is not None and free < (1 << 20):
+        return (f"No space left on the device holding it ({free:,} bytes free): free some space and "
+                "retry; nothing stored was lost.")
+    return "Check the directory's permissions, or set BLZ_DATA_DIR."
+
+
 class _Transaction:
     def __init__(self, db: sqlite3.Connection) -> None:
         self.db = db
@@ -334,4 +350,14 @@ class _Transaction:
             raise StorageError(f"The blz database is busy or unwritable: {exc}. Retry in a moment.") from exc
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+        try:
+            if exc_type is None:
+                self.db.execute("COMMIT")
+                return
+        except sqlite3.Error as failed:
+            exc = failed
+        if self.db.in_transaction:  # SQLite rolls back by itself after SQLITE_FULL / IOERR
+            self.db.execute("ROLLBACK")
+        if isinstance(exc, sqlite3.Error):
+            raise StorageError(f"Cannot write the blz database: {exc}. Nothing was changed; check free "
+                               "space and retry.") from exc

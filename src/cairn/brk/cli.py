@@ -168,7 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     except CairnError as exc:
         if os.environ.get("CAIRN_RAISE_ERRORS"):
             raise
-        print(f"brk: {exc.message}", file=sys.stderr)
+        from cairn.core.sanitize import scrub
+
+        print(f"brk: {scrub(exc.message)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130

@@ -54,16 +54,21 @@ def follow(blocks_dir: Path, out: Path, interval: float, stop: threading.Event,
     from cairn.brk.indexer import Indexer
     from cairn.core.errors import CairnError
 
+    from cairn.core.sanitize import scrub
+
     say = log or (lambda msg: print(f"brk: {msg}", file=sys.stderr, flush=True))
-    indexer = Indexer(blocks_dir, out)
+    indexer: Indexer | None = Indexer(blocks_dir, out)
     while not stop.is_set():
         try:
+            if indexer is None:  # reload from the last commit: a failed run left memory ahead of disk
+                indexer = Indexer(blocks_dir, out)
             result = indexer.run()
             compute(out)
             if result.indexed_blocks or result.rolled_back_from is not None:
                 say(f"indexed {result.indexed_blocks} blocks; tip {result.height}")
         except CairnError as exc:  # keep serving what is committed; try again next poll
-            say(f"indexing failed: {exc.message}")
+            say(f"indexing failed: {scrub(exc.message)}")
+            indexer = None
         stop.wait(interval)
 
 

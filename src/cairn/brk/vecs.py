@@ -174,7 +174,21 @@ class VecStore:
         return self.lengths[name] + self._pending_rows[name]
 
     def commit(self, meta: dict[str, Any] | None = None) -> None:
-        """Append queued rows to the files, sync them, then publish the new lengths atomically."""
+        """Append queued rows to the files, sync them, then publish the new lengths atomically.
+
+        A failed write (a full disk) raises StorageError and publishes nothing: the files keep
+        bytes past the committed lengths, which the next open truncates away."""
+        before = dict(self.lengths)
+        try:
+            self._commit(meta)
+        except OSError as exc:
+            self.lengths = before
+            self.discard_pending()
+            raise StorageError(f"Cannot write to {self.root}: {exc.strerror or exc}. Free some space (or fix "
+                               "the permissions) and run the same command again: the last commit is intact "
+                               "and work resumes from it.") from exc
+
+    def _commit(self, meta: dict[str, Any] | None) -> None:
         for name, chunks in self._pending.items():
             if not chunks:
                 continue

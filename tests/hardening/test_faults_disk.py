@@ -1,0 +1,267 @@
+"""A full disk under blz, brk and ctx: a clear error (exit 7, "No space left"), the previous state
+intact, and the next run succeeds once space is freed.
+
+Two ways to run out of space:
+* a real small file system: a tmpfs mounted on the test's directory (needs root; skips cleanly when
+  `mount` is refused), filled with a filler file leaving a few chosen amounts free;
+* an injected write error that works anywhere: RLIMIT_FSIZE in the child process, with SIGXFSZ
+  ignored, makes every write past the limit fail with EFBIG, as a size-limited file system would.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from cairn.brk.sample import write_sample
+
+pytestmark = pytest.mark.timeout(180)
+
+SPACE_WORDS = ("No space left", "disk is full", "File too large", "too large")
+
+
+def _doc(version: int, sections: int = 1200) -> bytes:
+    out = [f"# Doc v{version}\n"]
+    for s in range(sections):
+        out.append(f"## Section {s} v{version}\n")
+        out.extend(f"line {n} of section {s} in version {version} with some words to index\n" for n in range(10))
+    out.append(f"\nversiontoken{version}\n")
+    return "".join(out).encode()
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 24 MiB tmpfs mounted at tmp_path/fs (skips where mounting is not allowed)."""
+    mnt = tmp_path / "fs"
+    mnt.mkdir()
+    if not shutil.which("mount"):
+        pytest.skip("no mount command")
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m,mode=0700", "tmpfs", str(mnt)],
+                         capture_output=True, text=True)
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({res.stderr.strip() or res.returncode}); the injected "
+                    "write-error tests cover full disks instead")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def _fill(mnt: Path, leave: int) -> Path:
+    """Occupy the file system until only ``leave`` bytes are free; returns the filler file."""
+    filler = mnt / "filler"
+    filler.unlink(missing_ok=True)
+    st = os.statvfs(mnt)
+    free = st.f_bavail * st.f_frsize
+    size = max(0, free - leave)
+    with open(filler, "wb") as fh:
+        try:
+            fh.truncate(0)
+            block = b"\0" * (1 << 20)
+            while size > 0:
+                n = fh.write(block[: min(size, len(block))])
+                size -= n
+            fh.flush()
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+    return filler
+
+
+def _limited(limit: int) -> Callable[[], None]:
+    """preexec_fn: writes past ``limit`` bytes per file fail with EFBIG instead of killing the child."""
+    def apply() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+def _run(module: str, env: dict[str, str], *args: str, limit: int | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", module, *args], env=env, capture_output=True, text=True,
+                          timeout=120, preexec_fn=_limited(limit) if limit else None)
+
+
+# -- blz -----------------------------------------------------------------------------------------
+
+def _blz_state(env: dict[str, str]) -> str:
+    val = _run("cairn.blz.cli", env, "validate", "--json")
+    assert val.returncode == 0 and json.loads(val.stdout)["ok"], val.stdout + val.stderr
+    shown = _run("cairn.blz.cli", env, "inspect", "d", "--json")
+    assert shown.returncode == 0, shown.stderr
+    return str(json.loads(shown.stdout)["metadata"]["sha256"])
+
+
+def _blz_round(env: dict[str, str], data: Path, src: Path, version: int, committed: str,
+               limit: int | None = None, filler: Path | None = None) -> tuple[bool, str]:
+    """One update that may run out of space (``filler`` is deleted afterwards to make room);
+    returns (failed, committed sha)."""
+    body = _doc(version)
+    src.write_bytes(body)
+    res = _run("cairn.blz.cli", env, "update", "d", "--json", limit=limit)
+    if res.returncode != 0:
+        assert res.returncode == 7, (res.returncode, res.stderr)
+        assert res.stderr.startswith("blz: error: ") and any(w in res.stderr for w in SPACE_WORDS), res.stderr
+        assert "Traceback" not in res.stderr
+        # Reads may work on the full disk or fail the same clear way (SQLite's WAL needs a -shm file).
+        val = _run("cairn.blz.cli", env, "validate", "--json")
+        if val.returncode:
+            assert val.returncode == 7 and any(w in val.stderr for w in SPACE_WORDS), val.stderr
+    if filler is not None:
+        filler.unlink()
+    if res.returncode == 0:
+        sha = _blz_state(env)
+        assert sha == hashlib.sha256(body).hexdigest()
+        return False, sha
+    assert _blz_state(env) == committed  # the previous version, whole
+    assert [p.name for p in (data / "sources" / "d").iterdir()] == [f"{committed[:16]}.txt"]
+    hit = _run("cairn.blz.cli", env, "search", f"versiontoken{version - 1}", "--json")
+    assert hit.returncode == 0 and json.loads(hit.stdout)["hits"], hit.stdout
+    return True, committed
+
+
+def test_blz_on_a_full_file_system(small_fs: Path, tmp_path: Path) -> None:
+    data = small_fs / "blz"
+    env = {**os.environ, "BLZ_DATA_DIR": str(data)}
+    src = tmp_path / "llms.txt"
+    src.write_bytes(_doc(0))
+    assert _run("cairn.blz.cli", env, "add", "d", str(src), "--exact").returncode == 0
+    committed = _blz_state(env)
+    failures = 0
+    for version, leave in enumerate([0, 16 << 10, 256 << 10, 1 << 20, 2 << 20, 3 << 20], start=1):
+        failed, committed = _blz_round(env, data, src, version, committed, filler=_fill(small_fs, leave))
+        failures += failed
+        if failed:  # the next run succeeds once there is room
+            failed, committed = _blz_round(env, data, src, version, committed)
+            assert not failed
+    assert failures >= 4, f"only {failures} of 6 fills made the update fail"
+
+
+def test_blz_injected_write_error(tmp_path: Path) -> None:
+    data = tmp_path / "blz"
+    env = {**os.environ, "BLZ_DATA_DIR": str(data)}
+    src = tmp_path / "llms.txt"
+    src.write_bytes(_doc(0))
+    assert _run("cairn.blz.cli", env, "add", "d", str(src), "--exact").returncode == 0
+    committed = _blz_state(env)
+    size = len(_doc(1))
+    for version, limit in enumerate([40_000, size // 2, size - 1], start=1):
+        failed, committed = _blz_round(env, data, src, version, committed, limit=limit)
+        assert failed, f"a {limit}-byte file size limit did not stop a {size}-byte write"
+        failed, committed = _blz_round(env, data, src, version, committed)
+        assert not failed
+
+
+# -- brk -----------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A 3,000-block sample chain and its reference index (built without any fault)."""
+    base = tmp_path_factory.mktemp("chain")
+    blocks, ref = base / "blocks", base / "ref"
+    write_sample(blocks, 3000, seed=5)
+    res = _run("cairn.brk.cli", dict(os.environ), "index", "--blocks-dir", str(blocks), "--out", str(ref),
+               "--format", "json")
+    assert res.returncode == 0, res.stderr
+    return blocks, ref
+
+
+def _same_as(out: Path, ref: Path) -> None:
+    """Every vec and computed file equals the reference, byte for byte."""
+    ref_files = {p.relative_to(ref) for p in ref.rglob("*") if p.is_file() and p.name != "manifest.json"}
+    got_files = {p.relative_to(out) for p in out.rglob("*") if p.is_file() and p.name != "manifest.json"}
+    assert got_files == ref_files
+    for rel in sorted(ref_files):
+        if not rel.name.startswith("blockpos"):
+            assert (out / rel).read_bytes() == (ref / rel).read_bytes(), rel
+
+
+def _brk_status(env: dict[str, str], out: Path) -> int:
+    res = _run("cairn.brk.cli", env, "status", "--out", str(out), "--format", "json")
+    assert res.returncode == 0, res.stderr
+    return int(json.loads(res.stdout)["height"])
+
+
+def _brk_fail_or_finish(res: subprocess.CompletedProcess[str]) -> bool:
+    if res.returncode == 0:
+        return False
+    assert res.returncode == 7, (res.returncode, res.stderr)
+    assert res.stderr.startswith("brk: Cannot write") and any(w in res.stderr for w in SPACE_WORDS), res.stderr
+    assert "Traceback" not in res.stderr
+    return True
+
+
+def test_brk_index_on_a_full_file_system(small_fs: Path, chain: tuple[Path, Path]) -> None:
+    blocks, ref = chain
+    out = small_fs / "brk"
+    env = dict(os.environ)
+    cmd = ["index", "--blocks-dir", str(blocks), "--out", str(out), "--commit-every", "200", "--format", "json"]
+    failures, heights = 0, []
+    for leave in [64 << 10, 512 << 10, 1 << 20, 2 << 20]:
+        filler = _fill(small_fs, leave)
+        failed = _brk_fail_or_finish(_run("cairn.brk.cli", env, *cmd))
+        failures += failed
+        if out.joinpath("manifest.json").exists():
+            heights.append(_brk_status(env, out))  # readable and consistent while the disk is full
+        filler.unlink()
+    assert failures >= 3, failures
+    assert heights == sorted(heights)  # never lost committed blocks
+    assert not _brk_fail_or_finish(_run("cairn.brk.cli", env, *cmd))
+    assert _brk_status(env, out) == 2999
+    _same_as(out, ref)
+
+
+def test_brk_injected_write_error(tmp_path: Path, chain: tuple[Path, Path]) -> None:
+    blocks, ref = chain
+    out = tmp_path / "brk"
+    env = dict(os.environ)
+    cmd = ["index", "--blocks-dir", str(blocks), "--out", str(out), "--commit-every", "200", "--format", "json"]
+    for limit in [20_000, 60_000, 150_000]:
+        assert _brk_fail_or_finish(_run("cairn.brk.cli", env, *cmd, limit=limit))
+        if out.joinpath("manifest.json").exists():
+            _brk_status(env, out)
+    assert not _brk_fail_or_finish(_run("cairn.brk.cli", env, *cmd))
+    _same_as(out, ref)
+
+
+def test_brk_follow_recovers_after_the_disk_fills(small_fs: Path, chain: tuple[Path, Path]) -> None:
+    """`brk run` keeps polling after a failed commit; once space is back, it must resume from the last
+    commit (not from where the failed run had got to in memory) and end equal to the reference."""
+    from cairn.brk.cli_serve import follow
+
+    blocks, ref = chain
+    out = small_fs / "brk"
+    # Start from an empty out dir on a nearly full disk: the first polls fail.
+    filler = _fill(small_fs, 200 << 10)
+    logs: list[str] = []
+    stop = threading.Event()
+    thread = threading.Thread(target=follow, args=(blocks, out, 0.05, stop, logs.append), daemon=True)
+    try:
+        thread.start()
+        deadline = 200
+        while not any("indexing failed" in m for m in logs) and deadline:
+            stop.wait(0.05)
+            deadline -= 1
+        assert any("indexing failed" in m and "No space left" in m for m in logs), logs
+        filler.unlink()
+        deadline = 400
+        while deadline:
+            if out.joinpath("manifest.json").exists() and _brk_status(dict(os.environ), out) == 2999:
+                break
+            stop.wait(0.05)
+            deadline -= 1
+    finally:
+        stop.set()
+        thread.join(30)
+    assert _brk_status(dict(os.environ), out) == 2999
+    _same_as(out, ref)
