@@ -247,7 +247,7 @@ def hybrid_candidates(store: Store, embedder: "Embedder", text: str, filters: Fi
 
 def snippet(text: str, query: str, width: int = 240) -> str:
     """About ``width`` characters of ``text`` around the first query term, whitespace collapsed."""
-    flat = re.sub(r"\s+", " ", text).strip()
+    flat = " ".join(text.split())  # the same as collapsing \s+ and stripping, several times faster
     if len(flat) <= width:
         return flat
     lowered = flat.lower()

@@ -80,7 +80,7 @@ def _search(p: dict[str, Any], svc: "Service") -> dict[str, Any]:
             [extra] if isinstance(extra, str) else list(extra))
     hits = svc.search(p["query"], p.get("mode", "keyword"), source=source, since=filters.get("since"),
                       until=filters.get("until"), limit=p.get("limit"))
-    return {"results": [asdict(h) for h in hits]}
+    return {"results": [dict(h.__dict__) for h in hits]}  # flat dataclasses: asdict's deep copy is 1/4 of a search
 
 
 def _get(p: dict[str, Any], svc: "Service") -> dict[str, Any]:
