@@ -104,11 +104,17 @@ def builtin_specs() -> list[ToolSpec]:
     ]
 
 
+# Each Lua run may use up to 64 MiB; bounding concurrent runs bounds the server's memory (8 x 64 MiB).
+LUA_CONCURRENCY = 8
+_lua_slots = threading.BoundedSemaphore(LUA_CONCURRENCY)
+
+
 def _lua_spec(tool: "LuaTool") -> ToolSpec:
     from cairn.ctx.scripts import run_tool
 
     def run(params: dict[str, Any], svc: "Service") -> Any:
-        return {"result": run_tool(tool, params, svc)}
+        with _lua_slots:
+            return {"result": run_tool(tool, params, svc)}
 
     return ToolSpec(tool.name, tool.description, tool.schema, False, run)
 
