@@ -200,6 +200,12 @@ def _check_number(value: float, schema: dict[str, Any], path: str) -> SchemaErro
 
 
 def _check_string(value: str, schema: dict[str, Any], path: str) -> SchemaError | None:
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:  # a "\ud800" escape: no UTF-8 form, so no file, database or regex takes it
+            return SchemaError(path, f"contains a lone UTF-16 surrogate ({value[exc.start]!r} at position {exc.start}); "
+                                     "send valid Unicode text")
     if "minLength" in schema and len(value) < schema["minLength"]:
         return SchemaError(path, f"{_show(value)} is shorter than {schema['minLength']} characters")
     if "maxLength" in schema and len(value) > schema["maxLength"]:
