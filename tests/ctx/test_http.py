@@ -348,3 +348,35 @@ def test_remote_binds_need_the_flag_and_a_token(kb: Path) -> None:
     r = subprocess.run(_ctx("serve", "mcp", "--config", str(kb), "--bind", "0.0.0.0:0", "--allow-remote"),
                        capture_output=True, text=True, env=env, timeout=30)
     assert r.returncode == 2 and "without an auth token" in r.stderr
+
+
+def test_semantic_and_hybrid_run_in_the_pool_and_reuse_the_vector_matrix(tmp_path: Path) -> None:
+    from cairn.ctx import retrieval
+    from cairn.ctx.service import Service
+
+    root = tmp_path / "example"
+    shutil.copytree(EXAMPLE, root, ignore=shutil.ignore_patterns("data"))
+    cfg = root / "ctx.toml"
+    cfg.write_text(cfg.read_text().replace('provider = "disabled"', 'provider = "local"'))
+    svc = Service.from_config(cfg)
+    assert all(r.ok for r in svc.sync("all").sources)
+    conf = config.load(cfg)
+    db = str(conf.db.path.resolve())
+
+    def matrix() -> object:
+        (m,) = [v for k, v in retrieval._matrices.items() if k[0] == db]
+        return m
+
+    with serving(create_app(conf)) as base:
+        sem = post(base, "/tools/search", {"query": "connect to the VPN", "mode": "semantic", "limit": 1}).json()
+        assert sem["results"][0]["source_id"] == "vpn"
+        first = matrix()
+        hyb = post(base, "/tools/search", {"query": "wireguard profile", "mode": "hybrid", "limit": 3}).json()
+        assert hyb["results"][0]["source_id"] == "vpn"
+        assert matrix() is first  # nothing changed: no reload
+        (root / "docs" / "printing.md").write_text("# Printing\n\nThe office printer needs a badge tap.\n")
+        assert all(r.ok for r in svc.sync("all").sources)  # another process's sync, in effect
+        after = post(base, "/tools/search", {"query": "printer badge", "mode": "semantic", "limit": 1}).json()
+        assert after["results"][0]["source_id"] == "printing.md"
+        assert matrix() is not first  # the generation moved: reloaded once
+    svc.close()
