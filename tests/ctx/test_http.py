@@ -380,3 +380,22 @@ def test_semantic_and_hybrid_run_in_the_pool_and_reuse_the_vector_matrix(tmp_pat
         assert after["results"][0]["source_id"] == "printing.md"
         assert matrix() is not first  # the generation moved: reloaded once
     svc.close()
+
+
+def test_docs_cover_every_route_error_code_and_server_key(kb: Path) -> None:
+    from dataclasses import fields
+
+    from cairn.ctx.config import ServerConfig
+
+    text = (REPO / "docs" / "ctx.md").read_text()
+    app = create_app(config.load(kb))
+    for route in app.routes:
+        assert f"{route.path}`" in text, route.path  # type: ignore[attr-defined]
+    for code in ("bad_request", "embeddings_disabled", "unauthorized", "not_found", "method_not_allowed", "timeout",
+                 "too_large", "unsupported_media_type", "extension", "internal"):
+        assert f"`{code}`" in text, code
+    for f in fields(ServerConfig):
+        assert f"`{f.name}`" in text, f.name
+    for api in ("context.search(", "context.get(", "context.sources()", "context.config", "json.encode(",
+                "json.decode(", "log.debug/info/warn/error", "http.get(", "http.post(", "env.get("):
+        assert api in text, api
