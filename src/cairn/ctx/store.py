@@ -113,6 +113,21 @@ class Known:
     content_hash: str
 
 
+_FULL_FIX = "The disk is full: free some space and run the command again; nothing indexed was lost."
+
+
+def _disk_full(path: Path, exc: BaseException) -> bool:
+    """Whether a SQLite error comes from a full disk (which SQLite may report as a disk I/O error)."""
+    if "full" in str(exc):
+        return True
+    import shutil
+
+    try:
+        return shutil.disk_usage(path.parent).free < (1 << 20)
+    except OSError:
+        return False
+
+
 class Store:
     """One connection to the knowledge base database."""
 
@@ -138,6 +153,8 @@ class Store:
                     (str(SCHEMA_VERSION),),
                 )
         except sqlite3.DatabaseError as exc:
+            if _disk_full(self.path, exc):
+                raise StorageError(f"Cannot open the knowledge base {self.path}: {exc}. {_FULL_FIX}") from exc
             raise StorageError(f"Cannot open the knowledge base {self.path}: {exc}. Move it aside and run `ctx sync all --full`.") from exc
 
     def close(self) -> None:
@@ -149,10 +166,16 @@ class Store:
         self.db.execute("BEGIN IMMEDIATE")
         try:
             yield self.db
-        except BaseException:
-            self.db.execute("ROLLBACK")
+            self.db.execute("COMMIT")
+        except BaseException as exc:
+            if self.db.in_transaction:  # SQLite has already rolled back after SQLITE_FULL / IOERR
+                self.db.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.OperationalError):  # full disk, I/O error, locked too long
+                fix = _FULL_FIX if _disk_full(self.path, exc) else (
+                    "Check free space and the file's permissions, then run the command again; nothing "
+                    "indexed was lost.")
+                raise StorageError(f"Cannot write the knowledge base {self.path}: {exc}. {fix}") from exc
             raise
-        self.db.execute("COMMIT")
 
     def bump(self) -> None:
         """Advance the generation counter (call inside the transaction that changed data)."""
