@@ -293,4 +293,12 @@ def serve(config: "Config", *, bind: str | None = None, allow_remote: bool = Fal
     if not is_loopback(host) and allow_remote and not config.server.auth_token:
         raise InvalidInput(f"Refusing to serve on {host} without an auth token: set [server] auth_token "
                            "or $CTX_AUTH_TOKEN so only your clients can call it.")
-    run(create_app(config), host, port, name="ctx", allow_remote=allow_remote)
+    app = create_app(config)
+    import gc
+
+    # A long-running server: start-up objects (modules, schemas, the app) never become garbage, so
+    # freeze them out of the collector's scans and collect young objects less often.
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 50, 100)
+    run(app, host, port, name="ctx", allow_remote=allow_remote)
