@@ -144,7 +144,7 @@ def test_host_errors_are_lua_errors_that_pcall_can_catch() -> None:
         raise NotFound(f"No document with id {doc_id!r}.")
 
     assert run("local ok, err = pcall(get, 'x') return {ok, err}", get=get) == [False, "No document with id 'x'."]
-    assert "No document with id 'x'." in fails("return get('x')", get=get)
+    assert "No document with id 'x'." in fails("return get('x')", NotFound, get=get)  # uncaught: keeps its class
 
 
 def test_each_run_starts_from_a_clean_state() -> None:

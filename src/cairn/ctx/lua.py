@@ -20,6 +20,7 @@ Blocking host calls (``http``) get at most the time that is left.
 
 from __future__ import annotations
 
+import copy
 import sys
 import time
 from dataclasses import dataclass, field
@@ -218,6 +219,7 @@ class Run:
     tripped: bool = False
     by_instructions: bool = False
     logs: list[str] = field(default_factory=list)
+    host_error: CairnError | None = None  # the last error a host function raised into the script
 
     def remaining(self) -> float:
         return max(0.0, self.deadline - time.monotonic())
@@ -296,7 +298,7 @@ class Sandbox:
                 raise ExtensionError(
                     f"{self.run.label}: ran out of memory (the sandbox allows {MAX_MEMORY >> 20} MiB per run)."
                 ) from None
-            raise ExtensionError(f"{self.run.label}: {message}") from None
+            raise self._uncaught(message) from None
         except SandboxViolation as exc:
             raise ExtensionError(f"{self.run.label}: {exc}") from None
         except UnicodeDecodeError:
@@ -306,6 +308,20 @@ class Sandbox:
         finally:
             # debug.sethook is a C function: calling it from Python runs no Lua instruction, so no hook.
             self._sethook(self._main)
+
+    def _uncaught(self, message: str) -> CairnError:
+        """The error for a script that failed: a host error the script did not catch keeps its class
+        (an empty search query stays bad input, 400, not a script failure, 500)."""
+        host = self.run.host_error
+        if host is not None and message.endswith(host.message):
+            try:
+                err = copy.copy(host)
+                err.message = f"{self.run.label}: {message}"
+                err.args = (err.message,)
+                return err
+            except Exception:  # noqa: BLE001 (an exotic subclass: fall back to the extension error)
+                pass
+        return ExtensionError(f"{self.run.label}: {message}")
 
     def _timeout(self) -> Timeout:
         what = "instruction budget" if self.run.by_instructions else f"time limit of {self.run.timeout:g} s"
@@ -350,6 +366,9 @@ def to_lua(lua: Any, value: Any, depth: int = 0) -> Any:
     """Python data -> Lua value: dicts and lists become tables; other objects are refused."""
     if depth > MAX_DEPTH:
         raise InvalidInput("The value is nested too deeply for Lua.")
+    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
+        shown = str(value) if len(str(value)) <= 30 else str(value)[:27] + "..."
+        raise InvalidInput(f"{shown} does not fit a Lua integer: use a number from -2^63 to 2^63-1.")
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
     if isinstance(value, dict):
@@ -434,6 +453,7 @@ def wrap_host(sandbox: Sandbox, fn: Callable[..., Any]) -> Any:
         try:
             return True, sandbox.table(fn(*args))
         except CairnError as exc:
+            sandbox.run.host_error = exc
             return False, exc.message
 
     return sandbox.make_host(host)
