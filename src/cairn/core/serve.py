@@ -49,6 +49,44 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]", "::1")
+
+
+def host_name(header: str) -> str:
+    """The host part of a ``Host`` header value, lower-cased: ``"[::1]:80"`` -> ``"[::1]"``."""
+    value = header.strip().lower()
+    if value.startswith("["):
+        return value[: value.find("]") + 1] if "]" in value else value
+    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+
+
+class HostGuard:
+    """ASGI middleware for loopback binds: refuse (403) HTTP requests whose ``Host`` names anything but
+    this machine. A web page that rebinds its own domain to 127.0.0.1 (DNS rebinding) sends its
+    domain as Host, so it never reaches the app. Requests without a Host header are not browsers'."""
+
+    def __init__(self, app: Any, allowed: tuple[str, ...] | list[str] = LOOPBACK_NAMES) -> None:
+        self.app = app
+        self.allowed = {h.lower() for h in allowed}
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("type") == "http":
+            raw = dict(scope.get("headers") or ()).get(b"host")
+            host = raw.decode("latin-1") if raw is not None else None
+            if host is not None and host_name(host) not in self.allowed:
+                import json
+
+                message = (f"Host {host!r} is not allowed: this server only answers requests addressed to "
+                           "localhost (DNS rebinding protection). Use http://127.0.0.1:PORT.")
+                body = json.dumps({"error": {"code": "forbidden", "message": message}}).encode()
+                await send({"type": "http.response.start", "status": 403,
+                            "headers": [(b"content-type", b"application/json"),
+                                        (b"content-length", str(len(body)).encode())]})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
 def serve(app: Any, host: str, port: int, *, name: str, allow_remote: bool = False, log_level: str = "warning") -> None:
     """Serve ``app`` on ``host:port`` until SIGINT/SIGTERM; prints the address to stderr.
 
@@ -62,6 +100,9 @@ def serve(app: Any, host: str, port: int, *, name: str, allow_remote: bool = Fal
         )
     import uvicorn
 
+    if is_loopback(host):  # DNS rebinding: only requests addressed to this machine
+        shown_host = f"[{host}]" if ":" in host else host
+        app = HostGuard(app, (*LOOPBACK_NAMES, shown_host.lower()))
     config = uvicorn.Config(
         app,
         host=host,
