@@ -315,3 +315,182 @@ def spawn_ctx_http(config: Path, workdir: Path, **env: str) -> HttpServer:
     port = free_port()
     return HttpServer(_cli("ctx", "serve", "mcp", "--config", str(config), "--bind", f"127.0.0.1:{port}"),
                       server_env(workdir, **env), port, workdir, "/health")
+
+
+# -- load ------------------------------------------------------------------------------------------
+
+Request = tuple[str, str, bytes | None]  # method, path with query, JSON body
+
+
+def _pct(values: list[float], p: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+
+
+def _summary(latencies: list[float], errors: list[str], seconds: float, rss: list[tuple[float, int]],
+             warmup: float) -> dict[str, Any]:
+    """Throughput, latency percentiles (ms), errors and RSS over time; ``rss_growth_kb`` is the largest
+    RSS seen after ``warmup`` seconds minus the RSS at ``warmup``."""
+    after = [kb for t, kb in rss if t >= warmup]
+    base = after[0] if after else (rss[-1][1] if rss else 0)
+    return {
+        "requests": len(latencies) + len(errors), "errors": len(errors), "error_samples": errors[:5],
+        "seconds": round(seconds, 2), "throughput_rps": round(len(latencies) / seconds, 1) if seconds else 0.0,
+        "p50_ms": round(_pct(latencies, 50) * 1000, 2), "p99_ms": round(_pct(latencies, 99) * 1000, 2),
+        "max_ms": round(max(latencies, default=0.0) * 1000, 2),
+        "rss_kb": [[round(t, 1), kb] for t, kb in rss], "rss_warm_kb": base,
+        "rss_growth_kb": (max(after) - base) if after else 0,
+    }
+
+
+def _sample_rss(pid: int, stop: threading.Event, out: list[tuple[float, int]], every: float) -> None:
+    start = time.monotonic()
+    while True:
+        try:
+            out.append((time.monotonic() - start, rss_kb(pid)))
+        except (OSError, RuntimeError):
+            return
+        if stop.wait(every):
+            return
+
+
+def http_load(port: int, pid: int, requests: list[Request], *, clients: int, seconds: float,
+              warmup: float, rss_every: float = 0.5) -> dict[str, Any]:
+    """``clients`` keep-alive HTTP/1.1 connections to 127.0.0.1:``port``, each sending the next
+    request of ``requests`` (round robin, from its own offset) as soon as the previous is answered,
+    for ``seconds``. A non-2xx status, a closed connection or a timeout is an error."""
+    import asyncio
+
+    latencies: list[float] = []
+    errors: list[str] = []
+    rss: list[tuple[float, int]] = []
+    stop = threading.Event()
+    sampler = threading.Thread(target=_sample_rss, args=(pid, stop, rss, rss_every), daemon=True)
+
+    def encode(req: Request) -> bytes:
+        method, path, body = req
+        head = f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: application/json\r\n"
+        if body is not None:
+            head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        return head.encode() + b"\r\n" + (body or b"")
+
+    wire = [encode(r) for r in requests]
+
+    async def read_response(reader: asyncio.StreamReader) -> int:
+        head = await reader.readuntil(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split()[1])
+        headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
+        if headers.get("transfer-encoding", "").lower() == "chunked":
+            while True:
+                size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+                await reader.readexactly(size + 2)
+                if size == 0:
+                    break
+        else:
+            await reader.readexactly(int(headers.get("content-length", "0")))
+        return status
+
+    async def client(n: int, deadline: float) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        i = n * 7919
+        try:
+            while time.monotonic() < deadline:
+                data = wire[i % len(wire)]
+                i += 1
+                t0 = time.perf_counter()
+                try:
+                    writer.write(data)
+                    status = await asyncio.wait_for(read_response(reader), 30)
+                except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError, ValueError) as exc:
+                    errors.append(f"{requests[(i - 1) % len(requests)][:2]}: {type(exc).__name__}: {exc}")
+                    writer.close()
+                    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                    continue
+                if 200 <= status < 300:
+                    latencies.append(time.perf_counter() - t0)
+                else:
+                    errors.append(f"{requests[(i - 1) % len(requests)][:2]}: HTTP {status}")
+        finally:
+            writer.close()
+
+    async def main() -> float:
+        started = time.monotonic()
+        await asyncio.gather(*(client(n, started + seconds) for n in range(clients)))
+        return time.monotonic() - started
+
+    sampler.start()
+    try:
+        elapsed = asyncio.run(main())
+    finally:
+        stop.set()
+        sampler.join(5)
+    return _summary(latencies, errors, elapsed, rss, warmup) | {"clients": clients}
+
+
+def stdio_loop(server: StdioServer, calls: list[tuple[str, dict[str, Any]]], *, seconds: float, warmup: float,
+               rss_every: float = 0.5) -> dict[str, Any]:
+    """One client calling ``calls`` (tool name, arguments) round robin, back to back, for ``seconds``.
+    A JSON-RPC error, an ``isError`` result or no answer within 30 s is an error."""
+    latencies: list[float] = []
+    errors: list[str] = []
+    rss: list[tuple[float, int]] = []
+    stop = threading.Event()
+    sampler = threading.Thread(target=_sample_rss, args=(server.pid, stop, rss, rss_every), daemon=True)
+    sampler.start()
+    started = time.monotonic()
+    i = 0
+    try:
+        while time.monotonic() - started < seconds:
+            name, args = calls[i % len(calls)]
+            i += 1
+            t0 = time.perf_counter()
+            reply = server.request("tools/call", {"name": name, "arguments": args}, timeout=30)
+            if "error" in reply or reply["result"].get("isError"):
+                errors.append(f"{name}: {str(reply)[:200]}")
+            else:
+                latencies.append(time.perf_counter() - t0)
+    finally:
+        stop.set()
+        sampler.join(5)
+    return _summary(latencies, errors, time.monotonic() - started, rss, warmup) | {"clients": 1}
+
+
+def brk_requests() -> list[Request]:
+    """A mix of brk API reads and MCP tool calls over the mainnet sample (every one answers 200)."""
+    reqs: list[Request] = []
+    for index, ids in (("date", "block_count,supply_btc"), ("height", "hash_rate"), ("week", "tx_count"),
+                       ("height", "supply_btc,fee_rate"), ("month", "block_count_sum"), ("txindex", "txid")):
+        reqs.append(("GET", f"/api/vecs/query?index={index}&ids={ids}&from=-50", None))
+    reqs += [("GET", "/api/vecs/height-to-supply-btc?from=-100&format=csv", None),
+             ("GET", "/api/vecs/dateindex-to-block_count?count=20&format=md", None),
+             ("GET", "/api/vecs/ids", None), ("GET", "/api/vecs/id-to-indexes?id=txid", None), ("GET", "/health", None)]
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "get_vecs", "arguments": {"index": "date", "ids": "block_count", "from": -10}}}
+    reqs.append(("POST", "/mcp", json.dumps(call).encode()))
+    return reqs
+
+
+def ctx_requests(doc_ids: list[str]) -> list[Request]:
+    """A mix of ctx keyword searches, gets, the sources list, a Lua tool and MCP calls (all 200)."""
+    words = ["middleware", "install", "hooks state", "router", "deploy", "context", "streaming response",
+             "component props", "agent", "cache"]
+    reqs: list[Request] = [("POST", "/tools/search", json.dumps({"query": w, "limit": 10}).encode()) for w in words]
+    reqs += [("POST", "/tools/get", json.dumps({"id": d}).encode()) for d in doc_ids[:5]]
+    reqs += [("GET", "/tools/sources", None), ("POST", "/tools/echo", b'{"text": "hi", "times": 3}'),
+             ("POST", "/tools/find_mentions", b'{"term": "hooks", "limit": 3}')]
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "search", "arguments": {"query": "router"}}}
+    reqs.append(("POST", "/mcp", json.dumps(call).encode()))
+    return reqs
+
+
+def blz_calls(aliases: list[str]) -> list[tuple[str, dict[str, Any]]]:
+    """A mix of blz searches, cited-line retrievals and list-sources (every one succeeds)."""
+    calls: list[tuple[str, dict[str, Any]]] = [("find", {"query": q, "maxResults": 10}) for q in
+                                               ("middleware", "install", "routing", "context", "fetch request")]
+    calls += [("find", {"snippets": [f"{a}:1-20"], "contextMode": "symmetric", "linePadding": 3}) for a in aliases]
+    calls += [("find", {"query": "app", "source": a}) for a in aliases]
+    calls += [("list-sources", {}), ("learn-blz", {})]
+    return calls
