@@ -37,7 +37,7 @@ def fails(source: str, kind: type[CairnError] = ExtensionError, timeout: float =
     with pytest.raises(kind) as info:
         run(source, timeout, **hosts)
     # a budget is a budget: nothing may run much past it (pattern calls are capped to ~0.1 s)
-    assert time.monotonic() - started < timeout + 1.0
+    assert time.monotonic() - started < timeout + 2.0
     assert type(info.value) is kind, info.value
     return info.value.message
 
@@ -133,8 +133,9 @@ def test_string_bombs_and_pathological_patterns_are_refused(source: str, fragmen
 
 
 def test_memory_bombs_hit_the_cap() -> None:
-    assert "ran out of memory" in fails("local t = {} for i = 1, 1e9 do t[i] = ('x'):rep(1000) .. i end")
-    assert "ran out of memory" in fails("local s = 'x' for i = 1, 40 do s = s .. s end return #s")
+    # a generous time budget, so the memory cap is what stops them even on a busy machine
+    assert "ran out of memory" in fails("local t = {} for i = 1, 1e9 do t[i] = ('x'):rep(1000) .. i end", timeout=10)
+    assert "ran out of memory" in fails("local s = 'x' for i = 1, 40 do s = s .. s end return #s", timeout=10)
     # caught by pcall: the memory stays capped and the loop still ends by the time budget
     fails("while true do pcall(function() local t = {} for i = 1, 1e9 do t[i] = {} end end) end", Timeout)
 
@@ -189,7 +190,8 @@ def attack_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
         (base / f"{name}.lua").write_text(
             f'tool = {{description = "attack {name}", parameters = {{}}}}\n'
             f"function tool.execute(params, context)\n{code}\nend\n")
-        body += f'[tools.script.{name}]\npath = "{name}.lua"\ntimeout = {BUDGET}\n'
+        budget = 10 if name == "memory" else BUDGET  # the memory cap, not the clock, must stop it
+        body += f'[tools.script.{name}]\npath = "{name}.lua"\ntimeout = {budget}\n'
     cfg = config.load(config_file(base, body))
     from cairn.ctx.service import Service
 
@@ -205,7 +207,7 @@ def test_attacks_over_http_end_in_the_error_envelope_and_the_server_keeps_servin
     _, status, code = ATTACKS[name]
     started = time.monotonic()
     r = httpx.post(f"{attack_server}/tools/{name}", json={}, timeout=10)
-    assert time.monotonic() - started < BUDGET + 2
+    assert time.monotonic() - started < (10 if name == "memory" else BUDGET) + 2
     assert r.status_code == status, r.text
     error = r.json()["error"]
     assert error["code"] == code and error["message"]

@@ -96,7 +96,7 @@ def test_http_reaches_allowed_hosts_only(tmp_path: Path, json_server: tuple[str,
     (tmp_path / "b").mkdir()
     blocked = faq(tmp_path / "b", [], f'url = "{url}"\n')
     report = blocked.sync("faq").sources[0]
-    assert not report.ok and report.error_code == "extension"
+    assert not report.ok and report.error_code == "bad_request"  # the host error keeps its class
     assert "host '127.0.0.1' is not allowed" in (report.error or "") and "allow_hosts" in (report.error or "")
     assert len(seen) == 1  # the request was never sent
     blocked.close()
