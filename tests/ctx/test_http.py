@@ -169,7 +169,7 @@ def test_lua_tool_call(url: str) -> None:
 def test_lua_timeout_is_408_and_the_server_keeps_serving(url: str) -> None:
     started = time.monotonic()
     err = error(post(url, "/tools/spin", {"seconds": 5}), 408, "timeout")
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 4  # a 0.3 s budget, with slack for a busy machine
     assert "exceeded its time limit of 0.3 s" in err["message"]
     assert httpx.get(f"{url}/health").status_code == 200
 

@@ -84,7 +84,7 @@ async def _exercise(server: Any, http_tools: list[dict[str, Any]], http_search: 
         started = time.monotonic()
         res = await client.call_tool("spin", {"seconds": 1})
         assert res.is_error and "exceeded its time limit" in res.content[0].text  # type: ignore[union-attr]
-        assert time.monotonic() - started < 3
+        assert time.monotonic() - started < 5  # a 0.3 s budget, with slack for a busy machine
         assert (await client.call_tool("sources", {})).structured_content is not None
 
 

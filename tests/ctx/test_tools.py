@@ -136,7 +136,7 @@ end
         started = time.monotonic()
         out = box.call("t", {})
         elapsed = time.monotonic() - started
-        assert elapsed < 1.5, elapsed  # 0.5 s budget, not the script's 30 s
+        assert elapsed < 3, elapsed  # 0.5 s budget (plus slack for a busy machine), not the script's 30 s
         assert out["result"]["ok"] is False and "did not answer" in out["result"]["err"]
         box.close()
         (tmp_path / "n").mkdir()
