@@ -82,7 +82,11 @@ class VecStore:
         self.meta: dict[str, Any] = {}
         self._pending: dict[str, list[bytes]] = {s.name: [] for s in specs}
         self._pending_rows: dict[str, int] = {s.name: 0 for s in specs}
-        (root / "vecs").mkdir(parents=True, exist_ok=True)
+        try:
+            (root / "vecs").mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # --out names a file, an unwritable place, a full disk...
+            raise StorageError(f"Cannot use {root} as an output directory: {exc.strerror or exc}. "
+                               "Point --out at a folder brk may create and write.") from exc
         self._load()
 
     # -- opening --------------------------------------------------------------------------------

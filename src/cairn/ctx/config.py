@@ -174,12 +174,15 @@ class _Reader:
 
 
 _NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789_-")
+MAX_NAME = 64
 
 
 def _connector(file: Path, base: Path, ctype: str, name: str, table: Any) -> ConnectorConfig:
     r = _Reader(file, f"connectors.{ctype}.{name}", table)
     if not name or not set(name) <= _NAME_CHARS or name.startswith("-"):
         r.fail(None, "connector names use lowercase letters, digits, '_' and '-'")
+    if len(name) > MAX_NAME:  # a git checkout folder is named after it
+        r.fail(None, f"connector names use lowercase letters, digits, '_' and '-', at most {MAX_NAME} characters")
     opts: dict[str, Any]
     if ctype == "filesystem":
         r.check_keys(["root", "include_globs", "exclude_globs", "follow_symlinks", "max_file_bytes"])
@@ -326,6 +329,8 @@ def parse(data: dict[str, Any], file: Path) -> Config:
                 t.globs(key, [])
         if not name or not set(name) <= _NAME_CHARS or name.startswith("-"):
             t.fail(None, "tool names use lowercase letters, digits, '_' and '-'")
+        if len(name) > MAX_NAME:
+            t.fail(None, f"tool names use lowercase letters, digits, '_' and '-', at most {MAX_NAME} characters")
         tools.append(
             ToolConfig(name=name, path=t.path("path", None, base), timeout=t.float("timeout", 30.0, 0.001, 3600.0), config=extra)
         )
