@@ -170,6 +170,8 @@ def _fetch(method: str, url: str, headers: dict[str, str], content: bytes | None
         raise NetworkError(f"http: {url} did not answer within {timeout:.2f} s") from None
     except httpx.HTTPError as exc:
         raise NetworkError(f"http: {url}: {exc}") from None
+    except (httpx.InvalidURL, ValueError) as exc:  # control characters, non-ASCII header values...
+        raise InvalidInput(f"http: cannot send this request to {url!r}: {exc}") from None
 
 
 def _plain(value: Any) -> Any:
