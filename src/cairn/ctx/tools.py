@@ -207,7 +207,15 @@ def mcp_server(toolbox: Toolbox) -> Any:
                                  "read a whole document with `get`, list sources with `sources`.")
     for spec in toolbox.specs.values():
         def handler(args: dict[str, Any], ctx: Any, _name: str = spec.name) -> Any:
-            return toolbox.call(_name, args)
+            from cairn.core.errors import CairnError
+            from cairn.core.sanitize import scrub, scrub_obj
+
+            try:
+                return scrub_obj(toolbox.call(_name, args))  # no $HOME or URL credentials, as over HTTP
+            except CairnError as exc:
+                exc.message = scrub(exc.message)
+                exc.args = (exc.message,)
+                raise
 
         server.add_tool(Tool(name=spec.name, handler=handler, description=spec.description,
                              input_schema=spec.parameters, structured=True,
