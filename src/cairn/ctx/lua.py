@@ -328,11 +328,18 @@ class Sandbox:
         return Timeout(f"{self.run.label}: exceeded its {what}. Raise `timeout` in its config or make it do less.")
 
     def close(self) -> None:
-        """Stop anything still able to run (finalizers) before the state is dropped."""
+        """Stop anything still able to run (finalizers), then drop every reference to the Lua state.
+
+        The state holds host callables bound to this sandbox, so sandbox and state form a reference
+        cycle that only the cyclic GC frees; a server that collects rarely (``ctx serve`` raises the
+        GC thresholds) would keep every finished run's Lua heap. Clearing our side frees the state
+        by reference counting as soon as the caller returns.
+        """
         try:
             self._halt()
         except Exception:
             pass
+        self.__dict__.clear()
 
 
 def _lua_message(exc: Exception) -> str:
