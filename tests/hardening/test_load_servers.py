@@ -54,3 +54,32 @@ def test_blz_mcp_tight_loop(blz_stdio: StdioServer) -> None:
     result = stdio_loop(blz_stdio, blz_calls(aliases), seconds=SECONDS, warmup=WARMUP)
     check("blz", result)
     assert blz_stdio.alive()
+
+
+def test_finished_lua_runs_are_freed_without_the_cyclic_gc(ctx_config: Any) -> None:
+    """Regression (found by the soak: ctx RSS grew from 80 to 111 MB over 60 s of load): a Lua run's
+    state and the sandbox's host callables formed a cycle, and ``ctx serve`` raises the GC thresholds,
+    so every finished run's Lua heap stayed until a rare full collection. Now they go by refcount."""
+    import gc
+
+    from cairn.ctx.config import load
+    from cairn.ctx.tools import Toolbox
+
+    def runtimes() -> int:
+        return sum(1 for o in gc.get_objects() if type(o).__name__ == "LuaRuntime")
+
+    box = Toolbox(load(ctx_config))
+    try:
+        gc.collect()
+        before = runtimes()
+        gc.disable()
+        try:
+            for i in range(30):
+                assert box.call("echo", {"text": str(i), "times": 2})["result"]["text"] == str(i) * 2
+                box.call("find_mentions", {"term": "hooks", "limit": 2})
+            left = runtimes() - before
+        finally:
+            gc.enable()
+        assert left == 0, f"{left} Lua states outlived their runs"
+    finally:
+        box.close()
