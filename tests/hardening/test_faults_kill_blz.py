@@ -25,7 +25,7 @@ WORDS = "alpha beta gamma delta hooks state effect render cache token stream lay
 
 
 def _doc(version: int, sections: int = 2500) -> bytes:
-    """A ~2.5 MB llms.txt; every version differs in every section (so a torn write would show)."""
+    """A ~2 MB llms.txt; every version differs in every section (so a torn write would show)."""
     rng = random.Random(version)
     out = [f"# Doc v{version}\n"]
     for s in range(sections):
