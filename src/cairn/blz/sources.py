@@ -32,10 +32,10 @@ def candidates(location: str, exact: bool = False) -> list[str]:
         if scheme and not Path(location).exists():
             raise InvalidInput(f"Unsupported URL scheme {scheme.group(1).lower()!r} in {location!r}: use an "
                                "http://, https:// or file:// URL, or a local path.")
-        path = Path(location).expanduser().resolve()
-        if path.is_dir():
-            return [(path / "llms-full.txt").as_uri(), (path / "llms.txt").as_uri()]
-        location = path.as_uri()
+        local = Path(location).expanduser().resolve()
+        if local.is_dir():
+            return [(local / "llms-full.txt").as_uri(), (local / "llms.txt").as_uri()]
+        location = local.as_uri()
     if exact:
         return [location]
     parts = urlsplit(location)
