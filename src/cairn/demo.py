@@ -131,6 +131,29 @@ def _run(argv: list[str], env: dict[str, str]) -> str:
     return done.stdout
 
 
+def demo_ctx(work: Path, env: dict[str, str]) -> None:
+    print("\n=== ctx: knowledge base with keyword search and Lua tools (stdio MCP) ===")
+    import shutil
+
+    example = work / "ctx-example"
+    shutil.copytree(REPO / "examples" / "ctx", example, ignore=shutil.ignore_patterns("data"))
+    config = str(example / "ctx.toml")
+    _run([_bin("ctx"), "--config", config, "sync", "all", "--json"], env)
+    print("synced examples/ctx: a folder of Markdown docs and a Lua connector")
+    client = StdioClient([_bin("ctx"), "serve", "mcp", "--stdio", "--config", config], env)
+    try:
+        print(f"ctx serve mcp --stdio answered initialize in {client.startup_ms:.0f} ms: {client.server_info}")
+        _show("tools/list", [t["name"] for t in client.request("tools/list")["tools"]])
+        found = client.call("search", {"query": "rotate keys", "limit": 3})
+        _show('search {"query": "rotate keys"}', [
+            {k: r[k] for k in ("title", "source", "source_id", "score", "snippet")} for r in found["results"]
+        ])
+        _show("sources", client.call("sources", {}))
+        _show('find_mentions (a Lua tool) {"term": "deploy"}', client.call("find_mentions", {"term": "deploy"}))
+    finally:
+        client.close()
+
+
 def demo_brk(work: Path, env: dict[str, str]) -> None:
     print("\n=== brk: Bitcoin datasets from block files (stdio MCP) ===")
     chain, out = work / "chain", work / "brk"
@@ -161,6 +184,7 @@ def main() -> int:
         env["XDG_CONFIG_HOME"] = str(work / "xdg-config")
         env["XDG_CACHE_HOME"] = str(work / "xdg-cache")
         demo_blz(work, env)
+        demo_ctx(work, env)
         demo_brk(work, env)
     print("\nDemo finished: every answer above came from a real server over MCP.")
     return 0
