@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 NODE_DIR   := .tools/node
 NODE_STAMP := $(NODE_DIR)/.installed
 
-.PHONY: demo test stress bench node-tools browser venv lint clean
+.PHONY: demo test stress bench node-tools browser typecheck venv clean
 
 venv: $(STAMP)
 
@@ -38,8 +38,11 @@ browser:
 demo: $(STAMP)
 	$(PY) -m cairn.demo
 
-test: $(STAMP) $(NODE_STAMP) browser
+test: $(STAMP) $(NODE_STAMP) browser typecheck
 	$(PY) -m pytest -q
+
+typecheck: $(STAMP)
+	$(PY) -m mypy src/cairn
 
 stress: $(STAMP) $(NODE_STAMP)
 	CAIRN_STRESS=1 $(PY) -m pytest -q -m "not node" tests

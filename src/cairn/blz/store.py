@@ -62,13 +62,13 @@ def sha256_hex(data: bytes) -> str:
     """SHA-256 of ``data``. Uses the interpreter's built-in implementation when it has one: hashlib
     loads OpenSSL, which costs a long-running server 3.6 MB of resident memory for one digest."""
     try:
-        from _sha256 import sha256  # CPython <= 3.11
+        from _sha256 import sha256  # type: ignore[import-not-found, unused-ignore]  # CPython <= 3.11
     except ImportError:
         try:
-            from _sha2 import sha256  # type: ignore[import-not-found, no-redef]  # CPython >= 3.12
+            from _sha2 import sha256  # type: ignore[import-not-found, no-redef, unused-ignore]  # CPython >= 3.12
         except ImportError:
             from hashlib import sha256
-    return sha256(data).hexdigest()
+    return str(sha256(data).hexdigest())
 
 
 def now_iso() -> str:

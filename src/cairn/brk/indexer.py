@@ -456,7 +456,7 @@ class Indexer:
         if (fee < 0).any():
             bad_tx = int(np.argmax(fee < 0))
             k = int(np.searchsorted(tx_first, bad_tx, "right")) - 1
-            bad_hash = batch.h["hash"][k]
+            bad_hash: bytes = batch.h["hash"][k]
             self._mark_invalid(batch.pos[k], f"transaction {hash_hex(batch.txids[bad_tx])} spends more than "
                                              f"its inputs hold", result or IndexResult("", -1, ""))
             cut_tx = int(tx_first[k])

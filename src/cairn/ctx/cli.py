@@ -140,11 +140,11 @@ def _run(args: argparse.Namespace) -> tuple[Any, Any, int]:
         if args.command == "embed":
             from cairn.ctx.sync import ProgressBar
 
-            report = svc.embed_rebuild(progress=ProgressBar()) if args.action == "rebuild" else svc.embed_pending(
+            embedded = svc.embed_rebuild(progress=ProgressBar()) if args.action == "rebuild" else svc.embed_pending(
                 progress=ProgressBar())
-            if report.error:
-                sys.stderr.write(f"ctx: error: embedding stopped: {report.error}\n")
-            return report, None, _exit_code(report.error_code) if report.error else 0
+            if embedded.error:
+                sys.stderr.write(f"ctx: error: embedding stopped: {embedded.error}\n")
+            return embedded, None, _exit_code(embedded.error_code) if embedded.error else 0
     finally:
         svc.close()
     raise AssertionError(args.command)
@@ -243,7 +243,7 @@ def _doc_text(doc: Any) -> str:
     if doc.source_url:
         head.append(f"url: {doc.source_url}")
     head.append(f"chunks: {len(doc.chunks)}")
-    return "\n".join(head) + "\n\n" + doc.body
+    return "\n".join(head) + "\n\n" + str(doc.body)
 
 
 def _sync_text(summary: Any) -> str:

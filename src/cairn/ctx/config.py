@@ -143,7 +143,7 @@ class _Reader:
             self.fail(key, f"must be between {lo} and {hi}, not {value}")
         return float(value)
 
-    def str(self, key: str, default: str | None, choices: tuple[str, ...] | None = None) -> str:
+    def text(self, key: str, default: str | None, choices: tuple[str, ...] | None = None) -> str:
         if key not in self.table and default is None:
             self.fail(key, "is required")
         value = self.table.get(key, default)
@@ -166,7 +166,7 @@ class _Reader:
         return list(value)
 
     def path(self, key: str, default: str | None, base: Path) -> Path:
-        raw = self.str(key, default)
+        raw = self.text(key, default)
         if not raw:
             self.fail(key, "must not be empty")
         p = Path(raw).expanduser()
@@ -197,10 +197,10 @@ def _connector(file: Path, base: Path, ctype: str, name: str, table: Any) -> Con
         r.check_keys(
             ["url", "branch", "root", "include_globs", "exclude_globs", "shallow", "cache_dir", "max_file_bytes"]
         )
-        root = r.str("root", ".")
+        root = r.text("root", ".")
         if Path(root).is_absolute() or ".." in Path(root).parts:
             r.fail("root", f"must be a relative path inside the repository, not {root!r}")
-        url = r.str("url", None)
+        url = r.text("url", None)
         if not url:
             r.fail("url", "must not be empty")
         if url.startswith("-"):
@@ -209,7 +209,7 @@ def _connector(file: Path, base: Path, ctype: str, name: str, table: Any) -> Con
         if "://" not in url and not ("@" in url.split("/")[0] and ":" in url):
             if not Path(url).expanduser().is_absolute():
                 url = str(base / url)
-        branch = r.str("branch", "main")
+        branch = r.text("branch", "main")
         if not branch or branch.startswith("-") or any(c.isspace() or c in "~^:?*[\\" for c in branch) or ".." in branch:
             r.fail("branch", f"is not a valid branch name: {branch!r}")
         opts = {
@@ -277,18 +277,18 @@ def parse(data: dict[str, Any], file: Path) -> Config:
         candidate_k_keyword=r.int("candidate_k_keyword", RetrievalConfig.candidate_k_keyword, lo=1, hi=10_000),
         candidate_k_vector=r.int("candidate_k_vector", RetrievalConfig.candidate_k_vector, lo=1, hi=10_000),
         final_limit=r.int("final_limit", RetrievalConfig.final_limit, lo=1, hi=1000),
-        fusion=r.str("fusion", RetrievalConfig.fusion, ("rrf", "minmax")),
+        fusion=r.text("fusion", RetrievalConfig.fusion, ("rrf", "minmax")),
     )
 
     r = _Reader(file, "embedding", data.get("embedding", {}))
     r.check_keys(["provider", "model", "dims", "batch_size", "url", "api_key_env", "timeout"])
     embedding = EmbeddingConfig(
-        provider=r.str("provider", "disabled", ("disabled", "local", "openai", "ollama")),
-        model=r.str("model", ""),
+        provider=r.text("provider", "disabled", ("disabled", "local", "openai", "ollama")),
+        model=r.text("model", ""),
         dims=r.int("dims", 0, lo=0, hi=65_536),
         batch_size=r.int("batch_size", EmbeddingConfig.batch_size, lo=1, hi=10_000),
-        url=r.str("url", ""),
-        api_key_env=r.str("api_key_env", ""),
+        url=r.text("url", ""),
+        api_key_env=r.text("api_key_env", ""),
         timeout=r.float("timeout", 30.0, 0.1, 3600.0),
     )
     if embedding.provider in ("openai", "ollama"):
@@ -299,11 +299,11 @@ def parse(data: dict[str, Any], file: Path) -> Config:
 
     r = _Reader(file, "server", data.get("server", {}))
     r.check_keys(["bind", "auth_token", "cors_origins"])
-    bind = r.str("bind", ServerConfig.bind)
+    bind = r.text("bind", ServerConfig.bind)
     host, _, port = bind.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         r.fail("bind", f"must be host:port, such as 127.0.0.1:7331, not {bind!r}")
-    token = os.environ.get("CTX_AUTH_TOKEN") or r.str("auth_token", "")
+    token = os.environ.get("CTX_AUTH_TOKEN") or r.text("auth_token", "")
     origins = r.table.get("cors_origins", list(ServerConfig.cors_origins))
     if not isinstance(origins, list) or not all(isinstance(o, str) and o for o in origins):
         r.fail("cors_origins", f'must be a list of origins such as ["*"] or ["https://app.example"], not {origins!r}')

@@ -229,7 +229,7 @@ class Sandbox:
     """One fresh Lua state: load a script, call its functions under the time and memory budget."""
 
     def __init__(self, label: str, timeout: float, *, max_memory: int = MAX_MEMORY) -> None:
-        from lupa import lua54  # type: ignore[import-untyped]
+        from lupa import lua54
 
         self.run = Run(label=label, timeout=timeout)
         self.lua = lua54.LuaRuntime(register_eval=False, register_builtins=False, unpack_returned_tuples=True,

@@ -182,7 +182,7 @@ def _plain(value: Any) -> Any:
 
 
 def _kind(value: Any) -> str:
-    from lupa import lua54  # type: ignore[import-untyped]
+    from lupa import lua54
 
     return "nil" if value is None else str(lua54.lua_type(value) or type(value).__name__)
 
