@@ -8,17 +8,21 @@ Heavy imports (numpy, wordllama, httpx) happen inside the providers, never at im
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from cairn.core.errors import CairnError, InvalidInput, NetworkError, Timeout
+from cairn.core.errors import CairnError, InvalidInput, NetworkError, Timeout, TooLarge
 
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
+
+# One batch of vectors (256 texts x 3072 floats as JSON) is ~15 MiB; far more is not an embedding reply.
+MAX_REPLY_BYTES = 128 << 20
 
 
 class EmbeddingsDisabled(InvalidInput):
@@ -184,18 +188,29 @@ class _HttpEmbedder:
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         url = self.url + path
         try:
-            response = httpx.post(url, json=body, headers=headers, timeout=self.timeout)
+            with httpx.Client(timeout=self.timeout) as client, \
+                    client.stream("POST", url, json=body, headers=headers) as response:
+                chunks: list[bytes] = []
+                size = 0
+                for chunk in response.iter_bytes():  # streamed: a runaway reply stops at the cap
+                    size += len(chunk)
+                    if size > MAX_REPLY_BYTES:
+                        raise TooLarge(f"The embedding endpoint {scrub(url)} sent more than "
+                                       f"{MAX_REPLY_BYTES >> 20} MiB for one batch. Check [embedding] url.")
+                    chunks.append(chunk)
+                status = response.status_code
         except httpx.TimeoutException as exc:
             raise Timeout(f"The embedding endpoint {scrub(url)} did not answer within {self.timeout} s.") from exc
         except httpx.HTTPError as exc:
             raise NetworkError(f"The embedding endpoint {scrub(url)} could not be reached: {scrub(str(exc))}.") from exc
-        if response.status_code != 200:
+        raw = b"".join(chunks)
+        if status != 200:
             raise NetworkError(
-                f"The embedding endpoint {scrub(url)} answered HTTP {response.status_code}: "
-                f"{scrub(response.text[:200])}"
+                f"The embedding endpoint {scrub(url)} answered HTTP {status}: "
+                f"{scrub(raw[:200].decode('utf-8', 'replace'))}"
             )
         try:
-            return response.json()
+            return json.loads(raw)
         except ValueError as exc:
             raise NetworkError(f"The embedding endpoint {scrub(url)} answered with invalid JSON.") from exc
 
