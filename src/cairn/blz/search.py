@@ -61,7 +61,7 @@ def search(store: Store, query: str, sources: list[str] | None = None, limit: in
     top = ranked[0][1] if ranked else None
     window = ranked[(page - 1) * limit:page * limit + 1]
     result["hasMore"] = len(window) > limit
-    needles = [w.lower() for w in words]
+    needles = list(dict.fromkeys(w.lower() for w in words))  # each word once: "a a a ..." is one needle
     hits = []
     row_sql = store.db.execute
     for rowid, rank in window[:limit]:
@@ -107,11 +107,20 @@ def snippet(body: str, needles: list[str], width: int = SNIPPET_CHARS) -> str:
     start = 0
     if hits:
         hits.sort()
-        best = -1
-        for pos, _k in hits:
-            covered = len({k for p, k in hits if pos <= p < pos + width - 40})
-            if covered > best:
-                best, start = covered, pos
+        # The window starting at each hit that covers the most distinct words: one sliding pass
+        # (a long query repeating a word used to make this quadratic in the hits: seconds per snippet).
+        best, ahead = -1, 0
+        inside: dict[int, int] = {}  # word index -> hits in the window
+        for pos, k in hits:
+            while ahead < len(hits) and hits[ahead][0] < pos + width - 40:
+                inside[hits[ahead][1]] = inside.get(hits[ahead][1], 0) + 1
+                ahead += 1
+            if len(inside) > best:
+                best, start = len(inside), pos
+            if inside[k] == 1:
+                del inside[k]
+            else:
+                inside[k] -= 1
         start = max(0, start - 40)
         if start:
             space = body.rfind(" ", 0, start)
@@ -128,7 +137,7 @@ def correct(store: Store, query: str) -> str | None:
     """``query`` with each word absent from the index replaced by the closest indexed word."""
     import difflib
 
-    words = _WORD.findall(query.lower())
+    words = list(dict.fromkeys(_WORD.findall(query.lower())))  # each word is looked up once
     if not words:
         return None
     db = store.db

@@ -46,7 +46,7 @@ def fts_match(text: str, *, operator: str = "AND", prefix_last: bool = False) ->
     """
     if operator not in ("AND", "OR"):
         raise ValueError(f"operator must be AND or OR, not {operator!r}")
-    found = terms(text)
+    found = list(dict.fromkeys(terms(text)))  # a repeated term adds nothing but work (AND or OR alike)
     if not found:
         return None
     parts = [literal(t) for t in found]
