@@ -93,6 +93,10 @@ def serve_stdio(server: Server, *, stdin: IO[bytes] | None = None, stdout: IO[by
                 max_workers: int = 8) -> int:
     """Serve ``server`` on stdin/stdout until stdin closes; returns the exit status (0)."""
     redirect = stdout is None
+    if stdin is None:  # a server process of its own
+        from cairn.core.serve import return_large_buffers
+
+        return_large_buffers()
     saved_fd: int | None = None
     saved_stdout = sys.stdout
     if redirect:
