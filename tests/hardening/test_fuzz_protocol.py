@@ -542,3 +542,24 @@ def test_lone_surrogates_echoed_in_errors_are_answered_over_http(brk_http: HttpS
     assert r.status_code == 200, r.text
     msg = r.json() if r.headers["content-type"].startswith("application/json") else sse_messages(r.text)[0]
     assert msg["id"] == "s2" and msg["error"]["code"] == -32602 and msg["error"]["data"]["name"] == "no\udfff", msg
+
+
+def test_huge_messages_do_not_stay_resident(spawners: dict[str, Any]) -> None:
+    """Regression (found by the stress fuzz: brk and ctx stdio grew from ~30 to ~200 MB RSS): after
+    glibc freed one large buffer it served later ones up to 32 MiB from the heap and kept them
+    resident. Servers now fix the mmap threshold, so a parsed 12 MB line is unmapped when freed."""
+    server: StdioServer = spawners["brk"]()
+    try:
+        server.initialize()
+        before = server.rss_kb()
+        big = "é" * 2_000_000  # 12 MB as escaped JSON
+        for rid, msg in enumerate([{"method": "tools/call", "params": {"name": "get_vecs", "arguments": {"index": big}}},
+                                   {"method": big}, {"method": "resources/read", "params": {"uri": big}}] * 4):
+            server.send({"jsonrpc": "2.0", "id": rid, **msg})
+            reply = server.wait_for(rid, timeout=60)
+            check_message(reply)
+            assert "error" in reply or reply["result"].get("isError"), str(reply)[:200]
+        after = server.rss_kb()
+        assert after - before < 32 * 1024, f"RSS {before} -> {after} KiB after twelve 12 MB messages"
+    finally:
+        server.close()
