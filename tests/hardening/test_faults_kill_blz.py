@@ -112,3 +112,19 @@ def test_sigkill_during_blz_add_and_update(tmp_path: Path) -> None:
         hit = _blz(env, "search", f"versiontoken{version}", "-s", "d")
         assert hit.returncode == 0 and json.loads(hit.stdout)["hits"], hit.stdout
     assert landed >= max(2, KILLS // 2), f"only {landed} of {KILLS} kills landed while blz was running"
+
+
+def test_unchanged_update_removes_a_file_left_by_a_kill_after_commit(tmp_path: Path) -> None:
+    """A kill between the commit and the old file's deletion leaves that file behind; the next
+    `blz update`, even one that finds nothing new, removes it (found by the random kills above)."""
+    data = tmp_path / "data"
+    env = {**os.environ, "BLZ_DATA_DIR": str(data)}
+    src = tmp_path / "llms.txt"
+    src.write_bytes(_doc(1, sections=20))
+    assert _blz(env, "add", "d", str(src), "--exact").returncode == 0
+    folder = data / "sources" / "d"
+    current = sorted(p.name for p in folder.iterdir())
+    (folder / "0123456789abcdef.txt").write_bytes(_doc(0, sections=20))  # the previous version's file
+    res = _blz(env, "update", "d")
+    assert res.returncode == 0 and json.loads(res.stdout)["results"][0]["status"] == "unchanged", res.stdout
+    assert sorted(p.name for p in folder.iterdir()) == current

@@ -128,10 +128,12 @@ def update(store: Store, alias: str, *, max_bytes: int = fetching.DEFAULT_MAX_BY
                             max_bytes=max_bytes, timeout=timeout, progress=progress)
     if result.not_modified:
         store.touch(alias, etag=result.etag, last_modified=result.last_modified, detail="304 Not Modified")
+        store.tidy(row)
         return {"alias": alias, "status": "unchanged", "reason": "not modified (304)", "url": row.url}
     assert result.body is not None
     if sha256_hex(result.body) == row.sha256:
         store.touch(alias, etag=result.etag, last_modified=result.last_modified, detail="same content")
+        store.tidy(row)
         return {"alias": alias, "status": "unchanged", "reason": "same content", "url": row.url}
     info = _ingest(store, alias, row.url, result, "update", added_at=row.added_at)
     info["status"] = "updated"

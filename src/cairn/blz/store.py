@@ -311,6 +311,11 @@ class Store:
     def _tx(self) -> _Transaction:
         return _Transaction(self.db)
 
+    def tidy(self, row: SourceRow) -> None:
+        """Delete files of ``row.alias`` other than its current one: a run killed between its commit
+        and its clean-up leaves the previous file behind, and an unchanged update must not keep it."""
+        self._drop_stale_files(row.alias, keep=row.file)
+
     def _drop_stale_files(self, alias: str, keep: str | None) -> None:
         folder = self.root / "sources" / alias
         if not folder.is_dir():
