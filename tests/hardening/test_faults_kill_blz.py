@@ -109,8 +109,8 @@ def test_sigkill_during_blz_add_and_update(tmp_path: Path) -> None:
         _state(env)
         files = sorted(p.name for p in (data / "sources" / "d").iterdir())
         assert files == [f"{new[:16]}.txt"], files
-        hit = _blz(env, "search", f"versiontoken{version}", "-s", "d")
-        assert hit.returncode == 0 and json.loads(hit.stdout)["hits"], hit.stdout
+        found = _blz(env, "search", f"versiontoken{version}", "-s", "d")
+        assert found.returncode == 0 and json.loads(found.stdout)["hits"], found.stdout
     assert landed >= max(2, KILLS // 2), f"only {landed} of {KILLS} kills landed while blz was running"
 
 

@@ -18,6 +18,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -97,7 +98,7 @@ class Node:
             elif mode == "not-rpc":
                 conn.sendall(ok + b"Content-Length: 9\r\n\r\n[1, 2, 3]")
             elif mode in ("bad-hash", "bad-block", "bad-count"):
-                wrong: dict[str, object] = {"bad-hash": {"result": "zz" * 32}, "bad-count": {"result": "many"},
+                wrong: Any = {"bad-hash": {"result": "zz" * 32}, "bad-count": {"result": "many"},
                                             "bad-block": {"result": "00" * 120}}[mode]
                 if req["method"] != {"bad-hash": "getblockhash", "bad-block": "getblock",
                                      "bad-count": "getblockcount"}[mode]:

@@ -152,11 +152,11 @@ async def _mcp_session(env: dict[str, str], calls: list[tuple[str, dict[str, Any
         for name, args in calls:
             try:
                 if name == "resource":
-                    res = await client.read_resource(args["uri"])
-                    out.append((False, res.contents[0].text))  # type: ignore[union-attr]
+                    read = await client.read_resource(args["uri"])
+                    out.append((False, read.contents[0].text))  # type: ignore[union-attr]
                     continue
-                res = await client.call_tool(name, args)
-                out.append((bool(res.is_error), res.content[0].text))  # type: ignore[union-attr]
+                called = await client.call_tool(name, args)
+                out.append((bool(called.is_error), called.content[0].text))  # type: ignore[union-attr]
             except MCPError as exc:
                 out.append((True, str(exc)))
     return out

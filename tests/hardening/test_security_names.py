@@ -141,10 +141,10 @@ def test_brk_out_paths(tmp_path: Path) -> None:
     assert a_file.read_text() == "not a folder"
     # Odd but legal folder names work and stay where they were asked to be.
     for name in ["CON", "aux.txt", "a b", "caf\u00e9", "-dash", "x/../y"]:
-        out = tmp_path / "outs" / name
+        odd = tmp_path / "outs" / name
         res = subprocess.run([sys.executable, "-m", "cairn.brk.cli", "index", "--blocks-dir", str(blocks),
-                              "--out", str(out), "--format", "json"], capture_output=True, text=True, timeout=60)
+                              "--out", str(odd), "--format", "json"], capture_output=True, text=True, timeout=60)
         assert res.returncode == 0, (name, res.stderr)
-        assert (Path(os.path.normpath(out)) / "manifest.json").is_file()
+        assert (Path(os.path.normpath(odd)) / "manifest.json").is_file()
     assert sorted(p.name for p in (tmp_path / "outs").iterdir()) == sorted(
         ["CON", "aux.txt", "a b", "caf\u00e9", "-dash", "x", "y"])

@@ -55,7 +55,7 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _env(home: Path, **extra: str) -> dict[str, str]:
-    return server_env(home / "work", HOME=str(home), **extra)
+    return dict(server_env(home / "work", HOME=str(home), **extra))
 
 
 def _run(home: Path, argv: list[str], **extra: str) -> subprocess.CompletedProcess[str]:
@@ -144,8 +144,8 @@ def test_brk_cli_http_mcp_and_logs(home: Path) -> None:
             for path in ["/health", "/version", "/api/vecs/indexes", "/api/vecs/query?index=nope&ids=x",
                          "/api/vecs/query?index=height&ids=difficulty&count=3&format=csv", "/openapi.json",
                          "/api/vecs/query?index=height&ids=difficulty&from=abc"]:
-                r = c.get(path)
-                seen.append(f"{path} {r.status_code} {r.text}")
+                got = c.get(path)
+                seen.append(f"{path} {got.status_code} {got.text}")
             mcp = c.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
                          headers={"Accept": "application/json, text/event-stream"})
             seen.append(mcp.text)
