@@ -10,7 +10,7 @@
   result conversion), and over HTTP next to GET /health.
 
 Corpus: every llms.txt file under ../shared/data/llms (the part-1 corpus) indexed keyword-only.
-Usage: .venv/bin/python benchmarks/ctx_server.py [--clients 20] [--seconds 30] [--workers 1]
+Usage: .venv/bin/python benchmarks/ctx_server.py [--clients 20] [--seconds 30]
 """
 
 from __future__ import annotations
@@ -68,11 +68,9 @@ def queries(n: int) -> list[str]:
     return [" ".join(rng.choice(words) for _ in range(rng.randint(1, 3))) for _ in range(n)]
 
 
-def start_server(cfg: Path, port: int, workers: int) -> subprocess.Popen[bytes]:
+def start_server(cfg: Path, port: int) -> subprocess.Popen[bytes]:
     env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
     cmd = [sys.executable, "-m", "cairn.ctx.cli", "serve", "mcp", "--config", str(cfg), "--bind", f"127.0.0.1:{port}"]
-    if workers > 1:
-        env["CTX_SERVER_WORKERS"] = str(workers)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -184,12 +182,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--clients", type=int, default=20)
     ap.add_argument("--seconds", type=float, default=30.0)
-    ap.add_argument("--workers", type=int, default=1)
     args = ap.parse_args()
+    load_start = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         cfg = setup(Path(tmp))
         port = free_port()
-        server = start_server(cfg, port, args.workers)
+        server = start_server(cfg, port)
         try:
             base = f"http://127.0.0.1:{port}"
             gen = subprocess.run([sys.executable, __file__, "--generate", f"{base}/tools/search", str(args.clients),
@@ -203,7 +201,7 @@ def main() -> None:
             server.terminate()
             server.wait(15)
         lua = lua_in_process(cfg, 2000)
-    print(json.dumps({"cpus": os.cpu_count(), "workers": args.workers, "http_search_keyword": search,
+    print(json.dumps({"cpus": os.cpu_count(), "loadavg_start": load_start, "http_search_keyword": search,
                       "lua_tool_in_process": lua, "lua_tool_http": lua_http}, indent=2))
 
 
