@@ -27,6 +27,15 @@ def candidates(location: str, exact: bool = False) -> list[str]:
 
     ``location`` is an http(s) or file URL, or a local path (made absolute and turned into a file URL).
     """
+    try:
+        return _candidates(location, exact)
+    except OSError as exc:  # a name too long for the filesystem, a loop of symlinks...
+        shown = location if len(location) <= 100 else location[:97] + "..."
+        raise InvalidInput(f"Cannot use {shown!r} as a path or URL: {exc.strerror or exc}. "
+                           "Give an http(s):// or file:// URL, or an existing local path.") from None
+
+
+def _candidates(location: str, exact: bool) -> list[str]:
     if not fetching.is_url(location):
         scheme = _SCHEME.match(location)
         if scheme and not Path(location).exists():
