@@ -29,9 +29,10 @@ def candidates(location: str, exact: bool = False) -> list[str]:
     """
     try:
         return _candidates(location, exact)
-    except OSError as exc:  # a name too long for the filesystem, a loop of symlinks...
+    except (OSError, ValueError) as exc:  # a name too long for the filesystem, a symlink loop, a NUL byte...
         shown = location if len(location) <= 100 else location[:97] + "..."
-        raise InvalidInput(f"Cannot use {shown!r} as a path or URL: {exc.strerror or exc}. "
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise InvalidInput(f"Cannot use {shown!r} as a path or URL: {reason}. "
                            "Give an http(s):// or file:// URL, or an existing local path.") from None
 
 
