@@ -221,9 +221,10 @@ def test_a_megabyte_of_one_repeated_word_is_answered(blz_stdio: StdioServer) -> 
 def test_long_aliases_and_paths_are_tool_errors(blz_stdio: StdioServer) -> None:
     """Regressions (found by the stress fuzz): scrubbing an error message that quoted a 200 KB alias
     took 28 s (the URL-credential pattern backtracked over every run of letters), and a path longer
-    than the filesystem allows raised OSError: -32603 instead of a tool error."""
+    than the filesystem allows (or holding a NUL byte) raised OSError (ValueError): -32603 instead of a
+    tool error."""
     for args, expected in (({"alias": "a" * 200_000}, "Invalid alias"), ({"alias": "zz", "url": "a" * 5_000}, "Cannot use"),
-                           ({"alias": "zz", "url": "," * 200_000}, "Cannot use")):
+                           ({"alias": "zz", "url": "," * 200_000}, "Cannot use"), ({"alias": "zz", "url": "k\x00"}, "Cannot use")):
         reply = blz_stdio.request("tools/call", {"name": "source-add", "arguments": args}, timeout=20)
         assert "result" in reply and reply["result"]["isError"], str(reply)[:300]
         assert reply["result"]["content"][0]["text"].startswith(expected), str(reply)[:300]
