@@ -473,7 +473,11 @@ class HttpRun:
         assert r.status_code < 500, f"{r.status_code} for {raw[:300]!r}: {r.text[:500]}"
         kind = r.headers.get("content-type", "")
         replies: list[Any] = []
-        if kind.startswith("application/json"):
+        if kind.startswith("application/json") and r.status_code == 403 and "jsonrpc" not in r.json():
+            # The loopback Host guard in front of every route (cairn.core.serve) refuses a foreign
+            # Host before MCP sees the request, with the API's documented error envelope.
+            assert r.json()["error"]["code"] == "forbidden" and host not in (None, "[::1]", "localhost:1"), r.text
+        elif kind.startswith("application/json"):
             replies = [r.json()]
         elif kind.startswith("text/event-stream"):
             replies = sse_messages(r.text)
