@@ -230,8 +230,9 @@ class StdioServer(_Proc):
             msg = self.recv(max(0.01, deadline - time.monotonic()))
             if isinstance(msg, dict) and "method" not in msg and msg.get("id") == rid:
                 return msg
-            if isinstance(msg, dict) and msg.get("id", 0) is None and "error" in msg:
-                raise AssertionError(f"the server could not read request {rid!r}: {msg}")
+            if isinstance(msg, dict) and msg.get("id", 0) is None and msg.get("error", {}).get("code") == -32700:
+                # parse errors are answered at once, in order: this one is about our request
+                raise AssertionError(f"the server could not parse request {rid!r}: {msg}")
             if seen is not None:
                 seen.append(msg)
 
