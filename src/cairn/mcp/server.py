@@ -27,6 +27,14 @@ ToolHandler = Callable[[dict[str, Any], ToolContext], Any]
 EMPTY_INPUT_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 
 
+def _described(**fields: Any) -> dict[str, Any]:
+    """A declaration as the protocol lists it: fields in order, empty optional ones left out.
+
+    ``inputSchema`` is required by the spec and kept even when empty; ``size`` 0 is a real size.
+    """
+    return {k: v for k, v in fields.items() if k == "inputSchema" or v or (k == "size" and v == 0)}
+
+
 @dataclass
 class Tool:
     name: str
@@ -40,19 +48,9 @@ class Tool:
     meta: dict[str, Any] | None = None
 
     def describe(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": self.name}
-        if self.title:
-            out["title"] = self.title
-        if self.description:
-            out["description"] = self.description
-        out["inputSchema"] = self.input_schema
-        if self.output_schema is not None:
-            out["outputSchema"] = self.output_schema
-        if self.annotations:
-            out["annotations"] = self.annotations
-        if self.meta:
-            out["_meta"] = self.meta
-        return out
+        return _described(name=self.name, title=self.title, description=self.description,
+                          inputSchema=self.input_schema, outputSchema=self.output_schema,
+                          annotations=self.annotations, _meta=self.meta)
 
 
 @dataclass
@@ -66,16 +64,8 @@ class Resource:
     size: int | None = None
 
     def describe(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"uri": self.uri, "name": self.name}
-        if self.title:
-            out["title"] = self.title
-        if self.description:
-            out["description"] = self.description
-        if self.mime_type:
-            out["mimeType"] = self.mime_type
-        if self.size is not None:
-            out["size"] = self.size
-        return out
+        return _described(uri=self.uri, name=self.name, title=self.title, description=self.description,
+                          mimeType=self.mime_type, size=self.size)
 
 
 _VAR = re.compile(r"\{([+#]?)([A-Za-z0-9_.]+)\}")
@@ -113,14 +103,8 @@ class ResourceTemplate:
         return {k: unquote(v) for k, v in m.groupdict().items()}
 
     def describe(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"uriTemplate": self.uri_template, "name": self.name}
-        if self.title:
-            out["title"] = self.title
-        if self.description:
-            out["description"] = self.description
-        if self.mime_type:
-            out["mimeType"] = self.mime_type
-        return out
+        return _described(uriTemplate=self.uri_template, name=self.name, title=self.title,
+                          description=self.description, mimeType=self.mime_type)
 
 
 @dataclass
@@ -132,14 +116,8 @@ class Prompt:
     arguments: list[dict[str, Any]] = field(default_factory=list)
 
     def describe(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": self.name}
-        if self.title:
-            out["title"] = self.title
-        if self.description:
-            out["description"] = self.description
-        if self.arguments:
-            out["arguments"] = self.arguments
-        return out
+        return _described(name=self.name, title=self.title, description=self.description,
+                          arguments=self.arguments)
 
 
 class Server:
