@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from cairn.core.errors import InvalidInput
@@ -34,3 +36,33 @@ def test_loopback() -> None:
 def test_remote_bind_needs_explicit_permission() -> None:
     with pytest.raises(InvalidInput, match="Refusing to bind demo to 0.0.0.0"):
         serve(object(), "0.0.0.0", 1, name="demo")
+
+
+def test_sigterm_and_sigint_stop_a_server_cleanly(tmp_path: Path) -> None:
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = (
+        "from starlette.applications import Starlette\n"
+        "from cairn.core.serve import serve\n"
+        f"serve(Starlette(), '127.0.0.1', {port}, name='t')\n"
+    )
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=20)
+        assert proc.returncode == 0, (sig, err)
+        assert "Traceback" not in err and "KeyboardInterrupt" not in err

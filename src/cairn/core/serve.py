@@ -9,6 +9,7 @@ bound a SIGTERM would hang forever.
 from __future__ import annotations
 
 import ipaddress
+import signal
 import sys
 from typing import Any
 
@@ -132,4 +133,19 @@ def serve(app: Any, host: str, port: int, *, name: str, allow_remote: bool = Fal
     server = uvicorn.Server(config)
     shown = f"[{host}]" if ":" in host else host
     print(f"{name} listening on http://{shown}:{port}", file=sys.stderr, flush=True)
-    server.run()
+    # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal against the handler
+    # that was installed before it started: with Python's defaults that is a KeyboardInterrupt
+    # traceback or death by signal (exit status -15). A stop the user asked for is a clean exit.
+    import threading
+
+    in_main = threading.current_thread() is threading.main_thread()  # signal handlers live there only
+    previous = {sig: signal.signal(sig, _exit_cleanly) for sig in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
+    try:
+        server.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _exit_cleanly(signum: int, frame: object) -> None:
+    raise SystemExit(0)
