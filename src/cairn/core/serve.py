@@ -14,6 +14,7 @@ import sys
 from typing import Any
 
 from cairn.core.errors import InvalidInput
+from cairn.core.heap import return_large_buffers
 
 SHUTDOWN_GRACE_SECONDS = 2
 
@@ -86,22 +87,6 @@ class HostGuard:
                 await send({"type": "http.response.body", "body": body})
                 return
         await self.app(scope, receive, send)
-
-
-def return_large_buffers() -> None:
-    """Make glibc return large freed buffers to the OS (servers only; a no-op off glibc).
-
-    glibc raises its mmap threshold each time a large block is freed, after which buffers up to
-    32 MiB come from the heap and stay resident once freed: a long-running server that once parsed a
-    few 10 MB messages kept ~130 MB it never used again (measured on ``brk mcp``). A fixed threshold
-    keeps every allocation over 256 KiB in its own mapping, unmapped on free.
-    """
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").mallopt(-3, 256 * 1024)  # M_MMAP_THRESHOLD
-    except (OSError, AttributeError):
-        pass
 
 
 def serve(app: Any, host: str, port: int, *, name: str, allow_remote: bool = False, log_level: str = "warning") -> None:

@@ -17,6 +17,7 @@ import threading
 import traceback
 from typing import IO, TYPE_CHECKING, Any, Callable
 
+from cairn.core.heap import trim_heap
 from cairn.mcp import jsonrpc as rpc
 from cairn.mcp.jsonrpc import RpcError
 
@@ -94,7 +95,7 @@ def serve_stdio(server: Server, *, stdin: IO[bytes] | None = None, stdout: IO[by
     """Serve ``server`` on stdin/stdout until stdin closes; returns the exit status (0)."""
     redirect = stdout is None
     if stdin is None:  # a server process of its own
-        from cairn.core.serve import return_large_buffers
+        from cairn.core.heap import return_large_buffers
 
         return_large_buffers()
     saved_fd: int | None = None
@@ -152,6 +153,7 @@ def _read_loop(session: Session, inp: IO[bytes], write: _Writer, pool: _Pool) ->
                                        RpcError(rpc.INTERNAL_ERROR, f"Internal error: {exc}"))
         if reply is not None:
             write(reply)
+        trim_heap(min_interval=1.0)  # parse errors of huge or deeply nested lines are answered here
 
 
 def _job(session: Session, msg: Any, write: _Writer) -> Callable[[], None]:
@@ -164,5 +166,8 @@ def _job(session: Session, msg: Any, write: _Writer) -> Callable[[], None]:
                                        RpcError(rpc.INTERNAL_ERROR, f"Internal error: {exc}"))
         if reply is not None:
             write(reply)
+        # Tool calls are where big transient allocations happen (huge arguments, Lua runs, parses);
+        # without this a long-running server keeps their freed memory resident in fragmented arenas.
+        trim_heap(min_interval=1.0)
 
     return run

@@ -1,0 +1,55 @@
+"""Keep long-running servers' resident memory honest on glibc (every function is a no-op elsewhere).
+
+glibc keeps freed memory in its heap arenas, so a server that once handled a few huge messages would
+stay large for the rest of its life. Standard library only: imported on the stdio start-up path.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+
+def return_large_buffers() -> None:
+    """Make glibc return large freed buffers to the OS (servers only; a no-op off glibc).
+
+    glibc raises its mmap threshold each time a large block is freed, after which buffers up to
+    32 MiB come from the heap and stay resident once freed: a long-running server that once parsed a
+    few 10 MB messages kept ~130 MB it never used again (measured on ``brk mcp``). A fixed threshold
+    keeps every allocation over 256 KiB in its own mapping, unmapped on free.
+    """
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").mallopt(-3, 256 * 1024)  # M_MMAP_THRESHOLD
+    except (OSError, AttributeError):
+        pass
+
+
+_trim: Any = None
+_last_trim = 0.0
+
+
+def trim_heap(min_interval: float = 0.0) -> None:
+    """Hand free heap memory back to the OS now (glibc ``malloc_trim``; a no-op elsewhere).
+
+    Freed small blocks from a burst of large work (a 10 MB message parsed into thousands of objects)
+    sit in the heap, fragmented across threads' arenas, and stay resident; servers call this after
+    such bursts. It costs well under a millisecond on these heaps.
+
+    :param min_interval: skip the trim when the last one was less than this many seconds ago.
+    """
+    global _trim, _last_trim
+    now = time.monotonic()
+    if now - _last_trim < min_interval:
+        return
+    _last_trim = now
+    if _trim is None:
+        try:
+            import ctypes
+
+            _trim = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):
+            _trim = False
+    if _trim:
+        _trim(0)
