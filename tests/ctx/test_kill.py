@@ -55,15 +55,25 @@ root = "{root}"
     assert check(db_path, base) == 300
 
     extra = [f"extra/e{i:04d}.md" for i in range(2500)]
-    killed_mid_run = 0
-    for round_ in range(KILLS):
-        # Fresh work every round: new and rewritten files, some base files edited (they must survive).
+    sync = [sys.executable, "-m", "cairn.ctx.cli", "sync", "all", "--config", str(cfg)]
+
+    def fresh_work(round_: int) -> None:
+        # New and rewritten files, some base files edited (they must survive).
         write(root, {sid: f"# Extra\n\nround {round_} text {rng.random()} " + "filler " * rng.randint(5, 300)
                      for sid in rng.sample(extra, 800)})
         write(root, {sid: f"# Base\n\n{base[sid]} edited in round {round_}\n" for sid in rng.sample(list(base), 20)})
-        proc = subprocess.Popen([sys.executable, "-m", "cairn.ctx.cli", "sync", "all", "--config", str(cfg)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.2, 2.0))
+
+    # Kill delays scale with an uninterrupted sync of the same amount of work, so kills land mid-run
+    # on a quiet machine and on a loaded one alike.
+    fresh_work(-1)
+    started = time.monotonic()
+    subprocess.run(sync, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    full_run = time.monotonic() - started
+    killed_mid_run = 0
+    for round_ in range(KILLS):
+        fresh_work(round_)
+        proc = subprocess.Popen(sync, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.1, 0.9) * full_run)
         if proc.poll() is None:
             killed_mid_run += 1
         proc.send_signal(signal.SIGKILL)
