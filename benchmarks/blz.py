@@ -44,7 +44,9 @@ def pct(values: list[float], q: float) -> float:
 
 
 def env_for(root: Path) -> dict[str, str]:
-    env = dict(os.environ, BLZ_DATA_DIR=str(root))
+    # The benchmark indexes the shared corpora through MCP source-add, which reads local files only
+    # inside BLZ_MCP_FILE_ROOTS.
+    env = dict(os.environ, BLZ_DATA_DIR=str(root), BLZ_MCP_FILE_ROOTS=str(LLMS))
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env.pop("BLZ_OUTPUT_FORMAT", None)
     return env

@@ -30,7 +30,8 @@ def clear_roots() -> None:
 
 def scrub(text: str) -> str:
     """``text`` with credentials in URLs masked, data roots replaced and ``$HOME`` shown as ``~``."""
-    text = _URL_CREDENTIALS.sub(r"\1***@", text)
+    if "@" in text:  # no credential without one; skipping the regex halves scrub time on search results
+        text = _URL_CREDENTIALS.sub(r"\1***@", text)
     # Longest roots first so a nested root wins over its parent.
     for root in sorted(_roots, key=len, reverse=True):
         if root and root != os.sep:
