@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from ..mcp._http import free_port, serving as _serving
 
 GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
 
@@ -64,29 +63,9 @@ def docs_tree(tmp_path: Path) -> Path:
 
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 @contextlib.contextmanager
 def serving(app: object) -> Iterator[str]:
     """Run an ASGI app on a real uvicorn server on a free 127.0.0.1 port; yields ``http://127.0.0.1:PORT``."""
-    import uvicorn
-
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",  # type: ignore[arg-type]
-                                           lifespan="on"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
+    with _serving(app, path="") as base:
+        yield base

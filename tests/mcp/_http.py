@@ -17,8 +17,8 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serving(app: Any) -> Iterator[str]:
-    """Run ``app`` on a real uvicorn server; yields ``http://127.0.0.1:PORT/mcp``."""
+def serving(app: Any, path: str = "/mcp") -> Iterator[str]:
+    """Run ``app`` on a real uvicorn server; yields ``http://127.0.0.1:PORT`` + ``path``."""
     import uvicorn
 
     port = free_port()
@@ -31,7 +31,7 @@ def serving(app: Any) -> Iterator[str]:
             raise RuntimeError("uvicorn did not start")
         time.sleep(0.01)
     try:
-        yield f"http://127.0.0.1:{port}/mcp"
+        yield f"http://127.0.0.1:{port}{path}"
     finally:
         server.should_exit = True
         thread.join(10)
