@@ -175,7 +175,7 @@ def test_agent_cannot_read_local_files_through_source_add(tmp_path: Path, cred_s
     (allowed / "sub").symlink_to(home / ".ssh", target_is_directory=True)
     data = tmp_path / "data"
     env = {"HOME": str(home), "BLZ_DATA_DIR": str(data), "BLZ_MCP_FILE_ROOTS": str(allowed),
-           "PATH": os.environ.get("PATH", "")}
+           "BLZ_MCP_ALLOW_HOSTS": "127.0.0.1", "PATH": os.environ.get("PATH", "")}
 
     refused = [str(key), key.as_uri(), "~/.ssh/id_rsa", "/etc/passwd", "file:///etc/passwd",
                "file://localhost/etc/passwd", f"{allowed}/../home/.ssh/id_rsa", str(allowed / "evil.txt"),
@@ -204,7 +204,7 @@ def test_agent_cannot_read_local_files_through_source_add(tmp_path: Path, cred_s
     tail = results[len(refused) + len(BAD_ALIASES):n_refused]
     assert tail[0][0] and "Invalid alias" in tail[0][1]
     assert tail[1][0] and "No source named 's0'" in tail[1][1]
-    assert json.loads(tail[2][1])["exitCode"] == 2
+    assert tail[2][0] and "Invalid alias '../../etc'" in tail[2][1]  # checked before the parser sees it
     assert tail[3][0]
     assert json.loads(tail[4][1])["sources"] and all(s["kind"] == "registry" for s in json.loads(tail[4][1])["sources"])
 
