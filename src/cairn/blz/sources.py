@@ -32,9 +32,11 @@ def candidates(location: str, exact: bool = False) -> list[str]:
     """
     try:
         return _candidates(location, exact)
-    except (OSError, ValueError) as exc:  # a name too long for the filesystem, a symlink loop, a NUL byte...
+    except (OSError, ValueError, RuntimeError) as exc:  # a name too long, a symlink loop, a NUL byte...
         shown = location if len(location) <= 100 else location[:97] + "..."
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        # Never str(exc) of a resolve(): it names where a symlink led, maybe outside the allowed folders.
+        reason = (exc.strerror if isinstance(exc, OSError) and exc.strerror else
+                  "a symlink loop" if isinstance(exc, RuntimeError) else str(exc))
         raise InvalidInput(f"Cannot use {shown!r} as a path or URL: {reason}. "
                            "Give an http(s):// or file:// URL, or an existing local path.") from None
 

@@ -19,6 +19,7 @@ Standard library only: this module is imported by CLI paths.
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import os
 import socket
@@ -184,7 +185,7 @@ class Guard:
         try:
             fd = os.open(real, flags)
         except OSError as exc:
-            if exc.errno in (getattr(os, "ELOOP", -1), getattr(os, "EMLINK", -1)):  # a symlink appeared
+            if exc.errno in (errno.ELOOP, errno.EMLINK):  # a symlink appeared (EMLINK: FreeBSD's O_NOFOLLOW)
                 raise self.refuse_file() from None
             raise
         try:
