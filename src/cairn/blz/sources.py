@@ -6,7 +6,7 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 from urllib.parse import urlsplit, urlunsplit
 
 from cairn.blz import llmstxt, registry
@@ -14,7 +14,9 @@ from cairn.blz.citation import check_alias
 from cairn.blz.store import SourceRow, Store, now_iso, sha256_hex
 from cairn.core import fetch as fetching
 from cairn.core.errors import CairnError, Conflict, InvalidInput, NotFound
-from cairn.core.guard import Guard
+
+if TYPE_CHECKING:  # imported by agent_guard(): the CLI never pays for socket and ipaddress
+    from cairn.core.guard import Guard
 
 Progress = Callable[[int, int | None], None]
 
@@ -77,6 +79,8 @@ def agent_guard() -> Guard:
     """What an agent over MCP may make blz fetch, from the environment ``blz mcp`` started with:
     local files inside ``$BLZ_MCP_FILE_ROOTS``; public internet addresses, plus the hosts, IPs and
     CIDR blocks in ``$BLZ_MCP_ALLOW_HOSTS`` (with ``BLZ_MCP_NETWORK=allowlist``: only those)."""
+    from cairn.core.guard import Guard
+
     names, nets = Guard.parse_hosts(os.environ.get(MCP_HOSTS_ENV, ""), MCP_HOSTS_ENV)
     mode = os.environ.get(MCP_NETWORK_ENV, "public").strip().lower() or "public"
     if mode not in ("public", "allowlist"):

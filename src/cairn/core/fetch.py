@@ -4,7 +4,10 @@
 * redirects followed (at most ``MAX_REDIRECTS``), the final URL reported;
 * conditional requests: pass the ``etag`` / ``last_modified`` of the copy you hold and a
   ``304 Not Modified`` comes back as ``FetchResult(not_modified=True, body=None)``;
-* streaming with a size cap: a download larger than ``max_bytes`` stops early with ``TooLarge``.
+* streaming with a size cap: a download larger than ``max_bytes`` stops early with ``TooLarge``;
+* local files are opened once and read from that descriptor only;
+* ``guard`` (:class:`cairn.core.guard.Guard`, for untrusted callers): files only inside its folders,
+  connections only to addresses it allows, checked on every connection, redirects included.
 
 Errors are Cairn's: ``NetworkError`` (unreachable, bad status), ``NotFound`` (HTTP 404/410, missing
 file), ``Timeout``, ``TooLarge``, ``InvalidInput`` (unsupported URL). httpx is imported only when an
@@ -22,7 +25,6 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 from urllib.parse import unquote, urlsplit
 
 from cairn.core.errors import InvalidInput, NetworkError, NotFound, Timeout, TooLarge
-from cairn.core.guard import Guard, descriptor_path
 
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 DEFAULT_TIMEOUT = 60.0
@@ -30,8 +32,10 @@ DEFAULT_CONNECT_TIMEOUT = 10.0
 MAX_REDIRECTS = 5
 USER_AGENT = "cairn/0.1 (+https://github.com/cairn)"
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the guard (socket, ipaddress) is imported only by guarded fetches
     import httpx
+
+    from cairn.core.guard import Guard
 
 Progress = Callable[[int, int | None], None]  # (bytes so far, total or None)
 
@@ -108,7 +112,12 @@ def read_file(path: Path, *, max_bytes: int = DEFAULT_MAX_BYTES, progress: Progr
                 raise TooLarge(f"{path} is {_human(info.st_size)}, over the {_human(max_bytes)} cap. Raise the "
                                "cap (--max-bytes) if you trust this file.")
             data = _read_all(fd, max_bytes + 1)
-            real = descriptor_path(fd)
+            if guard is not None:  # report what was read (the guard has imported this module already)
+                from cairn.core.guard import descriptor_path
+
+                real = descriptor_path(fd) or path.resolve()
+            else:
+                real = path.resolve()
         finally:
             os.close(fd)
     except FileNotFoundError as exc:
@@ -128,7 +137,7 @@ def read_file(path: Path, *, max_bytes: int = DEFAULT_MAX_BYTES, progress: Progr
     if progress:
         progress(len(data), len(data))
     mtime = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(info.st_mtime))
-    return FetchResult(url=(real or path.resolve()).as_uri(), status=200, body=data, last_modified=mtime)
+    return FetchResult(url=real.as_uri(), status=200, body=data, last_modified=mtime)
 
 
 def _read_all(fd: int, limit: int) -> bytes:
