@@ -16,6 +16,7 @@ HTTP URL is fetched, so command-line tools that never fetch do not pay for it.
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 import time
@@ -33,6 +34,8 @@ MAX_REDIRECTS = 5
 USER_AGENT = "cairn/0.1 (+https://github.com/cairn)"
 
 if TYPE_CHECKING:  # the guard (socket, ipaddress) is imported only by guarded fetches
+    import ssl
+
     import httpx
 
     from cairn.core.guard import Guard
@@ -216,6 +219,15 @@ def _fetch_http(url: str, *, etag: str | None, last_modified: str | None, max_by
                            "network connection.") from exc
 
 
+@functools.lru_cache(maxsize=2)
+def _ssl_context(cert_file: str | None, cert_dir: str | None) -> "ssl.SSLContext":
+    """httpx's default TLS context (SSL_CERT_FILE / SSL_CERT_DIR still count), built once per
+    setting: loading the CA bundle takes 50-150 ms, more than a small download."""
+    import httpx
+
+    return httpx.create_ssl_context(trust_env=True)
+
+
 def _guarded_transport(guard: Guard) -> "httpx.HTTPTransport":
     """An httpx transport whose every TCP connection is made by ``guard``'s rules: the host is
     resolved once, every address checked (refused ones raise before any connection is attempted),
@@ -237,7 +249,7 @@ def _guarded_transport(guard: Guard) -> "httpx.HTTPTransport":
             assert failed is not None
             raise failed
 
-    ssl_context = httpx.create_ssl_context(trust_env=True)  # SSL_CERT_FILE/DIR still count
+    ssl_context = _ssl_context(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
     transport = httpx.HTTPTransport(verify=ssl_context, trust_env=False)
     # httpx exposes no network backend option; its transport wraps exactly this pool (httpx 0.28).
     transport._pool = httpcore.ConnectionPool(ssl_context=ssl_context, network_backend=GuardedBackend())
