@@ -33,6 +33,7 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")  # RFC 6052: the last 32 bits are an IPv4 address
+_UNIQUE_LOCAL = ipaddress.ip_network("fc00::/7")
 
 
 def address_kind(ip: IPAddress) -> str | None:
@@ -57,7 +58,7 @@ def address_kind(ip: IPAddress) -> str | None:
         return "multicast"
     if isinstance(ip, ipaddress.IPv6Address) and ip.is_site_local:
         return "site-local"
-    if isinstance(ip, ipaddress.IPv6Address) and ip in ipaddress.ip_network("fc00::/7"):
+    if isinstance(ip, ipaddress.IPv6Address) and ip in _UNIQUE_LOCAL:
         return "unique-local"
     if ip.is_reserved:
         return "reserved"
