@@ -159,7 +159,9 @@ def build_server(store: Store | None = None) -> Server:
             return service.list_sources(get_store(), args.get("filter"), include_registry=True)
 
     @server.tool("source-add", description="Add a documentation source from the registry (alias only) "
-                 "or a URL; prefers the llms-full.txt variant. The only tool that changes anything.",
+                 "or a URL; prefers the llms-full.txt variant. The only tool that changes anything. Fetches "
+                 "from public internet addresses only (and hosts the user lists in BLZ_MCP_ALLOW_HOSTS); "
+                 "local files only inside the folders in BLZ_MCP_FILE_ROOTS.",
                  input_schema={"type": "object", "required": ["alias"], "additionalProperties": False,
                                "properties": {"alias": {"type": "string"}, "url": {"type": "string"},
                                               "force": {"type": "boolean", "default": False}}},
