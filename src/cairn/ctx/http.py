@@ -87,7 +87,8 @@ async def read_json(request: "Request") -> Any:
     try:
         return json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidInput(f"The request body is not valid JSON: {exc}.") from None
+        reason = "a number has more than 4300 digits" if "integer string conversion" in str(exc) else str(exc)
+        raise InvalidInput(f"The request body is not valid JSON: {reason}.") from None
     except RecursionError:
         raise InvalidInput("The request body is nested too deeply to be parsed.") from None
 
