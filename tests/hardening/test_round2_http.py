@@ -111,7 +111,7 @@ def upload(server: HttpServer, path: str, offered: int, *, chunked: bool, method
         except OSError:  # answered and closed: the answer is in our receive buffer
             break
         sent += len(data)
-        if rss is not None and sent % (8 * MIB) == 0:
+        if rss is not None and sent % MIB == 0:
             rss.append(rss_kb(server.pid))
     raw = b""
     try:
