@@ -133,6 +133,8 @@ class Session:
                     rpc.INVALID_REQUEST, "Invalid request: initialize must not be part of a batch"))
             elif rpc.kind(item) == "request" and _id_key(item["id"]) in seen:
                 reply = _duplicate(item["id"], "an earlier request of this batch")
+            elif rpc.kind(item) == "request" and self._busy(_id_key(item["id"])):
+                reply = _duplicate(item["id"])  # a request queued or running outside this batch
             else:
                 if rpc.kind(item) == "request":
                     seen.add(_id_key(item["id"]))
@@ -199,6 +201,10 @@ class Session:
         if ctx.cancelled and method != "initialize":
             return None  # the client gave up on it; cancelled requests get no response
         return reply
+
+    def _busy(self, key: tuple[str, Any]) -> bool:
+        with self._lock:
+            return key in self._queued or key in self._inflight
 
     def _refuse(self, msg: JSON) -> RpcError | None:
         """Why this request must not run at all (unknown method, wrong lifecycle, bad params), if it must not."""
