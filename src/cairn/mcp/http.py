@@ -111,9 +111,7 @@ class McpApp:
             return
         if scope["type"] != "http":
             return
-        from starlette.requests import Request
-
-        from starlette.requests import ClientDisconnect
+        from starlette.requests import ClientDisconnect, Request
 
         request = Request(scope, receive)
         try:
@@ -418,7 +416,7 @@ class McpApp:
 async def _disconnected(request: Request) -> None:
     """Return once the client has disconnected (the body has been read: only that can arrive now)."""
     while (await request.receive())["type"] != "http.disconnect":
-        pass
+        await asyncio.sleep(0.05)  # a server that answers at once with empty body messages: do not spin
 
 
 def _settle(task: asyncio.Future[Any]) -> None:
