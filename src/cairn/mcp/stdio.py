@@ -142,11 +142,11 @@ def _read_loop(session: Session, inp: IO[bytes], write: _Writer, pool: _Pool) ->
             write(rpc.error_response(None, exc))
             continue
         try:
-            if session.is_slow(msg):
-                session.enqueue(msg)
+            refused = session.enqueue(msg)  # an error when the id is already in flight
+            if refused is None and session.is_slow(msg):
                 pool.submit(_job(session, msg, write))
                 continue
-            reply = session.handle(msg, write)
+            reply = refused if refused is not None else session.handle(msg, write)
         except Exception as exc:  # defensive: dispatch bugs must not end the session
             traceback.print_exc(file=sys.stderr)
             reply = rpc.error_response(msg.get("id") if isinstance(msg, dict) else None,
