@@ -3,7 +3,8 @@
 Commands:
   brk index  --blocks-dir DIR --out DIR [--watch]   index new blocks (resumes; rolls back on reorgs)
   brk fetch  --rpc-url URL --blocks-dir DIR          mirror a bitcoind's best chain into blk files
-  brk sample --blocks N --out DIR [--mainnet]        write a regtest sample chain (or mainnet 0..589)
+  brk sample --blocks N --out DIR [--txs-per-block K] [--mainnet]
+                                                     write a regtest sample chain (or mainnet 0..589)
   brk status --out DIR                               the committed tip and vec lengths
   brk serve  --out DIR [--bind 127.0.0.1:3110]       HTTP API, web page and MCP (POST /mcp)
   brk run    --blocks-dir DIR --out DIR              index, then serve while following new blocks
@@ -71,7 +72,8 @@ def _cmd_sample(args: argparse.Namespace) -> int:
         summary = write_mainnet_sample(Path(args.out).expanduser())
     else:
         summary = write_sample(Path(args.out).expanduser(), args.blocks, seed=args.seed,
-                               max_file_bytes=args.max_file_bytes)
+                               max_file_bytes=args.max_file_bytes, txs_per_block=args.txs_per_block,
+                               pool_cap=args.pool_cap)
     _print(summary, args.format)
     return 0
 
@@ -130,6 +132,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="directory to write blk*.dat files into")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--max-file-bytes", type=int, default=128 << 20, help="start a new blk file past this size")
+    p.add_argument("--txs-per-block", type=int, metavar="K",
+                   help="a mainnet-density chain: every block after the first 100 holds exactly K transactions "
+                        "(up to about 3000 fit a block's 4 MB); default: a sparse chain of 0-8 per block")
+    p.add_argument("--pool-cap", type=int, default=1 << 18,
+                   help="with --txs-per-block: at most this many spendable coins kept by the generator "
+                        "(bounds its memory; default 262144)")
     p.add_argument("--mainnet", action="store_true", help="write the bundled mainnet heights 0..589 instead")
     common(p)
     p.set_defaults(func=_cmd_sample)
