@@ -245,9 +245,18 @@ def scan(path: Path, key: bytes, magic: bytes, start: int = 0, *,
         size = os.fstat(fd).st_size  # bytes appended after this are left for the next scan
         pos = start
         while pos < size:
-            head = unxor(os.pread(fd, _FRAME, pos), key, pos)
+            raw = os.pread(fd, _FRAME, pos)
+            head = unxor(raw, key, pos)
             search_from = pos
             if head[:4] == magic and len(head) >= 8:
+                if raw[4:8] == bytes(4):  # zero on disk: the length is not written yet, or this is junk
+                    found, skipped = _find_magic(fd, key, magic, pos + 1, size)
+                    if found is None:
+                        resume = pos  # nothing after it: the node is writing this frame
+                        break
+                    junk += skipped
+                    pos = found
+                    continue
                 length = int.from_bytes(head[4:8], "little")
                 if 81 <= length <= MAX_BLOCK_BYTES:
                     if pos + 8 + length > size:
@@ -357,8 +366,10 @@ def resolve_blocks_dir(flag: str | None, network: str | None = None, env: dict[s
     env = dict(os.environ) if env is None else env
     given = flag or env.get("BRK_BLOCKS_DIR")
     if not given:
+        from cairn.core.sanitize import scrub
+
         path, net = find_blocks_dir(network, env)
-        _note(f"reading {net} blocks from {path}")
+        _note(scrub(f"reading {net} blocks from {path}"))
         return path
     path = Path(given).expanduser()
     if network:
