@@ -53,12 +53,5 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 def vec_bytes(out: Path) -> dict[str, bytes]:
-    """Every vec file's committed bytes (cut to the manifest's length) and the manifest's lengths."""
-    import json
-
-    manifest = json.loads((out / "manifest.json").read_text())
-    files: dict[str, bytes] = {}
-    for name in sorted(p.name for p in (out / "vecs").iterdir()):
-        files[name] = (out / "vecs" / name).read_bytes()
-    files["lengths"] = json.dumps({k: v["length"] for k, v in manifest["vecs"].items()}, sort_keys=True).encode()
-    return files
+    """Every file of a store (raw vecs, computed vecs, manifests), to compare two runs byte for byte."""
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
