@@ -85,11 +85,8 @@ class Progress:
 
     def log(self, msg: str) -> None:
         """A log line that does not garble the bar (pass as the indexer's ``log``)."""
-        if self.bar_shown:
-            self.stream.write("\r\x1b[K")
-            self.bar_shown = False
-        self.stream.write(f"brk: {msg}\n")
-        self.stream.flush()
+        self._write(("\r\x1b[K" if self.bar_shown else "") + f"brk: {msg}\n")
+        self.bar_shown = False
 
     def finish(self, event: str = "done") -> None:
         """The last line: ``done`` or ``stopped``, with rates over the whole run."""
@@ -98,7 +95,7 @@ class Progress:
         now = self.clock()
         if self.mode == "bar":
             if self.bar_shown:
-                self.stream.write("\r\x1b[K")
+                self._write("\r\x1b[K")
                 self.bar_shown = False
             return
         self._json(event, now, whole_run=True)
@@ -118,6 +115,13 @@ class Progress:
         eta = left / byps if byps > 0 and st["total_bytes"] else None
         return bps, byps / 1e6, eta
 
+    def _write(self, text: str) -> None:
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except (OSError, ValueError):  # stderr closed or a broken pipe: indexing matters more than progress
+            self.mode = "none"
+
     def _json(self, event: str, now: float, whole_run: bool = False) -> None:
         st = self.state
         line: dict[str, Any] = {"event": event}
@@ -130,8 +134,7 @@ class Progress:
             "elapsed_s": round(now - self.start, 2), "blocks_per_s": round(bps, 1), "mb_per_s": round(mbps, 2),
             "eta_s": None if eta is None else round(eta, 1),
         })
-        self.stream.write(json.dumps(line) + "\n")
-        self.stream.flush()
+        self._write(json.dumps(line) + "\n")
 
     def _bar(self, event: str, now: float) -> None:
         st = self.state
@@ -144,6 +147,5 @@ class Progress:
             filled = int(20 * min(1.0, done))
             text = (f"height {st['height']:,}/{target:,} [{'#' * filled}{'.' * (20 - filled)}] {100 * done:5.1f}%  "
                     f"{bps:,.0f} blk/s  {mbps:.1f} MB/s  ETA {_eta(eta)}")
-        self.stream.write("\r\x1b[K" + text)
-        self.stream.flush()
+        self._write("\r\x1b[K" + text)
         self.bar_shown = True
