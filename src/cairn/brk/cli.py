@@ -191,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-file-bytes", type=int, default=128 << 20, help="start a new blk file past this size")
     p.add_argument("--txs-per-block", type=int, metavar="K",
                    help="a mainnet-density chain: every block after the first 100 holds exactly K transactions "
-                        "(up to about 3000 fit a block's 4 MB); default: a sparse chain of 0-8 per block")
+                        "(at most 3000, which keep a block under 4 M weight units); default: a sparse chain of 0-8 per block")
     p.add_argument("--pool-cap", type=int, default=1 << 18,
                    help="with --txs-per-block: at most this many spendable coins kept by the generator "
                         "(bounds its memory; default 262144)")

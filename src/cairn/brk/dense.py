@@ -375,8 +375,7 @@ class DenseChain:
         self.stats["outputs"] += n_outputs
         # -- sizes
         has_wit = self._has_wit[code]
-        seg = np.zeros(n_tx, dtype=bool)
-        np.logical_or.at(seg, tx_of_in, has_wit)
+        seg = np.add.reduceat(has_wit.astype(i64), first_in) > 0
         ss_len = self._ss.length[code]
         in_size = 40 + ss_len
         wit_len = np.where(seg[tx_of_in], self._wit.length[code], 0)
@@ -392,9 +391,12 @@ class DenseChain:
         outs_at = ins_at + in_total + 1
         wit_at = outs_at + out_total
         lock_at = tx_start + size - 4
-        in_start = ins_at[tx_of_in] + (_excl_cumsum(in_size) - _excl_cumsum(in_size)[first_in][tx_of_in])
-        out_start = outs_at[tx_of_out] + (_excl_cumsum(out_size) - _excl_cumsum(out_size)[first_out][tx_of_out])
-        wit_start = wit_at[tx_of_in] + (_excl_cumsum(wit_len) - _excl_cumsum(wit_len)[first_in][tx_of_in])
+        cs = _excl_cumsum(in_size)
+        in_start = ins_at[tx_of_in] + cs - cs[first_in][tx_of_in]
+        cs = _excl_cumsum(out_size)
+        out_start = outs_at[tx_of_out] + cs - cs[first_out][tx_of_out]
+        cs = _excl_cumsum(wit_len)
+        wit_start = wit_at[tx_of_in] + cs - cs[first_in][tx_of_in]
         # -- values: fee = vsize x rate (at most what the inputs hold); the rest split over the outputs
         in_sum = np.add.reduceat(in_val, first_in)
         fee = np.minimum(vsize * rng.integers(1, 61, size=n_tx), in_sum)

@@ -237,6 +237,9 @@ class SampleChain:
         return header + varint(len(txids)) + cb + b"".join(t[0] for t in txs)
 
 
+MAX_TXS_PER_BLOCK = 3000  # dense blocks then weigh about 3.4 M of the 4 M weight units allowed
+
+
 def write_sample(out: Path, n_blocks: int, *, seed: int = 7, max_file_bytes: int = 128 << 20, first_file: int = 0,
                  fork_at: int | None = None, fork_seed: int = 0, spread_blocks: int | None = None,
                  txs_per_block: int | None = None, pool_cap: int = 1 << 18) -> dict[str, int]:
@@ -255,9 +258,9 @@ def write_sample(out: Path, n_blocks: int, *, seed: int = 7, max_file_bytes: int
 
     if n_blocks < 0:
         raise InvalidInput("--blocks must be 0 or more.")
-    if txs_per_block is not None and not 1 <= txs_per_block <= 20_000:
-        raise InvalidInput(f"--txs-per-block must be between 1 and 20000 (a block holds at most 4 MB); "
-                           f"got {txs_per_block}.")
+    if txs_per_block is not None and not 1 <= txs_per_block <= MAX_TXS_PER_BLOCK:
+        raise InvalidInput(f"--txs-per-block must be between 1 and {MAX_TXS_PER_BLOCK} (more would not fit a "
+                           f"block's 4 million weight units); got {txs_per_block}.")
     out.mkdir(parents=True, exist_ok=True)
     magic = MAGICS["regtest"]
     chain: SampleChain | DenseChain
