@@ -137,3 +137,16 @@ def test_json_lines_rate_limits_and_eta() -> None:
     none("commit", height=1, blocks=1, bytes=1)
     none.finish()
     assert quiet.getvalue() == ""
+
+
+def test_idle_watch_polls_are_silent() -> None:
+    stream = io.StringIO()
+    p = Progress("json", stream=stream, quiet_until_work=True)
+    p("scan", file=0, files=3, found=0)
+    p("commit", height=5, target_height=5, blocks=0, bytes=0, total_bytes=0)
+    p.finish()
+    assert stream.getvalue() == ""  # nothing new: nothing said
+    p("block", height=6, blocks=1, bytes=300)
+    p.finish()
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [(x["event"], x["height"]) for x in lines] == [("progress", 6), ("done", 6)]

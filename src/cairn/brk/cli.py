@@ -106,7 +106,7 @@ def _cmd_index(args: argparse.Namespace) -> int:
             if stopper.event.wait(args.interval):
                 print(f"brk: stopped at height {result.height} (committed).", file=sys.stderr)
                 return 130 if stopper.signum == signal.SIGINT else 0
-            progress = Progress(args.progress)
+            progress = Progress(args.progress, quiet_until_work=True)
             indexer.progress = progress if progress.mode != "none" else None
     finally:
         stopper.restore()

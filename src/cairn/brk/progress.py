@@ -47,8 +47,10 @@ class Progress:
     """A callable progress reporter for ``Indexer(progress=...)``; ``finish()`` writes the last line."""
 
     def __init__(self, mode: str = "auto", stream: TextIO | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, *, quiet_until_work: bool = False) -> None:
         self.stream = stream or sys.stderr
+        # For the polls of --watch: say nothing until a block is indexed (an idle poll stays silent).
+        self.quiet = quiet_until_work
         if mode == "auto":
             isatty = getattr(self.stream, "isatty", None)
             mode = "bar" if isatty is not None and isatty() else "json"
@@ -66,6 +68,10 @@ class Progress:
         if self.mode == "none":
             return
         self.state.update(fields)
+        if self.quiet:
+            if event != "block":
+                return
+            self.quiet = False
         now = self.clock()
         if event == "commit":
             self.state["committed_height"] = self.state["height"]
@@ -90,7 +96,7 @@ class Progress:
 
     def finish(self, event: str = "done") -> None:
         """The last line: ``done`` or ``stopped``, with rates over the whole run."""
-        if self.mode == "none":
+        if self.mode == "none" or self.quiet:
             return
         now = self.clock()
         if self.mode == "bar":
