@@ -40,7 +40,7 @@ def uninterrupted(dense: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
     assert r.code == 0, r.err
     lines = [json.loads(line) for line in r.err.splitlines()]
     assert all(set(line) - {"file", "files", "found"} == FIELDS for line in lines)  # the documented fields
-    assert {line["event"] for line in lines} <= {"scan", "progress", "commit", "done"}
+    assert {line["event"] for line in lines} <= {"scan", "start", "progress", "commit", "done"}
     assert lines[-1]["event"] == "done" and lines[-1]["committed_height"] == lines[-1]["target_height"] == TIP
     committed = [line["committed_height"] for line in lines]
     assert committed == sorted(committed) and any(line["event"] == "commit" for line in lines)
@@ -117,7 +117,7 @@ def test_json_lines_rate_limits_and_eta() -> None:
     now = [0.0]
     stream = io.StringIO()
     p = Progress("json", stream=stream, clock=lambda: now[0])
-    p("commit", height=99, target_height=199, blocks=0, bytes=0, total_bytes=10_000)
+    p("start", height=99, target_height=199, blocks=0, bytes=0, total_bytes=10_000)
     for i in range(1, 51):  # 50 blocks of 100 bytes over 2.5 s
         now[0] = i * 0.05
         p("block", height=99 + i, blocks=i, bytes=100 * i)
@@ -128,7 +128,7 @@ def test_json_lines_rate_limits_and_eta() -> None:
     p.finish()
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     assert [(x["event"], x["height"], x["committed_height"]) for x in lines] == [
-        ("commit", 99, 99), ("progress", 119, 99), ("progress", 139, 99), ("commit", 149, 149), ("done", 150, 150)]
+        ("start", 99, 99), ("progress", 119, 99), ("progress", 139, 99), ("commit", 149, 149), ("done", 150, 150)]
     assert lines[3]["mb_per_s"] == 0.0 and lines[3]["blocks_per_s"] == pytest.approx(50 / 2.6, abs=0.05)
     assert lines[3]["eta_s"] == pytest.approx((10_000 - 5000) / (5000 / 2.6), abs=0.05)  # bytes left / byte rate
     assert lines[4]["elapsed_s"] == 2.7 and lines[4]["blocks"] == 51
@@ -143,7 +143,7 @@ def test_idle_watch_polls_are_silent() -> None:
     stream = io.StringIO()
     p = Progress("json", stream=stream, quiet_until_work=True)
     p("scan", file=0, files=3, found=0)
-    p("commit", height=5, target_height=5, blocks=0, bytes=0, total_bytes=0)
+    p("start", height=5, target_height=5, blocks=0, bytes=0, total_bytes=0)
     p.finish()
     assert stream.getvalue() == ""  # nothing new: nothing said
     p("block", height=6, blocks=1, bytes=300)

@@ -157,7 +157,8 @@ class Indexer:
         # Each commit fsyncs ~30 files (~80 ms here), so batches are bounded by time as well as size.
         self.commit_seconds = commit_seconds
         self.log = log or (lambda msg: print(f"brk: {msg}", file=sys.stderr))
-        # progress(event, **figures): "scan" per blk file, "block" per block, "commit" per batch (cairn.brk.progress).
+        # progress(event, **figures): "scan" per blk file, "start" before indexing, "block" per block, "commit"
+        # per committed batch (see cairn.brk.progress).
         self.progress = progress
         # Set (e.g. by a signal handler) to stop at the next block: the batch so far is committed.
         self.stop_requested = False
@@ -333,7 +334,7 @@ class Indexer:
         progress = self.progress
         if progress:
             total = result.indexed_bytes + sum(self.pos_length[self.pos_of[h]] for h in todo)
-            progress("commit", height=len(self.chain) - 1, target_height=len(self.chain) - 1 + len(todo),
+            progress("start", height=len(self.chain) - 1, target_height=len(self.chain) - 1 + len(todo),
                      blocks=result.indexed_blocks, bytes=result.indexed_bytes, total_bytes=total)
         for h in todo:
             if self.stop_requested:

@@ -1,15 +1,16 @@
 """Progress of a long ``brk index`` run on stderr: a bar on a terminal, JSON lines when piped.
 
 The indexer calls a ``Progress`` with an event name and figures (see ``Indexer(progress=...)``):
-``scan`` once per blk file scanned, ``block`` after every block parsed, ``commit`` after every
-committed batch. The reporter decides what to show and when:
+``scan`` once per blk file scanned, ``start`` before indexing (target height and bytes to do),
+``block`` after every block parsed, ``commit`` after every committed batch. The reporter decides what to show and when:
 
 * ``bar`` (stderr is a terminal): one line redrawn at most five times a second,
   ``height 123,456/800,000 [#####.....] 15.4%  1,234 blk/s  25.3 MB/s  ETA 1h02m``.
 * ``json`` (stderr is not a terminal): one JSON object per line: one per committed batch (at most
   four a second), one a second between commits, and a last ``done`` or ``stopped`` line. Fields:
 
-  ``event``            ``scan``, ``progress`` (between commits), ``commit``, ``done`` or ``stopped``
+  ``event``            ``scan``, ``start``, ``progress`` (between commits), ``commit``, ``done`` or
+                       ``stopped``
   ``height``           highest height indexed so far (``progress`` lines: perhaps not committed yet)
   ``committed_height`` highest height committed to disk (a rerun resumes after it)
   ``target_height``    the best chain's tip this run is heading to
@@ -73,14 +74,14 @@ class Progress:
                 return
             self.quiet = False
         now = self.clock()
-        if event == "commit":
+        if event in ("start", "commit"):
             self.state["committed_height"] = self.state["height"]
         if event in ("block", "commit"):
             self.window.append((now, self.state["blocks"], self.state["bytes"]))
             while len(self.window) > 2 and now - self.window[0][0] > 10.0:
                 self.window.popleft()
         # JSON: a line per commit (unless batches come faster than four a second), else one a second.
-        gap = 0.2 if self.mode == "bar" else 0.25 if event == "commit" else 1.0
+        gap = 0.2 if self.mode == "bar" else 0.25 if event in ("start", "commit") else 1.0
         if now - self.last_emit < gap:
             return
         self.last_emit = now
