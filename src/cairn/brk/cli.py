@@ -62,10 +62,15 @@ class _StopOnSignal:
         self.say("stopping at the next committed height (press Ctrl-C again to stop at once)")
 
     def restore(self) -> None:
+        """Put the old handlers back; after a signal the process is exiting, and ignores any further one.
+
+        (A late Ctrl-C must not kill a clean exit: Python resets its own handlers to the default action
+        while shutting down, but leaves an ignored signal ignored.)
+        """
         import signal
 
         for sig, old in self._old.items():
-            signal.signal(sig, old)
+            signal.signal(sig, old if self.signum is None else signal.SIG_IGN)
 
 
 def _cmd_index(args: argparse.Namespace) -> int:
