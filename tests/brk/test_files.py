@@ -1,4 +1,5 @@
-"""blk file framing: junk before magics, XOR obfuscation, partial records, network detection."""
+"""blk file framing: junk before magics, XOR obfuscation, partial records, network detection; bounded reads of
+hostile files, growing files, a read-only blocks directory, and finding it where Bitcoin Core keeps it."""
 
 from __future__ import annotations
 
@@ -10,9 +11,21 @@ from pathlib import Path
 
 import pytest
 
-from cairn.brk.blocks.files import MAGICS, detect_network, iter_blocks, read_xor_key, scan, unxor
+from cairn.brk.blocks.files import (
+    MAGICS,
+    MAX_BLOCK_BYTES,
+    BlockFile,
+    detect_network,
+    iter_blocks,
+    read_xor_key,
+    scan,
+    unxor,
+)
 from cairn.brk.blocks.parser import hash_hex, parse_block
+from cairn.brk.sample import write_sample
 from cairn.core.errors import InvalidInput, NotFound
+
+from ._run import clean_env, run_brk, vec_bytes
 
 
 def test_junk_before_magic_is_skipped(shared_data: Path, tmp_path: Path) -> None:
@@ -78,11 +91,6 @@ def test_missing_dir_is_explained(tmp_path: Path) -> None:
 
 
 # -- Hardening round 2 (issue 20.6): every read of a node's directory is bounded ---------------------
-
-from cairn.brk.blocks.files import MAX_BLOCK_BYTES, BlockFile  # noqa: E402
-from cairn.brk.sample import write_sample  # noqa: E402
-
-from ._run import clean_env, run_brk, vec_bytes  # noqa: E402
 
 
 def _chain(path: Path, blocks: int = 150, **kw: int) -> Path:
