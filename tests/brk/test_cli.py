@@ -14,13 +14,15 @@ from cairn.brk.cli import main
 
 def test_sample_index_status(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["sample", "--blocks", "120", "--out", str(tmp_path / "b"), "--format", "json"]) == 0
-    assert json.loads(capsys.readouterr().out) == {"blocks": 120, "files": 1, "bytes": _size(tmp_path / "b")}
+    summary = json.loads(capsys.readouterr().out)
+    assert summary == {"blocks": 120, "transactions": summary["transactions"], "files": 1, "bytes": _size(tmp_path / "b")}
     assert main(["index", "--blocks-dir", str(tmp_path / "b"), "--out", str(tmp_path / "o"), "--format", "json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert (result["network"], result["height"], result["indexed_blocks"]) == ("regtest", 119, 120)
     assert main(["status", "--out", str(tmp_path / "o"), "--format", "json"]) == 0
     status = json.loads(capsys.readouterr().out)
     assert status["height"] == 119 and status["vecs"]["height_to_blockhash"] == 120
+    assert status["vecs"]["txindex_to_txid"] == summary["transactions"]
     assert status["tip"] == result["tip"]
 
 

@@ -210,7 +210,8 @@ def test_brk_index_on_a_full_file_system(small_fs: Path, chain: tuple[Path, Path
     blocks, ref = chain
     out = small_fs / "brk"
     env = dict(os.environ)
-    cmd = ["index", "--blocks-dir", str(blocks), "--out", str(out), "--commit-every", "200", "--format", "json"]
+    cmd = ["index", "--blocks-dir", str(blocks), "--out", str(out), "--commit-every", "200", "--format", "json",
+           "--progress", "none"]  # stderr holds only the error
     failures, heights = 0, []
     for leave in BRK_LEAVE:
         filler = _fill(small_fs, leave)
@@ -230,7 +231,8 @@ def test_brk_injected_write_error(tmp_path: Path, chain: tuple[Path, Path]) -> N
     blocks, ref = chain
     out = tmp_path / "brk"
     env = dict(os.environ)
-    cmd = ["index", "--blocks-dir", str(blocks), "--out", str(out), "--commit-every", "200", "--format", "json"]
+    cmd = ["index", "--blocks-dir", str(blocks), "--out", str(out), "--commit-every", "200", "--format", "json",
+           "--progress", "none"]  # stderr holds only the error
     for limit in [20_000, 60_000, 150_000]:
         assert _brk_fail_or_finish(_run("cairn.brk.cli", env, *cmd, limit=limit))
         if out.joinpath("manifest.json").exists():

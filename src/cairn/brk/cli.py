@@ -1,9 +1,10 @@
 """brk: index a Bitcoin node's block files into columnar vecs.
 
 Commands:
-  brk index  --blocks-dir DIR --out DIR [--watch]   index new blocks (resumes; rolls back on reorgs)
+  brk index  [--blocks-dir DIR] --out DIR [--watch] index new blocks (resumes; rolls back on reorgs)
   brk fetch  --rpc-url URL --blocks-dir DIR          mirror a bitcoind's best chain into blk files
-  brk sample --blocks N --out DIR [--mainnet]        write a regtest sample chain (or mainnet 0..589)
+  brk sample --blocks N --out DIR [--txs-per-block K] [--mainnet]
+                                                     write a regtest sample chain (or mainnet 0..589)
   brk status --out DIR                               the committed tip and vec lengths
   brk serve  --out DIR [--bind 127.0.0.1:3110]       HTTP API, web page and MCP (POST /mcp)
   brk run    --blocks-dir DIR --out DIR              index, then serve while following new blocks
@@ -32,10 +33,6 @@ def _default_out() -> Path:
     return data_dir("brk", "BRK_DATA_DIR")
 
 
-def _default_blocks() -> Path:
-    return Path(os.environ.get("BRK_BLOCKS_DIR", str(Path.home() / ".bitcoin" / "blocks")))
-
-
 def _print(data: Any, fmt_flag: str | None) -> None:
     from cairn.core.output import choose_format, render
     from cairn.core.sanitize import scrub
@@ -43,25 +40,81 @@ def _print(data: Any, fmt_flag: str | None) -> None:
     print(scrub(render(data, choose_format(fmt_flag, "BRK_FORMAT"))))
 
 
+class _StopOnSignal:
+    """SIGINT/SIGTERM ask the indexer to stop at the next block (its batch is committed); a second one stops now."""
+
+    def __init__(self, indexer: Any, say: Any) -> None:
+        import signal
+        import threading
+
+        self.indexer = indexer
+        self.say = say
+        self.signum: int | None = None
+        self.event = threading.Event()
+        self._old = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.signum is not None:  # asked twice: stop now (the last commit stays; nothing is lost)
+            raise KeyboardInterrupt
+        self.signum = signum
+        self.indexer.stop_requested = True
+        self.event.set()
+        self.say("stopping at the next committed height (press Ctrl-C again to stop at once)")
+
+    def restore(self) -> None:
+        """Put the old handlers back; after a signal the process is exiting, and ignores any further one.
+
+        (A late Ctrl-C must not kill a clean exit: Python resets its own handlers to the default action
+        while shutting down, but leaves an ignored signal ignored.)
+        """
+        import signal
+
+        for sig, old in self._old.items():
+            signal.signal(sig, old if self.signum is None else signal.SIG_IGN)
+
+
 def _cmd_index(args: argparse.Namespace) -> int:
+    import signal
+
+    from cairn.brk.blocks.files import resolve_blocks_dir
     from cairn.brk.indexer import Indexer
+    from cairn.brk.progress import Progress
 
-    blocks_dir = Path(args.blocks_dir).expanduser()
+    blocks_dir = resolve_blocks_dir(args.blocks_dir, args.network)
     out = Path(args.out).expanduser() if args.out else _default_out()
+    progress = Progress(args.progress)
     # One Indexer for every poll: its header set, chain and txid map stay in step with the store.
-    indexer = Indexer(blocks_dir, out, durable=not args.no_fsync, commit_blocks=args.commit_every)
-    while True:
-        result = indexer.run(max_blocks=args.max_blocks)
-        if not args.no_compute:
-            from cairn.brk.compute import compute
+    indexer = Indexer(blocks_dir, out, durable=not args.no_fsync, commit_blocks=args.commit_every,
+                      log=progress.log, progress=progress if progress.mode != "none" else None)
+    stopper = _StopOnSignal(indexer, progress.log)
+    try:
+        while True:
+            result = indexer.run(max_blocks=args.max_blocks)
+            if not args.no_compute and not indexer.stop_requested:
+                from cairn.brk.compute import compute
 
-            compute(out, durable=not args.no_fsync)
-        if not args.watch or result.indexed_blocks or result.rolled_back_from is not None or result.invalid:
-            _print(result.to_dict(), args.format)
-            sys.stdout.flush()
-        if not args.watch:
-            return 0
-        time.sleep(args.interval)
+                compute(out, durable=not args.no_fsync)
+            if indexer.stop_requested:
+                progress.finish("stopped")
+                data = result.to_dict()
+                data["stopped"] = signal.Signals(stopper.signum or signal.SIGINT).name
+                _print(data, args.format)
+                print(f"brk: stopped at height {result.height} (committed). Run the same command again to resume.",
+                      file=sys.stderr)
+                return 130 if stopper.signum == signal.SIGINT else 0
+            if not args.watch or result.indexed_blocks or result.rolled_back_from is not None or result.invalid:
+                progress.finish()
+                _print(result.to_dict(), args.format)
+                sys.stdout.flush()
+            if not args.watch:
+                return 0
+            if stopper.event.wait(args.interval):
+                print(f"brk: stopped at height {result.height} (committed).", file=sys.stderr)
+                return 130 if stopper.signum == signal.SIGINT else 0
+            progress = Progress(args.progress, quiet_until_work=True)
+            indexer.progress = progress if progress.mode != "none" else None
+    finally:
+        stopper.restore()
 
 
 def _cmd_sample(args: argparse.Namespace) -> int:
@@ -71,7 +124,8 @@ def _cmd_sample(args: argparse.Namespace) -> int:
         summary = write_mainnet_sample(Path(args.out).expanduser())
     else:
         summary = write_sample(Path(args.out).expanduser(), args.blocks, seed=args.seed,
-                               max_file_bytes=args.max_file_bytes)
+                               max_file_bytes=args.max_file_bytes, txs_per_block=args.txs_per_block,
+                               pool_cap=args.pool_cap)
     _print(summary, args.format)
     return 0
 
@@ -111,9 +165,17 @@ def build_parser() -> argparse.ArgumentParser:
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--format", help="json, jsonl, text, csv, tsv or md (default: text on a TTY, else json)")
 
-    p = sub.add_parser("index", help="index new blocks from a blocks/ directory")
-    p.add_argument("--blocks-dir", default=str(_default_blocks()),
-                   help="the node's blocks/ folder (default: $BRK_BLOCKS_DIR or ~/.bitcoin/blocks)")
+    p = sub.add_parser("index", help="index new blocks from a blocks/ directory",
+                       description="Index new blocks of a node's blocks/ directory (read in place, never written). "
+                                   "Progress goes to stderr: a bar on a terminal, JSON lines when piped "
+                                   "(docs/brk.md lists the fields). Ctrl-C or SIGTERM stops at a committed "
+                                   "height (exit 130 or 0); the next run resumes there.")
+    p.add_argument("--blocks-dir",
+                   help="the node's blocks/ folder (default: $BRK_BLOCKS_DIR, else found where Bitcoin Core keeps "
+                        "it: ~/.bitcoin, ~/Library/Application Support/Bitcoin, %%LOCALAPPDATA%%\\Bitcoin, "
+                        "%%APPDATA%%\\Bitcoin, with testnet3/testnet4/signet/regtest sub-directories)")
+    p.add_argument("--network", help="mainnet, testnet (testnet3), testnet4, signet or regtest: which default "
+                                     "blocks/ folder to use; with --blocks-dir, the network its blocks must be")
     p.add_argument("--out", help="output directory (default: $BRK_DATA_DIR or $XDG_DATA_HOME/brk)")
     p.add_argument("--watch", action="store_true", help="keep polling for new blocks")
     p.add_argument("--interval", type=float, default=5.0, help="seconds between polls with --watch")
@@ -122,6 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-blocks", type=int, help="stop after indexing this many blocks")
     p.add_argument("--no-fsync", action="store_true", help="skip fsync on commit (faster; unsafe on power loss)")
     p.add_argument("--no-compute", action="store_true", help="index raw vecs only (no computed datasets)")
+    p.add_argument("--progress", choices=("auto", "bar", "json", "none"), default="auto",
+                   help="progress on stderr: auto (a bar on a terminal, else JSON lines), bar, json or none")
     common(p)
     p.set_defaults(func=_cmd_index)
 
@@ -130,6 +194,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="directory to write blk*.dat files into")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--max-file-bytes", type=int, default=128 << 20, help="start a new blk file past this size")
+    p.add_argument("--txs-per-block", type=int, metavar="K",
+                   help="a mainnet-density chain: every block after the first 100 holds exactly K transactions "
+                        "(at most 3000, which keep a block under 4 M weight units); default: a sparse chain of 0-8 per block")
+    p.add_argument("--pool-cap", type=int, default=1 << 18,
+                   help="with --txs-per-block: at most this many spendable coins kept by the generator "
+                        "(bounds its memory; default 262144)")
     p.add_argument("--mainnet", action="store_true", help="write the bundled mainnet heights 0..589 instead")
     common(p)
     p.set_defaults(func=_cmd_sample)

@@ -79,7 +79,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     host, port = parse_bind(args.bind, 3110)
     out = _out(args)
-    blocks_dir = Path(args.blocks_dir).expanduser()
+    from cairn.brk.blocks.files import resolve_blocks_dir
+
+    blocks_dir = resolve_blocks_dir(args.blocks_dir, args.network)
     result = Indexer(blocks_dir, out).run()  # the first pass before listening
     print(f"brk: indexed {result.indexed_blocks} blocks; tip {result.height}", file=sys.stderr, flush=True)
     _ready(out)
@@ -165,7 +167,9 @@ def add_commands(sub: Any, common: Callable[[argparse.ArgumentParser], None]) ->
     p.set_defaults(func=_cmd_serve)
 
     p = sub.add_parser("run", help="index, then serve while following new blocks")
-    p.add_argument("--blocks-dir", default=os.environ.get("BRK_BLOCKS_DIR", str(Path.home() / ".bitcoin" / "blocks")))
+    p.add_argument("--blocks-dir", help="the node's blocks/ folder (default: $BRK_BLOCKS_DIR, else found as for "
+                                        "`brk index`)")
+    p.add_argument("--network", help="which default blocks/ folder to use (as for `brk index`)")
     out_arg(p)
     bind_args(p)
     p.add_argument("--interval", type=float, default=5.0, help="seconds between polls for new blocks")

@@ -149,7 +149,7 @@ class Indexer:
 
     def __init__(self, blocks_dir: Path, out: Path, *, durable: bool = True, commit_blocks: int = 10_000,
                  commit_bytes: int = 128 << 20, commit_seconds: float = 3.0,
-                 log: Callable[[str], None] | None = None) -> None:
+                 log: Callable[[str], None] | None = None, progress: Callable[..., None] | None = None) -> None:
         self.blocks_dir = blocks_dir
         self.out = out
         self.commit_blocks = max(1, commit_blocks)
@@ -157,6 +157,11 @@ class Indexer:
         # Each commit fsyncs ~30 files (~80 ms here), so batches are bounded by time as well as size.
         self.commit_seconds = commit_seconds
         self.log = log or (lambda msg: print(f"brk: {msg}", file=sys.stderr))
+        # progress(event, **figures): "scan" per blk file, "start" before indexing, "block" per block, "commit"
+        # per committed batch (see cairn.brk.progress).
+        self.progress = progress
+        # Set (e.g. by a signal handler) to stop at the next block: the batch so far is committed.
+        self.stop_requested = False
         self.store = open_store(out, durable=durable)
         self.meta: dict[str, Any] = dict(self.store.meta)
         self.key = read_xor_key(blocks_dir)
@@ -204,7 +209,12 @@ class Indexer:
         magic = MAGICS[self.meta["network"]]
         scanned: dict[str, int] = self.meta["scanned"]
         found = 0
-        for file_no, path in blk_files(self.blocks_dir):
+        files = blk_files(self.blocks_dir)
+        for n_file, (file_no, path) in enumerate(files):
+            if self.stop_requested:
+                break
+            if self.progress:
+                self.progress("scan", file=n_file, files=len(files), found=found)
             start = scanned.get(str(file_no), 0)
             if path.stat().st_size <= start:
                 continue
@@ -269,7 +279,7 @@ class Indexer:
             done, bad = self._index_blocks(todo, result)
             if budget is not None:
                 budget -= done
-            if bad is None:
+            if bad is None or self.stop_requested:
                 break
         self._close_files()
         result.height = len(self.chain) - 1
@@ -321,7 +331,14 @@ class Indexer:
         batch = _Batch()
         done = 0
         started = time.monotonic()
+        progress = self.progress
+        if progress:
+            total = result.indexed_bytes + sum(self.pos_length[self.pos_of[h]] for h in todo)
+            progress("start", height=len(self.chain) - 1, target_height=len(self.chain) - 1 + len(todo),
+                     blocks=result.indexed_blocks, bytes=result.indexed_bytes, total_bytes=total)
         for h in todo:
+            if self.stop_requested:
+                break
             pos = self.pos_of[h]
             try:
                 raw = self._file(self.pos_file[pos]).read(self.pos_offset[pos], self.pos_length[pos])
@@ -336,14 +353,22 @@ class Indexer:
             result.indexed_blocks += 1
             result.indexed_bytes += self.pos_length[pos]
             batch.bytes += self.pos_length[pos]
+            if progress:
+                progress("block", height=len(self.chain) - 1, blocks=result.indexed_blocks, bytes=result.indexed_bytes)
             if len(batch) >= self.commit_blocks or batch.bytes >= self.commit_bytes \
                     or time.monotonic() - started >= self.commit_seconds:
                 bad = self._flush(batch, result)
                 if bad is not None:
                     return done, bad
+                if progress:
+                    progress("commit", height=len(self.chain) - 1, blocks=result.indexed_blocks,
+                             bytes=result.indexed_bytes)
                 batch = _Batch()
                 started = time.monotonic()
-        return done, self._flush(batch, result)
+        bad = self._flush(batch, result)
+        if progress and bad is None:
+            progress("commit", height=len(self.chain) - 1, blocks=result.indexed_blocks, bytes=result.indexed_bytes)
+        return done, bad
 
     def _mark_invalid(self, pos: int, error: str, result: IndexResult) -> None:
         """Remember a bad block (reported with its file and offset); it is never chosen again."""

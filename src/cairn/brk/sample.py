@@ -17,6 +17,7 @@ from pathlib import Path
 
 from cairn.brk.blocks.files import MAGICS
 from cairn.brk.blocks.parser import bits_to_target
+from cairn.brk.dense import DenseChain
 
 REGTEST_BITS = 0x207FFFFF
 START_TIME = 1_704_067_200  # 2024-01-01T00:00:00Z
@@ -131,6 +132,7 @@ class SampleChain:
         self.pool: list[_Coin] = []
         self.maturing: list[tuple[int, _Coin]] = []
         self.target = bits_to_target(REGTEST_BITS)
+        self.txs = 0  # transactions written so far, coinbases included
 
     def _spend(self) -> tuple[bytes, bytes, bytes, int] | None:
         """One transaction spending 1-3 pool coins: (tx, txid, wtxid, fee), or None when the pool is dry."""
@@ -231,46 +233,71 @@ class SampleChain:
             nonce += 1
         self.prev = block_hash
         self.height += 1
+        self.txs += len(txids)
         return header + varint(len(txids)) + cb + b"".join(t[0] for t in txs)
 
 
+MAX_TXS_PER_BLOCK = 3000  # dense blocks then weigh about 3.4 M of the 4 M weight units allowed
+
+
 def write_sample(out: Path, n_blocks: int, *, seed: int = 7, max_file_bytes: int = 128 << 20, first_file: int = 0,
-                 fork_at: int | None = None, fork_seed: int = 0, spread_blocks: int | None = None) -> dict[str, int]:
+                 fork_at: int | None = None, fork_seed: int = 0, spread_blocks: int | None = None,
+                 txs_per_block: int | None = None, pool_cap: int = 1 << 18) -> dict[str, int]:
     """Write a regtest ``blocks/`` directory with ``n_blocks`` blocks into ``out`` (blk00000.dat, ...).
 
-    Each file is written to a temp name and renamed, so a reader never sees half a file.
+    Without ``txs_per_block`` the chain is sparse (0-8 transactions a block, ``SampleChain``); with it,
+    every block after the first 100 holds exactly that many transactions (``cairn.brk.dense``), and
+    ``pool_cap`` bounds the generator's set of spendable coins. Blocks are streamed to disk: each file
+    is written under a temp name and renamed once complete, so a reader never sees half a file.
     ``fork_at``/``fork_seed``/``spread_blocks`` make a competing chain (see ``SampleChain``), and
     ``first_file`` numbers the files so it can be added beside an existing chain.
     """
     import os
 
+    from cairn.core.errors import InvalidInput
+
+    if n_blocks < 0:
+        raise InvalidInput("--blocks must be 0 or more.")
+    if txs_per_block is not None and not 1 <= txs_per_block <= MAX_TXS_PER_BLOCK:
+        raise InvalidInput(f"--txs-per-block must be between 1 and {MAX_TXS_PER_BLOCK} (more would not fit a "
+                           f"block's 4 million weight units); got {txs_per_block}.")
     out.mkdir(parents=True, exist_ok=True)
     magic = MAGICS["regtest"]
-    chain = SampleChain(n_blocks, seed, fork_at=fork_at, fork_seed=fork_seed, spread_blocks=spread_blocks)
+    chain: SampleChain | DenseChain
+    if txs_per_block is None:
+        chain = SampleChain(n_blocks, seed, fork_at=fork_at, fork_seed=fork_seed, spread_blocks=spread_blocks)
+    else:
+        chain = DenseChain(n_blocks, txs_per_block, seed, fork_at=fork_at, fork_seed=fork_seed,
+                           spread_blocks=spread_blocks, pool_cap=pool_cap)
     file_no = first_file
-    chunks: list[bytes] = []
+    files = 0
     size = 0
     total = 0
+    fh = None
 
-    def flush() -> None:
+    def finish() -> None:
+        assert fh is not None
+        fh.close()
         path = out / f"blk{file_no:05d}.dat"
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(b"".join(chunks))
-        os.replace(tmp, path)
+        os.replace(path.with_name(path.name + ".tmp"), path)
 
     for _ in range(n_blocks):
         block = chain.next_block()
         record = magic + struct.pack("<I", len(block)) + block
-        if chunks and size + len(record) > max_file_bytes:
-            flush()
+        if fh is not None and size + len(record) > max_file_bytes:
+            finish()
             file_no += 1
-            chunks, size = [], 0
-        chunks.append(record)
+            fh = None
+        if fh is None:
+            fh = open(out / f"blk{file_no:05d}.dat.tmp", "wb")
+            files += 1
+            size = 0
+        fh.write(record)
         size += len(record)
         total += len(block)
-    if chunks:
-        flush()
-    return {"blocks": n_blocks, "files": file_no + 1 - first_file, "bytes": total}
+    if fh is not None:
+        finish()
+    return {"blocks": n_blocks, "transactions": chain.txs, "files": files, "bytes": total}
 
 
 MAINNET_SAMPLE = Path(__file__).resolve().parent / "samples" / "mainnet-0-589.blk"

@@ -1,0 +1,166 @@
+"""brk at scale: `brk index` on dense generated chains of about 1, 5 and 20 million transactions.
+
+For each size N (transactions), with K transactions per block:
+
+1. generate the chain with ``brk sample --blocks ceil(N/K)+101 --txs-per-block K`` (a subprocess), cached
+   under ``--cache`` (default ``$XDG_CACHE_HOME/cairn/brk_scale``) so reruns reuse it;
+2. ``brk index --no-compute`` into a fresh output directory: wall time, block data bytes, MB/s, peak RSS;
+3. ``brk index`` again: nothing new to index, so this is the computed datasets step (skip: ``--no-compute``);
+4. ``brk index --no-compute`` once more: the reopen time of an up-to-date index.
+
+Peak RSS is the child's own (``wait4``), load averages are taken before and after each step (the
+machine is shared: read figures with them). Sizes run smallest first while the projected time of the
+next one (from the rates measured so far) fits in ``--budget`` seconds; the others are listed as
+skipped with the reason. Prints one JSON document.
+
+Usage: python benchmarks/brk_scale.py [--sizes 1e6,5e6,20e6] [--txs-per-block 2500] [--budget 600]
+                                      [--cache DIR] [--seed 7] [--no-compute] [--no-fsync] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+WARMUP_BLOCKS = 101  # the dense generator's coinbase-only blocks (coinbase maturity)
+GEN_TX_S = 40_000.0  # assumed until measured: generator transactions per second
+INDEX_MB_S = 8.0  # assumed until measured: indexer block data MB per second
+BYTES_PER_TX = 450.0  # assumed until measured
+
+
+def _load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def brk(*args: str, timeout: float | None = None) -> dict[str, Any]:
+    """Run ``brk ARGS``; returns exit code, wall seconds, the child's peak RSS (MB), stdout JSON, stderr tail."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    load0 = _load()
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "-m", "cairn.brk.cli", *args, "--format", "json"],
+                                stdout=out, stderr=err, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        out.seek(0)
+        err.seek(0)
+        text = out.read()
+        tail = err.read()[-2000:]
+    code = os.waitstatus_to_exitcode(status)
+    try:
+        result = json.loads(text) if text.strip() else {}
+    except ValueError:
+        result = {"stdout": text[-2000:]}
+    return {"code": code, "wall_s": round(wall, 2), "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
+            "user_s": round(usage.ru_utime, 2), "sys_s": round(usage.ru_stime, 2), "load_before": load0,
+            "load_after": _load(), "result": result, "stderr_tail": tail if code else ""}
+
+
+def chain(cache: Path, n_tx: int, k: int, seed: int) -> tuple[Path, dict[str, Any]]:
+    """The cached blocks directory for ``n_tx`` transactions (generated when missing)."""
+    blocks = math.ceil(n_tx / k) + WARMUP_BLOCKS
+    where = cache / f"k{k}-blocks{blocks}-seed{seed}"
+    done = where / "chain.json"
+    if done.exists():
+        info = json.loads(done.read_text())
+        info["cached"] = True
+        return where / "blocks", info
+    shutil.rmtree(where, ignore_errors=True)
+    where.mkdir(parents=True)
+    run = brk("sample", "--blocks", str(blocks), "--txs-per-block", str(k), "--seed", str(seed),
+              "--out", str(where / "blocks"))
+    if run["code"] != 0:
+        raise SystemExit(f"brk sample failed: {run['stderr_tail']}")
+    info = {"blocks": blocks, "transactions": run["result"]["transactions"], "bytes": run["result"]["bytes"],
+            "generate_s": run["wall_s"], "generate_cpu_s": round(run["user_s"] + run["sys_s"], 2),
+            "generate_peak_rss_mb": run["peak_rss_mb"], "generate_load": run["load_after"]}
+    done.write_text(json.dumps(info))
+    info["cached"] = False
+    return where / "blocks", info
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="1e6,5e6,20e6", help="transaction counts, comma-separated")
+    ap.add_argument("--txs-per-block", type=int, default=2500)
+    ap.add_argument("--budget", type=float, default=600.0, help="seconds for the whole run (default 600)")
+    default_cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cairn" / "brk_scale"
+    ap.add_argument("--cache", type=Path, default=default_cache, help=f"generated chains (default {default_cache})")
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--no-compute", action="store_true", help="skip the computed datasets step")
+    ap.add_argument("--no-fsync", action="store_true", help="pass --no-fsync to brk index")
+    ap.add_argument("--keep", action="store_true", help="keep the output directories (printed)")
+    args = ap.parse_args()
+    sizes = sorted(int(float(s)) for s in args.sizes.split(","))
+    k = args.txs_per_block
+    t_start = time.perf_counter()
+    gen_rate, index_rate, bytes_per_tx = GEN_TX_S, INDEX_MB_S * 1e6, BYTES_PER_TX
+    runs: list[dict[str, Any]] = []
+    fsync = ["--no-fsync"] if args.no_fsync else []
+    for n_tx in sizes:
+        left = args.budget - (time.perf_counter() - t_start)
+        blocks = math.ceil(n_tx / k) + WARMUP_BLOCKS
+        cached = (args.cache / f"k{k}-blocks{blocks}-seed{args.seed}" / "chain.json").exists()
+        projected = (0 if cached else n_tx / gen_rate) + n_tx * bytes_per_tx / index_rate * (1.6 if not
+                                                                                              args.no_compute else 1.1)
+        if projected > left:
+            runs.append({"target_transactions": n_tx, "skipped": f"projected {projected:.0f} s > {left:.0f} s left "
+                                                                  f"of the --budget"})
+            continue
+        blocks_dir, info = chain(args.cache, n_tx, k, args.seed)
+        if not info["cached"]:
+            gen_rate = info["transactions"] / max(info["generate_s"], 1e-9)
+        bytes_per_tx = info["bytes"] / info["transactions"]
+        out = Path(tempfile.mkdtemp(prefix="brk_scale_out_"))
+        try:
+            first = brk("index", "--blocks-dir", str(blocks_dir), "--out", str(out), "--no-compute",
+                        "--progress", "none", *fsync)
+            if first["code"] != 0:
+                runs.append({"target_transactions": n_tx, "failed": first})
+                continue
+            data_bytes = first["result"]["indexed_bytes"]
+            index_rate = data_bytes / max(first["wall_s"], 1e-9)
+            run: dict[str, Any] = {
+                "target_transactions": n_tx, "transactions": info["transactions"], "blocks": info["blocks"],
+                "txs_per_block": k, "block_data_bytes": data_bytes, "chain": info,
+                "index": {"wall_s": first["wall_s"], "mb_s": round(data_bytes / first["wall_s"] / 1e6, 2),
+                          "tx_s": round(info["transactions"] / first["wall_s"]),
+                          "peak_rss_mb": first["peak_rss_mb"], "cpu_s": round(first["user_s"] + first["sys_s"], 2),
+                          # under load, wall time overstates: block data MB per CPU second of the child
+                          "mb_per_cpu_s": round(data_bytes / max(first["user_s"] + first["sys_s"], 1e-9) / 1e6, 2),
+                          "load_before": first["load_before"], "load_after": first["load_after"]},
+            }
+            if not args.no_compute:
+                comp = brk("index", "--blocks-dir", str(blocks_dir), "--out", str(out), "--progress", "none", *fsync)
+                run["compute"] = {k2: comp[k2] for k2 in ("code", "wall_s", "peak_rss_mb", "load_after")}
+            again = brk("index", "--blocks-dir", str(blocks_dir), "--out", str(out), "--no-compute",
+                        "--progress", "none", *fsync)
+            run["reopen"] = {"wall_s": again["wall_s"], "peak_rss_mb": again["peak_rss_mb"],
+                             "indexed_blocks": again["result"].get("indexed_blocks"), "load_after": again["load_after"]}
+            run["out_bytes"] = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+            if args.keep:
+                run["out"] = str(out)
+            runs.append(run)
+        finally:
+            if not args.keep:
+                shutil.rmtree(out, ignore_errors=True)
+    report = {
+        "benchmark": "brk_scale", "cpus": os.cpu_count(), "txs_per_block": k, "budget_s": args.budget,
+        "total_s": round(time.perf_counter() - t_start, 1), "load_end": _load(), "runs": runs,
+    }
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

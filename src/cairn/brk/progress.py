@@ -1,0 +1,158 @@
+"""Progress of a long ``brk index`` run on stderr: a bar on a terminal, JSON lines when piped.
+
+The indexer calls a ``Progress`` with an event name and figures (see ``Indexer(progress=...)``):
+``scan`` once per blk file scanned, ``start`` before indexing (target height and bytes to do),
+``block`` after every block parsed, ``commit`` after every committed batch. The reporter decides what to show and when:
+
+* ``bar`` (stderr is a terminal): one line redrawn at most five times a second,
+  ``height 123,456/800,000 [#####.....] 15.4%  1,234 blk/s  25.3 MB/s  ETA 1h02m``.
+* ``json`` (stderr is not a terminal): one JSON object per line: one per committed batch (at most
+  four a second), one a second between commits, and a last ``done`` or ``stopped`` line. Fields:
+
+  ``event``            ``scan``, ``start``, ``progress`` (between commits), ``commit``, ``done`` or
+                       ``stopped``
+  ``height``           highest height indexed so far (``progress`` lines: perhaps not committed yet)
+  ``committed_height`` highest height committed to disk (a rerun resumes after it)
+  ``target_height``    the best chain's tip this run is heading to
+  ``blocks``/``bytes`` blocks and bytes of block data indexed by this run
+  ``elapsed_s``        seconds since the run started
+  ``blocks_per_s``/``mb_per_s``  rates over the last ten seconds (the whole run on the last line)
+  ``eta_s``            seconds left at the recent byte rate (null until known)
+  ``file``/``files``/``found``   ``scan`` lines: blk files scanned so far, in all, blocks found
+
+* ``none``: nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any, TextIO
+
+MODES = ("auto", "bar", "json", "none")
+
+
+def _eta(seconds: float | None) -> str:
+    if seconds is None:
+        return "--"
+    s = int(seconds)
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+class Progress:
+    """A callable progress reporter for ``Indexer(progress=...)``; ``finish()`` writes the last line."""
+
+    def __init__(self, mode: str = "auto", stream: TextIO | None = None,
+                 clock: Callable[[], float] = time.monotonic, *, quiet_until_work: bool = False) -> None:
+        self.stream = stream or sys.stderr
+        # For the polls of --watch: say nothing until a block is indexed (an idle poll stays silent).
+        self.quiet = quiet_until_work
+        if mode == "auto":
+            isatty = getattr(self.stream, "isatty", None)
+            mode = "bar" if isatty is not None and isatty() else "json"
+        self.mode = mode
+        self.clock = clock
+        self.start = clock()
+        self.last_emit = float("-inf")
+        self.window: deque[tuple[float, int, int]] = deque()  # (time, blocks, bytes) over ~10 s
+        self.state: dict[str, Any] = {"height": -1, "committed_height": -1, "target_height": -1, "blocks": 0,
+                                      "bytes": 0, "total_bytes": 0}
+        self.bar_shown = False
+
+    # -- the indexer's callback ----------------------------------------------------------------
+    def __call__(self, event: str, **fields: Any) -> None:
+        if self.mode == "none":
+            return
+        self.state.update(fields)
+        if self.quiet:
+            if event != "block":
+                return
+            self.quiet = False
+        now = self.clock()
+        if event in ("start", "commit"):
+            self.state["committed_height"] = self.state["height"]
+        if event in ("block", "commit"):
+            self.window.append((now, self.state["blocks"], self.state["bytes"]))
+            while len(self.window) > 2 and now - self.window[0][0] > 10.0:
+                self.window.popleft()
+        # JSON: a line per commit (unless batches come faster than four a second), else one a second.
+        gap = 0.2 if self.mode == "bar" else 0.25 if event in ("start", "commit") else 1.0
+        if now - self.last_emit < gap:
+            return
+        self.last_emit = now
+        if self.mode == "bar":
+            self._bar(event, now)
+        else:
+            self._json("progress" if event == "block" else event, now)
+
+    def log(self, msg: str) -> None:
+        """A log line that does not garble the bar (pass as the indexer's ``log``)."""
+        self._write(("\r\x1b[K" if self.bar_shown else "") + f"brk: {msg}\n")
+        self.bar_shown = False
+
+    def finish(self, event: str = "done") -> None:
+        """The last line: ``done`` or ``stopped``, with rates over the whole run."""
+        if self.mode == "none" or self.quiet:
+            return
+        now = self.clock()
+        if self.mode == "bar":
+            if self.bar_shown:
+                self._write("\r\x1b[K")
+                self.bar_shown = False
+            return
+        self._json(event, now, whole_run=True)
+
+    # -- rendering -----------------------------------------------------------------------------
+    def _rates(self, now: float, whole_run: bool = False) -> tuple[float, float, float | None]:
+        st = self.state
+        if whole_run or len(self.window) < 2:
+            dt = max(now - self.start, 1e-9)
+            blocks, nbytes = st["blocks"], st["bytes"]
+        else:
+            t0, b0, y0 = self.window[0]
+            dt = max(now - t0, 1e-9)
+            blocks, nbytes = st["blocks"] - b0, st["bytes"] - y0
+        bps, byps = blocks / dt, nbytes / dt
+        left = st["total_bytes"] - st["bytes"]
+        eta = left / byps if byps > 0 and st["total_bytes"] else None
+        return bps, byps / 1e6, eta
+
+    def _write(self, text: str) -> None:
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except (OSError, ValueError):  # stderr closed or a broken pipe: indexing matters more than progress
+            self.mode = "none"
+
+    def _json(self, event: str, now: float, whole_run: bool = False) -> None:
+        st = self.state
+        line: dict[str, Any] = {"event": event}
+        if event == "scan":
+            line.update({k: st.get(k) for k in ("file", "files", "found")})
+        bps, mbps, eta = self._rates(now, whole_run)
+        line.update({
+            "height": st["height"], "committed_height": st["committed_height"],
+            "target_height": st["target_height"], "blocks": st["blocks"], "bytes": st["bytes"],
+            "elapsed_s": round(now - self.start, 2), "blocks_per_s": round(bps, 1), "mb_per_s": round(mbps, 2),
+            "eta_s": None if eta is None else round(eta, 1),
+        })
+        self._write(json.dumps(line) + "\n")
+
+    def _bar(self, event: str, now: float) -> None:
+        st = self.state
+        if event == "scan":
+            text = f"scanning blk files {st.get('file', 0)}/{st.get('files', 0)}  ({st.get('found', 0):,} blocks found)"
+        else:
+            bps, mbps, eta = self._rates(now)
+            target = max(st["target_height"], 0)
+            done = st["bytes"] / st["total_bytes"] if st["total_bytes"] else 0.0
+            filled = int(20 * min(1.0, done))
+            text = (f"height {st['height']:,}/{target:,} [{'#' * filled}{'.' * (20 - filled)}] {100 * done:5.1f}%  "
+                    f"{bps:,.0f} blk/s  {mbps:.1f} MB/s  ETA {_eta(eta)}")
+        self._write("\r\x1b[K" + text)
+        self.bar_shown = True

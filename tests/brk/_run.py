@@ -1,0 +1,57 @@
+"""Run ``brk`` as a real subprocess and measure it (exit code, output, peak RSS, wall time)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class Run:
+    code: int
+    out: str
+    err: str
+    peak_mb: float
+    seconds: float
+
+
+def run_brk(*args: str, env: dict[str, str] | None = None, timeout: float = 120, **popen: Any) -> Run:
+    """``python -m cairn.brk.cli ARGS`` with stdout/stderr to files; peak RSS from ``wait4``."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        t0 = time.monotonic()
+        proc = subprocess.Popen([sys.executable, "-m", "cairn.brk.cli", *args], stdout=out, stderr=err,
+                                env=env, **popen)
+        deadline = t0 + timeout
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() > deadline:
+                proc.kill()
+                pid, status, usage = os.wait4(proc.pid, 0)
+                raise AssertionError(f"brk {' '.join(args)} ran past {timeout} s")
+            time.sleep(0.02)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        seconds = time.monotonic() - t0
+        out.seek(0)
+        err.seek(0)
+        return Run(proc.returncode, out.read(), err.read(), usage.ru_maxrss / 1024, seconds)
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The environment without brk's directory variables, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if k not in ("BRK_BLOCKS_DIR", "BRK_DATA_DIR", "APPDATA",
+                                                             "LOCALAPPDATA")}
+    env.update(extra)
+    return env
+
+
+def vec_bytes(out: Path) -> dict[str, bytes]:
+    """Every file of a store (raw vecs, computed vecs, manifests), to compare two runs byte for byte."""
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}

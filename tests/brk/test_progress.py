@@ -1,0 +1,152 @@
+"""A long `brk index` looks like one: progress on stderr, and SIGINT/SIGTERM stop at a committed height."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pty
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cairn.brk.progress import Progress
+from cairn.brk.sample import write_sample
+
+from ._run import clean_env, run_brk, vec_bytes
+
+FIELDS = {"event", "height", "committed_height", "target_height", "blocks", "bytes", "elapsed_s", "blocks_per_s",
+          "mb_per_s", "eta_s"}
+TIP = 239
+
+
+@pytest.fixture(scope="module")
+def dense(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    blocks = tmp_path_factory.mktemp("dense") / "blocks"
+    write_sample(blocks, TIP + 1, seed=21, txs_per_block=250, max_file_bytes=8_000_000)
+    return blocks
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(dense: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    out = tmp_path_factory.mktemp("clean") / "out"
+    r = run_brk("index", "--blocks-dir", str(dense), "--out", str(out), "--format", "json", env=clean_env(),
+                timeout=300)
+    assert r.code == 0, r.err
+    lines = [json.loads(line) for line in r.err.splitlines()]
+    assert all(set(line) - {"file", "files", "found"} == FIELDS for line in lines)  # the documented fields
+    assert {line["event"] for line in lines} <= {"scan", "start", "progress", "commit", "done"}
+    assert lines[-1]["event"] == "done" and lines[-1]["committed_height"] == lines[-1]["target_height"] == TIP
+    committed = [line["committed_height"] for line in lines]
+    assert committed == sorted(committed) and any(line["event"] == "commit" for line in lines)
+    return vec_bytes(out)
+
+
+@pytest.mark.parametrize(("signals", "code"), [([signal.SIGINT], 130), ([signal.SIGTERM], 0),
+                                               ([signal.SIGINT, signal.SIGINT], 130)])
+def test_a_signal_stops_at_a_committed_height_and_the_rerun_resumes(
+        dense: Path, uninterrupted: dict[str, bytes], tmp_path: Path, signals: list[int], code: int) -> None:
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "cairn.brk.cli", "index", "--blocks-dir", str(dense), "--out", str(out),
+           "--format", "json", "--commit-every", "2"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env())
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:  # wait until a batch of dense blocks is committed, then interrupt
+        seen.append(line)
+        if line.startswith("{") and json.loads(line)["committed_height"] >= 110:
+            break
+    for sig in signals:
+        proc.send_signal(sig)
+        time.sleep(0.02)
+    stdout, rest = proc.communicate(timeout=120)
+    assert proc.returncode == code, rest
+    status = run_brk("status", "--out", str(out), "--format", "json", env=clean_env())
+    height = json.loads(status.out)["height"]
+    assert 110 <= height < TIP, "the run ended before the signal landed"
+    if len(signals) == 1:
+        assert "brk: stopping at the next committed height (press Ctrl-C again to stop at once)\n" in rest
+        assert rest.endswith(f"brk: stopped at height {height} (committed). Run the same command again to resume.\n")
+        last = json.loads(rest.splitlines()[-2])
+        assert (last["event"], last["committed_height"]) == ("stopped", height)
+        result = json.loads(stdout)
+        assert result["height"] == height and result["stopped"] == signal.Signals(signals[0]).name
+    r = run_brk("index", "--blocks-dir", str(dense), "--out", str(out), "--format", "json", env=clean_env(),
+                timeout=300)
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["height"] == TIP
+    resumed = vec_bytes(out)
+    assert resumed.keys() == uninterrupted.keys()
+    assert [k for k in resumed if resumed[k] != uninterrupted[k]] == []
+
+
+def test_a_terminal_gets_a_progress_bar(dense: Path, tmp_path: Path) -> None:
+    master, slave = pty.openpty()
+    cmd = [sys.executable, "-m", "cairn.brk.cli", "index", "--blocks-dir", str(dense), "--out", str(tmp_path / "o"),
+           "--no-compute", "--format", "json", "--commit-every", "20"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=slave, env=clean_env())
+    os.close(slave)
+    screen = b""
+    while True:
+        ready, _, _ = select.select([master], [], [], 60)
+        if not ready:
+            break
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        screen += chunk
+    os.close(master)
+    assert proc.wait(60) == 0
+    text = screen.decode()
+    assert "\r\x1b[K" in text and "{" not in text  # redrawn in place, no JSON lines
+    bars = [b for b in text.split("\r\x1b[K") if b.startswith("height ")]
+    assert bars, text
+    assert all(" blk/s  " in b and " MB/s  ETA " in b and f"/{TIP}" in b for b in bars)
+    assert text.endswith("\r\x1b[K")  # the bar is cleared at the end
+
+
+def test_json_lines_rate_limits_and_eta() -> None:
+    now = [0.0]
+    stream = io.StringIO()
+    p = Progress("json", stream=stream, clock=lambda: now[0])
+    p("start", height=99, target_height=199, blocks=0, bytes=0, total_bytes=10_000)
+    for i in range(1, 51):  # 50 blocks of 100 bytes over 2.5 s
+        now[0] = i * 0.05
+        p("block", height=99 + i, blocks=i, bytes=100 * i)
+    now[0] = 2.6
+    p("commit", height=149, blocks=50, bytes=5000)
+    now[0] = 2.7
+    p("commit", height=150, blocks=51, bytes=5100)  # under a quarter second after the last line: skipped
+    p.finish()
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [(x["event"], x["height"], x["committed_height"]) for x in lines] == [
+        ("start", 99, 99), ("progress", 119, 99), ("progress", 139, 99), ("commit", 149, 149), ("done", 150, 150)]
+    assert lines[3]["mb_per_s"] == 0.0 and lines[3]["blocks_per_s"] == pytest.approx(50 / 2.6, abs=0.05)
+    assert lines[3]["eta_s"] == pytest.approx((10_000 - 5000) / (5000 / 2.6), abs=0.05)  # bytes left / byte rate
+    assert lines[4]["elapsed_s"] == 2.7 and lines[4]["blocks"] == 51
+    quiet = io.StringIO()
+    none = Progress("none", stream=quiet)
+    none("commit", height=1, blocks=1, bytes=1)
+    none.finish()
+    assert quiet.getvalue() == ""
+
+
+def test_idle_watch_polls_are_silent() -> None:
+    stream = io.StringIO()
+    p = Progress("json", stream=stream, quiet_until_work=True)
+    p("scan", file=0, files=3, found=0)
+    p("start", height=5, target_height=5, blocks=0, bytes=0, total_bytes=0)
+    p.finish()
+    assert stream.getvalue() == ""  # nothing new: nothing said
+    p("block", height=6, blocks=1, bytes=300)
+    p.finish()
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [(x["event"], x["height"]) for x in lines] == [("progress", 6), ("done", 6)]
