@@ -95,7 +95,9 @@ def build_parser(out: TextIO | None = None, err: TextIO | None = None) -> argpar
     i.add_argument("alias")
     sc = sub.add_parser("schema", parents=[fmt], help="JSON Schemas of the outputs")
     sc.add_argument("name", nargs="?", help="one command's schema")
-    sub.add_parser("mcp", help="serve the MCP tools over stdio")
+    m = sub.add_parser("mcp", help="serve the MCP tools over stdio")
+    m.add_argument("--log-level", metavar="LEVEL",
+                   help="diagnostics on stderr: error, warn (default), info, debug, off (or $BLZ_LOG)")
     return p
 
 
@@ -211,13 +213,25 @@ def _text(cmd: str, data: Any) -> str:
     return render(data, "text")
 
 
+def _mcp(log_level: str | None, err: TextIO) -> int:
+    """``blz mcp [--log-level LEVEL]``: serve over stdio until stdin closes."""
+    from cairn.core import log
+
+    try:
+        log.configure(log_level, "BLZ_LOG", "blz")
+    except CairnError as exc:
+        err.write(f"blz: error: {exc.message}\n")
+        return exc.exit_code
+    from cairn.blz.tools import serve
+
+    serve()
+    return 0
+
+
 def run(argv: list[str], out: TextIO, err: TextIO) -> int:
     """Run blz with ``argv``, writing to ``out``/``err``; returns the exit code (no sys.exit)."""
     if argv == ["mcp"]:  # the server's start-up path: skip building the parser
-        from cairn.blz.tools import serve
-
-        serve()
-        return 0
+        return _mcp(None, err)
     parser = build_parser(out, err)
     try:
         args = parser.parse_args(argv)
@@ -227,10 +241,7 @@ def run(argv: list[str], out: TextIO, err: TextIO) -> int:
         parser.print_help(out)
         return 0
     if args.command == "mcp":
-        from cairn.blz.tools import serve
-
-        serve()
-        return 0
+        return _mcp(args.log_level, err)
     try:
         fmt = getattr(args, "format", None)
         if not fmt:

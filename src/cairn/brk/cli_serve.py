@@ -38,10 +38,17 @@ def _interface(args: argparse.Namespace) -> Any:
     return Interface(_ready(_out(args)))
 
 
+def _log(args: argparse.Namespace) -> None:
+    from cairn.core import log
+
+    log.configure(args.log_level, "BRK_LOG", "brk")
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     from cairn.brk.http import serve_dir
     from cairn.core.serve import parse_bind
 
+    _log(args)
     host, port = parse_bind(args.bind, 3110)
     serve_dir(_ready(_out(args)), host, port, allow_remote=args.allow_remote)
     return 0
@@ -77,6 +84,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from cairn.brk.indexer import Indexer
     from cairn.core.serve import parse_bind
 
+    _log(args)
     host, port = parse_bind(args.bind, 3110)
     out = _out(args)
     blocks_dir = Path(args.blocks_dir).expanduser()
@@ -99,6 +107,7 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
     from cairn.brk.tools import build_server
     from cairn.mcp.stdio import serve_stdio
 
+    _log(args)
     return serve_stdio(build_server(_interface(args)))
 
 
@@ -155,9 +164,14 @@ def add_commands(sub: Any, common: Callable[[argparse.ArgumentParser], None]) ->
     def out_arg(p: argparse.ArgumentParser) -> None:
         p.add_argument("--out", help="output directory (default: $BRK_DATA_DIR or $XDG_DATA_HOME/brk)")
 
+    def log_arg(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--log-level", metavar="LEVEL",
+                       help="diagnostics on stderr: error, warn (default), info, debug, off (or $BRK_LOG)")
+
     def bind_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--bind", default=DEFAULT_BIND, help=f"HOST:PORT to listen on (default {DEFAULT_BIND})")
         p.add_argument("--allow-remote", action="store_true", help="allow binding beyond loopback")
+        log_arg(p)
 
     p = sub.add_parser("serve", help="serve the HTTP API, the web page and MCP at /mcp")
     out_arg(p)
@@ -173,6 +187,7 @@ def add_commands(sub: Any, common: Callable[[argparse.ArgumentParser], None]) ->
 
     p = sub.add_parser("mcp", help="serve the ten MCP tools over stdio")
     out_arg(p)
+    log_arg(p)
     p.set_defaults(func=_cmd_mcp)
 
     p = sub.add_parser("query", help="values of vecs on one index")

@@ -55,6 +55,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--bind", metavar="HOST:PORT", help="listen address (default: [server] bind, 127.0.0.1:7331)")
     p.add_argument("--allow-remote", action="store_true",
                    help="allow a non-loopback bind address (requires [server] auth_token or $CTX_AUTH_TOKEN)")
+    p.add_argument("--log-level", metavar="LEVEL",
+                   help="diagnostics on stderr: error, warn (default), info, debug, off (or $CTX_LOG)")
 
     p = sub.add_parser("tool", parents=[common], help="list the tools or run one once")
     tsub = p.add_subparsers(dest="tool_command", metavar="ACTION", required=True)
@@ -153,6 +155,10 @@ def _run(args: argparse.Namespace) -> tuple[Any, Any, int]:
 def _run_tools(args: argparse.Namespace) -> tuple[Any, Any, int]:
     from cairn.ctx import config as cfg
 
+    if args.command == "serve":
+        from cairn.core import log
+
+        log.configure(args.log_level, "CTX_LOG", "ctx")
     conf = cfg.load(getattr(args, "config", None))
     if args.command == "serve":
         if args.stdio:

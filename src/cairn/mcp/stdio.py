@@ -6,6 +6,8 @@ long tool never blocks pings, cancellations or the client's answers to server-to
 Writes go to the real stdout under a lock, one line per message. While serving, ``sys.stdout`` and file
 descriptor 1 point at stderr, so nothing but protocol messages can reach the client.
 On stdin EOF the server drains in-flight requests, then returns 0.
+Diagnostics go through ``cairn.core.log`` (stderr): start-up and shutdown at info, and at debug every
+message with its method (and tool name), outcome and duration.
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ import os
 import queue
 import sys
 import threading
+import time
 import traceback
 from typing import IO, TYPE_CHECKING, Any, Callable
 
+from cairn.core import log
 from cairn.core.heap import trim_heap
 from cairn.mcp import jsonrpc as rpc
 from cairn.mcp.jsonrpc import RpcError
@@ -114,12 +118,15 @@ def serve_stdio(server: Server, *, stdin: IO[bytes] | None = None, stdout: IO[by
     write = _Writer(out)
     session = server.open_session(send=write)
     pool = _Pool(max_workers)
+    started = time.monotonic()
+    log.info(f"serving MCP on stdio ({server.name} {server.version}, pid {os.getpid()})")
     try:
         _read_loop(session, inp, write, pool)
     finally:
         session.abandon_requests()  # nobody is left to answer them; then finish what is in flight
         pool.drain()
         session.close()
+        log.info(f"stdin closed: stopped after {time.monotonic() - started:.1f} s")
         if redirect:
             assert saved_fd is not None
             sys.stdout = saved_stdout
@@ -146,7 +153,7 @@ def _read_loop(session: Session, inp: IO[bytes], write: _Writer, pool: _Pool) ->
                 session.enqueue(msg)
                 pool.submit(_job(session, msg, write))
                 continue
-            reply = session.handle(msg, write)
+            reply = _handle(session, msg, write)
         except Exception as exc:  # defensive: dispatch bugs must not end the session
             traceback.print_exc(file=sys.stderr)
             reply = rpc.error_response(msg.get("id") if isinstance(msg, dict) else None,
@@ -156,10 +163,20 @@ def _read_loop(session: Session, inp: IO[bytes], write: _Writer, pool: _Pool) ->
         trim_heap(min_interval=1.0)  # parse errors of huge or deeply nested lines are answered here
 
 
+def _handle(session: Session, msg: Any, write: _Writer) -> Any:
+    """``session.handle``, logged at debug with the method, the outcome and the time it took."""
+    if not log.enabled(log.DEBUG):
+        return session.handle(msg, write)
+    t0 = time.perf_counter()
+    reply = session.handle(msg, write)
+    log.debug(f"{log.describe(msg)} {log.outcome(reply)} {(time.perf_counter() - t0) * 1000:.2f} ms")
+    return reply
+
+
 def _job(session: Session, msg: Any, write: _Writer) -> Callable[[], None]:
     def run() -> None:
         try:
-            reply = session.handle(msg, write)
+            reply = _handle(session, msg, write)
         except Exception as exc:
             traceback.print_exc(file=sys.stderr)
             reply = rpc.error_response(msg.get("id") if isinstance(msg, dict) else None,
