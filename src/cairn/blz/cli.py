@@ -10,11 +10,13 @@ exists), 5 network error, 6 timeout, 7 storage error (or validation found proble
 
 from __future__ import annotations
 
-import argparse
 import sys
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from cairn.core.errors import CairnError, InvalidInput, raise_errors
+
+if TYPE_CHECKING:
+    import argparse  # imported by build_parser: `blz mcp` starts without it
 
 # Only these imports are paid on every call; everything else is imported by the command using it.
 
@@ -28,6 +30,7 @@ def _store() -> Any:
 def _parser_class(out: TextIO, err: TextIO) -> type[argparse.ArgumentParser]:
     """An ArgumentParser printing help to ``out`` and usage errors to ``err`` (not sys.*), so that
     run-command can execute blz in-process and capture everything."""
+    import argparse
 
     class Parser(argparse.ArgumentParser):
         def _print_message(self, message: str, file: Any = None) -> None:
@@ -38,6 +41,8 @@ def _parser_class(out: TextIO, err: TextIO) -> type[argparse.ArgumentParser]:
 
 
 def build_parser(out: TextIO | None = None, err: TextIO | None = None) -> argparse.ArgumentParser:
+    import argparse
+
     P = _parser_class(out or sys.stdout, err or sys.stderr)
     fmt = P(add_help=False)
     g = fmt.add_argument_group("output")

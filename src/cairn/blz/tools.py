@@ -310,7 +310,10 @@ def _release_memory() -> None:
 def serve() -> None:
     from cairn.mcp.stdio import serve_stdio
 
-    _one_malloc_arena()
     server = build_server()
-    threading.Thread(target=server.warm, name="blz-warm", daemon=True).start()  # type: ignore[attr-defined]
-    serve_stdio(server)
+
+    def after_initialize() -> None:  # not before: ctypes and the warm-up's imports would delay the reply
+        _one_malloc_arena()  # before any worker thread exists
+        threading.Thread(target=server.warm, name="blz-warm", daemon=True).start()  # type: ignore[attr-defined]
+
+    serve_stdio(server, after_first=after_initialize)

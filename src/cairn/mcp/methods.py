@@ -6,10 +6,8 @@ mapped by the session). Standard library only.
 
 from __future__ import annotations
 
-import base64
 import json
 import sys
-import traceback
 from typing import TYPE_CHECKING, Any, Callable
 
 from cairn.core.errors import CairnError, NotFound, raise_errors
@@ -72,6 +70,8 @@ def page(session: Session, kind: str, items: list[JSON], params: JSON, key: str)
     result: JSON = {key: items[start:start + size]}
     if start + size < len(items):
         token = f"{kind}:{start + size}".encode()
+        import base64  # off the start-up path
+
         result["nextCursor"] = base64.urlsafe_b64encode(token).decode("ascii")
     return result
 
@@ -81,6 +81,8 @@ def decode_cursor(kind: str, cursor: Any) -> int:
     if not isinstance(cursor, str):
         raise bad
     try:
+        import base64  # off the start-up path
+
         label, _, offset = base64.urlsafe_b64decode(cursor.encode("ascii")).decode("ascii").partition(":")
         start = int(offset)
     except (ValueError, UnicodeError):
@@ -117,6 +119,8 @@ def tools_call(session: Session, params: JSON, ctx: ToolContext) -> JSON:
     except Exception as exc:
         if raise_errors():  # debugging: surface the bug as a -32603 error (traceback on stderr)
             raise
+        import traceback  # off the start-up path
+
         traceback.print_exc(file=sys.stderr)
         return ToolResult([text(f"{type(exc).__name__}: {exc}")], is_error=True).to_dict()
     return tool_result(tool, value)
@@ -267,6 +271,8 @@ def resource_contents(uri: str, value: Any, mime: str | None) -> list[JSON]:
     entry: JSON = {"uri": uri}
     if isinstance(value, bytes):
         entry["mimeType"] = mime or "application/octet-stream"
+        import base64  # off the start-up path
+
         entry["blob"] = base64.b64encode(value).decode("ascii")
         return [entry]
     if isinstance(value, str):

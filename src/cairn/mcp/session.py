@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 import sys
 import threading
-import traceback
 from typing import TYPE_CHECKING, Any
 
 from cairn.core.errors import CairnError, InvalidInput, NetworkError, Timeout
@@ -125,6 +124,8 @@ class Session:
             try:
                 self._on_notification(msg["method"], msg.get("params"))
             except Exception:  # a bad notification never kills the session
+                import traceback  # off the start-up path
+
                 traceback.print_exc(file=sys.stderr)
             return None
         return self._on_request(msg, send)
@@ -158,6 +159,8 @@ class Session:
         except CairnError as exc:
             reply = rpc.error_response(request_id, RpcError(exc.jsonrpc_code, exc.message))
         except Exception as exc:  # a handler bug never kills the server
+            import traceback  # off the start-up path
+
             traceback.print_exc(file=sys.stderr)
             reply = rpc.error_response(request_id, RpcError(rpc.INTERNAL_ERROR, f"Internal error: {type(exc).__name__}: {exc}"))
         finally:

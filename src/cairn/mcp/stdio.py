@@ -17,7 +17,6 @@ import queue
 import sys
 import threading
 import time
-import traceback
 from typing import IO, TYPE_CHECKING, Any, Callable
 
 from cairn.core import log
@@ -80,6 +79,8 @@ class _Pool:
             try:
                 fn()
             except Exception:
+                import traceback  # off the start-up path
+
                 traceback.print_exc(file=sys.stderr)
             with self._lock:
                 self._idle += 1
@@ -95,13 +96,20 @@ class _Pool:
 
 
 def serve_stdio(server: Server, *, stdin: IO[bytes] | None = None, stdout: IO[bytes] | None = None,
-                max_workers: int = 8) -> int:
-    """Serve ``server`` on stdin/stdout until stdin closes; returns the exit status (0)."""
+                max_workers: int = 8, after_first: Callable[[], None] | None = None) -> int:
+    """Serve ``server`` on stdin/stdout until stdin closes; returns the exit status (0).
+
+    :param after_first: run once on the reader thread right after the first message (``initialize``)
+        is answered: set-up that need not delay the client's first reply (warm-up threads, caches).
+    """
     redirect = stdout is None
-    if stdin is None:  # a server process of its own
+    later: list[Callable[[], None]] = []
+    if stdin is None:  # a server process of its own: tune malloc, but after answering (ctypes costs ms)
         from cairn.core.heap import return_large_buffers
 
-        return_large_buffers()
+        later.append(return_large_buffers)
+    if after_first is not None:
+        later.append(after_first)
     saved_fd: int | None = None
     saved_stdout = sys.stdout
     if redirect:
@@ -121,7 +129,7 @@ def serve_stdio(server: Server, *, stdin: IO[bytes] | None = None, stdout: IO[by
     started = time.monotonic()
     log.info(f"serving MCP on stdio ({server.name} {server.version}, pid {os.getpid()})")
     try:
-        _read_loop(session, inp, write, pool)
+        _read_loop(session, inp, write, pool, later)
     finally:
         session.abandon_requests()  # nobody is left to answer them; then finish what is in flight
         pool.drain()
@@ -136,13 +144,19 @@ def serve_stdio(server: Server, *, stdin: IO[bytes] | None = None, stdout: IO[by
     return 0
 
 
-def _read_loop(session: Session, inp: IO[bytes], write: _Writer, pool: _Pool) -> None:
+def _read_loop(session: Session, inp: IO[bytes], write: _Writer, pool: _Pool,
+               later: list[Callable[[], None]] | None = None) -> None:
+    answered = False
     while not write.broken:
+        if later and answered:  # the first message was answered: now the deferred set-up
+            _run_later(later)
+            later = None
         line = inp.readline()
         if not line:
             return  # EOF: the caller drains in-flight requests
         if not line.strip():
             continue
+        answered = True
         try:
             msg = rpc.loads(line)
         except RpcError as exc:
@@ -155,12 +169,25 @@ def _read_loop(session: Session, inp: IO[bytes], write: _Writer, pool: _Pool) ->
                 continue
             reply = _handle(session, msg, write)
         except Exception as exc:  # defensive: dispatch bugs must not end the session
+            import traceback  # off the start-up path
+
             traceback.print_exc(file=sys.stderr)
             reply = rpc.error_response(msg.get("id") if isinstance(msg, dict) else None,
                                        RpcError(rpc.INTERNAL_ERROR, f"Internal error: {exc}"))
         if reply is not None:
             write(reply)
         trim_heap(min_interval=1.0)  # parse errors of huge or deeply nested lines are answered here
+
+
+def _run_later(later: list[Callable[[], None]]) -> None:
+    """Run the deferred set-up (after the first reply); a failure is printed, never fatal."""
+    for fn in later:
+        try:
+            fn()
+        except Exception:
+            import traceback
+
+            traceback.print_exc(file=sys.stderr)
 
 
 def _handle(session: Session, msg: Any, write: _Writer) -> Any:
@@ -178,6 +205,8 @@ def _job(session: Session, msg: Any, write: _Writer) -> Callable[[], None]:
         try:
             reply = _handle(session, msg, write)
         except Exception as exc:
+            import traceback  # off the start-up path
+
             traceback.print_exc(file=sys.stderr)
             reply = rpc.error_response(msg.get("id") if isinstance(msg, dict) else None,
                                        RpcError(rpc.INTERNAL_ERROR, f"Internal error: {exc}"))
