@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from cairn.blz.limits import CONTEXT_MODES, MAX_LIMIT, MAX_PADDING, WHITELIST
 from cairn.core.errors import CairnError, InvalidInput, NotFound
-from cairn.core.paths import data_dir
+from cairn.core.paths import data_path
 from cairn.core.sanitize import register_root, scrub
 from cairn.mcp.server import Server, ToolContext
 
@@ -90,7 +90,7 @@ FIND_SCHEMA: dict[str, Any] = {
 
 def build_server(store: Store | None = None) -> Server:
     server = Server(name="blz", version="0.1.0", title="blz docs search", instructions=INSTRUCTIONS)
-    root = data_dir("blz", "BLZ_DATA_DIR")
+    root = data_path("blz", "BLZ_DATA_DIR")  # a str: pathlib is not imported before `initialize`
     register_root(root, "<blz-data>")
     lock = threading.RLock()  # one connection, used by the worker threads one at a time
     holder: list[Store] = [store] if store is not None else []
@@ -100,7 +100,9 @@ def build_server(store: Store | None = None) -> Server:
             if not holder:
                 from cairn.blz.store import Store
 
-                holder.append(Store(root))
+                from pathlib import Path
+
+                holder.append(Store(Path(root)))
             return holder[0]
 
     def warm() -> None:
