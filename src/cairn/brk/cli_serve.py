@@ -103,12 +103,55 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+class _OpenedLater:
+    """The ``Interface`` of ``out``, opened (computing first if behind) right after ``initialize`` is
+    answered: numpy, the catalog and the compute pass would otherwise delay the client's first reply by
+    tens of milliseconds. Every tool call comes later, so it always finds the store open; if opening
+    failed, each call reports why."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self._interface: Any = None
+        self._error: Exception | None = None
+        self._lock = threading.Lock()
+
+    def open(self) -> None:
+        from cairn.brk.interface import Interface
+        from cairn.core import log
+        from cairn.core.errors import CairnError
+
+        with self._lock:
+            if self._interface is not None:
+                return
+            try:
+                self._interface = Interface(_ready(self.out))
+                log.info(f"opened the store (tip {self._interface.tip()})")
+            except CairnError as exc:
+                self._error = exc
+                log.error(f"cannot open the store: {exc.message}")
+
+    def __getattr__(self, name: str) -> Any:
+        if self._interface is None:
+            self.open()
+            if self._interface is None:
+                from cairn.core.errors import StorageError
+
+                raise StorageError(f"The brk store could not be opened: {getattr(self._error, 'message', '')}")
+        return getattr(self._interface, name)
+
+
 def _cmd_mcp(args: argparse.Namespace) -> int:
     from cairn.brk.tools import build_server
     from cairn.mcp.stdio import serve_stdio
 
     _log(args)
-    return serve_stdio(build_server(_interface(args)))
+    out = _out(args)
+    if not (out / "manifest.json").exists():  # fail now, not at the first tool call
+        from cairn.core.errors import StorageError
+
+        raise StorageError(f"{out} has no manifest.json. Run `brk index --out {out}` first.")
+    interface = _OpenedLater(out)
+    return serve_stdio(build_server(interface), after_first=interface.open)  # type: ignore[arg-type]
 
 
 def _fmt(flag: str | None) -> str:

@@ -14,17 +14,21 @@ ids and one row per index position; ``markdown`` is accepted for ``md``.
 
 from __future__ import annotations
 
-import difflib
 import threading
-from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cairn.brk.catalog import ACCEPTED, INDEXES, Source, Vec, build_catalog
 from cairn.core.errors import InvalidInput, NotFound, TooLarge
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from pathlib import Path
+
     import numpy as np
+
+    from cairn.brk.catalog import Vec
+
+# The catalog (and the readers behind it) is imported by ``Interface()``, not here: ``brk mcp`` imports
+# this module to declare its tools and answers ``initialize`` before opening the store.
 
 PAGE_SIZE = 1000
 MAX_CELLS = 1_000_000  # values (ids x rows) one get_vecs may return
@@ -44,6 +48,8 @@ def version() -> str:
 
 
 def _accepted_lookup() -> dict[str, str]:
+    from cairn.brk.catalog import ACCEPTED
+
     return {name: index for index, names in ACCEPTED.items() for name in names}
 
 
@@ -51,6 +57,8 @@ class Interface:
     """Queries over one output directory; safe to share between threads."""
 
     def __init__(self, out: Path, *, max_cells: int = MAX_CELLS) -> None:
+        from cairn.brk.catalog import Source
+
         self.out = out
         self.max_cells = max_cells
         self.source = Source(out)
@@ -65,6 +73,8 @@ class Interface:
 
     # -- state ------------------------------------------------------------------------------------
     def _refresh(self) -> None:
+        from cairn.brk.catalog import INDEXES, build_catalog
+
         self.source.refresh()
         prices = self.source.has_prices
         if prices != self._catalog_prices:
@@ -91,6 +101,8 @@ class Interface:
 
     # -- the ten operations -------------------------------------------------------------------------
     def get_index_count(self) -> int:
+        from cairn.brk.catalog import INDEXES
+
         return len(INDEXES)
 
     def get_vecid_count(self) -> int:
@@ -102,9 +114,13 @@ class Interface:
         return sum(len(v) for v in self._id_indexes.values())
 
     def get_indexes(self) -> list[str]:
+        from cairn.brk.catalog import INDEXES
+
         return list(INDEXES)
 
     def get_accepted_indexes(self) -> dict[str, list[str]]:
+        from cairn.brk.catalog import ACCEPTED, INDEXES
+
         return {index: list(ACCEPTED[index]) for index in INDEXES}
 
     def get_vecids(self, page: Any = 0) -> list[str]:
@@ -179,6 +195,8 @@ class Interface:
         """Ids that exist only once prices are imported -> the indexes they will be on ({} with prices)."""
         if self.source.has_prices:
             return {}
+        from cairn.brk.catalog import build_catalog
+
         out: dict[str, list[str]] = {}
         for index, vecs in build_catalog(True).items():
             for vec_id in vecs:
@@ -244,6 +262,8 @@ def suggest(name: str, candidates: list[str], n: int = 5, cutoff: float = 0.6) -
     ``suply`` -> ``supply``). Fewer extra words rank higher, so the base series comes before its
     ``_avg``/``_cumulative`` forms.
     """
+    import difflib
+
     key = _core(name)
     n_key = len(key)
     matcher = difflib.SequenceMatcher()
