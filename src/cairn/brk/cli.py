@@ -16,14 +16,16 @@ Commands:
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cairn.core.errors import CairnError
+
+if TYPE_CHECKING:
+    import argparse  # imported by build_parser; `brk mcp` starts without it
 
 
 def _default_out() -> Path:
@@ -104,6 +106,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    import argparse
+
     parser = argparse.ArgumentParser(prog="brk", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -156,11 +160,42 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _fast_mcp(argv: list[str]) -> argparse.Namespace | None:
+    """``brk mcp [--out DIR] [--log-level L]`` parsed without argparse, which (with the help
+    formatter's shutil, bz2, lzma and locale) would cost the stdio server a good part of its start-up;
+    anything else (``--help``, an unknown flag) returns None and goes through the real parser."""
+    import types
+
+    if not argv or argv[0] != "mcp":
+        return None
+    found: dict[str, str | None] = {"out": None, "log_level": None}
+    rest = argv[1:]
+    while rest:
+        flag, eq, value = rest[0].partition("=")
+        key = {"--out": "out", "--log-level": "log_level"}.get(flag)
+        if key is None or found[key] is not None:
+            return None
+        if not eq:
+            if len(rest) < 2 or rest[1].startswith("-"):
+                return None
+            value, rest = rest[1], rest[1:]
+        if not value:
+            return None
+        found[key] = value
+        rest = rest[1:]
+    from cairn.brk.cli_serve import _cmd_mcp
+
+    return types.SimpleNamespace(command="mcp", func=_cmd_mcp, **found)  # type: ignore[return-value]
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = _fast_mcp(argv)
+    if args is None:
+        parser = build_parser()
+        args = parser.parse_args(argv)
     if not getattr(args, "func", None):
-        parser.print_help()
+        build_parser().print_help()
         return 0
     try:
         code: int = args.func(args)

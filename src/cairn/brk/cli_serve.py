@@ -5,13 +5,15 @@ Imports stay inside the command functions so ``brk --help`` and the indexing com
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import threading
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Callable
 
 DEFAULT_BIND = "127.0.0.1:3110"
 
