@@ -40,7 +40,7 @@ LIST = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
 SLOW = {"dataclasses", "inspect", "ast", "argparse", "shutil", "bz2", "lzma", "traceback", "base64", "ctypes",
         "importlib.metadata", "numpy", "sqlite3"}
 EXTRA = {"blz": {"pathlib", "urllib.parse", "cairn.blz.store", "cairn.blz.search"},
-         "brk": {"cairn.brk.catalog", "cairn.brk.compute", "cairn.brk.reader"}}
+         "brk": {"pathlib", "urllib.parse", "cairn.brk.catalog", "cairn.brk.compute", "cairn.brk.reader"}}
 
 
 def _modules_at_initialize(server: str, args: list[str], env: dict[str, str]) -> tuple[set[str], list[dict]]:

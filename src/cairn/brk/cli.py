@@ -7,7 +7,7 @@ Commands:
   brk status --out DIR                               the committed tip and vec lengths
   brk serve  --out DIR [--bind 127.0.0.1:3110]       HTTP API, web page and MCP (POST /mcp)
   brk run    --blocks-dir DIR --out DIR              index, then serve while following new blocks
-  brk mcp    --out DIR                               MCP over stdio
+  brk mcp    --out DIR [--log-level debug]           MCP over stdio (diagnostics on stderr)
   brk query  --index date --ids close,tx_count --from -30 --format md
   brk ids    [--index INDEX] [--page N]              vec ids (1,000 per page)
   brk indexes                                        indexes and the names they accept
@@ -19,13 +19,13 @@ from __future__ import annotations
 import os
 import sys
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cairn.core.errors import CairnError
 
 if TYPE_CHECKING:
     import argparse  # imported by build_parser; `brk mcp` starts without it
+    from pathlib import Path
 
 
 def _default_out() -> Path:
@@ -35,6 +35,8 @@ def _default_out() -> Path:
 
 
 def _default_blocks() -> Path:
+    from pathlib import Path
+
     return Path(os.environ.get("BRK_BLOCKS_DIR", str(Path.home() / ".bitcoin" / "blocks")))
 
 
@@ -46,6 +48,8 @@ def _print(data: Any, fmt_flag: str | None) -> None:
 
 
 def _cmd_index(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from cairn.brk.indexer import Indexer
 
     blocks_dir = Path(args.blocks_dir).expanduser()
@@ -67,6 +71,8 @@ def _cmd_index(args: argparse.Namespace) -> int:
 
 
 def _cmd_sample(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from cairn.brk.sample import write_mainnet_sample, write_sample
 
     if args.mainnet:
@@ -79,6 +85,8 @@ def _cmd_sample(args: argparse.Namespace) -> int:
 
 
 def _cmd_fetch(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from cairn.brk.blocks.rpc import RpcClient, mirror
 
     client = RpcClient(args.rpc_url, cookie=args.rpc_cookie, user=args.rpc_user,
@@ -89,6 +97,8 @@ def _cmd_fetch(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from cairn.brk.vecs import read_manifest
 
     out = Path(args.out).expanduser() if args.out else _default_out()

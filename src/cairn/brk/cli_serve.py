@@ -8,17 +8,19 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Callable
+    from pathlib import Path
 
 DEFAULT_BIND = "127.0.0.1:3110"
 
 
 def _out(args: argparse.Namespace) -> Path:
+    from pathlib import Path
+
     from cairn.brk.cli import _default_out
 
     return Path(args.out).expanduser() if args.out else _default_out()
@@ -82,6 +84,8 @@ def follow(blocks_dir: Path, out: Path, interval: float, stop: threading.Event,
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from cairn.brk.http import serve_dir
     from cairn.brk.indexer import Indexer
     from cairn.core.serve import parse_bind
@@ -111,7 +115,7 @@ class _OpenedLater:
     tens of milliseconds. Every tool call comes later, so it always finds the store open; if opening
     failed, each call reports why."""
 
-    def __init__(self, out: Path) -> None:
+    def __init__(self, out: str) -> None:
         self.out = out
         self._interface: Any = None
         self._error: Exception | None = None
@@ -126,7 +130,9 @@ class _OpenedLater:
             if self._interface is not None:
                 return
             try:
-                self._interface = Interface(_ready(self.out))
+                from pathlib import Path
+
+                self._interface = Interface(_ready(Path(self.out)))
                 log.info(f"opened the store (tip {self._interface.tip()})")
             except CairnError as exc:
                 self._error = exc
@@ -146,9 +152,11 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
     from cairn.brk.tools import build_server
     from cairn.mcp.stdio import serve_stdio
 
+    from cairn.core.paths import data_path
+
     _log(args)
-    out = _out(args)
-    if not (out / "manifest.json").exists():  # fail now, not at the first tool call
+    out = os.path.expanduser(args.out) if args.out else data_path("brk", "BRK_DATA_DIR")  # str: no pathlib yet
+    if not os.path.exists(os.path.join(out, "manifest.json")):  # fail now, not at the first tool call
         from cairn.core.errors import StorageError
 
         raise StorageError(f"{out} has no manifest.json. Run `brk index --out {out}` first.")
@@ -189,6 +197,8 @@ def _cmd_indexes(args: argparse.Namespace) -> int:
 
 
 def _cmd_price(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from cairn.brk import prices
     from cairn.brk.cli import _print
 
@@ -206,6 +216,8 @@ def _cmd_price(args: argparse.Namespace) -> int:
 
 
 def add_commands(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
+    from pathlib import Path
+
     def out_arg(p: argparse.ArgumentParser) -> None:
         p.add_argument("--out", help="output directory (default: $BRK_DATA_DIR or $XDG_DATA_HOME/brk)")
 
