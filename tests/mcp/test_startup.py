@@ -1,5 +1,5 @@
-"""Start-up (issue 12): what the real `blz mcp` and `brk mcp` have imported when they answer
-`initialize`. Timing is measured by benchmarks/mcp_core.py (a ratio to `python -c pass`); this test
+"""Start-up (issue 12): what the real `blz mcp`, `brk mcp` and `ctx serve mcp --stdio` have imported
+when they answer `initialize`. Timing is measured by benchmarks/mcp_core.py (a ratio to `python -c pass`); this test
 pins the cause, deterministically: the modules that made start-up slow stay off the path until the
 first reply is written (dataclasses pulls in inspect/ast/dis/tokenize, argparse's help formatter
 shutil/bz2/lzma, pathlib urllib.parse/ipaddress; numpy and the stores load after the reply)."""
@@ -37,9 +37,13 @@ INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
 LIST = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
 
 # Never imported before the first reply (any of them costs milliseconds there).
-SLOW = {"dataclasses", "inspect", "ast", "argparse", "shutil", "bz2", "lzma", "traceback", "base64", "ctypes",
-        "importlib.metadata", "numpy", "sqlite3"}
+SLOW = {"traceback", "base64", "ctypes", "importlib.metadata", "numpy", "sqlite3"}
+LEAN = {"dataclasses", "inspect", "ast", "argparse", "shutil", "bz2", "lzma"}  # blz and brk only
 EXTRA = {"blz": {"pathlib", "urllib.parse", "cairn.blz.store", "cairn.blz.search"},
+         # ctx must read its TOML config first (tomllib, dataclasses, pathlib, argparse stay), but not
+         # open the service: store, retrieval, SQLite, or the Lua sandbox when no Lua tool is declared.
+         "ctx": {"cairn.ctx.service", "cairn.ctx.store", "cairn.ctx.retrieval", "cairn.ctx.sync",
+                 "cairn.ctx.scripts", "cairn.ctx.lua", "lupa"},
          "brk": {"pathlib", "urllib.parse", "cairn.brk.catalog", "cairn.brk.compute", "cairn.brk.reader"}}
 
 
@@ -65,12 +69,32 @@ def brk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return base / "out"
 
 
-@pytest.mark.parametrize("server", ["blz", "brk"])
-def test_initialize_is_answered_before_heavy_imports(server: str, brk_out: Path, tmp_path: Path) -> None:
-    args = ["mcp"] if server == "blz" else ["mcp", "--out", str(brk_out)]
+@pytest.fixture(scope="module")
+def ctx_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    base = tmp_path_factory.mktemp("ctx_startup")
+    subprocess.run([sys.executable, "-m", "cairn.ctx.cli", "init", "--config", str(base / "ctx.toml")],
+                   check=True, capture_output=True, cwd=base, timeout=60)
+    return base / "ctx.toml"
+
+
+@pytest.mark.parametrize("server", ["blz", "brk", "ctx"])
+def test_initialize_is_answered_before_heavy_imports(server: str, brk_out: Path, ctx_config: Path,
+                                                     tmp_path: Path) -> None:
+    args = {"blz": ["mcp"], "brk": ["mcp", "--out", str(brk_out)],
+            "ctx": ["serve", "mcp", "--stdio", "--config", str(ctx_config)]}[server]
     env = dict(os.environ, BLZ_DATA_DIR=str(tmp_path / "blz"))
     modules, replies = _modules_at_initialize(server, args, env)
     assert "cairn.mcp.session" in modules  # the spy saw the real server
-    assert sorted(modules & (SLOW | EXTRA[server])) == []
+    assert sorted(modules & (SLOW | EXTRA[server] | (LEAN if server != "ctx" else set()))) == []
     # ...and the server still works once the deferred set-up ran: tools are listed.
     assert [r["id"] for r in replies] == [1, 2] and replies[1]["result"]["tools"]
+
+
+def test_ctx_builtin_descriptions_match_the_service_docstrings() -> None:
+    """ctx declares its built-in tools without importing the service; the texts must not drift."""
+    from cairn.ctx.service import Service
+    from cairn.ctx.tools import DESCRIPTIONS
+
+    for name, text in DESCRIPTIONS.items():
+        doc = (getattr(Service, name).__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
+        assert " ".join(doc.split()) == text, name

@@ -107,6 +107,8 @@ def _exit_code(code: str | None) -> int:
 
 def _run(args: argparse.Namespace) -> tuple[Any, Any, int]:
     """(data to render, optional custom text renderer, exit status) for the command."""
+    if args.command in ("serve", "tool"):  # first: `serve mcp --stdio` need not import the service
+        return _run_tools(args)
     from cairn.ctx import service
 
     config = getattr(args, "config", None)
@@ -115,8 +117,6 @@ def _run(args: argparse.Namespace) -> tuple[Any, Any, int]:
         verb = "Wrote" if report.created_config else "Kept existing"
         return report, lambda: f"{verb} {report.config_path}\nDatabase: {report.db_path}", 0
 
-    if args.command in ("serve", "tool"):
-        return _run_tools(args)
     svc = service.Service.from_config(config)
     try:
         if args.command == "search":
