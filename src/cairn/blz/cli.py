@@ -11,7 +11,10 @@ exists), 5 network error, 6 timeout, 7 storage error (or validation found proble
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any, TextIO
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is kept off the stdio servers' start-up path
+if TYPE_CHECKING:
+    from typing import Any, TextIO
 
 from cairn.core.errors import CairnError, InvalidInput, raise_errors
 

@@ -13,9 +13,10 @@ import io
 import re
 import sys
 import threading
-from typing import Any, Callable
 
-from typing import TYPE_CHECKING
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is kept off the stdio servers' start-up path
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 from cairn.blz.limits import CONTEXT_MODES, MAX_LIMIT, MAX_PADDING, WHITELIST
 from cairn.core.errors import CairnError, InvalidInput, NotFound

@@ -15,7 +15,10 @@ ids and one row per index position; ``markdown`` is accepted for ``md``.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is kept off the stdio servers' start-up path
+if TYPE_CHECKING:
+    from typing import Any
 
 from cairn.core.errors import InvalidInput, NotFound, TooLarge
 

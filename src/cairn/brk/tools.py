@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is kept off the stdio servers' start-up path
+if TYPE_CHECKING:
+    from typing import Any
 
 from cairn.brk.interface import FORMAT_ALIASES, FORMATS, Interface, version
 from cairn.mcp.server import Server, ToolContext, ToolHandler

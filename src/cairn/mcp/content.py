@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is kept off the stdio servers' start-up path
+if TYPE_CHECKING:
+    from typing import Any
 
-Content = dict[str, Any]
+if TYPE_CHECKING:
+    Content = dict[str, Any]
+else:  # run time: no typing import
+    Content = dict
 
 
 def _b64(data: str | bytes) -> str:

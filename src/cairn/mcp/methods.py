@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import TYPE_CHECKING, Any, Callable
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is kept off the stdio servers' start-up path
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 from cairn.core.errors import CairnError, NotFound, raise_errors
 from cairn.mcp import jsonrpc as rpc

@@ -9,7 +9,10 @@ from __future__ import annotations
 import re
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, Callable
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is kept off the stdio servers' start-up path
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 from cairn.mcp.content import ToolResult
 from cairn.mcp.context import ToolContext
@@ -22,7 +25,10 @@ __all__ = ["Server", "ToolContext", "ToolResult", "Tool", "Resource", "ResourceT
 LATEST_PROTOCOL_VERSION = "2025-11-25"
 SUPPORTED_PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
 
-ToolHandler = Callable[[dict[str, Any], ToolContext], Any]
+if TYPE_CHECKING:
+    ToolHandler = Callable[[dict[str, Any], ToolContext], Any]
+else:  # run time: no typing import
+    from collections.abc import Callable as ToolHandler
 EMPTY_INPUT_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 
 

@@ -10,7 +10,10 @@ from __future__ import annotations
 import itertools
 import sys
 import threading
-from typing import TYPE_CHECKING, Any
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is kept off the stdio servers' start-up path
+if TYPE_CHECKING:
+    from typing import Any
 
 from cairn.core.errors import CairnError, InvalidInput, NetworkError, Timeout
 from cairn.mcp import jsonrpc as rpc

@@ -17,7 +17,10 @@ import queue
 import sys
 import threading
 import time
-from typing import IO, TYPE_CHECKING, Any, Callable
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is kept off the stdio servers' start-up path
+if TYPE_CHECKING:
+    from typing import IO, Any, Callable
 
 from cairn.core import log
 from cairn.core.heap import trim_heap
