@@ -58,8 +58,16 @@ LAST_MODIFIED = "Wed, 01 Jan 2025 00:00:00 GMT"
 
 @pytest.fixture
 def doc_server() -> Iterator[DocServer]:
-    state = DocServer()
+    yield from _serve(DocServer())
 
+
+@pytest.fixture
+def other_server() -> Iterator[DocServer]:
+    """A second DocServer on another port (redirect targets)."""
+    yield from _serve(DocServer())
+
+
+def _serve(state: DocServer) -> Iterator[DocServer]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
             state.requests.append(("GET", self.path, {k.lower(): v for k, v in self.headers.items()}))

@@ -33,7 +33,7 @@ def seeded(tmp_path: Path, data_root: Path) -> StdioServerParameters:
     sources.add(store, "guide", str(doc))
     store.close()
     return StdioServerParameters(command=sys.executable, args=["-m", "cairn.blz.cli", "mcp"],
-                                 env={"BLZ_DATA_DIR": str(data_root)})
+                                 env={"BLZ_DATA_DIR": str(data_root), "BLZ_MCP_ALLOW_HOSTS": "127.0.0.1"})
 
 
 def data(res: t.CallToolResult) -> Any:

@@ -213,13 +213,48 @@ def test_unknown_routes_and_methods_use_the_envelope(url: str) -> None:
     error(httpx.delete(f"{url}/tools/get"), 405, "method_not_allowed")
 
 
-def test_cors_is_open_by_default(url: str) -> None:
-    r = httpx.options(f"{url}/tools/search", headers={"Origin": "https://chat.example",
-                                                      "Access-Control-Request-Method": "POST",
-                                                      "Access-Control-Request-Headers": "content-type"})
-    assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "*"
-    r = post(url, "/tools/search", {"query": "deploy"}, headers={"Origin": "https://chat.example"})
-    assert r.headers["access-control-allow-origin"] == "*"
+def test_cors_default_allows_loopback_pages_only(url: str) -> None:
+    """Issue 20 item 9: with no cors_origins set, only pages served from this machine may read the
+    API through the browser; any other website gets no CORS grant (preflight refused)."""
+    preflight = {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "content-type"}
+    for origin in ("http://localhost", "http://localhost:3000", "http://127.0.0.1:8080", "http://[::1]:5173"):
+        r = httpx.options(f"{url}/tools/search", headers={"Origin": origin, **preflight})
+        assert r.status_code == 200 and r.headers["access-control-allow-origin"] == origin, (origin, r.headers)
+        r = post(url, "/tools/search", {"query": "deploy"}, headers={"Origin": origin})
+        assert r.headers["access-control-allow-origin"] == origin
+    for origin in ("https://chat.example", "http://localhost.evil.example", "http://127.0.0.1.evil.example:80",
+                   "https://localhost:3000", "null"):
+        r = httpx.options(f"{url}/tools/search", headers={"Origin": origin, **preflight})
+        assert r.status_code == 400 and "access-control-allow-origin" not in r.headers, (origin, r.headers)
+        r = post(url, "/tools/search", {"query": "deploy"}, headers={"Origin": origin})
+        assert "access-control-allow-origin" not in r.headers, origin
+        r = httpx.post(f"{url}/tools/find_mentions", json={"term": "deploy"}, headers={"Origin": origin})
+        assert r.status_code == 200 and "access-control-allow-origin" not in r.headers, origin
+
+
+def test_cors_star_is_an_explicit_choice(kb: Path) -> None:
+    conf = config.load(kb)
+    with serving(create_app(conf, cors_origins=["*"])) as base:
+        r = httpx.options(f"{base}/tools/search", headers={"Origin": "https://chat.example",
+                                                           "Access-Control-Request-Method": "POST",
+                                                           "Access-Control-Request-Headers": "content-type"})
+        assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "*"
+
+
+def test_cors_origins_config_is_validated(tmp_path: Path) -> None:
+    cfg = tmp_path / "ctx.toml"
+    cfg.write_text('[server]\ncors_origins = ["http://localhost:*", "https://app.example", "*"]\n')
+    assert config.load(cfg).server.cors_origins == ("http://localhost:*", "https://app.example", "*")
+    assert config.load(_toml(tmp_path, "")).server.cors_origins == config.LOOPBACK_ORIGINS
+    for bad in ('"https://app.example/"', '"app.example"', '"https://a.example/path"', '"https://a.example:port"', '""'):
+        with pytest.raises(config.InvalidInput, match="cors_origins"):
+            config.load(_toml(tmp_path, f"[server]\ncors_origins = [{bad}]\n"))
+
+
+def _toml(base: Path, text: str) -> Path:
+    path = base / "other.toml"
+    path.write_text(text)
+    return path
 
 
 def test_cors_can_be_restricted_or_turned_off(kb: Path) -> None:
@@ -246,9 +281,9 @@ def test_bearer_token(kb: Path) -> None:
         assert httpx.get(f"{base}/tools/list", headers=good).status_code == 200
         assert httpx.get(f"{base}/tools/list", headers={"Authorization": "bearer s3cret-token"}).status_code == 200
         assert httpx.get(f"{base}/health").status_code == 200  # liveness stays open
-        pre = httpx.options(f"{base}/tools/search", headers={"Origin": "https://a.example",
+        pre = httpx.options(f"{base}/tools/search", headers={"Origin": "http://localhost:3000",
                                                              "Access-Control-Request-Method": "POST"})
-        assert pre.status_code == 200
+        assert pre.status_code == 200  # preflights carry no token
 
 
 def test_token_from_the_environment_wins(kb: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,8 +5,10 @@ user's editor sees, can read the server's resident memory from ``/proc/PID/statu
 crash (the process is gone) from an error answer. HTTP servers listen on a free 127.0.0.1 port.
 
 Outbound network access is cut for every spawned server: ``HTTP(S)_PROXY``/``ALL_PROXY`` point at a
-closed loopback port and only loopback is exempt, so a fuzzed ``source-add`` can never reach the
-internet (httpx honours these variables).
+closed loopback port and only loopback is exempt (httpx honours these variables), and
+``BLZ_MCP_NETWORK=allowlist`` with no ``BLZ_MCP_ALLOW_HOSTS`` makes ``blz mcp`` refuse every host
+before resolving it (its guarded fetches ignore proxy variables), so a fuzzed ``source-add`` can never
+reach the internet.
 
 Used by the fuzzing/load tests (tests/hardening/test_fuzz_*.py, test_load_*.py), the fault and
 security tests, and ``benchmarks/soak.py``.
@@ -59,7 +61,7 @@ def server_env(workdir: Path, **extra: str) -> dict[str, str]:
     env.update(HTTP_PROXY=DEAD_PROXY, HTTPS_PROXY=DEAD_PROXY, ALL_PROXY=DEAD_PROXY,
                http_proxy=DEAD_PROXY, https_proxy=DEAD_PROXY, all_proxy=DEAD_PROXY,
                NO_PROXY="127.0.0.1,localhost,::1", no_proxy="127.0.0.1,localhost,::1",
-               PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1")
+               PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1", BLZ_MCP_NETWORK="allowlist")
     src = str(REPO / "src")
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.update(extra)

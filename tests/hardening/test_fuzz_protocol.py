@@ -13,7 +13,8 @@ truncated JSON and garbage. Properties, per message:
 * the server is alive afterwards and its RSS grew by less than ``RSS_BOUND_KB``.
 
 A fresh process per lifecycle sequence checks the out-of-order rules: before ``initialize`` only
-``ping`` is served (other known methods -32600, unknown ones -32601); after it, everything works.
+``ping`` is served (other known methods -32600, unknown ones -32601); after it, everything works
+but a second ``initialize`` (-32600, "already initialized").
 
 Counts: ``MESSAGES`` per server and transport (1,000 in ``make test``, 10,000 with CAIRN_STRESS=1).
 """
@@ -411,9 +412,11 @@ def test_stdio_lifecycle_out_of_order(app: str, spawners: dict[str, Any]) -> Non
                     assert reply["result"] == {}
                 elif method == "no/such-method":
                     assert reply["error"]["code"] == -32601, reply
+                elif method == "initialize" and initialized:  # once per session (issue 20 item 8)
+                    assert reply["error"]["code"] == -32600 and "already initialized" in reply["error"]["message"], reply
                 elif method == "initialize":
-                    assert reply["result"]["protocolVersion"] == "2025-11-25" or "error" in reply
-                    initialized = initialized or "result" in reply
+                    assert reply["result"]["protocolVersion"] == "2025-11-25", reply
+                    initialized = True
                 elif not initialized:
                     assert reply["error"]["code"] == -32600 and "initialize" in reply["error"]["message"], reply
                 else:

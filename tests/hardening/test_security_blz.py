@@ -3,7 +3,9 @@
 
 Policy (docs/reliability.md): over MCP, `source-add` takes registry aliases and http(s) URLs; local
 files and file:// URLs only inside the folders named by BLZ_MCP_FILE_ROOTS (none by default), checked
-after resolving `..` and symlinks. The CLI user may add any local file.
+after resolving `..` and symlinks, and again on the opened descriptor; http(s) only to public
+internet addresses unless BLZ_MCP_ALLOW_HOSTS lists the host (checked on every connection's resolved
+address). The CLI user may add any local file and fetch from local servers.
 """
 
 from __future__ import annotations
@@ -175,7 +177,7 @@ def test_agent_cannot_read_local_files_through_source_add(tmp_path: Path, cred_s
     (allowed / "sub").symlink_to(home / ".ssh", target_is_directory=True)
     data = tmp_path / "data"
     env = {"HOME": str(home), "BLZ_DATA_DIR": str(data), "BLZ_MCP_FILE_ROOTS": str(allowed),
-           "PATH": os.environ.get("PATH", "")}
+           "BLZ_MCP_ALLOW_HOSTS": "127.0.0.1", "PATH": os.environ.get("PATH", "")}
 
     refused = [str(key), key.as_uri(), "~/.ssh/id_rsa", "/etc/passwd", "file:///etc/passwd",
                "file://localhost/etc/passwd", f"{allowed}/../home/.ssh/id_rsa", str(allowed / "evil.txt"),
@@ -204,7 +206,7 @@ def test_agent_cannot_read_local_files_through_source_add(tmp_path: Path, cred_s
     tail = results[len(refused) + len(BAD_ALIASES):n_refused]
     assert tail[0][0] and "Invalid alias" in tail[0][1]
     assert tail[1][0] and "No source named 's0'" in tail[1][1]
-    assert json.loads(tail[2][1])["exitCode"] == 2
+    assert tail[2][0] and "Invalid alias '../../etc'" in tail[2][1]  # checked before the parser sees it
     assert tail[3][0]
     assert json.loads(tail[4][1])["sources"] and all(s["kind"] == "registry" for s in json.loads(tail[4][1])["sources"])
 
@@ -219,3 +221,52 @@ def test_agent_cannot_read_local_files_through_source_add(tmp_path: Path, cred_s
     assert "hunter2" not in everything and "root:x:0:0" not in everything  # nothing was read
     assert str(home) not in everything and str(data) not in everything and str(allowed) not in everything
     assert "s3cr3t-token" not in everything and "http://***@127.0.0.1" in everything
+
+
+def test_agent_cannot_make_blz_fetch_loopback_private_or_metadata_addresses(
+        tmp_path: Path, cred_server: tuple[int, list[str]]) -> None:
+    """Server-side request forgery through `source-add` + `find`: refused over MCP (before any
+    connection: the loopback server below sees nothing) unless BLZ_MCP_ALLOW_HOSTS lists the host;
+    the command line, typed by the user, still adds from local servers. Only loopback is connected to:
+    the non-loopback addresses are refused as literals, never resolved or connected
+    (tests/blz/test_guard.py proves "before connecting" with a record of every socket connect)."""
+    port, seen = cred_server
+    allowed = tmp_path / "allowed"
+    allowed.mkdir()
+    (allowed / "passwd.txt").symlink_to("/etc/passwd")
+    env = {"HOME": str(tmp_path / "home"), "BLZ_DATA_DIR": str(tmp_path / "data"), "BLZ_MCP_FILE_ROOTS": str(allowed),
+           "PATH": os.environ.get("PATH", "")}
+    hosts = ["127.0.0.1", "localhost", "0x7f000001", "2130706433", "127.1", "0", "[::1]", "[::ffff:127.0.0.1]"]
+    urls = [f"http://{h}:{port}/llms.txt" for h in hosts] + [f"https://127.0.0.1:{port}/docs/",
+                                                              "http://169.254.169.254/latest/meta-data/",
+                                                              "http://[fd00::1]/llms.txt", "http://10.0.0.1/llms.txt",
+                                                              "http://[64:ff9b::a9fe:a9fe]/"]
+    calls: list[tuple[str, dict[str, Any]]] = [("source-add", {"alias": f"s{i}", "url": u}) for i, u in enumerate(urls)]
+    calls += [("source-add", {"alias": "pw", "url": str(allowed / "passwd.txt")}),
+              ("run-command", {"command": "inspect", "source": "-h"}),
+              ("run-command", {"command": "history", "source": "--help"}),
+              ("run-command", {"command": "schema", "source": "-h"}),
+              ("find", {"query": "allowed docs"})]
+    results = asyncio.run(asyncio.wait_for(_mcp_session(env, calls), 90))
+    for url, (is_error, text) in zip(urls, results):
+        assert is_error and text.startswith("Refused to connect to ") and "BLZ_MCP_ALLOW_HOSTS" in text, (url, text)
+    pw, inspect, history, schema, find = results[len(urls):]
+    assert pw == (True, "Local files cannot be added over MCP: this path is outside the folders allowed by "
+                        "BLZ_MCP_FILE_ROOTS. Add it from the command line (blz add ALIAS PATH), or start `blz mcp` "
+                        "with BLZ_MCP_FILE_ROOTS=/folder/with/docs.")  # it named /etc/passwd
+    assert inspect[0] and inspect[1].startswith("Invalid alias '-h'") and "usage:" not in inspect[1]
+    assert history[0] and history[1].startswith("Invalid alias '--help'") and "usage:" not in history[1]
+    assert schema[0] and schema[1].startswith("No schema named '-h'")
+    assert not find[0] and json.loads(find[1])["hits"] == []
+    assert seen == [] and not (tmp_path / "data" / "sources").exists()
+
+    cli = subprocess.run([sys.executable, "-m", "cairn.blz.cli", "add", "local", f"http://127.0.0.1:{port}/llms.txt",
+                          "--exact", "--json"], env=env, capture_output=True, text=True, timeout=30)
+    assert cli.returncode == 0 and json.loads(cli.stdout)["lines"] == DOC.count(b"\n"), cli.stderr
+    assert len(seen) == 1
+
+    env["BLZ_MCP_ALLOW_HOSTS"] = "127.0.0.1"
+    added = asyncio.run(asyncio.wait_for(_mcp_session(env, [
+        ("source-add", {"alias": "mine", "url": f"http://0x7f000001:{port}/llms.txt"}),
+        ("find", {"query": "allowed docs", "source": "mine"})]), 90))
+    assert not added[0][0] and json.loads(added[1][1])["hits"][0]["alias"] == "mine", added

@@ -123,3 +123,31 @@ def test_eof_while_a_tool_waits_on_the_client_still_exits(proc: subprocess.Popen
     reply = json.loads(proc.stdout.read())
     assert reply["id"] == 9 and reply["result"]["isError"] is True
     assert "disconnected" in reply["result"]["content"][0]["text"]
+
+
+def test_ids_in_flight_are_refused_also_from_a_batch() -> None:
+    """Issue 20 item 8 on stdio: an id that is queued or running cannot be sent again (not even in a
+    2025-03-26 batch); the running request still gets its own answer."""
+    p = spawn()
+    try:
+        send(p, {**INIT, "params": {**INIT["params"], "protocolVersion": "2025-03-26"}})
+        assert read(p.stdout)["result"]["protocolVersion"] == "2025-03-26"
+        send(p, {"jsonrpc": "2.0", "id": "x", "method": "tools/call",
+                 "params": {"name": "slow", "arguments": {"steps": 3, "delay": 0.2}}})
+        time.sleep(0.1)
+        send(p, [{"jsonrpc": "2.0", "id": "x", "method": "ping"}, {"jsonrpc": "2.0", "id": "y", "method": "ping"}])
+        send(p, {"jsonrpc": "2.0", "id": "x", "method": "ping"})
+        replies = [read(p.stdout) for _ in range(3)]
+        batch = next(r for r in replies if isinstance(r, list))
+        assert batch[0]["id"] == "x" and batch[0]["error"]["code"] == -32600, batch
+        assert batch[1] == {"jsonrpc": "2.0", "id": "y", "result": {}}
+        single = [r for r in replies if isinstance(r, dict) and "error" in r]
+        assert single and single[0]["id"] == "x" and "already used" in single[0]["error"]["message"]
+        done = next(r for r in replies if isinstance(r, dict) and "result" in r)
+        assert done["result"]["content"][0]["text"] == "done after 3 steps"
+    finally:
+        p.kill()
+        p.wait(5)
+        for s in (p.stdin, p.stdout, p.stderr):
+            if s is not None:
+                s.close()

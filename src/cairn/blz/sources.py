@@ -6,7 +6,7 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 from urllib.parse import urlsplit, urlunsplit
 
 from cairn.blz import llmstxt, registry
@@ -15,11 +15,16 @@ from cairn.blz.store import SourceRow, Store, now_iso, sha256_hex
 from cairn.core import fetch as fetching
 from cairn.core.errors import CairnError, Conflict, InvalidInput, NotFound
 
+if TYPE_CHECKING:  # imported by agent_guard(): the CLI never pays for socket and ipaddress
+    from cairn.core.guard import Guard
+
 Progress = Callable[[int, int | None], None]
 
 # "ftp:", "data:", "javascript:" ... (a single letter is a Windows drive, not a scheme)
 _SCHEME = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]+):")
 MCP_ROOTS_ENV = "BLZ_MCP_FILE_ROOTS"
+MCP_HOSTS_ENV = "BLZ_MCP_ALLOW_HOSTS"
+MCP_NETWORK_ENV = "BLZ_MCP_NETWORK"
 
 
 def candidates(location: str, exact: bool = False) -> list[str]:
@@ -29,9 +34,11 @@ def candidates(location: str, exact: bool = False) -> list[str]:
     """
     try:
         return _candidates(location, exact)
-    except (OSError, ValueError) as exc:  # a name too long for the filesystem, a symlink loop, a NUL byte...
+    except (OSError, ValueError, RuntimeError) as exc:  # a name too long, a symlink loop, a NUL byte...
         shown = location if len(location) <= 100 else location[:97] + "..."
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        # Never str(exc) of a resolve(): it names where a symlink led, maybe outside the allowed folders.
+        reason = (exc.strerror if isinstance(exc, OSError) and exc.strerror else
+                  "a symlink loop" if isinstance(exc, RuntimeError) else str(exc))
         raise InvalidInput(f"Cannot use {shown!r} as a path or URL: {reason}. "
                            "Give an http(s):// or file:// URL, or an existing local path.") from None
 
@@ -68,30 +75,55 @@ def allowed_roots() -> list[Path]:
     return [Path(p).expanduser().resolve() for p in raw.split(os.pathsep) if p.strip()]
 
 
-def check_agent_location(location: str, exact: bool = False) -> None:
-    """Refuse what an agent must not add: any URL but http(s), and local files outside the allowed roots.
+def agent_guard() -> Guard:
+    """What an agent over MCP may make blz fetch, from the environment ``blz mcp`` started with:
+    local files inside ``$BLZ_MCP_FILE_ROOTS``; public internet addresses, plus the hosts, IPs and
+    CIDR blocks in ``$BLZ_MCP_ALLOW_HOSTS`` (with ``BLZ_MCP_NETWORK=allowlist``: only those)."""
+    from cairn.core.guard import Guard
 
-    The CLI user may add any file; an agent over MCP could otherwise read /etc/passwd or ~/.ssh through
-    ``source-add`` + ``find``. Symlinks and ``..`` are resolved before the check.
+    names, nets = Guard.parse_hosts(os.environ.get(MCP_HOSTS_ENV, ""), MCP_HOSTS_ENV)
+    mode = os.environ.get(MCP_NETWORK_ENV, "public").strip().lower() or "public"
+    if mode not in ("public", "allowlist"):
+        raise InvalidInput(f"{MCP_NETWORK_ENV}={mode!r}: use public (the default: public internet addresses "
+                           f"and the hosts in {MCP_HOSTS_ENV}) or allowlist (only the hosts in {MCP_HOSTS_ENV}).")
+    return Guard(file_roots=tuple(allowed_roots()), allow_names=names, allow_nets=nets, public=mode == "public",
+                 file_refusal=_FILE_REFUSAL, hosts_env=MCP_HOSTS_ENV,
+                 hint="Or add it from the command line: blz add ALIAS URL.")
+
+
+_FILE_REFUSAL = (f"Local files cannot be added over MCP: this path is outside the folders allowed by "
+                 f"{MCP_ROOTS_ENV}. Add it from the command line (blz add ALIAS PATH), or start `blz mcp` "
+                 f"with {MCP_ROOTS_ENV}=/folder/with/docs.")
+
+
+def check_agent_location(location: str, exact: bool = False, guard: Guard | None = None) -> None:
+    """Refuse early what an agent must not add: any URL but http(s), and local files outside the
+    allowed roots (after ``..`` and symlinks). The CLI user may add any file; an agent over MCP could
+    otherwise read /etc/passwd or ~/.ssh through ``source-add`` + ``find``.
+
+    This is the early, friendly check; the binding one is made again on what is opened (the file
+    descriptor, the connected address) by the guard passed to :func:`add`. The refusal never names
+    the resolved path: it may be a symlink's target outside the allowed folders.
     """
-    roots = allowed_roots()
+    guard = guard or agent_guard()
     for url in candidates(location, exact):
         if urlsplit(url).scheme.lower() != "file":
             continue
-        real = fetching.file_url_path(url).resolve()
-        if not any(real == root or real.is_relative_to(root) for root in roots):
-            raise InvalidInput(
-                f"Local files cannot be added over MCP: {real} is outside the folders allowed by "
-                f"{MCP_ROOTS_ENV}. Add it from the command line (blz add ALIAS PATH), or start `blz mcp` "
-                f"with {MCP_ROOTS_ENV}=/folder/with/docs.")
+        try:
+            real = fetching.file_url_path(url).resolve()
+        except (OSError, RuntimeError):  # a symlink loop
+            raise guard.refuse_file() from None
+        if not guard.inside(real):
+            raise guard.refuse_file()
 
 
-def _fetch_first(urls: list[str], *, max_bytes: int, timeout: float,
-                 progress: Progress | None) -> tuple[str, fetching.FetchResult]:
+def _fetch_first(urls: list[str], *, max_bytes: int, timeout: float, progress: Progress | None,
+                 guard: Guard | None) -> tuple[str, fetching.FetchResult]:
     last: CairnError | None = None
     for url in urls:
         try:
-            return url, fetching.fetch(url, max_bytes=max_bytes, timeout=timeout, progress=progress)
+            return url, fetching.fetch(url, max_bytes=max_bytes, timeout=timeout, progress=progress,
+                                       guard=guard)
         except NotFound as exc:  # try the next variant
             last = exc
     assert last is not None
@@ -102,8 +134,13 @@ def _fetch_first(urls: list[str], *, max_bytes: int, timeout: float,
 
 def add(store: Store, alias: str, location: str | None = None, *, force: bool = False,
         exact: bool = False, max_bytes: int = fetching.DEFAULT_MAX_BYTES,
-        timeout: float = fetching.DEFAULT_TIMEOUT, progress: Progress | None = None) -> dict[str, Any]:
-    """Fetch and index a source under ``alias`` (from the registry when ``location`` is omitted)."""
+        timeout: float = fetching.DEFAULT_TIMEOUT, progress: Progress | None = None,
+        guard: Guard | None = None) -> dict[str, Any]:
+    """Fetch and index a source under ``alias`` (from the registry when ``location`` is omitted).
+
+    ``guard`` (set for agents: :func:`agent_guard`) limits which files and addresses are read; the
+    command-line user's own requests have none.
+    """
     started = time.perf_counter()
     alias = check_alias(alias)
     existing = store.source(alias)
@@ -117,7 +154,7 @@ def add(store: Store, alias: str, location: str | None = None, *, force: bool = 
                            f"(see `blz lookup {alias}`).")
         location = entry.url
     url, result = _fetch_first(candidates(location, exact), max_bytes=max_bytes, timeout=timeout,
-                               progress=progress)
+                               progress=progress, guard=guard)
     assert result.body is not None
     info = _ingest(store, alias, url, result, "add" if not existing else "replace",
                    added_at=existing.added_at if existing else None)

@@ -162,7 +162,9 @@ def build_server(store: Store | None = None) -> Server:
             return service.list_sources(get_store(), args.get("filter"), include_registry=True)
 
     @server.tool("source-add", description="Add a documentation source from the registry (alias only) "
-                 "or a URL; prefers the llms-full.txt variant. The only tool that changes anything.",
+                 "or a URL; prefers the llms-full.txt variant. The only tool that changes anything. Fetches "
+                 "from public internet addresses only (and hosts the user lists in BLZ_MCP_ALLOW_HOSTS); "
+                 "local files only inside the folders in BLZ_MCP_FILE_ROOTS.",
                  input_schema={"type": "object", "required": ["alias"], "additionalProperties": False,
                                "properties": {"alias": {"type": "string"}, "url": {"type": "string"},
                                               "force": {"type": "boolean", "default": False}}},
@@ -175,12 +177,13 @@ def build_server(store: Store | None = None) -> Server:
         def progress(done: int, total: int | None) -> None:
             ctx.progress(done, total, f"fetched {done:,} bytes")
 
+        guard = sources.agent_guard()  # files in BLZ_MCP_FILE_ROOTS, public or BLZ_MCP_ALLOW_HOSTS addresses
         if args.get("url"):
-            sources.check_agent_location(args["url"])  # no local files outside BLZ_MCP_FILE_ROOTS
+            sources.check_agent_location(args["url"], guard=guard)  # early refusal; the guard checks again
         with lock:
             try:
                 info = sources.add(get_store(), args["alias"], args.get("url"), force=bool(args.get("force")),
-                                   progress=progress)
+                                   progress=progress, guard=guard)
             finally:
                 _release_memory()
         return {"alias": info["alias"], "url": info["url"], "message": info["message"],
@@ -200,14 +203,17 @@ def build_server(store: Store | None = None) -> Server:
         command = args["command"]
         if command not in WHITELIST:  # the schema's enum already refuses it; never rely on one check
             raise InvalidInput(f"{command!r} is not allowed. Allowed: {', '.join(WHITELIST)}.")
-        argv = [command]
+        operands: list[str] = []
         if args.get("source"):
             if command not in ("history", "validate", "inspect", "schema"):
                 raise InvalidInput(f"`{command}` takes no source.")
-            argv.append(args["source"])
+            operands.append(_command_operand(command, args["source"]))
         out, err = io.StringIO(), io.StringIO()
+        argv = [command, "--text"]
+        if operands:  # "--": what follows is an operand, never an option (a source "-h" or "--json")
+            argv += ["--", *operands]
         with lock:
-            code = run([*argv, "--text"], out, err)
+            code = run(argv, out, err)
         return {"stdout": out.getvalue(), "stderr": err.getvalue(), "exitCode": code}
 
     @server.tool("learn-blz", description="Reference data about blz: prompts, flags, installed sources "
@@ -285,6 +291,20 @@ def build_server(store: Store | None = None) -> Server:
         return "\n".join(lines)
 
     return server
+
+
+def _command_operand(command: str, source: str) -> str:
+    """run-command's ``source``, checked before it reaches the argument parser: an alias (history,
+    validate, inspect) or a schema name (schema). Never an option, whatever the parser would do."""
+    if command == "schema":
+        from cairn.blz.schemas import SCHEMAS
+
+        if source not in SCHEMAS:
+            raise InvalidInput(f"No schema named {source!r}. Known: {', '.join(SCHEMAS)}.")
+        return source
+    from cairn.blz.citation import check_alias
+
+    return check_alias(source)
 
 
 def _one_malloc_arena() -> None:

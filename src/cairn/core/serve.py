@@ -90,6 +90,38 @@ class HostGuard:
         await self.app(scope, receive, send)
 
 
+class CloseUnreadBodies:
+    """ASGI middleware: a response sent before the request body was read to its end (a 413, a 401, a
+    GET with a body) closes the connection (``Connection: close``). Otherwise the server would go on
+    reading, and discarding, whatever the client still sends: gigabytes, or forever for a chunked body."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("type") != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or ())
+        length = headers.get(b"content-length", b"0").strip()
+        unread = [b"transfer-encoding" in headers or not length.isdigit() or int(length) > 0]
+
+        async def tracked_receive() -> Any:
+            message = await receive()
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                unread[0] = False
+            return message
+
+        async def guarded_send(message: Any) -> None:
+            if message["type"] == "http.response.start" and unread[0]:
+                given = list(message.get("headers", []))
+                if not any(k.lower() == b"connection" for k, _ in given):
+                    message = {**message, "headers": [*given, (b"connection", b"close")]}
+            await send(message)
+
+        await self.app(scope, tracked_receive, guarded_send)
+
+
 class RequestLog:
     """ASGI middleware logging every HTTP request at debug (``cairn.core.log``): method, path, status,
     duration, and for a JSON-RPC POST its method and tool name. Installed only when debug is on."""
@@ -174,6 +206,7 @@ def serve(app: Any, host: str, port: int, *, name: str, allow_remote: bool = Fal
     if is_loopback(host):  # DNS rebinding: only requests addressed to this machine
         shown_host = f"[{host}]" if ":" in host else host
         app = HostGuard(app, (*LOOPBACK_NAMES, shown_host.lower()))
+    app = CloseUnreadBodies(app)
     if log.enabled(log.DEBUG):
         app = RequestLog(app)
     config = uvicorn.Config(

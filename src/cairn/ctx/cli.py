@@ -206,6 +206,8 @@ def _params(pairs: list[str], schema: dict[str, Any]) -> dict[str, Any]:
                 value = json.loads(raw)
             except ValueError:
                 value = raw
+            except RecursionError:
+                raise InvalidInput(f"--param {key}: the value is nested too deeply to be parsed.") from None
         out[key] = value
     return out
 

@@ -8,6 +8,7 @@ directory that holds the config file, so ``ctx`` behaves the same from any worki
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,11 +55,18 @@ class EmbeddingConfig:
     timeout: float = 30.0
 
 
+LOOPBACK_ORIGINS = ("http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*")
+# "*", or scheme://host[:port] with no path; the port may be "*" (any port, or none).
+_ORIGIN = re.compile(r"\*|[a-z][a-z0-9+.-]*://(\[[0-9a-f:.]+\]|[a-z0-9_.~%-]+)(:(\d{1,5}|\*))?", re.IGNORECASE)
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     bind: str = "127.0.0.1:7331"
     auth_token: str = field(default="", repr=False)  # $CTX_AUTH_TOKEN wins over the file
-    cors_origins: tuple[str, ...] = ("*",)  # [] turns CORS off
+    # Browser origins that may read the API through CORS. Loopback pages only by default (":*" is any
+    # port); "*" lets every website the user visits read the knowledge base and call its tools. [] is off.
+    cors_origins: tuple[str, ...] = LOOPBACK_ORIGINS
 
 
 @dataclass(frozen=True)
@@ -306,7 +314,12 @@ def parse(data: dict[str, Any], file: Path) -> Config:
     token = os.environ.get("CTX_AUTH_TOKEN") or r.text("auth_token", "")
     origins = r.table.get("cors_origins", list(ServerConfig.cors_origins))
     if not isinstance(origins, list) or not all(isinstance(o, str) and o for o in origins):
-        r.fail("cors_origins", f'must be a list of origins such as ["*"] or ["https://app.example"], not {origins!r}')
+        r.fail("cors_origins", 'must be a list of origins such as ["https://app.example", "http://localhost:*"] '
+                               f"(or [] for none), not {origins!r}")
+    for origin in origins:
+        if not _ORIGIN.fullmatch(origin):
+            r.fail("cors_origins", f"{origin!r} is not an origin: write scheme://host or scheme://host:port "
+                                   '(no path, no trailing "/"; port "*" means any), or "*" for every website')
     server = ServerConfig(bind=bind, auth_token=token, cors_origins=tuple(origins))
 
     connectors: list[ConnectorConfig] = []
@@ -370,7 +383,10 @@ batch_size = 256
 [server]
 bind = "127.0.0.1:7331"           # `ctx serve mcp`; non-loopback addresses also need --allow-remote
 # auth_token = "..."              # require `Authorization: Bearer <token>` ($CTX_AUTH_TOKEN overrides)
-# cors_origins = ["*"]            # browser origins allowed to call the API; [] turns CORS off
+# Browser pages allowed to read the API through CORS. The default is loopback pages only:
+# cors_origins = ["http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*"]   # ":*" = any port
+# Add your web app's origin ("https://app.example"); [] turns CORS off. "*" lets EVERY website you
+# visit read the knowledge base and run its Lua tools through your browser: use it only with an auth_token.
 
 [connectors.filesystem.docs]
 root = "../docs"

@@ -87,7 +87,10 @@ async def read_json(request: "Request") -> Any:
     try:
         return json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidInput(f"The request body is not valid JSON: {exc}.") from None
+        reason = "a number has more than 4300 digits" if "integer string conversion" in str(exc) else str(exc)
+        raise InvalidInput(f"The request body is not valid JSON: {reason}.") from None
+    except RecursionError:
+        raise InvalidInput("The request body is nested too deeply to be parsed.") from None
 
 
 def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token: str | None = None,
@@ -100,6 +103,7 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
     from starlette.exceptions import HTTPException
     from starlette.middleware import Middleware
     from starlette.middleware.cors import CORSMiddleware
+    from starlette.requests import ClientDisconnect
     from starlette.responses import Response
     from starlette.routing import Route
 
@@ -117,8 +121,11 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
         async def run(request: "Request") -> Response:
             try:
                 return ok(await fn(request))
+            except ClientDisconnect:  # gone while sending its body: nobody reads the answer
+                return Response(status_code=400)
             except CairnError as exc:
-                return error_response(exc)
+                # A refused upload is not read further: close the connection rather than drain it.
+                return error_response(exc, headers={"connection": "close"} if exc.http_status == 413 else None)
             except Exception as exc:  # never a traceback in the body
                 return internal_error(exc)
 
@@ -167,7 +174,7 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
         Route("/tools/get", get, methods=["POST"]),
         Route("/tools/{name}", tool, methods=["POST"]),
         Route("/mcp", mcp_app(mcp_server(box), stateless=True,
-                              allowed_origins=[o for o in origins if o != "*"])),
+                              allowed_origins=[o for o in origins if o != "*" and not o.endswith(":*")])),
     ]
 
     async def http_error(request: "Request", exc: Exception) -> Response:
@@ -187,14 +194,26 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
 
     middleware = []
     if origins:
-        middleware.append(Middleware(CORSMiddleware, allow_origins=origins, allow_methods=["GET", "POST", "OPTIONS"],
-                                     allow_headers=["*"], expose_headers=["Mcp-Session-Id"], max_age=600))
+        exact, pattern = cors_rules(origins)
+        middleware.append(Middleware(CORSMiddleware, allow_origins=exact, allow_origin_regex=pattern,
+                                     allow_methods=["GET", "POST", "OPTIONS"], allow_headers=["*"],
+                                     expose_headers=["Mcp-Session-Id"], max_age=600))
     if token:
         middleware.append(Middleware(BearerAuth, token=token))
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan,
                     exception_handlers={HTTPException: http_error})
     app.state.toolbox = box
     return app
+
+
+def cors_rules(origins: list[str]) -> tuple[list[str], str | None]:
+    """``[server] cors_origins`` as CORSMiddleware's exact origins and one regex for the ``host:*`` entries
+    (any port, or none). ``"*"`` stays in the exact list, where it means every origin."""
+    import re
+
+    exact = [o.rstrip("/") for o in origins if not o.endswith(":*")]
+    wild = [re.escape(o[:-2]) + r"(?::\d{1,5})?" for o in origins if o.endswith(":*")]
+    return exact, ("|".join(wild) or None)
 
 
 async def _async(value: Any) -> Any:

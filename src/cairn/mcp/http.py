@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import sys
+import threading
 import time
 import traceback
 from typing import TYPE_CHECKING, Any, Callable, Iterable
@@ -32,7 +33,11 @@ if TYPE_CHECKING:
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 SESSION_NOT_FOUND = -32001
-MAX_BODY = 4 * 1024 * 1024
+MAX_BODY = 4 * 1024 * 1024  # bytes of a POST body; the body is streamed and reading stops past this
+
+
+class _ClientGone(Exception):
+    """The client disconnected before its reply was ready: there is nobody to answer."""
 
 
 class _HttpSession:
@@ -106,11 +111,13 @@ class McpApp:
             return
         if scope["type"] != "http":
             return
-        from starlette.requests import Request
+        from starlette.requests import ClientDisconnect, Request
 
         request = Request(scope, receive)
         try:
             response = await self._dispatch(request)
+        except (ClientDisconnect, _ClientGone):
+            return  # nobody is left to read an answer
         except Exception as exc:  # the app must answer even when the core has a bug
             traceback.print_exc(file=sys.stderr)
             response = self._error(500, None, RpcError(rpc.INTERNAL_ERROR, f"Internal error: {exc}"))
@@ -229,11 +236,11 @@ class McpApp:
         bad_version = self._version_check(request)
         if bad_version is not None:
             return bad_version
-        body = await request.body()
-        if len(body) > MAX_BODY:
-            return self._error(413, None, RpcError(rpc.INVALID_REQUEST, f"Request too large: the limit is {MAX_BODY} bytes"))
+        body = await self._read_body(request)
+        if not isinstance(body, bytearray):
+            return body
         try:
-            msg = rpc.loads(body)
+            msg = rpc.loads(bytes(body))
         except RpcError as exc:
             return self._error(400, None, exc)
         items = msg if isinstance(msg, list) else [msg]
@@ -249,7 +256,7 @@ class McpApp:
             version = request.headers.get("mcp-protocol-version")
             if version:
                 session.protocol_version = version
-        elif is_init:
+        elif is_init and request.headers.get("mcp-session-id") not in self.sessions:
             sid, held = self._new_session()
             session = held.session
         else:
@@ -263,7 +270,7 @@ class McpApp:
             session.handle(msg, None)  # quick: no user code runs for these
             return Response(status_code=202, headers=headers)
         if isinstance(msg, list):
-            replies = await self._run(session.handle, msg, None)
+            replies = await self._run_while_connected(request, session, msg)
             if replies is None:
                 return Response(status_code=202, headers=headers)
             return Response(rpc.dumps(replies), media_type="application/json", headers=headers)
@@ -273,7 +280,7 @@ class McpApp:
             "application/json" not in accept or (not self.json_response and session.is_slow(msg)))
         if not wants_sse:
             if session.is_slow(msg):
-                reply = await self._run(session.handle, msg, None)
+                reply = await self._run_while_connected(request, session, msg)
             else:  # initialize, ping, lists, subscriptions, setLevel: no user code, answer on the loop
                 reply = session.handle(msg, None)
             if reply is None:  # cancelled while running
@@ -284,6 +291,48 @@ class McpApp:
                 headers = {}
             return Response(rpc.dumps_safe(reply), media_type="application/json", status_code=status, headers=headers)
         return self._sse_reply(session, held, msg, headers)
+
+    async def _read_body(self, request: Request) -> bytearray | Response:
+        """The POST body, read as it arrives and refused (413) as soon as it passes ``MAX_BODY``, so a
+        huge or endless upload costs at most ``MAX_BODY`` of memory. The 413 closes the connection:
+        the rest of the upload is never read."""
+        too_large = RpcError(rpc.INVALID_REQUEST, f"Request too large: the limit is {MAX_BODY} bytes")
+        close = {"connection": "close"}
+        length = request.headers.get("content-length")
+        if length is not None and length.strip().isdigit() and int(length) > MAX_BODY:
+            return self._error(413, None, too_large, headers=close)
+        body = bytearray()
+        async for chunk in request.stream():  # raises ClientDisconnect if the client goes away
+            body += chunk
+            if len(body) > MAX_BODY:
+                return self._error(413, None, too_large, headers=close)
+        return body
+
+    async def _run_while_connected(self, request: Request, session: Session, msg: Any) -> Any:
+        """Run a request or batch in a worker thread; if the client disconnects first, stop it.
+
+        A JSON reply can only travel on this connection, so a client that went away will never read
+        it: the rest of a batch is skipped, and the running request is cancelled (``ctx.cancelled``;
+        a stateless session is closed). Raises ``_ClientGone`` then.
+        """
+        abort = threading.Event()
+        work = asyncio.ensure_future(self._run(session.handle, msg, None, abort))
+        gone = asyncio.ensure_future(_disconnected(request))
+        try:
+            await asyncio.wait((work, gone), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+        if work.done():
+            return work.result()
+        abort.set()
+        if session.stateless:
+            session.close()
+        else:
+            for item in msg if isinstance(msg, list) else [msg]:
+                if rpc.kind(item) == "request":
+                    session.cancel(item["id"], "the client disconnected")
+        work.add_done_callback(_settle)  # the thread finishes on its own; nothing awaits it
+        raise _ClientGone()
 
     def _sse_reply(self, session: Session, held: _HttpSession | None, msg: dict[str, Any],
                    headers: dict[str, str]) -> Response:
@@ -362,6 +411,17 @@ class McpApp:
         import anyio.to_thread
 
         return await anyio.to_thread.run_sync(fn, *args)
+
+
+async def _disconnected(request: Request) -> None:
+    """Return once the client has disconnected (the body has been read: only that can arrive now)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        await asyncio.sleep(0.05)  # a server that answers at once with empty body messages: do not spin
+
+
+def _settle(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        print(f"cairn.mcp: a request whose client disconnected failed: {task.exception()!r}", file=sys.stderr)
 
 
 def mcp_app(server: Server, *, stateless: bool = False, json_response: bool = False,

@@ -49,7 +49,10 @@ def loads(data: str | bytes) -> Any:
     """Parse one JSON text strictly; raises ``RpcError(PARSE_ERROR)`` on anything that is not JSON."""
     try:
         return json.loads(data, parse_constant=_reject_constant)
-    except (ValueError, RecursionError, TypeError) as exc:  # JSONDecodeError, bad UTF-8, >4300-digit ints
+    except RecursionError:
+        raise RpcError(PARSE_ERROR, "Parse error: the JSON is nested too deeply (arrays or objects inside each "
+                                    "other more than about 900 levels)") from None
+    except (ValueError, TypeError) as exc:  # JSONDecodeError, bad UTF-8, >4300-digit ints
         raise RpcError(PARSE_ERROR, f"Parse error: {_short(str(exc))}") from None
 
 

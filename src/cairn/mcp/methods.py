@@ -53,6 +53,7 @@ def initialize(session: Session, params: JSON, ctx: ToolContext) -> JSON:
     session.client_capabilities = caps
     session.client_info = info
     session.initialized = True
+    session.negotiated = True
     result: JSON = {
         "protocolVersion": version,
         "capabilities": session.server.capabilities(),

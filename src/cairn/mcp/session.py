@@ -33,6 +33,13 @@ def _id_key(request_id: Any) -> tuple[str, Any]:
     return (type(request_id).__name__, request_id)
 
 
+def _duplicate(request_id: Any, holder: str = "a request still in flight in this session") -> JSON:
+    return rpc.error_response(request_id, RpcError(
+        rpc.INVALID_REQUEST,
+        f"Invalid request: id {request_id!r} is already used by {holder}; "
+        "give every request a new id (ids may be reused once the earlier request has been answered)"))
+
+
 class _Pending:
     __slots__ = ("event", "message")
 
@@ -50,6 +57,7 @@ class Session:
         self.server = server
         self.stateless = stateless
         self.initialized = stateless
+        self.negotiated = False  # a successful initialize happened: a second one is refused
         self.protocol_version: str | None = LATEST_PROTOCOL_VERSION if stateless else None
         self.client_info: dict[str, Any] = {}
         self.client_capabilities: dict[str, Any] = {}
@@ -76,10 +84,14 @@ class Session:
             return rpc.error_response(None, exc)
         return self.handle(msg, send)
 
-    def handle(self, msg: Any, send: Sender | None = None) -> JSON | list[JSON] | None:
-        """Handle one decoded message or batch; returns the reply (None for notifications/responses)."""
+    def handle(self, msg: Any, send: Sender | None = None, abort: threading.Event | None = None
+               ) -> JSON | list[JSON] | None:
+        """Handle one decoded message or batch; returns the reply (None for notifications/responses).
+
+        ``abort`` (set by a transport whose client went away) stops a batch before its next item.
+        """
         if isinstance(msg, list):
-            return self._batch(msg, send)
+            return self._batch(msg, send, abort)
         return self.handle_message(msg, send)
 
     def is_slow(self, msg: Any) -> bool:
@@ -89,13 +101,22 @@ class Session:
         method = msg.get("method") if isinstance(msg, dict) else None
         return isinstance(method, str) and method in SLOW_METHODS and "id" in msg
 
-    def enqueue(self, msg: Any) -> None:
-        """Note a request handed to a worker but not started yet, so a cancellation can overtake it."""
-        if isinstance(msg, dict) and rpc.kind(msg) == "request":
-            with self._lock:
-                self._queued.add(_id_key(msg["id"]))
+    def enqueue(self, msg: Any) -> JSON | None:
+        """Note a request handed to a worker but not started yet, so a cancellation can overtake it.
 
-    def _batch(self, batch: list[Any], send: Sender | None) -> JSON | list[JSON] | None:
+        Returns an error reply instead when a request with the same id is already queued or running
+        in this session (the client could not tell their answers apart); the request must not run.
+        """
+        if isinstance(msg, dict) and rpc.kind(msg) == "request":
+            key = _id_key(msg["id"])
+            with self._lock:
+                if key in self._queued or key in self._inflight:
+                    return _duplicate(msg["id"])
+                self._queued.add(key)
+        return None
+
+    def _batch(self, batch: list[Any], send: Sender | None, abort: threading.Event | None = None
+               ) -> JSON | list[JSON] | None:
         if self.protocol_version not in BATCH_VERSIONS:
             version = self.protocol_version or "an uninitialized session"
             return rpc.error_response(None, RpcError(
@@ -105,11 +126,20 @@ class Session:
         if not batch:
             return rpc.error_response(None, RpcError(rpc.INVALID_REQUEST, "Invalid request: empty batch"))
         replies = []
+        seen: set[tuple[str, Any]] = set()
         for item in batch:
+            if self.closed or (abort is not None and abort.is_set()):
+                return None  # the client is gone: nobody will read the rest (a batch is answered whole)
             if isinstance(item, dict) and item.get("method") == "initialize":
                 reply: JSON | None = rpc.error_response(item.get("id"), RpcError(
                     rpc.INVALID_REQUEST, "Invalid request: initialize must not be part of a batch"))
+            elif rpc.kind(item) == "request" and _id_key(item["id"]) in seen:
+                reply = _duplicate(item["id"], "an earlier request of this batch")
+            elif rpc.kind(item) == "request" and self._busy(_id_key(item["id"])):
+                reply = _duplicate(item["id"])  # a request queued or running outside this batch
             else:
+                if rpc.kind(item) == "request":
+                    seen.add(_id_key(item["id"]))
                 reply = self.handle_message(item, send)
             if reply is not None:
                 replies.append(reply)
@@ -137,23 +167,28 @@ class Session:
 
     def _on_request(self, msg: JSON, send: Sender | None) -> JSON | None:
         request_id, method = msg["id"], msg["method"]
-        handler = METHODS.get(method)
-        if handler is None:
-            return rpc.error_response(request_id, RpcError(rpc.METHOD_NOT_FOUND, f"Method not found: {method}"))
-        if not self.initialized and method not in _STANDALONE:
-            return rpc.error_response(request_id, RpcError(
-                rpc.INVALID_REQUEST, f"Invalid request: {method} before initialize; send initialize first"))
-        params = msg.get("params", {})
-        if not isinstance(params, dict):
-            return rpc.error_response(request_id, RpcError(rpc.INVALID_PARAMS, "Invalid params: params must be an object"))
-        ctx = ToolContext(self, request_id, method, params, send)
         key = _id_key(request_id)
+        refusal = self._refuse(msg)
+        if refusal is not None:
+            with self._lock:
+                self._queued.discard(key)
+                self._early_cancel.discard(key)
+            return rpc.error_response(request_id, refusal)
+        handler = METHODS[method]
+        params = msg.get("params", {})
+        ctx = ToolContext(self, request_id, method, params, send)
         with self._lock:
+            if key in self._inflight:  # the same id is running (another HTTP POST, or a quick method on stdio)
+                return _duplicate(request_id)
             self._inflight[key] = ctx
             self._queued.discard(key)
             if key in self._early_cancel:
                 self._early_cancel.discard(key)
                 ctx._cancel("cancelled before it started")
+        if (ctx.cancelled or self.closed) and method != "initialize":  # cancelled while queued, or the
+            with self._lock:                                            # session ended: do not start it
+                self._inflight.pop(key, None)
+            return None
         try:
             result = handler(self, params, ctx)
             reply = rpc.response(request_id, result)
@@ -172,6 +207,26 @@ class Session:
         if ctx.cancelled and method != "initialize":
             return None  # the client gave up on it; cancelled requests get no response
         return reply
+
+    def _busy(self, key: tuple[str, Any]) -> bool:
+        with self._lock:
+            return key in self._queued or key in self._inflight
+
+    def _refuse(self, msg: JSON) -> RpcError | None:
+        """Why this request must not run at all (unknown method, wrong lifecycle, bad params), if it must not."""
+        method = msg["method"]
+        if method not in METHODS:
+            return RpcError(rpc.METHOD_NOT_FOUND, f"Method not found: {method}")
+        if not self.initialized and method not in _STANDALONE:
+            return RpcError(rpc.INVALID_REQUEST, f"Invalid request: {method} before initialize; send initialize first")
+        if method == "initialize" and self.negotiated:
+            return RpcError(rpc.INVALID_REQUEST,
+                            f"Invalid request: this session is already initialized (protocol {self.protocol_version}); "
+                            "initialize is sent once per session. To negotiate again, start a new session "
+                            "(a new stdio process, or an HTTP initialize without Mcp-Session-Id)")
+        if not isinstance(msg.get("params", {}), dict):
+            return RpcError(rpc.INVALID_PARAMS, "Invalid params: params must be an object")
+        return None
 
     def subscribe(self, uri: str) -> None:
         with self._lock:

@@ -166,11 +166,11 @@ def _read_loop(session: Session, inp: IO[bytes], write: _Writer, pool: _Pool,
             write(rpc.error_response(None, exc))
             continue
         try:
-            if session.is_slow(msg):
-                session.enqueue(msg)
+            refused = session.enqueue(msg)  # an error when the id is already in flight
+            if refused is None and session.is_slow(msg):
                 pool.submit(_job(session, msg, write))
                 continue
-            reply = _handle(session, msg, write)
+            reply = refused if refused is not None else _handle(session, msg, write)
         except Exception as exc:  # defensive: dispatch bugs must not end the session
             import traceback  # off the start-up path
 
