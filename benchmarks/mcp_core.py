@@ -11,7 +11,15 @@ Measures, for a small stdio server on the core (one tool, one resource, one prom
 and, in the same run, the same figures for the official ``mcp`` SDK's own server (``MCPServer``, the
 former FastMCP, over stdio) as a baseline.
 
+Start-up ratio (issue 12): ``python -c pass`` against spawn -> initialize reply of the three real
+stdio servers as users start them (the console scripts ``blz mcp``, ``ctx serve mcp --stdio``,
+``brk mcp``, each on a small store made here) and of the core bench server. The commands run
+round-robin, ``--startup-runs`` times each, so machine load hits them alike; medians are reported with
+the ratio to the bare interpreter, plus the CPU time each used until it answered (from
+/proc/PID/task/*/schedstat; for ``python -c pass`` its whole run, from wait4), which load distorts less.
+
     .venv/bin/python benchmarks/mcp_core.py [--runs 20] [--calls 1000] [--skip-sdk] [--skip-http]
+    .venv/bin/python benchmarks/mcp_core.py --startup-only [--startup-runs 40]
 
 Linux only (reads /proc). Progress goes to stderr.
 """
@@ -26,7 +34,9 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import IO, Any
 
 PROTOCOL = "2025-11-25"
@@ -279,7 +289,115 @@ def http_calls(calls: int, warmup: int = 50) -> dict[str, Any]:
             "mode": "stateless", "client": "httpx.Client keep-alive"}
 
 
-GOALS = {"spawn_to_initialize_median_ms": 60, "initialize_result_bytes": 512, "idle_rss_mib": 20,
+def _task_cpu_ms(pid: int) -> float:
+    """CPU time used so far by every thread of ``pid`` (ms), from /proc/PID/task/*/schedstat."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat", encoding="ascii") as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return total / 1e6
+
+
+def _bare(python: str) -> tuple[float, float]:
+    """(wall ms, CPU ms) of ``python -c pass``."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([python, "-c", "pass"])
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = (time.perf_counter() - t0) * 1000
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return wall, (usage.ru_utime + usage.ru_stime) * 1000
+
+
+def _first_reply(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(wall ms from spawn to the initialize reply, CPU ms the server used until then)."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        proc.stdin.write(_line(_initialize()))
+        proc.stdin.flush()
+        raw = proc.stdout.readline()
+        wall = (time.perf_counter() - t0) * 1000
+        cpu = _task_cpu_ms(proc.pid)
+        if b'"result"' not in raw:
+            raise RuntimeError(f"{' '.join(cmd[:3])}: no initialize result: {raw[:200]!r}")
+    finally:
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+    return wall, cpu
+
+
+def _script(name: str) -> list[str]:
+    """The console script beside this interpreter (how users start it), else ``python -m``."""
+    path = Path(sys.executable).parent / name
+    return [str(path)] if path.exists() else [sys.executable, "-m", f"cairn.{name}.cli"]
+
+
+def _startup_servers(tmp: Path) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """The stdio servers to time, each with a small real store made under ``tmp``."""
+    from cairn.brk.compute import compute
+    from cairn.brk.indexer import index
+    from cairn.brk.sample import write_sample
+
+    write_sample(tmp / "blocks", 100)
+    index(tmp / "blocks", tmp / "brk")
+    compute(tmp / "brk")
+    (tmp / "docs").mkdir()
+    (tmp / "docs" / "a.md").write_text("# Hello\n\nA document.\n")
+    subprocess.run([*_script("ctx"), "init", "--config", str(tmp / "ctx.toml")], cwd=tmp, check=True,
+                   capture_output=True)
+    env = dict(os.environ, BLZ_DATA_DIR=str(tmp / "blz"))
+    for var in ("BLZ_LOG", "CTX_LOG", "BRK_LOG"):
+        env.pop(var, None)
+    servers = {
+        "blz mcp": [*_script("blz"), "mcp"],
+        "ctx serve mcp --stdio": [*_script("ctx"), "serve", "mcp", "--stdio", "--config", str(tmp / "ctx.toml")],
+        "brk mcp": [*_script("brk"), "mcp", "--out", str(tmp / "brk")],
+        "core bench server": [sys.executable, "-c", CORE_SERVER],
+    }
+    return servers, env
+
+
+def startup(runs: int) -> dict[str, Any]:
+    """``python -c pass`` and each server's spawn -> initialize, round-robin; medians and ratios."""
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="cairn-startup-") as tmp:
+        servers, env = _startup_servers(Path(tmp))
+        walls: dict[str, list[float]] = {"python -c pass": [], **{k: [] for k in servers}}
+        cpus: dict[str, list[float]] = {k: [] for k in walls}
+        for name, cmd in servers.items():  # one warm-up each (page cache, .pyc files)
+            _first_reply(cmd, env)
+        for i in range(runs):
+            print(f"start-up round {i + 1}/{runs}", file=sys.stderr, end="\r")
+            wall, cpu = _bare(sys.executable)
+            walls["python -c pass"].append(wall)
+            cpus["python -c pass"].append(cpu)
+            for name, cmd in servers.items():
+                wall, cpu = _first_reply(cmd, env)
+                walls[name].append(wall)
+                cpus[name].append(cpu)
+        print(file=sys.stderr)
+    base_wall = statistics.median(walls["python -c pass"])
+    base_cpu = statistics.median(cpus["python -c pass"])
+    table = {}
+    for name in walls:
+        wall, cpu = statistics.median(walls[name]), statistics.median(cpus[name])
+        table[name] = {"median_ms": round(wall, 1), "min_ms": round(min(walls[name]), 1),
+                       "ratio": round(wall / base_wall, 2), "cpu_median_ms": round(cpu, 1),
+                       "cpu_ratio": round(cpu / base_cpu, 2)}
+    return {"runs": runs, "python": sys.executable, "load_average_before": [round(x, 2) for x in load_before],
+            "load_average_after": [round(x, 2) for x in os.getloadavg()], "commands": table}
+
+
+GOALS = {"blz_startup_ratio": 3.0, "spawn_to_initialize_median_ms": 60, "initialize_result_bytes": 512, "idle_rss_mib": 20,
          "stdio_rtt_p50_ms": 0.3, "http_rtt_p50_ms": 2}
 
 
@@ -289,6 +407,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=1000, help="tools/call round trips per transport")
     parser.add_argument("--skip-sdk", action="store_true", help="skip the official SDK baseline")
     parser.add_argument("--skip-http", action="store_true", help="skip the HTTP round trips")
+    parser.add_argument("--startup-runs", type=int, default=40, help="rounds of the start-up ratio (median)")
+    parser.add_argument("--startup-only", action="store_true", help="only the start-up ratio")
     opts = parser.parse_args(argv)
 
     out: dict[str, Any] = {
@@ -298,6 +418,15 @@ def main(argv: list[str] | None = None) -> int:
         "cpus": os.cpu_count(),
         "goals": GOALS,
     }
+    print("start-up ratio: python -c pass vs spawn -> initialize ...", file=sys.stderr)
+    out["startup"] = startup(opts.startup_runs)
+    for name, row in out["startup"]["commands"].items():
+        print(f"{name:24} {row['median_ms']:7.1f} ms  x{row['ratio']:<5}  cpu {row['cpu_median_ms']:6.1f} ms  "
+              f"x{row['cpu_ratio']}", file=sys.stderr)
+    if opts.startup_only:
+        json.dump(out, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
     print("cairn stdio: spawn-to-initialize ...", file=sys.stderr)
     spawn = spawn_to_initialize(CORE_SERVER, opts.runs)
     print("cairn stdio: round trips ...", file=sys.stderr)
@@ -311,6 +440,7 @@ def main(argv: list[str] | None = None) -> int:
         http = http_calls(opts.calls)
         out["cairn"]["http"] = http
         measured["http_rtt_p50_ms"] = http["rtt_p50_ms"]
+    measured["blz_startup_ratio"] = out["startup"]["commands"]["blz mcp"]["ratio"]
     out["measured"] = measured
     out["meets_goals"] = {k: v <= GOALS[k] for k, v in measured.items()}
     if not opts.skip_sdk:

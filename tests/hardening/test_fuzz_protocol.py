@@ -558,6 +558,11 @@ def test_huge_messages_do_not_stay_resident(spawners: dict[str, Any]) -> None:
     server: StdioServer = spawners["brk"]()
     try:
         server.initialize()
+        # brk opens its store (numpy, the catalog) right after answering initialize: measure from a
+        # server that has finished starting, i.e. once a first tool call was answered.
+        server.send({"jsonrpc": "2.0", "id": "ready", "method": "tools/call",
+                     "params": {"name": "get_index_count", "arguments": {}}})
+        assert "result" in server.wait_for("ready", timeout=60)
         before = server.rss_kb()
         big = "é" * 2_000_000  # 12 MB as escaped JSON
         for rid, msg in enumerate([{"method": "tools/call", "params": {"name": "get_vecs", "arguments": {"index": big}}},

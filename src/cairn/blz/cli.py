@@ -10,11 +10,16 @@ exists), 5 network error, 6 timeout, 7 storage error (or validation found proble
 
 from __future__ import annotations
 
-import argparse
 import sys
-from typing import Any, TextIO
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is kept off the stdio servers' start-up path
+if TYPE_CHECKING:
+    from typing import Any, TextIO
 
 from cairn.core.errors import CairnError, InvalidInput, raise_errors
+
+if TYPE_CHECKING:
+    import argparse  # imported by build_parser: `blz mcp` starts without it
 
 # Only these imports are paid on every call; everything else is imported by the command using it.
 
@@ -28,6 +33,7 @@ def _store() -> Any:
 def _parser_class(out: TextIO, err: TextIO) -> type[argparse.ArgumentParser]:
     """An ArgumentParser printing help to ``out`` and usage errors to ``err`` (not sys.*), so that
     run-command can execute blz in-process and capture everything."""
+    import argparse
 
     class Parser(argparse.ArgumentParser):
         def _print_message(self, message: str, file: Any = None) -> None:
@@ -38,6 +44,8 @@ def _parser_class(out: TextIO, err: TextIO) -> type[argparse.ArgumentParser]:
 
 
 def build_parser(out: TextIO | None = None, err: TextIO | None = None) -> argparse.ArgumentParser:
+    import argparse
+
     P = _parser_class(out or sys.stdout, err or sys.stderr)
     fmt = P(add_help=False)
     g = fmt.add_argument_group("output")
@@ -95,7 +103,9 @@ def build_parser(out: TextIO | None = None, err: TextIO | None = None) -> argpar
     i.add_argument("alias")
     sc = sub.add_parser("schema", parents=[fmt], help="JSON Schemas of the outputs")
     sc.add_argument("name", nargs="?", help="one command's schema")
-    sub.add_parser("mcp", help="serve the MCP tools over stdio")
+    m = sub.add_parser("mcp", help="serve the MCP tools over stdio")
+    m.add_argument("--log-level", metavar="LEVEL",
+                   help="diagnostics on stderr: error, warn (default), info, debug, off (or $BLZ_LOG)")
     return p
 
 
@@ -211,13 +221,25 @@ def _text(cmd: str, data: Any) -> str:
     return render(data, "text")
 
 
+def _mcp(log_level: str | None, err: TextIO) -> int:
+    """``blz mcp [--log-level LEVEL]``: serve over stdio until stdin closes."""
+    from cairn.core import log
+
+    try:
+        log.configure(log_level, "BLZ_LOG", "blz")
+    except CairnError as exc:
+        err.write(f"blz: error: {exc.message}\n")
+        return exc.exit_code
+    from cairn.blz.tools import serve
+
+    serve()
+    return 0
+
+
 def run(argv: list[str], out: TextIO, err: TextIO) -> int:
     """Run blz with ``argv``, writing to ``out``/``err``; returns the exit code (no sys.exit)."""
     if argv == ["mcp"]:  # the server's start-up path: skip building the parser
-        from cairn.blz.tools import serve
-
-        serve()
-        return 0
+        return _mcp(None, err)
     parser = build_parser(out, err)
     try:
         args = parser.parse_args(argv)
@@ -227,10 +249,7 @@ def run(argv: list[str], out: TextIO, err: TextIO) -> int:
         parser.print_help(out)
         return 0
     if args.command == "mcp":
-        from cairn.blz.tools import serve
-
-        serve()
-        return 0
+        return _mcp(args.log_level, err)
     try:
         fmt = getattr(args, "format", None)
         if not fmt:

@@ -13,13 +13,14 @@ import io
 import re
 import sys
 import threading
-from typing import Any, Callable
 
-from typing import TYPE_CHECKING
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is kept off the stdio servers' start-up path
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 from cairn.blz.limits import CONTEXT_MODES, MAX_LIMIT, MAX_PADDING, WHITELIST
 from cairn.core.errors import CairnError, InvalidInput, NotFound
-from cairn.core.paths import data_dir
+from cairn.core.paths import data_path
 from cairn.core.sanitize import register_root, scrub
 from cairn.mcp.server import Server, ToolContext
 
@@ -90,7 +91,7 @@ FIND_SCHEMA: dict[str, Any] = {
 
 def build_server(store: Store | None = None) -> Server:
     server = Server(name="blz", version="0.1.0", title="blz docs search", instructions=INSTRUCTIONS)
-    root = data_dir("blz", "BLZ_DATA_DIR")
+    root = data_path("blz", "BLZ_DATA_DIR")  # a str: pathlib is not imported before `initialize`
     register_root(root, "<blz-data>")
     lock = threading.RLock()  # one connection, used by the worker threads one at a time
     holder: list[Store] = [store] if store is not None else []
@@ -100,7 +101,9 @@ def build_server(store: Store | None = None) -> Server:
             if not holder:
                 from cairn.blz.store import Store
 
-                holder.append(Store(root))
+                from pathlib import Path
+
+                holder.append(Store(Path(root)))
             return holder[0]
 
     def warm() -> None:
@@ -330,7 +333,10 @@ def _release_memory() -> None:
 def serve() -> None:
     from cairn.mcp.stdio import serve_stdio
 
-    _one_malloc_arena()
     server = build_server()
-    threading.Thread(target=server.warm, name="blz-warm", daemon=True).start()  # type: ignore[attr-defined]
-    serve_stdio(server)
+
+    def after_initialize() -> None:  # not before: ctypes and the warm-up's imports would delay the reply
+        _one_malloc_arena()  # before any worker thread exists
+        threading.Thread(target=server.warm, name="blz-warm", daemon=True).start()  # type: ignore[attr-defined]
+
+    serve_stdio(server, after_first=after_initialize)

@@ -8,7 +8,7 @@ Commands:
   brk status --out DIR                               the committed tip and vec lengths
   brk serve  --out DIR [--bind 127.0.0.1:3110]       HTTP API, web page and MCP (POST /mcp)
   brk run    --blocks-dir DIR --out DIR              index, then serve while following new blocks
-  brk mcp    --out DIR                               MCP over stdio
+  brk mcp    --out DIR [--log-level debug]           MCP over stdio (diagnostics on stderr)
   brk query  --index date --ids close,tx_count --from -30 --format md
   brk ids    [--index INDEX] [--page N]              vec ids (1,000 per page)
   brk indexes                                        indexes and the names they accept
@@ -17,14 +17,19 @@ Commands:
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
-from pathlib import Path
-from typing import Any
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is kept off the stdio servers' start-up path
+if TYPE_CHECKING:
+    from typing import Any
 
 from cairn.core.errors import CairnError
+
+if TYPE_CHECKING:
+    import argparse  # imported by build_parser; `brk mcp` starts without it
+    from pathlib import Path
 
 
 def _default_out() -> Path:
@@ -75,6 +80,7 @@ class _StopOnSignal:
 
 def _cmd_index(args: argparse.Namespace) -> int:
     import signal
+    from pathlib import Path
 
     from cairn.brk.blocks.files import resolve_blocks_dir
     from cairn.brk.indexer import Indexer
@@ -118,6 +124,8 @@ def _cmd_index(args: argparse.Namespace) -> int:
 
 
 def _cmd_sample(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from cairn.brk.sample import write_mainnet_sample, write_sample
 
     if args.mainnet:
@@ -131,6 +139,8 @@ def _cmd_sample(args: argparse.Namespace) -> int:
 
 
 def _cmd_fetch(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from cairn.brk.blocks.rpc import RpcClient, mirror
 
     client = RpcClient(args.rpc_url, cookie=args.rpc_cookie, user=args.rpc_user,
@@ -141,6 +151,8 @@ def _cmd_fetch(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from cairn.brk.vecs import read_manifest
 
     out = Path(args.out).expanduser() if args.out else _default_out()
@@ -158,6 +170,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    import argparse
+
     parser = argparse.ArgumentParser(prog="brk", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -226,11 +240,42 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _fast_mcp(argv: list[str]) -> argparse.Namespace | None:
+    """``brk mcp [--out DIR] [--log-level L]`` parsed without argparse, which (with the help
+    formatter's shutil, bz2, lzma and locale) would cost the stdio server a good part of its start-up;
+    anything else (``--help``, an unknown flag) returns None and goes through the real parser."""
+    import types
+
+    if not argv or argv[0] != "mcp":
+        return None
+    found: dict[str, str | None] = {"out": None, "log_level": None}
+    rest = argv[1:]
+    while rest:
+        flag, eq, value = rest[0].partition("=")
+        key = {"--out": "out", "--log-level": "log_level"}.get(flag)
+        if key is None or found[key] is not None:
+            return None
+        if not eq:
+            if len(rest) < 2 or rest[1].startswith("-"):
+                return None
+            value, rest = rest[1], rest[1:]
+        if not value:
+            return None
+        found[key] = value
+        rest = rest[1:]
+    from cairn.brk.cli_serve import _cmd_mcp
+
+    return types.SimpleNamespace(command="mcp", func=_cmd_mcp, **found)  # type: ignore[return-value]
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = _fast_mcp(argv)
+    if args is None:
+        parser = build_parser()
+        args = parser.parse_args(argv)
     if not getattr(args, "func", None):
-        parser.print_help()
+        build_parser().print_help()
         return 0
     try:
         code: int = args.func(args)

@@ -5,18 +5,25 @@ Imports stay inside the command functions so ``brk --help`` and the indexing com
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import threading
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is kept off the stdio servers' start-up path
+if TYPE_CHECKING:
+    from typing import Any
+
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Callable
+    from pathlib import Path
 
 DEFAULT_BIND = "127.0.0.1:3110"
 
 
 def _out(args: argparse.Namespace) -> Path:
+    from pathlib import Path
+
     from cairn.brk.cli import _default_out
 
     return Path(args.out).expanduser() if args.out else _default_out()
@@ -38,10 +45,17 @@ def _interface(args: argparse.Namespace) -> Any:
     return Interface(_ready(_out(args)))
 
 
+def _log(args: argparse.Namespace) -> None:
+    from cairn.core import log
+
+    log.configure(args.log_level, "BRK_LOG", "brk")
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     from cairn.brk.http import serve_dir
     from cairn.core.serve import parse_bind
 
+    _log(args)
     host, port = parse_bind(args.bind, 3110)
     serve_dir(_ready(_out(args)), host, port, allow_remote=args.allow_remote)
     return 0
@@ -73,10 +87,13 @@ def follow(blocks_dir: Path, out: Path, interval: float, stop: threading.Event,
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from cairn.brk.http import serve_dir
     from cairn.brk.indexer import Indexer
     from cairn.core.serve import parse_bind
 
+    _log(args)
     host, port = parse_bind(args.bind, 3110)
     out = _out(args)
     from cairn.brk.blocks.files import resolve_blocks_dir
@@ -97,11 +114,59 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+class _OpenedLater:
+    """The ``Interface`` of ``out``, opened (computing first if behind) right after ``initialize`` is
+    answered: numpy, the catalog and the compute pass would otherwise delay the client's first reply by
+    tens of milliseconds. Every tool call comes later, so it always finds the store open; if opening
+    failed, each call reports why."""
+
+    def __init__(self, out: str) -> None:
+        self.out = out
+        self._interface: Any = None
+        self._error: Exception | None = None
+        self._lock = threading.Lock()
+
+    def open(self) -> None:
+        from cairn.brk.interface import Interface
+        from cairn.core import log
+        from cairn.core.errors import CairnError
+
+        with self._lock:
+            if self._interface is not None:
+                return
+            try:
+                from pathlib import Path
+
+                self._interface = Interface(_ready(Path(self.out)))
+                log.info(f"opened the store (tip {self._interface.tip()})")
+            except CairnError as exc:
+                self._error = exc
+                log.error(f"cannot open the store: {exc.message}")
+
+    def __getattr__(self, name: str) -> Any:
+        if self._interface is None:
+            self.open()
+            if self._interface is None:
+                from cairn.core.errors import StorageError
+
+                raise StorageError(f"The brk store could not be opened: {getattr(self._error, 'message', '')}")
+        return getattr(self._interface, name)
+
+
 def _cmd_mcp(args: argparse.Namespace) -> int:
     from cairn.brk.tools import build_server
     from cairn.mcp.stdio import serve_stdio
 
-    return serve_stdio(build_server(_interface(args)))
+    from cairn.core.paths import data_path
+
+    _log(args)
+    out = os.path.expanduser(args.out) if args.out else data_path("brk", "BRK_DATA_DIR")  # str: no pathlib yet
+    if not os.path.exists(os.path.join(out, "manifest.json")):  # fail now, not at the first tool call
+        from cairn.core.errors import StorageError
+
+        raise StorageError(f"{out} has no manifest.json. Run `brk index --out {out}` first.")
+    interface = _OpenedLater(out)
+    return serve_stdio(build_server(interface), after_first=interface.open)  # type: ignore[arg-type]
 
 
 def _fmt(flag: str | None) -> str:
@@ -137,6 +202,8 @@ def _cmd_indexes(args: argparse.Namespace) -> int:
 
 
 def _cmd_price(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from cairn.brk import prices
     from cairn.brk.cli import _print
 
@@ -154,12 +221,19 @@ def _cmd_price(args: argparse.Namespace) -> int:
 
 
 def add_commands(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
+    from pathlib import Path
+
     def out_arg(p: argparse.ArgumentParser) -> None:
         p.add_argument("--out", help="output directory (default: $BRK_DATA_DIR or $XDG_DATA_HOME/brk)")
+
+    def log_arg(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--log-level", metavar="LEVEL",
+                       help="diagnostics on stderr: error, warn (default), info, debug, off (or $BRK_LOG)")
 
     def bind_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--bind", default=DEFAULT_BIND, help=f"HOST:PORT to listen on (default {DEFAULT_BIND})")
         p.add_argument("--allow-remote", action="store_true", help="allow binding beyond loopback")
+        log_arg(p)
 
     p = sub.add_parser("serve", help="serve the HTTP API, the web page and MCP at /mcp")
     out_arg(p)
@@ -177,6 +251,7 @@ def add_commands(sub: Any, common: Callable[[argparse.ArgumentParser], None]) ->
 
     p = sub.add_parser("mcp", help="serve the ten MCP tools over stdio")
     out_arg(p)
+    log_arg(p)
     p.set_defaults(func=_cmd_mcp)
 
     p = sub.add_parser("query", help="values of vecs on one index")

@@ -3,6 +3,9 @@ MCP Streamable HTTP (stateless) at POST /mcp. Routes and tools call the same ``I
 
 Every /api answer carries an ETag made of the computed store's generation, its tip height and whether
 prices exist, so ``If-None-Match`` gets a 304 until a new block (or a reorg, or a price import) lands.
+``If-None-Match`` uses the weak comparison of RFC 9110 section 13.1.2: ``W/"0-589-1"``, a list of
+tags (``"a", W/"b"``) and ``*`` all match. ``/api/vecs/INDEX-to-ID.csv`` (``.json``, ``.tsv``, ``.md``,
+``.markdown``) picks the format like ``?format=``.
 CORS is open (``*``) on the read-only API; /mcp keeps the MCP core's DNS-rebinding protection.
 Errors are ``{"error": {"code", "message"}}`` with the taxonomy's HTTP status.
 """
@@ -14,7 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cairn.brk.interface import Interface
+from cairn.brk.interface import Interface, normalize_format
 from cairn.core.errors import CairnError, InvalidInput
 
 if TYPE_CHECKING:
@@ -49,11 +52,11 @@ def create_app(interface: Interface, *, allowed_hosts: list[str] | None = None) 
                 etag = interface.etag()
                 headers["ETag"] = etag
                 headers["Cache-Control"] = "no-cache"
-                if request.headers.get("if-none-match") == etag:
-                    return Response(status_code=304, headers=headers)
-                result = handler(request)
+                result = handler(request)  # first: an unknown id is a 404 whatever the validator says
             except CairnError as exc:
                 return _error(exc, headers)
+            if none_match(request.headers.get("if-none-match"), etag):
+                return Response(status_code=304, headers=headers)
             if isinstance(result, tuple):
                 text, fmt = result
                 return Response(text, media_type=MEDIA[fmt], headers=headers)
@@ -65,7 +68,7 @@ def create_app(interface: Interface, *, allowed_hosts: list[str] | None = None) 
 
     def vecs(params: dict[str, Any]) -> Any:
         result = interface.get_vecs(params)
-        fmt = str(params.get("format") or "json").lower()
+        fmt = normalize_format(params.get("format"))
         return (result, fmt) if isinstance(result, str) else result
 
     def index_to_id(request: Request) -> Any:
@@ -74,6 +77,12 @@ def create_app(interface: Interface, *, allowed_hosts: list[str] | None = None) 
         if not sep or not index or not vec_id:
             raise InvalidInput(f"/api/vecs/{path} is not INDEX-to-ID, e.g. /api/vecs/dateindex-to-close.")
         params = q(request)
+        stem, dot, ext = vec_id.rpartition(".")
+        if dot:  # /api/vecs/height-to-close.csv
+            if params.get("format") and normalize_format(params["format"]) != normalize_format(ext):
+                raise InvalidInput(f"/api/vecs/{path} asks for .{ext} but ?format= says {params['format']!r}; "
+                                   "give one.")
+            vec_id, params["format"] = stem, ext
         params.update(index=index, ids=vec_id)
         return vecs(params)
 
@@ -102,6 +111,35 @@ def create_app(interface: Interface, *, allowed_hosts: list[str] | None = None) 
         Route("/web/{name:str}", _static, methods=["GET"]),
     ]
     return Starlette(routes=routes)
+
+
+def _opaque_tags(header: str) -> list[str]:
+    """The entity tags of an ``If-None-Match`` value, weakness (``W/``) dropped: RFC 9110's weak comparison."""
+    tags, rest = [], header
+    while rest:
+        rest = rest.lstrip(" \t,")
+        if rest[:2] in ("W/", "w/"):
+            rest = rest[2:]
+        if not rest.startswith('"'):
+            end = rest.find(",")  # a malformed member: skip it
+            rest = "" if end < 0 else rest[end:]
+            continue
+        end = rest.find('"', 1)
+        if end < 0:
+            break
+        tags.append(rest[:end + 1])
+        rest = rest[end + 1:]
+    return tags
+
+
+def none_match(header: str | None, etag: str) -> bool:
+    """Whether ``If-None-Match: header`` matches the current ``etag`` (answer 304 to GET and HEAD)."""
+    if not header:
+        return False
+    if header.strip() == "*":
+        return True
+    current = etag[2:] if etag.startswith("W/") else etag
+    return current in _opaque_tags(header)
 
 
 def _need(request: Request, name: str, alias: str | None = None) -> str:
@@ -152,7 +190,8 @@ def openapi() -> dict[str, Any]:
         param("to", "end row (exclusive); negative counts from the end; wins over count. Alias t",
               {"type": "integer"}),
         param("count", "rows from `from`. Alias c", {"type": "integer", "minimum": 0}),
-        param("format", "json (default), csv, tsv or md", {"type": "string", "enum": ["json", "csv", "tsv", "md"]}),
+        param("format", "json (default), csv, tsv or md (markdown = md)",
+              {"type": "string", "enum": ["json", "csv", "tsv", "md", "markdown"]}),
     ]
     ok = {"200": {"description": "OK (with an ETag keyed on the tip)"}, "304": {"description": "Not modified"},
           "400": {"description": "Bad parameter"}, "404": {"description": "Unknown index or id (with suggestions)"},
@@ -178,7 +217,7 @@ def openapi() -> dict[str, Any]:
             "/api/vecs/query": get("Values of vecs on one index", [
                 param("index", "index or accepted name. Alias i", required=True),
                 param("ids", "comma or space separated vec ids. Alias v", required=True), *range_params]),
-            "/api/vecs/{index}-to-{id}": get("Values of one vec", [
+            "/api/vecs/{index}-to-{id}": get("Values of one vec (.csv/.tsv/.md/.json after the id: the format)", [
                 param("index", "index", where="path", required=True),
                 param("id", "vec id", where="path", required=True), *range_params]),
             "/version": get("The running version"),

@@ -3,30 +3,44 @@
 Parameters arrive loosely typed (query strings, JSON, CLI flags): numbers may be strings, ``ids`` may
 be a list or a comma/space separated string, and each parameter has a one-letter alias (``i``, ``v``,
 ``f``, ``t``, ``c``). Ids and index names are lower-cased and ``-`` is read as ``_``. Unknown
-indexes and ids fail with a ``NotFound`` naming the closest matches.
+indexes and ids fail with a ``NotFound`` naming the closest matches (never the asked name itself; see
+``suggest``), the indexes an id exists on when it is asked on another one, and ``brk price import``
+when the id is a dollar series and the store has no prices yet.
 
 Response shapes of ``get_vecs``: one id and one row -> the value; one id, several rows -> a list;
 several ids -> a column-major matrix (one list per id). ``csv``/``tsv``/``md`` give a header row of
-ids and one row per index position.
+ids and one row per index position; ``markdown`` is accepted for ``md``.
 """
 
 from __future__ import annotations
 
-import difflib
 import threading
-from collections.abc import Mapping
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
-from cairn.brk.catalog import ACCEPTED, INDEXES, Source, Vec, build_catalog
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is kept off the stdio servers' start-up path
+if TYPE_CHECKING:
+    from typing import Any
+
 from cairn.core.errors import InvalidInput, NotFound, TooLarge
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from pathlib import Path
+
     import numpy as np
+
+    from cairn.brk.catalog import Vec
+
+# The catalog (and the readers behind it) is imported by ``Interface()``, not here: ``brk mcp`` imports
+# this module to declare its tools and answers ``initialize`` before opening the store.
 
 PAGE_SIZE = 1000
 MAX_CELLS = 1_000_000  # values (ids x rows) one get_vecs may return
 FORMATS = ("json", "csv", "tsv", "md")
+FORMAT_ALIASES = {"markdown": "md"}
+PRICE_HINT = "Dollar prices appear after `brk price import FILE.csv` (or `brk price fetch`)."
+# Unit words stripped before comparing names: a bare value series is in sats (``fee`` = ``fee_sats``),
+# and ``block_size`` is in bytes.
+UNITS = frozenset({"sats", "sat", "satoshis", "bytes", "byte", "btc", "usd"})
 ALIASES = {"i": "index", "v": "ids", "f": "from", "t": "to", "c": "count", "p": "page"}
 
 
@@ -37,6 +51,8 @@ def version() -> str:
 
 
 def _accepted_lookup() -> dict[str, str]:
+    from cairn.brk.catalog import ACCEPTED
+
     return {name: index for index, names in ACCEPTED.items() for name in names}
 
 
@@ -44,6 +60,8 @@ class Interface:
     """Queries over one output directory; safe to share between threads."""
 
     def __init__(self, out: Path, *, max_cells: int = MAX_CELLS) -> None:
+        from cairn.brk.catalog import Source
+
         self.out = out
         self.max_cells = max_cells
         self.source = Source(out)
@@ -58,6 +76,8 @@ class Interface:
 
     # -- state ------------------------------------------------------------------------------------
     def _refresh(self) -> None:
+        from cairn.brk.catalog import INDEXES, build_catalog
+
         self.source.refresh()
         prices = self.source.has_prices
         if prices != self._catalog_prices:
@@ -84,6 +104,8 @@ class Interface:
 
     # -- the ten operations -------------------------------------------------------------------------
     def get_index_count(self) -> int:
+        from cairn.brk.catalog import INDEXES
+
         return len(INDEXES)
 
     def get_vecid_count(self) -> int:
@@ -95,9 +117,13 @@ class Interface:
         return sum(len(v) for v in self._id_indexes.values())
 
     def get_indexes(self) -> list[str]:
+        from cairn.brk.catalog import INDEXES
+
         return list(INDEXES)
 
     def get_accepted_indexes(self) -> dict[str, list[str]]:
+        from cairn.brk.catalog import ACCEPTED, INDEXES
+
         return {index: list(ACCEPTED[index]) for index in INDEXES}
 
     def get_vecids(self, page: Any = 0) -> list[str]:
@@ -122,9 +148,7 @@ class Interface:
             raise InvalidInput("get_vecs needs an index, e.g. index=date (see get_indexes).")
         index = self.resolve_index(p["index"])
         ids = parse_ids(p.get("ids"))
-        fmt = str(p.get("format") or "json").lower()
-        if fmt not in FORMATS:
-            raise InvalidInput(f"Unknown format {p.get('format')!r}. Use one of: {', '.join(FORMATS)}.")
+        fmt = normalize_format(p.get("format"))
         self._refresh()
         vecs = [self._vec(index, vec_id) for vec_id in ids]
         length = self.source.length(index)
@@ -145,7 +169,7 @@ class Interface:
         key = _key(name)
         index = self._lookup.get(key)
         if index is None:
-            close = difflib.get_close_matches(key, list(self._lookup), n=3, cutoff=0.5)
+            close = suggest(key, list(self._lookup), n=3, cutoff=0.5)
             hint = f" Did you mean: {', '.join(close)}?" if close else ""
             raise NotFound(f"Unknown index {name!r}.{hint} See get_indexes (or /api/vecs/indexes).")
         return index
@@ -153,10 +177,35 @@ class Interface:
     def resolve_id(self, name: Any) -> str:
         key = _key(name)
         if key not in self._id_indexes:
-            close = difflib.get_close_matches(key, self._ids, n=5, cutoff=0.6)
+            priced = self._priced_only()
+            if key in priced:
+                raise NotFound(f"Vec id {name!r} is computed from dollar prices, which this store does not "
+                               f"have yet (it will exist on: {', '.join(priced[key])}). {PRICE_HINT}")
+            close = self._suggest(key, self._ids, list(priced))
             hint = f" Did you mean: {', '.join(close)}?" if close else ""
+            if any(c in priced for c in close):
+                hint += " " + PRICE_HINT
             raise NotFound(f"Unknown vec id {name!r}.{hint} List ids with get_vecids.")
         return key
+
+    @staticmethod
+    def _suggest(name: str, available: list[str], priced: list[str], n: int = 5) -> list[str]:
+        """Suggestions among the ids that exist, then (to fill up) among those that need prices."""
+        close = suggest(name, available, n)
+        return close + suggest(name, priced, n - len(close)) if len(close) < n and priced else close
+
+    def _priced_only(self) -> dict[str, list[str]]:
+        """Ids that exist only once prices are imported -> the indexes they will be on ({} with prices)."""
+        if self.source.has_prices:
+            return {}
+        from cairn.brk.catalog import build_catalog
+
+        out: dict[str, list[str]] = {}
+        for index, vecs in build_catalog(True).items():
+            for vec_id in vecs:
+                if vec_id not in self._catalog[index]:
+                    out.setdefault(vec_id, []).append(index)
+        return out
 
     def _vec(self, index: str, name: str) -> Vec:
         vec = self._catalog[index].get(name)
@@ -165,18 +214,87 @@ class Interface:
         if name in self._id_indexes:
             raise NotFound(f"Vec {name!r} is not available on {index}; it exists on: "
                            f"{', '.join(self._id_indexes[name])}.")
-        priced = ("open", "high", "low", "close", "market_cap")
-        candidates = self._index_ids[index] + ([] if self.source.has_prices else list(priced))
-        close = difflib.get_close_matches(name, candidates, n=5, cutoff=0.6)
+        priced = self._priced_only()
+        if index in priced.get(name, ()):
+            raise NotFound(f"Vec {name!r} on {index} is computed from dollar prices, which this store does not "
+                           f"have yet. {PRICE_HINT}")
+        if name in priced:
+            raise NotFound(f"Vec {name!r} is not available on {index}; once prices are imported it exists on: "
+                           f"{', '.join(priced[name])}. {PRICE_HINT}")
+        here = [vec_id for vec_id, indexes in priced.items() if index in indexes]
+        close = self._suggest(name, self._index_ids[index], here)
         hint = f" Did you mean: {', '.join(close)}?" if close else ""
-        if not self.source.has_prices and (name.endswith("_usd") or any(c in priced for c in close)):
-            hint += " Dollar prices appear after `brk price import FILE.csv` (or `brk price fetch`)."
+        if any(c in priced for c in close) or (priced and name.endswith("_usd")):
+            hint += " " + PRICE_HINT
+        if not close:  # nothing alike on this index: maybe on another one
+            elsewhere = suggest(name, self._ids, n=3)
+            if elsewhere:
+                hint = " Similar ids on other indexes: " + "; ".join(
+                    f"{c} ({', '.join(self._id_indexes[c])})" for c in elsewhere) + "."
         raise NotFound(f"Unknown vec id {name!r} on {index}.{hint} List them with get_index_to_vecids.")
 
 
 # -- parameters ----------------------------------------------------------------------------------------
 def _key(name: Any) -> str:
     return str(name).strip().lower().replace("-", "_")
+
+
+def normalize_format(value: Any) -> str:
+    """``json`` (default), ``csv``, ``tsv`` or ``md`` (``markdown`` accepted), lower-cased."""
+    fmt = str(value or "json").strip().lower()
+    fmt = FORMAT_ALIASES.get(fmt, fmt)
+    if fmt not in FORMATS:
+        raise InvalidInput(f"Unknown format {value!r}. Use one of: {', '.join(FORMATS)} (markdown = md).")
+    return fmt
+
+
+def _core(name: str) -> tuple[str, ...]:
+    """The words of a name without its unit words: ``fee_sats`` -> ``("fee",)``."""
+    words = tuple(w for w in name.split("_") if w)
+    core = tuple(w for w in words if w not in UNITS)
+    return core or words
+
+
+def suggest(name: str, candidates: list[str], n: int = 5, cutoff: float = 0.6) -> list[str]:
+    """The candidates most like ``name``, best first, never ``name`` itself.
+
+    A candidate matches when its words without units equal the asked name's (``fee_sats`` -> ``fee``),
+    when the asked words are a prefix or suffix of its words (``size`` -> ``block_size``, ``tx`` ->
+    ``tx_count``), when it holds every asked word, when it starts with the asked text (three letters or
+    more: ``dat`` -> ``dateindex``), or when the spelling is close (difflib ratio ``cutoff`` or more:
+    ``suply`` -> ``supply``). Fewer extra words rank higher, so the base series comes before its
+    ``_avg``/``_cumulative`` forms.
+    """
+    import difflib
+
+    key = _core(name)
+    n_key = len(key)
+    matcher = difflib.SequenceMatcher()
+    matcher.set_seq2(name)
+    scored: list[tuple[float, int, str]] = []
+    for cand in set(candidates):
+        if cand == name:
+            continue
+        words = _core(cand)
+        extra = len(words) - n_key
+        if words == key:
+            score = 3.0
+        elif extra > 0 and (words[:n_key] == key or words[-n_key:] == key):
+            score = 2.0 - 0.1 * extra
+        elif extra > 0 and set(key) <= set(words):
+            score = 1.5 - 0.1 * extra
+        elif len(name) >= 3 and cand.startswith(name):
+            score = 1.2
+        else:
+            matcher.set_seq1(cand)
+            if matcher.real_quick_ratio() < cutoff or matcher.quick_ratio() < cutoff:
+                continue
+            ratio = matcher.ratio()
+            if ratio < cutoff:
+                continue
+            score = ratio
+        scored.append((-score, len(cand), cand))
+    return [cand for _, _, cand in sorted(scored)[:n]]
 
 
 def normalize_params(params: Mapping[str, Any]) -> dict[str, Any]:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
 
-from cairn.brk.interface import FORMATS, Interface, version
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is kept off the stdio servers' start-up path
+if TYPE_CHECKING:
+    from typing import Any
+
+from cairn.brk.interface import FORMAT_ALIASES, FORMATS, Interface, version
 from cairn.mcp.server import Server, ToolContext, ToolHandler
 
 INSTRUCTIONS = (
@@ -80,7 +83,8 @@ def build_server(interface: Interface) -> Server:
         "from": {**_NUM, "description": "first row, inclusive; negative counts from the end (-1 = latest)"},
         "to": {**_NUM, "description": "end row, exclusive; negative counts from the end; wins over count"},
         "count": {**_NUM, "description": "number of rows from `from`"},
-        "format": {"type": "string", "enum": list(FORMATS), "description": "json (default), csv, tsv or md"},
+        "format": {"type": "string", "enum": [*FORMATS, *FORMAT_ALIASES],
+                   "description": "json (default), csv, tsv or md (markdown is the same as md)"},
     }
     for alias, name in (("i", "index"), ("v", "ids"), ("f", "from"), ("t", "to"), ("c", "count")):
         vec_props[alias] = {**vec_props[name], "description": f"alias of {name}"}

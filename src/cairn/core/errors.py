@@ -8,7 +8,9 @@ Set ``CAIRN_RAISE_ERRORS=1`` to let the original exception propagate (debugging)
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is kept off the stdio servers' start-up path
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class CairnError(Exception):

@@ -7,7 +7,10 @@ stay large for the rest of its life. Standard library only: imported on the stdi
 from __future__ import annotations
 
 import time
-from typing import Any
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is kept off the stdio servers' start-up path
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def return_large_buffers() -> None:

@@ -14,6 +14,7 @@ import sys
 from typing import Any, TextIO
 
 FORMATS = ("json", "jsonl", "text", "csv", "tsv", "md")
+FORMAT_ALIASES = {"markdown": "md"}
 
 
 def choose_format(flag: str | None, env_var: str | None = None, stream: TextIO | None = None) -> str:
@@ -21,10 +22,12 @@ def choose_format(flag: str | None, env_var: str | None = None, stream: TextIO |
     for candidate in (flag, os.environ.get(env_var) if env_var else None):
         if candidate:
             fmt = candidate.lower()
+            fmt = FORMAT_ALIASES.get(fmt, fmt)
             if fmt not in FORMATS:
                 from cairn.core.errors import InvalidInput
 
-                raise InvalidInput(f"Unknown output format {candidate!r}. Use one of: {', '.join(FORMATS)}.")
+                raise InvalidInput(f"Unknown output format {candidate!r}. "
+                                   f"Use one of: {', '.join(FORMATS)} (markdown = md).")
             return fmt
     stream = stream or sys.stdout
     return "text" if stream.isatty() else "json"

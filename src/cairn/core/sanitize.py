@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is kept off the stdio servers' start-up path
+if TYPE_CHECKING:
+    from typing import Any
 
 _roots: dict[str, str] = {}
 # scheme://user:password@host or scheme://token@host -> scheme://***@host. The scheme is bounded so

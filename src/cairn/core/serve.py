@@ -9,6 +9,7 @@ bound a SIGTERM would hang forever.
 from __future__ import annotations
 
 import ipaddress
+import os
 import signal
 import sys
 from typing import Any
@@ -121,8 +122,73 @@ class CloseUnreadBodies:
         await self.app(scope, tracked_receive, guarded_send)
 
 
-def serve(app: Any, host: str, port: int, *, name: str, allow_remote: bool = False, log_level: str = "warning") -> None:
+class RequestLog:
+    """ASGI middleware logging every HTTP request at debug (``cairn.core.log``): method, path, status,
+    duration, and for a JSON-RPC POST its method and tool name. Installed only when debug is on."""
+
+    PEEK = 64 * 1024  # bytes of a request body kept to name its JSON-RPC method
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("type") != "http":
+            await self.app(scope, receive, send)
+            return
+        import time
+
+        from cairn.core import log
+
+        t0 = time.perf_counter()
+        body: list[bytes] = []
+        status: list[int] = []
+
+        async def peek() -> Any:
+            message = await receive()
+            if message.get("type") == "http.request" and sum(map(len, body)) < self.PEEK:
+                body.append(message.get("body", b""))
+            return message
+
+        async def sending(message: Any) -> None:
+            if message.get("type") == "http.response.start":
+                status.append(int(message.get("status", 0)))
+            await send(message)
+
+        try:
+            await self.app(scope, peek, sending)
+        finally:
+            what = f"{scope.get('method', '?')} {scope.get('path', '?')}"
+            if body and scope.get("method") == "POST":
+                what += _rpc_summary(b"".join(body))
+            log.debug(f"{what} {status[0] if status else 'no response'} "
+                      f"{(time.perf_counter() - t0) * 1000:.2f} ms")
+
+
+def _rpc_summary(data: bytes) -> str:
+    """`` [tools/call find (id 3)]`` for a JSON-RPC body ('' when it is not one)."""
+    import json
+
+    from cairn.core.log import describe
+
+    try:
+        msg = json.loads(data)
+    except ValueError:
+        return ""
+    return f" [{describe(msg)}]" if isinstance(msg, (dict, list)) else ""
+
+
+def _uvicorn_level() -> str:
+    from cairn.core import log
+
+    return {log.ERROR: "error", log.WARN: "warning", log.INFO: "info", log.DEBUG: "debug"}.get(log.level, "critical")
+
+
+def serve(app: Any, host: str, port: int, *, name: str, allow_remote: bool = False,
+          log_level: str | None = None) -> None:
     """Serve ``app`` on ``host:port`` until SIGINT/SIGTERM; prints the address to stderr.
+
+    :param log_level: uvicorn's level; by default the one ``cairn.core.log`` was configured with
+        (``--log-level`` / ``$CTX_LOG`` / ``$BRK_LOG``). Requests are logged by ``RequestLog`` at debug.
 
     :param allow_remote: binding beyond loopback exposes the server to the network; callers pass
         the user's explicit flag here.
@@ -134,16 +200,21 @@ def serve(app: Any, host: str, port: int, *, name: str, allow_remote: bool = Fal
         )
     import uvicorn
 
+    from cairn.core import log
+
     return_large_buffers()
     if is_loopback(host):  # DNS rebinding: only requests addressed to this machine
         shown_host = f"[{host}]" if ":" in host else host
         app = HostGuard(app, (*LOOPBACK_NAMES, shown_host.lower()))
     app = CloseUnreadBodies(app)
+    if log.enabled(log.DEBUG):
+        app = RequestLog(app)
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
-        log_level=log_level,
+        log_level=log_level or _uvicorn_level(),
+        access_log=False,  # RequestLog does it at debug, with durations
         lifespan="on",
         timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
         server_header=False,
@@ -158,11 +229,13 @@ def serve(app: Any, host: str, port: int, *, name: str, allow_remote: bool = Fal
 
     in_main = threading.current_thread() is threading.main_thread()  # signal handlers live there only
     previous = {sig: signal.signal(sig, _exit_cleanly) for sig in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
+    log.info(f"serving HTTP on {shown}:{port} (pid {os.getpid()})")
     try:
         server.run()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        log.info("HTTP server stopped")
 
 
 def _exit_cleanly(signum: int, frame: object) -> None:

@@ -55,6 +55,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--bind", metavar="HOST:PORT", help="listen address (default: [server] bind, 127.0.0.1:7331)")
     p.add_argument("--allow-remote", action="store_true",
                    help="allow a non-loopback bind address (requires [server] auth_token or $CTX_AUTH_TOKEN)")
+    p.add_argument("--log-level", metavar="LEVEL",
+                   help="diagnostics on stderr: error, warn (default), info, debug, off (or $CTX_LOG)")
 
     p = sub.add_parser("tool", parents=[common], help="list the tools or run one once")
     tsub = p.add_subparsers(dest="tool_command", metavar="ACTION", required=True)
@@ -105,6 +107,8 @@ def _exit_code(code: str | None) -> int:
 
 def _run(args: argparse.Namespace) -> tuple[Any, Any, int]:
     """(data to render, optional custom text renderer, exit status) for the command."""
+    if args.command in ("serve", "tool"):  # first: `serve mcp --stdio` need not import the service
+        return _run_tools(args)
     from cairn.ctx import service
 
     config = getattr(args, "config", None)
@@ -113,8 +117,6 @@ def _run(args: argparse.Namespace) -> tuple[Any, Any, int]:
         verb = "Wrote" if report.created_config else "Kept existing"
         return report, lambda: f"{verb} {report.config_path}\nDatabase: {report.db_path}", 0
 
-    if args.command in ("serve", "tool"):
-        return _run_tools(args)
     svc = service.Service.from_config(config)
     try:
         if args.command == "search":
@@ -153,6 +155,10 @@ def _run(args: argparse.Namespace) -> tuple[Any, Any, int]:
 def _run_tools(args: argparse.Namespace) -> tuple[Any, Any, int]:
     from cairn.ctx import config as cfg
 
+    if args.command == "serve":
+        from cairn.core import log
+
+        log.configure(args.log_level, "CTX_LOG", "ctx")
     conf = cfg.load(getattr(args, "config", None))
     if args.command == "serve":
         if args.stdio:

@@ -91,16 +91,21 @@ def _sources(p: dict[str, Any], svc: "Service") -> dict[str, Any]:
     return {"sources": [asdict(s) for s in svc.sources()]}
 
 
+# The built-in tools' descriptions: the first paragraph of the ``Service`` methods' docstrings, written
+# out so that declaring the tools (``ctx serve mcp --stdio``, before ``initialize`` is answered) does not
+# import the service, store and retrieval modules. tests/ctx/test_tools.py checks they stay in step.
+DESCRIPTIONS = {
+    "search": "Search indexed documents by keyword, semantic, or hybrid query.",
+    "get": "A document by id, with its full body and its chunks in order.",
+    "sources": "Configured sources with their health (last sync result) and document counts.",
+}
+
+
 def builtin_specs() -> list[ToolSpec]:
-    from cairn.ctx.service import Service
-
-    def doc(fn: Any) -> str:
-        return (fn.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
-
     return [
-        ToolSpec("search", doc(Service.search), SEARCH_SCHEMA, True, _search),
-        ToolSpec("get", doc(Service.get), GET_SCHEMA, True, _get),
-        ToolSpec("sources", doc(Service.sources), SOURCES_SCHEMA, True, _sources),
+        ToolSpec("search", DESCRIPTIONS["search"], SEARCH_SCHEMA, True, _search),
+        ToolSpec("get", DESCRIPTIONS["get"], GET_SCHEMA, True, _get),
+        ToolSpec("sources", DESCRIPTIONS["sources"], SOURCES_SCHEMA, True, _sources),
     ]
 
 
@@ -149,11 +154,11 @@ class Toolbox:
     """
 
     def __init__(self, config: "Config") -> None:
-        from cairn.ctx.scripts import declare_tool
-
         self.config = config
         self.specs: dict[str, ToolSpec] = {s.name: s for s in builtin_specs()}
         for tc in config.tools:
+            from cairn.ctx.scripts import declare_tool  # only with Lua tools: lupa and the sandbox cost start-up
+
             if tc.name in self.specs:
                 raise InvalidInput(f"{config.path}: [tools.script.{tc.name}]: {tc.name!r} is a built-in tool's name. "
                                    "Rename the section.")
@@ -224,9 +229,6 @@ def mcp_server(toolbox: Toolbox) -> Any:
 
 
 def _version() -> str:
-    try:
-        from importlib.metadata import version
+    from cairn import __version__  # not importlib.metadata: it costs ctx's stdio start-up ~15 ms
 
-        return version("cairn")
-    except Exception:
-        return "0.0.0"
+    return __version__

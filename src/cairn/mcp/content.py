@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
-import base64
-from dataclasses import dataclass, field
-from typing import Any
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is kept off the stdio servers' start-up path
+if TYPE_CHECKING:
+    from typing import Any
 
-Content = dict[str, Any]
+if TYPE_CHECKING:
+    Content = dict[str, Any]
+else:  # run time: no typing import
+    Content = dict
 
 
 def _b64(data: str | bytes) -> str:
-    return base64.b64encode(data).decode("ascii") if isinstance(data, bytes) else data
+    if isinstance(data, str):
+        return data
+    import base64  # not on the stdio servers' start-up path
+
+    return base64.b64encode(data).decode("ascii")
 
 
 def text(s: str, *, annotations: dict[str, Any] | None = None) -> Content:
@@ -74,14 +81,29 @@ def resource_link(uri: str, name: str, *, title: str | None = None, description:
     return block
 
 
-@dataclass
 class ToolResult:
     """A tool result under the handler's full control."""
 
-    content: list[Content] = field(default_factory=list)
-    structured: dict[str, Any] | None = None
-    is_error: bool = False
-    meta: dict[str, Any] | None = None
+    __slots__ = ("content", "structured", "is_error", "meta")
+
+    def __init__(self, content: list[Content] | None = None, structured: dict[str, Any] | None = None,
+                 is_error: bool = False, meta: dict[str, Any] | None = None) -> None:
+        self.content: list[Content] = [] if content is None else content
+        self.structured = structured
+        self.is_error = is_error
+        self.meta = meta
+
+    def __repr__(self) -> str:
+        return (f"ToolResult(content={self.content!r}, structured={self.structured!r}, "
+                f"is_error={self.is_error!r}, meta={self.meta!r})")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ToolResult):
+            return NotImplemented
+        return (self.content, self.structured, self.is_error, self.meta) == (
+            other.content, other.structured, other.is_error, other.meta)
+
+    __hash__ = None  # type: ignore[assignment]
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"content": self.content}

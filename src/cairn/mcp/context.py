@@ -7,12 +7,18 @@ roots), all routed through the session and the sender of the request being handl
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, Callable
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is kept off the stdio servers' start-up path
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 if TYPE_CHECKING:
     from cairn.mcp.session import Session
 
-Sender = Callable[[dict[str, Any]], None]
+if TYPE_CHECKING:
+    Sender = Callable[[dict[str, Any]], None]
+else:  # run time: no typing import
+    from collections.abc import Callable as Sender
 
 
 class ToolContext:

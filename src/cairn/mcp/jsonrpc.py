@@ -6,7 +6,10 @@ Standard library only: this module is on the stdio start-up path.
 from __future__ import annotations
 
 import json
-from typing import Any
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is kept off the stdio servers' start-up path
+if TYPE_CHECKING:
+    from typing import Any
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -14,7 +17,10 @@ METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 
-JSON = dict[str, Any]
+if TYPE_CHECKING:
+    JSON = dict[str, Any]
+else:  # run time: no typing import
+    JSON = dict
 RequestId = str | int
 
 

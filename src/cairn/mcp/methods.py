@@ -6,11 +6,12 @@ mapped by the session). Standard library only.
 
 from __future__ import annotations
 
-import base64
 import json
 import sys
-import traceback
-from typing import TYPE_CHECKING, Any, Callable
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is kept off the stdio servers' start-up path
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 from cairn.core.errors import CairnError, NotFound, raise_errors
 from cairn.mcp import jsonrpc as rpc
@@ -73,6 +74,8 @@ def page(session: Session, kind: str, items: list[JSON], params: JSON, key: str)
     result: JSON = {key: items[start:start + size]}
     if start + size < len(items):
         token = f"{kind}:{start + size}".encode()
+        import base64  # off the start-up path
+
         result["nextCursor"] = base64.urlsafe_b64encode(token).decode("ascii")
     return result
 
@@ -82,6 +85,8 @@ def decode_cursor(kind: str, cursor: Any) -> int:
     if not isinstance(cursor, str):
         raise bad
     try:
+        import base64  # off the start-up path
+
         label, _, offset = base64.urlsafe_b64decode(cursor.encode("ascii")).decode("ascii").partition(":")
         start = int(offset)
     except (ValueError, UnicodeError):
@@ -118,6 +123,8 @@ def tools_call(session: Session, params: JSON, ctx: ToolContext) -> JSON:
     except Exception as exc:
         if raise_errors():  # debugging: surface the bug as a -32603 error (traceback on stderr)
             raise
+        import traceback  # off the start-up path
+
         traceback.print_exc(file=sys.stderr)
         return ToolResult([text(f"{type(exc).__name__}: {exc}")], is_error=True).to_dict()
     return tool_result(tool, value)
@@ -268,6 +275,8 @@ def resource_contents(uri: str, value: Any, mime: str | None) -> list[JSON]:
     entry: JSON = {"uri": uri}
     if isinstance(value, bytes):
         entry["mimeType"] = mime or "application/octet-stream"
+        import base64  # off the start-up path
+
         entry["blob"] = base64.b64encode(value).decode("ascii")
         return [entry]
     if isinstance(value, str):

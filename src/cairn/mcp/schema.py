@@ -13,9 +13,15 @@ from __future__ import annotations
 import json
 import re
 from functools import lru_cache
-from typing import Any
 
-Schema = dict[str, Any] | bool
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is kept off the stdio servers' start-up path
+if TYPE_CHECKING:
+    from typing import Any
+
+if TYPE_CHECKING:
+    Schema = dict[str, Any] | bool
+else:  # run time: no typing import
+    Schema = dict | bool
 
 
 class SchemaError(ValueError):

@@ -9,8 +9,10 @@ from __future__ import annotations
 import re
 import threading
 import weakref
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is kept off the stdio servers' start-up path
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 from cairn.mcp.content import ToolResult
 from cairn.mcp.context import ToolContext
@@ -23,7 +25,10 @@ __all__ = ["Server", "ToolContext", "ToolResult", "Tool", "Resource", "ResourceT
 LATEST_PROTOCOL_VERSION = "2025-11-25"
 SUPPORTED_PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
 
-ToolHandler = Callable[[dict[str, Any], ToolContext], Any]
+if TYPE_CHECKING:
+    ToolHandler = Callable[[dict[str, Any], ToolContext], Any]
+else:  # run time: no typing import
+    from collections.abc import Callable as ToolHandler
 EMPTY_INPUT_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 
 
@@ -35,17 +40,41 @@ def _described(**fields: Any) -> dict[str, Any]:
     return {k: v for k, v in fields.items() if k == "inputSchema" or v or (k == "size" and v == 0)}
 
 
-@dataclass
-class Tool:
-    name: str
-    handler: ToolHandler
-    description: str = ""
-    input_schema: dict[str, Any] = field(default_factory=lambda: dict(EMPTY_INPUT_SCHEMA))
-    output_schema: dict[str, Any] | None = None
-    title: str | None = None
-    annotations: dict[str, Any] | None = None
-    structured: bool = False
-    meta: dict[str, Any] | None = None
+class _Record:
+    """Plain classes with keyword constructors, repr and equality: ``dataclasses`` costs the stdio
+    servers several milliseconds of start-up (it imports ``inspect``, ``ast``, ``dis``, ``tokenize``)."""
+
+    __slots__: tuple[str, ...] = ()
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__ if not k.startswith("_"))
+        return f"{type(self).__name__}({fields})"
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return all(getattr(self, k) == getattr(other, k) for k in self.__slots__ if not k.startswith("_"))
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value (as a dataclass)
+
+
+class Tool(_Record):
+    __slots__ = ("name", "handler", "description", "input_schema", "output_schema", "title", "annotations",
+                 "structured", "meta")
+
+    def __init__(self, name: str, handler: ToolHandler, description: str = "",
+                 input_schema: dict[str, Any] | None = None, output_schema: dict[str, Any] | None = None,
+                 title: str | None = None, annotations: dict[str, Any] | None = None, structured: bool = False,
+                 meta: dict[str, Any] | None = None) -> None:
+        self.name = name
+        self.handler = handler
+        self.description = description
+        self.input_schema: dict[str, Any] = dict(EMPTY_INPUT_SCHEMA) if input_schema is None else input_schema
+        self.output_schema = output_schema
+        self.title = title
+        self.annotations = annotations
+        self.structured = structured
+        self.meta = meta
 
     def describe(self) -> dict[str, Any]:
         return _described(name=self.name, title=self.title, description=self.description,
@@ -53,15 +82,18 @@ class Tool:
                           annotations=self.annotations, _meta=self.meta)
 
 
-@dataclass
-class Resource:
-    uri: str
-    handler: Callable[[str], Any]
-    name: str
-    title: str | None = None
-    description: str | None = None
-    mime_type: str | None = None
-    size: int | None = None
+class Resource(_Record):
+    __slots__ = ("uri", "handler", "name", "title", "description", "mime_type", "size")
+
+    def __init__(self, uri: str, handler: Callable[[str], Any], name: str, title: str | None = None,
+                 description: str | None = None, mime_type: str | None = None, size: int | None = None) -> None:
+        self.uri = uri
+        self.handler = handler
+        self.name = name
+        self.title = title
+        self.description = description
+        self.mime_type = mime_type
+        self.size = size
 
     def describe(self) -> dict[str, Any]:
         return _described(uri=self.uri, name=self.name, title=self.title, description=self.description,
@@ -71,30 +103,29 @@ class Resource:
 _VAR = re.compile(r"\{([+#]?)([A-Za-z0-9_.]+)\}")
 
 
-@dataclass
-class ResourceTemplate:
-    uri_template: str
-    handler: Callable[[str, dict[str, str]], Any]
-    name: str
-    title: str | None = None
-    description: str | None = None
-    mime_type: str | None = None
-    _regex: re.Pattern[str] | None = field(default=None, repr=False)
+class ResourceTemplate(_Record):
+    __slots__ = ("uri_template", "handler", "name", "title", "description", "mime_type", "_regex")
 
-    def __post_init__(self) -> None:
+    def __init__(self, uri_template: str, handler: Callable[[str, dict[str, str]], Any], name: str,
+                 title: str | None = None, description: str | None = None, mime_type: str | None = None) -> None:
+        self.uri_template = uri_template
+        self.handler = handler
+        self.name = name
+        self.title = title
+        self.description = description
+        self.mime_type = mime_type
         # RFC 6570 level 1-2 matching: {var} is one path segment, {+var} may span several.
         parts: list[str] = []
         last = 0
-        for m in _VAR.finditer(self.uri_template):
-            parts.append(re.escape(self.uri_template[last:m.start()]))
+        for m in _VAR.finditer(uri_template):
+            parts.append(re.escape(uri_template[last:m.start()]))
             span = ".+" if m.group(1) else "[^/?#]+"
             parts.append(f"(?P<{m.group(2).replace('.', '_')}>{span})")
             last = m.end()
-        parts.append(re.escape(self.uri_template[last:]))
-        self._regex = re.compile("".join(parts) + r"\Z")
+        parts.append(re.escape(uri_template[last:]))
+        self._regex: re.Pattern[str] = re.compile("".join(parts) + r"\Z")
 
     def match(self, uri: str) -> dict[str, str] | None:
-        assert self._regex is not None
         m = self._regex.match(uri)
         if m is None:
             return None
@@ -107,13 +138,16 @@ class ResourceTemplate:
                           description=self.description, mimeType=self.mime_type)
 
 
-@dataclass
-class Prompt:
-    name: str
-    handler: Callable[[dict[str, str]], Any]
-    description: str | None = None
-    title: str | None = None
-    arguments: list[dict[str, Any]] = field(default_factory=list)
+class Prompt(_Record):
+    __slots__ = ("name", "handler", "description", "title", "arguments")
+
+    def __init__(self, name: str, handler: Callable[[dict[str, str]], Any], description: str | None = None,
+                 title: str | None = None, arguments: list[dict[str, Any]] | None = None) -> None:
+        self.name = name
+        self.handler = handler
+        self.description = description
+        self.title = title
+        self.arguments: list[dict[str, Any]] = [] if arguments is None else arguments
 
     def describe(self) -> dict[str, Any]:
         return _described(name=self.name, title=self.title, description=self.description,

@@ -10,8 +10,10 @@ from __future__ import annotations
 import itertools
 import sys
 import threading
-import traceback
-from typing import TYPE_CHECKING, Any
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is kept off the stdio servers' start-up path
+if TYPE_CHECKING:
+    from typing import Any
 
 from cairn.core.errors import CairnError, InvalidInput, NetworkError, Timeout
 from cairn.mcp import jsonrpc as rpc
@@ -155,6 +157,8 @@ class Session:
             try:
                 self._on_notification(msg["method"], msg.get("params"))
             except Exception:  # a bad notification never kills the session
+                import traceback  # off the start-up path
+
                 traceback.print_exc(file=sys.stderr)
             return None
         return self._on_request(msg, send)
@@ -193,6 +197,8 @@ class Session:
         except CairnError as exc:
             reply = rpc.error_response(request_id, RpcError(exc.jsonrpc_code, exc.message))
         except Exception as exc:  # a handler bug never kills the server
+            import traceback  # off the start-up path
+
             traceback.print_exc(file=sys.stderr)
             reply = rpc.error_response(request_id, RpcError(rpc.INTERNAL_ERROR, f"Internal error: {type(exc).__name__}: {exc}"))
         finally:

@@ -6,6 +6,8 @@ long tool never blocks pings, cancellations or the client's answers to server-to
 Writes go to the real stdout under a lock, one line per message. While serving, ``sys.stdout`` and file
 descriptor 1 point at stderr, so nothing but protocol messages can reach the client.
 On stdin EOF the server drains in-flight requests, then returns 0.
+Diagnostics go through ``cairn.core.log`` (stderr): start-up and shutdown at info, and at debug every
+message with its method (and tool name), outcome and duration.
 """
 
 from __future__ import annotations
@@ -14,9 +16,13 @@ import os
 import queue
 import sys
 import threading
-import traceback
-from typing import IO, TYPE_CHECKING, Any, Callable
+import time
 
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is kept off the stdio servers' start-up path
+if TYPE_CHECKING:
+    from typing import IO, Any, Callable
+
+from cairn.core import log
 from cairn.core.heap import trim_heap
 from cairn.mcp import jsonrpc as rpc
 from cairn.mcp.jsonrpc import RpcError
@@ -76,6 +82,8 @@ class _Pool:
             try:
                 fn()
             except Exception:
+                import traceback  # off the start-up path
+
                 traceback.print_exc(file=sys.stderr)
             with self._lock:
                 self._idle += 1
@@ -91,13 +99,20 @@ class _Pool:
 
 
 def serve_stdio(server: Server, *, stdin: IO[bytes] | None = None, stdout: IO[bytes] | None = None,
-                max_workers: int = 8) -> int:
-    """Serve ``server`` on stdin/stdout until stdin closes; returns the exit status (0)."""
+                max_workers: int = 8, after_first: Callable[[], None] | None = None) -> int:
+    """Serve ``server`` on stdin/stdout until stdin closes; returns the exit status (0).
+
+    :param after_first: run once on the reader thread right after the first message (``initialize``)
+        is answered: set-up that need not delay the client's first reply (warm-up threads, caches).
+    """
     redirect = stdout is None
-    if stdin is None:  # a server process of its own
+    later: list[Callable[[], None]] = []
+    if stdin is None:  # a server process of its own: tune malloc, but after answering (ctypes costs ms)
         from cairn.core.heap import return_large_buffers
 
-        return_large_buffers()
+        later.append(return_large_buffers)
+    if after_first is not None:
+        later.append(after_first)
     saved_fd: int | None = None
     saved_stdout = sys.stdout
     if redirect:
@@ -114,12 +129,15 @@ def serve_stdio(server: Server, *, stdin: IO[bytes] | None = None, stdout: IO[by
     write = _Writer(out)
     session = server.open_session(send=write)
     pool = _Pool(max_workers)
+    started = time.monotonic()
+    log.info(f"serving MCP on stdio ({server.name} {server.version}, pid {os.getpid()})")
     try:
-        _read_loop(session, inp, write, pool)
+        _read_loop(session, inp, write, pool, later)
     finally:
         session.abandon_requests()  # nobody is left to answer them; then finish what is in flight
         pool.drain()
         session.close()
+        log.info(f"stdin closed: stopped after {time.monotonic() - started:.1f} s")
         if redirect:
             assert saved_fd is not None
             sys.stdout = saved_stdout
@@ -129,13 +147,19 @@ def serve_stdio(server: Server, *, stdin: IO[bytes] | None = None, stdout: IO[by
     return 0
 
 
-def _read_loop(session: Session, inp: IO[bytes], write: _Writer, pool: _Pool) -> None:
+def _read_loop(session: Session, inp: IO[bytes], write: _Writer, pool: _Pool,
+               later: list[Callable[[], None]] | None = None) -> None:
+    answered = False
     while not write.broken:
+        if later and answered:  # the first message was answered: now the deferred set-up
+            _run_later(later)
+            later = None
         line = inp.readline()
         if not line:
             return  # EOF: the caller drains in-flight requests
         if not line.strip():
             continue
+        answered = True
         try:
             msg = rpc.loads(line)
         except RpcError as exc:
@@ -146,8 +170,10 @@ def _read_loop(session: Session, inp: IO[bytes], write: _Writer, pool: _Pool) ->
             if refused is None and session.is_slow(msg):
                 pool.submit(_job(session, msg, write))
                 continue
-            reply = refused if refused is not None else session.handle(msg, write)
+            reply = refused if refused is not None else _handle(session, msg, write)
         except Exception as exc:  # defensive: dispatch bugs must not end the session
+            import traceback  # off the start-up path
+
             traceback.print_exc(file=sys.stderr)
             reply = rpc.error_response(msg.get("id") if isinstance(msg, dict) else None,
                                        RpcError(rpc.INTERNAL_ERROR, f"Internal error: {exc}"))
@@ -156,11 +182,34 @@ def _read_loop(session: Session, inp: IO[bytes], write: _Writer, pool: _Pool) ->
         trim_heap(min_interval=1.0)  # parse errors of huge or deeply nested lines are answered here
 
 
+def _run_later(later: list[Callable[[], None]]) -> None:
+    """Run the deferred set-up (after the first reply); a failure is printed, never fatal."""
+    for fn in later:
+        try:
+            fn()
+        except Exception:
+            import traceback
+
+            traceback.print_exc(file=sys.stderr)
+
+
+def _handle(session: Session, msg: Any, write: _Writer) -> Any:
+    """``session.handle``, logged at debug with the method, the outcome and the time it took."""
+    if not log.enabled(log.DEBUG):
+        return session.handle(msg, write)
+    t0 = time.perf_counter()
+    reply = session.handle(msg, write)
+    log.debug(f"{log.describe(msg)} {log.outcome(reply)} {(time.perf_counter() - t0) * 1000:.2f} ms")
+    return reply
+
+
 def _job(session: Session, msg: Any, write: _Writer) -> Callable[[], None]:
     def run() -> None:
         try:
-            reply = session.handle(msg, write)
+            reply = _handle(session, msg, write)
         except Exception as exc:
+            import traceback  # off the start-up path
+
             traceback.print_exc(file=sys.stderr)
             reply = rpc.error_response(msg.get("id") if isinstance(msg, dict) else None,
                                        RpcError(rpc.INTERNAL_ERROR, f"Internal error: {exc}"))

@@ -1,0 +1,102 @@
+"""Start-up (issue 12): what the real `blz mcp`, `brk mcp` and `ctx serve mcp --stdio` have imported
+when they answer `initialize`. Timing is measured by benchmarks/mcp_core.py (a ratio to `python -c pass`); this test
+pins the cause, deterministically: the modules that made start-up slow stay off the path until the
+first reply is written (dataclasses pulls in inspect/ast/dis/tokenize, argparse's help formatter
+shutil/bz2/lzma, pathlib urllib.parse/ipaddress; numpy and the stores load after the reply)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+# Runs the real CLI entry point, with the protocol writer wrapped to record sys.modules at the moment
+# the initialize reply goes out (the spy itself imports nothing new).
+SPY = """
+import sys
+import cairn.mcp.stdio as stdio
+seen = []
+real = stdio._Writer.__call__
+def spy(self, message):
+    if not seen and isinstance(message, dict) and message.get("id") == 1:
+        seen.append(1)
+        sys.stderr.write("MODULES " + " ".join(sorted(sys.modules)) + "\\n")
+    real(self, message)
+stdio._Writer.__call__ = spy
+from cairn.{server}.cli import main
+sys.argv[1:] = sys.argv[2:]
+sys.exit(main())
+"""
+
+INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+LIST = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+
+# Never imported before the first reply (any of them costs milliseconds there).
+SLOW = {"traceback", "base64", "ctypes", "importlib.metadata", "numpy", "sqlite3"}
+LEAN_TYPING = {"typing"}  # blz and brk: no typing before the reply either
+LEAN = {"dataclasses", "inspect", "ast", "argparse", "shutil", "bz2", "lzma"}  # blz and brk only
+EXTRA = {"blz": {"pathlib", "urllib.parse", "cairn.blz.store", "cairn.blz.search"},
+         # ctx must read its TOML config first (tomllib, dataclasses, pathlib, argparse stay), but not
+         # open the service: store, retrieval, SQLite, or the Lua sandbox when no Lua tool is declared.
+         "ctx": {"cairn.ctx.service", "cairn.ctx.store", "cairn.ctx.retrieval", "cairn.ctx.sync",
+                 "cairn.ctx.scripts", "cairn.ctx.lua", "lupa"},
+         "brk": {"pathlib", "urllib.parse", "cairn.brk.catalog", "cairn.brk.compute", "cairn.brk.reader"}}
+
+
+def _modules_at_initialize(server: str, args: list[str], env: dict[str, str]) -> tuple[set[str], list[dict]]:
+    code = SPY.replace("{server}", server)
+    proc = subprocess.run([sys.executable, "-c", code, "--", *args], input=json.dumps(INIT) + "\n" + json.dumps(LIST)
+                          + "\n", capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    line = next(x for x in proc.stderr.splitlines() if x.startswith("MODULES "))
+    return set(line.split()[1:]), [json.loads(x) for x in proc.stdout.splitlines()]
+
+
+@pytest.fixture(scope="module")
+def brk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from cairn.brk.compute import compute
+    from cairn.brk.indexer import index
+    from cairn.brk.sample import write_sample
+
+    base = tmp_path_factory.mktemp("brk_startup")
+    write_sample(base / "blocks", 20)
+    index(base / "blocks", base / "out")
+    compute(base / "out")
+    return base / "out"
+
+
+@pytest.fixture(scope="module")
+def ctx_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    base = tmp_path_factory.mktemp("ctx_startup")
+    subprocess.run([sys.executable, "-m", "cairn.ctx.cli", "init", "--config", str(base / "ctx.toml")],
+                   check=True, capture_output=True, cwd=base, timeout=60)
+    return base / "ctx.toml"
+
+
+@pytest.mark.parametrize("server", ["blz", "brk", "ctx"])
+def test_initialize_is_answered_before_heavy_imports(server: str, brk_out: Path, ctx_config: Path,
+                                                     tmp_path: Path) -> None:
+    args = {"blz": ["mcp"], "brk": ["mcp", "--out", str(brk_out)],
+            "ctx": ["serve", "mcp", "--stdio", "--config", str(ctx_config)]}[server]
+    env = dict(os.environ, BLZ_DATA_DIR=str(tmp_path / "blz"))
+    modules, replies = _modules_at_initialize(server, args, env)
+    assert "cairn.mcp.session" in modules  # the spy saw the real server
+    lean = LEAN | LEAN_TYPING if server != "ctx" else set()
+    assert sorted(modules & (SLOW | EXTRA[server] | lean)) == []
+    # ...and the server still works once the deferred set-up ran: tools are listed.
+    assert [r["id"] for r in replies] == [1, 2] and replies[1]["result"]["tools"]
+
+
+def test_ctx_builtin_descriptions_match_the_service_docstrings() -> None:
+    """ctx declares its built-in tools without importing the service; the texts must not drift."""
+    from cairn.ctx.service import Service
+    from cairn.ctx.tools import DESCRIPTIONS
+
+    for name, text in DESCRIPTIONS.items():
+        doc = (getattr(Service, name).__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
+        assert " ".join(doc.split()) == text, name
