@@ -65,7 +65,7 @@ def test_a_skip_for_missing_data_fails_the_run(tmp_path: Path) -> None:
         "def test_fine():\n    pass\n")
     (tmp_path / "test_module.py").write_text("import pytest\n\npytest.skip('data missing', allow_module_level=True)\n")
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = dict(os.environ, PYTHONPATH=str(REPO), PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")  # plain pytest starts fast
     res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-ra", "-p", "no:cacheprovider",
                           "--continue-on-collection-errors", str(tmp_path)],
                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
