@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 NODE_DIR   := .tools/node
 NODE_STAMP := $(NODE_DIR)/.installed
 
-.PHONY: demo test stress bench node-tools browser typecheck venv clean
+.PHONY: demo test test-random stress bench node-tools browser typecheck venv clean
 
 venv: $(STAMP)
 
@@ -40,6 +40,15 @@ demo: $(STAMP)
 
 test: $(STAMP) $(NODE_STAMP) browser typecheck
 	$(PY) -m pytest -q
+
+# The whole suite in a random order across all files: every test must pass alone and after any other.
+# The seed is printed; `make test-random SEED=N` repeats that order.
+ifndef SEED
+SEED := $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
+endif
+test-random: $(STAMP) $(NODE_STAMP) browser
+	@echo "random order seed: $(SEED) (make test-random SEED=$(SEED) repeats this order)"
+	$(PY) -m pytest -q --random-order-bucket=global --random-order-seed=$(SEED)
 
 typecheck: $(STAMP)
 	$(PY) -m mypy src/cairn

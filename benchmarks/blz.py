@@ -12,7 +12,8 @@ Figures:
 * handshake_bytes: the serialized initialize result.
 * rss_mb: the server's resident memory after indexing every shared corpus through `source-add`
   and N searches (VmRSS from /proc).
-Needs ../shared/data/llms beside the repo. Byte-code caching is left on (as in a normal install).
+Corpus: the llms.txt files of the repository's test data (tests/data/llms, decompressed into a temporary
+directory). Byte-code caching is left on (as in a normal install).
 """
 
 from __future__ import annotations
@@ -30,7 +31,10 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-LLMS = REPO.parent / "shared" / "data" / "llms"
+sys.path.insert(0, str(REPO))
+from tests._data import data_dir  # noqa: E402 (after the path set-up)
+
+LLMS = data_dir() / "llms"
 REACT = LLMS / "react-dev" / "llms-full.txt"
 BLZ = [sys.executable, "-m", "cairn.blz.cli"]
 QUERIES = ["hooks", "useState", "useEffect cleanup", "state variable", "render props", "context provider",
@@ -195,8 +199,6 @@ def main() -> None:
     parser.add_argument("--searches", type=int, default=1000)
     parser.add_argument("--cli-runs", type=int, default=30)
     args = parser.parse_args()
-    if not REACT.exists():
-        sys.exit(f"{REACT} not found: the benchmark needs ../shared/data/llms beside the repo.")
     tmp = Path(tempfile.mkdtemp(prefix="blz-bench-"))
     try:
         out: dict[str, Any] = {"benchmark": "blz", "python": sys.version.split()[0]}

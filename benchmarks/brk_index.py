@@ -11,6 +11,9 @@ Figures:
 * projection: a full mainnet (~700 GB of blocks) at the slowest single large block's rate, next to
   BRK's published 2 h 40 min (M3 Pro).
 
+Blocks: the real blocks of the repository's test data (tests/data/btc, decompressed into a temporary
+directory).
+
 Usage: python benchmarks/brk_index.py [--blocks 20000] [--repeat 5]
 """
 
@@ -25,8 +28,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "src"))
-BTC = REPO.parent / "shared" / "data" / "btc"
+sys.path[:0] = [str(REPO / "src"), str(REPO)]
+from tests._data import data_dir  # noqa: E402 (after the path set-up)
+
+BTC = data_dir() / "btc"  # the real blocks of the repository's test data (tests/data/btc), decompressed
 LARGE = [
     "btcd/block-0000000000000000001602407ac49862a7bca9d00f7f402db20b7be2f5de59d2.blk",
     "btcd/block-00000000000000000021868c2cefc52a480d173c849412fe81c4e5ab806f94ab.blk",
@@ -132,8 +137,6 @@ def main() -> None:
     ap.add_argument("--blocks", type=int, default=20_000, help="generated chain length")
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
-    import bz2  # noqa: F401 - data files may be compressed
-
     large = [(BTC / rel).read_bytes() for rel in LARGE]
     import os
 

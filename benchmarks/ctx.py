@@ -7,6 +7,9 @@
   N chunks (default 100,000) of synthetic text drawn from the real corpus vocabulary, unfiltered
   and filtered (one source of four; a date window).
 
+Text: react.dev's and Hono's llms files of the repository's test data (tests/data/llms, decompressed
+into a temporary directory).
+
 Usage: .venv/bin/python benchmarks/ctx.py [--chunks 100000] [--files 10000] [--queries 300]
 """
 
@@ -25,8 +28,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared" / "data" / "llms"
-sys.path.insert(0, str(REPO / "src"))
+sys.path[:0] = [str(REPO / "src"), str(REPO)]
+from tests._data import data_dir  # noqa: E402 (after the path set-up)
+
+SHARED = data_dir() / "llms"  # the test data's llms.txt files (tests/data/llms), decompressed
 
 
 def pct(values: list[float], p: float) -> float:

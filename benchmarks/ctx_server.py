@@ -9,7 +9,8 @@
   parameter, called in-process through the toolbox (validation, fresh sandbox, script load, call,
   result conversion), and over HTTP next to GET /health.
 
-Corpus: every llms.txt file under ../shared/data/llms (the part-1 corpus) indexed keyword-only.
+Corpus: every llms.txt file of the repository's test data (tests/data/llms, decompressed into a temporary
+directory; the part-1 corpus) indexed keyword-only.
 Usage: .venv/bin/python benchmarks/ctx_server.py [--clients 20] [--seconds 30]
 """
 
@@ -30,8 +31,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared" / "data" / "llms"
-sys.path.insert(0, str(REPO / "src"))
+sys.path[:0] = [str(REPO / "src"), str(REPO)]
+from tests._data import data_dir  # noqa: E402 (after the path set-up)
+
+SHARED = data_dir() / "llms"
 
 NOOP_TOOL = """
 tool = {name = "noop", description = "returns its input", parameters = {{name = "x", type = "string"}}}

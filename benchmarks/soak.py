@@ -2,8 +2,8 @@
 tight request loop for 60 s; prints one JSON object.
 
 Each server is a real process on a free 127.0.0.1 port (stdio for blz) with real data: brk on the
-bundled mainnet heights 0..589, ctx on llms.txt files from ../shared/data/llms (keyword search, two
-Lua tools), blz on three of those files. The load generator (asyncio, one keep-alive HTTP/1.1
+bundled mainnet heights 0..589, ctx on llms.txt files of the repository's test data (tests/data/llms,
+decompressed into a temporary directory; keyword search, two Lua tools), blz on three of those files. The load generator (asyncio, one keep-alive HTTP/1.1
 connection per client) and the servers share the machine. Every request is valid, so any non-2xx
 answer, JSON-RPC error or ``isError`` result counts as an error.
 
@@ -30,7 +30,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "src"), str(REPO)]
 
-from tests.hardening import _servers as S  # noqa: E402 (after the path set-up)
+from tests._data import data_dir  # noqa: E402 (after the path set-up)
+from tests.hardening import _servers as S  # noqa: E402
 
 RSS_FLAT_KB = 16 * 1024
 
@@ -48,7 +49,7 @@ def soak_brk(base: Path, clients: int, seconds: float, warmup: float) -> dict[st
 def soak_ctx(base: Path, clients: int, seconds: float, warmup: float) -> dict[str, Any]:
     import httpx
 
-    cfg = S.prepare_ctx(base / "ctx")
+    cfg = S.prepare_ctx(base / "ctx", data_dir() / "llms")
     server = S.spawn_ctx_http(cfg, base / "ctx-run")
     try:
         hits = httpx.post(server.url + "/tools/search", json={"query": "install", "limit": 10}).json()["results"]
@@ -59,7 +60,7 @@ def soak_ctx(base: Path, clients: int, seconds: float, warmup: float) -> dict[st
 
 
 def soak_blz(base: Path, seconds: float, warmup: float) -> dict[str, Any]:
-    data = S.prepare_blz(base / "blz" / "data")
+    data = S.prepare_blz(base / "blz" / "data", data_dir() / "llms")
     server = S.spawn_blz_stdio(data, base / "blz-run")
     try:
         server.initialize()

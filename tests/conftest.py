@@ -1,13 +1,16 @@
-"""Shared test fixtures: repo paths, the shared data folder, per-test state dirs."""
+"""Shared test fixtures: repo paths, the repository's test data, per-test state dirs; the no-data-skip rule."""
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from ._data import is_data_skip, materialise
+
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
 NODE_BIN = REPO / ".tools" / "node" / "node_modules" / ".bin"
 
 
@@ -19,9 +22,36 @@ def _isolated_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
         monkeypatch.setenv(var, str(base / var.lower()))
 
 
-@pytest.fixture
-def shared_data() -> Path:
-    """``../shared/data`` beside the repo; tests that need it skip cleanly where it is absent."""
-    if not SHARED_DATA.is_dir():
-        pytest.skip("../shared/data is not present beside this clone")
-    return SHARED_DATA
+@pytest.fixture(scope="session")
+def test_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The repository's test data (``tests/data``, see its README), decompressed once per session into a
+    temporary directory: ``llms/<project>/*.txt`` (real llms.txt files) and ``btc/<source>/<file>`` (real
+    blocks, ``btc/manifest.json``). Shared by every test of the session: copy a file before changing it."""
+    return materialise(tmp_path_factory.mktemp("test-data"))
+
+
+def _skip_reason(longrepr: Any) -> str:
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2])
+    return str(longrepr)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+    """A test skipped because test data is missing fails instead: the data ships with the repository,
+    so such a skip hides a broken checkout or fixture rather than anything a user can act on."""
+    report = yield
+    if report.skipped and not hasattr(report, "wasxfail") and is_data_skip(_skip_reason(report.longrepr)):
+        report.outcome = "failed"
+        report.longrepr = f"skipped for missing test data, which this suite does not allow: {_skip_reason(report.longrepr)}"
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, Any, Any]:
+    """The same rule for a whole module skipped at collection."""
+    report = yield
+    if report.skipped and is_data_skip(_skip_reason(report.longrepr)):
+        report.outcome = "failed"
+        report.longrepr = f"skipped for missing test data, which this suite does not allow: {_skip_reason(report.longrepr)}"
+    return report

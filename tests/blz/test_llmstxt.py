@@ -108,8 +108,8 @@ def test_parser_never_crashes_and_ranges_are_sound(lines: list[str]) -> None:
         assert enclosing(doc.headings, h.line, h.line, total)[0] <= h.line
 
 
-def test_real_corpora_parse_with_known_quirks(shared_data: Path) -> None:
-    llms = shared_data / "llms"
+def test_real_corpora_parse_with_known_quirks(test_data: Path) -> None:
+    llms = test_data / "llms"
     for path in sorted(llms.glob("*/*.txt")):
         raw = path.read_bytes()
         doc = parse(raw.decode("utf-8", errors="replace"))

@@ -238,8 +238,8 @@ def test_local_directory_prefers_full_variant(store: Store, tmp_path: Path) -> N
         sources.add(store, "h", str(tmp_path / "missing.txt"))
 
 
-def test_react_full_corpus(store: Store, shared_data: Path) -> None:
-    path = shared_data / "llms/react-dev/llms-full.txt"
+def test_react_full_corpus(store: Store, test_data: Path) -> None:
+    path = test_data / "llms/react-dev/llms-full.txt"
     info = sources.add(store, "react", str(path))
     assert info["lines"] == 92453
     hit = searching.search(store, "useState", ["react"])["hits"][0]

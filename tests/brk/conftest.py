@@ -1,4 +1,4 @@
-"""Fixtures for brk tests: real mainnet block files laid out as a node's blocks/ directory."""
+"""Fixtures for brk tests: real mainnet block files (tests/data/btc) laid out as a node's blocks/ directory."""
 
 from __future__ import annotations
 
@@ -8,19 +8,17 @@ from pathlib import Path
 
 import pytest
 
-BTC = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "btc"
 
-
-def btc_file(shared_data: Path, rel: str) -> bytes:
-    """The bytes of a file under ``shared/data/btc`` (bz2 files decompressed)."""
-    data = (shared_data / "btc" / rel).read_bytes()
+def btc_file(test_data: Path, rel: str) -> bytes:
+    """The bytes of ``btc/<rel>`` in the materialised test data (``.bz2`` files decompressed)."""
+    data = (test_data / "btc" / rel).read_bytes()
     return bz2.decompress(data) if rel.endswith(".bz2") else data
 
 
 @pytest.fixture
-def mainnet_blocks(shared_data: Path, tmp_path: Path) -> Path:
+def mainnet_blocks(test_data: Path, tmp_path: Path) -> Path:
     """A blocks/ directory holding mainnet heights 0..589 as blk00000.dat."""
     blocks = tmp_path / "blocks"
     blocks.mkdir()
-    shutil.copy(shared_data / "btc" / "hadoopcryptoledger" / "firstblocks.blk", blocks / "blk00000.dat")
+    shutil.copy(test_data / "btc" / "hadoopcryptoledger" / "firstblocks.blk", blocks / "blk00000.dat")
     return blocks

@@ -28,8 +28,8 @@ from cairn.core.errors import InvalidInput, NotFound
 from ._run import clean_env, run_brk, vec_bytes
 
 
-def test_junk_before_magic_is_skipped(shared_data: Path, tmp_path: Path) -> None:
-    src = shared_data / "btc" / "hadoopcryptoledger" / "reqseekversion1.blk"
+def test_junk_before_magic_is_skipped(test_data: Path, tmp_path: Path) -> None:
+    src = test_data / "btc" / "hadoopcryptoledger" / "reqseekversion1.blk"
     assert src.read_bytes()[:6] != MAGICS["mainnet"][:6]
     shutil.copy(src, tmp_path / "blk00000.dat")
     found = [parse_block(raw) for _, raw in iter_blocks(tmp_path)]

@@ -20,18 +20,18 @@ def _hex_hashes(arr: np.ndarray) -> list[str]:
     return [bytes(row)[::-1].hex() for row in arr]
 
 
-def test_mainnet_0_to_589_exact(mainnet_blocks: Path, tmp_path: Path, shared_data: Path) -> None:
+def test_mainnet_0_to_589_exact(mainnet_blocks: Path, tmp_path: Path, test_data: Path) -> None:
     out = tmp_path / "out"
     result = index(mainnet_blocks, out)
     assert (result.network, result.height, result.indexed_blocks) == ("mainnet", 589, 590)
-    facts = {m["file"]: m for m in json.loads((shared_data / "btc" / "manifest.json").read_text())}
+    facts = {m["file"]: m for m in json.loads((test_data / "btc" / "manifest.json").read_text())}
     first = facts["hadoopcryptoledger/firstblocks.blk"]
     s = open_store(out)
     hashes = _hex_hashes(s.read("height_to_blockhash"))
     assert hashes[0] == first["first"]["hash"] and hashes[589] == first["last"]["hash"]
     assert result.tip == first["last"]["hash"]
     # Heights 1..11 against btcd's independent header list.
-    lines = (shared_data / "btc" / "btcd" / "blockheaders-mainnet-1-11.txt").read_text().split()
+    lines = (test_data / "btc" / "btcd" / "blockheaders-mainnet-1-11.txt").read_text().split()
     from cairn.brk.blocks.parser import parse_header
 
     assert [hash_hex(parse_header(bytes.fromhex(h)).hash) for h in lines] == hashes[1:12]
@@ -84,26 +84,26 @@ def test_resume_and_incremental_equal_one_run(mainnet_blocks: Path, tmp_path: Pa
         assert (part / "vecs" / f.name).read_bytes() == f.read_bytes(), f.name
 
 
-def _reorg_dir(shared_data: Path, tmp_path: Path, files: list[str]) -> Path:
+def _reorg_dir(test_data: Path, tmp_path: Path, files: list[str]) -> Path:
     blocks = tmp_path / "blocks"
     blocks.mkdir(exist_ok=True)
     for n, rel in enumerate(files):
-        (blocks / f"blk{n:05d}.dat").write_bytes(btc_file(shared_data, "btcd/" + rel))
+        (blocks / f"blk{n:05d}.dat").write_bytes(btc_file(test_data, "btcd/" + rel))
     return blocks
 
 
-def test_reorg_rolls_back_and_matches_fresh_index(shared_data: Path, tmp_path: Path) -> None:
+def test_reorg_rolls_back_and_matches_fresh_index(test_data: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    blocks = _reorg_dir(shared_data, tmp_path, ["blk_0_to_4.dat.bz2"])
+    blocks = _reorg_dir(test_data, tmp_path, ["blk_0_to_4.dat.bz2"])
     r = index(blocks, out)
     assert r.height == 4 and r.tip.startswith("000000002f264d65")
     main_tip = r.tip
     # 3A and 4A fork off height 2 with equal work: the indexed chain stays.
-    _reorg_dir(shared_data, tmp_path, ["blk_0_to_4.dat.bz2", "blk_3A.dat.bz2", "blk_4A.dat.bz2"])
+    _reorg_dir(test_data, tmp_path, ["blk_0_to_4.dat.bz2", "blk_3A.dat.bz2", "blk_4A.dat.bz2"])
     r = index(blocks, out)
     assert (r.height, r.tip, r.rolled_back_from) == (4, main_tip, None)
     # 5A gives the side chain more work: roll back to height 3 and index 3A, 4A, 5A.
-    _reorg_dir(shared_data, tmp_path, ["blk_0_to_4.dat.bz2", "blk_3A.dat.bz2", "blk_4A.dat.bz2", "blk_5A.dat.bz2"])
+    _reorg_dir(test_data, tmp_path, ["blk_0_to_4.dat.bz2", "blk_3A.dat.bz2", "blk_4A.dat.bz2", "blk_5A.dat.bz2"])
     r = index(blocks, out)
     assert (r.height, r.rolled_back_from, r.fork_height, r.indexed_blocks) == (5, 4, 3, 3)
     assert r.tip.startswith("00000000195f8518")
@@ -161,10 +161,10 @@ def test_malformed_block_is_reported_and_skipped(mainnet_blocks: Path, tmp_path:
     assert again.height == 99 and again.invalid == []  # remembered, not retried
 
 
-def test_multiblock_and_unrelated_blocks_do_not_crash(shared_data: Path, tmp_path: Path) -> None:
+def test_multiblock_and_unrelated_blocks_do_not_crash(test_data: Path, tmp_path: Path) -> None:
     blocks = tmp_path / "mb"
     blocks.mkdir()
-    (blocks / "blk00000.dat").write_bytes((shared_data / "btc/hadoopcryptoledger/multiblock.blk").read_bytes())
+    (blocks / "blk00000.dat").write_bytes((test_data / "btc/hadoopcryptoledger/multiblock.blk").read_bytes())
     r = index(blocks, tmp_path / "out")
     assert r.height == 0  # only the genesis connects; the others are orphans without parents
 

@@ -30,14 +30,14 @@ SEGWIT_540107 = "btcd/block-00000000000000000021868c2cefc52a480d173c849412fe81c4
 GENESIS = "000000000019d6689c085ae165831e934ff763ae46a2a6c172b3f1b60a8ce26f"
 
 
-def _first_block(shared_data: Path, rel: str) -> bytes:
-    data = btc_file(shared_data, rel)
+def _first_block(test_data: Path, rel: str) -> bytes:
+    data = btc_file(test_data, rel)
     length = int.from_bytes(data[4:8], "little")
     return data[8:8 + length]
 
 
-def test_genesis_block_exact(shared_data: Path) -> None:
-    block = parse_block(_first_block(shared_data, "hadoopcryptoledger/firstblocks.blk"))
+def test_genesis_block_exact(test_data: Path) -> None:
+    block = parse_block(_first_block(test_data, "hadoopcryptoledger/firstblocks.blk"))
     assert hash_hex(block.hash) == GENESIS
     assert hash_hex(block.txids[0]) == "4a5e1e4baab89f3a32518a88c31bc87f618f76673e2cc77ab2127b7afdeda33b"
     assert block.header.time == 1231006505 and block.header.bits == 0x1D00FFFF and block.header.nonce == 2083236893
@@ -49,10 +49,10 @@ def test_genesis_block_exact(shared_data: Path) -> None:
 
 
 @pytest.mark.parametrize("rel", [SEGWIT_574200, SEGWIT_540107, "bitcoinkit/block413567.raw"])
-def test_matches_python_bitcoinlib(shared_data: Path, rel: str) -> None:
+def test_matches_python_bitcoinlib(test_data: Path, rel: str) -> None:
     from bitcoin.core import CBlock
 
-    raw = btc_file(shared_data, rel)
+    raw = btc_file(test_data, rel)
     ours = parse_block(raw)
     ref = CBlock.deserialize(raw)
     assert len(ours.txids) == len(ref.vtx)
@@ -72,10 +72,10 @@ def test_matches_python_bitcoinlib(shared_data: Path, rel: str) -> None:
     assert list(zip(ours.in_prev_txid, ours.in_prev_vout)) == prevouts
 
 
-def test_manifest_facts(shared_data: Path) -> None:
-    manifest = {m["file"]: m for m in json.loads((shared_data / "btc" / "manifest.json").read_text())}
+def test_manifest_facts(test_data: Path) -> None:
+    manifest = {m["file"]: m for m in json.loads((test_data / "btc" / "manifest.json").read_text())}
     for rel in (SEGWIT_574200, SEGWIT_540107, "bitcoinkit/block413567.raw"):
-        block = parse_block(btc_file(shared_data, rel))
+        block = parse_block(btc_file(test_data, rel))
         facts = manifest[rel]["first"]
         assert hash_hex(block.hash) == facts["hash"]
         assert len(block.txids) == facts["ntx"]
@@ -84,9 +84,9 @@ def test_manifest_facts(shared_data: Path) -> None:
         assert any(block.tx_segwit) == facts["segwit"]
 
 
-def test_testnet_blockfilter_vectors(shared_data: Path) -> None:
+def test_testnet_blockfilter_vectors(test_data: Path) -> None:
     """BIP158 vectors: testnet blocks incl. witness txs and an unparseable coinbase output script."""
-    rows = json.loads((shared_data / "btc" / "bitcoin-core" / "blockfilters.json").read_text())
+    rows = json.loads((test_data / "btc" / "bitcoin-core" / "blockfilters.json").read_text())
     checked = 0
     for row in rows[1:]:
         block = parse_block(bytes.fromhex(row[2]))
@@ -134,15 +134,15 @@ def test_bip34_and_work() -> None:
     assert merkle_root([b"\x01" * 32]) == b"\x01" * 32
 
 
-def test_merkle_mismatch_is_reported(shared_data: Path) -> None:
-    raw = bytearray(btc_file(shared_data, "bitcoinkit/block413567.raw"))
+def test_merkle_mismatch_is_reported(test_data: Path) -> None:
+    raw = bytearray(btc_file(test_data, "bitcoinkit/block413567.raw"))
     raw[-10] ^= 0xFF  # inside the last transaction's outputs/locktime: parses, but the txid changes
     with pytest.raises(MalformedBlock, match="merkle root mismatch"):
         parse_block(bytes(raw))
 
 
-def test_truncated_block_is_reported(shared_data: Path) -> None:
-    raw = btc_file(shared_data, "bitcoinkit/block413567.raw")
+def test_truncated_block_is_reported(test_data: Path) -> None:
+    raw = btc_file(test_data, "bitcoinkit/block413567.raw")
     with pytest.raises(MalformedBlock, match="truncated or corrupt"):
         parse_block(raw[:-100])
     with pytest.raises(MalformedBlock, match="unexpected bytes"):
@@ -156,9 +156,9 @@ def _small_block(root: Path) -> bytes:
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
-def test_mutated_bytes_never_crash(shared_data: Path, data: st.DataObject) -> None:
+def test_mutated_bytes_never_crash(test_data: Path, data: st.DataObject) -> None:
     """Any mutation either parses (and then the merkle check holds) or raises MalformedBlock."""
-    small_block = _small_block(shared_data)
+    small_block = _small_block(test_data)
     raw = bytearray(small_block)
     for _ in range(data.draw(st.integers(1, 8))):
         pos = data.draw(st.integers(0, len(raw) - 1))

@@ -70,8 +70,8 @@ class FakeNode:
 
 
 @pytest.fixture
-def node(shared_data: Path) -> Iterator[FakeNode]:
-    chain = _split(btc_file(shared_data, "btcd/blk_0_to_4.dat.bz2"))
+def node(test_data: Path) -> Iterator[FakeNode]:
+    chain = _split(btc_file(test_data, "btcd/blk_0_to_4.dat.bz2"))
     fake = FakeNode(chain, "__cookie__:s3cret")
     thread = threading.Thread(target=fake.server.serve_forever, daemon=True)
     thread.start()
@@ -80,7 +80,7 @@ def node(shared_data: Path) -> Iterator[FakeNode]:
     fake.server.server_close()
 
 
-def test_mirror_then_index_follows_a_reorg(node: FakeNode, shared_data: Path, tmp_path: Path) -> None:
+def test_mirror_then_index_follows_a_reorg(node: FakeNode, test_data: Path, tmp_path: Path) -> None:
     cookie = tmp_path / ".cookie"
     cookie.write_text("__cookie__:s3cret\n")
     client = RpcClient(node.url, cookie=str(cookie))
@@ -90,7 +90,7 @@ def test_mirror_then_index_follows_a_reorg(node: FakeNode, shared_data: Path, tm
     assert index(blocks, out).height == 4
     assert mirror(client, blocks)["fetched"] == 0
     # The node reorgs onto the 3A-4A-5A side chain.
-    side = [_split(btc_file(shared_data, f"btcd/blk_{n}A.dat.bz2"))[0] for n in (3, 4, 5)]
+    side = [_split(btc_file(test_data, f"btcd/blk_{n}A.dat.bz2"))[0] for n in (3, 4, 5)]
     node.chain = node.chain[:3] + side
     summary = mirror(client, blocks)
     assert (summary["fetched"], summary["replaced"], summary["height"]) == (3, 2, 5)

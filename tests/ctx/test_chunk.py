@@ -69,8 +69,8 @@ def test_budget_stable_and_lossless(lines: list[str], budget: int) -> None:
     assert {w for w in text.split()} <= {w for c in chunks for w in c.text.split()}
 
 
-def test_real_corpus_is_chunked_within_budget(shared_data: Path) -> None:
-    text = (shared_data / "llms" / "hono" / "llms-small.txt").read_text()
+def test_real_corpus_is_chunked_within_budget(test_data: Path) -> None:
+    text = (test_data / "llms" / "hono" / "llms-small.txt").read_text()
     chunks = chunk_text(text, 400, 40)
     assert len(chunks) > 50
     assert max(len(c.text.split()) for c in chunks) <= 400

@@ -1,7 +1,7 @@
 """Retrieval quality on real documentation: questions with known answer pages, recall@5 per mode.
 
-The corpus is the shared llms-full files cut into their pages: react.dev (one document per page,
-split on its YAML front-matter) and Hono (one document per top-level section).
+The corpus is two llms-full files of the test data (tests/data/llms) cut into their pages: react.dev
+(one document per page, split on its YAML front-matter) and Hono (one document per top-level section).
 """
 
 from __future__ import annotations
@@ -47,9 +47,9 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:60] or "page"
 
 
-def build_corpus(shared: Path, out: Path) -> int:
+def build_corpus(data: Path, out: Path) -> int:
     n = 0
-    react = (shared / "llms" / "react-dev" / "llms-full.txt").read_text(encoding="utf-8")
+    react = (data / "llms" / "react-dev" / "llms-full.txt").read_text(encoding="utf-8")
     for i, page in enumerate(re.split(r"\n---\ntitle: ", react)[1:]):
         title_line, _, rest = page.partition("\n")
         title = title_line.strip().strip('"')
@@ -57,7 +57,7 @@ def build_corpus(shared: Path, out: Path) -> int:
         (out / "react").mkdir(parents=True, exist_ok=True)
         (out / "react" / f"{i:03d}-{_slug(title)}.md").write_text(f"# {title}\n\n{body}", encoding="utf-8")
         n += 1
-    hono = (shared / "llms" / "hono" / "llms-small.txt").read_text(encoding="utf-8")
+    hono = (data / "llms" / "hono" / "llms-small.txt").read_text(encoding="utf-8")
     for i, section in enumerate(re.split(r"(?m)^(?=# )", hono)):
         if section.startswith("# "):
             (out / "hono").mkdir(parents=True, exist_ok=True)
@@ -67,13 +67,9 @@ def build_corpus(shared: Path, out: Path) -> int:
 
 
 @pytest.fixture(scope="module")
-def kb(tmp_path_factory: pytest.TempPathFactory) -> Service:
-    from tests.conftest import SHARED_DATA
-
-    if not SHARED_DATA.is_dir():
-        pytest.skip("../shared/data is not present beside this clone")
+def kb(test_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Service:
     base = tmp_path_factory.mktemp("quality")
-    assert build_corpus(SHARED_DATA, base / "corpus") > 150
+    assert build_corpus(test_data, base / "corpus") > 150
     (base / "ctx.toml").write_text(f"""
 [db]
 path = "kb.sqlite"

@@ -29,12 +29,10 @@ from pathlib import Path
 from typing import IO, Any
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED_DATA = REPO.parent / "shared" / "data"
 STRESS = os.environ.get("CAIRN_STRESS", "") not in ("", "0")
 DEAD_PROXY = "http://127.0.0.1:9"  # discard port: nothing listens there, connections fail at once
 # Real llms.txt files for blz (small enough to index in well under a second).
 BLZ_FILES = {"hono": "hono/llms-small.txt", "tresjs": "tresjs/llms-full.txt", "spec": "llmstxt-spec/llms-ctx-full.txt"}
-FALLBACK_DOC = "# Guide\n\nIntro words.\n\n## Hooks\n\nHooks let you use state.\nMore hooks text.\n\n## Other\n\nzebra\n"
 
 
 def free_port() -> int:
@@ -70,21 +68,16 @@ def server_env(workdir: Path, **extra: str) -> dict[str, str]:
 
 # -- data ----------------------------------------------------------------------------------------
 
-def prepare_blz(root: Path) -> Path:
-    """A blz data root holding real llms.txt sources (or one small doc without shared/data)."""
+def prepare_blz(root: Path, llms: Path) -> Path:
+    """A blz data root holding real llms.txt sources from ``llms`` (the test data's ``llms`` folder)."""
     from cairn.blz import sources
     from cairn.blz.store import Store
 
     root.mkdir(parents=True, exist_ok=True)
     store = Store(root)
     try:
-        if (SHARED_DATA / "llms").is_dir():
-            for alias, rel in BLZ_FILES.items():
-                sources.add(store, alias, str(SHARED_DATA / "llms" / rel), exact=True)
-        else:
-            doc = root.parent / "guide.txt"
-            doc.write_text(FALLBACK_DOC)
-            sources.add(store, "guide", str(doc), exact=True)
+        for alias, rel in BLZ_FILES.items():
+            sources.add(store, alias, str(llms / rel), exact=True)
     finally:
         store.close()
     return root
@@ -117,18 +110,16 @@ end
 """
 
 
-def prepare_ctx(base: Path) -> Path:
-    """A ctx config (keyword search) over real llms.txt files, synced, with two Lua tools:
+def prepare_ctx(base: Path, llms: Path) -> Path:
+    """A ctx config (keyword search) over real llms.txt files from ``llms`` (the test data's ``llms``
+    folder), synced, with two Lua tools:
     ``find_mentions`` (the bundled example, which calls search) and ``echo``. Returns the config path."""
     import shutil
 
     docs = base / "docs"
     docs.mkdir(parents=True, exist_ok=True)
-    if (SHARED_DATA / "llms").is_dir():
-        for rel in CTX_FILES:
-            shutil.copy(SHARED_DATA / "llms" / rel, docs / rel.replace("/", "-"))
-    else:
-        (docs / "guide.md").write_text(FALLBACK_DOC)
+    for rel in CTX_FILES:
+        shutil.copy(llms / rel, docs / rel.replace("/", "-"))
     shutil.copy(REPO / "examples" / "ctx" / "tools" / "find_mentions.lua", base / "find_mentions.lua")
     (base / "echo.lua").write_text(ECHO_TOOL)
     cfg = base / "ctx.toml"

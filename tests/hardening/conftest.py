@@ -4,7 +4,7 @@ Servers run with ``CAIRN_RAISE_ERRORS=1``: an unexpected exception in a tool bec
 error instead of an ``isError`` result, so a test can tell a bug from a tool's own error answer.
 Data is prepared once per session; servers that write (blz's ``source-add``) get a per-module copy.
 Each module gets its own server processes, so a test that kills or starves one (fault injection)
-cannot affect another module. Fixtures skip cleanly when the real data is absent.
+cannot affect another module. The real data comes from the repository's test data (``test_data``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from ._servers import (
-    SHARED_DATA,
     HttpServer,
     StdioServer,
     prepare_blz,
@@ -31,8 +30,8 @@ from ._servers import (
 
 
 @pytest.fixture(scope="session")
-def blz_data_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return prepare_blz(tmp_path_factory.mktemp("blz-template") / "data")
+def blz_data_template(llms_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return prepare_blz(tmp_path_factory.mktemp("blz-template") / "data", llms_data)
 
 
 @pytest.fixture(scope="module")
@@ -87,9 +86,9 @@ def brk_http(brk_out: Path, server_workdir: Path) -> Iterator[HttpServer]:
 
 
 @pytest.fixture(scope="session")
-def ctx_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def ctx_config(llms_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A synced ctx config over real llms.txt files (keyword search) with Lua tools find_mentions and echo."""
-    return prepare_ctx(tmp_path_factory.mktemp("ctx"))
+    return prepare_ctx(tmp_path_factory.mktemp("ctx"), llms_data)
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +113,6 @@ def ctx_http(ctx_config: Path, server_workdir: Path) -> Iterator[HttpServer]:
 
 
 @pytest.fixture(scope="session")
-def llms_data() -> Path:
-    if not (SHARED_DATA / "llms").is_dir():
-        pytest.skip("../shared/data/llms is not present beside this clone")
-    return SHARED_DATA / "llms"
+def llms_data(test_data: Path) -> Path:
+    """The real llms.txt files of the test data: ``<project>/llms*.txt``."""
+    return test_data / "llms"

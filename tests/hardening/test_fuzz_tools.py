@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ._servers import SHARED_DATA, STRESS, StdioServer
+from ._servers import STRESS, StdioServer
 
 pytestmark = pytest.mark.timeout(900 if STRESS else 120)
 
@@ -126,7 +127,7 @@ def arguments(draw: st.DrawFn, schema: dict[str, Any], vocab: list[str]) -> Any:
     return args
 
 
-def vocabulary(app: str, server: StdioServer) -> list[str]:
+def vocabulary(app: str, server: StdioServer, llms: Path) -> list[str]:
     """Real names the tools know: the more calls hit real data, the deeper the fuzzing reaches."""
     def call(name: str, args: dict[str, Any]) -> Any:
         reply = server.request("tools/call", {"name": name, "arguments": args}, timeout=60)
@@ -137,9 +138,9 @@ def vocabulary(app: str, server: StdioServer) -> list[str]:
         aliases = [s["alias"] for s in call("list-sources", {})["sources"] if s["kind"] == "installed"]
         hits = call("find", {"query": "install", "maxResults": 10})["hits"]
         words = aliases + [f"{h['alias']}:{h['lines']}" for h in hits] + ["install", "router", "middleware", "react"]
-        if (SHARED_DATA / "llms").is_dir():  # source-add may index small real files (local paths only)
-            words += [str(SHARED_DATA / "llms" / "tresjs" / "llms.txt"), "file://" + str(SHARED_DATA / "llms" / "llmstxt-spec"),
-                      str(SHARED_DATA / "llms" / "nope.txt"), "http://127.0.0.1:9/llms.txt", "https://example.invalid/llms.txt"]
+        # source-add may index small real files (local paths only)
+        words += [str(llms / "tresjs" / "llms.txt"), "file://" + str(llms / "llmstxt-spec"),
+                  str(llms / "nope.txt"), "http://127.0.0.1:9/llms.txt", "https://example.invalid/llms.txt"]
     elif app == "brk":
         accepted = call("get_accepted_indexes", {})
         words = [n for names in accepted.values() for n in names]
@@ -153,10 +154,10 @@ def vocabulary(app: str, server: StdioServer) -> list[str]:
 
 
 @pytest.mark.parametrize("app", ["blz", "brk", "ctx"])
-def test_every_tool_answers_fuzzed_arguments(app: str, request: pytest.FixtureRequest) -> None:
+def test_every_tool_answers_fuzzed_arguments(app: str, request: pytest.FixtureRequest, llms_data: Path) -> None:
     server: StdioServer = request.getfixturevalue(f"{app}_stdio")
     tools = server.request("tools/list")["result"]["tools"]
-    vocab = vocabulary(app, server)
+    vocab = vocabulary(app, server, llms_data)
     outcomes: dict[str, dict[str, int]] = {}
     for tool in tools:
         name = tool["name"]
