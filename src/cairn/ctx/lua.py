@@ -339,8 +339,17 @@ class Sandbox:
         lupa builds tables through the Lua API outside any protected call, where running out of
         memory is a Lua panic (the process aborts). So the cap is lifted while converting, and the
         converter itself stops with a clean error once the state would be over its cap."""
-        with self._uncapped():
-            return to_lua(self.lua, value, budget=_Budget(self.lua, self._cap, self.run))
+        room = self._cap - self.lua.get_memory_used(total=True)
+        if self._cap and _lua_size(value, room) > room:
+            raise ExtensionError(f"{self.run.label}: the value does not fit the sandbox's memory "
+                                 f"({self._cap >> 20} MiB per run); pass or fetch less data.")
+        try:
+            with self._uncapped():
+                return to_lua(self.lua, value, budget=_Budget(self.lua, self._cap, self.run))
+        except CairnError as exc:
+            # The traceback's frames hold the half-built tables: drop them so Lua can collect them.
+            exc.__traceback__ = None
+            raise exc from None
 
     def plain(self, value: Any, label: str) -> Any:
         """A Lua value as JSON-ready Python data (wrapping Lua tables allocates registry slots:
@@ -467,6 +476,37 @@ def log_line(label: str, level: str, message: str) -> None:
     from cairn.core.sanitize import scrub
 
     sys.stderr.write(f"ctx: {label}: {level}: {scrub(message[:4000])}\n")
+
+
+def _lua_size(value: Any, limit: int) -> int:
+    """A lower bound of the bytes ``value`` takes as Lua values (table 56 bytes, array slot 16 and
+    arrays grow by doubling, hash node 24, string 25 + length); stops counting past ``limit``."""
+    total = _own_size(value)
+    stack = [value] if isinstance(value, (dict, list, tuple)) else []
+    while stack and total <= limit:
+        v = stack.pop()
+        for x in v.values() if isinstance(v, dict) else v:
+            if isinstance(x, str):
+                total += 25 + len(x)
+            elif isinstance(x, (dict, list, tuple)):
+                total += _own_size(x)
+                if x:
+                    stack.append(x)
+            else:
+                continue
+            if total > limit:
+                break
+    return total
+
+
+def _own_size(v: Any) -> int:
+    if isinstance(v, str):
+        return 25 + len(v)
+    if isinstance(v, dict):
+        return 56 + 24 * len(v)
+    if isinstance(v, (list, tuple)):
+        return 56 + (16 << max(len(v) - 1, 0).bit_length() if v else 0)
+    return 0
 
 
 class _Budget:
