@@ -312,6 +312,7 @@ class Sandbox:
         from lupa import lua54
 
         self.run = Run(label=label, timeout=timeout)
+        self.run.deadline = time.monotonic() + timeout  # one budget for the whole run, conversions included
         self.lua = lua54.LuaRuntime(register_eval=False, register_builtins=False, unpack_returned_tuples=True,
                                     attribute_filter=_deny_attributes, max_memory=max_memory)
         prelude = self.lua.execute(_PRELUDE, time.monotonic, self._trip, HOOK_EVERY, MAX_SUBJECT, MAX_PATTERN,
@@ -497,6 +498,11 @@ def _lua_size(value: Any, limit: int) -> int:
             if total > limit:
                 break
     return total
+
+
+def too_big(value: Any, room: int) -> bool:
+    """Whether ``value`` as Lua tables and strings certainly takes more than ``room`` bytes."""
+    return _lua_size(value, room) > room
 
 
 def _own_size(v: Any) -> int:

@@ -256,7 +256,12 @@ def declare_tool(tc: "ToolConfig", pool: "LuaPool") -> LuaTool:
 
 def run_tool(tool: LuaTool, params: dict[str, Any], service: "Service", pool: "LuaPool") -> Any:
     """``tool.execute(params, context)`` in a fresh sandbox in a worker; params were validated by the caller."""
+    from cairn.ctx.lua import MAX_MEMORY, too_big
+
     label = f"Lua tool {tool.name!r}"
+    if too_big(params, MAX_MEMORY):  # refused here: no point shipping it to a worker
+        raise ExtensionError(f"{label}: the parameters do not fit the sandbox's memory ({MAX_MEMORY >> 20} MiB per run); "
+                             "pass less data.")
     return pool.run({"kind": "tool", "label": label, "source": tool.source, "file": tool.path.name,
                      "timeout": tool.timeout, "config": tool.config, "env": allowed_env(tool.config, label),
                      "params": params}, label=label, timeout=tool.timeout, call=service_call(service))
