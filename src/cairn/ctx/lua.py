@@ -14,8 +14,15 @@ thread, so each following instruction raises again: ``pcall`` can catch the erro
 running. Coroutines do not inherit hooks, so ``coroutine.create``/``wrap`` arm the new thread.
 Hooks never fire inside C functions, so the pattern functions (``string.find/match/gmatch/gsub``)
 refuse inputs whose worst case (subject length to the power of the pattern's repetitions, times
-its length) is over ``PATTERN_BUDGET`` steps, and ``string.rep`` refuses results over ``MAX_STRING``.
-Blocking host calls (``http``) get at most the time that is left.
+its length) is over ``PATTERN_BUDGET`` steps, ``string.rep`` refuses results over ``MAX_STRING``
+(arguments coerced as the C function would) and returns empty results without looping, and
+``table.insert/remove/move`` are Lua loops. Blocking host calls (``http``) get at most the time
+that is left. Whatever still escapes the hook is stopped one level up: scripts run in worker
+processes (``cairn.ctx.luaproc``) that are killed past their deadline.
+
+Memory: lupa converts Python values into Lua outside protected mode, where an allocation failure
+is a Lua panic (abort), so conversions run with the cap lifted, measure first and stop with a clean
+error once the state would be over its cap (:meth:`Sandbox.table`, :meth:`Sandbox.plain`).
 """
 
 from __future__ import annotations

@@ -78,6 +78,8 @@ class _Worker:
         """One frame; raises ``TimeoutError`` once ``deadline`` passes, :class:`_WorkerGone` on EOF."""
         import select
 
+        poller = select.poll()  # not select(): a busy server's descriptors may be over 1024
+        poller.register(self.rfd, select.POLLIN)
         while True:
             if len(self.buf) >= 4:
                 (size,) = _HEADER.unpack_from(self.buf)
@@ -93,8 +95,7 @@ class _Worker:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError
-            readable, _, _ = select.select([self.rfd], [], [], left)
-            if not readable:
+            if not poller.poll(max(1, int(left * 1000))):
                 continue
             try:
                 chunk = os.read(self.rfd, 1 << 20)
