@@ -117,6 +117,9 @@ def _script(tmp_path: Path, body: str, extra: str = "", timeout: float = 5) -> S
     ("return 'nope'", "extension", "must return a list of items"),
     ("error('the tracker is down')", "extension", "the tracker is down"),
     ("while true do end", "timeout", "exceeded its time limit of 0.2 s"),
+    # issue 20: C loops the hook cannot see, and numeric-string sizes, fail the source (they reported ok)
+    ("table.move({}, 1, 1e10, 1, {}) return {}", "timeout", "exceeded its time limit of 0.2 s"),
+    ("return {{source_id = 'a', body = string.rep('x', '30000000')}}", "extension", "over the sandbox limit"),
 ])
 def test_bad_scripts_fail_their_source_alone(tmp_path: Path, body: str, code: str, fragment: str) -> None:
     (tmp_path / "docs").mkdir()

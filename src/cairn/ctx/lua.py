@@ -14,8 +14,15 @@ thread, so each following instruction raises again: ``pcall`` can catch the erro
 running. Coroutines do not inherit hooks, so ``coroutine.create``/``wrap`` arm the new thread.
 Hooks never fire inside C functions, so the pattern functions (``string.find/match/gmatch/gsub``)
 refuse inputs whose worst case (subject length to the power of the pattern's repetitions, times
-its length) is over ``PATTERN_BUDGET`` steps, and ``string.rep`` refuses results over ``MAX_STRING``.
-Blocking host calls (``http``) get at most the time that is left.
+its length) is over ``PATTERN_BUDGET`` steps, ``string.rep`` refuses results over ``MAX_STRING``
+(arguments coerced as the C function would) and returns empty results without looping, and
+``table.insert/remove/move`` are Lua loops. Blocking host calls (``http``) get at most the time
+that is left. Whatever still escapes the hook is stopped one level up: scripts run in worker
+processes (``cairn.ctx.luaproc``) that are killed past their deadline.
+
+Memory: lupa converts Python values into Lua outside protected mode, where an allocation failure
+is a Lua panic (abort), so conversions run with the cap lifted, measure first and stop with a clean
+error once the state would be over its cap (:meth:`Sandbox.table`, :meth:`Sandbox.plain`).
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ from __future__ import annotations
 import copy
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -46,7 +55,7 @@ _PRELUDE = r"""
 local now, on_trip, HOOK_EVERY, MAX_SUBJECT, MAX_PATTERN, MAX_STRING, PATTERN_BUDGET, TIMEOUT = ...
 local sethook, co_create, co_resume, co_running = debug.sethook, coroutine.create, coroutine.resume, coroutine.running
 local s_find, s_match, s_gmatch, s_gsub, s_rep, s_byte, s_sub = string.find, string.match, string.gmatch, string.gsub, string.rep, string.byte, string.sub
-local pack, unpack, type, error, tostring, setmetatable, load = table.pack, table.unpack, type, error, tostring, setmetatable, load
+local pack, unpack, type, error, tostring, setmetatable, load, select = table.pack, table.unpack, type, error, tostring, setmetatable, load, select
 local main = co_running()
 local threads = setmetatable({}, {__mode = "k"})
 local deadline, max_ticks, ticks, tripped = math.huge, math.huge, 0, false
@@ -100,7 +109,7 @@ _G.setmetatable = function(t, mt)
   return setmetatable(t, mt)
 end
 
--- Pattern cost: repetitions (* + - and %b) multiply the work per start position.
+-- Pattern cost: repetitions (* + - ?, %b and back-references %1-%9) multiply the work per start position.
 local reps_of = {}
 local function repetitions(p)
   local q = reps_of[p]
@@ -109,9 +118,10 @@ local function repetitions(p)
   local i, n, last = 1, #p, 0
   while i <= n do
     local c = s_byte(p, i)
-    if c == 37 then -- %x escape; %bxy balances, %f[set] is a frontier
+    if c == 37 then -- %x escape; %bxy balances, %f[set] is a frontier, %1-%9 compare a capture
       local d = s_byte(p, i + 1)
       if d == 98 then q = q + 1; i = i + 4
+      elseif d and d >= 49 and d <= 57 then q = q + 1; i = i + 2
       elseif d == 102 then i = i + 2
       else i = i + 2 end
     elseif c == 91 then -- [set]
@@ -124,11 +134,11 @@ local function repetitions(p)
       end
       i = i + 1
     else
-      if c == 42 or c == 43 or c == 45 then q = q + 1; last = i end
+      if c == 42 or c == 43 or c == 45 or c == 63 then q = q + 1; last = i end
       i = i + 1
     end
   end
-  -- A * + - that ends the pattern (only capture closes after it) cannot backtrack into anything
+  -- A * + - ? that ends the pattern (only capture closes after it) cannot backtrack into anything
   -- that fails, so it costs one pass over its run: "%s+" in gsub is linear.
   if last > 0 and not s_find(p, "[^)]", last + 1) then q = q - 1 end
   reps_of[p] = q
@@ -136,6 +146,8 @@ local function repetitions(p)
 end
 
 local function guard(name, s, p, plain)
+  if type(s) == "number" then s = tostring(s) end
+  if type(p) == "number" then p = tostring(p) end
   if type(s) ~= "string" or type(p) ~= "string" then return end
   local n = #s
   if n > MAX_SUBJECT then
@@ -156,14 +168,89 @@ string.find = function(s, p, init, plain) guard("string.find", s, p, plain); ret
 string.match = function(s, p, init) guard("string.match", s, p); return s_match(s, p, init) end
 string.gmatch = function(s, p, init) guard("string.gmatch", s, p); return s_gmatch(s, p, init) end
 string.gsub = function(s, p, r, n) guard("string.gsub", s, p); return s_gsub(s, p, r, n) end
+-- Arguments as the C functions would coerce them (numeric strings are numbers, numbers are
+-- strings), so a check sees the values the C function will use.
+local tointeger, tonumber = math.tointeger, tonumber
+local function int_arg(v, fname, i)
+  local n = tonumber(v)
+  local k = n and tointeger(n)
+  if not k then
+    error("bad argument #" .. i .. " to '" .. fname .. "' (number has no integer representation)", 3)
+  end
+  return k
+end
+local function str_arg(v, fname, i)
+  local t = type(v)
+  if t == "number" then return tostring(v) end
+  if t ~= "string" then error("bad argument #" .. i .. " to '" .. fname .. "' (string expected, got " .. t .. ")", 3) end
+  return v
+end
+
+-- string.rep loops n times in C even for an empty string: check the coerced count, not the text.
 string.rep = function(s, n, sep)
-  if type(n) == "number" and n > 0 then
-    local size = #tostring(s) * n + (sep and #tostring(sep) * (n - 1) or 0)
-    if size > MAX_STRING then
-      error("string.rep: a result of " .. size .. " bytes is over the sandbox limit of " .. MAX_STRING .. ".", 2)
-    end
+  s = str_arg(s, "rep", 1)
+  n = int_arg(n, "rep", 2)
+  if sep ~= nil then sep = str_arg(sep, "rep", 3) end
+  if n <= 0 then return "" end
+  local size = #s * n + (sep and #sep * (n - 1) or 0)
+  if size == 0 then return "" end
+  if size > MAX_STRING then
+    error("string.rep: a result of " .. size .. " bytes is over the sandbox limit of " .. MAX_STRING .. ".", 2)
   end
   return s_rep(s, n, sep)
+end
+
+-- table.insert/remove/move loop in C over a length or range the script chooses (a __len
+-- metamethod can claim 2^62): run them as Lua loops, which the count hook interrupts.
+local function tbl_arg(t, fname)
+  if type(t) ~= "table" then
+    error("bad argument #1 to '" .. fname .. "' (table expected, got " .. type(t) .. ")", 3)
+  end
+end
+table.insert = function(t, ...)
+  tbl_arg(t, "insert")
+  local nargs = select("#", ...)
+  local e = #t + 1
+  if nargs == 1 then
+    t[e] = ...
+    return
+  elseif nargs ~= 2 then
+    error("wrong number of arguments to 'insert'", 2)
+  end
+  local pos, v = ...
+  pos = int_arg(pos, "insert", 2)
+  if pos < 1 or pos > e then error("bad argument #2 to 'insert' (position out of bounds)", 2) end
+  for i = e, pos + 1, -1 do t[i] = t[i - 1] end
+  t[pos] = v
+end
+table.remove = function(t, pos)
+  tbl_arg(t, "remove")
+  local size = #t
+  if pos == nil then pos = size else pos = int_arg(pos, "remove", 2) end
+  if pos ~= size and (pos < 1 or pos > size + 1) then
+    error("bad argument #2 to 'remove' (position out of bounds)", 2)
+  end
+  local v = t[pos]
+  for i = pos, size - 1 do t[i] = t[i + 1] end
+  if pos <= size then t[size] = nil end
+  return v
+end
+table.move = function(a1, f, e, tpos, a2)
+  tbl_arg(a1, "move")
+  f, e, tpos = int_arg(f, "move", 2), int_arg(e, "move", 3), int_arg(tpos, "move", 4)
+  if a2 == nil then a2 = a1 elseif type(a2) ~= "table" then
+    error("bad argument #5 to 'move' (table expected, got " .. type(a2) .. ")", 2)
+  end
+  if e >= f then
+    if not (f > 0 or e < math.maxinteger + f) then error("bad argument #3 to 'move' (too many elements to move)", 2) end
+    if tpos > math.maxinteger - (e - f) then error("bad argument #4 to 'move' (destination wrap around)", 2) end
+    if tpos > e or tpos <= f or a1 ~= a2 then
+      for i = 0, e - f do a2[tpos + i] = a1[f + i] end
+    else
+      for i = e - f, 0, -1 do a2[tpos + i] = a1[f + i] end
+    end
+  end
+  return a2
 end
 string.dump = nil
 
@@ -232,6 +319,7 @@ class Sandbox:
         from lupa import lua54
 
         self.run = Run(label=label, timeout=timeout)
+        self.run.deadline = time.monotonic() + timeout  # one budget for the whole run, conversions included
         self.lua = lua54.LuaRuntime(register_eval=False, register_builtins=False, unpack_returned_tuples=True,
                                     attribute_filter=_deny_attributes, max_memory=max_memory)
         prelude = self.lua.execute(_PRELUDE, time.monotonic, self._trip, HOOK_EVERY, MAX_SUBJECT, MAX_PATTERN,
@@ -239,6 +327,7 @@ class Sandbox:
         self._compile, self._start, self._halt, self._sethook, self._main, self.make_host = prelude
         self.globals = self.lua.globals()
         self.globals["print"] = self._print
+        self._cap = self.lua.get_max_memory(total=True)  # the memory cap, the state's own base included
 
     def _trip(self, by_instructions: bool) -> None:
         self.run.tripped = True
@@ -253,8 +342,36 @@ class Sandbox:
         self.globals[name] = value
 
     def table(self, value: Any) -> Any:
-        """A Python dict/list/scalar as a Lua value (nested tables, no Python objects)."""
-        return to_lua(self.lua, value)
+        """A Python dict/list/scalar as a Lua value (nested tables, no Python objects).
+
+        lupa builds tables through the Lua API outside any protected call, where running out of
+        memory is a Lua panic (the process aborts). So the cap is lifted while converting, and the
+        converter itself stops with a clean error once the state would be over its cap."""
+        room = self._cap - self.lua.get_memory_used(total=True)
+        if self._cap and _lua_size(value, room) > room:
+            raise ExtensionError(f"{self.run.label}: the value does not fit the sandbox's memory "
+                                 f"({self._cap >> 20} MiB per run); pass or fetch less data.")
+        try:
+            with self._uncapped():
+                return to_lua(self.lua, value, budget=_Budget(self.lua, self._cap, self.run))
+        except CairnError as exc:
+            # The traceback's frames hold the half-built tables: drop them so Lua can collect them.
+            exc.__traceback__ = None
+            raise exc from None
+
+    def plain(self, value: Any, label: str) -> Any:
+        """A Lua value as JSON-ready Python data (wrapping Lua tables allocates registry slots:
+        the cap is lifted for the same reason as in :meth:`table`)."""
+        with self._uncapped():
+            return from_lua(value, label)
+
+    @contextmanager
+    def _uncapped(self) -> Iterator[None]:
+        self.lua.set_max_memory(0)
+        try:
+            yield
+        finally:
+            self.lua.set_max_memory(self._cap, total=True)
 
     def module(self, functions: dict[str, Any]) -> Any:
         t = self.lua.table()
@@ -285,7 +402,7 @@ class Sandbox:
                 result = result[0] if result else None
             if self.run.tripped:  # e.g. `return pcall(f)` handed back the caught timeout
                 raise self._timeout()
-            return from_lua(result, self.run.label)
+            return self.plain(result, self.run.label)
         except lua54.LuaMemoryError:
             raise ExtensionError(
                 f"{self.run.label}: ran out of memory (the sandbox allows {MAX_MEMORY >> 20} MiB per run)."
@@ -369,10 +486,71 @@ def log_line(label: str, level: str, message: str) -> None:
     sys.stderr.write(f"ctx: {label}: {level}: {scrub(message[:4000])}\n")
 
 
-def to_lua(lua: Any, value: Any, depth: int = 0) -> Any:
+def _lua_size(value: Any, limit: int) -> int:
+    """A lower bound of the bytes ``value`` takes as Lua values (table 56 bytes, array slot 16 and
+    arrays grow by doubling, hash node 24, string 25 + length); stops counting past ``limit``."""
+    total = _own_size(value)
+    stack = [value] if isinstance(value, (dict, list, tuple)) else []
+    while stack and total <= limit:
+        v = stack.pop()
+        for x in v.values() if isinstance(v, dict) else v:
+            if isinstance(x, str):
+                total += 25 + len(x)
+            elif isinstance(x, (dict, list, tuple)):
+                total += _own_size(x)
+                if x:
+                    stack.append(x)
+            else:
+                continue
+            if total > limit:
+                break
+    return total
+
+
+def too_big(value: Any, room: int) -> bool:
+    """Whether ``value`` as Lua tables and strings certainly takes more than ``room`` bytes."""
+    return _lua_size(value, room) > room
+
+
+def _own_size(v: Any) -> int:
+    if isinstance(v, str):
+        return 25 + len(v)
+    if isinstance(v, dict):
+        return 56 + 24 * len(v)
+    if isinstance(v, (list, tuple)):
+        return 56 + (16 << max(len(v) - 1, 0).bit_length() if v else 0)
+    return 0
+
+
+class _Budget:
+    """Checks a conversion into Lua as it goes: the state's memory against its cap (every
+    ``CHECK_EVERY`` values, and before each long string) and the run's deadline."""
+
+    CHECK_EVERY = 512
+
+    def __init__(self, lua: Any, cap: int, run: "Run | None" = None) -> None:
+        self.lua, self.cap, self.run = lua, cap, run
+        self.count = 0
+
+    def tick(self, extra: int = 0) -> None:
+        self.count += 1
+        if extra < 4096 and self.count % self.CHECK_EVERY:
+            return
+        if self.cap and self.lua.get_memory_used(total=True) + extra > self.cap:
+            raise ExtensionError(f"{self.run.label if self.run else 'value'}: the value does not fit the sandbox's "
+                                 f"memory ({self.cap >> 20} MiB per run); pass or fetch less data.")
+        if self.run is not None and self.run.deadline and time.monotonic() > self.run.deadline:
+            self.run.tripped = True
+            raise Timeout(f"{self.run.label}: exceeded its time limit of {self.run.timeout:g} s "
+                          "while converting a value for Lua.")
+
+
+def to_lua(lua: Any, value: Any, depth: int = 0, budget: _Budget | None = None) -> Any:
     """Python data -> Lua value: dicts and lists become tables; other objects are refused."""
     if depth > MAX_DEPTH:
         raise InvalidInput("The value is nested too deeply for Lua.")
+    if budget is not None:
+        budget.tick(len(value) if isinstance(value, str) else 0)
     if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
         shown = str(value) if len(str(value)) <= 30 else str(value)[:27] + "..."
         raise InvalidInput(f"{shown} does not fit a Lua integer: use a number from -2^63 to 2^63-1.")
@@ -382,17 +560,17 @@ def to_lua(lua: Any, value: Any, depth: int = 0) -> Any:
         t = lua.table()
         for k, v in value.items():
             if v is not None:
-                t[k if isinstance(k, (int, str)) else str(k)] = to_lua(lua, v, depth + 1)
+                t[k if isinstance(k, (int, str)) else str(k)] = to_lua(lua, v, depth + 1, budget)
         return t
     if isinstance(value, (list, tuple)):
         t = lua.table()
         for i, v in enumerate(value, 1):
-            t[i] = to_lua(lua, v, depth + 1)
+            t[i] = to_lua(lua, v, depth + 1, budget)
         return t
     if hasattr(value, "__dataclass_fields__"):
         from dataclasses import asdict
 
-        return to_lua(lua, asdict(value), depth)
+        return to_lua(lua, asdict(value), depth, budget)
     return str(value)
 
 

@@ -7,6 +7,11 @@ default, enum}, ...}}`` and ``function tool.execute(params, context)``. A connec
 ``json``, ``log``, ``http`` and ``env``; tools also get ``context`` (``search``, ``get``, ``sources``,
 ``config``). ``http`` only reaches the hosts listed in the script's ``allow_hosts`` config key and
 ``env.get`` only reads the variables listed in ``allow_env``, so secrets stay out unless granted.
+
+Scripts run in worker processes (``cairn.ctx.luaproc``): :func:`declare_tool`, :func:`run_tool` and
+:func:`run_connector` send a job to a :class:`LuaPool`; the worker runs :func:`run_job`, which builds
+the sandbox and the host modules there. ``context.*`` calls come back to this process's knowledge
+base through ``call(name, args)`` (:func:`service_call`).
 """
 
 from __future__ import annotations
@@ -16,14 +21,17 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from cairn.core.errors import ExtensionError, InvalidInput, NetworkError
-from cairn.ctx.lua import Sandbox, from_lua, log_line, read_script, wrap_host
+from cairn.ctx.lua import Sandbox, log_line, read_script, wrap_host
 
 if TYPE_CHECKING:
     from cairn.ctx.config import ToolConfig
+    from cairn.ctx.luaproc import LuaPool
     from cairn.ctx.service import Service
+
+Call = Callable[[str, list[Any]], Any]  # a context.* function run by the process that owns the knowledge base
 
 PARAM_TYPES = {"string": "string", "number": "number", "integer": "integer", "boolean": "boolean",
                "array": "array", "object": "object"}
@@ -58,11 +66,14 @@ def _strings(value: Any, key: str, label: str) -> list[str]:
 class Hosts:
     """The host modules one run sees; every function checks its arguments and the run's budget."""
 
-    def __init__(self, sandbox: Sandbox, label: str, config: dict[str, Any]) -> None:
+    def __init__(self, sandbox: Sandbox, label: str, config: dict[str, Any],
+                 env: dict[str, str | None] | None = None) -> None:
         self.sandbox = sandbox
         self.label = label
         self.allow_hosts = {h.lower() for h in _strings(config.get("allow_hosts"), "allow_hosts", label)}
         self.allow_env = set(_strings(config.get("allow_env"), "allow_env", label))
+        # the allowed variables' values, read by the parent (the worker's environment is not consulted)
+        self.env = env if env is not None else allowed_env(config, label)
 
     def install(self) -> None:
         sb = self.sandbox
@@ -79,7 +90,7 @@ class Hosts:
 
     def json_encode(self, value: Any = None) -> str:
         try:
-            return json.dumps(from_lua(value, "json.encode"), ensure_ascii=False)
+            return json.dumps(self.sandbox.plain(value, "json.encode"), ensure_ascii=False)
         except ExtensionError as exc:
             raise InvalidInput(exc.message.replace("json.encode: returned", "json.encode: got")) from None
 
@@ -95,14 +106,14 @@ class Hosts:
 
     def _logger(self, level: str) -> Any:
         def log(*args: Any) -> None:
-            log_line(self.label, level, " ".join(a if isinstance(a, str) else json.dumps(_plain(a)) for a in args))
+            log_line(self.label, level, " ".join(a if isinstance(a, str) else json.dumps(_plain(self.sandbox, a)) for a in args))
 
         return log
 
     def env_get(self, name: Any = None) -> str | None:
         if not isinstance(name, str):
             raise InvalidInput(f"env.get: expected a variable name, got {_kind(name)}")
-        return os.environ.get(name) if name in self.allow_env else None
+        return self.env.get(name) if name in self.allow_env else None
 
     # http ---------------------------------------------------------------------------------------
 
@@ -124,7 +135,7 @@ class Hosts:
         if host not in self.allow_hosts and "*" not in self.allow_hosts:
             raise InvalidInput(f"http.{method.lower()}: host {host!r} is not allowed. "
                                "List it in this script's `allow_hosts` config.")
-        options = _plain(opts) if opts is not None else {}
+        options = _plain(self.sandbox, opts) if opts is not None else {}
         if not isinstance(options, dict):
             raise InvalidInput(f"http.{method.lower()}: options must be a table")
         headers = options.get("headers") or {}
@@ -142,7 +153,7 @@ class Hosts:
             if isinstance(body, str):
                 content = body.encode("utf-8")
             else:
-                content = json.dumps(_plain(body)).encode("utf-8")
+                content = json.dumps(_plain(self.sandbox, body)).encode("utf-8")
                 headers.setdefault("content-type", "application/json")
         return _fetch(method, url, headers, content, timeout)
 
@@ -174,9 +185,14 @@ def _fetch(method: str, url: str, headers: dict[str, str], content: bytes | None
         raise InvalidInput(f"http: cannot send this request to {url!r}: {exc}") from None
 
 
-def _plain(value: Any) -> Any:
+def allowed_env(config: dict[str, Any], label: str) -> dict[str, str | None]:
+    """The values of the variables a script's ``allow_env`` lists (``None`` when unset)."""
+    return {name: os.environ.get(name) for name in _strings(config.get("allow_env"), "allow_env", label)}
+
+
+def _plain(sandbox: Sandbox, value: Any) -> Any:
     try:
-        return from_lua(value, "value")
+        return sandbox.plain(value, "value")
     except ExtensionError as exc:
         raise InvalidInput(exc.message) from None
 
@@ -225,66 +241,105 @@ def _schema(params: Any, label: str) -> dict[str, Any]:
     return schema
 
 
-def declare_tool(tc: "ToolConfig") -> LuaTool:
-    """Run the script's top level once and read its ``tool`` table."""
+def declare_tool(tc: "ToolConfig", pool: "LuaPool") -> LuaTool:
+    """Run the script's top level once (in a worker) and read its ``tool`` table."""
     label = f"Lua tool {tc.name!r}"
     source = read_script(tc.path, label)
-    sandbox = Sandbox(label, min(tc.timeout, DECLARE_TIMEOUT))
-    try:
-        Hosts(sandbox, label, tc.config).install()
-        sandbox.set_global("context", sandbox.table({"config": tc.config}))
-        sandbox.execute(source, tc.path.name)
-        tool = sandbox.globals["tool"]
-        if tool is None:
-            raise ExtensionError(f"{label}: {tc.path} does not define a global `tool` table.")
-        from lupa import lua54
-
-        if lua54.lua_type(tool) != "table" or lua54.lua_type(tool["execute"]) != "function":
-            raise ExtensionError(f"{label}: {tc.path} must define `function tool.execute(params, context)`.")
-        description = tool["description"]
-        params = from_lua(tool["parameters"], label)
-    finally:
-        sandbox.close()
+    timeout = min(tc.timeout, DECLARE_TIMEOUT)
+    declared = pool.run({"kind": "declare", "label": label, "source": source, "file": tc.path.name, "timeout": timeout,
+                         "config": tc.config, "env": allowed_env(tc.config, label)}, label=label, timeout=timeout)
+    description, params = declared.get("description"), declared.get("params")
     return LuaTool(name=tc.name, description=description if isinstance(description, str) else "",
                    schema=_schema(params, label), path=tc.path, timeout=tc.timeout, config=dict(tc.config),
                    source=source)
 
 
-def run_tool(tool: LuaTool, params: dict[str, Any], service: "Service") -> Any:
-    """``tool.execute(params, context)`` in a fresh sandbox; params were validated by the caller."""
+def run_tool(tool: LuaTool, params: dict[str, Any], service: "Service", pool: "LuaPool") -> Any:
+    """``tool.execute(params, context)`` in a fresh sandbox in a worker; params were validated by the caller."""
+    from cairn.ctx.lua import MAX_MEMORY, too_big
+
     label = f"Lua tool {tool.name!r}"
-    sandbox = Sandbox(label, tool.timeout)
+    if too_big(params, MAX_MEMORY):  # refused here: no point shipping it to a worker
+        raise ExtensionError(f"{label}: the parameters do not fit the sandbox's memory ({MAX_MEMORY >> 20} MiB per run); "
+                             "pass less data.")
+    return pool.run({"kind": "tool", "label": label, "source": tool.source, "file": tool.path.name,
+                     "timeout": tool.timeout, "config": tool.config, "env": allowed_env(tool.config, label),
+                     "params": params}, label=label, timeout=tool.timeout, call=service_call(service))
+
+
+def service_call(service: "Service") -> Call:
+    """``context.search/get/sources`` against ``service``, with plain (JSON-ready) arguments and results."""
+
+    def call(name: str, args: list[Any]) -> Any:
+        if name == "search":
+            query, o = (args + [None, None])[:2]
+            o = o if isinstance(o, dict) else {}
+            hits = service.search(query, o.get("mode", "keyword"), source=o.get("source"), since=o.get("since"),
+                                  until=o.get("until"), limit=o.get("limit"))
+            return [asdict(h) for h in hits]
+        if name == "get":
+            return asdict(service.get(args[0]))
+        if name == "sources":
+            return [asdict(s) for s in service.sources()]
+        raise InvalidInput(f"context.{name} does not exist")
+
+    return call
+
+
+def run_job(job: dict[str, Any], call: Call) -> Any:
+    """One job in this (worker) process: ``declare``, ``tool`` or ``connector`` (see :mod:`cairn.ctx.luaproc`)."""
+    kind, label = job["kind"], job["label"]
+    config = job.get("config") or {}
+    sandbox = Sandbox(label, float(job["timeout"]))
     try:
-        Hosts(sandbox, label, tool.config).install()
-        sandbox.set_global("context", _context(sandbox, tool, service))
-        sandbox.execute(tool.source, tool.path.name)
-        return sandbox.call(sandbox.globals["tool"]["execute"], sandbox.table(params), sandbox.globals["context"])
+        Hosts(sandbox, label, config, job.get("env") or {}).install()
+        if kind == "declare":
+            sandbox.set_global("context", sandbox.table({"config": config}))
+        elif kind == "tool":
+            sandbox.set_global("context", _context(sandbox, config, call))
+        sandbox.execute(job["source"], job["file"])
+        from lupa import lua54
+
+        if kind == "declare":
+            tool = sandbox.globals["tool"]
+            if tool is None:
+                raise ExtensionError(f"{label}: {job['file']} does not define a global `tool` table.")
+            if lua54.lua_type(tool) != "table" or lua54.lua_type(tool["execute"]) != "function":
+                raise ExtensionError(f"{label}: {job['file']} must define `function tool.execute(params, context)`.")
+            description = tool["description"]
+            return {"description": description if isinstance(description, str) else "",
+                    "params": sandbox.plain(tool["parameters"], label)}
+        if kind == "tool":
+            return sandbox.call(sandbox.globals["tool"]["execute"], sandbox.table(job.get("params") or {}),
+                                sandbox.globals["context"])
+        conn = sandbox.globals["connector"]
+        if lua54.lua_type(conn) != "table" or lua54.lua_type(conn["scan"]) != "function":
+            raise ExtensionError(f"{label}: {job['file']} must define `function connector.scan(config)`.")
+        return sandbox.call(conn["scan"], sandbox.table(config))
     finally:
         sandbox.close()
 
 
-def _context(sandbox: Sandbox, tool: LuaTool, service: "Service") -> Any:
-    def search(query: Any = None, opts: Any = None) -> list[dict[str, Any]]:
-        o = _plain(opts) if opts is not None else {}
+def _context(sandbox: Sandbox, config: dict[str, Any], call: Call) -> Any:
+    def search(query: Any = None, opts: Any = None) -> Any:
+        o = _plain(sandbox, opts) if opts is not None else {}
         if not isinstance(o, dict):
             raise InvalidInput("context.search: options must be a table {mode, limit, source}")
         if not isinstance(query, str):
             raise InvalidInput(f"context.search: expected a query string, got {_kind(query)}")
-        hits = service.search(query, o.get("mode", "keyword"), source=o.get("source"), since=o.get("since"),
-                              until=o.get("until"), limit=o.get("limit"))
-        return [asdict(h) for h in hits]
+        return call("search", [query, o])
 
-    def get(doc_id: Any = None) -> dict[str, Any]:
+    def get(doc_id: Any = None) -> Any:
         if not isinstance(doc_id, str):
             raise InvalidInput(f"context.get: expected a document id string, got {_kind(doc_id)}")
-        return asdict(service.get(doc_id))
+        return call("get", [doc_id])
 
-    def sources() -> list[dict[str, Any]]:
-        return [asdict(s) for s in service.sources()]
+    def sources() -> Any:
+        return call("sources", [])
 
     ctx = sandbox.module({"search": wrap_host(sandbox, search), "get": wrap_host(sandbox, get),
                           "sources": wrap_host(sandbox, sources)})
-    ctx["config"] = sandbox.table(tool.config)
+    ctx["config"] = sandbox.table(config)
     return ctx
 
 
@@ -292,24 +347,16 @@ def _context(sandbox: Sandbox, tool: LuaTool, service: "Service") -> Any:
 
 
 def run_connector(name: str, path: Path, timeout: float, config: dict[str, Any]) -> list[Any]:
-    """``connector.scan(config)`` in a fresh sandbox; returns the raw item list (checked by the caller)."""
+    """``connector.scan(config)`` in a fresh sandbox in a worker; returns the raw item list (checked by the caller)."""
+    from cairn.ctx.luaproc import LuaPool
+
     label = f"Lua connector {name!r}"
     source = read_script(path, label)
-    sandbox = Sandbox(label, timeout)
-    try:
-        Hosts(sandbox, label, config).install()
-        sandbox.execute(source, path.name)
-        from lupa import lua54
-
-        conn = sandbox.globals["connector"]
-        if lua54.lua_type(conn) != "table" or lua54.lua_type(conn["scan"]) != "function":
-            raise ExtensionError(f"{label}: {path} must define `function connector.scan(config)`.")
-        items = sandbox.call(conn["scan"], sandbox.table(config))
-    finally:
-        sandbox.close()
+    with LuaPool(1) as pool:
+        items = pool.run({"kind": "connector", "label": label, "source": source, "file": path.name, "timeout": timeout,
+                          "config": config, "env": allowed_env(config, label)}, label=label, timeout=timeout)
     if items is None or items == {}:
         return []
     if not isinstance(items, list):
         raise ExtensionError(f"{label}: connector.scan must return a list of items, not {type(items).__name__}.")
     return items
-

@@ -16,6 +16,7 @@ from cairn.core.errors import InvalidInput, NotFound
 
 if TYPE_CHECKING:
     from cairn.ctx.config import Config
+    from cairn.ctx.luaproc import LuaPool
     from cairn.ctx.scripts import LuaTool
     from cairn.ctx.service import Service
 
@@ -109,17 +110,16 @@ def builtin_specs() -> list[ToolSpec]:
     ]
 
 
-# Each Lua run may use up to 64 MiB; bounding concurrent runs bounds the server's memory (8 x 64 MiB).
+# Each Lua run may use up to 64 MiB in its worker process; bounding concurrent runs bounds the
+# server's memory (8 x 64 MiB). Further calls wait for a worker.
 LUA_CONCURRENCY = 8
-_lua_slots = threading.BoundedSemaphore(LUA_CONCURRENCY)
 
 
-def _lua_spec(tool: "LuaTool") -> ToolSpec:
+def _lua_spec(tool: "LuaTool", pool: "LuaPool") -> ToolSpec:
     from cairn.ctx.scripts import run_tool
 
     def run(params: dict[str, Any], svc: "Service") -> Any:
-        with _lua_slots:
-            return {"result": run_tool(tool, params, svc)}
+        return {"result": run_tool(tool, params, svc, pool)}
 
     return ToolSpec(tool.name, tool.description, tool.schema, False, run)
 
@@ -156,13 +156,24 @@ class Toolbox:
     def __init__(self, config: "Config") -> None:
         self.config = config
         self.specs: dict[str, ToolSpec] = {s.name: s for s in builtin_specs()}
+        self.pool: LuaPool | None = None  # Lua worker processes, started with the first Lua tool
         for tc in config.tools:
             from cairn.ctx.scripts import declare_tool  # only with Lua tools: lupa and the sandbox cost start-up
 
             if tc.name in self.specs:
                 raise InvalidInput(f"{config.path}: [tools.script.{tc.name}]: {tc.name!r} is a built-in tool's name. "
                                    "Rename the section.")
-            self.specs[tc.name] = _lua_spec(declare_tool(tc))
+        if config.tools:
+            from cairn.ctx.luaproc import LuaPool
+            from cairn.ctx.scripts import declare_tool
+
+            self.pool = LuaPool(LUA_CONCURRENCY)
+            try:
+                for tc in config.tools:
+                    self.specs[tc.name] = _lua_spec(declare_tool(tc, self.pool), self.pool)
+            except BaseException:
+                self.pool.close()
+                raise
         self._local = threading.local()
         self._services: list[Service] = []
         self._lock = threading.Lock()
@@ -179,6 +190,9 @@ class Toolbox:
         return svc
 
     def close(self) -> None:
+        """Kill the Lua workers (a call still running ends with an error at once) and close the services."""
+        if self.pool is not None:
+            self.pool.close()
         with self._lock:
             services, self._services = self._services, []
         for svc in services:
