@@ -174,6 +174,9 @@ ATTACKS: dict[str, tuple[str, int, str]] = {
     "loop_in_coroutine": ("return coroutine.wrap(function() while true do end end)()", 408, "timeout"),
     "memory": ("local t = {} for i = 1, 1e9 do t[i] = ('x'):rep(4096) .. i end", 500, "extension"),
     "error": ("error('the widget is broken')", 500, "extension"),
+    # A host error the script does not catch keeps its class across the worker pipe, subclasses too
+    # (EmbeddingsDisabled is an InvalidInput: a 400, not a script failure).
+    "host_bad_input": ("return context.search('printer', {mode = 'semantic'})", 400, "bad_request"),
 }
 
 

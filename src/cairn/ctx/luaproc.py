@@ -248,7 +248,10 @@ def _answer(call: Callback | None, msg: dict[str, Any]) -> dict[str, Any]:
 
 
 def _describe(exc: CairnError) -> dict[str, Any]:
-    return {"class": type(exc).__name__, "message": exc.message, "details": exc.details}
+    """An error for the pipe, named by the nearest class the other side can rebuild (a subclass such as
+    ``EmbeddingsDisabled`` travels as ``InvalidInput``, so it stays a 400, not a script failure)."""
+    cls = next(c for c in type(exc).__mro__ if _ERRORS.get(c.__name__) is c)
+    return {"class": cls.__name__, "message": exc.message, "details": exc.details}
 
 
 def _rebuild(error: Any, label: str) -> Exception:
