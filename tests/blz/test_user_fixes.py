@@ -231,3 +231,17 @@ def test_add_folder_takes_llms_small_after_full_and_index(data_root: Path, tmp_p
     assert code == 0, err
     assert out["url"] == doc_server.url("/site/llms-small.txt")
     assert [p for m, p, _ in doc_server.requests] == ["/site/llms-full.txt", "/site/llms.txt", "/site/llms-small.txt"]
+
+
+def test_docs_and_help_describe_the_fixes(data_root: Path) -> None:
+    from cairn.blz.cli import build_parser
+    from cairn.blz.tools import build_server
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "blz.md").read_text()
+    row = next(line for line in doc.splitlines() if line.startswith("| `source-add` |"))
+    props = build_server().tools["source-add"].input_schema["properties"]
+    assert all(f"`{name}`" in row for name in props)
+    assert "`llms-full.txt`, then `llms.txt`, then `llms-small.txt`" in doc
+    assert '"status": "repaired"' in doc
+    help_text = build_parser()._subparsers._group_actions[0].choices["add"].format_help()  # type: ignore[union-attr]
+    assert "llms-small.txt" in help_text and "--exact" in help_text
