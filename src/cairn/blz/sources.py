@@ -34,8 +34,9 @@ CONVENTIONAL = ("llms-full.txt", "llms.txt", "llms-small.txt")
 def candidates(location: str, exact: bool = False) -> list[str]:
     """Where to look, best first. For ``…/llms.txt``: its ``llms-full.txt`` sibling, then the URL
     given. For a folder or site: the :data:`CONVENTIONAL` names in it. Otherwise, or with ``exact``
-    (but for a local folder, which has no one file to fetch): the location given, alone. A substituted URL never carries the given URL's query string or
-    fragment (``?token=…`` was meant for the URL given, not for a sibling).
+    (but for a local folder, which has no one file to fetch): the location given, alone. A
+    substituted URL never carries the given URL's query string or fragment (``?token=…`` was meant
+    for the URL given, not for a sibling).
 
     ``location`` is an http(s) or file URL, or a local path (made absolute and turned into a file URL).
     """
