@@ -64,9 +64,12 @@ def build_parser(out: TextIO | None = None, err: TextIO | None = None) -> argpar
 
     a = sub.add_parser("add", parents=[fmt, net], help="add a source from a URL, a local file, or the registry")
     a.add_argument("alias")
-    a.add_argument("url", nargs="?", help="http(s) URL, file:// URL or local path; omit to use the registry")
+    a.add_argument("url", nargs="?", help="http(s) URL, file:// URL or local path; omit to use the registry. "
+                   "For .../llms.txt, llms-full.txt is tried first; in a folder or site, llms-full.txt, "
+                   "llms.txt, then llms-small.txt")
     a.add_argument("--force", action="store_true", help="replace an existing source of that alias")
-    a.add_argument("--exact", action="store_true", help="fetch exactly URL (do not prefer llms-full.txt)")
+    a.add_argument("--exact", action="store_true",
+                   help="fetch exactly URL, query string included (no llms-full.txt or other file looked for)")
 
     u = sub.add_parser("update", parents=[fmt, net], help="refresh sources (conditional request; 304 = no change)")
     u.add_argument("alias", nargs="?")

@@ -43,7 +43,8 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                  "bytes": _INT, "sha256": _STR, "elapsedMs": {"type": "number"}, "message": _STR},
                 ["alias", "url", "message"]),
     "update": _obj({"results": {"type": "array", "items": _obj(
-        {"alias": _STR, "status": {"enum": ["updated", "unchanged", "failed"]}, "reason": _STR, "error": _STR})}}),
+        {"alias": _STR, "status": {"enum": ["updated", "repaired", "unchanged", "failed"]}, "reason": _STR,
+         "error": _STR})}}),
     "remove": _obj({"alias": _STR, "removed": {"type": "boolean"}}),
     "stats": _obj({"sources": _INT, "totalLines": _INT, "totalHeadings": _INT, "totalSections": _INT,
                    "totalBytes": _INT, "indexBytes": _INT, "perSource": {"type": "array"}}),

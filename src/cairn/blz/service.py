@@ -11,7 +11,7 @@ from typing import Any
 from cairn.blz import llmstxt, registry
 from cairn.blz.citation import check_alias, merge, parse_citation
 from cairn.blz.limits import CONTEXT_MODES, DEFAULT_MAX_LINES, MAX_PADDING
-from cairn.blz.store import SourceRow, Store, sha256_hex
+from cairn.blz.store import SourceRow, Store, file_digest
 from cairn.core.errors import InvalidInput, NotFound
 
 
@@ -137,33 +137,41 @@ def history(store: Store, alias: str | None = None, limit: int = 50) -> dict[str
     return {"events": store.history(check_alias(alias) if alias else None, limit)}
 
 
+def source_problems(store: Store, row: SourceRow) -> list[str]:
+    """What is wrong with one source's stored file (checksum, line count) and index rows (section
+    and heading counts); empty when nothing is. `blz update` repairs whatever this finds."""
+    problems = []
+    try:
+        sha, lines = file_digest(store.file_path(row))
+    except FileNotFoundError:
+        problems.append(f"stored file sources/{row.alias}/{row.file} is missing")
+    except OSError as exc:
+        problems.append(f"stored file sources/{row.alias}/{row.file} cannot be read ({exc.strerror or exc})")
+    else:
+        if sha != row.sha256:
+            problems.append("checksum mismatch: the stored file changed after it was indexed")
+        if lines != row.lines:
+            problems.append(f"line count {lines} differs from the indexed {row.lines}")
+    count = store.db.execute("SELECT count(*) FROM sections WHERE rowid BETWEEN ? AND ?",
+                             row.rowids).fetchone()[0]
+    if count != row.sections:
+        problems.append(f"index holds {count} sections, expected {row.sections}")
+    heads = store.db.execute("SELECT count(*) FROM headings WHERE alias = ?", (row.alias,)).fetchone()[0]
+    if heads != row.headings:
+        problems.append(f"index holds {heads} headings, expected {row.headings}")
+    return problems
+
+
 def validate(store: Store, alias: str | None = None) -> dict[str, Any]:
-    """Check each stored file against its checksum and line count, and the index against the file."""
+    """Check each stored file against its checksum and line count, and the index against the file.
+    Each damaged source names its fix, `blz update ALIAS`: it fetches the source again (not
+    conditionally) and rewrites the stored file and the index."""
     rows = [require(store, alias)] if alias else store.sources()
     report = []
     for row in rows:
-        problems = []
-        path = store.file_path(row)
-        try:
-            data = path.read_bytes()
-        except OSError:
-            problems.append(f"stored file sources/{row.alias}/{row.file} is missing")
-            data = None
-        if data is not None:
-            if sha256_hex(data) != row.sha256:
-                problems.append("checksum mismatch: the stored file changed after it was indexed")
-            lines = llmstxt.count_lines(data)
-            if lines != row.lines:
-                problems.append(f"line count {lines} differs from the indexed {row.lines}")
-        count = store.db.execute("SELECT count(*) FROM sections WHERE rowid BETWEEN ? AND ?",
-                                 row.rowids).fetchone()[0]
-        if count != row.sections:
-            problems.append(f"index holds {count} sections, expected {row.sections}")
-        heads = store.db.execute("SELECT count(*) FROM headings WHERE alias = ?", (row.alias,)).fetchone()[0]
-        if heads != row.headings:
-            problems.append(f"index holds {heads} headings, expected {row.headings}")
+        problems = source_problems(store, row)
         report.append({"alias": row.alias, "ok": not problems, "problems": problems,
-                       "fix": f"blz update {row.alias} (or blz add {row.alias} URL --force)" if problems else None})
+                       "fix": f"blz update {row.alias}" if problems else None})
     index_ok = True
     try:
         store.db.execute("INSERT INTO sections(sections) VALUES('integrity-check')")

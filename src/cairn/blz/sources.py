@@ -27,8 +27,16 @@ MCP_HOSTS_ENV = "BLZ_MCP_ALLOW_HOSTS"
 MCP_NETWORK_ENV = "BLZ_MCP_NETWORK"
 
 
+# What a folder or site is searched for, best first: the complete text, the index, the abridged text.
+CONVENTIONAL = ("llms-full.txt", "llms.txt", "llms-small.txt")
+
+
 def candidates(location: str, exact: bool = False) -> list[str]:
-    """Where to look, best first: the ``llms-full.txt`` variant, the location given, then ``llms.txt``.
+    """Where to look, best first. For ``…/llms.txt``: its ``llms-full.txt`` sibling, then the URL
+    given. For a folder or site: the :data:`CONVENTIONAL` names in it. Otherwise, or with ``exact``
+    (but for a local folder, which has no one file to fetch): the location given, alone. A
+    substituted URL never carries the given URL's query string or fragment (``?token=…`` was meant
+    for the URL given, not for a sibling).
 
     ``location`` is an http(s) or file URL, or a local path (made absolute and turned into a file URL).
     """
@@ -50,22 +58,25 @@ def _candidates(location: str, exact: bool) -> list[str]:
             raise InvalidInput(f"Unsupported URL scheme {scheme.group(1).lower()!r} in {location!r}: use an "
                                "http://, https:// or file:// URL, or a local path.")
         local = Path(location).expanduser().resolve()
-        if local.is_dir():
-            return [(local / "llms-full.txt").as_uri(), (local / "llms.txt").as_uri()]
+        if local.is_dir():  # a folder has no exact file to fetch: look inside it (even with exact)
+            return [(local / n).as_uri() for n in CONVENTIONAL]
         location = local.as_uri()
     if exact:
         return [location]
     parts = urlsplit(location)
     path = parts.path or "/"
     name = path.rsplit("/", 1)[-1]
+
+    def sibling(new_path: str) -> str:  # the same scheme and host; not the query or fragment
+        return urlunsplit(parts._replace(path=new_path, query="", fragment=""))
+
     if name == "llms.txt":
-        full = urlunsplit(parts._replace(path=path[: -len(name)] + "llms-full.txt"))
-        return [full, location]
+        return [sibling(path[: -len(name)] + "llms-full.txt"), location]
     if parts.scheme.lower() == "file" and name and fetching.file_url_path(location).is_file():
         return [location]  # an existing local file is what was asked for, whatever its name
     if name == "" or "." not in name:  # a site or folder: look for the conventional files in it
         base = path if path.endswith("/") else path + "/"
-        return [urlunsplit(parts._replace(path=base + n)) for n in ("llms-full.txt", "llms.txt")]
+        return [sibling(base + n) for n in CONVENTIONAL]
     return [location]
 
 
@@ -117,7 +128,7 @@ def check_agent_location(location: str, exact: bool = False, guard: Guard | None
             raise guard.refuse_file()
 
 
-def _fetch_first(urls: list[str], *, max_bytes: int, timeout: float, progress: Progress | None,
+def _fetch_first(urls: list[str], given: str, *, max_bytes: int, timeout: float, progress: Progress | None,
                  guard: Guard | None) -> tuple[str, fetching.FetchResult]:
     last: CairnError | None = None
     for url in urls:
@@ -128,7 +139,10 @@ def _fetch_first(urls: list[str], *, max_bytes: int, timeout: float, progress: P
             last = exc
     assert last is not None
     if len(urls) > 1:
-        raise NotFound(f"Nothing found at {' or '.join(urls)}. Check the URL.")
+        hint = "Check the URL."
+        if given not in urls and fetching.is_url(given):  # a site or folder URL: it was not fetched itself
+            hint = "Check the URL, or fetch exactly the URL given (blz add --exact; over MCP, exact: true)."
+        raise NotFound(f"Nothing found at {' or '.join(urls)}. {hint}")
     raise last
 
 
@@ -153,7 +167,7 @@ def add(store: Store, alias: str, location: str | None = None, *, force: bool = 
             raise NotFound(f"{alias!r} is not in the built-in registry. Give its URL: blz add {alias} URL "
                            f"(see `blz lookup {alias}`).")
         location = entry.url
-    url, result = _fetch_first(candidates(location, exact), max_bytes=max_bytes, timeout=timeout,
+    url, result = _fetch_first(candidates(location, exact), location, max_bytes=max_bytes, timeout=timeout,
                                progress=progress, guard=guard)
     assert result.body is not None
     info = _ingest(store, alias, url, result, "add" if not existing else "replace",
@@ -166,29 +180,42 @@ def add(store: Store, alias: str, location: str | None = None, *, force: bool = 
 
 def update(store: Store, alias: str, *, max_bytes: int = fetching.DEFAULT_MAX_BYTES,
            timeout: float = fetching.DEFAULT_TIMEOUT, progress: Progress | None = None) -> dict[str, Any]:
-    """Refresh one source with a conditional request; a 304 or identical bytes change nothing."""
+    """Refresh one source with a conditional request; a 304 or identical bytes change nothing.
+
+    The stored file and index are checked first (as `blz validate` does). If either is damaged, the
+    request is unconditional and the source is written and indexed again even when its content is
+    unchanged upstream: status ``repaired``. This is the fix `blz validate` suggests."""
+    from cairn.blz.service import source_problems
+
     alias = check_alias(alias)
     row = store.source(alias)
     if row is None:
         raise NotFound(f"No source named {alias!r}. See `blz list`, or add it with `blz add {alias} URL`.")
-    result = fetching.fetch(row.url, etag=row.etag, last_modified=row.last_modified,
-                            max_bytes=max_bytes, timeout=timeout, progress=progress)
-    if result.not_modified:
-        store.touch(alias, etag=result.etag, last_modified=result.last_modified, detail="304 Not Modified")
-        store.tidy(row)
-        return {"alias": alias, "status": "unchanged", "reason": "not modified (304)", "url": row.url}
-    assert result.body is not None
-    if sha256_hex(result.body) == row.sha256:
-        store.touch(alias, etag=result.etag, last_modified=result.last_modified, detail="same content")
-        store.tidy(row)
-        return {"alias": alias, "status": "unchanged", "reason": "same content", "url": row.url}
-    info = _ingest(store, alias, row.url, result, "update", added_at=row.added_at)
-    info["status"] = "updated"
+    problems = source_problems(store, row)
+    if problems:  # a 304 would keep the damage: ask for the content itself
+        result = fetching.fetch(row.url, max_bytes=max_bytes, timeout=timeout, progress=progress)
+    else:
+        result = fetching.fetch(row.url, etag=row.etag, last_modified=row.last_modified,
+                                max_bytes=max_bytes, timeout=timeout, progress=progress)
+        if result.not_modified:
+            store.touch(alias, etag=result.etag, last_modified=result.last_modified, detail="304 Not Modified")
+            store.tidy(row)
+            return {"alias": alias, "status": "unchanged", "reason": "not modified (304)", "url": row.url}
+        assert result.body is not None
+        if sha256_hex(result.body) == row.sha256:
+            store.touch(alias, etag=result.etag, last_modified=result.last_modified, detail="same content")
+            store.tidy(row)
+            return {"alias": alias, "status": "unchanged", "reason": "same content", "url": row.url}
+    detail = "repaired: " + "; ".join(problems) if problems else ""
+    info = _ingest(store, alias, row.url, result, "update", added_at=row.added_at, detail=detail)
+    info["status"] = "repaired" if problems else "updated"
+    if problems:
+        info["reason"] = "; ".join(problems)
     return info
 
 
 def _ingest(store: Store, alias: str, url: str, result: fetching.FetchResult, action: str,
-            added_at: str | None) -> dict[str, Any]:
+            added_at: str | None, detail: str = "") -> dict[str, Any]:
     body = result.body or b""
     if b"\x00" in body[:8192]:
         raise InvalidInput(f"{url} looks binary (it contains NUL bytes), not an llms.txt text file.")
@@ -200,7 +227,7 @@ def _ingest(store: Store, alias: str, url: str, result: fetching.FetchResult, ac
                     etag=result.etag, last_modified=result.last_modified, fetched_at=stamp,
                     added_at=added_at or stamp, checked_at=stamp)
     try:
-        store.replace_source(row, doc, action)
+        store.replace_source(row, doc, action, detail)
     except BaseException:
         current = store.source(alias)
         if current is None or current.file != name:  # the new file is not in use: drop it

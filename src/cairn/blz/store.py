@@ -58,8 +58,8 @@ _LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
 WEIGHTS = (6.0, 2.0, 1.0)
 
 
-def sha256_hex(data: bytes) -> str:
-    """SHA-256 of ``data``. Uses the interpreter's built-in implementation when it has one: hashlib
+def _sha256() -> Any:
+    """The SHA-256 constructor. The interpreter's built-in implementation when it has one: hashlib
     loads OpenSSL, which costs a long-running server 3.6 MB of resident memory for one digest."""
     try:
         from _sha256 import sha256  # type: ignore[import-not-found, unused-ignore]  # CPython <= 3.11
@@ -68,7 +68,25 @@ def sha256_hex(data: bytes) -> str:
             from _sha2 import sha256  # type: ignore[import-not-found, no-redef, unused-ignore]  # CPython >= 3.12
         except ImportError:
             from hashlib import sha256
-    return str(sha256(data).hexdigest())
+    return sha256
+
+
+def sha256_hex(data: bytes) -> str:
+    """SHA-256 of ``data``, in hex."""
+    return str(_sha256()(data).hexdigest())
+
+
+def file_digest(path: Path) -> tuple[str, int]:
+    """SHA-256 (hex) and line count (as :func:`cairn.blz.llmstxt.count_lines` counts) of the file at
+    ``path``, read in 1 MiB chunks: never the whole file in memory. Raises OSError."""
+    digest = _sha256()()
+    newlines, last = 0, b""
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            digest.update(chunk)
+            newlines += chunk.count(b"\n")
+            last = chunk[-1:]
+    return str(digest.hexdigest()), newlines if newlines and last == b"\n" else newlines + 1
 
 
 def now_iso() -> str:
@@ -166,13 +184,13 @@ class Store:
     def read_lines(self, row: SourceRow, start: int, end: int) -> list[str]:
         """Lines ``start..end`` (1-based, inclusive, clamped) of the stored file, without newlines."""
         path = self.file_path(row)
-        offsets = self._line_offsets(path, row.sha256)
-        total = len(offsets) - 1
-        start, end = max(1, start), min(end, total)
-        if start > end:
-            return []
         try:
             with open(path, "rb") as fh:
+                offsets = self._line_offsets(fh, path, row.sha256)
+                total = len(offsets) - 1
+                start, end = max(1, start), min(end, total)
+                if start > end:
+                    return []
                 fh.seek(offsets[start - 1])
                 data = fh.read(offsets[end] - offsets[start - 1])
         except OSError as exc:
@@ -186,15 +204,16 @@ class Store:
             out.pop()
         return [ln[:-1] if ln.endswith("\r") else ln for ln in out]
 
-    def _line_offsets(self, path: Path, sha: str) -> array[int]:
-        key = f"{path}:{sha}"
+    def _line_offsets(self, fh: Any, path: Path, sha: str) -> array[int]:
+        """Where each line of the open file ``fh`` starts. Cached per file identity (inode, size,
+        mtime): a stored file repaired since (by this process or by `blz update` in another) is
+        a new file, whose offsets are computed afresh."""
+        info = os.fstat(fh.fileno())
+        key = f"{path}:{sha}:{info.st_ino}:{info.st_size}:{info.st_mtime_ns}"
         cached = self._offsets.get(key)
         if cached is not None:
             return cached
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise StorageError(f"Cannot read {path}: {exc}. Run `blz update` to fetch it again.") from exc
+        data = fh.read()
         offsets = array("q", [0])
         find = data.find
         pos = find(b"\n")
@@ -221,7 +240,11 @@ class Store:
     # -- writes -------------------------------------------------------------------------------
 
     def write_file(self, alias: str, data: bytes) -> tuple[str, str]:
-        """Write ``data`` beside any current file (atomically); returns ``(file name, sha256)``."""
+        """Write ``data`` beside any current file (atomically); returns ``(file name, sha256)``.
+
+        Files are named by their content's hash, so a file of that name may exist already (the same
+        content added again, or the current file being repaired). It is kept only if its bytes still
+        hash to that name; a damaged one is replaced, atomically, by ``data``."""
         import tempfile
 
         sha = sha256_hex(data)
@@ -230,7 +253,7 @@ class Store:
         try:
             folder.mkdir(parents=True, exist_ok=True)
             target = folder / name
-            if not target.exists():
+            if not _holds(target, sha):
                 fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".txt")
                 try:
                     with os.fdopen(fd, "wb") as fh:
@@ -328,6 +351,14 @@ class Store:
                 folder.rmdir()
             except OSError:
                 pass
+
+
+def _holds(path: Path, sha: str) -> bool:
+    """Whether the file at ``path`` exists and its bytes hash to ``sha``."""
+    try:
+        return file_digest(path)[0] == sha
+    except OSError:
+        return False
 
 
 def _open_hint(root: Path) -> str:

@@ -89,6 +89,24 @@ FIND_SCHEMA: dict[str, Any] = {
 }
 
 
+SOURCE_ADD_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["alias"],
+    "properties": {
+        "alias": {"type": "string", "description": "Name for the source (a-z 0-9 _ -, 1-64 characters); "
+                                                   "alone, the registry entry of that name."},
+        "url": {"type": "string", "description": "http(s) URL (or a file inside BLZ_MCP_FILE_ROOTS); "
+                                                 "omit to use the registry."},
+        "force": {"type": "boolean", "default": False, "description": "Replace an existing source of "
+                                                                      "that alias."},
+        "exact": {"type": "boolean", "default": False,
+                  "description": "Fetch exactly url (or the registry URL): no llms-full.txt variant, no "
+                                 "files looked up inside a site (like `blz add --exact`)."},
+    },
+    "additionalProperties": False,
+}
+
+
 def build_server(store: Store | None = None) -> Server:
     server = Server(name="blz", version="0.1.0", title="blz docs search", instructions=INSTRUCTIONS)
     root = data_path("blz", "BLZ_DATA_DIR")  # a str: pathlib is not imported before `initialize`
@@ -162,12 +180,12 @@ def build_server(store: Store | None = None) -> Server:
             return service.list_sources(get_store(), args.get("filter"), include_registry=True)
 
     @server.tool("source-add", description="Add a documentation source from the registry (alias only) "
-                 "or a URL; prefers the llms-full.txt variant. The only tool that changes anything. Fetches "
-                 "from public internet addresses only (and hosts the user lists in BLZ_MCP_ALLOW_HOSTS); "
-                 "local files only inside the folders in BLZ_MCP_FILE_ROOTS.",
-                 input_schema={"type": "object", "required": ["alias"], "additionalProperties": False,
-                               "properties": {"alias": {"type": "string"}, "url": {"type": "string"},
-                                              "force": {"type": "boolean", "default": False}}},
+                 "or a URL. For .../llms.txt the llms-full.txt variant is tried first; for a site or folder, "
+                 "llms-full.txt, llms.txt, then llms-small.txt in it; exact: true fetches exactly the URL "
+                 "given. The only tool that changes anything. Fetches from public internet addresses only "
+                 "(and hosts the user lists in BLZ_MCP_ALLOW_HOSTS); local files only inside the folders in "
+                 "BLZ_MCP_FILE_ROOTS.",
+                 input_schema=SOURCE_ADD_SCHEMA,
                  structured=True, annotations={"readOnlyHint": False, "destructiveHint": False,
                                                "openWorldHint": True})
     @_scrubbed
@@ -178,12 +196,13 @@ def build_server(store: Store | None = None) -> Server:
             ctx.progress(done, total, f"fetched {done:,} bytes")
 
         guard = sources.agent_guard()  # files in BLZ_MCP_FILE_ROOTS, public or BLZ_MCP_ALLOW_HOSTS addresses
+        exact = bool(args.get("exact"))
         if args.get("url"):
-            sources.check_agent_location(args["url"], guard=guard)  # early refusal; the guard checks again
+            sources.check_agent_location(args["url"], exact, guard=guard)  # early; the guard checks again
         with lock:
             try:
                 info = sources.add(get_store(), args["alias"], args.get("url"), force=bool(args.get("force")),
-                                   progress=progress, guard=guard)
+                                   exact=exact, progress=progress, guard=guard)
             finally:
                 _release_memory()
         return {"alias": info["alias"], "url": info["url"], "message": info["message"],
@@ -232,6 +251,7 @@ def build_server(store: Store | None = None) -> Server:
             "examples": [f"find(query='hooks', source='{first}')",
                          f"find(snippets=['{first}:1-20'], contextMode='all')",
                          "list-sources(filter='react')", "source-add(alias='bun')",
+                         "source-add(alias='mine', url='https://example.com/docs/llms.txt', exact=True)",
                          "run-command(command='stats')"],
             "tools": ["find", "list-sources", "source-add", "run-command", "learn-blz"],
             "resources": ["blz://registry", "blz://sources/{alias}"],
