@@ -15,6 +15,7 @@ import json
 import os
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -208,3 +209,75 @@ def test_cancelled_context_callback_over_stdio(ctx_stdio: StdioServer) -> None:
         {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": rid}}))
     after = server.request("tools/call", {"name": "ask", "arguments": {"n": 2}})
     assert after["result"]["structuredContent"]["result"]["found"] == 2, after
+
+
+# -- the pool itself (in-process) -------------------------------------------------------------------
+
+def _job(source: str, params: dict[str, Any], timeout: float = 25) -> dict[str, Any]:
+    return {"kind": "tool", "label": "Lua tool 't'", "source": source, "file": "t.lua", "timeout": timeout,
+            "config": {}, "env": {}, "params": params}
+
+
+def _in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append(fn())
+        except BaseException as exc:  # noqa: BLE001 (recorded for the assertion)
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, outcome
+
+
+def test_pool_cancel_kills_the_worker_and_frees_its_slot() -> None:
+    from cairn.ctx.luaproc import Cancelled, LuaPool
+
+    stop = threading.Event()
+    with LuaPool(1) as pool:
+        assert pool.run(_job(SPIN, {"n": 10}), label="spin", timeout=5) == {"x": 55}
+        (pid,) = pool.pids()
+        running, out = _in_thread(lambda: pool.run(_job(SPIN, {"n": FOREVER}), label="Lua tool 'spin'", timeout=25,
+                                                   cancelled=stop.is_set))
+        time.sleep(0.5)
+        # the only slot is taken: a second call waits for it, and gives up when cancelled too
+        other = threading.Event()
+        waiting, out2 = _in_thread(lambda: pool.run(_job(SPIN, {"n": 10}), label="Lua tool 'spin'", timeout=5,
+                                                    cancelled=other.is_set))
+        time.sleep(0.2)
+        started = time.monotonic()
+        other.set()
+        waiting.join(2)
+        assert not waiting.is_alive() and isinstance(out2[0], Cancelled) and "before it started" in out2[0].message
+        stop.set()
+        running.join(2)
+        took = time.monotonic() - started
+        assert not running.is_alive() and took < 1, f"cancel took {took:.2f} s"
+        assert isinstance(out[0], Cancelled) and out[0].http_status == 499, out
+        assert "cancelled by its caller" in out[0].message
+        assert not os.path.exists(f"/proc/{pid}") and pool.pids() == []
+        assert pool.run(_job(SPIN, {"n": 10}), label="spin", timeout=5) == {"x": 55}  # a fresh worker
+        assert pool.run(_job(SPIN, {"n": 10}), label="spin", timeout=5, cancelled=lambda: False) == {"x": 55}
+
+
+def test_pool_cancel_during_a_context_call_drops_its_answer() -> None:
+    """The cancellation arrives while the server answers a ``context.search``: the answer is never
+    sent, the worker is killed, and the pool goes on."""
+    from cairn.ctx.luaproc import Cancelled, LuaPool
+
+    stop = threading.Event()
+    calls: list[str] = []
+
+    def call(name: str, args: list[Any]) -> Any:
+        calls.append(name)
+        if len(calls) == 3:
+            stop.set()  # as if notifications/cancelled arrived during this callback
+        return [{"id": "d1"}]
+
+    with LuaPool(2) as pool:
+        with pytest.raises(Cancelled):
+            pool.run(_job(ASK, {"n": FOREVER}), label="Lua tool 'ask'", timeout=25, call=call, cancelled=stop.is_set)
+        assert len(calls) == 3 and pool.pids() == []
+        assert pool.run(_job(ASK, {"n": 4}), label="ask", timeout=5, call=lambda n, a: [{"id": "d"}]) == {"found": 4}

@@ -4,6 +4,7 @@ Routes are thin: read the JSON body (capped, content type checked), call the too
 against the same declarations MCP uses), and answer JSON. Every failure, routing ones included, is one
 envelope ``{"error": {"code", "message"}}`` with the status of the error's class (400 validation, 401
 auth, 404 unknown tool/document/route, 405, 408 Lua timeout, 413 body too large, 415 content type,
+499 Lua call cancelled by a client that disconnected (nobody reads it),
 500 internal). Unexpected exceptions are logged to stderr with their traceback; the client only
 learns their type. Tool calls run in the thread pool, each worker thread on its own SQLite connection.
 """
