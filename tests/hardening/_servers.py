@@ -50,6 +50,42 @@ def rss_kb(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
+def _stat(pid: int) -> list[str]:
+    """/proc/PID/stat's fields from the 3rd (state) on: index = field number - 3."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()
+
+
+def children(pid: int) -> list[int]:
+    """Live child processes of ``pid`` (ctx's Lua workers)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if int(_stat(int(entry))[1]) == pid:
+                    out.append(int(entry))
+            except (OSError, IndexError, ValueError):
+                pass  # gone meanwhile
+    return out
+
+
+def own_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of process ``pid`` alone."""
+    return sum(int(x) for x in _stat(pid)[11:13]) / os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds of ``pid``, its reaped children (cutime, cstime: a killed Lua worker's time moves
+    there) and its live children (the Lua workers); it never goes back."""
+    total = sum(int(x) for x in _stat(pid)[11:15]) / os.sysconf("SC_CLK_TCK")
+    for child in children(pid):
+        try:
+            total += own_cpu(child)
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
 def server_env(workdir: Path, **extra: str) -> dict[str, str]:
     """The environment of a spawned server: this one, without outbound network, with its XDG dirs
     under ``workdir`` (never the user's), plus ``extra``."""

@@ -17,7 +17,6 @@ tool ``spin``. brk uses the bundled mainnet sample.
 from __future__ import annotations
 
 import json
-import os
 import select
 import socket
 import subprocess
@@ -30,7 +29,7 @@ import httpx
 import pytest
 
 from ._servers import STRESS, HttpServer, StdioServer, _cli, rss_kb, server_env, spawn_brk_http, spawn_ctx_http, \
-    spawn_ctx_stdio
+    spawn_ctx_stdio, tree_cpu
 
 MIB = 1 << 20
 SPIN = """
@@ -83,12 +82,6 @@ def alive(server: HttpServer) -> None:
                    headers={"accept": "application/json"}, timeout=30)
     assert r.json() == {"jsonrpc": "2.0", "id": 1, "result": {}}
     assert "Traceback" not in server.stderr_tail(), server.stderr_tail()
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 # -- 4: request bodies ------------------------------------------------------------------------------
@@ -266,14 +259,14 @@ def test_a_dropped_batch_stops_burning_cpu(ctx: HttpServer) -> None:
                  f"Accept: application/json\r\nMCP-Protocol-Version: 2025-03-26\r\nContent-Length: {len(batch)}\r\n\r\n"
                  .encode() + batch)
     time.sleep(0.5)
-    start = cpu_seconds(ctx.pid)
+    start = tree_cpu(ctx.pid)
     time.sleep(1.0)
-    busy = cpu_seconds(ctx.pid) - start  # CPU per second while the batch runs (the machine may be loaded)
+    busy = tree_cpu(ctx.pid) - start  # CPU per second while the batch runs (the machine may be loaded)
     sock.close()
     time.sleep(max(0.5, 2 * per_call))  # the item running at the disconnect finishes
-    before = cpu_seconds(ctx.pid)
+    before = tree_cpu(ctx.pid)
     time.sleep(3.0)
-    used = cpu_seconds(ctx.pid) - before
+    used = tree_cpu(ctx.pid) - before
     assert busy > 0.05, f"the batch did not run ({busy:.2f} s of CPU in 1 s)"
     assert used < max(0.15, 0.25 * busy * 3), \
         f"the server used {used:.2f} s of CPU in the 3 s after its batch client left ({busy:.2f} s/s while it ran)"

@@ -13,6 +13,9 @@ script run (a tool's declaration, a tool call, a connector scan) happens in a wo
   first with a clean :class:`Timeout`; if it does not (a C function is still running), the parent
   kills the worker (SIGKILL), reports the timeout, and the next job starts a fresh worker. A worker
   that dies (a Lua panic, the OOM killer) is an :class:`ExtensionError` for that call only.
+* a caller that gives up (its HTTP client disconnected, or MCP ``notifications/cancelled``) passes
+  ``cancelled``: the waiting side checks it every ``CANCEL_POLL`` s, then kills the worker, frees its
+  slot and raises :class:`Cancelled`; a ``context.*`` answer computed meanwhile is dropped, not sent.
 * workers are reused (each job still gets a fresh Lua state); at most ``size`` run at once, others
   wait. :meth:`LuaPool.close` kills them all, so a server's shutdown never waits for a script, and
   a worker whose parent is gone exits by itself (a watchdog thread checks every ``ORPHAN_CHECK`` s).
@@ -35,6 +38,7 @@ from typing import Any, Callable
 from cairn.core.errors import ALL_ERRORS, CairnError, ExtensionError, Timeout
 
 GRACE = 1.0  # seconds a job may run past its timeout before its worker is killed
+CANCEL_POLL = 0.05  # seconds between checks, while a job runs, that its caller has not gone away
 START_TIMEOUT = 60.0  # seconds a new worker may take to import lupa and say it is ready
 ORPHAN_CHECK = 0.5  # seconds between a worker's checks that its parent is still alive
 MAX_FRAME = 1 << 30
@@ -42,6 +46,18 @@ _HEADER = struct.Struct(">I")
 _ERRORS = {cls.__name__: cls for cls in ALL_ERRORS}
 
 Callback = Callable[[str, list[Any]], Any]
+CancelCheck = Callable[[], bool]
+
+
+class Cancelled(CairnError):
+    """The caller gave up on a Lua call (its client disconnected or sent notifications/cancelled).
+
+    Nobody reads the answer: MCP sends no response for a cancelled request, and an HTTP client that
+    went away gets none. 499 is the status web servers log for "client closed the request"."""
+
+    code = "cancelled"
+    http_status = 499
+    jsonrpc_code = -32800  # RequestCancelled, as in LSP
 
 
 class _WorkerGone(Exception):
@@ -60,9 +76,9 @@ class _Worker:
         self.buf = bytearray()
         self.ready = False
 
-    def wait_ready(self) -> None:
+    def wait_ready(self, cancelled: CancelCheck | None = None) -> None:
         if not self.ready:
-            msg = self.recv(time.monotonic() + START_TIMEOUT)
+            msg = self.recv(time.monotonic() + START_TIMEOUT, cancelled)
             if msg.get("ready") is not True:
                 raise _WorkerGone("the Lua worker did not start")
             self.ready = True
@@ -74,8 +90,9 @@ class _Worker:
         except OSError:
             raise _WorkerGone("the Lua worker closed its input") from None
 
-    def recv(self, deadline: float) -> dict[str, Any]:
-        """One frame; raises ``TimeoutError`` once ``deadline`` passes, :class:`_WorkerGone` on EOF."""
+    def recv(self, deadline: float, cancelled: CancelCheck | None = None) -> dict[str, Any]:
+        """One frame; raises ``TimeoutError`` once ``deadline`` passes, :class:`_WorkerGone` on EOF and
+        :class:`Cancelled` once ``cancelled()`` is true (checked every ``CANCEL_POLL`` s)."""
         import select
 
         poller = select.poll()  # not select(): a busy server's descriptors may be over 1024
@@ -92,9 +109,13 @@ class _Worker:
                     if not isinstance(value, dict):
                         raise _WorkerGone("the Lua worker sent a malformed frame")
                     return value
+            if cancelled is not None and cancelled():
+                raise Cancelled("cancelled")
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError
+            if cancelled is not None:
+                left = min(left, CANCEL_POLL)
             if not poller.poll(max(1, int(left * 1000))):
                 continue
             try:
@@ -162,23 +183,32 @@ class LuaPool:
         with self._lock:
             self._idle.append(worker)
 
-    def run(self, job: dict[str, Any], *, label: str, timeout: float, call: Callback | None = None) -> Any:
+    def run(self, job: dict[str, Any], *, label: str, timeout: float, call: Callback | None = None,
+            cancelled: CancelCheck | None = None) -> Any:
         """Run ``job`` (see :func:`worker_main`) and return its value or raise its error.
 
         ``call(name, args)`` answers the script's ``context.*`` calls; ``timeout`` is the job's own
-        budget (the worker enforces it; the parent kills the worker ``GRACE`` s after it)."""
-        with self._slots:
+        budget (the worker enforces it; the parent kills the worker ``GRACE`` s after it). Once
+        ``cancelled()`` is true (checked every ``CANCEL_POLL`` s while waiting for a slot or for the
+        worker, and after each ``context.*`` call) the worker is killed, its slot freed (the next job
+        starts a fresh worker) and :class:`Cancelled` raised."""
+        if not self._acquire(cancelled):
+            raise Cancelled(f"{label}: cancelled before it started.")
+        try:
             worker = self._checkout()
             reusable = False
             try:
                 try:
-                    worker.wait_ready()
+                    worker.wait_ready(cancelled)
                     deadline = time.monotonic() + timeout + self.grace
                     worker.send({"job": job})
                     while True:
-                        msg = worker.recv(deadline)
+                        msg = worker.recv(deadline, cancelled)
                         if "call" in msg:
-                            worker.send({"reply": _answer(call, msg)})
+                            answer = _answer(call, msg)
+                            if cancelled is not None and cancelled():  # the result of a context.* call
+                                raise Cancelled("cancelled")           # in flight is dropped, never sent
+                            worker.send({"reply": answer})
                             continue
                         done = msg.get("done")
                         if not isinstance(done, dict):
@@ -187,6 +217,8 @@ class LuaPool:
                         if done.get("ok"):
                             return done.get("value")
                         raise _rebuild(done.get("error"), label)
+                except Cancelled:  # the worker is killed by _checkin (not reusable): nothing of it is kept
+                    raise Cancelled(f"{label}: cancelled by its caller; its Lua worker was stopped.") from None
                 except TimeoutError:
                     raise Timeout(f"{label}: exceeded its time limit of {timeout:g} s (a library call did not "
                                   "stop in time, so its Lua worker was killed). Make the script do less.") from None
@@ -201,6 +233,21 @@ class LuaPool:
                                          "(out of memory?). Other calls are not affected.") from None
             finally:
                 self._checkin(worker, reusable)
+        finally:
+            self._slots.release()
+
+    def _acquire(self, cancelled: CancelCheck | None) -> bool:
+        """Wait for a free slot; False if ``cancelled()`` turns true first."""
+        if cancelled is None:
+            self._slots.acquire()
+            return True
+        while not self._slots.acquire(timeout=CANCEL_POLL):
+            if cancelled():
+                return False
+        if cancelled():
+            self._slots.release()
+            return False
+        return True
 
     def _checkout(self) -> _Worker:
         with self._lock:

@@ -28,7 +28,7 @@ from cairn.ctx.lua import Sandbox, log_line, read_script, wrap_host
 
 if TYPE_CHECKING:
     from cairn.ctx.config import ToolConfig
-    from cairn.ctx.luaproc import LuaPool
+    from cairn.ctx.luaproc import CancelCheck, LuaPool
     from cairn.ctx.service import Service
 
 Call = Callable[[str, list[Any]], Any]  # a context.* function run by the process that owns the knowledge base
@@ -254,8 +254,10 @@ def declare_tool(tc: "ToolConfig", pool: "LuaPool") -> LuaTool:
                    source=source)
 
 
-def run_tool(tool: LuaTool, params: dict[str, Any], service: "Service", pool: "LuaPool") -> Any:
-    """``tool.execute(params, context)`` in a fresh sandbox in a worker; params were validated by the caller."""
+def run_tool(tool: LuaTool, params: dict[str, Any], service: "Service", pool: "LuaPool",
+             cancelled: "CancelCheck | None" = None) -> Any:
+    """``tool.execute(params, context)`` in a fresh sandbox in a worker; params were validated by the caller.
+    Once ``cancelled()`` is true the worker is killed and ``luaproc.Cancelled`` raised."""
     from cairn.ctx.lua import MAX_MEMORY, too_big
 
     label = f"Lua tool {tool.name!r}"
@@ -264,7 +266,8 @@ def run_tool(tool: LuaTool, params: dict[str, Any], service: "Service", pool: "L
                              "pass less data.")
     return pool.run({"kind": "tool", "label": label, "source": tool.source, "file": tool.path.name,
                      "timeout": tool.timeout, "config": tool.config, "env": allowed_env(tool.config, label),
-                     "params": params}, label=label, timeout=tool.timeout, call=service_call(service))
+                     "params": params}, label=label, timeout=tool.timeout, call=service_call(service),
+                    cancelled=cancelled)
 
 
 def service_call(service: "Service") -> Call:

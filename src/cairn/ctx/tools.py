@@ -16,7 +16,7 @@ from cairn.core.errors import InvalidInput, NotFound
 
 if TYPE_CHECKING:
     from cairn.ctx.config import Config
-    from cairn.ctx.luaproc import LuaPool
+    from cairn.ctx.luaproc import CancelCheck, LuaPool
     from cairn.ctx.scripts import LuaTool
     from cairn.ctx.service import Service
 
@@ -66,6 +66,8 @@ class ToolSpec:
     parameters: dict[str, Any]
     builtin: bool
     run: Callable[[dict[str, Any], "Service"], Any]
+    # A Lua tool's run that stops (killing its worker) once ``cancelled()`` is true; see Toolbox.call.
+    run_cancellable: Callable[[dict[str, Any], "Service", "CancelCheck | None"], Any] | None = None
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "description": self.description, "builtin": self.builtin,
@@ -118,10 +120,10 @@ LUA_CONCURRENCY = 8
 def _lua_spec(tool: "LuaTool", pool: "LuaPool") -> ToolSpec:
     from cairn.ctx.scripts import run_tool
 
-    def run(params: dict[str, Any], svc: "Service") -> Any:
-        return {"result": run_tool(tool, params, svc, pool)}
+    def run(params: dict[str, Any], svc: "Service", cancelled: "CancelCheck | None" = None) -> Any:
+        return {"result": run_tool(tool, params, svc, pool, cancelled)}
 
-    return ToolSpec(tool.name, tool.description, tool.schema, False, run)
+    return ToolSpec(tool.name, tool.description, tool.schema, False, run, run)
 
 
 def validate(spec: ToolSpec, params: Any) -> dict[str, Any]:
@@ -211,9 +213,12 @@ class Toolbox:
                            details={"tool": name})
         return spec
 
-    def call(self, name: str, params: Any) -> Any:
-        """Validate and run a tool on this thread's service."""
+    def call(self, name: str, params: Any, cancelled: "CancelCheck | None" = None) -> Any:
+        """Validate and run a tool on this thread's service. A Lua tool stops (``luaproc.Cancelled``)
+        once ``cancelled()`` is true: its caller's client went away or cancelled the request."""
         spec = self.spec(name)
+        if spec.run_cancellable is not None:
+            return spec.run_cancellable(validate(spec, params), self.service(), cancelled)
         return spec.run(validate(spec, params), self.service())
 
 
@@ -230,7 +235,9 @@ def mcp_server(toolbox: Toolbox) -> Any:
             from cairn.core.sanitize import scrub, scrub_obj
 
             try:
-                return scrub_obj(toolbox.call(_name, args))  # no $HOME or URL credentials, as over HTTP
+                # no $HOME or URL credentials, as over HTTP; a cancelled request (notifications/cancelled,
+                # a disconnected HTTP client) stops its Lua worker
+                return scrub_obj(toolbox.call(_name, args, lambda: ctx.cancelled))
             except CairnError as exc:
                 exc.message = scrub(exc.message)
                 exc.args = (exc.message,)
