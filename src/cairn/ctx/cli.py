@@ -49,8 +49,8 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("embed", parents=[common], help="compute embeddings")
     p.add_argument("action", choices=["pending", "rebuild"], help="pending: missing vectors only; rebuild: all")
 
-    p = sub.add_parser("serve", parents=[common], help="serve the HTTP API and MCP (at /mcp, or over stdio)")
-    p.add_argument("what", choices=["mcp"], help="mcp: the tools over HTTP (/tools/*, /mcp) or --stdio")
+    p = sub.add_parser("serve", parents=[common], help="serve the HTTP API and MCP (at / and /mcp, or over stdio)")
+    p.add_argument("what", choices=["mcp"], help="mcp: the tools over HTTP (/tools/*, MCP at / and /mcp) or --stdio")
     p.add_argument("--stdio", action="store_true", help="speak MCP on stdin/stdout instead of HTTP")
     p.add_argument("--bind", metavar="HOST:PORT", help="listen address (default: [server] bind, 127.0.0.1:7331)")
     p.add_argument("--allow-remote", action="store_true",
