@@ -196,7 +196,8 @@ GENERIC = ["server-initialize", "ping", "tools-list", "logging-set-level", "dns-
 @pytest.mark.node
 @pytest.mark.timeout(180)
 @pytest.mark.skipif(not CONFORMANCE.exists(), reason=f"project-local Node tools missing ({NODE_BIN})")
-def test_conformance_generic_scenarios_against_ctx(kb: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("path", ["/mcp", ""], ids=["mcp", "root"])
+def test_conformance_generic_scenarios_against_ctx(kb: Path, tmp_path: Path, path: str) -> None:
     port = free_port()
     log = tmp_path / "server.log"
     with log.open("wb") as fh:
@@ -214,7 +215,7 @@ def test_conformance_generic_scenarios_against_ctx(kb: Path, tmp_path: Path) -> 
                 time.sleep(0.05)
         for scenario in GENERIC:
             out = tmp_path / scenario
-            run = subprocess.run([str(CONFORMANCE), "server", "--url", f"http://127.0.0.1:{port}/mcp",
+            run = subprocess.run([str(CONFORMANCE), "server", "--url", f"http://127.0.0.1:{port}{path}",
                                   "--scenario", scenario, "-o", str(out)],
                                  capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
             files = list(out.glob("server-*/checks.json"))
