@@ -36,3 +36,22 @@ def test_url_credentials_masked() -> None:
 def test_scrub_obj_recurses() -> None:
     home = os.path.expanduser("~")
     assert sanitize.scrub_obj({"p": [f"{home}/x", 3]}) == {"p": ["~/x", 3]}
+
+
+def test_registered_secrets_are_masked_here_and_in_child_processes(monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+    import sys
+
+    monkeypatch.delenv(sanitize.SECRET_ENV, raising=False)
+    monkeypatch.setenv("CAIRN_T_SECRET", "s3cr3t-value-xyz")
+    sanitize.clear_secrets()
+    try:
+        sanitize.register_secret("short")  # under MIN_SECRET: would mask unrelated words
+        sanitize.register_secret_env("CAIRN_T_SECRET")
+        assert sanitize.scrub("short key s3cr3t-value-xyz!") == "short key ***!"
+        assert os.environ[sanitize.SECRET_ENV] == "CAIRN_T_SECRET"  # the name travels, not the value
+        code = "from cairn.core.sanitize import scrub; print(scrub('got s3cr3t-value-xyz'))"
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+        assert out == "got ***\n"
+    finally:
+        sanitize.clear_secrets()

@@ -111,3 +111,59 @@ def test_progress_bar_only_on_a_terminal(tmp_path: Path) -> None:
     assert proc.returncode == 0
     assert "filesystem:docs" in drawn and "100/100" in drawn and "#" * 30 in drawn
     assert json.loads(proc.stdout)["sources"][0]["added"] == 100  # stdout stays clean JSON
+
+
+SECRET = "sk-live-7d1e0c9b2a4f"
+
+
+def test_config_show_masks_values_from_the_environment(tmp_path: Path) -> None:
+    import tomllib
+
+    path = config_file(tmp_path, """[db]
+path = "${CTX_T_DB:-state}/kb.sqlite"
+[server]
+auth_token = "${CTX_T_TOKEN}"
+[connectors.git.kb]
+url = "https://${CTX_T_TOKEN}@example.org/kb.git"
+""")
+    env = {"CTX_T_TOKEN": SECRET, "CTX_AUTH_TOKEN": ""}
+    r = ctx("config", "show", "--text", "--config", str(path), cwd=tmp_path, env=env)
+    assert r.returncode == 0, r.stderr
+    assert SECRET not in r.stdout + r.stderr
+    assert r.stdout.startswith(f"# ctx: the configuration in force, from {path}\n")
+    shown = tomllib.loads(r.stdout)
+    assert shown["server"]["auth_token"] == "***" and shown["connectors"]["git"]["kb"]["url"] == "***"
+    assert shown["db"]["path"] == str(tmp_path / "state" / "kb.sqlite")  # the default, from the file: shown
+    r = ctx("config", "show", "--json", "--config", str(path), cwd=tmp_path, env=env)
+    assert r.returncode == 0 and json.loads(r.stdout) == shown and SECRET not in r.stdout
+
+
+def test_config_missing_variable_is_a_clear_error(tmp_path: Path) -> None:
+    path = config_file(tmp_path, '[db]\npath = "kb.sqlite"\n[server]\nauth_token = "${CTX_T_UNSET}"\n')
+    for command in (["config", "show"], ["search", "x"], ["serve", "mcp", "--stdio"]):
+        r = ctx(*command, "--config", str(path), cwd=tmp_path)
+        assert r.returncode == 2, (command, r.stderr)
+        assert r.stderr == (f"ctx: error: {path}:4: [server] auth_token: ${{CTX_T_UNSET}} is not set and has no "
+                            "default. Set CTX_T_UNSET in the environment, or write ${CTX_T_UNSET:-default}.\n")
+        assert r.stdout == ""
+
+
+def test_secrets_from_the_environment_never_reach_errors_or_script_logs(tmp_path: Path) -> None:
+    """A Lua tool that logs and fails with its ${VAR} api_key: stderr shows *** (the log line is
+    written by the Lua worker process, the error by the CLI)."""
+    write(tmp_path, {"tools/leak.lua": """
+tool = {description = "leaks its key", parameters = {}}
+function tool.execute(params, context)
+  log.warn("calling upstream with key " .. context.config.api_key)
+  error("upstream refused key " .. context.config.api_key)
+end
+"""})
+    path = config_file(tmp_path, '[db]\npath = "kb.sqlite"\n[tools.script.leak]\npath = "tools/leak.lua"\n'
+                                 'api_key = "${CTX_T_KEY}"\n')
+    r = ctx("tool", "test", "leak", "--config", str(path), cwd=tmp_path, env={"CTX_T_KEY": SECRET})
+    assert r.returncode != 0
+    assert SECRET not in r.stdout + r.stderr
+    assert "calling upstream with key ***" in r.stderr and "upstream refused key ***" in r.stderr
+    bind = config_file(tmp_path, '[server]\nbind = "${CTX_T_KEY}"\n', "bind.toml")
+    r = ctx("config", "show", "--config", str(bind), cwd=tmp_path, env={"CTX_T_KEY": SECRET})
+    assert r.returncode == 2 and SECRET not in r.stderr and "not '${CTX_T_KEY}'" in r.stderr

@@ -6,6 +6,7 @@ import pytest
 
 from cairn.core.errors import InvalidInput, NotFound
 from cairn.ctx import config as cfg
+from cairn.ctx.interpolate import expand_document
 from cairn.ctx.service import init
 
 from .conftest import config_file
@@ -108,3 +109,53 @@ def test_init_writes_a_loadable_commented_starter(tmp_path: Path, monkeypatch: p
     (tmp_path / "config" / "ctx.toml").write_text(text + "\n# mine\n")
     assert not init(None).created_config
     assert (tmp_path / "config" / "ctx.toml").read_text().endswith("# mine\n")
+
+
+def test_effective_config_masks_environment_values_and_secrets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tomllib
+
+    monkeypatch.delenv("CTX_AUTH_TOKEN", raising=False)
+    monkeypatch.setenv("CTX_T_GIT", "ghp_0123456789abcdef")
+    monkeypatch.setenv("CTX_T_BRANCH", "dev")
+    c = cfg.load(config_file(tmp_path, """
+[server]
+auth_token = "written-in-the-file"
+[connectors.git.kb]
+url = "https://${CTX_T_GIT}@example.org/kb.git"
+branch = "${CTX_T_BRANCH}"
+include_globs = ["${CTX_T_BRANCH}/**/*.md", "**/*.txt"]
+[tools.script.t]
+path = "t.lua"
+password = "hunter2-in-file"
+max_tokens = 5
+api_key_env = "OPENAI_API_KEY"
+when = 2024-01-02T03:04:05Z
+nested = {depth = [1, 2], "odd key" = "v\\u007f"}
+literal = "$${NOT_EXPANDED}"
+"""))
+    shown = cfg.effective(c)
+    assert shown["server"]["auth_token"] == "***"  # a token is masked even when written in the file
+    kb = shown["connectors"]["git"]["kb"]
+    assert kb["url"] == "***" and kb["branch"] == "***" and kb["include_globs"] == ["***", "**/*.txt"]
+    assert "cache_dir" not in kb  # unset: TOML has no null
+    tool = shown["tools"]["script"]["t"]
+    assert tool["password"] == "***" and tool["max_tokens"] == 5 and tool["api_key_env"] == "OPENAI_API_KEY"
+    assert tool["literal"] == "${NOT_EXPANDED}" and tool["path"] == str(tmp_path / "t.lua")
+    assert shown["retrieval"] == {"hybrid_alpha": 0.6, "candidate_k_keyword": 80, "candidate_k_vector": 80,
+                                  "final_limit": 12, "fusion": "rrf"}
+    text = cfg.to_toml(shown, "header line")
+    assert text.startswith("# header line\n\n[db]\n")
+    for secret in ("ghp_0123456789abcdef", "written-in-the-file", "hunter2-in-file"):
+        assert secret not in text and secret not in str(shown)
+    assert '"$${NOT_EXPANDED}"' in text  # escaped, so that loading it again gives the same value
+    assert expand_document(tomllib.loads(text), c.path, text, environ={})[0] == shown
+
+
+def test_effective_config_round_trips_through_toml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without secrets, `ctx config show` output is itself a config that loads to the same settings."""
+    import tomllib
+
+    monkeypatch.delenv("CTX_AUTH_TOKEN", raising=False)
+    c = cfg.load(config_file(tmp_path, cfg.STARTER))
+    again = cfg.parse(tomllib.loads(cfg.to_toml(cfg.effective(c))), c.path)
+    assert again == c

@@ -99,6 +99,70 @@ def test_sdk_client_over_streamable_http(base: str) -> None:
     asyncio.run(asyncio.wait_for(_exercise(f"{base}/mcp", tools, search), 60))
 
 
+def test_sdk_client_at_the_root_url(base: str) -> None:
+    """The seed's Cursor configuration uses the server's root URL (``"url": "http://localhost:7331"``)."""
+    assert base.count("/") == 2  # http://127.0.0.1:PORT, no path
+    tools, search = _http_views(base)
+    asyncio.run(asyncio.wait_for(_exercise(base, tools, search), 60))
+
+
+RPC_PING = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+
+
+def test_root_url_is_the_same_mcp_endpoint(base: str) -> None:
+    """Every answer of / is the answer of /mcp: guards, limits, methods (one app, mounted twice)."""
+    for path in ("/", "/mcp"):
+        ok = httpx.post(f"{base}{path}", json=RPC_PING, headers={"Accept": "application/json, text/event-stream"})
+        assert ok.status_code == 200 and ok.json() == {"jsonrpc": "2.0", "id": 1, "result": {}}
+        # DNS-rebinding protection on loopback: a foreign Host or browser Origin is refused.
+        bad_host = httpx.post(f"{base}{path}", json=RPC_PING, headers={"Host": "evil.example:7331"})
+        assert bad_host.status_code == 403 and "Host 'evil.example:7331' is not allowed" in bad_host.text
+        bad_origin = httpx.post(f"{base}{path}", json=RPC_PING, headers={"Origin": "https://evil.example"})
+        assert bad_origin.status_code == 403 and "Origin 'https://evil.example' is not allowed" in bad_origin.text
+        big = httpx.post(f"{base}{path}", content=b" " * (4 * 1024 * 1024 + 1),
+                         headers={"Content-Type": "application/json"})
+        assert big.status_code == 413 and big.json()["error"]["code"] == -32600
+        # Stateless like /mcp: the SSE GET stream and DELETE are 405, POST only.
+        for method in ("GET", "DELETE"):
+            r = httpx.request(method, f"{base}{path}", headers={"Accept": "text/event-stream"})
+            assert r.status_code == 405 and r.headers["allow"] == "POST", (path, method, r.text)
+    # A browser opening the root URL (no Accept: text/event-stream) gets an index of the routes.
+    page = httpx.get(f"{base}/", headers={"Accept": "text/html,*/*"})
+    assert page.status_code == 200 and page.json()["openapi"] == "/openapi.json"
+    assert httpx.get(f"{base}/mcp", headers={"Accept": "text/html,*/*"}).status_code == 405
+    assert "/" in httpx.get(f"{base}/openapi.json").json()["paths"]
+
+
+def test_root_url_needs_the_token(kb: Path) -> None:
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    with serving(create_app(config.load(kb), auth_token="s3cret-token")) as base:
+        denied = httpx.post(f"{base}/", json=RPC_PING)
+        assert denied.status_code == 401 and denied.json()["error"]["code"] == "unauthorized"
+        assert httpx.get(f"{base}/").status_code == 401  # the browser index too
+        wrong = httpx.post(f"{base}/", json=RPC_PING, headers={"Authorization": "Bearer wrong"})
+        assert wrong.status_code == 401
+
+        async def without_token() -> None:
+            async with Client(base, cache=None):
+                pass
+
+        with pytest.raises(Exception) as failed:  # the SDK gives up at initialize
+            asyncio.run(asyncio.wait_for(without_token(), 30))
+        assert not isinstance(failed.value, TimeoutError) and "MCPError" in repr(failed.value)
+
+        async def with_token() -> None:
+            http = create_mcp_http_client(headers={"Authorization": "Bearer s3cret-token"})
+            async with Client(streamable_http_client(base, http_client=http), cache=None) as client:
+                assert "search" in [tool.name for tool in (await client.list_tools()).tools]
+                res = await client.call_tool("search", {"query": "rotate signing keys", "limit": 1})
+                assert not res.is_error and res.structured_content is not None
+                assert len(res.structured_content["results"]) == 1
+
+        asyncio.run(asyncio.wait_for(with_token(), 60))
+
+
 def test_sdk_client_over_stdio(base: str, kb: Path) -> None:
     tools, search = _http_views(base)
     params = StdioServerParameters(command=sys.executable, args=["-m", "cairn.ctx.cli", "serve", "mcp", "--stdio",
@@ -132,7 +196,8 @@ GENERIC = ["server-initialize", "ping", "tools-list", "logging-set-level", "dns-
 @pytest.mark.node
 @pytest.mark.timeout(180)
 @pytest.mark.skipif(not CONFORMANCE.exists(), reason=f"project-local Node tools missing ({NODE_BIN})")
-def test_conformance_generic_scenarios_against_ctx(kb: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("path", ["/mcp", ""], ids=["mcp", "root"])
+def test_conformance_generic_scenarios_against_ctx(kb: Path, tmp_path: Path, path: str) -> None:
     port = free_port()
     log = tmp_path / "server.log"
     with log.open("wb") as fh:
@@ -150,7 +215,7 @@ def test_conformance_generic_scenarios_against_ctx(kb: Path, tmp_path: Path) -> 
                 time.sleep(0.05)
         for scenario in GENERIC:
             out = tmp_path / scenario
-            run = subprocess.run([str(CONFORMANCE), "server", "--url", f"http://127.0.0.1:{port}/mcp",
+            run = subprocess.run([str(CONFORMANCE), "server", "--url", f"http://127.0.0.1:{port}{path}",
                                   "--scenario", scenario, "-o", str(out)],
                                  capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
             files = list(out.glob("server-*/checks.json"))

@@ -59,6 +59,9 @@ def write(at: int, message: str) -> None:
     """One line on stderr when ``at`` is enabled (never raises: a closed stderr drops the line)."""
     if level > at:
         return
+    from cairn.core.sanitize import mask_secrets  # config secrets never reach a log line
+
+    message = mask_secrets(message)
     now = time.time()
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z"
     line = f"{stamp} {_LABEL.get(at, 'DEBUG')} {name}: {message}\n"

@@ -1,7 +1,8 @@
-"""Scrub what a client sees: no absolute home paths, no data roots, no credentials in URLs.
+"""Scrub what a client sees: no absolute home paths, no data roots, no credentials in URLs, no secrets.
 
 Servers register their data roots once (``register_root(data_dir, "<blz-data>")``); every string
-that leaves through MCP, HTTP or ``run-command`` output then passes through :func:`scrub`.
+that leaves through MCP, HTTP or ``run-command`` output then passes through :func:`scrub`. Secrets
+read from the environment into a config (``register_secret``) are masked there and in log lines.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 _roots: dict[str, str] = {}
+_secrets: dict[str, str] = {}
 # scheme://user:password@host or scheme://token@host -> scheme://***@host. The scheme is bounded so
 # a long run of letters costs linear time (unbounded, 200 KB of "a" took 28 s to scrub).
 _URL_CREDENTIALS = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]{0,31}://)[^/\s@:]+(?::[^/\s@]*)?@")
@@ -31,8 +33,49 @@ def clear_roots() -> None:
     _roots.clear()
 
 
+# Secrets shorter than this are not masked in free text: "main" or "1" would mask unrelated words.
+MIN_SECRET = 6
+# Names (not values) of environment variables holding secrets; child processes (the Lua workers)
+# inherit it and mask the same values in what they write.
+SECRET_ENV = "CAIRN_SECRET_ENV"
+
+
+def register_secret(value: str, placeholder: str = "***") -> None:
+    """Show ``value`` as ``placeholder`` in scrubbed output and log lines (if ``MIN_SECRET`` long)."""
+    if len(value) >= MIN_SECRET:
+        _secrets[value] = placeholder
+
+
+def register_secret_env(name: str) -> None:
+    """The value of ``$name`` is a secret, here and in child processes started after this call."""
+    register_secret(os.environ.get(name, ""))
+    names = [n for n in os.environ.get(SECRET_ENV, "").split(",") if n]
+    if name not in names:
+        os.environ[SECRET_ENV] = ",".join([*names, name])
+
+
+def clear_secrets() -> None:
+    """Forget every registered secret (tests)."""
+    _secrets.clear()
+
+
+for _name in os.environ.get(SECRET_ENV, "").split(","):  # secrets our parent process registered
+    if _name:
+        register_secret(os.environ.get(_name, ""))
+
+
+def mask_secrets(text: str) -> str:
+    """``text`` with every registered secret replaced by its placeholder (longest first)."""
+    for secret in sorted(_secrets, key=len, reverse=True):
+        if secret in text:
+            text = text.replace(secret, _secrets[secret])
+    return text
+
+
 def scrub(text: str) -> str:
-    """``text`` with credentials in URLs masked, data roots replaced and ``$HOME`` shown as ``~``."""
+    """``text`` with secrets and credentials in URLs masked, data roots replaced and ``$HOME`` shown as ``~``."""
+    if _secrets:
+        text = mask_secrets(text)
     if "@" in text:  # no credential without one; skipping the regex halves scrub time on search results
         text = _URL_CREDENTIALS.sub(r"\1***@", text)
     # Longest roots first so a nested root wins over its parent.

@@ -49,14 +49,19 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("embed", parents=[common], help="compute embeddings")
     p.add_argument("action", choices=["pending", "rebuild"], help="pending: missing vectors only; rebuild: all")
 
-    p = sub.add_parser("serve", parents=[common], help="serve the HTTP API and MCP (at /mcp, or over stdio)")
-    p.add_argument("what", choices=["mcp"], help="mcp: the tools over HTTP (/tools/*, /mcp) or --stdio")
+    p = sub.add_parser("serve", parents=[common], help="serve the HTTP API and MCP (at / and /mcp, or over stdio)")
+    p.add_argument("what", choices=["mcp"], help="mcp: the tools over HTTP (/tools/*, MCP at / and /mcp) or --stdio")
     p.add_argument("--stdio", action="store_true", help="speak MCP on stdin/stdout instead of HTTP")
     p.add_argument("--bind", metavar="HOST:PORT", help="listen address (default: [server] bind, 127.0.0.1:7331)")
     p.add_argument("--allow-remote", action="store_true",
                    help="allow a non-loopback bind address (requires [server] auth_token or $CTX_AUTH_TOKEN)")
     p.add_argument("--log-level", metavar="LEVEL",
                    help="diagnostics on stderr: error, warn (default), info, debug, off (or $CTX_LOG)")
+
+    p = sub.add_parser("config", parents=[common], help="show the configuration in force (secrets masked)")
+    csub = p.add_subparsers(dest="config_command", metavar="ACTION", required=True)
+    csub.add_parser("show", parents=[common], help="the effective config, defaults filled in and ${VAR} expanded, "
+                    "as TOML (text) or JSON; values from the environment and tokens read ***")
 
     p = sub.add_parser("tool", parents=[common], help="list the tools or run one once")
     tsub = p.add_subparsers(dest="tool_command", metavar="ACTION", required=True)
@@ -107,7 +112,7 @@ def _exit_code(code: str | None) -> int:
 
 def _run(args: argparse.Namespace) -> tuple[Any, Any, int]:
     """(data to render, optional custom text renderer, exit status) for the command."""
-    if args.command in ("serve", "tool"):  # first: `serve mcp --stdio` need not import the service
+    if args.command in ("serve", "tool", "config"):  # first: `serve mcp --stdio` need not import the service
         return _run_tools(args)
     from cairn.ctx import service
 
@@ -145,7 +150,9 @@ def _run(args: argparse.Namespace) -> tuple[Any, Any, int]:
             embedded = svc.embed_rebuild(progress=ProgressBar()) if args.action == "rebuild" else svc.embed_pending(
                 progress=ProgressBar())
             if embedded.error:
-                sys.stderr.write(f"ctx: error: embedding stopped: {embedded.error}\n")
+                from cairn.core.sanitize import scrub
+
+                sys.stderr.write(f"ctx: error: embedding stopped: {scrub(embedded.error)}\n")
             return embedded, None, _exit_code(embedded.error_code) if embedded.error else 0
     finally:
         svc.close()
@@ -160,6 +167,11 @@ def _run_tools(args: argparse.Namespace) -> tuple[Any, Any, int]:
 
         log.configure(args.log_level, "CTX_LOG", "ctx")
     conf = cfg.load(getattr(args, "config", None))
+    if args.command == "config":  # show: the only action
+        shown = cfg.effective(conf)
+        header = (f"ctx: the configuration in force, from {conf.path.resolve()}\n"
+                  "Values from the environment (${VAR}) and secrets are masked as ***.")
+        return shown, lambda: cfg.to_toml(shown, header), 0
     if args.command == "serve":
         if args.stdio:
             from cairn.ctx.tools import Toolbox, mcp_server
@@ -227,9 +239,11 @@ def _tools_text(tools: list[dict[str, Any]]) -> str:
 
 
 def _warn_failures(summary: Any) -> None:
+    from cairn.core.sanitize import scrub
+
     for r in summary.sources:
         if not r.ok:
-            sys.stderr.write(f"ctx: warning: {r.source} was not synced: {r.error}\n")
+            sys.stderr.write(f"ctx: warning: {r.source} was not synced: {scrub(r.error or '')}\n")
 
 
 def _search_text(results: list[Any]) -> str:

@@ -3,6 +3,8 @@
 Location: ``--config`` flag > ``$CTX_CONFIG`` > ``./config/ctx.toml``. Relative paths inside the
 file (``[db] path``, connector ``root``, script ``path``, git ``cache_dir``) resolve against the
 directory that holds the config file, so ``ctx`` behaves the same from any working directory.
+String values may use ``${VAR}`` and ``${VAR:-default}`` (``cairn.ctx.interpolate``); values taken
+from the environment are masked in errors, in scrubbed output and logs, and by ``ctx config show``.
 """
 
 from __future__ import annotations
@@ -10,11 +12,13 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from cairn.core.errors import InvalidInput, NotFound
+
+KeyPath = tuple[str | int, ...]  # ("connectors", "git", "kb", "url"); an int indexes a list
 
 DEFAULT_CONFIG = Path("config") / "ctx.toml"
 DEFAULT_INCLUDE = ["**/*.md", "**/*.txt"]
@@ -75,7 +79,7 @@ class ConnectorConfig:
 
     type: str
     name: str
-    options: dict[str, Any]
+    options: dict[str, Any] = field(repr=False)  # may hold ${VAR} secrets: kept out of reprs and tracebacks
 
     @property
     def source(self) -> str:
@@ -88,7 +92,7 @@ class ToolConfig:
     name: str
     path: Path
     timeout: float
-    config: dict[str, Any]
+    config: dict[str, Any] = field(repr=False)  # may hold ${VAR} secrets
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,9 @@ class Config:
     server: ServerConfig = ServerConfig()
     connectors: list[ConnectorConfig] = field(default_factory=list)
     tools: list[ToolConfig] = field(default_factory=list)
+    # key paths (("server", "auth_token"), ("connectors", "git", "kb", "url")) of values that came
+    # from the environment through ${VAR}: `ctx config show` masks them
+    from_env: frozenset[KeyPath] = field(default=frozenset(), repr=False, compare=False)
 
 
 def resolve_path(flag: str | os.PathLike[str] | None) -> Path:
@@ -250,14 +257,49 @@ def load(path: str | os.PathLike[str] | None = None) -> Config:
     except OSError as exc:
         raise InvalidInput(f"Cannot read the config file {file}: {exc.strerror}.") from None
     try:
-        data = tomllib.loads(raw.decode("utf-8"))
+        text = raw.decode("utf-8")
+        data = tomllib.loads(text)
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise InvalidInput(f"{file}: not valid TOML: {exc}.") from None
-    return parse(data, file)
+    return parse(data, file, text)
 
 
-def parse(data: dict[str, Any], file: Path) -> Config:
-    """Validate an already-parsed TOML document that came from ``file``."""
+# Keys holding paths: their ${VAR} values are masked by `config show` but not scrubbed from every
+# message (a folder from $HOME is not a secret, and hiding it would make path errors unreadable).
+def _is_path_key(path: KeyPath) -> bool:
+    return (path == ("db", "path") or (len(path) == 4 and path[0] == "connectors" and path[3] in (
+        "root", "path", "cache_dir")) or (len(path) == 4 and path[:2] == ("tools", "script") and path[3] == "path"))
+
+
+def parse(data: dict[str, Any], file: Path, text: str | None = None) -> Config:
+    """Validate an already-parsed TOML document that came from ``file`` (``text``: its source, which
+    lets errors about ``${VAR}`` name the line), expanding ``${VAR}`` in its strings first."""
+    if text is not None and "${" not in text:  # nothing to expand: skip the module (start-up time)
+        conf = _parse(data, file, {})
+        values: list[tuple[KeyPath, str, str]] = []
+    else:
+        from cairn.ctx.interpolate import expand_document
+
+        data, expansion = expand_document(data, file, text)
+        try:
+            conf = _parse(data, file, expansion.templated)
+        except InvalidInput as exc:  # a value from the environment may be quoted in the reason
+            raise InvalidInput(expansion.mask(exc.message), details=exc.details) from None
+        conf = replace(conf, from_env=frozenset(expansion.from_env))
+        values = expansion.values
+    if values or conf.server.auth_token:
+        from cairn.core.sanitize import register_secret, register_secret_env
+
+        for path, name, _ in values:
+            if not _is_path_key(path):
+                register_secret_env(name)
+        if os.environ.get("CTX_AUTH_TOKEN"):
+            register_secret_env("CTX_AUTH_TOKEN")
+        register_secret(conf.server.auth_token)
+    return conf
+
+
+def _parse(data: dict[str, Any], file: Path, templated: dict[KeyPath, str]) -> Config:
     base = file.parent.resolve() if file.parent != Path("") else Path.cwd()
     top = _Reader(file, "", data)
     known = ["db", "chunking", "retrieval", "embedding", "server", "connectors", "tools"]
@@ -312,6 +354,9 @@ def parse(data: dict[str, Any], file: Path) -> Config:
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         r.fail("bind", f"must be host:port, such as 127.0.0.1:7331, not {bind!r}")
     token = os.environ.get("CTX_AUTH_TOKEN") or r.text("auth_token", "")
+    if not token and ("server", "auth_token") in templated:  # "${TOKEN}" with TOKEN="": no auth at all
+        r.fail("auth_token", f"{templated['server', 'auth_token']} expands to an empty string, which would serve "
+                             "without a token. Set the variable, or remove auth_token")
     origins = r.table.get("cors_origins", list(ServerConfig.cors_origins))
     if not isinstance(origins, list) or not all(isinstance(o, str) and o for o in origins):
         r.fail("cors_origins", 'must be a list of origins such as ["https://app.example", "http://localhost:*"] '
@@ -354,8 +399,130 @@ def parse(data: dict[str, Any], file: Path) -> Config:
     )
 
 
+# ---- the effective configuration (`ctx config show`) ---------------------------------------------
+
+MASK = "***"
+_SECRET_WORDS = ("token", "secret", "password", "passwd", "api_key", "apikey", "credential")
+
+
+def effective(conf: Config) -> dict[str, Any]:
+    """The configuration in force, defaults filled in and paths resolved, shaped like ``ctx.toml``.
+    Every value that came from the environment, the auth token and string values under secret-looking
+    keys (``token``, ``password``, ...) read ``"***"``: this is safe to print or paste."""
+    data: dict[str, Any] = {
+        "db": {"path": str(conf.db.path)},
+        "chunking": _fields(conf.chunking),
+        "retrieval": _fields(conf.retrieval),
+        "embedding": _fields(conf.embedding),
+        "server": _fields(conf.server),
+        "connectors": {},
+        "tools": {"script": {}},
+    }
+    for c in conf.connectors:
+        data["connectors"].setdefault(c.type, {})[c.name] = _plain(c.options)
+    for t in conf.tools:
+        data["tools"]["script"][t.name] = _plain({"path": t.path, "timeout": t.timeout, **t.config})
+    if data["server"]["auth_token"]:
+        data["server"]["auth_token"] = MASK
+    for path in conf.from_env:
+        _mask_at(data, path)
+    masked: dict[str, Any] = _mask_secret_keys(data)
+    return masked
+
+
+def _fields(obj: Any) -> dict[str, Any]:
+    return {k: _plain(v) for k, v in obj.__dict__.items()}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items() if v is not None}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _mask_at(data: Any, path: KeyPath) -> None:
+    *parents, last = path
+    for key in parents:
+        try:
+            data = data[key]
+        except (KeyError, IndexError, TypeError):
+            return
+    try:
+        if isinstance(data[last], str):
+            data[last] = MASK
+    except (KeyError, IndexError, TypeError):
+        pass
+
+
+def _mask_secret_keys(value: Any, key: str = "") -> Any:
+    if isinstance(value, dict):
+        return {k: _mask_secret_keys(v, str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_mask_secret_keys(v, key) for v in value]
+    lowered = key.lower()
+    if (isinstance(value, str) and value and not lowered.endswith("_env")
+            and any(word in lowered for word in _SECRET_WORDS)):
+        return MASK
+    return value
+
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def to_toml(data: dict[str, Any], header: str = "") -> str:
+    """``data`` (as :func:`effective` returns it) as TOML that ``tomllib`` reads back to the same values."""
+    lines = [f"# {line}" for line in header.splitlines()]
+
+    def table(prefix: list[str], body: dict[str, Any]) -> None:
+        scalars = {k: v for k, v in body.items() if not isinstance(v, dict) or not _is_table_section(prefix, k)}
+        if prefix and (scalars or not body):
+            lines.extend(["", f"[{'.'.join(_key(p) for p in prefix)}]"])
+        for k, v in scalars.items():
+            lines.append(f"{_key(k)} = {_value(v)}")
+        for k, v in body.items():
+            if k not in scalars:
+                table([*prefix, k], v)
+
+    table([], data)
+    return "\n".join(lines).lstrip("\n")
+
+
+def _is_table_section(prefix: list[str], key: str) -> bool:
+    # Sub-tables are written as [sections] down to a connector or tool; deeper (script config) tables inline.
+    depth = len(prefix)
+    return depth == 0 or (prefix[0] in ("connectors", "tools") and depth <= 2)
+
+
+def _key(key: str) -> str:
+    import json
+
+    return key if _BARE_KEY.fullmatch(key) else json.dumps(key, ensure_ascii=False)
+
+
+def _value(value: Any) -> str:
+    import json
+
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):  # a JSON string is a TOML basic string (but for DEL); "${" stays literal
+        return json.dumps(value.replace("${", "$${"), ensure_ascii=False).replace("\x7f", "\\u007f")
+    if isinstance(value, (int, float)):
+        return json.dumps(value)
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_key(k)} = {_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_value(v) for v in value) + "]"
+    return value.isoformat() if hasattr(value, "isoformat") else json.dumps(str(value))
+
+
 STARTER = '''# ctx.toml: the knowledge base's configuration. Relative paths resolve against this file's directory.
 # Unknown keys or bad values stop ctx with the file, the key and the reason.
+# Any string may use ${VAR} (must be set) or ${VAR:-default}; $${ is a literal ${. Values read from
+# the environment are masked (***) in `ctx config show`, error messages and logs.
 
 [db]
 path = "data/ctx.sqlite"          # one SQLite file: documents, chunks, full-text index, vectors
@@ -382,7 +549,8 @@ batch_size = 256
 
 [server]
 bind = "127.0.0.1:7331"           # `ctx serve mcp`; non-loopback addresses also need --allow-remote
-# auth_token = "..."              # require `Authorization: Bearer <token>` ($CTX_AUTH_TOKEN overrides)
+# auth_token = "${CTX_TOKEN}"     # require `Authorization: Bearer <token>` ($CTX_AUTH_TOKEN overrides);
+                                  # keep the token itself in the environment, not in this file
 # Browser pages allowed to read the API through CORS. The default is loopback pages only:
 # cors_origins = ["http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*"]   # ":*" = any port
 # Add your web app's origin ("https://app.example"); [] turns CORS off. "*" lets EVERY website you
@@ -396,7 +564,7 @@ follow_symlinks = false
 max_file_bytes = 2000000          # larger files are skipped
 
 # [connectors.git.handbook]
-# url = "https://github.com/example/handbook.git"   # also a local path or file:// URL
+# url = "https://${GIT_HOST:-github.com}/example/handbook.git"   # also a local path or file:// URL
 # branch = "main"
 # root = "."
 # include_globs = ["**/*.md"]

@@ -1,4 +1,4 @@
-"""``ctx serve mcp``: the HTTP API (``/tools/*``, ``/health``, ``/openapi.json``) and MCP at ``/mcp``.
+"""``ctx serve mcp``: the HTTP API (``/tools/*``, ``/health``, ``/openapi.json``) and MCP at ``/mcp`` and ``/``.
 
 Routes are thin: read the JSON body (capped, content type checked), call the toolbox (which validates
 against the same declarations MCP uses), and answer JSON. Every failure, routing ones included, is one
@@ -181,6 +181,8 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
     async def health(request: "Request") -> Any:
         return {"status": "ok"}
 
+    mcp = mcp_app(mcp_server(box), stateless=True,
+                  allowed_origins=[o for o in origins if o != "*" and not o.endswith(":*")])
     routes = [
         Route("/health", health, methods=["GET"]),
         Route("/openapi.json", endpoint(lambda r: _async(openapi(box))), methods=["GET"]),
@@ -189,8 +191,9 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
         Route("/tools/search", search, methods=["POST"]),
         Route("/tools/get", get, methods=["POST"]),
         Route("/tools/{name}", tool, methods=["POST"]),
-        Route("/mcp", mcp_app(mcp_server(box), stateless=True,
-                              allowed_origins=[o for o in origins if o != "*" and not o.endswith(":*")])),
+        Route("/mcp", mcp),
+        # The seed's client configuration points at the server's root URL: the same app answers there.
+        Route("/", RootMcp(mcp)),
     ]
 
     async def http_error(request: "Request", exc: Exception) -> Response:
@@ -234,6 +237,34 @@ def cors_rules(origins: list[str]) -> tuple[list[str], str | None]:
 
 async def _async(value: Any) -> Any:
     return value
+
+
+INDEX = {
+    "name": "ctx",
+    "mcp": "POST / or POST /mcp: MCP Streamable HTTP (stateless)",
+    "openapi": "/openapi.json",
+    "tools": "/tools/list",
+    "health": "/health",
+}
+
+
+class RootMcp:
+    """``/``: the MCP app mounted at ``/mcp`` (the same instance, so the same Host/Origin guard, body limit
+    and session handling; the auth middleware wraps both). A browser's plain ``GET /`` (no
+    ``Accept: text/event-stream``, so not an MCP stream request) gets a short JSON index of the routes."""
+
+    def __init__(self, mcp: "ASGIApp") -> None:
+        self.mcp = mcp
+
+    async def __call__(self, scope: "Scope", receive: "Receive", send: "Send") -> None:
+        if scope["type"] == "http" and scope["method"] in ("GET", "HEAD"):
+            accept = b",".join(v for k, v in scope["headers"] if k == b"accept")
+            if b"text/event-stream" not in accept:
+                from starlette.responses import Response
+
+                await Response(_dumps(INDEX), media_type="application/json")(scope, receive, send)
+                return
+        await self.mcp(scope, receive, send)
 
 
 class BearerAuth:
@@ -296,11 +327,15 @@ def openapi(box: "Toolbox") -> dict[str, Any]:
                                                                                          "enum": list(specs)}}],
             "requestBody": body({"type": "object"}),
             "responses": {"200": reply("the tool's result"), **errors(400, 401, 404, 408, 413, 415, 500)}}},
-        "/mcp": {"post": {"summary": "MCP Streamable HTTP (stateless JSON-RPC 2.0): the same tools",
-                          "requestBody": {"required": True, "content": {"application/json": {"schema": {"type": "object"}}}},
-                          "responses": {"200": reply("JSON-RPC response (or an SSE stream)"),
-                                        "202": {"description": "notification accepted"}, **errors(401)}}},
     }
+    mcp = {"summary": "MCP Streamable HTTP (stateless JSON-RPC 2.0): the same tools",
+           "requestBody": {"required": True, "content": {"application/json": {"schema": {"type": "object"}}}},
+           "responses": {"200": reply("JSON-RPC response (or an SSE stream)"),
+                         "202": {"description": "notification accepted"}, **errors(401)}}
+    paths["/mcp"] = {"post": mcp}
+    paths["/"] = {"post": {**mcp, "summary": "MCP at the root URL, exactly as /mcp"},
+                  "get": {"summary": "Without Accept: text/event-stream, an index of these routes",
+                          "responses": {"200": reply("index"), **errors(401)}}}
     for name, spec in specs.items():
         if not spec.builtin:
             paths[f"/tools/{name}"] = {"post": {
