@@ -6,8 +6,16 @@ chain changed, then parse and append blocks from there in batches, committing ea
 that fails to parse, or spends an output that does not exist, is reported with its file and offset,
 marked invalid (it and its descendants are never chosen again), and chain selection runs again.
 
-Prevouts resolve through a txid map (txid -> first output index and output count) rebuilt from the
-committed vecs on open, so input values, spends and fees are exact.
+Prevouts resolve through the transaction index (``cairn.brk.txindex``: txid -> txindex in an
+embedded RocksDB under ``<out>/txindex``, then ``txindex_to_first_outputindex`` and
+``txindex_to_output_count`` from the vecs), so input values, spends and fees are exact while memory
+stays bounded: blocks are parsed in chunks of a few MB, each chunk's prevouts are looked up at once,
+and only the current batch's own transactions are kept in memory.
+
+The vecs and the index commit as one: the vecs first (their manifest is the commit point), then the
+index in one atomic batch recording how many transactions it holds. A rollback removes the rolled-back
+transactions from the index before the vecs shrink. So the index never holds more than the vecs, and
+opening re-inserts the few it may lack (a kill between the two writes) from ``txindex_to_txid``.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from cairn.brk.blocks.parser import (
     parse_block,
     parse_header,
 )
+from cairn.brk.txindex import DEFAULT_CACHE_MB, TxIndex
 from cairn.brk.vecs import VecSpec, VecStore
 from cairn.core.errors import InvalidInput
 
@@ -127,6 +136,10 @@ class _Batch:
         self.out_type: list[int] = []
         self.pos: list[int] = []  # blockpos of each block, to report where a bad one lives
         self.bytes = 0
+        # txid -> first_outputindex << 24 | output_count: this batch's own txs (latest wins) ...
+        self.txmap: dict[bytes, int] = {}
+        # ... and the committed txs the current chunk spends (looked up in the index at once).
+        self.committed: dict[bytes, int] = {}
 
     def __len__(self) -> int:
         return len(self.h["hash"])
@@ -148,12 +161,17 @@ class Indexer:
     """Index one blocks directory into one output directory (see the module docstring)."""
 
     def __init__(self, blocks_dir: Path, out: Path, *, durable: bool = True, commit_blocks: int = 10_000,
-                 commit_bytes: int = 128 << 20, commit_seconds: float = 3.0,
-                 log: Callable[[str], None] | None = None) -> None:
+                 commit_bytes: int = 64 << 20, commit_seconds: float = 3.0,
+                 log: Callable[[str], None] | None = None, cache_mb: int = DEFAULT_CACHE_MB,
+                 chunk_bytes: int = 4 << 20, prefix_bytes: int = 8) -> None:
         self.blocks_dir = blocks_dir
         self.out = out
         self.commit_blocks = max(1, commit_blocks)
+        # The batch's rows live in Python lists until the commit: bounded by bytes of block data.
         self.commit_bytes = commit_bytes
+        self.chunk_bytes = chunk_bytes  # blocks parsed before their prevouts are looked up at once
+        self.cache_mb = cache_mb
+        self.prefix_bytes = prefix_bytes
         # Each commit fsyncs ~30 files (~80 ms here), so batches are bounded by time as well as size.
         self.commit_seconds = commit_seconds
         self.log = log or (lambda msg: print(f"brk: {msg}", file=sys.stderr))
@@ -171,7 +189,9 @@ class Indexer:
         self.meta.setdefault("invalid", [])
         self._files: dict[int, BlockFile] = {}
         self._load_headers()
-        self._load_txmap()
+        self._txi: TxIndex | None = None
+        self._reconcile()
+        self._close_txindex()
 
     # -- state rebuilt from committed vecs ------------------------------------------------------
     def _load_headers(self) -> None:
@@ -191,12 +211,65 @@ class Indexer:
         self.pos_length: list[int] = s.read("blockpos_to_length").tolist()
         self.chain: list[bytes] = _hashes(np.asarray(s.read("height_to_blockhash")).tobytes())
 
-    def _load_txmap(self) -> None:
-        s = self.store
-        txids = _hashes(s.read("txindex_to_txid").tobytes())
-        firsts = s.read("txindex_to_first_outputindex").tolist()
-        counts = s.read("txindex_to_output_count").tolist()
-        self.txmap: dict[bytes, int] = {t: (f << _OUT_SHIFT) | c for t, f, c in zip(txids, firsts, counts)}
+    # -- the transaction index ------------------------------------------------------------------
+    @property
+    def txindex(self) -> TxIndex:
+        """The transaction index, opened on first use (closed after each run, so others may open it)."""
+        if self._txi is None:
+            self._txi = TxIndex(self.out / "txindex", cache_mb=self.cache_mb, prefix_bytes=self.prefix_bytes)
+        return self._txi
+
+    def _close_txindex(self) -> None:
+        if self._txi is not None:
+            self._txi.close()
+            self._txi = None
+
+    def _reconcile(self) -> None:
+        """Bring the index to the vecs' committed transactions (normally nothing to do: O(1))."""
+        n = self.store.lengths["txindex_to_txid"]
+        txi = self.txindex
+        if txi.count > n:  # only when the vecs were reset (a format change) or replaced by hand
+            self.log(f"the transaction index is ahead of the vecs ({txi.count} > {n} transactions); rebuilding it")
+            txi.destroy()
+            self._txi = None
+            txi = self.txindex
+        if txi.count < n:
+            if n - txi.count > 100_000:
+                self.log(f"transaction index: re-inserting {n - txi.count} transactions from the vecs")
+            step = 1 << 20
+            while txi.count < n:
+                lo, hi = txi.count, min(n, txi.count + step)
+                txi.insert(lo, _hashes(self.store.read("txindex_to_txid")[lo:hi].tobytes()))
+
+    def _read_txids(self, txindexes: Any) -> Any:
+        return self.store.read("txindex_to_txid")[txindexes]
+
+    def _resolve(self, txids: list[bytes]) -> dict[bytes, int]:
+        """txid -> first_outputindex << 24 | output_count of the committed ones among ``txids``."""
+        import numpy as np
+
+        if not txids:
+            return {}
+        found = self.txindex.lookup(txids, self._read_txids)
+        hit = [i for i, t in enumerate(found) if t >= 0]
+        if not hit:
+            return {}
+        idx = np.array([found[i] for i in hit], dtype=np.int64)
+        firsts = self.store.read("txindex_to_first_outputindex")[idx].tolist()
+        counts = self.store.read("txindex_to_output_count")[idx].tolist()
+        return {txids[i]: (f << _OUT_SHIFT) | c for i, f, c in zip(hit, firsts, counts)}
+
+    def _prefetch(self, blocks: list[Block], batch: _Batch) -> None:
+        """Look up, at once, the committed transactions a chunk of blocks spends."""
+        own: set[bytes] = set()
+        want: set[bytes] = set()
+        for b in blocks:
+            own.update(b.txids)
+            want.update(b.in_prev_txid)
+        want.discard(NULL_HASH)
+        want -= own  # spent within the chunk (a rare earlier duplicate is looked up one by one)
+        want.difference_update(batch.txmap)
+        batch.committed = self._resolve(sorted(want))
 
     # -- scanning -------------------------------------------------------------------------------
     def scan_files(self) -> int:
@@ -247,6 +320,13 @@ class Indexer:
     # -- the run --------------------------------------------------------------------------------
     def run(self, *, max_blocks: int | None = None) -> IndexResult:
         """Scan, select, roll back if needed, and index up to ``max_blocks`` new blocks."""
+        try:
+            return self._run(max_blocks)
+        finally:
+            self._close_files()
+            self._close_txindex()
+
+    def _run(self, max_blocks: int | None) -> IndexResult:
         t0 = time.perf_counter()
         self.scan_files()
         result = IndexResult(self.meta["network"], -1, "")
@@ -271,14 +351,13 @@ class Indexer:
                 budget -= done
             if bad is None:
                 break
-        self._close_files()
         result.height = len(self.chain) - 1
         result.tip = hash_hex(self.chain[-1]) if self.chain else ""
         result.seconds = time.perf_counter() - t0
         return result
 
     def rollback(self, height: int) -> None:
-        """Truncate every chain vec to ``height`` blocks (a reorg), then rebuild the txid map."""
+        """Truncate every chain vec to ``height`` blocks (a reorg), the transaction index first."""
         s = self.store
         s.commit(self._meta())  # make the scan durable first; nothing else is pending here
         if height >= s.lengths["height_to_blockhash"]:
@@ -290,9 +369,16 @@ class Indexer:
             "outputindex": int(s.read("height_to_first_outputindex")[height]),
         }
         self.log(f"reorg: rolling back from height {len(self.chain) - 1} to {height - 1}")
+        # The index forgets the rolled-back transactions before the vecs shrink (they name them), so
+        # a kill in between leaves the index behind the vecs, which opening repairs.
+        txi = self.txindex
+        cut = lengths["txindex"]
+        step = 1 << 20
+        while txi.count > cut:
+            lo = max(cut, txi.count - step)
+            txi.remove_from(lo, _hashes(s.read("txindex_to_txid")[lo:txi.count].tobytes()))
         self.chain = self.chain[:height]
         s.truncate({spec.name: lengths[spec.index] for spec in SPECS if spec.index in lengths}, self._meta())
-        self._load_txmap()
 
     def _meta(self) -> dict[str, Any]:
         meta = dict(self.meta)
@@ -321,21 +407,37 @@ class Indexer:
         batch = _Batch()
         done = 0
         started = time.monotonic()
-        for h in todo:
-            pos = self.pos_of[h]
-            try:
-                raw = self._file(self.pos_file[pos]).read(self.pos_offset[pos], self.pos_length[pos])
-                block = parse_block(raw)
-                self._add_block(batch, block, len(self.chain))
-            except (MalformedBlock, InvalidInput) as exc:
-                self._mark_invalid(pos, str(exc), result)
-                bad = self._flush(batch, result)
-                return done, h if bad is None else bad
-            batch.pos.append(pos)
-            done += 1
-            result.indexed_blocks += 1
-            result.indexed_bytes += self.pos_length[pos]
-            batch.bytes += self.pos_length[pos]
+        k = 0
+        while k < len(todo):
+            # A chunk: blocks read and parsed, then their committed prevouts looked up at once.
+            chunk: list[tuple[bytes, int, Block | Exception]] = []
+            size = 0
+            while k < len(todo) and size < self.chunk_bytes and len(batch) + len(chunk) < self.commit_blocks:
+                h = todo[k]
+                pos = self.pos_of[h]
+                k += 1
+                try:
+                    raw = self._file(self.pos_file[pos]).read(self.pos_offset[pos], self.pos_length[pos])
+                    chunk.append((h, pos, parse_block(raw)))
+                except (MalformedBlock, InvalidInput) as exc:
+                    chunk.append((h, pos, exc))
+                    break
+                size += self.pos_length[pos]
+            self._prefetch([b for _, _, b in chunk if isinstance(b, Block)], batch)
+            for h, pos, block in chunk:
+                try:
+                    if isinstance(block, Exception):
+                        raise block
+                    self._add_block(batch, block, len(self.chain))
+                except (MalformedBlock, InvalidInput) as exc:
+                    self._mark_invalid(pos, str(exc), result)
+                    bad = self._flush(batch, result)
+                    return done, h if bad is None else bad
+                batch.pos.append(pos)
+                done += 1
+                result.indexed_blocks += 1
+                result.indexed_bytes += self.pos_length[pos]
+                batch.bytes += self.pos_length[pos]
             if len(batch) >= self.commit_blocks or batch.bytes >= self.commit_bytes \
                     or time.monotonic() - started >= self.commit_seconds:
                 bad = self._flush(batch, result)
@@ -358,7 +460,8 @@ class Indexer:
 
     def _add_block(self, batch: _Batch, block: Block, height: int) -> None:
         """Resolve the block's prevouts and queue its rows; on error nothing of it is kept."""
-        txmap = self.txmap
+        txmap = batch.txmap
+        committed = batch.committed
         out_base = self.store.pending_length("outputindex_to_value") + len(batch.out_value)
         spent: list[int] = []
         inserted: list[tuple[bytes, int | None]] = []
@@ -375,6 +478,10 @@ class Indexer:
                 else:
                     for j in range(i, i + n_in):
                         v = txmap.get(in_txids[j])
+                        if v is None:
+                            v = committed.get(in_txids[j])
+                            if v is None:  # spent within its own chunk before a later duplicate
+                                v = self._resolve([in_txids[j]]).get(in_txids[j])
                         vout = in_vouts[j]
                         if v is None or vout >= (v & 0xFFFFFF):
                             raise InvalidInput(
@@ -466,7 +573,6 @@ class Indexer:
             batch.truncate(k, cut_tx, int(first_in[cut_tx]), int(first_out[cut_tx]))
             del self.chain[len(self.chain) - (len(ntx) - k):]
             self._flush(batch)
-            self._load_txmap()  # forget the txids of the dropped blocks
             return bad_hash
         fee_u = fee.astype(np.uint64)
         block_fee = np.add.reduceat(fee_u, tx_first)
@@ -500,6 +606,9 @@ class Indexer:
         s.append("outputindex_to_value", values)
         s.append("outputindex_to_type", np.array(batch.out_type, dtype=np.uint8))
         s.commit(self._meta())
+        # Second, the index (one atomic batch). A kill before it leaves the index behind the vecs;
+        # opening re-inserts these transactions from txindex_to_txid.
+        self.txindex.insert(tx0, batch.txids)
         return None
 
 
