@@ -20,6 +20,7 @@ opening re-inserts the few it may lack (a kill between the two writes) from ``tx
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -106,6 +107,22 @@ class IndexResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+_fault_counts: dict[str, int] = {}
+
+
+def _fault(point: str) -> None:
+    """Crash-test hook: ``CAIRN_BRK_FAULT=point:n`` SIGKILLs this process the n-th time it reaches
+    ``point`` (the SIGKILL tests use it to land kills between the vecs and the index writes)."""
+    spec = os.environ.get("CAIRN_BRK_FAULT")
+    if not spec or not spec.startswith(point + ":"):
+        return
+    _fault_counts[point] = _fault_counts.get(point, 0) + 1
+    if _fault_counts[point] == int(spec.rsplit(":", 1)[1]):
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def open_store(out: Path, *, durable: bool = True) -> VecStore:
@@ -377,6 +394,7 @@ class Indexer:
         while txi.count > cut:
             lo = max(cut, txi.count - step)
             txi.remove_from(lo, _hashes(s.read("txindex_to_txid")[lo:txi.count].tobytes()))
+        _fault("rollback-vecs")
         self.chain = self.chain[:height]
         s.truncate({spec.name: lengths[spec.index] for spec in SPECS if spec.index in lengths}, self._meta())
 
@@ -606,6 +624,7 @@ class Indexer:
         s.append("outputindex_to_value", values)
         s.append("outputindex_to_type", np.array(batch.out_type, dtype=np.uint8))
         s.commit(self._meta())
+        _fault("commit-index")
         # Second, the index (one atomic batch). A kill before it leaves the index behind the vecs;
         # opening re-inserts these transactions from txindex_to_txid.
         self.txindex.insert(tx0, batch.txids)
