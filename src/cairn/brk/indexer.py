@@ -434,6 +434,10 @@ class Indexer:
                     break
             else:
                 raise InvalidInput(f"blk{file_no:05d}.dat disappeared from {self.blocks_dir}")
+            # Blocks are read in chain order, nearly file after file: keep two files mapped, since
+            # the pages of a mapped file count in the process's memory until it is closed.
+            while len(self._files) >= 2:
+                self._files.pop(next(iter(self._files))).close()
             self._files[file_no] = bf
         return bf
 
