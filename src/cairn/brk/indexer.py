@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from cairn.brk.blocks.chain import HeaderInfo, best_chain, pow_ok
-from cairn.brk.blocks.files import MAGICS, BlockFile, blk_files, detect_network, read_xor_key, scan
+from cairn.brk.blocks.files import MAGICS, blk_files, detect_network, read_xor_key, scan, unxor
 from cairn.brk.blocks.parser import (
     COINBASE_VOUT,
     NULL_HASH,
@@ -125,6 +125,24 @@ def _fault(point: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+class _BlockReader:
+    """One blk file read with ``pread``: unlike a memory map, nothing read stays in the process."""
+
+    def __init__(self, path: Path, key: bytes) -> None:
+        self.path = path
+        self.key = key
+        self._fd = os.open(path, os.O_RDONLY)
+
+    def read(self, offset: int, length: int) -> bytes:
+        data = os.pread(self._fd, length, offset)
+        if len(data) != length:
+            raise InvalidInput(f"{self.path}: record at offset {offset} (+{length} bytes) runs past the end of the file")
+        return unxor(data, self.key, offset)
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
 def open_store(out: Path, *, durable: bool = True) -> VecStore:
     """The vec store of an output directory, truncated to its last committed state."""
     return VecStore(out, SPECS, durable=durable)
@@ -210,7 +228,7 @@ class Indexer:
         self.meta["network"] = network
         self.meta.setdefault("scanned", {})
         self.meta.setdefault("invalid", [])
-        self._files: dict[int, BlockFile] = {}
+        self._files: dict[int, _BlockReader] = {}
         self._load_headers()
         self._txi: TxIndex | None = None
         self._reconcile()
@@ -425,17 +443,16 @@ class Indexer:
         meta["tip"] = hash_hex(self.chain[-1]) if self.chain else ""
         return meta
 
-    def _file(self, file_no: int) -> BlockFile:
+    def _file(self, file_no: int) -> _BlockReader:
         bf = self._files.get(file_no)
         if bf is None:
             for no, path in blk_files(self.blocks_dir):
                 if no == file_no:
-                    bf = BlockFile(path, self.key)
+                    bf = _BlockReader(path, self.key)
                     break
             else:
                 raise InvalidInput(f"blk{file_no:05d}.dat disappeared from {self.blocks_dir}")
-            # Blocks are read in chain order, nearly file after file: keep two files mapped, since
-            # the pages of a mapped file count in the process's memory until it is closed.
+            # Blocks are read in chain order, nearly file after file: two open files are plenty.
             while len(self._files) >= 2:
                 self._files.pop(next(iter(self._files))).close()
             self._files[file_no] = bf
