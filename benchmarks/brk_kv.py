@@ -11,7 +11,7 @@ After loading: close, drop the files from the page cache (posix_fadvise DONTNEED
 cold then hot look-ups of 100,000 uniformly random old keys in multi-gets of 1,000. Each engine runs
 in its own process so peak RSS (VmHWM) is its own.
 
-Usage: python benchmarks/brk_kv.py [--keys 50000000] [--batch 100000] [--cache-mb 256]
+Usage: python benchmarks/brk_kv.py [--keys 5000000] (docs/benchmarks.md: --keys 50000000, about an hour) [--batch 100000] [--cache-mb 256]
        [--engines rocksdb,lmdb] [--dir /tmp/brk-kv]
 Prints one JSON object per engine (progress lines go to stderr).
 """
@@ -212,7 +212,7 @@ def run_engine(name: str, keys: int, batch: int, cache_mb: int, root: Path) -> d
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--keys", type=int, default=50_000_000)
+    ap.add_argument("--keys", type=int, default=5_000_000)
     ap.add_argument("--batch", type=int, default=100_000)
     ap.add_argument("--cache-mb", type=int, default=256)
     ap.add_argument("--engines", default="rocksdb,lmdb")
