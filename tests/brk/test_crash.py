@@ -1,6 +1,12 @@
 """SIGKILL the indexer at random moments: the store is always consistent and resumes to the same bytes.
 
-20 kills by default (about 10 s); CAIRN_STRESS=1 raises it to 60.
+The vecs and the transaction index (RocksDB) are checked together: after any kill the index holds
+exactly the first ``count`` committed transactions (never more than the vecs), and every finished
+run leaves vecs and index identical to an uninterrupted run's. Kills land at random moments and, via
+the ``CAIRN_BRK_FAULT`` hook, exactly between the vecs' commit and the index write, and between the
+index's rollback and the vecs' truncation.
+
+20 random kills by default (about 20 s); CAIRN_STRESS=1 raises it to 60 on a longer chain.
 """
 
 from __future__ import annotations
@@ -17,8 +23,48 @@ import pytest
 
 from cairn.brk.indexer import SPECS, index, open_store
 from cairn.brk.sample import write_sample
+from cairn.brk.txindex import TxIndex, expected_entries
 
-KILLS = 60 if os.environ.get("CAIRN_STRESS") else 20
+STRESS = bool(os.environ.get("CAIRN_STRESS"))
+KILLS = 60 if STRESS else 20
+BLOCKS = 20_000 if STRESS else 6000
+
+
+def _index_entries(out: Path) -> tuple[int, dict[bytes, list[int]]]:
+    txi = TxIndex(out / "txindex")
+    try:
+        return txi.count, txi.entries()
+    finally:
+        txi.close()
+
+
+def _check_txindex(out: Path, *, exact: bool) -> int:
+    """The index holds exactly the first ``count`` committed txs (all of them when ``exact``)."""
+    s = open_store(out)
+    count, entries = _index_entries(out)
+    n = s.lengths["txindex_to_txid"]
+    assert count <= n, f"the index holds {count} transactions, the vecs only {n}"
+    if exact:
+        assert count == n
+    assert entries == expected_entries(s.read("txindex_to_txid")[:count].tobytes())
+    return n - count
+
+
+def _run_until_progress(cmd: list[str], out: Path, delay: float, env: dict[str, str] | None = None
+                        ) -> subprocess.Popen[bytes]:
+    """Start ``cmd`` and return once it has committed something new (or ended), ``delay`` s later.
+
+    Kills then land while blocks are being indexed and written, not while Python is still starting."""
+    manifest = out / "manifest.json"
+    before = manifest.stat().st_mtime_ns if manifest.exists() else 0
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    deadline = time.monotonic() + 30
+    while proc.poll() is None and time.monotonic() < deadline:
+        if manifest.exists() and manifest.stat().st_mtime_ns != before:
+            break
+        time.sleep(0.01)
+    time.sleep(delay)
+    return proc
 
 
 def _check_consistent(out: Path, ref: Path) -> int:
@@ -47,7 +93,7 @@ def _check_consistent(out: Path, ref: Path) -> int:
 @pytest.mark.timeout(120)
 def test_random_sigkills_leave_a_consistent_store(tmp_path: Path) -> None:
     blocks = tmp_path / "blocks"
-    write_sample(blocks, 6000, seed=3, max_file_bytes=3_000_000)
+    write_sample(blocks, BLOCKS, seed=3, max_file_bytes=3_000_000)
     ref = tmp_path / "ref"
     index(blocks, ref, durable=False)
     out = tmp_path / "out"
@@ -57,14 +103,15 @@ def test_random_sigkills_leave_a_consistent_store(tmp_path: Path) -> None:
     kills = 0
     progress = []
     finished = False
+    behind = 0
     for _ in range(KILLS * 3):
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.1, 0.5))
+        proc = _run_until_progress(cmd, out, rng.uniform(0.0, 0.4))
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
             kills += 1
         proc.wait()
         progress.append(_check_consistent(out, ref))
+        behind += _check_txindex(out, exact=proc.returncode == 0) > 0
         if proc.returncode == 0:
             finished = True
             break
@@ -74,10 +121,40 @@ def test_random_sigkills_leave_a_consistent_store(tmp_path: Path) -> None:
     assert progress == sorted(progress) and progress[-1] > progress[0]
     if not finished:  # finish with default commit sizes (tiny fsynced batches are slow under load)
         assert subprocess.run(cmd[:-4] + cmd[-2:], stdout=subprocess.DEVNULL).returncode == 0
-    assert _check_consistent(out, ref) == 5999
+    assert _check_consistent(out, ref) == BLOCKS - 1
     for spec in SPECS:  # byte for byte, the scan cache included
         assert open_store(out).path(spec.name).read_bytes() == open_store(ref).path(spec.name).read_bytes()
     assert open_store(out).meta == open_store(ref).meta
+    _check_txindex(out, exact=True)
+    assert _index_entries(out) == _index_entries(ref)  # the same answers for every txid
+
+
+@pytest.mark.timeout(240)
+def test_kills_between_the_vecs_and_the_index(tmp_path: Path) -> None:
+    """Each run is killed right after a commit of the vecs, before the index write: the next open
+    re-inserts that batch, and the end result is the uninterrupted one."""
+    blocks = tmp_path / "blocks"
+    write_sample(blocks, 1500, seed=8)
+    ref = tmp_path / "ref"
+    index(blocks, ref, durable=False)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "cairn.brk.cli", "index", "--blocks-dir", str(blocks), "--out", str(out),
+           "--commit-every", "25", "--no-compute", "--format", "json"]
+    rng = random.Random(3)
+    kills = 0
+    for _ in range(12):
+        env = dict(os.environ, CAIRN_BRK_FAULT=f"commit-index:{rng.randint(1, 4)}")
+        proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        assert proc.returncode == -signal.SIGKILL
+        kills += 1
+        _check_consistent(out, ref)
+        assert _check_txindex(out, exact=False) > 0  # the vecs committed a batch the index lacks
+    assert kills >= 10
+    assert subprocess.run(cmd, stdout=subprocess.DEVNULL).returncode == 0
+    for spec in SPECS:
+        assert open_store(out).path(spec.name).read_bytes() == open_store(ref).path(spec.name).read_bytes()
+    _check_txindex(out, exact=True)
+    assert _index_entries(out) == _index_entries(ref)
 
 
 def _prefix_of_either(out: Path, refs: list[Path]) -> int:
@@ -112,14 +189,20 @@ def test_sigkills_during_a_deep_reorg(tmp_path: Path) -> None:
            "--commit-every", "10", "--format", "json"]
     rng = random.Random(5)
     kills = 0
+    # First a kill right after the index forgot the rolled-back transactions, before the vecs shrink.
+    env = dict(os.environ, CAIRN_BRK_FAULT="rollback-vecs:1")
+    assert subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env).returncode \
+        == -signal.SIGKILL
+    assert _prefix_of_either(out, [ref_old]) == 1999  # the vecs still hold the old chain ...
+    assert _check_txindex(out, exact=False) > 0  # ... and the index only what stays (a prefix)
     for _ in range(KILLS // 2):
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.05, 0.4))
+        proc = _run_until_progress(cmd, out, rng.uniform(0.0, 0.3))
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
             kills += 1
         proc.wait()
         _prefix_of_either(out, [ref_old, ref_new])
+        _check_txindex(out, exact=proc.returncode == 0)
         if proc.returncode == 0:
             break
     assert kills >= 3
@@ -128,3 +211,5 @@ def test_sigkills_during_a_deep_reorg(tmp_path: Path) -> None:
     for spec in SPECS:
         if not spec.name.startswith("blockpos"):
             assert open_store(out).path(spec.name).read_bytes() == open_store(ref_new).path(spec.name).read_bytes()
+    _check_txindex(out, exact=True)  # the old branch's transactions are gone from the index
+    assert _index_entries(out) == _index_entries(ref_new)

@@ -91,7 +91,8 @@ def _cmd_index(args: argparse.Namespace) -> int:
     progress = Progress(args.progress)
     # One Indexer for every poll: its header set, chain and txid map stay in step with the store.
     indexer = Indexer(blocks_dir, out, durable=not args.no_fsync, commit_blocks=args.commit_every,
-                      log=progress.log, progress=progress if progress.mode != "none" else None)
+                      cache_mb=args.cache_mb, log=progress.log,
+                      progress=progress if progress.mode != "none" else None)
     stopper = _StopOnSignal(indexer, progress.log)
     try:
         while True:
@@ -194,9 +195,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--watch", action="store_true", help="keep polling for new blocks")
     p.add_argument("--interval", type=float, default=5.0, help="seconds between polls with --watch")
     p.add_argument("--commit-every", type=int, default=10_000,
-                   help="commit at least every N blocks (default 10000; also every 3 s and 128 MB)")
+                   help="commit at least every N blocks (default 10000; also every 3 s and 64 MB)")
     p.add_argument("--max-blocks", type=int, help="stop after indexing this many blocks")
     p.add_argument("--no-fsync", action="store_true", help="skip fsync on commit (faster; unsafe on power loss)")
+    p.add_argument("--cache-mb", type=int, default=256,
+                   help="block cache of the transaction index (RocksDB), in MB (default 256)")
     p.add_argument("--no-compute", action="store_true", help="index raw vecs only (no computed datasets)")
     p.add_argument("--progress", choices=("auto", "bar", "json", "none"), default="auto",
                    help="progress on stderr: auto (a bar on a terminal, else JSON lines), bar, json or none")

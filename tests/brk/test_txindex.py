@@ -1,0 +1,128 @@
+"""The disk-backed transaction index: collisions, repeated txids, rollback, and the indexer's use of it."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cairn.brk.indexer import SPECS, Indexer, index, open_store
+from cairn.brk.sample import write_sample
+from cairn.brk.txindex import TxIndex, expected_entries
+from cairn.core.errors import StorageError
+
+
+def _reader(txids: list[bytes]):  # type: ignore[no-untyped-def]
+    table = np.frombuffer(b"".join(txids), dtype=np.uint8).reshape(-1, 32)
+    return lambda idx: table[idx]
+
+
+def check_txindex(out: Path, prefix_bytes: int = 8) -> None:
+    """The index under ``out`` holds exactly the committed transactions of the vecs, nothing else."""
+    s = open_store(out)
+    txi = TxIndex(out / "txindex", prefix_bytes=prefix_bytes)
+    try:
+        raw = s.read("txindex_to_txid").tobytes()
+        assert txi.count == s.lengths["txindex_to_txid"]
+        assert txi.entries() == expected_entries(raw, prefix_bytes)
+    finally:
+        txi.close()
+
+
+def test_colliding_prefixes_resolve_by_the_full_txid(tmp_path: Path) -> None:
+    rng = random.Random(1)
+    txids = [rng.randbytes(32) for _ in range(3000)]
+    txi = TxIndex(tmp_path / "ix", prefix_bytes=1)  # 256 keys for 3,000 txs: every key is shared
+    for lo in range(0, 3000, 700):
+        txi.insert(lo, txids[lo:lo + 700])
+    read = _reader(txids)
+    assert txi.lookup(txids, read) == list(range(3000))
+    strangers = [bytes([t[0]]) + rng.randbytes(31) for t in txids[:200]]  # same prefixes, other txids
+    assert txi.lookup(strangers, read) == [-1] * 200
+    assert txi.entries() == expected_entries(b"".join(txids), 1)
+    with pytest.raises(StorageError, match="cannot append at 10"):
+        txi.insert(10, txids[:1])
+    txi.remove_from(1234, txids[1234:])
+    assert txi.lookup(txids, read) == list(range(1234)) + [-1] * (3000 - 1234)
+    assert txi.entries() == expected_entries(b"".join(txids[:1234]), 1)
+    txi.close()
+    again = TxIndex(tmp_path / "ix", prefix_bytes=1)
+    assert again.count == 1234 and again.lookup(txids[:5], read) == [0, 1, 2, 3, 4]
+    again.close()
+    # A different prefix length means different keys: the index starts over (the indexer refills it).
+    other = TxIndex(tmp_path / "ix", prefix_bytes=8)
+    assert other.count == 0 and other.entries() == {}
+    other.close()
+
+
+def test_repeated_txid_latest_wins_and_rollback_restores_the_earlier(tmp_path: Path) -> None:
+    """Mainnet's two BIP30 duplicates: a repeated txid resolves to the later tx until it is rolled back."""
+    rng = random.Random(2)
+    txids = [rng.randbytes(32) for _ in range(6)]
+    txids.append(txids[2])
+    txids.append(rng.randbytes(32))
+    read = _reader(txids)
+    txi = TxIndex(tmp_path / "ix")
+    txi.insert(0, txids[:4])
+    txi.insert(4, txids[4:])
+    assert txi.lookup([txids[2]], read) == [6]
+    txi.remove_from(5, txids[5:])
+    assert txi.lookup([txids[2]], read) == [2]
+    txi.close()
+
+
+def test_tiny_prefix_index_gives_the_same_vecs(tmp_path: Path) -> None:
+    """A whole chain indexed with 1-byte keys (collisions everywhere) equals the normal index."""
+    write_sample(tmp_path / "b", 400, seed=9)
+    index(tmp_path / "b", tmp_path / "ref", durable=False)
+    Indexer(tmp_path / "b", tmp_path / "tiny", durable=False, prefix_bytes=1, commit_blocks=37).run()
+    r, t = open_store(tmp_path / "ref"), open_store(tmp_path / "tiny")
+    for spec in SPECS:
+        assert r.path(spec.name).read_bytes() == t.path(spec.name).read_bytes(), spec.name
+    check_txindex(tmp_path / "tiny", prefix_bytes=1)
+    check_txindex(tmp_path / "ref")
+
+
+def test_opening_repairs_an_index_behind_or_ahead_of_the_vecs(tmp_path: Path) -> None:
+    write_sample(tmp_path / "b", 300, seed=5)
+    ref = tmp_path / "ref"
+    index(tmp_path / "b", ref, durable=False, max_blocks=200)
+    index(tmp_path / "b", ref, durable=False)
+    out = tmp_path / "out"
+    index(tmp_path / "b", out, max_blocks=200)
+    # Behind: the last batch never reached the engine (a kill between the two writes).
+    s = open_store(out)
+    txids = s.read("txindex_to_txid").tobytes()
+    cut = int(s.read("height_to_first_txindex")[150])
+    txi = TxIndex(out / "txindex")
+    txi.remove_from(cut, [txids[i:i + 32] for i in range(32 * cut, len(txids), 32)])
+    txi.close()
+    Indexer(tmp_path / "b", out)  # opening alone repairs it
+    check_txindex(out)
+    # Ahead: the vecs were emptied (a format change) but the engine kept its keys.
+    index(tmp_path / "b", out)
+    open_store(out).truncate({spec.name: 0 for spec in SPECS}, {})
+    index(tmp_path / "b", out)
+    check_txindex(out)
+    for spec in SPECS:
+        assert open_store(out).path(spec.name).read_bytes() == open_store(ref).path(spec.name).read_bytes()
+
+
+def test_up_to_date_open_rebuilds_nothing(tmp_path: Path) -> None:
+    write_sample(tmp_path / "b", 200, seed=6)
+    index(tmp_path / "b", tmp_path / "out", durable=False)
+    inserted: list[int] = []
+    original = TxIndex.insert
+
+    def spy(self: TxIndex, first: int, txids: list[bytes]) -> None:
+        inserted.append(len(txids))
+        original(self, first, txids)
+
+    TxIndex.insert = spy  # type: ignore[method-assign]
+    try:
+        r = Indexer(tmp_path / "b", tmp_path / "out").run()
+    finally:
+        TxIndex.insert = original  # type: ignore[method-assign]
+    assert r.indexed_blocks == 0 and inserted == []
