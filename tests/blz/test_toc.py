@@ -103,6 +103,14 @@ def test_text_and_tree_rendering(lib: Path) -> None:
     code, out, _ = blz("toc", "lib", "--tree", "--text", "-n", "4")
     assert out.splitlines() == ["# Lib  lib:1-14", "  ## Install  lib:3-9", "    ### npm  lib:4-5",
                                 "    ### yarn  lib:6-9", "(1-4 of 7 headings; more: --page 2)"]
+    # JSON with --tree nests the page's entries; jsonl and the text stay flat.
+    nested = toc("lib", "--tree", "-n", "5")
+    assert nested["tree"] is True and len(nested["entries"]) == 1
+    lib = nested["entries"][0]
+    assert [c["text"] for c in lib["children"]] == ["Install", "Hooks"]
+    assert [c["text"] for c in lib["children"][0]["children"]] == ["npm", "yarn"] and lib["children"][1]["children"] == []
+    code, out, _ = blz("toc", "lib", "--tree", "--jsonl", "-n", "3")
+    assert [json.loads(x)["text"] for x in out.splitlines()] == ["Lib", "Install", "npm"]
     code, out, _ = blz("toc", "lib", "-f", "zebra", "--text")
     assert code == 0 and out == "No headings matching 'zebra' in lib (0 in all).\n"
     code, out, _ = blz("toc", "lib", "-n", "2", "--jsonl")
@@ -158,18 +166,18 @@ def test_mcp_toc_over_stdio(lib: Path, data_root: Path) -> None:
         async with Client(params, cache=None) as client:
             tool = next(x for x in (await client.list_tools()).tools if x.name == "toc")
             props = tool.input_schema["properties"]
-            assert set(props) == {"source", "depth", "filter", "maxResults", "page"}
-            assert tool.input_schema["required"] == ["source"] and props["depth"]["maximum"] == 6
+            assert set(props) == {"source", "maxDepth", "filter", "maxResults", "page", "tree"}  # upstream's names
+            assert tool.input_schema["required"] == ["source"] and props["maxDepth"]["maximum"] == 6
             assert tool.output_schema == SCHEMAS["toc"]
 
             got = _data(await client.call_tool("toc", {"source": "lib"}))
             assert [(e["level"], e["text"], e["lines"]) for e in got["entries"]] == OUTLINE
             assert got["url"] == "file://<local>/docs/lib.txt"  # no local path leaks
 
-            page = _data(await client.call_tool("toc", {"source": "LIB", "depth": 3, "maxResults": 2, "page": 2}))
+            page = _data(await client.call_tool("toc", {"source": "LIB", "maxDepth": 3, "maxResults": 2, "page": 2}))
             assert [e["citation"] for e in page["entries"]] == ["lib:4-5", "lib:6-9"]
             assert (page["total"], page["hasMore"]) == (7, True)
-            hooks = _data(await client.call_tool("toc", {"source": "lib", "filter": "hooks", "depth": 2}))
+            hooks = _data(await client.call_tool("toc", {"source": "lib", "filter": "hooks", "maxDepth": 2}))
             assert [e["headingPath"] for e in hooks["entries"]] == [["Lib", "Hooks"], ["Lib", "Other hooks"]]
             # The citation reads the section through find.
             got = _data(await client.call_tool("find", {"snippets": [hooks["entries"][0]["citation"]]}))
@@ -177,7 +185,11 @@ def test_mcp_toc_over_stdio(lib: Path, data_root: Path) -> None:
 
             missing = await client.call_tool("toc", {"source": "ghost"})
             assert missing.is_error and "No source named 'ghost'" in missing.content[0].text  # type: ignore[union-attr]
-            for bad in ({"source": "lib", "depth": 9}, {"source": "lib", "maxResults": 0}, {"depth": 1},
+            nested = _data(await client.call_tool("toc", {"source": "lib", "tree": True, "maxDepth": 2}))
+            assert nested["tree"] is True and [e["text"] for e in nested["entries"]] == ["Lib"]
+            assert [c["citation"] for c in nested["entries"][0]["children"]] == ["lib:3-9", "lib:10-12", "lib:13-14"]
+
+            for bad in ({"source": "lib", "maxDepth": 9}, {"source": "lib", "maxResults": 0}, {"maxDepth": 1},
                         {"source": "lib", "page": 0}, {"source": "lib", "extra": 1}):
                 with pytest.raises(MCPError):
                     await client.call_tool("toc", bad)

@@ -105,7 +105,8 @@ def build_parser(out: TextIO | None = None, err: TextIO | None = None) -> argpar
                     help="only heading levels 1..N (1-6; default all)")
     tc.add_argument("-f", "--filter", default=None, metavar="TEXT",
                     help="only headings whose text contains every word of TEXT (case-insensitive)")
-    tc.add_argument("--tree", action="store_true", help="text output indented by heading level")
+    tc.add_argument("--tree", action="store_true",
+                    help="nest the entries: text indented by heading level; JSON entries carry children")
     tc.add_argument("-n", "--limit", type=int, default=100, help="headings per page (1-1000, default 100)")
     tc.add_argument("--page", type=int, default=1)
 
@@ -164,7 +165,8 @@ def execute(args: argparse.Namespace, err: TextIO) -> tuple[Any, int]:
         context = args.context or ("symmetric" if args.context_lines else "none")
         return service.get(store, args.citations, context, args.context_lines or 0, args.max_lines), 0
     if cmd == "toc":
-        return service.toc(store, args.alias, args.depth, args.filter, args.limit, args.page), 0
+        return service.toc(store, args.alias, args.depth, args.filter, args.limit, args.page,
+                           tree=args.tree and args.format == "json"), 0
     if cmd == "list":
         return service.list_sources(store), 0
     if cmd == "stats":
@@ -250,7 +252,7 @@ def _toc_text(data: dict[str, Any], tree: bool = False) -> str:
         where = f" on page {data['page']}" if data["total"] else ""
         return f"No headings{what} in {data['alias']}{where} ({data['total']} in all)."
     out = []
-    if tree:
+    if tree:  # flat entries (nested ones are for JSON), indented here
         top = min(e["level"] for e in entries)
         for e in entries:
             out.append(f"{'  ' * (e['level'] - top)}{'#' * e['level']} {e['text']}  {e['citation']}")
@@ -299,6 +301,7 @@ def run(argv: list[str], out: TextIO, err: TextIO) -> int:
             from cairn.core.output import choose_format
 
             fmt = choose_format(None, "BLZ_OUTPUT_FORMAT", out)
+            args.format = fmt  # toc nests its entries for JSON only
         data, code = execute(args, err)
     except CairnError as exc:
         if raise_errors():

@@ -96,8 +96,10 @@ TOC_SCHEMA: dict[str, Any] = {
     "required": ["source"],
     "properties": {
         "source": {"type": "string", "description": "Alias of an installed source (see list-sources)."},
-        "depth": {"type": "integer", "minimum": 1, "maximum": MAX_DEPTH,
-                  "description": "Only heading levels 1..depth (1-6); omit for every level."},
+        "maxDepth": {"type": "integer", "minimum": 1, "maximum": MAX_DEPTH,
+                     "description": "Only heading levels 1..maxDepth (1-6); omit for every level."},
+        "tree": {"type": "boolean", "default": False,
+                 "description": "Nest the entries: each carries the deeper headings under it as children."},
         "filter": {"type": "string", "description": "Only headings whose text contains every word of this "
                                                     "(case-insensitive)."},
         "maxResults": {"type": "integer", "minimum": 1, "maximum": TOC_MAX_LIMIT, "default": TOC_DEFAULT_LIMIT,
@@ -197,8 +199,9 @@ def build_server(store: Store | None = None) -> Server:
         from cairn.blz import service
 
         with lock:
-            return service.toc(get_store(), args["source"], args.get("depth"), args.get("filter"),
-                               args.get("maxResults", TOC_DEFAULT_LIMIT), args.get("page", 1))
+            return service.toc(get_store(), args["source"], args.get("maxDepth"), args.get("filter"),
+                               args.get("maxResults", TOC_DEFAULT_LIMIT), args.get("page", 1),
+                               tree=bool(args.get("tree")))
 
     @server.tool("list-sources", description="List installed documentation sources and registry "
                  "candidates (kind: installed | registry), optionally filtered by name (case-insensitive).",
@@ -282,7 +285,7 @@ def build_server(store: Store | None = None) -> Server:
                       "linePadding": {"min": 0, "max": MAX_PADDING}},
             "citations": "alias:start-end (1-based, inclusive); several ranges: alias:1-3,5-9",
             "examples": [f"find(query='hooks', source='{first}')",
-                         f"toc(source='{first}', depth=2, filter='hooks')",
+                         f"toc(source='{first}', maxDepth=2, filter='hooks')",
                          f"find(snippets=['{first}:1-20'], contextMode='all')",
                          "list-sources(filter='react')", "source-add(alias='bun')",
                          "source-add(alias='mine', url='https://example.com/docs/llms.txt', exact=True)",
