@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import tempfile
@@ -55,7 +56,8 @@ def main() -> int:
     from cairn.blz.store import Store
 
     with tempfile.TemporaryDirectory(prefix="blz-quality-") as tmp:
-        store = Store(Path(tmp) / "blz-data")  # the BLZ_DATA_DIR of this run
+        os.environ["BLZ_DATA_DIR"] = str(Path(tmp) / "blz-data")  # this run's data root, nothing else's
+        store = Store(Path(os.environ["BLZ_DATA_DIR"]))
         t0 = time.perf_counter()
         headings: dict[str, set[str]] = {}
         for alias, rel in spec["corpora"].items():

@@ -18,7 +18,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
 from cairn.blz import sources
-from cairn.blz.cli import run
+from cairn.blz.cli import build_parser, run
 from cairn.blz.schemas import SCHEMAS
 from cairn.blz.store import Store
 
@@ -195,3 +195,17 @@ def test_mcp_toc_over_stdio(lib: Path, data_root: Path) -> None:
                     await client.call_tool("toc", bad)
 
     asyncio.run(go())
+
+
+def test_tool_lists_name_every_tool(data_root: Path) -> None:
+    """`blz --help` (the mcp line), the README's `blz mcp` line and learn-blz list the same tools as the server."""
+    from cairn.blz.tools import build_server
+
+    tools = set(build_server().tools)
+    assert "toc" in tools
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    mcp_help = next(str(c.help) for c in sub._choices_actions if c.dest == "mcp")  # type: ignore[attr-defined]
+    assert {name.strip() for name in mcp_help.split("stdio:")[1].split(",")} == tools
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    line = next(x for x in readme.splitlines() if x.startswith("blz mcp "))
+    assert {name.strip() for name in line.split("stdio MCP server:")[1].split(",")} == tools

@@ -120,7 +120,8 @@ def build_parser(out: TextIO | None = None, err: TextIO | None = None) -> argpar
     i.add_argument("alias")
     sc = sub.add_parser("schema", parents=[fmt], help="JSON Schemas of the outputs")
     sc.add_argument("name", nargs="?", help="one command's schema")
-    m = sub.add_parser("mcp", help="serve the MCP tools over stdio")
+    m = sub.add_parser("mcp", help="serve the MCP tools over stdio: find, toc, list-sources, source-add, "
+                       "run-command, learn-blz")
     m.add_argument("--log-level", metavar="LEVEL",
                    help="diagnostics on stderr: error, warn (default), info, debug, off (or $BLZ_LOG)")
     return p
