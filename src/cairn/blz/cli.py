@@ -96,6 +96,20 @@ def build_parser(out: TextIO | None = None, err: TextIO | None = None) -> argpar
                     help="none, symmetric (with -C), or all (the whole enclosing heading section)")
     gt.add_argument("--max-lines", type=int, default=2000, help="cap on lines returned (default 2000)")
 
+    tc = sub.add_parser("toc", parents=[fmt], help="browse a source's outline: headings with their line ranges",
+                        description="Headings of one source in file order, each with its line range as a "
+                        "citation (alias:start-end: the heading's whole section, to the next heading of the "
+                        "same or a higher level). Read from the stored outline; the file is not parsed again.")
+    tc.add_argument("alias")
+    tc.add_argument("-d", "--depth", "--max-depth", type=int, default=None, metavar="N",
+                    help="only heading levels 1..N (1-6; default all)")
+    tc.add_argument("-f", "--filter", default=None, metavar="TEXT",
+                    help="only headings whose text contains every word of TEXT (case-insensitive)")
+    tc.add_argument("--tree", action="store_true",
+                    help="nest the entries: text indented by heading level; JSON entries carry children")
+    tc.add_argument("-n", "--limit", type=int, default=100, help="headings per page (1-1000, default 100)")
+    tc.add_argument("--page", type=int, default=1)
+
     sub.add_parser("stats", parents=[fmt], help="totals over all sources")
     h = sub.add_parser("history", parents=[fmt], help="adds, updates and removals, newest first")
     h.add_argument("alias", nargs="?")
@@ -106,7 +120,8 @@ def build_parser(out: TextIO | None = None, err: TextIO | None = None) -> argpar
     i.add_argument("alias")
     sc = sub.add_parser("schema", parents=[fmt], help="JSON Schemas of the outputs")
     sc.add_argument("name", nargs="?", help="one command's schema")
-    m = sub.add_parser("mcp", help="serve the MCP tools over stdio")
+    m = sub.add_parser("mcp", help="serve the MCP tools over stdio: find, toc, list-sources, source-add, "
+                       "run-command, learn-blz")
     m.add_argument("--log-level", metavar="LEVEL",
                    help="diagnostics on stderr: error, warn (default), info, debug, off (or $BLZ_LOG)")
     return p
@@ -150,6 +165,9 @@ def execute(args: argparse.Namespace, err: TextIO) -> tuple[Any, int]:
     if cmd == "get":
         context = args.context or ("symmetric" if args.context_lines else "none")
         return service.get(store, args.citations, context, args.context_lines or 0, args.max_lines), 0
+    if cmd == "toc":
+        return service.toc(store, args.alias, args.depth, args.filter, args.limit, args.page,
+                           tree=args.tree and args.format == "json"), 0
     if cmd == "list":
         return service.list_sources(store), 0
     if cmd == "stats":
@@ -208,6 +226,8 @@ def _text(cmd: str, data: Any) -> str:
                 head += "  " + " > ".join(s["headingPath"])
             parts.append(head + ("  (truncated)" if s.get("truncated") else "") + "\n" + s["content"])
         return "\n".join(parts)
+    if cmd == "toc":
+        return _toc_text(data)
     if cmd == "list":
         if not data["sources"]:
             return "No sources yet. Add one: blz add react (see blz lookup), or blz add ALIAS URL."
@@ -222,6 +242,29 @@ def _text(cmd: str, data: Any) -> str:
     from cairn.core.output import render
 
     return render(data, "text")
+
+
+def _toc_text(data: dict[str, Any], tree: bool = False) -> str:
+    """``blz toc`` on a terminal: one heading a line with its citation; with ``tree``, indented by
+    level (relative to the shallowest level shown) instead of showing the heading path."""
+    entries = data["entries"]
+    if not entries:
+        what = f" matching {data['filter']!r}" if data.get("filter") else ""
+        where = f" on page {data['page']}" if data["total"] else ""
+        return f"No headings{what} in {data['alias']}{where} ({data['total']} in all)."
+    out = []
+    if tree:  # flat entries (nested ones are for JSON), indented here
+        top = min(e["level"] for e in entries)
+        for e in entries:
+            out.append(f"{'  ' * (e['level'] - top)}{'#' * e['level']} {e['text']}  {e['citation']}")
+    else:
+        width = max(len(e["citation"]) for e in entries)
+        for e in entries:
+            out.append(f"{e['citation']:<{width}}  {' > '.join(e['headingPath'])}")
+    first = (data["page"] - 1) * data["limit"] + 1
+    footer = f"({first}-{first + len(entries) - 1} of {data['total']} headings"
+    out.append(footer + (f"; more: --page {data['page'] + 1})" if data.get("hasMore") else ")"))
+    return "\n".join(out)
 
 
 def _mcp(log_level: str | None, err: TextIO) -> int:
@@ -259,6 +302,7 @@ def run(argv: list[str], out: TextIO, err: TextIO) -> int:
             from cairn.core.output import choose_format
 
             fmt = choose_format(None, "BLZ_OUTPUT_FORMAT", out)
+            args.format = fmt  # toc nests its entries for JSON only
         data, code = execute(args, err)
     except CairnError as exc:
         if raise_errors():
@@ -271,12 +315,12 @@ def run(argv: list[str], out: TextIO, err: TextIO) -> int:
         return 130
     if fmt == "jsonl" and isinstance(data, dict):
         # Stream the list inside the result (hits, snippets, sources, ...) one object per line.
-        for key in ("hits", "snippets", "sources", "results", "events"):
+        for key in ("hits", "snippets", "sources", "results", "events", "entries"):
             if isinstance(data.get(key), list):
                 data = data[key]
                 break
     if fmt == "text":
-        rendered = _text(args.command, data)
+        rendered = _toc_text(data, args.tree) if args.command == "toc" else _text(args.command, data)
     elif fmt in ("json", "jsonl"):
         # Services return plain dicts, so this is exactly cairn.core.output.render's JSON, without
         # importing it (and dataclasses) on `blz search --json`, the path that must start fastest.
@@ -289,6 +333,9 @@ def run(argv: list[str], out: TextIO, err: TextIO) -> int:
             rendered = "\n".join(json.dumps(r, ensure_ascii=False, separators=(",", ":"), default=str) for r in rows)
     else:  # csv, tsv, md (BLZ_OUTPUT_FORMAT accepts every cairn format)
         from cairn.core.output import render
+
+        if args.command == "toc":  # one row per heading
+            data = [{**e, "headingPath": " > ".join(e["headingPath"])} for e in data["entries"]]
 
         rendered = render(data, fmt)
     if rendered:

@@ -7,3 +7,6 @@ MAX_PADDING = 50  # context lines each side (linePadding / -C)
 CONTEXT_MODES = ("none", "symmetric", "all")
 DEFAULT_MAX_LINES = 2000  # lines one `get` returns at most
 WHITELIST = ("stats", "history", "list", "validate", "inspect", "schema")  # run-command
+TOC_DEFAULT_LIMIT = 100  # outline entries per page (toc)
+TOC_MAX_LIMIT = 1000
+MAX_DEPTH = 6  # heading levels: H1-H6

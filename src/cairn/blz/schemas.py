@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: `blz mcp` imports this module before its first reply,
+if TYPE_CHECKING:     # where typing is kept off the start-up path (tests/mcp/test_startup.py)
+    from typing import Any
 
 _STR = {"type": "string"}
 _INT = {"type": "integer"}
@@ -25,6 +27,16 @@ SOURCE = _obj({"alias": _STR, "title": _NULLSTR, "url": _STR, "kind": {"enum": [
                "fetchedAt": _STR, "checkedAt": _NULLSTR, "category": _STR, "suggestedCommand": _STR,
                "metadata": _obj({"totalLines": _INT, "headings": _INT, "sections": _INT, "bytes": _INT,
                                  "sha256": _STR})}, ["alias", "url", "kind"])
+
+TOC_ENTRY = _obj({"level": {"type": "integer", "minimum": 1, "maximum": 6}, "text": _STR, "headingPath": _PATH,
+                  "lines": _STR, "citation": _STR}, ["level", "text", "headingPath", "lines", "citation"])
+TOC_ENTRY["properties"]["children"] = {"type": "array", "items": {"$ref": "#/$defs/entry"},
+                                      "description": "with tree: the deeper headings under this one"}
+TOC = _obj({"alias": _STR, "url": _STR, "depth": {"type": ["integer", "null"]}, "filter": _NULLSTR, "page": _INT,
+            "limit": _INT, "total": _INT, "hasMore": {"type": "boolean"}, "tree": {"type": "boolean"},
+            "entries": {"type": "array", "items": {"$ref": "#/$defs/entry"}}},
+           ["alias", "page", "limit", "total", "hasMore", "entries"])
+TOC["$defs"] = {"entry": TOC_ENTRY}
 
 SCHEMAS: dict[str, dict[str, Any]] = {
     "search": _obj({"query": _STR, "sources": _PATH, "page": _INT, "limit": _INT,
@@ -53,6 +65,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
          "url": _NULLSTR, "sha256": _NULLSTR, "lines": {"type": ["integer", "null"]}, "detail": _NULLSTR})}}),
     "validate": _obj({"ok": {"type": "boolean"}, "indexOk": {"type": "boolean"}, "sources": {"type": "array", "items": _obj(
         {"alias": _STR, "ok": {"type": "boolean"}, "problems": _PATH, "fix": _NULLSTR})}}),
+    "toc": TOC,
     "inspect": _obj({"alias": _STR, "url": _STR, "file": _STR, "headingLevels": {"type": "object"},
                      "outline": {"type": "array"}}),
     "error": _obj({"error": _obj({"code": _STR, "message": _STR}, ["code", "message"])}, ["error"]),

@@ -10,11 +10,10 @@ from typing import Any
 
 from cairn.blz import llmstxt, registry
 from cairn.blz.citation import check_alias, merge, parse_citation
-from cairn.blz.limits import CONTEXT_MODES, DEFAULT_MAX_LINES, MAX_PADDING
+from cairn.blz.limits import (CONTEXT_MODES, DEFAULT_MAX_LINES, MAX_DEPTH, MAX_PADDING, TOC_DEFAULT_LIMIT,
+                              TOC_MAX_LIMIT)
 from cairn.blz.store import SourceRow, Store, file_digest
 from cairn.core.errors import InvalidInput, NotFound
-
-
 
 def require(store: Store, alias: str) -> SourceRow:
     row = store.source(check_alias(alias))
@@ -70,6 +69,45 @@ def get(store: Store, citations: list[str], context: str = "none", padding: int 
                 snip["truncated"] = True
             snippets.append(snip)
     return {"snippets": snippets}
+
+
+def toc(store: Store, alias: str, depth: int | None = None, filter: str | None = None,
+        limit: int = TOC_DEFAULT_LIMIT, page: int = 1, tree: bool = False) -> dict[str, Any]:
+    """One page of a source's outline from the stored headings (the file is not parsed again):
+    each heading with its level, heading path and line range, cited as ``alias:start-end`` (the
+    range runs to the line before the next heading of the same or a higher level). ``depth`` keeps
+    levels 1..depth; ``filter`` keeps headings whose text holds every one of its words
+    (case-insensitive). ``total`` counts every match; ``hasMore`` says whether a next page exists.
+    With ``tree``, the page's entries are nested: each carries the deeper entries after it (on the
+    same page) as ``children``; pagination still counts headings, not top-level entries."""
+    if depth is not None and not 1 <= depth <= MAX_DEPTH:
+        raise InvalidInput(f"depth must be between 1 and {MAX_DEPTH} (heading levels H1-H{MAX_DEPTH}), not {depth}.")
+    if not 1 <= limit <= TOC_MAX_LIMIT:
+        raise InvalidInput(f"limit must be between 1 and {TOC_MAX_LIMIT}, not {limit}.")
+    if page < 1:
+        raise InvalidInput(f"page must be 1 or more, not {page}.")
+    row = require(store, alias)
+    words = tuple((filter or "").lower().split())
+    total, rows = store.outline(row.alias, depth or MAX_DEPTH, words, (page - 1) * limit, limit)
+    entries = [{"level": level, "text": text, "headingPath": list(path), "lines": f"{line}-{last}",
+                "citation": f"{row.alias}:{line}-{last}"} for line, level, text, last, path in rows]
+    return {"alias": row.alias, "url": row.url, "depth": depth, "filter": filter or None, "page": page,
+            "limit": limit, "total": total, "hasMore": page * limit < total, "tree": tree,
+            "entries": nest(entries) if tree else entries}
+
+
+def nest(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Flat outline entries (file order) as a forest: each entry's ``children`` are the deeper
+    entries following it until one of its level or higher."""
+    roots: list[dict[str, Any]] = []
+    stack: list[dict[str, Any]] = []
+    for entry in entries:
+        node = {**entry, "children": []}
+        while stack and stack[-1]["level"] >= node["level"]:
+            stack.pop()
+        (stack[-1]["children"] if stack else roots).append(node)
+        stack.append(node)
+    return roots
 
 
 def heading_path(heads: list[llmstxt.Heading], line: int) -> list[str]:

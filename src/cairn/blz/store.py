@@ -181,6 +181,35 @@ class Store:
         return list(self.db.execute(
             "SELECT line, level, text, last_line FROM headings WHERE alias = ? ORDER BY line", (alias,)))
 
+    def outline(self, alias: str, max_level: int = 6, words: tuple[str, ...] = (), offset: int = 0,
+                limit: int = 100) -> tuple[int, list[tuple[int, int, str, int, tuple[str, ...]]]]:
+        """One page of ``alias``'s stored outline: ``(total, [(line, level, text, last_line, path)])``.
+
+        Headings of level ``max_level`` or above (H1 = 1), in file order; with ``words``, only those
+        whose text (Markdown link targets left out, case-insensitive) contains every word. ``path``
+        is the chain of heading texts down to the heading itself. The rows are streamed from the
+        database: memory holds the ancestor stack and one page, never the whole outline."""
+        link = _LINK.sub
+        stack: list[tuple[int, str]] = []  # (level, text) of the current ancestors
+        total, page = 0, []
+        end = offset + limit
+        # Every ancestor of a heading of level <= max_level has a lower level, so this filter keeps them.
+        for line, level, text, last in self.db.execute(
+                "SELECT line, level, text, last_line FROM headings WHERE alias = ? AND level <= ? ORDER BY line",
+                (alias, max_level)):
+            plain = link(r"\1", text) if "](" in text else text
+            while stack and stack[-1][0] >= level:
+                stack.pop()
+            stack.append((level, plain))
+            if words:
+                low = plain.lower()
+                if not all(w in low for w in words):
+                    continue
+            if offset <= total < end:
+                page.append((line, level, plain, last, tuple(t for _lv, t in stack)))
+            total += 1
+        return total, page
+
     def read_lines(self, row: SourceRow, start: int, end: int) -> list[str]:
         """Lines ``start..end`` (1-based, inclusive, clamped) of the stored file, without newlines."""
         path = self.file_path(row)

@@ -1,7 +1,7 @@
 """``blz mcp``: the seed's MCP tools, resources and prompt over stdio, on the cairn.mcp core.
 
-Tools: find, list-sources, source-add (the only mutation), run-command (whitelisted, in-process),
-learn-blz. Resources: blz://sources/{alias}, blz://registry. Prompt: discover-docs.
+Tools: find, toc, list-sources, source-add (the only mutation), run-command (whitelisted,
+in-process), learn-blz. Resources: blz://sources/{alias}, blz://registry. Prompt: discover-docs.
 One Store per process keeps the database connection, its page cache and line offsets warm.
 Everything a client sees is scrubbed: no home directory, no data root, no absolute local paths.
 """
@@ -18,7 +18,9 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is kept off the stdio 
 if TYPE_CHECKING:
     from typing import Any, Callable
 
-from cairn.blz.limits import CONTEXT_MODES, MAX_LIMIT, MAX_PADDING, WHITELIST
+from cairn.blz.limits import (CONTEXT_MODES, MAX_DEPTH, MAX_LIMIT, MAX_PADDING, TOC_DEFAULT_LIMIT,
+                              TOC_MAX_LIMIT, WHITELIST)
+from cairn.blz.schemas import TOC
 from cairn.core.errors import CairnError, InvalidInput, NotFound
 from cairn.core.paths import data_path
 from cairn.core.sanitize import register_root, scrub
@@ -84,6 +86,26 @@ FIND_SCHEMA: dict[str, Any] = {
                         "description": "Lines added before and after each snippet (0-50)."},
         "maxResults": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": 10,
                        "description": "Maximum search hits (1-50, default 10)."},
+    },
+    "additionalProperties": False,
+}
+
+
+TOC_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["source"],
+    "properties": {
+        "source": {"type": "string", "description": "Alias of an installed source (see list-sources)."},
+        "maxDepth": {"type": "integer", "minimum": 1, "maximum": MAX_DEPTH,
+                     "description": "Only heading levels 1..maxDepth (1-6); omit for every level."},
+        "tree": {"type": "boolean", "default": False,
+                 "description": "Nest the entries: each carries the deeper headings under it as children."},
+        "filter": {"type": "string", "description": "Only headings whose text contains every word of this "
+                                                    "(case-insensitive)."},
+        "maxResults": {"type": "integer", "minimum": 1, "maximum": TOC_MAX_LIMIT, "default": TOC_DEFAULT_LIMIT,
+                       "description": f"Headings per page (1-{TOC_MAX_LIMIT}, default {TOC_DEFAULT_LIMIT})."},
+        "page": {"type": "integer", "minimum": 1, "default": 1, "description": "Page number (hasMore says "
+                                                                             "whether another follows)."},
     },
     "additionalProperties": False,
 }
@@ -167,6 +189,20 @@ def build_server(store: Store | None = None) -> Server:
                 out["executed"]["retrievedSnippets"] = True
         return out
 
+    @server.tool("toc", description="Browse one source's outline without searching: its headings in file "
+                 "order, each with level, headingPath, and its whole section as a citation (alias:start-end, "
+                 "to the next heading of the same or a higher level) to read with find(snippets=[...]). "
+                 "Paginated: total, hasMore, page.", input_schema=TOC_SCHEMA, output_schema=TOC,
+                 structured=True, annotations={"readOnlyHint": True, "openWorldHint": False})
+    @_scrubbed
+    def toc(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+        from cairn.blz import service
+
+        with lock:
+            return service.toc(get_store(), args["source"], args.get("maxDepth"), args.get("filter"),
+                               args.get("maxResults", TOC_DEFAULT_LIMIT), args.get("page", 1),
+                               tree=bool(args.get("tree")))
+
     @server.tool("list-sources", description="List installed documentation sources and registry "
                  "candidates (kind: installed | registry), optionally filtered by name (case-insensitive).",
                  input_schema={"type": "object", "properties": {"filter": {"type": "string"}},
@@ -249,11 +285,12 @@ def build_server(store: Store | None = None) -> Server:
                       "linePadding": {"min": 0, "max": MAX_PADDING}},
             "citations": "alias:start-end (1-based, inclusive); several ranges: alias:1-3,5-9",
             "examples": [f"find(query='hooks', source='{first}')",
+                         f"toc(source='{first}', maxDepth=2, filter='hooks')",
                          f"find(snippets=['{first}:1-20'], contextMode='all')",
                          "list-sources(filter='react')", "source-add(alias='bun')",
                          "source-add(alias='mine', url='https://example.com/docs/llms.txt', exact=True)",
                          "run-command(command='stats')"],
-            "tools": ["find", "list-sources", "source-add", "run-command", "learn-blz"],
+            "tools": ["find", "toc", "list-sources", "source-add", "run-command", "learn-blz"],
             "resources": ["blz://registry", "blz://sources/{alias}"],
         }
 
