@@ -42,7 +42,7 @@ from cairn.brk.blocks.parser import (
 )
 from cairn.brk.txindex import DEFAULT_CACHE_MB, TxIndex
 from cairn.brk.vecs import VecSpec, VecStore
-from cairn.core.errors import InvalidInput
+from cairn.core.errors import InvalidInput, StorageError
 
 
 def _hash_vec(name: str, index: str) -> VecSpec:
@@ -267,9 +267,9 @@ class Indexer:
         return self._txi
 
     def _close_txindex(self) -> None:
-        if self._txi is not None:
-            self._txi.close()
-            self._txi = None
+        txi, self._txi = self._txi, None
+        if txi is not None:
+            txi.close()
 
     def _reconcile(self) -> None:
         """Bring the index to the vecs' committed transactions (normally nothing to do: O(1))."""
@@ -386,10 +386,17 @@ class Indexer:
     def run(self, *, max_blocks: int | None = None) -> IndexResult:
         """Scan, select, roll back if needed, and index up to ``max_blocks`` new blocks."""
         try:
-            return self._run(max_blocks)
-        finally:
+            result = self._run(max_blocks)
+        except BaseException:
             self._close_files()
-            self._close_txindex()
+            try:
+                self._close_txindex()
+            except StorageError:
+                pass  # the error already on its way out is the one to report
+            raise
+        self._close_files()
+        self._close_txindex()
+        return result
 
     def _run(self, max_blocks: int | None) -> IndexResult:
         t0 = time.perf_counter()

@@ -108,10 +108,22 @@ class TxIndex:
                                f"{self.path} and run the same command again (it is rebuilt from the vecs).") from exc
 
     def close(self) -> None:
-        if self._db is not None:
-            self._db.flush()
-            self._db.close()
-            self._db = None
+        """Flush and close; a failing flush (a full disk) is a :class:`StorageError`. Nothing committed is
+        lost either way: every batch was written through the engine's log, and opening replays it."""
+        if self._db is None:
+            return
+        db, self._db = self._db, None
+        try:
+            db.flush()
+        except Exception as exc:  # rocksdict raises plain exceptions
+            raise StorageError(f"Cannot write the transaction index {self.path}: {exc}. The last committed "
+                               "height stays usable; free space (or fix the disk) and run `brk index` "
+                               "again to resume.") from None
+        finally:
+            try:
+                db.close()
+            except Exception:  # noqa: BLE001 (the flush error above, if any, is the one to report)
+                pass
 
     def destroy(self) -> None:
         """Delete the engine's files (the index is rebuilt from the vecs on the next open)."""
@@ -178,9 +190,10 @@ class TxIndex:
                 put(key, tx.to_bytes(_ROW, "little"))
         for key, txindexes in shared.items():
             put(key, _encode(txindexes))  # ascending already; a later put wins within one batch
-        self.count = first + len(txids)
-        put(COUNT_KEY, self.count.to_bytes(8, "little"))
-        self._db.write(wb)
+        count = first + len(txids)
+        put(COUNT_KEY, count.to_bytes(8, "little"))
+        self._write(wb)
+        self.count = count
 
     def remove_from(self, cut: int, txids: Sequence[bytes]) -> None:
         """Forget txindexes ``cut ..`` (``txids``: theirs, in order, up to ``count``): a rollback."""
@@ -199,9 +212,18 @@ class TxIndex:
                 wb.put(key, _encode(keep))
             else:
                 wb.delete(key)
+        wb.put(COUNT_KEY, cut.to_bytes(8, "little"))
+        self._write(wb)
         self.count = cut
-        wb.put(COUNT_KEY, self.count.to_bytes(8, "little"))
-        self._db.write(wb)
+
+    def _write(self, wb: Any) -> None:
+        """One atomic batch; an engine failure (a full disk, an I/O error) is a :class:`StorageError`."""
+        try:
+            self._db.write(wb)
+        except Exception as exc:  # rocksdict raises plain exceptions
+            raise StorageError(f"Cannot write the transaction index {self.path}: {exc}. The last committed "
+                               "height stays usable; free space (or fix the disk) and run `brk index` "
+                               "again to resume.") from None
 
     # -- checking --------------------------------------------------------------------------------
     def entries(self) -> dict[bytes, list[int]]:
