@@ -34,7 +34,7 @@ EXAMPLES = 250 if STRESS else 25
 def check_response(method: str, path: str, status: int, ctype: str, body: bytes) -> None:
     where = f"{method} {path} -> {status}"
     assert status < 500, f"{where}: {body[:500]!r}"
-    if path in ("/mcp", "/"):  # the root URL speaks MCP exactly as /mcp does
+    if path == "/mcp" or (path == "/" and method == "POST"):  # the root URL speaks MCP as /mcp does
         if ctype.startswith("application/json"):
             check_message(json.loads(body))
         elif ctype.startswith("text/event-stream"):
