@@ -32,6 +32,10 @@ import struct
 from collections import deque
 from typing import TYPE_CHECKING
 
+from cairn.brk.blockwrite import merkle_root as _merkle
+from cairn.brk.blockwrite import mine_header
+from cairn.brk.blockwrite import sha256d as _sha256d
+from cairn.brk.blockwrite import varint as _varint
 from cairn.brk.blocks.parser import (
     EMPTY,
     OP_RETURN,
@@ -63,7 +67,6 @@ VAULT_EVERY = 211
 
 _sha = hashlib.sha256
 _pack_q = struct.Struct("<q").pack
-_pack_i = struct.Struct("<I").pack
 
 # A template is a list of (literal bytes, random byte count): the literal parts carry the length
 # prefixes and opcodes, the random parts are keys, hashes and signatures.
@@ -145,27 +148,6 @@ def _excl_cumsum(a: np.ndarray) -> np.ndarray:
     if a.shape[0] > 1:
         np.cumsum(a[:-1], out=out[1:])
     return out
-
-
-def _sha256d(data: bytes | memoryview) -> bytes:
-    return _sha(_sha(data).digest()).digest()
-
-
-def _merkle(hashes: list[bytes]) -> bytes:
-    level = hashes
-    while len(level) > 1:
-        if len(level) & 1:
-            level.append(level[-1])
-        level = [_sha(_sha(level[i] + level[i + 1]).digest()).digest() for i in range(0, len(level), 2)]
-    return level[0]
-
-
-def _varint(n: int) -> bytes:
-    if n < 0xFD:
-        return bytes((n,))
-    if n <= 0xFFFF:
-        return b"\xfd" + struct.pack("<H", n)
-    return b"\xfe" + struct.pack("<I", n)
 
 
 class _CoinArrays:
@@ -329,15 +311,7 @@ class DenseChain:
         self.maturing.append((h + MATURITY, cb_coins))
         self.txs += len(txids) + 1
         time_ = START_TIME + h * self.interval + int(rng.integers(0, self.interval // 2))
-        prefix = struct.pack("<i32s32sII", 0x20000000, self.prev, _merkle([cb_txid] + txids), time_, REGTEST_BITS)
-        nonce = 0
-        while True:
-            header = prefix + _pack_i(nonce)
-            block_hash = _sha256d(header)
-            if int.from_bytes(block_hash, "little") <= self.target:
-                break
-            nonce += 1
-        self.prev = block_hash
+        header, self.prev = mine_header(self.prev, _merkle([cb_txid] + txids), time_, REGTEST_BITS, self.target)
         self.height += 1
         return header + _varint(len(txids) + 1) + cb + txs
 

@@ -9,13 +9,15 @@ random bytes: nothing here validates scripts, and the indexer does not either.
 
 from __future__ import annotations
 
-import hashlib
 import random
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 from cairn.brk.blocks.files import MAGICS
+from cairn.brk.blockwrite import merkle_root as _merkle
+from cairn.brk.blockwrite import mine_header, varint
+from cairn.brk.blockwrite import sha256d as _sha256d
 from cairn.brk.blocks.parser import bits_to_target
 from cairn.brk.dense import DenseChain
 
@@ -31,21 +33,6 @@ _TYPE_WEIGHTS = [
 ]
 _TYPES = [t for t, _ in _TYPE_WEIGHTS]
 _WEIGHTS = [w for _, w in _TYPE_WEIGHTS]
-
-
-def _sha256d(data: bytes) -> bytes:
-    return hashlib.sha256(hashlib.sha256(data).digest()).digest()
-
-
-def varint(n: int) -> bytes:
-    """CompactSize encoding."""
-    if n < 0xFD:
-        return bytes([n])
-    if n <= 0xFFFF:
-        return b"\xfd" + struct.pack("<H", n)
-    if n <= 0xFFFFFFFF:
-        return b"\xfe" + struct.pack("<I", n)
-    return b"\xff" + struct.pack("<Q", n)
 
 
 def script_for(kind: str, rng: random.Random) -> bytes:
@@ -103,15 +90,6 @@ def _coinbase(height: int, value: int, rng: random.Random, commitment: bytes | N
         return base, txid, txid
     full = struct.pack("<i", 2) + b"\x00\x01" + body + b"\x01\x20" + bytes(32) + b"\x00\x00\x00\x00"
     return full, txid, bytes(32)  # the coinbase's wtxid counts as zeros in the witness tree
-
-
-def _merkle(hashes: list[bytes]) -> bytes:
-    level = hashes
-    while len(level) > 1:
-        if len(level) & 1:
-            level = level + [level[-1]]
-        level = [_sha256d(level[i] + level[i + 1]) for i in range(0, len(level), 2)]
-    return level[0]
 
 
 class SampleChain:
@@ -223,15 +201,7 @@ class SampleChain:
         txids = [cb_txid] + [t[1] for t in txs]
         # Evenly spread with jitter, strictly increasing: slot h plus up to half a slot.
         self.time = START_TIME + h * self.interval + rng.randrange(self.interval // 2)
-        nonce = 0
-        prefix = struct.pack("<i32s32sII", 0x20000000, self.prev, _merkle(txids), self.time, REGTEST_BITS)
-        while True:
-            header = prefix + struct.pack("<I", nonce)
-            block_hash = _sha256d(header)
-            if int.from_bytes(block_hash, "little") <= self.target:
-                break
-            nonce += 1
-        self.prev = block_hash
+        header, self.prev = mine_header(self.prev, _merkle(txids), self.time, REGTEST_BITS, self.target)
         self.height += 1
         self.txs += len(txids)
         return header + varint(len(txids)) + cb + b"".join(t[0] for t in txs)
