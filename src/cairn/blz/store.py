@@ -274,7 +274,7 @@ class Store:
         Files are named by their content's hash, so a file of that name may exist already (the same
         content added again, or the current file being repaired). It is kept only if its bytes still
         hash to that name; a damaged one is replaced, atomically, by ``data``."""
-        import tempfile
+        from cairn.core.files import write_atomic
 
         sha = sha256_hex(data)
         folder = self.root / "sources" / alias
@@ -283,14 +283,7 @@ class Store:
             folder.mkdir(parents=True, exist_ok=True)
             target = folder / name
             if not _holds(target, sha):
-                fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".txt")
-                try:
-                    with os.fdopen(fd, "wb") as fh:
-                        fh.write(data)
-                    os.replace(tmp, target)
-                except BaseException:
-                    Path(tmp).unlink(missing_ok=True)
-                    raise
+                write_atomic(target, data)
         except OSError as exc:
             raise StorageError(f"Cannot write {folder}: {exc}. Check free space and permissions.") from exc
         return name, sha

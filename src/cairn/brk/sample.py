@@ -222,9 +222,10 @@ def write_sample(out: Path, n_blocks: int, *, seed: int = 7, max_file_bytes: int
     ``fork_at``/``fork_seed``/``spread_blocks`` make a competing chain (see ``SampleChain``), and
     ``first_file`` numbers the files so it can be added beside an existing chain.
     """
-    import os
+    from contextlib import ExitStack
 
     from cairn.core.errors import InvalidInput
+    from cairn.core.files import atomic_file
 
     if n_blocks < 0:
         raise InvalidInput("--blocks must be 0 or more.")
@@ -244,29 +245,22 @@ def write_sample(out: Path, n_blocks: int, *, seed: int = 7, max_file_bytes: int
     size = 0
     total = 0
     fh = None
-
-    def finish() -> None:
-        assert fh is not None
-        fh.close()
-        path = out / f"blk{file_no:05d}.dat"
-        os.replace(path.with_name(path.name + ".tmp"), path)
-
-    for _ in range(n_blocks):
-        block = chain.next_block()
-        record = magic + struct.pack("<I", len(block)) + block
-        if fh is not None and size + len(record) > max_file_bytes:
-            finish()
-            file_no += 1
-            fh = None
-        if fh is None:
-            fh = open(out / f"blk{file_no:05d}.dat.tmp", "wb")
-            files += 1
-            size = 0
-        fh.write(record)
-        size += len(record)
-        total += len(block)
-    if fh is not None:
-        finish()
+    with ExitStack() as current:  # the file being written; closing the stack renames it into place
+        for _ in range(n_blocks):
+            block = chain.next_block()
+            record = magic + struct.pack("<I", len(block)) + block
+            if fh is not None and size + len(record) > max_file_bytes:
+                current.close()
+                file_no += 1
+                fh = None
+            if fh is None:
+                # not durable: a generated chain is cheap to generate again (an fsync per file is not)
+                fh = current.enter_context(atomic_file(out / f"blk{file_no:05d}.dat", durable=False))
+                files += 1
+                size = 0
+            fh.write(record)
+            size += len(record)
+            total += len(block)
     return {"blocks": n_blocks, "transactions": chain.txs, "files": files, "bytes": total}
 
 
@@ -275,15 +269,12 @@ MAINNET_SAMPLE = Path(__file__).resolve().parent / "samples" / "mainnet-0-589.bl
 
 def write_mainnet_sample(out: Path) -> dict[str, int]:
     """Copy the bundled mainnet heights 0..589 into ``out`` as ``blk00000.dat`` (atomically)."""
-    import os
-
     from cairn.core.errors import NotFound
+    from cairn.core.files import write_atomic
 
     if not MAINNET_SAMPLE.exists():
         raise NotFound(f"The bundled mainnet sample {MAINNET_SAMPLE} is missing. Reinstall cairn.")
     out.mkdir(parents=True, exist_ok=True)
     data = MAINNET_SAMPLE.read_bytes()
-    tmp = out / "blk00000.dat.tmp"
-    tmp.write_bytes(data)
-    os.replace(tmp, out / "blk00000.dat")
+    write_atomic(out / "blk00000.dat", data)
     return {"blocks": 590, "files": 1, "bytes": len(data) - 8 * 590}

@@ -6,7 +6,7 @@ Layout of an output directory::
     vecs/<name>.bin          raw little-endian rows of one vec, e.g. vecs/height_to_timestamp.bin
 
 Crash safety: rows are appended to the files, the files are fsynced, and only then the manifest is
-replaced atomically (temp file + fsync + ``os.replace`` + directory fsync). The manifest's lengths
+replaced atomically (``cairn.core.files.write_atomic``: temp file + fsync + ``os.replace`` + directory fsync). The manifest's lengths
 are the truth: on open every file is truncated back to its committed length, so a process killed at
 any moment leaves exactly the last committed state. Rollback writes the shorter lengths to the
 manifest first and truncates afterwards, so it is crash-safe the same way.
@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cairn.core.errors import StorageError
+from cairn.core.files import write_atomic
 
 if TYPE_CHECKING:
     import numpy as np
@@ -46,25 +47,6 @@ class VecSpec:
         import numpy as np
 
         return int(np.dtype(self.dtype).itemsize) * self.width
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so a crash leaves either the old or the new content."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
 
 
 class VecStore:
@@ -237,12 +219,7 @@ class VecStore:
             "meta": self.meta,
         }
         data = json.dumps(body, indent=1, sort_keys=True).encode()
-        if self.durable:
-            write_atomic(self.manifest_path, data)
-        else:
-            tmp = self.manifest_path.with_name("manifest.json.tmp")
-            tmp.write_bytes(data)
-            os.replace(tmp, self.manifest_path)
+        write_atomic(self.manifest_path, data, durable=self.durable)
 
     # -- reading --------------------------------------------------------------------------------
     def read(self, name: str) -> np.ndarray:

@@ -7,13 +7,13 @@ render what they return. Validation and error messages live here so every adapte
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cairn.core.errors import InvalidInput, NotFound
+from cairn.core.files import write_atomic
 from cairn.core.sanitize import scrub
 from cairn.ctx import config as cfg
 from cairn.ctx.retrieval import Filters
@@ -155,10 +155,7 @@ def init(config_path: str | os.PathLike[str] | None = None) -> InitReport:
     created = False
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".ctx.toml.")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(cfg.STARTER)
-        os.replace(tmp, path)
+        write_atomic(path, cfg.STARTER.encode("utf-8"), mode=0o600)
         created = True
     config = cfg.load(path)
     Store(config.db.path, create=True).close()

@@ -117,7 +117,7 @@ def _load_state(path: Path) -> dict[str, Any]:
 
 
 def _save_state(path: Path, state: dict[str, Any]) -> None:
-    from cairn.brk.vecs import write_atomic
+    from cairn.core.files import write_atomic
 
     write_atomic(path, json.dumps(state).encode())
 
