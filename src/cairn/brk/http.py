@@ -7,7 +7,8 @@ prices exist, so ``If-None-Match`` gets a 304 until a new block (or a reorg, or 
 tags (``"a", W/"b"``) and ``*`` all match. ``/api/vecs/INDEX-to-ID.csv`` (``.json``, ``.tsv``, ``.md``,
 ``.markdown``) picks the format like ``?format=``.
 CORS is open (``*``) on the read-only API; /mcp keeps the MCP core's DNS-rebinding protection.
-Errors are ``{"error": {"code", "message"}}`` with the taxonomy's HTTP status.
+Errors are ``{"error": {"code", "message"[, "details"]}}`` (``cairn.core.errors.envelope``, scrubbed) with the
+taxonomy's HTTP status.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cairn.brk.interface import Interface, normalize_format
-from cairn.core.errors import CairnError, InvalidInput
+from cairn.core.errors import CairnError, InvalidInput, envelope
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -152,7 +153,7 @@ def _need(request: Request, name: str, alias: str | None = None) -> str:
 def _error(exc: CairnError, headers: dict[str, str]) -> Response:
     from starlette.responses import Response
 
-    body = json.dumps({"error": {"code": exc.code, "message": exc.message}})
+    body = json.dumps(envelope(exc))
     return Response(body, status_code=exc.http_status, media_type="application/json", headers=headers)
 
 

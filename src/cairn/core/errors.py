@@ -2,8 +2,9 @@
 
 Services raise these; each adapter maps them by class (walking the MRO) in one table:
 the CLI turns them into an exit code and a message on stderr, HTTP into a status and the
-``{"error": {"code", "message"}}`` envelope, MCP into an ``isError`` tool result or a JSON-RPC error.
-Set ``CAIRN_RAISE_ERRORS=1`` to let the original exception propagate (debugging).
+``{"error": {"code", "message"[, "details"]}}`` envelope (:func:`envelope`), MCP into an ``isError``
+tool result carrying the same scrubbed message (:func:`public_error`) or a JSON-RPC error.
+Set ``CAIRN_RAISE_ERRORS=1`` to let the original exception propagate (debugging; :func:`raise_errors`).
 """
 
 from __future__ import annotations
@@ -129,6 +130,20 @@ ALL_ERRORS: tuple[type[CairnError], ...] = (
     TooLarge,
     Unauthorized,
 )
+
+
+def public_error(exc: CairnError) -> dict[str, Any]:
+    """``exc`` as a client may see it: ``{"code", "message"[, "details"]}`` with every string scrubbed
+    (no home directory, data roots, URL credentials or secrets). HTTP and MCP both show this."""
+    from cairn.core.sanitize import scrub_obj
+
+    body: dict[str, Any] = scrub_obj(exc.to_dict())
+    return body
+
+
+def envelope(exc: CairnError) -> dict[str, Any]:
+    """The HTTP error body every Cairn server answers with: ``{"error": public_error(exc)}``."""
+    return {"error": public_error(exc)}
 
 
 def raise_errors() -> bool:

@@ -14,7 +14,7 @@ import signal
 import sys
 from typing import Any
 
-from cairn.core.errors import InvalidInput
+from cairn.core.errors import CairnError, InvalidInput, envelope
 from cairn.core.heap import return_large_buffers
 
 SHUTDOWN_GRACE_SECONDS = 2
@@ -63,6 +63,13 @@ def host_name(header: str) -> str:
     return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
 
 
+class ForbiddenHost(CairnError):
+    """The request names a host this loopback server does not answer for (DNS rebinding protection)."""
+
+    code = "forbidden"
+    http_status = 403
+
+
 class HostGuard:
     """ASGI middleware for loopback binds: refuse (403) HTTP requests whose ``Host`` names anything but
     this machine. A web page that rebinds its own domain to 127.0.0.1 (DNS rebinding) sends its
@@ -81,8 +88,8 @@ class HostGuard:
 
                 message = (f"Host {host!r} is not allowed: this server only answers requests addressed to "
                            "localhost (DNS rebinding protection). Use http://127.0.0.1:PORT.")
-                body = json.dumps({"error": {"code": "forbidden", "message": message}}).encode()
-                await send({"type": "http.response.start", "status": 403,
+                body = json.dumps(envelope(ForbiddenHost(message))).encode()
+                await send({"type": "http.response.start", "status": ForbiddenHost.http_status,
                             "headers": [(b"content-type", b"application/json"),
                                         (b"content-length", str(len(body)).encode())]})
                 await send({"type": "http.response.body", "body": body})

@@ -2,7 +2,7 @@
 
 Routes are thin: read the JSON body (capped, content type checked), call the toolbox (which validates
 against the same declarations MCP uses), and answer JSON. Every failure, routing ones included, is one
-envelope ``{"error": {"code", "message"}}`` with the status of the error's class (400 validation, 401
+envelope ``{"error": {"code", "message"}}`` (``cairn.core.errors.envelope``) with the status of the error's class (400 validation, 401
 auth, 404 unknown tool/document/route, 405, 408 Lua timeout, 413 body too large, 415 content type,
 499 Lua call cancelled by a client that disconnected (nobody reads it),
 500 internal). Unexpected exceptions are logged to stderr with their traceback; the client only
@@ -17,7 +17,7 @@ import sys
 import traceback
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
-from cairn.core.errors import CairnError, InvalidInput, NotFound, TooLarge, Unauthorized
+from cairn.core.errors import CairnError, InvalidInput, NotFound, TooLarge, Unauthorized, envelope
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -50,12 +50,7 @@ def _dumps(data: Any) -> bytes:
 
 
 def error_body(exc: CairnError) -> bytes:
-    from cairn.core.sanitize import scrub
-
-    body: dict[str, Any] = {"code": exc.code, "message": scrub(exc.message)}
-    if exc.details:
-        body["details"] = exc.details
-    return _dumps({"error": body})
+    return _dumps(envelope(exc))
 
 
 def error_response(exc: CairnError, headers: dict[str, str] | None = None) -> "Response":

@@ -13,7 +13,7 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is kept off the stdio 
 if TYPE_CHECKING:
     from typing import Any, Callable
 
-from cairn.core.errors import CairnError, NotFound, raise_errors
+from cairn.core.errors import CairnError, NotFound, public_error, raise_errors
 from cairn.mcp import jsonrpc as rpc
 from cairn.mcp.content import ToolResult, text
 from cairn.mcp.context import ToolContext
@@ -127,7 +127,7 @@ def tools_call(session: Session, params: JSON, ctx: ToolContext) -> JSON:
     try:
         value = _await(tool.handler(args, ctx))
     except CairnError as exc:
-        return ToolResult([text(exc.message)], is_error=True).to_dict()
+        return ToolResult([text(public_error(exc)["message"])], is_error=True).to_dict()
     except Exception as exc:
         if raise_errors():  # debugging: surface the bug as a -32603 error (traceback on stderr)
             raise
