@@ -86,3 +86,14 @@ def test_bundled_mainnet_sample(tmp_path: Path, capsys: pytest.CaptureFixture[st
     result = json.loads(capsys.readouterr().out)
     assert result["height"] == 589
     assert result["tip"] == "00000000b96305605f1eb5ab800024ff3fa260deedf6005e1e3987daa11d3935"
+
+
+@pytest.mark.parametrize("name", ["BRK_OUTPUT_FORMAT", "BRK_FORMAT"])
+def test_the_format_variable_and_its_older_name(name: str, monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    for var in ("BRK_OUTPUT_FORMAT", "BRK_FORMAT"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv(name, "csv")
+    assert main(["indexes"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].count(",") >= 1 and not out.lstrip().startswith("{")

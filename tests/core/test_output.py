@@ -41,3 +41,22 @@ def test_choose_format(monkeypatch: pytest.MonkeyPatch) -> None:
     assert output.choose_format("text", "X_FMT", piped) == "text"
     with pytest.raises(InvalidInput, match="Unknown output format 'yaml'"):
         output.choose_format("yaml")
+
+
+def test_one_format_variable_pattern_and_the_older_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert [output.format_env(c) for c in ("blz", "ctx", "brk")] == [
+        "BLZ_OUTPUT_FORMAT", "CTX_OUTPUT_FORMAT", "BRK_OUTPUT_FORMAT"]
+    piped = io.StringIO()
+    for name in ("BRK_OUTPUT_FORMAT", "BRK_FORMAT"):
+        monkeypatch.delenv(name, raising=False)
+    assert output.choose_format(None, "BRK_OUTPUT_FORMAT", piped) == "json"
+    monkeypatch.setenv("BRK_FORMAT", "csv")  # the older name still works
+    assert output.choose_format(None, "BRK_OUTPUT_FORMAT", piped) == "csv"
+    monkeypatch.setenv("BRK_OUTPUT_FORMAT", "")  # empty is unset: the older name is read
+    assert output.env_format("BRK_OUTPUT_FORMAT") == "csv"
+    monkeypatch.setenv("BRK_OUTPUT_FORMAT", "md")  # the new name wins
+    assert output.choose_format(None, "BRK_OUTPUT_FORMAT", piped) == "md"
+    assert output.choose_format("tsv", "BRK_OUTPUT_FORMAT", piped) == "tsv"  # the flag wins over both
+    monkeypatch.setenv("BRK_OUTPUT_FORMAT", "yaml")
+    with pytest.raises(InvalidInput, match="Unknown output format 'yaml'"):
+        output.choose_format(None, "BRK_OUTPUT_FORMAT", piped)

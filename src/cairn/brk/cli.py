@@ -42,7 +42,7 @@ def _print(data: Any, fmt_flag: str | None) -> None:
     from cairn.core.output import choose_format, render
     from cairn.core.sanitize import scrub
 
-    print(scrub(render(data, choose_format(fmt_flag, "BRK_FORMAT"))))
+    print(scrub(render(data, choose_format(fmt_flag, "BRK_OUTPUT_FORMAT"))))
 
 
 class _StopOnSignal:
@@ -178,7 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--format", help="json, jsonl, text, csv, tsv or md (default: text on a TTY, else json)")
+        p.add_argument("--format", help="json, jsonl, text, csv, tsv or md (default: $BRK_OUTPUT_FORMAT, else text "
+                                        "on a TTY, else json)")
 
     p = sub.add_parser("index", help="index new blocks from a blocks/ directory",
                        description="Index new blocks of a node's blocks/ directory (read in place, never written). "

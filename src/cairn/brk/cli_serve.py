@@ -170,7 +170,9 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
 
 
 def _fmt(flag: str | None) -> str:
-    fmt = (flag or os.environ.get("BRK_FORMAT") or ("md" if sys.stdout.isatty() else "json")).lower()
+    from cairn.core.output import env_format
+
+    fmt = (flag or env_format("BRK_OUTPUT_FORMAT") or ("md" if sys.stdout.isatty() else "json")).lower()
     return "md" if fmt == "text" else fmt
 
 
@@ -261,7 +263,8 @@ def add_commands(sub: Any, common: Callable[[argparse.ArgumentParser], None]) ->
     p.add_argument("--from", "-f", dest="from_", help="first row (negative: from the end)")
     p.add_argument("--to", "-t", help="end row, exclusive (negative: from the end)")
     p.add_argument("--count", "-c", help="number of rows")
-    p.add_argument("--format", help="json, csv, tsv or md (default: md on a terminal, else json)")
+    p.add_argument("--format", help="json, csv, tsv or md (default: $BRK_OUTPUT_FORMAT, else md on a terminal, "
+                                    "else json)")
     p.set_defaults(func=_cmd_query)
 
     p = sub.add_parser("ids", help="vec ids, sorted, 1,000 per page")

@@ -1,7 +1,10 @@
 """Render service results for people and programs: json, jsonl, text, csv, tsv, md.
 
 Services return plain data (dicts, lists, dataclasses); adapters pick a format with
-:func:`choose_format` and print :func:`render`'s string. Tables (csv, tsv, md) take a list of
+:func:`choose_format` and print :func:`render`'s string. Each command reads its default format from
+one environment variable of one pattern, ``<COMMAND>_OUTPUT_FORMAT`` (:func:`format_env`:
+``BLZ_OUTPUT_FORMAT``, ``CTX_OUTPUT_FORMAT``, ``BRK_OUTPUT_FORMAT``); an older name (``BRK_FORMAT``)
+is still read when the new one is unset. Tables (csv, tsv, md) take a list of
 dicts (columns = keys of the first row, then any new keys in order of appearance) or a list of lists
 whose first row is the header.
 """
@@ -15,11 +18,27 @@ from typing import Any, TextIO
 
 FORMATS = ("json", "jsonl", "text", "csv", "tsv", "md")
 FORMAT_ALIASES = {"markdown": "md"}
+# Older names of the format variables, still read when the new name is unset.
+OLD_FORMAT_ENV = {"BRK_OUTPUT_FORMAT": ("BRK_FORMAT",)}
+
+
+def format_env(command: str) -> str:
+    """The variable holding ``command``'s default output format: ``BLZ_OUTPUT_FORMAT`` for ``blz``."""
+    return f"{command.upper()}_OUTPUT_FORMAT"
+
+
+def env_format(env_var: str) -> str | None:
+    """``$env_var``, else the first set older name of it, else None (empty counts as unset)."""
+    for name in (env_var, *OLD_FORMAT_ENV.get(env_var, ())):
+        value = os.environ.get(name)
+        if value:
+            return value
+    return None
 
 
 def choose_format(flag: str | None, env_var: str | None = None, stream: TextIO | None = None) -> str:
-    """The output format: the flag, else ``$env_var``, else text on a TTY and json when piped."""
-    for candidate in (flag, os.environ.get(env_var) if env_var else None):
+    """The output format: the flag, else ``$env_var`` (or an older name), else text on a TTY and json when piped."""
+    for candidate in (flag, env_format(env_var) if env_var else None):
         if candidate:
             fmt = candidate.lower()
             fmt = FORMAT_ALIASES.get(fmt, fmt)
