@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from cairn.core.errors import CairnError, InvalidInput, NotFound, envelope, public_error
+from cairn.core.errors import CairnError, InvalidInput, NotFound, envelope, public_error, raise_errors
 from cairn.core.sanitize import clear_roots, register_root
 
 HOME = os.path.expanduser("~")
@@ -87,3 +87,25 @@ def test_an_mcp_tool_error_shows_the_public_message(data_root: Any) -> None:
 
 def test_cairn_error_base_is_internal() -> None:
     assert public_error(CairnError("x")) == {"code": "internal", "message": "x"}
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    (None, False), ("", False), ("0", False), ("false", False), ("no", False), ("1", True), ("yes", True)])
+def test_one_re_raise_switch(monkeypatch: pytest.MonkeyPatch, value: str | None, expected: bool) -> None:
+    if value is None:
+        monkeypatch.delenv("CAIRN_RAISE_ERRORS", raising=False)
+    else:
+        monkeypatch.setenv("CAIRN_RAISE_ERRORS", value)
+    assert raise_errors() is expected
+
+
+def test_brk_cli_uses_the_same_switch(tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from cairn.brk.cli import main
+
+    monkeypatch.setenv("CAIRN_RAISE_ERRORS", "0")  # "0" means off, as for blz and ctx (brk re-raised on any value)
+    assert main(["status", "--out", str(tmp_path / "empty")]) == 7
+    assert "has no manifest.json" in capsys.readouterr().err
+    monkeypatch.setenv("CAIRN_RAISE_ERRORS", "1")
+    with pytest.raises(CairnError, match="has no manifest.json"):
+        main(["status", "--out", str(tmp_path / "empty")])

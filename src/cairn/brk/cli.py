@@ -25,7 +25,7 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is kept off the stdio 
 if TYPE_CHECKING:
     from typing import Any
 
-from cairn.core.errors import CairnError
+from cairn.core.errors import CairnError, raise_errors
 
 if TYPE_CHECKING:
     import argparse  # imported by build_parser; `brk mcp` starts without it
@@ -285,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         code: int = args.func(args)
         return code
     except CairnError as exc:
-        if os.environ.get("CAIRN_RAISE_ERRORS"):
+        if raise_errors():
             raise
         from cairn.core.sanitize import scrub
 
