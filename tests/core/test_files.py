@@ -75,3 +75,14 @@ def test_the_mode_is_what_open_would_give_unless_asked_for_an_owner_only_file(tm
         os.umask(umask)
     assert (tmp_path / "public").stat().st_mode & 0o777 == 0o644
     assert (tmp_path / "private").stat().st_mode & 0o777 == 0o600
+
+
+def test_only_core_files_replaces_files() -> None:
+    import cairn
+
+    src = Path(cairn.__file__).resolve().parent
+    # the one exception renames a finished git clone (a directory) into place
+    offenders = [str(p.relative_to(src)) for p in src.rglob("*.py")
+                 if p.name != "files.py" and "os.replace(" in p.read_text(encoding="utf-8")
+                 and p.name != "git.py"]
+    assert offenders == []

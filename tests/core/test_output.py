@@ -60,3 +60,35 @@ def test_one_format_variable_pattern_and_the_older_name(monkeypatch: pytest.Monk
     monkeypatch.setenv("BRK_OUTPUT_FORMAT", "yaml")
     with pytest.raises(InvalidInput, match="Unknown output format 'yaml'"):
         output.choose_format(None, "BRK_OUTPUT_FORMAT", piped)
+
+
+def test_render_columns_is_the_column_major_table() -> None:
+    cols = [[1, 2, None], ["2009-01-03", "2009-01-09", "2009-01-10"]]
+    assert output.render_columns(["n", "date"], cols, "csv") == "n,date\n1,2009-01-03\n2,2009-01-09\n,2009-01-10"
+    assert output.render_columns(["n", "date"], cols, "tsv").split("\n")[1] == "1\t2009-01-03"
+    assert output.render_columns(["n"], [[5]], "md") == "| n |\n|---|\n| 5 |"
+    assert output.render_columns(["n"], [[]], "csv") == "n\n"
+    with pytest.raises(ValueError):
+        output.render_columns(["n"], [[1]], "json")
+
+
+def test_render_takes_dataclasses_without_importing_dataclasses_for_plain_data() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys; from cairn.core import output; "
+            "print(output.render({'a': [1, {'b': None}]}, 'json')); "
+            "assert 'dataclasses' not in sys.modules and 'typing' not in sys.modules, sorted(sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"a": [1, {"b": None}]}
+
+    from dataclasses import dataclass
+
+    @dataclass
+    class Row:
+        id: str
+        n: int
+
+    assert json.loads(output.render([Row("a", 1)], "json")) == [{"id": "a", "n": 1}]
+    assert output.render(Row("a", 1), "csv") == "id,n\na,1"

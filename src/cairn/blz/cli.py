@@ -321,20 +321,10 @@ def run(argv: list[str], out: TextIO, err: TextIO) -> int:
                 break
     if fmt == "text":
         rendered = _toc_text(data, args.tree) if args.command == "toc" else _text(args.command, data)
-    elif fmt in ("json", "jsonl"):
-        # Services return plain dicts, so this is exactly cairn.core.output.render's JSON, without
-        # importing it (and dataclasses) on `blz search --json`, the path that must start fastest.
-        import json
-
-        if fmt == "json":
-            rendered = json.dumps(data, indent=2, ensure_ascii=False, default=str)
-        else:
-            rows = data if isinstance(data, list) else [data]
-            rendered = "\n".join(json.dumps(r, ensure_ascii=False, separators=(",", ":"), default=str) for r in rows)
-    else:  # csv, tsv, md (BLZ_OUTPUT_FORMAT accepts every cairn format)
+    else:  # json, jsonl, csv, tsv, md (BLZ_OUTPUT_FORMAT accepts every cairn format)
         from cairn.core.output import render
 
-        if args.command == "toc":  # one row per heading
+        if args.command == "toc" and fmt not in ("json", "jsonl"):  # one row per heading
             data = [{**e, "headingPath": " > ".join(e["headingPath"])} for e in data["entries"]]
 
         rendered = render(data, fmt)

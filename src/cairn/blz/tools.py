@@ -22,6 +22,7 @@ from cairn.blz.limits import (CONTEXT_MODES, MAX_DEPTH, MAX_LIMIT, MAX_PADDING, 
                               TOC_MAX_LIMIT, WHITELIST)
 from cairn.blz.schemas import TOC
 from cairn.core.errors import CairnError, InvalidInput, NotFound
+from cairn.core.heap import one_arena, trim_heap
 from cairn.core.paths import data_path
 from cairn.core.sanitize import register_root, scrub
 from cairn.mcp.server import Server, ToolContext
@@ -240,7 +241,7 @@ def build_server(store: Store | None = None) -> Server:
                 info = sources.add(get_store(), args["alias"], args.get("url"), force=bool(args.get("force")),
                                    exact=exact, progress=progress, guard=guard)
             finally:
-                _release_memory()
+                trim_heap()  # indexing briefly needs ~20 MB that searches never need again
         return {"alias": info["alias"], "url": info["url"], "message": info["message"],
                 "lines": info["lines"], "headings": info["headings"]}
 
@@ -364,36 +365,13 @@ def _command_operand(command: str, source: str) -> str:
     return check_alias(source)
 
 
-def _one_malloc_arena() -> None:
-    """Make glibc use one malloc arena for all threads. Requests run on worker threads; with an
-    arena per thread, freed memory (a parse's, SQLite's page cache) is spread over up to eight
-    arenas and stays resident. Measured: 2-4 MB less RSS after indexing, no latency change."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").mallopt(-8, 1)  # M_ARENA_MAX
-    except (OSError, AttributeError):  # not glibc
-        pass
-
-
-def _release_memory() -> None:
-    """Give the parse's freed memory back to the OS (glibc keeps it otherwise): this server lives
-    long, and indexing a 3 MB file briefly needs ~20 MB that searches never need again."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: nothing to do
-        pass
-
-
 def serve() -> None:
     from cairn.mcp.stdio import serve_stdio
 
     server = build_server()
 
     def after_initialize() -> None:  # not before: ctypes and the warm-up's imports would delay the reply
-        _one_malloc_arena()  # before any worker thread exists
+        one_arena()  # before any worker thread exists
         threading.Thread(target=server.warm, name="blz-warm", daemon=True).start()  # type: ignore[attr-defined]
 
     serve_stdio(server, after_first=after_initialize)

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 from cairn.core.errors import InvalidInput, NotFound, TooLarge
+from cairn.core.output import render_columns
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -162,7 +163,7 @@ class Interface:
             if len(columns) == 1:
                 return columns[0][0] if len(columns[0]) == 1 else columns[0]
             return columns
-        return render_table([v.id for v in vecs], columns, fmt)
+        return render_columns([v.id for v in vecs], columns, fmt) + "\n"
 
     # -- resolution -----------------------------------------------------------------------------------
     def resolve_index(self, name: Any) -> str:
@@ -380,18 +381,3 @@ def to_list(values: np.ndarray | list[Any], rows: int) -> list[Any]:
     return out
 
 
-def _strings(col: list[Any]) -> list[str]:
-    if None in col:
-        return ["" if v is None else str(v) for v in col]
-    return list(map(str, col))
-
-
-def render_table(ids: list[str], columns: list[list[Any]], fmt: str) -> str:
-    """csv / tsv / md: a header row of ids, then one row per index position."""
-    rows = zip(*[_strings(col) for col in columns])
-    if fmt == "md":
-        lines = ["| " + " | ".join(ids) + " |", "|" + "|".join("---" for _ in ids) + "|"]
-        lines += ["| " + " | ".join(r) + " |" for r in rows]
-        return "\n".join(lines) + "\n"
-    sep = "," if fmt == "csv" else "\t"
-    return sep.join(ids) + "\n" + "\n".join(map(sep.join, rows)) + "\n"

@@ -29,6 +29,21 @@ def return_large_buffers() -> None:
         pass
 
 
+def one_arena() -> None:
+    """Make glibc use one malloc arena for all threads (servers only, before any worker thread exists).
+
+    Requests run on worker threads; with an arena per thread, freed memory (a parse's, SQLite's page
+    cache) is spread over up to eight arenas and stays resident. Measured on ``blz mcp``: 2-4 MB less
+    RSS after indexing, no latency change.
+    """
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").mallopt(-8, 1)  # M_ARENA_MAX
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
 _trim: Any = None
 _last_trim = 0.0
 
@@ -36,9 +51,10 @@ _last_trim = 0.0
 def trim_heap(min_interval: float = 0.0) -> None:
     """Hand free heap memory back to the OS now (glibc ``malloc_trim``; a no-op elsewhere).
 
-    Freed small blocks from a burst of large work (a 10 MB message parsed into thousands of objects)
-    sit in the heap, fragmented across threads' arenas, and stay resident; servers call this after
-    such bursts. It costs well under a millisecond on these heaps.
+    Freed small blocks from a burst of large work (a 10 MB message parsed into thousands of objects,
+    indexing a 3 MB llms.txt that briefly needs ~20 MB) sit in the heap, fragmented across threads'
+    arenas, and stay resident; servers call this after such bursts. It costs well under a
+    millisecond on these heaps.
 
     :param min_interval: skip the trim when the last one was less than this many seconds ago.
     """

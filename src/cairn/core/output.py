@@ -14,7 +14,10 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any, TextIO
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: `blz search --json` renders without importing typing
+if TYPE_CHECKING:
+    from typing import Any, TextIO
 
 FORMATS = ("json", "jsonl", "text", "csv", "tsv", "md")
 FORMAT_ALIASES = {"markdown": "md"}
@@ -54,9 +57,9 @@ def choose_format(flag: str | None, env_var: str | None = None, stream: TextIO |
 
 def plain(value: Any) -> Any:
     """Dataclasses (recursively) as dicts; everything else unchanged."""
-    import dataclasses  # 6 ms at import: kept off the CLI's start-up path
+    if hasattr(type(value), "__dataclass_fields__"):  # dataclasses.is_dataclass, without importing it
+        import dataclasses  # 6 ms at import: paid only by a caller that has dataclasses already
 
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
     if isinstance(value, list):
         return [plain(v) for v in value]
@@ -138,6 +141,28 @@ def _delimited(header: list[str], rows: list[list[Any]], sep: str) -> str:
     writer.writerow(header)
     writer.writerows([[_scalar(v) for v in r] for r in rows])
     return buf.getvalue().rstrip("\n")
+
+
+def render_columns(header: list[str], columns: list[list[Any]], fmt: str) -> str:
+    """csv, tsv or md of column-major data (one list per column, e.g. brk's vecs): a header row, then
+    one row per position; no trailing newline. The fast path for large numeric tables: values are
+    written with ``str`` (None as empty), without quoting or escaping, so they must not hold the
+    separator (numbers, dates and ids do not)."""
+    rows = zip(*[_strings(col) for col in columns])
+    if fmt == "md":
+        lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+        lines += ["| " + " | ".join(r) + " |" for r in rows]
+        return "\n".join(lines)
+    if fmt not in ("csv", "tsv"):
+        raise ValueError(f"unknown table format {fmt!r}")
+    sep = "," if fmt == "csv" else "\t"
+    return sep.join(header) + "\n" + "\n".join(map(sep.join, rows))
+
+
+def _strings(col: list[Any]) -> list[str]:
+    if None in col:
+        return ["" if v is None else str(v) for v in col]
+    return list(map(str, col))
 
 
 def _markdown(header: list[str], rows: list[list[Any]]) -> str:
