@@ -159,3 +159,33 @@ def test_effective_config_round_trips_through_toml(tmp_path: Path, monkeypatch: 
     c = cfg.load(config_file(tmp_path, cfg.STARTER))
     again = cfg.parse(tomllib.loads(cfg.to_toml(cfg.effective(c))), c.path)
     assert again == c
+
+
+def test_the_embedding_section_is_the_providers_one_settings_type(tmp_path: Path) -> None:
+    import dataclasses
+
+    from cairn.search.embed import EmbeddingSettings
+
+    c = cfg.load(config_file(tmp_path, """
+[embedding]
+provider = "ollama"
+model = "nomic"
+dims = 16
+url = "http://127.0.0.1:9"
+api_key_env = "MY_KEY"
+timeout = 2.5
+"""))
+    assert type(c.embedding) is EmbeddingSettings  # handed to embed.create as it is, not copied field by field
+    assert c.embedding == EmbeddingSettings("ollama", "nomic", 16, 256, "http://127.0.0.1:9", "MY_KEY", 2.5)
+    # every field is a key of [embedding], and the defaults are the documented ones
+    assert [f.name for f in dataclasses.fields(EmbeddingSettings)] == [
+        "provider", "model", "dims", "batch_size", "url", "api_key_env", "timeout"]
+    assert cfg.load(config_file(tmp_path, "")).embedding == EmbeddingSettings()
+
+
+def test_init_starter_config_is_owner_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CTX_CONFIG", raising=False)
+    init(None)
+    assert (tmp_path / "config" / "ctx.toml").stat().st_mode & 0o777 == 0o600  # as before the atomic-write helper
+    assert not [p.name for p in (tmp_path / "config").iterdir() if p.name.startswith(".tmp-")]

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cairn.core.errors import InvalidInput, NotFound
+from cairn.search.embed import EmbeddingSettings
 
 KeyPath = tuple[str | int, ...]  # ("connectors", "git", "kb", "url"); an int indexes a list
 
@@ -46,17 +47,6 @@ class RetrievalConfig:
     # rrf measured better than the reference's min-max blend on tests/ctx/test_quality.py
     # (recall@5 0.91 vs 0.82 at alpha 0.6, equal MRR); "minmax" restores the reference's behaviour.
     fusion: str = "rrf"
-
-
-@dataclass(frozen=True)
-class EmbeddingConfig:
-    provider: str = "disabled"
-    model: str = ""
-    dims: int = 0
-    batch_size: int = 256
-    url: str = ""
-    api_key_env: str = ""
-    timeout: float = 30.0
 
 
 LOOPBACK_ORIGINS = ("http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*")
@@ -101,7 +91,7 @@ class Config:
     db: DbConfig
     chunking: ChunkingConfig = ChunkingConfig()
     retrieval: RetrievalConfig = RetrievalConfig()
-    embedding: EmbeddingConfig = EmbeddingConfig()
+    embedding: EmbeddingSettings = EmbeddingSettings()
     server: ServerConfig = ServerConfig()
     connectors: list[ConnectorConfig] = field(default_factory=list)
     tools: list[ToolConfig] = field(default_factory=list)
@@ -332,11 +322,11 @@ def _parse(data: dict[str, Any], file: Path, templated: dict[KeyPath, str]) -> C
 
     r = _Reader(file, "embedding", data.get("embedding", {}))
     r.check_keys(["provider", "model", "dims", "batch_size", "url", "api_key_env", "timeout"])
-    embedding = EmbeddingConfig(
+    embedding = EmbeddingSettings(
         provider=r.text("provider", "disabled", ("disabled", "local", "openai", "ollama")),
         model=r.text("model", ""),
         dims=r.int("dims", 0, lo=0, hi=65_536),
-        batch_size=r.int("batch_size", EmbeddingConfig.batch_size, lo=1, hi=10_000),
+        batch_size=r.int("batch_size", EmbeddingSettings.batch_size, lo=1, hi=10_000),
         url=r.text("url", ""),
         api_key_env=r.text("api_key_env", ""),
         timeout=r.float("timeout", 30.0, 0.1, 3600.0),

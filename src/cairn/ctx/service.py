@@ -190,10 +190,7 @@ class Service:
         if self._embedder is None:
             from cairn.search import embed
 
-            e = self.config.embedding
-            self._embedder = embed.create(
-                embed.EmbeddingSettings(e.provider, e.model, e.dims, e.batch_size, e.url, e.api_key_env, e.timeout)
-            )
+            self._embedder = embed.create(self.config.embedding)
         return self._embedder
 
     # ---- sources -----------------------------------------------------------------------------

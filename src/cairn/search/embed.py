@@ -12,7 +12,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from cairn.core.errors import CairnError, InvalidInput, NetworkError, Timeout, TooLarge
@@ -33,16 +33,16 @@ class EmbeddingsDisabled(InvalidInput):
 
 @dataclass(frozen=True)
 class EmbeddingSettings:
-    """What a provider needs; mirrors the ``[embedding]`` config section."""
+    """What a provider needs: the ``[embedding]`` section of ``ctx.toml`` as ``cairn.ctx.config`` reads it
+    (``Config.embedding`` is one of these), so a config is handed to :func:`create` as it is."""
 
-    provider: str = "disabled"
+    provider: str = "disabled"  # disabled, local, openai or ollama
     model: str = ""
     dims: int = 0
-    batch_size: int = 64
+    batch_size: int = 256  # texts per request (or per local batch)
     url: str = ""
-    api_key_env: str = ""
-    timeout: float = 30.0
-    extra: dict[str, Any] = field(default_factory=dict)
+    api_key_env: str = ""  # the environment variable holding the API key (never the key itself)
+    timeout: float = 30.0  # seconds per request
 
 
 class Embedder(Protocol):
