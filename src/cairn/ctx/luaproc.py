@@ -44,6 +44,9 @@ ORPHAN_CHECK = 0.5  # seconds between a worker's checks that its parent is still
 MAX_FRAME = 1 << 30
 _HEADER = struct.Struct(">I")
 _ERRORS = {cls.__name__: cls for cls in ALL_ERRORS}
+# What a worker runs for each job, named rather than imported: ``cairn.ctx.scripts`` builds on the pool
+# (it imports this module), so this module only names it and the worker process imports it.
+JOB_RUNNER = "cairn.ctx.scripts:run_job"
 
 Callback = Callable[[str, list[Any]], Any]
 CancelCheck = Callable[[], bool]
@@ -67,7 +70,8 @@ class _WorkerGone(Exception):
 class _Worker:
     def __init__(self) -> None:
         root = str(Path(__file__).resolve().parents[2])  # the directory holding the cairn package
-        code = f"import sys; sys.path.insert(0, {root!r}); from cairn.ctx.luaproc import worker_main; worker_main()"
+        code = (f"import sys; sys.path.insert(0, {root!r}); from cairn.ctx.luaproc import worker_main; "
+                f"worker_main({JOB_RUNNER!r})")
         self.proc = subprocess.Popen([sys.executable, "-I", "-c", code], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=None, bufsize=0, close_fds=True)
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -315,8 +319,9 @@ def _rebuild(error: Any, label: str) -> Exception:
 # ---- the worker -----------------------------------------------------------------------------------
 
 
-def worker_main() -> None:
-    """A worker's loop: read a job, run it, answer; exit when the parent closes the pipe or dies."""
+def worker_main(runner: str = JOB_RUNNER) -> None:
+    """A worker's loop: read a job, run it with ``runner`` (``module:function``), answer; exit when the
+    parent closes the pipe or dies."""
     channel = os.dup(1)
     os.dup2(2, 1)  # anything printed by mistake goes to stderr, never into the channel
     sys.stdout = sys.stderr
@@ -329,7 +334,10 @@ def worker_main() -> None:
                 os._exit(0)
 
     threading.Thread(target=watch, daemon=True, name="ctx-lua-orphan-check").start()
-    from cairn.ctx import scripts
+    import importlib
+
+    module, _, function = runner.partition(":")
+    run_job = getattr(importlib.import_module(module), function)
 
     reader = _Reader(0)
     send = _sender(channel)
@@ -354,7 +362,7 @@ def worker_main() -> None:
             raise err if isinstance(err, CairnError) else ExtensionError(str(err))
 
         try:
-            value = scripts.run_job(job, call)
+            value = run_job(job, call)
             done: dict[str, Any] = {"ok": True, "value": value}
         except CairnError as exc:
             done = {"ok": False, "error": _describe(exc)}

@@ -21,7 +21,7 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from cairn.core.errors import ExtensionError, InvalidInput, NetworkError
 from cairn.ctx.lua import Sandbox, log_line, read_script, wrap_host
@@ -29,9 +29,21 @@ from cairn.ctx.lua import Sandbox, log_line, read_script, wrap_host
 if TYPE_CHECKING:
     from cairn.ctx.config import ToolConfig
     from cairn.ctx.luaproc import CancelCheck, LuaPool
-    from cairn.ctx.service import Service
 
 Call = Callable[[str, list[Any]], Any]  # a context.* function run by the process that owns the knowledge base
+
+
+class KnowledgeBase(Protocol):
+    """What ``context.search/get/sources`` need: ``cairn.ctx.service.Service`` (named by its shape, not
+    imported, so that the service may depend on scripts' callers without an import cycle)."""
+
+    def search(self, query: str, mode: str = "keyword", *, source: str | list[str] | None = None,
+               since: str | int | None = None, until: str | int | None = None,
+               limit: int | None = None) -> list[Any]: ...
+
+    def get(self, id: str) -> Any: ...
+
+    def sources(self) -> list[Any]: ...
 
 PARAM_TYPES = {"string": "string", "number": "number", "integer": "integer", "boolean": "boolean",
                "array": "array", "object": "object"}
@@ -254,7 +266,7 @@ def declare_tool(tc: "ToolConfig", pool: "LuaPool") -> LuaTool:
                    source=source)
 
 
-def run_tool(tool: LuaTool, params: dict[str, Any], service: "Service", pool: "LuaPool",
+def run_tool(tool: LuaTool, params: dict[str, Any], service: KnowledgeBase, pool: "LuaPool",
              cancelled: "CancelCheck | None" = None) -> Any:
     """``tool.execute(params, context)`` in a fresh sandbox in a worker; params were validated by the caller.
     Once ``cancelled()`` is true the worker is killed and ``luaproc.Cancelled`` raised."""
@@ -270,7 +282,7 @@ def run_tool(tool: LuaTool, params: dict[str, Any], service: "Service", pool: "L
                     cancelled=cancelled)
 
 
-def service_call(service: "Service") -> Call:
+def service_call(service: KnowledgeBase) -> Call:
     """``context.search/get/sources`` against ``service``, with plain (JSON-ready) arguments and results."""
 
     def call(name: str, args: list[Any]) -> Any:

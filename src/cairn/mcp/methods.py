@@ -19,6 +19,7 @@ from cairn.mcp.content import ToolResult, text
 from cairn.mcp.context import ToolContext
 from cairn.mcp.jsonrpc import JSON, RpcError
 from cairn.mcp.schema import SchemaError, validate
+from cairn.mcp.versions import LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS
 
 if TYPE_CHECKING:
     from cairn.mcp.session import Session
@@ -39,8 +40,6 @@ def _await(value: Any) -> Any:
 
 
 def initialize(session: Session, params: JSON, ctx: ToolContext) -> JSON:
-    from cairn.mcp.server import LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS
-
     requested = params.get("protocolVersion")
     if not isinstance(requested, str):
         raise RpcError(rpc.INVALID_PARAMS, 'Invalid params: initialize needs "protocolVersion" (a string)')

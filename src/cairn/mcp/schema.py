@@ -39,10 +39,6 @@ def validate(instance: Any, schema: Schema, root: str = "") -> None:
         raise error
 
 
-def is_valid(instance: Any, schema: Schema) -> bool:
-    return _check(instance, schema, "", schema if isinstance(schema, dict) else {}) is None
-
-
 def type_name(value: Any) -> str:
     """The JSON type of a Python value, as a schema would name it."""
     if value is None:

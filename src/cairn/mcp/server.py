@@ -22,9 +22,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Server", "ToolContext", "ToolResult", "Tool", "Resource", "ResourceTemplate", "Prompt"]
 
-LATEST_PROTOCOL_VERSION = "2025-11-25"
-SUPPORTED_PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
-
 if TYPE_CHECKING:
     ToolHandler = Callable[[dict[str, Any], ToolContext], Any]
 else:  # run time: no typing import

@@ -20,6 +20,7 @@ from cairn.mcp import jsonrpc as rpc
 from cairn.mcp.context import Sender, ToolContext
 from cairn.mcp.jsonrpc import JSON, RpcError
 from cairn.mcp.methods import LEVELS, METHODS
+from cairn.mcp.versions import LATEST_PROTOCOL_VERSION
 
 if TYPE_CHECKING:
     from cairn.mcp.server import Server
@@ -52,8 +53,6 @@ class Session:
     """Protocol state of one client connection (stdio process, HTTP session, or one stateless POST)."""
 
     def __init__(self, server: Server, *, stateless: bool = False, send: Sender | None = None) -> None:
-        from cairn.mcp.server import LATEST_PROTOCOL_VERSION
-
         self.server = server
         self.stateless = stateless
         self.initialized = stateless

@@ -15,7 +15,7 @@ from pathlib import Path
 from cairn.core.errors import NotFound
 from cairn.ctx.chunk import title_of
 from cairn.ctx.config import ConnectorConfig
-from cairn.ctx.connectors import Entry, Item, Matcher, decode, register
+from cairn.ctx.connectors.base import Entry, Item, Matcher, decode, register
 
 
 class FilesystemConnector:

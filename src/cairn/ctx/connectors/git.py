@@ -20,7 +20,7 @@ from cairn.core.paths import cache_dir
 from cairn.core.sanitize import scrub
 from cairn.ctx.chunk import title_of
 from cairn.ctx.config import ConnectorConfig
-from cairn.ctx.connectors import Entry, Item, Matcher, decode, register
+from cairn.ctx.connectors.base import Entry, Item, Matcher, decode, register
 
 GIT_TIMEOUT = 600.0
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from cairn.core.errors import ExtensionError
 from cairn.ctx.config import ConnectorConfig
-from cairn.ctx.connectors import Entry, Item, register
+from cairn.ctx.connectors.base import Entry, Item, register
 
 ITEM_KEYS = ("source_id", "body", "title", "author", "source_url", "updated_at", "metadata")
 
@@ -68,7 +68,7 @@ def to_item(value: Any, index: int, source: str) -> Item:
     updated = value.get("updated_at")
     if updated is not None:
         from cairn.core.errors import InvalidInput
-        from cairn.ctx.service import parse_time
+        from cairn.ctx.times import parse_time
 
         try:
             updated = parse_time(updated if isinstance(updated, (str, int)) and not isinstance(updated, bool) else repr(updated),
