@@ -85,12 +85,6 @@ def decode_lines(data: bytes) -> list[str]:
     return lines
 
 
-def count_lines(data: bytes) -> int:
-    """``len(decode_lines(data))`` without building the lines."""
-    n = data.count(b"\n")
-    return n if n and data.endswith(b"\n") else n + 1
-
-
 def clean_heading(raw: str) -> str:
     text = _ANCHOR.sub("", raw.rstrip("\r")).strip()
     return text

@@ -1,4 +1,8 @@
-"""JSON Schemas of blz's outputs (``blz schema``), shared by the MCP tools' output schemas."""
+"""JSON Schemas of the JSON that ``blz`` commands print (``blz schema [NAME]``, ``run-command schema``).
+
+``toc`` is also the MCP ``toc`` tool's ``outputSchema`` (the only blz tool that declares one); ``error`` is
+the shape of Cairn's error envelope (``cairn.core.errors.envelope``), for clients of every server.
+"""
 
 from __future__ import annotations
 

@@ -77,7 +77,7 @@ def sha256_hex(data: bytes) -> str:
 
 
 def file_digest(path: Path) -> tuple[str, int]:
-    """SHA-256 (hex) and line count (as :func:`cairn.blz.llmstxt.count_lines` counts) of the file at
+    """SHA-256 (hex) and line count (as ``len(cairn.blz.llmstxt.decode_lines(data))`` counts) of the file at
     ``path``, read in 1 MiB chunks: never the whole file in memory. Raises OSError."""
     digest = _sha256()()
     newlines, last = 0, b""

@@ -88,7 +88,6 @@ SPECS: list[VecSpec] = [
     VecSpec("blockpos_to_offset", "blockpos", "<u8"),
     VecSpec("blockpos_to_length", "blockpos", "<u4"),
 ]
-CHAIN_INDEXES = ("height", "txindex", "inputindex", "outputindex")
 
 
 @dataclass

@@ -114,9 +114,7 @@ class Unauthorized(CairnError):
     jsonrpc_code = -32600
 
 
-EXIT_OK = 0
-EXIT_INTERNAL = 1
-EXIT_USAGE = 2  # argparse uses 2 for usage errors too; invalid input shares it deliberately
+EXIT_INTERNAL = 1  # an unexpected error; argparse's usage errors exit 2, like InvalidInput, deliberately
 
 ALL_ERRORS: tuple[type[CairnError], ...] = (
     CairnError,

@@ -3,7 +3,7 @@
 * timeouts: ``connect`` seconds to connect, ``timeout`` seconds for the whole download;
 * redirects followed (at most ``MAX_REDIRECTS``), the final URL reported;
 * conditional requests: pass the ``etag`` / ``last_modified`` of the copy you hold and a
-  ``304 Not Modified`` comes back as ``FetchResult(not_modified=True, body=None)``;
+  ``304 Not Modified`` comes back as a ``FetchResult`` with ``status=304`` (``not_modified``) and ``body=None``;
 * streaming with a size cap: a download larger than ``max_bytes`` stops early with ``TooLarge``;
 * local files are opened once and read from that descriptor only;
 * ``guard`` (:class:`cairn.core.guard.Guard`, for untrusted callers): files only inside its folders,

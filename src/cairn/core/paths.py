@@ -40,15 +40,6 @@ def data_dir(app: str, override_env: str | None = None) -> Path:
     return Path(data_path(app, override_env))
 
 
-def config_dir(app: str, override_env: str | None = None) -> Path:
-    """Where ``app`` reads its config: ``$<override_env>``, else ``$XDG_CONFIG_HOME/<app>``."""
-    from pathlib import Path
-
-    if override_env and os.environ.get(override_env):
-        return Path(os.environ[override_env]).expanduser()
-    return _xdg("XDG_CONFIG_HOME", ".config") / app
-
-
 def cache_dir(app: str, override_env: str | None = None) -> Path:
     """Where ``app`` keeps re-creatable caches: ``$<override_env>``, else ``$XDG_CACHE_HOME/<app>``."""
     from pathlib import Path

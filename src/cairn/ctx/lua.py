@@ -625,9 +625,6 @@ def read_script(path: Path, label: str) -> str:
     return data.decode("utf-8", "replace")
 
 
-HostFactory = Callable[[Sandbox], dict[str, Any]]
-
-
 def wrap_host(sandbox: Sandbox, fn: Callable[..., Any]) -> Any:
     """A host function for Lua: Lua arguments in, Lua values out; a CairnError becomes a Lua error
     carrying its message (a string, so scripts can ``pcall`` it and print it)."""

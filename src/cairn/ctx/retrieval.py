@@ -57,11 +57,6 @@ def _or(terms_: list[str]) -> str | None:
     return fts_match(" ".join('"' + t.replace('"', " ") + '"' for t in terms_), operator="OR") if terms_ else None
 
 
-def keyword_query(text: str) -> str | None:
-    """The FTS5 query for ``text``: its terms OR-ed (BM25 rewards chunks that hold more of them)."""
-    return _or(keyword_terms(text))
-
-
 def _count(store: Store, match: str, cap: int) -> int:
     row = store.db.execute(
         "SELECT count(*) FROM (SELECT 1 FROM chunks_fts WHERE chunks_fts MATCH ? LIMIT ?)", (match, cap + 1)

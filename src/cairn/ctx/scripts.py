@@ -47,7 +47,6 @@ class KnowledgeBase(Protocol):
 
 PARAM_TYPES = {"string": "string", "number": "number", "integer": "integer", "boolean": "boolean",
                "array": "array", "object": "object"}
-RESERVED_KEYS = ("allow_hosts", "allow_env")
 MAX_HTTP_BODY = 8 << 20
 DEFAULT_HTTP_TIMEOUT = 10.0
 MAX_JSON_TEXT = 8 << 20

@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     from cairn.ctx.scripts import LuaTool
     from cairn.ctx.service import Service
 
-BUILTIN = ("search", "get", "sources")
 _SOURCE = {
     "anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
     "description": "only these sources: `type:name`, a connector type, or a connector name",
