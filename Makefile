@@ -50,8 +50,9 @@ test-random: $(STAMP) $(NODE_STAMP) browser
 	@echo "random order seed: $(SEED) (make test-random SEED=$(SEED) repeats this order)"
 	$(PY) -m pytest -q --random-order-bucket=global --random-order-seed=$(SEED)
 
+# Strict mypy over the package and the tests (settings in pyproject.toml [tool.mypy]).
 typecheck: $(STAMP)
-	$(PY) -m mypy src/cairn
+	$(PY) -m mypy src/cairn tests
 
 stress: $(STAMP) $(NODE_STAMP)
 	CAIRN_STRESS=1 $(PY) -m pytest -q -m "not node" tests

@@ -74,3 +74,16 @@ def test_a_skip_for_missing_data_fails_the_run(tmp_path: Path) -> None:
     assert res.returncode == 1, out
     assert "1 failed, 1 passed, 1 skipped, 2 errors" in out, out  # a skipif fails at setup: an error
     assert out.count("skipped for missing test data") >= 3 and "SKIPPED [1] test_run.py" in out, out
+
+
+def test_the_tests_are_type_checked_strictly_too() -> None:
+    """Issue 14: `make typecheck` (and so `make test`) runs strict mypy over tests/ as well as src/cairn,
+    and no test module is exempt from strictness."""
+    makefile = (REPO / "Makefile").read_text()
+    rule = makefile[makefile.index("\ntypecheck:"):].split("\n\n")[0]
+    assert re.search(r"-m mypy src/cairn tests\b", rule), rule
+    pyproject = (REPO / "pyproject.toml").read_text()
+    mypy = pyproject[pyproject.index("[tool.mypy]"):]
+    assert "strict = true" in mypy
+    overridden = re.findall(r"module = \[([^\]]*)\]", mypy)
+    assert not [m for m in overridden if "tests" in m], overridden  # third-party stubs only

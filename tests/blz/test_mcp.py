@@ -45,10 +45,10 @@ def data(res: t.CallToolResult) -> Any:
 
 async def exercise(params: StdioServerParameters, http: DocServer, secret: str) -> list[Any]:
     seen: list[Any] = []
-    progress: list[tuple[float, float | None, str | None]] = []
+    reports: list[tuple[float, float | None, str | None]] = []
 
-    async def on_progress(p: float, total: float | None, message: str | None) -> None:
-        progress.append((p, total, message))
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        reports.append((progress, total, message))
 
     async with Client(params, cache=None) as client:
         assert client.server_info is not None and client.server_info.name == "blz"
@@ -94,7 +94,7 @@ async def exercise(params: StdioServerParameters, http: DocServer, secret: str) 
         added = data(await client.call_tool("source-add", {"alias": "lib", "url": http.url("/lib/llms.txt")},
                                             progress_callback=on_progress))
         assert added["url"] == http.url("/lib/llms-full.txt") and added["message"].startswith("Added lib (2 headings, 5 lines) in ")
-        assert progress and progress[-1][0] == len(http.files["/lib/llms-full.txt"])
+        assert reports and reports[-1][0] == len(http.files["/lib/llms-full.txt"])
         assert data(await client.call_tool("find", {"query": "npm", "source": "lib"}))["hits"][0]["alias"] == "lib"
         dup = await client.call_tool("source-add", {"alias": "lib", "url": http.url("/lib/llms.txt")})
         assert dup.is_error and "already exists" in dup.content[0].text  # type: ignore[union-attr]

@@ -106,9 +106,9 @@ def test_text_and_tree_rendering(lib: Path) -> None:
     # JSON with --tree nests the page's entries; jsonl and the text stay flat.
     nested = toc("lib", "--tree", "-n", "5")
     assert nested["tree"] is True and len(nested["entries"]) == 1
-    lib = nested["entries"][0]
-    assert [c["text"] for c in lib["children"]] == ["Install", "Hooks"]
-    assert [c["text"] for c in lib["children"][0]["children"]] == ["npm", "yarn"] and lib["children"][1]["children"] == []
+    top = nested["entries"][0]
+    assert [c["text"] for c in top["children"]] == ["Install", "Hooks"]
+    assert [c["text"] for c in top["children"][0]["children"]] == ["npm", "yarn"] and top["children"][1]["children"] == []
     code, out, _ = blz("toc", "lib", "--tree", "--jsonl", "-n", "3")
     assert [json.loads(x)["text"] for x in out.splitlines()] == ["Lib", "Install", "npm"]
     code, out, _ = blz("toc", "lib", "-f", "zebra", "--text")

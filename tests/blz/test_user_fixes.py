@@ -243,5 +243,5 @@ def test_docs_and_help_describe_the_fixes(data_root: Path) -> None:
     assert all(f"`{name}`" in row for name in props)
     assert "`llms-full.txt`, then `llms.txt`, then `llms-small.txt`" in doc
     assert '"status": "repaired"' in doc
-    help_text = build_parser()._subparsers._group_actions[0].choices["add"].format_help()  # type: ignore[union-attr]
+    help_text = build_parser()._subparsers._group_actions[0].choices["add"].format_help()  # type: ignore[union-attr,index]
     assert "llms-small.txt" in help_text and "--exact" in help_text

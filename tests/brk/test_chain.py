@@ -48,7 +48,8 @@ def test_orphans_without_genesis_are_ignored() -> None:
 
 
 def test_long_chain_no_recursion_limit() -> None:
-    edges = [("0", None, EASY)] + [(str(i), str(i - 1), EASY) for i in range(1, 5000)]
+    edges: list[tuple[str, str | None, int]] = [("0", None, EASY)]
+    edges += [(str(i), str(i - 1), EASY) for i in range(1, 5000)]
     assert len(best_chain(_headers(edges))) == 5000
 
 

@@ -42,9 +42,9 @@ def q(out: Path) -> Interface:
 def test_exact_values(q: Interface) -> None:
     assert q.get_vecs(index="date", ids="date", to=2) == ["2009-01-03", "2009-01-09"]
     assert q.get_vecs(index="date", ids="block_count", to=2) == [1, 14]  # blocks on 2009-01-03 and 2009-01-09
-    assert q.get_vecs(index="date", ids="block_count_cumulative", **{"from": -1}) == 590
-    assert q.get_vecs(index="height", ids="supply", **{"from": 589}) == 29_500 * BTC
-    assert q.get_vecs(index="height", ids="supply_btc", **{"from": -1}) == 29_500.0
+    assert q.get_vecs({"from": -1}, index="date", ids="block_count_cumulative") == 590
+    assert q.get_vecs({"from": 589}, index="height", ids="supply") == 29_500 * BTC
+    assert q.get_vecs({"from": -1}, index="height", ids="supply_btc") == 29_500.0
     coinbase = q.get_vecs(index="height", ids="coinbase")
     assert len(coinbase) == 590 and sum(coinbase) == 29_500 * BTC
     assert q.get_vecs(index="decade", ids="supply_btc") == 29_500.0

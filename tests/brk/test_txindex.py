@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -116,7 +117,7 @@ def test_up_to_date_open_rebuilds_nothing(tmp_path: Path) -> None:
     inserted: list[int] = []
     original = TxIndex.insert
 
-    def spy(self: TxIndex, first: int, txids: list[bytes]) -> None:
+    def spy(self: TxIndex, first: int, txids: Sequence[bytes]) -> None:
         inserted.append(len(txids))
         original(self, first, txids)
 

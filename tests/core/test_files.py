@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from cairn.core import files
 from cairn.core.files import TEMP_PREFIX, atomic_file, write_atomic
 
 
@@ -53,8 +52,8 @@ def test_the_rule_fsyncs_the_file_then_the_directory_after_the_rename(tmp_path: 
         calls.append("replace")
         real_replace(src, dst)
 
-    monkeypatch.setattr(files.os, "fsync", fsync)
-    monkeypatch.setattr(files.os, "replace", replace)
+    monkeypatch.setattr(os, "fsync", fsync)  # cairn.core.files calls os.fsync / os.replace
+    monkeypatch.setattr(os, "replace", replace)
     write_atomic(tmp_path / "a", b"x")
     if os.path.isdir("/proc/self/fd"):
         assert calls == ["fsync-file", "replace", "fsync-dir"]

@@ -63,7 +63,7 @@ def test_one_format_variable_pattern_and_the_older_name(monkeypatch: pytest.Monk
 
 
 def test_render_columns_is_the_column_major_table() -> None:
-    cols = [[1, 2, None], ["2009-01-03", "2009-01-09", "2009-01-10"]]
+    cols: list[list[object]] = [[1, 2, None], ["2009-01-03", "2009-01-09", "2009-01-10"]]
     assert output.render_columns(["n", "date"], cols, "csv") == "n,date\n1,2009-01-03\n2,2009-01-09\n,2009-01-10"
     assert output.render_columns(["n", "date"], cols, "tsv").split("\n")[1] == "1\t2009-01-03"
     assert output.render_columns(["n"], [[5]], "md") == "| n |\n|---|\n| 5 |"

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ..mcp._http import free_port, serving as _serving
+from ..mcp._http import free_port as free_port  # re-exported for the ctx tests
+from ..mcp._http import serving as _serving
 
 GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
 

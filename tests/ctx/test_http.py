@@ -19,6 +19,7 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
+from cairn.core.errors import InvalidInput
 from cairn.ctx import config
 from cairn.ctx.http import create_app
 
@@ -247,7 +248,7 @@ def test_cors_origins_config_is_validated(tmp_path: Path) -> None:
     assert config.load(cfg).server.cors_origins == ("http://localhost:*", "https://app.example", "*")
     assert config.load(_toml(tmp_path, "")).server.cors_origins == config.LOOPBACK_ORIGINS
     for bad in ('"https://app.example/"', '"app.example"', '"https://a.example/path"', '"https://a.example:port"', '""'):
-        with pytest.raises(config.InvalidInput, match="cors_origins"):
+        with pytest.raises(InvalidInput, match="cors_origins"):
             config.load(_toml(tmp_path, f"[server]\ncors_origins = [{bad}]\n"))
 
 

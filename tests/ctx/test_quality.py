@@ -7,6 +7,7 @@ The corpus is two llms-full files of the test data (tests/data/llms) cut into th
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -94,14 +95,14 @@ def recall_at_5(svc: Service, mode: str) -> tuple[float, list[str]]:
 
 
 @pytest.mark.parametrize("mode", ["keyword", "semantic", "hybrid"])
-def test_recall_at_5(kb: Service, mode: str, record_property: pytest.RecordProperty) -> None:
+def test_recall_at_5(kb: Service, mode: str, record_property: Callable[[str, object], None]) -> None:
     recall, misses = recall_at_5(kb, mode)
     record_property(f"recall@5_{mode}", recall)
     print(f"\nrecall@5 {mode}: {recall:.2f} ({len(QUESTIONS)} questions)")
     assert recall >= FLOORS[mode], "\n".join(misses)
 
 
-def test_reference_minmax_fusion_still_available(kb: Service, record_property: pytest.RecordProperty) -> None:
+def test_reference_minmax_fusion_still_available(kb: Service, record_property: Callable[[str, object], None]) -> None:
     import dataclasses
 
     original = kb.config

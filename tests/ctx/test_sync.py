@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -177,11 +178,15 @@ def test_extension_point_registers_a_connector_type(tmp_path: Path, docs_tree: P
         def __init__(self, config: ConnectorConfig) -> None:
             self.config = config
 
-        def scan(self):  # type: ignore[no-untyped-def]
+        def scan(self) -> Iterator[Entry]:
             for i in range(3):
                 item = Item(source_id=f"T-{i}", body=f"ticket {i} about printers", title=f"Ticket {i}",
                             author="bot", source_url=f"https://user:pw@tickets.example.org/T-{i}", updated_at=1700000000)
-                yield Entry(item.source_id, str(hash(item.body)), lambda item=item: item)
+
+                def load(it: Item = item) -> Item:
+                    return it
+
+                yield Entry(item.source_id, str(hash(item.body)), load)
 
     connectors.register("script", Static)
     try:
@@ -193,4 +198,6 @@ def test_extension_point_registers_a_connector_type(tmp_path: Path, docs_tree: P
         assert hits[0].source_url == "https://***@tickets.example.org/T-0"  # credentials scrubbed
         assert svc.get(hits[0].id).author == "bot"
     finally:
-        connectors._TYPES.pop("script", None)
+        from cairn.ctx.connectors.base import _TYPES
+
+        _TYPES.pop("script", None)

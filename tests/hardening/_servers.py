@@ -270,7 +270,8 @@ class StdioServer(_Proc):
                                             "clientInfo": {"name": "cairn-hardening", "version": "0"}})
         assert "result" in reply, reply
         self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-        return reply["result"]
+        result: dict[str, Any] = reply["result"]
+        return result
 
     def close(self) -> int | None:
         if self.proc.stdin is not None and not self.proc.stdin.closed:

@@ -57,6 +57,7 @@ def check_response(method: str, path: str, status: int, ctype: str, body: bytes)
 def test_openapi_fuzz(app: str, request: pytest.FixtureRequest) -> None:
     import schemathesis
     from schemathesis import GenerationMode
+    from schemathesis.core.result import Ok
 
     server: HttpServer = request.getfixturevalue(f"{app}_http")
     schema = schemathesis.openapi.from_url(server.url + "/openapi.json")
@@ -64,6 +65,7 @@ def test_openapi_fuzz(app: str, request: pytest.FixtureRequest) -> None:
     operations = 0
     with httpx.Client(base_url=server.url, timeout=60) as client:
         for result in schema.get_all_operations():
+            assert isinstance(result, Ok), f"{app}: /openapi.json has an invalid operation: {result.err()}"
             op = result.ok()
             operations += 1
             for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):

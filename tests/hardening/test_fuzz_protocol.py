@@ -59,7 +59,7 @@ scalars = (st.none() | st.booleans() | st.integers() | st.integers(min_value=2**
 values = st.recursive(scalars, lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=8), kids, max_size=3),
                       max_leaves=10)
 drawn_ids = st.integers(-1000, 1000) | st.text(max_size=8)
-bad_ids = st.none() | st.booleans() | st.floats(allow_nan=False, allow_infinity=False) | st.lists(st.integers(), max_size=2) | st.just({})
+bad_ids: st.SearchStrategy[Any] = st.none() | st.booleans() | st.floats(allow_nan=False, allow_infinity=False) | st.lists(st.integers(), max_size=2) | st.just({})
 
 
 class Spec:
@@ -179,10 +179,10 @@ def raw_message(draw: st.DrawFn, spec: Spec) -> bytes:
             msg = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
                    "params": {"name": tool["name"], "arguments": {draw(st.sampled_from(props)): big}}}
     elif how == "utf8":
-        text = json.dumps(msg).encode()
+        raw = json.dumps(msg).encode()
         bad = draw(st.sampled_from([b"\xff", b"\xc3\x28", b"\xed\xa0\x80", b"\xf8\x88\x80\x80\x80", b"\xc0\xaf"]))
-        quote = text.find(b'"method":"') + len(b'"method":"')
-        return text[:quote] + bad + text[quote:] if draw(st.booleans()) else text.replace(b'"2.0"', b'"2.0' + bad + b'"', 1)
+        quote = raw.find(b'"method":"') + len(b'"method":"')
+        return raw[:quote] + bad + raw[quote:] if draw(st.booleans()) else raw.replace(b'"2.0"', b'"2.0' + bad + b'"', 1)
     elif how == "surrogate" and method == "tools/call":
         tool = draw(st.sampled_from(spec.tools))
         props = sorted(tool.get("inputSchema", {}).get("properties", {})) or ["x"]
@@ -191,10 +191,10 @@ def raw_message(draw: st.DrawFn, spec: Spec) -> bytes:
         return text.replace("SURR", draw(st.sampled_from(["\\ud800", "a\\udfff", "\\udbff\\udbff"]))).encode()
     elif how == "surrogate":
         return json.dumps(msg).replace('"2.0"', '"2.0","x":"\\ud83d"', 1).encode()
-    text = json.dumps(msg).encode()
+    raw = json.dumps(msg).encode()
     if how == "truncated":
-        return text[: draw(st.integers(1, len(text) - 1))]
-    return text
+        return raw[: draw(st.integers(1, len(raw) - 1))]
+    return raw
 
 
 def check_message(msg: Any) -> None:
@@ -359,7 +359,9 @@ def test_stdio_fuzz(stdio_target: tuple[StdioServer, Spec]) -> None:
     after = server.rss_kb()
     assert run.sent >= MESSAGES
     check_coverage({k: v for k, v in run.codes.items()}, run.sent)
-    print(f"stdio {server.proc.args[2]}: {run.sent} messages, replies {run.codes}, RSS {before} -> {after} KiB")
+    cmd = server.proc.args
+    assert isinstance(cmd, list)
+    print(f"stdio {cmd[2]}: {run.sent} messages, replies {run.codes}, RSS {before} -> {after} KiB")
     assert after - before < RSS_BOUND_KB, f"RSS grew from {before} to {after} KiB over {run.sent} messages"
 
 
@@ -565,8 +567,9 @@ def test_huge_messages_do_not_stay_resident(spawners: dict[str, Any]) -> None:
         assert "result" in server.wait_for("ready", timeout=60)
         before = server.rss_kb()
         big = "é" * 2_000_000  # 12 MB as escaped JSON
-        for rid, msg in enumerate([{"method": "tools/call", "params": {"name": "get_vecs", "arguments": {"index": big}}},
-                                   {"method": big}, {"method": "resources/read", "params": {"uri": big}}] * 4):
+        huge: list[dict[str, Any]] = [{"method": "tools/call", "params": {"name": "get_vecs", "arguments": {"index": big}}},
+                                      {"method": big}, {"method": "resources/read", "params": {"uri": big}}]
+        for rid, msg in enumerate(huge * 4):
             server.send({"jsonrpc": "2.0", "id": rid, **msg})
             reply = server.wait_for(rid, timeout=60)
             check_message(reply)

@@ -63,7 +63,8 @@ def from_schema(schema: dict[str, Any], vocab: list[str], depth: int = 0) -> st.
     if "enum" in schema:
         return st.sampled_from(schema["enum"])
     if "anyOf" in schema or "oneOf" in schema:
-        return st.one_of([from_schema(s, vocab, depth) for s in schema.get("anyOf", schema.get("oneOf"))])
+        alternatives: list[dict[str, Any]] = schema.get("anyOf") or schema["oneOf"]
+        return st.one_of([from_schema(s, vocab, depth) for s in alternatives])
     kinds = schema.get("type", ["string", "integer", "boolean"])
     kinds = [kinds] if isinstance(kinds, str) else kinds
     options: list[st.SearchStrategy[Any]] = []

@@ -24,7 +24,7 @@ from cairn.mcp.server import Server, ToolContext
 from ._http import serving
 
 JSON_ONLY = {"accept": "application/json", "content-type": "application/json"}
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+INIT: dict[str, Any] = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
 
 

@@ -38,15 +38,15 @@ def target(request: pytest.FixtureRequest) -> Iterator[tuple[str, Any]]:
 
 async def _exercise(kind: str, server: Any) -> None:
     logs: list[t.LoggingMessageNotificationParams] = []
-    progress: list[tuple[float, float | None, str | None]] = []
+    reports: list[tuple[float, float | None, str | None]] = []
 
     async def on_log(params: t.LoggingMessageNotificationParams) -> None:
         logs.append(params)
 
-    async def on_progress(p: float, total: float | None, message: str | None) -> None:
-        progress.append((p, total, message))
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        reports.append((progress, total, message))
 
-    async def sampling(ctx: Any, params: Any) -> t.CreateMessageResult:
+    async def sampling(context: Any, params: Any) -> t.CreateMessageResult:
         return t.CreateMessageResult(role="assistant", content=t.TextContent(type="text", text="sampled"), model="m")
 
     async with Client(server, logging_callback=on_log, sampling_callback=sampling, cache=None) as client:
@@ -77,7 +77,7 @@ async def _exercise(kind: str, server: Any) -> None:
 
         res = await client.call_tool("slow", {"steps": 3}, progress_callback=on_progress)
         assert res.content[0].text == "done after 3 steps"  # type: ignore[union-attr]
-        assert progress == [(1, 3, "step 1"), (2, 3, "step 2"), (3, 3, "step 3")]
+        assert reports == [(1, 3, "step 1"), (2, 3, "step 2"), (3, 3, "step 3")]
 
         if kind != "http-stateless":  # logging/setLevel is per session; stateless has none to remember it
             await client.set_logging_level("warning")

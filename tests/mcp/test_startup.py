@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,7 +49,7 @@ EXTRA = {"blz": {"pathlib", "urllib.parse", "cairn.blz.store", "cairn.blz.search
          "brk": {"pathlib", "urllib.parse", "cairn.brk.catalog", "cairn.brk.compute", "cairn.brk.reader"}}
 
 
-def _modules_at_initialize(server: str, args: list[str], env: dict[str, str]) -> tuple[set[str], list[dict]]:
+def _modules_at_initialize(server: str, args: list[str], env: dict[str, str]) -> tuple[set[str], list[dict[str, Any]]]:
     code = SPY.replace("{server}", server)
     proc = subprocess.run([sys.executable, "-c", code, "--", *args], input=json.dumps(INIT) + "\n" + json.dumps(LIST)
                           + "\n", capture_output=True, text=True, env=env, timeout=120)

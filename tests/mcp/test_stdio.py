@@ -12,7 +12,7 @@ from typing import Any, IO
 import pytest
 
 DEMO = Path(__file__).with_name("_demo_server.py")
-INIT = {"jsonrpc": "2.0", "id": "init", "method": "initialize",
+INIT: dict[str, Any] = {"jsonrpc": "2.0", "id": "init", "method": "initialize",
         "params": {"protocolVersion": "2025-11-25", "capabilities": {"sampling": {}}, "clientInfo": {"name": "t", "version": "0"}}}
 
 
@@ -27,11 +27,12 @@ def send(proc: subprocess.Popen[bytes], msg: Any) -> None:
     proc.stdin.flush()
 
 
-def read(stream: IO[bytes] | None) -> dict[str, Any]:
+def read(stream: IO[bytes] | None) -> Any:
+    """The next JSON-RPC message: an object, or a list for a batch reply."""
     assert stream is not None
     line = stream.readline()
     assert line.endswith(b"\n"), f"server closed stdout (got {line!r})"
-    return json.loads(line)  # type: ignore[no-any-return]
+    return json.loads(line)
 
 
 @pytest.fixture
