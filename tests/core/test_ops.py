@@ -140,3 +140,10 @@ def test_a_parameter_without_annotation_or_an_unknown_param_is_a_declaration_err
     reg.op()(untyped)
     with pytest.raises(TypeError, match="no annotation"):
         reg["untyped"].params
+
+
+def test_cli_help_names_values_by_their_wire_name_not_the_internal_dest() -> None:
+    parser = argparse.ArgumentParser(prog="t")
+    help_text = add_subcommand(parser.add_subparsers(dest="command"), OPS["find"]).format_help()
+    assert "-n MAXRESULTS, --limit MAXRESULTS" in help_text and "--tags TAGS" in help_text
+    assert "OP_" not in help_text

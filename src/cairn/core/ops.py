@@ -306,13 +306,13 @@ def add_subcommand(subparsers: Any, op: Op, *, parents: list[argparse.ArgumentPa
             p.add_argument(dest, metavar=param.metavar or param.name.upper(), nargs=nargs, help=text, default=None)
             continue
         flags = param.flags or (f"--{param.name.replace('_', '-')}",)
+        metavar = param.metavar or param.wire.upper()  # not the internal dest (OP_NAME)
         if _types(param.schema) - {"null"} == {"boolean"}:
             p.add_argument(*flags, dest=dest, action="store_const", const=True, default=None, help=text)
         elif param.repeat or "array" in _types(param.schema):
-            p.add_argument(*flags, dest=dest, action="append", default=None, metavar=param.metavar, help=text)
+            p.add_argument(*flags, dest=dest, action="append", default=None, metavar=metavar, help=text)
         else:
-            p.add_argument(*flags, dest=dest, default=None, metavar=param.metavar, help=text,
-                           required=param.required)
+            p.add_argument(*flags, dest=dest, default=None, metavar=metavar, help=text, required=param.required)
     return p
 
 
