@@ -147,3 +147,24 @@ def test_cli_help_names_values_by_their_wire_name_not_the_internal_dest() -> Non
     help_text = add_subcommand(parser.add_subparsers(dest="command"), OPS["find"]).format_help()
     assert "-n MAXRESULTS, --limit MAXRESULTS" in help_text and "--tags TAGS" in help_text
     assert "OP_" not in help_text
+
+
+def test_an_alias_satisfies_a_required_parameter() -> None:
+    reg = Registry("alias")
+
+    @reg.op(params={"index": {"aliases": ("i",)}})
+    def pick(shelf: Shelf, index: int) -> str:
+        """One book.
+
+        :param index: its position
+        """
+        return shelf.books[index]
+
+    op = reg["pick"]
+    assert op.input_schema()["required"] == ["index"]
+    assert op.call(Shelf(), {"i": 1}) == op.call(Shelf(), {"index": 1}) == "beta"
+    with pytest.raises(InvalidInput) as exc:
+        op.bind({"i": "one"})
+    assert exc.value.message == "Invalid parameter for 'pick': index: expected integer, got string"
+    with pytest.raises(InvalidInput, match="index: is required"):
+        op.bind({})

@@ -180,17 +180,24 @@ class Op:
             args = {}
         if not isinstance(args, dict):
             raise InvalidInput(f"Parameters of {self.name!r} must be a JSON object.", details={"operation": self.name})
+        params = self.params_for(surface)
+        if any(p.aliases for p in params):  # an alias counts as its parameter: a required one too
+            args = dict(args)
+            for p in params:
+                given = [k for k in (p.wire, *p.aliases) if k in args]
+                if len(given) > 1:
+                    raise invalid(self.name, f"{given[0]} and {given[1]} name the same parameter; give one",
+                                  given[1])
+                if given and given[0] != p.wire:
+                    args[p.wire] = args.pop(given[0])
         try:
             validate(args, self.input_schema(surface))
         except SchemaError as exc:
             raise invalid(self.name, str(exc), exc.path) from None
         kwargs: dict[str, Any] = {}
-        for p in self.params_for(surface):
-            given = [k for k in (p.wire, *p.aliases) if k in args]
-            if len(given) > 1:
-                raise invalid(self.name, f"{given[0]} and {given[1]} name the same parameter; give one", given[1])
-            if given:
-                kwargs[p.name] = args[given[0]]
+        for p in params:
+            if p.wire in args:
+                kwargs[p.name] = args[p.wire]
             elif not p.required and "default" in p.schema:
                 kwargs[p.name] = p.schema["default"]
         return kwargs
