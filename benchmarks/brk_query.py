@@ -3,8 +3,8 @@
 Builds a regtest sample chain (default 20,000 blocks, so a height vec has more than 10,000 rows),
 indexes and computes it, then measures:
 
-* ``inprocess_last1000``: ``get_vecs`` (the declared operation, rendered as the surfaces do) of the last 1,000 values of one height vec (and of a
-  dateindex aggregate), p50/p99 in ms;
+* ``inprocess_last1000``: ``get_vecs`` (the declared operation, rendered as the surfaces do) of the last
+  1,000 values of one height vec (and of a dateindex aggregate), p50/p99 in ms;
 * ``http_last1000``: the same through ``brk serve`` (a separate process) with one keep-alive client;
 * ``csv_10x10000``: 10 vecs x 10,000 rows as CSV, in process and over HTTP;
 * ``concurrent``: N clients (asyncio, one keep-alive connection each) for S seconds against
