@@ -32,7 +32,6 @@ from cairn.core.errors import CairnError
 
 if TYPE_CHECKING:
     import argparse  # imported by build_parser; `brk mcp` starts without it
-    from pathlib import Path
 
 
 class _StopOnSignal:

@@ -180,7 +180,7 @@ def _cmd_op(args: argparse.Namespace) -> int:
     op = args.op
     wire = cli_args(op, args)
     renders = "render" in op.extra
-    if renders:  # the operation renders itself (get_vecs: json/csv/tsv/md); --format is its parameter
+    if renders:  # the operation has its own renderer (get_vecs: json/csv/tsv/md) and --format is its parameter
         wire["format"] = _query_format(wire.get("format"))
     target = _interface(args) if op.extra.get("store", True) else None
     result = op.call(target, wire, "cli")
