@@ -47,7 +47,7 @@ _COMPUTED: dict[str, tuple[str, int]] = {
     **{name: ("<u4", 1) for name in TYPE_COUNTS},
     "coinbase": ("<u8", 1),
     "subsidy": ("<u8", 1),
-    "supply": ("<u8", 1),
+    "supply": ("<u8", 2),  # v2: OP_RETURN outputs' value (unspendable) is left out
     "utxo_count": ("<u8", 1),
     "fee_rate": ("<f8", 1),
 }
@@ -85,7 +85,12 @@ def _locked(root: Path) -> Iterator[None]:
 def compute(out: Path, *, durable: bool = True) -> dict[str, Any]:
     """Bring ``OUT/computed`` up to the raw store's committed tip; returns a summary."""
     with _locked(computed_dir(out)):
-        return _Computer(out, durable=durable).run()
+        summary = _Computer(out, durable=durable).run()
+        # On-chain analytics (the UTXO set, coin age, realized value): a pass over the same vecs.
+        from cairn.brk.utxo import update
+
+        update(out, durable=durable)
+        return summary
 
 
 class _Computer:
@@ -208,7 +213,10 @@ class _Computer:
         subsidy = np.where(coinbase > fee, coinbase - np.minimum(fee, coinbase), 0).astype(np.uint64)
         cols["coinbase"] = coinbase
         cols["subsidy"] = subsidy
-        cols["supply"] = np.uint64(self._prev("supply", a)) + np.cumsum(subsidy, dtype=np.uint64)
+        # Unspendable (OP_RETURN) value never enters the supply: ``OUT/utxo`` keeps it apart.
+        opret = np.where(types == OUTPUT_TYPES.index("opreturn"), values, np.uint64(0))
+        burnt = np.bincount(groups, weights=opret.astype(np.float64), minlength=b - a).astype(np.uint64)
+        cols["supply"] = np.uint64(self._prev("supply", a)) + np.cumsum(subsidy - burnt, dtype=np.uint64)
         created = n_out - per_type[:, OUTPUT_TYPES.index("opreturn")]
         spent = np.diff(f_in) - 1  # every block's first input is its coinbase's, which spends nothing
         cols["utxo_count"] = (int(self._prev("utxo_count", a)) + np.cumsum(created - spent)).astype(np.uint64)
