@@ -51,8 +51,8 @@ _COMPUTED: dict[str, tuple[str, int]] = {
     "utxo_count": ("<u8", 1),
     "fee_rate": ("<f8", 1),
 }
-# Flows whose running sums are stored (supply is subsidy's; block_count's is height + 1).
-CUMULATED = ("tx_count", "input_count", "output_count", *TYPE_COUNTS, "fee", "coinbase", "block_size",
+# Flows whose running sums are stored (block_count's is height + 1).
+CUMULATED = ("tx_count", "input_count", "output_count", *TYPE_COUNTS, "fee", "coinbase", "subsidy", "block_size",
              "block_weight", "block_vbytes")
 for _name in CUMULATED:
     _COMPUTED[f"{_name}_cumulative"] = ("<u8", 1)
