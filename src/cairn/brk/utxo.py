@@ -59,7 +59,8 @@ AGE_BANDS = (("lt_1d", 0), ("1d_1w", 1), ("1w_1m", 7), ("1m_3m", 30), ("3m_6m", 
              ("gt_10y", 3650))
 AGE_IDS = tuple(f"supply_age_{name}" for name, _ in AGE_BANDS)
 EDGES = tuple(days * DAY for _, days in AGE_BANDS[1:])  # 11 boundaries, in seconds
-CHUNK_ROWS = 4_000_000  # inputs + outputs read per chunk (bounds memory)
+# Inputs + outputs read per chunk (bounds memory); the crash tests make it small to commit often.
+CHUNK_ROWS = int(os.environ.get("CAIRN_BRK_UTXO_CHUNK", "4000000"))
 SATS = 100_000_000.0
 COIN_FLOWS = ("coindays_destroyed", "coinblocks_destroyed", "coindays_created", "coinblocks_created")
 
@@ -82,6 +83,21 @@ _REALIZED: dict[str, tuple[str, int]] = {
     "realized_value_destroyed": ("<f8", 1),
     "value_destroyed_usd": ("<f8", 1),
 }
+
+
+_fault_counts: dict[str, int] = {}
+
+
+def _fault(point: str) -> None:
+    """Crash-test hook: ``CAIRN_BRK_FAULT=point:n`` SIGKILLs this process the n-th time it reaches ``point``."""
+    spec = os.environ.get("CAIRN_BRK_FAULT")
+    if not spec or not spec.startswith(point + ":"):
+        return
+    _fault_counts[point] = _fault_counts.get(point, 0) + 1
+    if _fault_counts[point] == int(spec.rsplit(":", 1)[1]):
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _specs(table: dict[str, tuple[str, int]]) -> list[VecSpec]:
@@ -367,12 +383,14 @@ class _UtxoPass:
         for i, name in enumerate(AGE_IDS):
             cols[name] = out_bands[:, i].astype(np.uint64)
         self._close_state(unspent, b)
+        _fault("utxo-state")  # the crash tests kill here: a checkpoint newer than the manifest
 
         for name, values in cols.items():
             s.append(f"height_to_{name}", values)
         meta["state"] = b
         meta["height"] = b - 1
         s.commit(meta)
+        _fault("utxo-commit")
         self._prune(b)
 
     def _open_state(self, a: int, b: int) -> np.ndarray:
