@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cairn.brk.compute import CUMULATED, TYPE_COUNTS, computed_dir
+from cairn.brk.addresses import COUNT_IDS, addresses_dir
 from cairn.brk.utxo import AGE_IDS, COIN_FLOWS, SUPPLY_TYPES, realized_dir, utxo_dir
 from cairn.brk.dates import DATE_INDEXES, HEIGHT_INDEXES, first_day_of_period, format_days, period_of_height
 from cairn.brk.reader import StoreReader
@@ -78,6 +79,9 @@ BASES: dict[str, tuple[str, str, str, bool]] = {
     "liveliness": ("utxo", "height_to_liveliness", "state", False),
     "vaultedness": ("utxo", "height_to_vaultedness", "state", False),
     **{name: ("utxo", f"height_to_{name}", "state", True) for name in AGE_IDS},
+    # Addresses (cairn.brk.addresses): counts after each block; new_address_count is a flow.
+    **{name: ("addr", f"height_to_{name}", "flow" if name == "new_address_count" else "state", False)
+       for name in COUNT_IDS},
 }
 # Dollar series at creation prices (present with prices): realized_cap is absent where a height's day
 # has no close.
@@ -120,6 +124,7 @@ class Source:
         self.prices = StoreReader(out / "prices")
         self.utxo = StoreReader(utxo_dir(out))
         self.realized = StoreReader(realized_dir(out))
+        self.addr = StoreReader(addresses_dir(out))
         self._lock = threading.Lock()
         self._cache: dict[Any, tuple[int, Any]] = {}
         self.generation = -1
@@ -133,10 +138,11 @@ class Source:
         changed = self.prices.refresh() or changed
         changed = self.utxo.refresh() or changed
         changed = self.realized.refresh() or changed
+        changed = self.addr.refresh() or changed
         if changed:
             with self._lock:
                 # Each store's generation only grows (a reorg or a price change bumps it): so does the sum.
-                gen = sum(int(r.meta.get("generation", 0)) for r in (self.comp, self.utxo, self.realized))
+                gen = sum(int(r.meta.get("generation", 0)) for r in (self.comp, self.utxo, self.realized, self.addr))
                 if gen != self.generation or self.prices.exists != self._cache.get("prices", (0, None))[1]:
                     self._cache.clear()
                     self._cache["prices"] = (0, self.prices.exists)
@@ -214,16 +220,17 @@ class Source:
         if base == "block_count":
             return np.ones(max(stop - start, 0), dtype=np.uint32)
         result: np.ndarray = self._reader(store).read(name, start, stop)
-        if store == "realized":
+        if store in ("realized", "addr"):
             start = min(start, stop)
-            if result.shape[0] < stop - start:  # no prices yet, or the pass is catching up
+            if result.shape[0] < stop - start:  # no prices (blocks) yet, or the pass is catching up
                 result = np.concatenate((result, np.full(stop - start - result.shape[0], np.nan)))
             if base == "realized_cap":  # absent where the day has no close
                 result = np.where(np.isnan(self.price("close", "height", start, stop)), np.nan, result)
         return result
 
     def _reader(self, store: str) -> StoreReader:
-        return {"raw": self.raw, "comp": self.comp, "utxo": self.utxo, "realized": self.realized}[store]
+        return {"raw": self.raw, "comp": self.comp, "utxo": self.utxo, "realized": self.realized,
+                "addr": self.addr}[store]
 
     def cumulative(self, base: str, start: int, stop: int) -> np.ndarray:
         """Running sum of a flow at heights [start, stop)."""
@@ -232,7 +239,17 @@ class Source:
         stop = min(stop, self.heights)
         if base == "block_count":
             return np.arange(start + 1, stop + 1, dtype=np.uint64)
-        result: np.ndarray = self._reader(CUMULATIVE_STORE[base]).read(f"height_to_{base}_cumulative", start, stop)
+        store = CUMULATIVE_STORE.get(base)
+        if store is None:  # not stored: a running sum kept per tip (one number a block)
+            def build(prev: np.ndarray | None, have: int, n: int) -> np.ndarray:
+                part = self.height_values(base, have, n)
+                base0 = prev[-1] if prev is not None and prev.shape[0] else 0
+                acc = np.cumsum(np.concatenate(([base0], part)))[1:]
+                return acc if prev is None else np.concatenate((prev, acc))
+
+            full: np.ndarray = self._incremental(("cum", base), build)
+            return full[start:stop]
+        result: np.ndarray = self._reader(store).read(f"height_to_{base}_cumulative", start, stop)
         return result
 
     def aggregate(self, index: str, base: str, stat: str) -> np.ndarray:
@@ -258,12 +275,13 @@ class Source:
         if stat in ("last", "cumulative"):
             idx = ends.astype(np.int64) - 1
             if stat == "cumulative" and kind == "flow":
-                vals = np.zeros(idx.shape[0], dtype=np.float64 if base in COIN_FLOWS else np.uint64)
                 ok = idx >= 0
-                if ok.any():
-                    lo = int(idx[ok].min())
-                    window = self.cumulative(base, lo, int(idx.max()) + 1)
-                    vals[ok] = window[idx[ok] - lo]
+                if not ok.any():
+                    return np.zeros(idx.shape[0], dtype=np.uint64)
+                lo = int(idx[ok].min())
+                window = self.cumulative(base, lo, int(idx.max()) + 1)
+                vals = np.zeros(idx.shape[0], dtype=window.dtype)
+                vals[ok] = window[idx[ok] - lo]
                 return vals
             ok = idx >= 0
             if not ok.any():
@@ -402,7 +420,7 @@ def build_catalog(prices: bool) -> dict[str, dict[str, Vec]]:
     for base, (_, _, kind, sats) in BASES.items():
         read: Reader = (lambda b_: lambda src, a, z: src.height_values(b_, a, z))(base)
         _unit_variants(add, h, base, read, sats, prices, "")
-        if kind == "flow" and base in CUMULATIVE_STORE:
+        if kind == "flow":
             cum: Reader = (lambda b_: lambda src, a, z: src.cumulative(b_, a, z))(base)
             _unit_variants(add, h, base, cum, sats, False, "_cumulative")
     if prices:

@@ -82,14 +82,18 @@ def _locked(root: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def compute(out: Path, *, durable: bool = True) -> dict[str, Any]:
-    """Bring ``OUT/computed`` up to the raw store's committed tip; returns a summary."""
+def compute(out: Path, *, durable: bool = True, blocks_dir: Path | None = None) -> dict[str, Any]:
+    """Bring ``OUT/computed`` up to the raw store's committed tip; returns a summary.
+
+    Then the on-chain analytics passes: ``cairn.brk.utxo`` (the UTXO set, coin age, realized value;
+    from the vecs) and ``cairn.brk.addresses`` (which re-reads the blocks: ``blocks_dir``, else the
+    one remembered from an earlier run; without either the address counts wait)."""
     with _locked(computed_dir(out)):
         summary = _Computer(out, durable=durable).run()
-        # On-chain analytics (the UTXO set, coin age, realized value): a pass over the same vecs.
-        from cairn.brk.utxo import update
+        from cairn.brk import addresses, utxo
 
-        update(out, durable=durable)
+        utxo.update(out, durable=durable)
+        addresses.update(out, durable=durable, blocks_dir=blocks_dir)
         return summary
 
 
