@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cairn.brk import prices, utxo
+from cairn.brk import addresses, prices, utxo
 from cairn.brk.compute import OUTPUT_TYPES, compute, computed_dir, specs
 from cairn.brk.indexer import index, open_store
 from cairn.brk.interface import Interface
@@ -47,6 +47,8 @@ def _analytics_bytes(out: Path) -> dict[str, bytes]:
             specs_ = utxo._specs(utxo._UTXO if root.name == "utxo" else utxo._REALIZED)
             s = VecStore(root, specs_)
             got.update({f"{root.name}/{n}": s.read(n).tobytes() for n in s.specs})
+    a = VecStore(addresses.addresses_dir(out), addresses.specs())
+    got.update({f"addresses/{n}": a.read(n).tobytes() for n in a.specs})
     s = _utxo(out)
     got["state"] = (utxo.utxo_dir(out) / "state" / f"unspent-{s.lengths['height_to_blockhash']}.bin").read_bytes()
     return got
@@ -88,12 +90,92 @@ def _recount(out: Path, heights: list[int]) -> None:
         assert created == pytest.approx(_h(u, "coindays_destroyed_cumulative")[h] + held, rel=1e-9, abs=1e-6)
 
 
+def _address_of(script: bytes) -> str | None:
+    """The address type of a locking script by its template (written here, not brk's classifier)."""
+    n = len(script)
+    if n == 25 and script[:3] == b"\x76\xa9\x14" and script[23:] == b"\x88\xac":
+        return "p2pkh"
+    if n == 23 and script[:2] == b"\xa9\x14" and script[22] == 0x87:
+        return "p2sh"
+    if n == 22 and script[:2] == b"\x00\x14":
+        return "p2wpkh"
+    if n == 34 and script[:2] == b"\x00\x20":
+        return "p2wsh"
+    if n == 34 and script[:2] == b"\x51\x20":
+        return "p2tr"
+    if n == 67 and script[0] == 0x41 and script[66] == 0xAC:
+        return "p2pk65"
+    if n == 35 and script[0] == 0x21 and script[34] == 0xAC:
+        return "p2pk33"
+    if script == b"\x51\x02\x4e\x73":
+        return "p2a"
+    return None
+
+
+def _recount_addresses(out: Path, blocks_dir: Path) -> None:
+    """Every address figure at every height, against balances kept per script from the raw blocks."""
+    chain = _blocks_of_dir(blocks_dir, open_store(out))
+    q = Interface(out)
+    names = ["address_count", "new_address_count", "empty_address_count",
+             *(f"address_count_{t}" for t in addresses.TYPE_NAMES), *addresses.BALANCE_IDS]
+    got = dict(zip(names, q.get_vecs(index="height", ids=",".join(names))))
+    coins: dict[tuple[bytes, int], tuple[bytes, int]] = {}
+    balance: dict[bytes, int] = {}
+    kind: dict[bytes, str] = {}
+    edges = [lo for _, lo in addresses.BALANCE_BANDS[1:]]
+    for h, block in enumerate(chain):
+        new = 0
+        for tx in block.vtx:
+            if not tx.is_coinbase():
+                for txin in tx.vin:
+                    script, value = coins.pop((txin.prevout.hash, txin.prevout.n))
+                    if script in balance:
+                        balance[script] -= value
+            for n, txout in enumerate(tx.vout):
+                script = bytes(txout.scriptPubKey)
+                coins[(tx.GetTxid(), n)] = (script, txout.nValue)
+                t = _address_of(script)
+                if t is not None:
+                    if script not in balance:
+                        balance[script], kind[script] = 0, t
+                        new += 1
+                    balance[script] += txout.nValue
+        held = [s for s, v in balance.items() if v > 0]
+        assert got["address_count"][h] == len(held), h
+        assert got["new_address_count"][h] == new, h
+        assert got["empty_address_count"][h] == len(balance) - len(held), h
+        for t in addresses.TYPE_NAMES:
+            assert got[f"address_count_{t}"][h] == sum(1 for s in held if kind[s] == t), (h, t)
+        bands = [0] * len(edges + [0])
+        for s in held:
+            bands[sum(1 for e in edges if balance[s] >= e)] += 1
+        assert [got[name][h] for name in addresses.BALANCE_IDS] == bands, h
+
+
+def _blocks_of_dir(blocks_dir: Path, store: VecStore) -> list[object]:
+    """The indexed chain's blocks, read from the blk files and parsed by python-bitcoinlib."""
+    from bitcoin.core import CBlock
+
+    by_hash: dict[bytes, object] = {}
+    for path in sorted(blocks_dir.glob("blk*.dat")):
+        data = path.read_bytes()
+        p = 0
+        while p + 8 <= len(data):
+            length = int.from_bytes(data[p + 4:p + 8], "little")
+            if length == 0:
+                break
+            block = CBlock.deserialize(data[p + 8:p + 8 + length])
+            by_hash[block.GetHash()] = block
+            p += 8 + length
+    return [by_hash[bytes(h)] for h in store.read("height_to_blockhash")]
+
+
 @pytest.fixture(scope="module")
 def sample(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.mktemp("brk_utxo")
     write_sample(base / "blocks", 900, seed=11)
     index(base / "blocks", base / "out")
-    compute(base / "out")
+    compute(base / "out", blocks_dir=base / "blocks")
     return base / "out"
 
 
@@ -123,6 +205,7 @@ def test_invariants_on_a_generated_chain(sample: Path) -> None:
     assert (_h(u, "coindays_destroyed")[_h(u, "spent_value") == 0] == 0).all()
     assert _h(u, "supply_age_1w_1m")[-1] > 0  # the chain spans six months
     _recount(sample, [0, 1, 150, 333, 640, 899])
+    _recount_addresses(sample, sample.parent / "blocks")
 
 
 def test_queries_on_every_index(sample: Path) -> None:
@@ -190,20 +273,22 @@ def test_realized_value_with_prices(sample: Path, tmp_path: Path) -> None:
 
 def test_reorg_and_incremental_runs_equal_a_fresh_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(utxo, "CHUNK_ROWS", 300)  # many commits, many checkpoints
+    monkeypatch.setattr(addresses, "CHUNK_ROWS", 300)
     blocks = tmp_path / "blocks"
     write_sample(blocks, 300, seed=4, spread_blocks=400)
     out = tmp_path / "out"
     for stop in (1, 120, 300):
         index(blocks, out, max_blocks=stop - (open_store(out).lengths["height_to_blockhash"]
                                               if (out / "manifest.json").exists() else 0))
-        compute(out)
+        compute(out, blocks_dir=blocks)
     prices.save(out, [(d, 100.0 + d, 0, 0, 100.0 + d) for d in range(0, 6000)])
-    compute(out)
+    compute(out)  # the blocks directory is remembered
     before = _utxo(out).meta["generation"]
     write_sample(blocks, 400, seed=4, fork_at=200, fork_seed=44, spread_blocks=400, first_file=1)
     index(blocks, out)
     compute(out)
     assert _utxo(out).meta["generation"] == before + 1
+    assert VecStore(addresses.addresses_dir(out), addresses.specs()).meta["generation"] == 1  # undone, not rebuilt
     kept = sorted(int(p.stem.split("-")[1]) for p in (utxo.utxo_dir(out) / "state").glob("unspent-*.bin"))
     assert kept[-1] == 400 and len(kept) <= 12
     fresh_blocks = tmp_path / "fresh_blocks"
@@ -212,9 +297,11 @@ def test_reorg_and_incremental_runs_equal_a_fresh_run(tmp_path: Path, monkeypatc
     index(fresh_blocks, fresh)
     prices.save(fresh, [(d, 100.0 + d, 0, 0, 100.0 + d) for d in range(0, 6000)])
     monkeypatch.setattr(utxo, "CHUNK_ROWS", 4_000_000)
-    compute(fresh)
+    monkeypatch.setattr(addresses, "CHUNK_ROWS", 400_000)
+    compute(fresh, blocks_dir=fresh_blocks)
     assert _analytics_bytes(out) == _analytics_bytes(fresh)
     _recount(out, [199, 200, 399])
+    _recount_addresses(out, blocks)
 
 
 def _blocks_of(path: Path) -> list[object]:
@@ -240,26 +327,30 @@ def _blocks_of(path: Path) -> list[object]:
 def test_mainnet_sample_against_an_independent_recomputation(mainnet_blocks: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     index(mainnet_blocks, out)
-    compute(out)
+    compute(out, blocks_dir=mainnet_blocks)
     blocks = _blocks_of(mainnet_blocks / "blk00000.dat")
     assert len(blocks) == 590
     coins: dict[tuple[bytes, int], tuple[int, int, int]] = {}  # outpoint -> value, height, time
     mtime = 0
-    cdd, cbd, count = [], [], []
+    cdd, cbd, count, holders = [], [], [], []
+    balance: dict[bytes, int] = {}  # public key (every output is P2PK here) -> sats
     for h, block in enumerate(blocks):
         mtime = max(mtime, block.nTime)
         days = blocks_ = 0.0
         for tx in block.vtx:
             if not tx.is_coinbase():
                 for txin in tx.vin:
-                    value, created, ctime = coins.pop((txin.prevout.hash, txin.prevout.n))
+                    value, created, ctime, script = coins.pop((txin.prevout.hash, txin.prevout.n))
+                    balance[script] -= value
                     days += value / BTC * (mtime - ctime) / DAY
                     blocks_ += value / BTC * (h - created)
             for n, txout in enumerate(tx.vout):
-                coins[(tx.GetTxid(), n)] = (txout.nValue, h, mtime)
+                coins[(tx.GetTxid(), n)] = (txout.nValue, h, mtime, bytes(txout.scriptPubKey))
+                balance[bytes(txout.scriptPubKey)] = balance.get(bytes(txout.scriptPubKey), 0) + txout.nValue
         cdd.append(days)
         cbd.append(blocks_)
         count.append(len(coins))
+        holders.append(sum(1 for v in balance.values() if v > 0))
     u = _utxo(out)
     assert count[-1] == 591  # the genesis output counts (docs/brk.md)
     assert (_h(u, "utxo_count_p2pk65").astype(np.int64) == np.array(count)).all()
@@ -268,10 +359,14 @@ def test_mainnet_sample_against_an_independent_recomputation(mainnet_blocks: Pat
     assert _h(u, "coindays_destroyed")[170] == pytest.approx(cdd[170]) and cdd[170] > 0  # the first payment
     q = Interface(out)
     assert q.get_vecs(index="decade", ids="coindays_destroyed_cumulative") == pytest.approx(sum(cdd))
+    got = q.get_vecs(index="height", ids="address_count")
+    assert got == holders and holders[-1] > 0
+    assert q.get_vecs(index="height", ids="address_count_p2pk65") == holders
+    assert q.get_vecs(index="height", ids="empty_address_count", **{"from": -1}) == len(balance) - holders[-1]
 
 
 SCRIPT = ("import sys; from pathlib import Path; from cairn.brk.compute import compute; "
-          "compute(Path(sys.argv[1]))")
+          "compute(Path(sys.argv[1]), blocks_dir=Path(sys.argv[2]))")
 
 
 @pytest.mark.timeout(180)
@@ -280,15 +375,15 @@ def test_sigkills_leave_the_same_figures(tmp_path: Path) -> None:
     write_sample(blocks, 1500, seed=9)
     ref = tmp_path / "ref"
     index(blocks, ref)
-    compute(ref)
+    compute(ref, blocks_dir=blocks)
     out = tmp_path / "out"
     index(blocks, out, max_blocks=1)
-    compute(out)
+    compute(out, blocks_dir=blocks)
     index(blocks, out)  # raw vecs complete, analytics behind: the runs below catch up (and get killed)
     env = dict(os.environ, CAIRN_BRK_UTXO_CHUNK="600")
-    cmd = [sys.executable, "-c", SCRIPT, str(out)]
+    cmd = [sys.executable, "-c", SCRIPT, str(out), str(blocks)]
     rng = random.Random(5)
-    for point in ("utxo-state:2", "utxo-commit:3", "utxo-state:1"):
+    for point in ("utxo-state:2", "utxo-commit:3", "utxo-state:1", "address-commit:2", "address-undo:3"):
         proc = subprocess.run(cmd, env=dict(env, CAIRN_BRK_FAULT=point), capture_output=True)
         assert proc.returncode == -signal.SIGKILL, proc.stderr
     kills = 0
