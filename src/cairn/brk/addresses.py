@@ -57,7 +57,7 @@ COUNT_IDS = ("address_count", *(f"address_count_{t}" for t in TYPE_NAMES), "new_
 NONE = (1 << 32) - 1
 NO_OUTPUT = (1 << 64) - 1
 UNDO_HEIGHTS = 10_000  # reorgs up to this depth are undone; deeper ones rebuild the pass
-CHUNK_ROWS = int(os.environ.get("CAIRN_BRK_UTXO_CHUNK", "400000"))  # inputs + outputs a chunk (memory)
+CHUNK_ROWS = int(os.environ.get("CAIRN_BRK_UTXO_CHUNK", "250000"))  # inputs + outputs a chunk (memory)
 _U16 = Struct("<H").unpack_from
 _U32 = Struct("<I").unpack_from
 _U64 = Struct("<Q").unpack_from
@@ -212,7 +212,7 @@ class _AddressPass:
             opt.set_level_compaction_dynamic_level_bytes(True)
             opt.increase_parallelism(2)
             bbo = BlockBasedOptions()
-            bbo.set_block_cache(Cache(64 << 20))
+            bbo.set_block_cache(Cache(32 << 20))
             bbo.set_bloom_filter(10, False)
             bbo.set_cache_index_and_filter_blocks(True)
             bbo.set_pin_l0_filter_and_index_blocks_in_cache(True)

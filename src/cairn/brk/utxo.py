@@ -60,7 +60,7 @@ AGE_BANDS = (("lt_1d", 0), ("1d_1w", 1), ("1w_1m", 7), ("1m_3m", 30), ("3m_6m", 
 AGE_IDS = tuple(f"supply_age_{name}" for name, _ in AGE_BANDS)
 EDGES = tuple(days * DAY for _, days in AGE_BANDS[1:])  # 11 boundaries, in seconds
 # Inputs + outputs read per chunk (bounds memory); the crash tests make it small to commit often.
-CHUNK_ROWS = int(os.environ.get("CAIRN_BRK_UTXO_CHUNK", "4000000"))
+CHUNK_ROWS = int(os.environ.get("CAIRN_BRK_UTXO_CHUNK", "1000000"))
 SATS = 100_000_000.0
 COIN_FLOWS = ("coindays_destroyed", "coinblocks_destroyed", "coindays_created", "coinblocks_created")
 
