@@ -21,6 +21,7 @@ from cairn.brk.indexer import index, open_store
 from cairn.brk.interface import Interface
 from cairn.brk.sample import write_sample
 from cairn.brk.vecs import VecStore
+from cairn.core.errors import NotFound
 
 BTC = 100_000_000
 DAY = 86_400
@@ -221,7 +222,10 @@ def test_queries_on_every_index(sample: Path) -> None:
     assert day[0][-1] == pytest.approx(float(_h(u, "coindays_destroyed")[first:].sum()))
     assert day[3][-1] == _h(u, "supply_p2wpkh")[-1] / BTC
     assert q.get_vecs(index="height", ids="utxo_count_p2tr", **{"from": -1}) == int(_h(u, "utxo_count_p2tr")[-1])
-    assert "realized_cap" not in q.get_index_to_vecids("height")  # no prices yet
+    assert "realized_cap" not in q.get_index_to_vecids("height")  # no prices yet: the error says how
+    with pytest.raises(NotFound, match=r"computed from dollar prices.*brk price import"):
+        q.get_vecs(index="date", ids="mvrv")
+    assert q.get_vecid_to_indexes("address_count_balance_gt_10k")[-1] == "halvingepoch"
 
 
 def test_realized_value_with_prices(sample: Path, tmp_path: Path) -> None:
