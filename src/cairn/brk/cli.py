@@ -89,7 +89,7 @@ def _cmd_index(args: argparse.Namespace) -> int:
             if not args.no_compute and not indexer.stop_requested:
                 from cairn.brk.compute import compute
 
-                compute(out, durable=not args.no_fsync)
+                compute(out, durable=not args.no_fsync, blocks_dir=blocks_dir)
             if indexer.stop_requested:
                 progress.finish("stopped")
                 data = result.to_dict()

@@ -73,7 +73,7 @@ def follow(blocks_dir: Path, out: Path, interval: float, stop: threading.Event,
             if indexer is None:  # reload from the last commit: a failed run left memory ahead of disk
                 indexer = Indexer(blocks_dir, out)
             result = indexer.run()
-            compute(out)
+            compute(out, blocks_dir=blocks_dir)
             if result.indexed_blocks or result.rolled_back_from is not None:
                 say(f"indexed {result.indexed_blocks} blocks; tip {result.height}")
         except CairnError as exc:  # keep serving what is committed; try again next poll
