@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,9 +20,16 @@ from cairn.brk import addresses, prices, utxo
 from cairn.brk.compute import OUTPUT_TYPES, compute, computed_dir, specs
 from cairn.brk.indexer import index, open_store
 from cairn.brk.interface import Interface
+from cairn.brk.ops import OPS, render_vecs
 from cairn.brk.sample import write_sample
 from cairn.brk.vecs import VecStore
 from cairn.core.errors import NotFound
+
+
+def _vecs(iface: Interface, **args: Any) -> Any:
+    """get_vecs as the surfaces run it (the declaration checks the arguments; JSON value or rendered text)."""
+    result = OPS["get_vecs"].call(iface, args)
+    return result.value() if result.format == "json" else render_vecs(result)
 
 BTC = 100_000_000
 DAY = 86_400
@@ -119,7 +127,7 @@ def _recount_addresses(out: Path, blocks_dir: Path) -> None:
     q = Interface(out)
     names = ["address_count", "new_address_count", "empty_address_count",
              *(f"address_count_{t}" for t in addresses.TYPE_NAMES), *addresses.BALANCE_IDS]
-    got = dict(zip(names, q.get_vecs(index="height", ids=",".join(names))))
+    got = dict(zip(names, _vecs(q, index="height", ids=",".join(names))))
     coins: dict[tuple[bytes, int], tuple[bytes, int]] = {}
     balance: dict[bytes, int] = {}
     kind: dict[bytes, str] = {}
@@ -220,18 +228,18 @@ def test_queries_on_every_index(sample: Path) -> None:
     q = Interface(sample)
     assert q.get_vecid_to_indexes("supply_age_gt_10y")[:2] == ["height", "dateindex"]
     assert "coindays_destroyed_cumulative" in q.get_index_to_vecids("date")
-    day = q.get_vecs(index="date", ids="coindays_destroyed,coindays_destroyed_cumulative,supply,supply_p2wpkh_btc",
+    day = _vecs(q, index="date", ids="coindays_destroyed,coindays_destroyed_cumulative,supply,supply_p2wpkh_btc",
                      **{"from": -3})
     assert len(day) == 4 and all(len(col) == 3 for col in day)
     u = _utxo(sample)
     # A day's coin-days destroyed is the sum of its blocks'; a state (supply by type) is its last block's.
-    first = q.get_vecs(index="date", ids="first_height", **{"from": -1})
+    first = _vecs(q, index="date", ids="first_height", **{"from": -1})
     assert day[0][-1] == pytest.approx(float(_h(u, "coindays_destroyed")[first:].sum()))
     assert day[3][-1] == _h(u, "supply_p2wpkh")[-1] / BTC
-    assert q.get_vecs(index="height", ids="utxo_count_p2tr", **{"from": -1}) == int(_h(u, "utxo_count_p2tr")[-1])
+    assert _vecs(q, index="height", ids="utxo_count_p2tr", **{"from": -1}) == int(_h(u, "utxo_count_p2tr")[-1])
     assert "realized_cap" not in q.get_index_to_vecids("height")  # no prices yet: the error says how
     with pytest.raises(NotFound, match=r"computed from dollar prices.*brk price import"):
-        q.get_vecs(index="date", ids="mvrv")
+        _vecs(q, index="date", ids="mvrv")
     assert q.get_vecid_to_indexes("address_count_balance_gt_10k")[-1] == "halvingepoch"
 
 
@@ -244,18 +252,18 @@ def test_realized_value_with_prices(sample: Path, tmp_path: Path) -> None:
     prices.save(out, [(d, price, price, price, price) for d in range(0, 6000)])
     compute(out)
     q = Interface(out)
-    cap = np.array(q.get_vecs(index="height", ids="realized_cap"), dtype=float)
-    supply = np.array(q.get_vecs(index="height", ids="supply_btc"), dtype=float)
+    cap = np.array(_vecs(q, index="height", ids="realized_cap"), dtype=float)
+    supply = np.array(_vecs(q, index="height", ids="supply_btc"), dtype=float)
     assert np.allclose(cap, supply * price, rtol=1e-9)  # a price that never changes: realized = market
-    assert q.get_vecs(index="date", ids="mvrv", **{"from": -1}) == pytest.approx(1.0)
-    assert q.get_vecs(index="date", ids="nupl", **{"from": -1}) == pytest.approx(0.0, abs=1e-9)
-    assert q.get_vecs(index="height", ids="realized_price", **{"from": -1}) == pytest.approx(price)
-    sopr = np.array(q.get_vecs(index="height", ids="sopr"), dtype=float)
-    spent = np.array(q.get_vecs(index="height", ids="spent_value"))
+    assert _vecs(q, index="date", ids="mvrv", **{"from": -1}) == pytest.approx(1.0)
+    assert _vecs(q, index="date", ids="nupl", **{"from": -1}) == pytest.approx(0.0, abs=1e-9)
+    assert _vecs(q, index="height", ids="realized_price", **{"from": -1}) == pytest.approx(price)
+    sopr = np.array(_vecs(q, index="height", ids="sopr"), dtype=float)
+    spent = np.array(_vecs(q, index="height", ids="spent_value"))
     assert np.allclose(sopr[spent > 0], 1.0) and np.isnan(sopr[spent == 0]).all()
-    assert q.get_vecs(index="week", ids="sopr", **{"from": -1}) == pytest.approx(1.0)
+    assert _vecs(q, index="week", ids="sopr", **{"from": -1}) == pytest.approx(1.0)
     # A price doubling from one day on: the coins created before keep their basis; recomputed alone.
-    days = q.get_vecs(index="height", ids="date")
+    days = _vecs(q, index="height", ids="date")
     di = np.asarray(_comp(out).read("height_to_dateindex"))
     mid = int(di[len(days) // 2])
     gen = int(q.source.realized.meta.get("generation", 0))
@@ -263,7 +271,7 @@ def test_realized_value_with_prices(sample: Path, tmp_path: Path) -> None:
     compute(out)
     q2 = Interface(out)
     assert int(q2.source.realized.meta["generation"]) == gen + 1
-    assert q2.get_vecs(index="date", ids="mvrv", **{"from": -1}) > 1.0
+    assert _vecs(q2, index="date", ids="mvrv", **{"from": -1}) > 1.0
     fresh = tmp_path / "fresh"
     shutil.copytree(sample, fresh)
     prices.save(fresh, [(d, price if d < mid else 2 * price, 0, 0, price if d < mid else 2 * price)
@@ -276,10 +284,10 @@ def test_realized_value_with_prices(sample: Path, tmp_path: Path) -> None:
     prices.save(gap, [(d, price, price, price, price) for d in range(mid, 6000)])
     compute(gap)
     qg = Interface(gap)
-    cap = qg.get_vecs(index="height", ids="realized_cap")
+    cap = _vecs(qg, index="height", ids="realized_cap")
     early = int(np.searchsorted(di, mid))
     assert all(v is None for v in cap[:early]) and all(v is not None for v in cap[early:])
-    assert qg.get_vecs(index="date", ids="mvrv", **{"from": int(di[0]), "count": 1}) is None
+    assert _vecs(qg, index="date", ids="mvrv", **{"from": int(di[0]), "count": 1}) is None
 
 
 def test_reorg_and_incremental_runs_equal_a_fresh_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -369,11 +377,11 @@ def test_mainnet_sample_against_an_independent_recomputation(mainnet_blocks: Pat
     assert np.allclose(_h(u, "coinblocks_destroyed"), cbd, rtol=1e-12, atol=0)
     assert _h(u, "coindays_destroyed")[170] == pytest.approx(cdd[170]) and cdd[170] > 0  # the first payment
     q = Interface(out)
-    assert q.get_vecs(index="decade", ids="coindays_destroyed_cumulative") == pytest.approx(sum(cdd))
-    got = q.get_vecs(index="height", ids="address_count")
+    assert _vecs(q, index="decade", ids="coindays_destroyed_cumulative") == pytest.approx(sum(cdd))
+    got = _vecs(q, index="height", ids="address_count")
     assert got == holders and holders[-1] > 0
-    assert q.get_vecs(index="height", ids="address_count_p2pk65") == holders
-    assert q.get_vecs(index="height", ids="empty_address_count", **{"from": -1}) == len(balance) - holders[-1]
+    assert _vecs(q, index="height", ids="address_count_p2pk65") == holders
+    assert _vecs(q, index="height", ids="empty_address_count", **{"from": -1}) == len(balance) - holders[-1]
 
 
 SCRIPT = ("import sys; from pathlib import Path; from cairn.brk.compute import compute; "
