@@ -74,7 +74,7 @@ def test_env_chooses_format(doc: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("argv, code, message", [
     (["get", "nosuch:1-2"], 3, "blz: error: No source named 'nosuch'. Installed: guide. Add it with `blz add nosuch`.\n"),
     (["get", "guide:9-3"], 2, "blz: error: Invalid line range '9-3' in 'guide:9-3': lines start at 1 and END must not be below START.\n"),
-    (["search", "x", "-n", "0"], 2, "blz: error: limit must be between 1 and 50, not 0.\n"),
+    (["search", "x", "-n", "0"], 2, "blz: error: Invalid parameter for 'search': maxResults: 0 is less than the minimum of 1\n"),
     (["add", "other", "/definitely/missing.txt"], 3, "blz: error: No such file: /definitely/missing.txt. Check the path.\n"),
     (["add", "guide", "/definitely/missing.txt", "--force", "--exact"], 3, None),
     (["update"], 2, "blz: error: Name one source to update, or use --all: blz update react | blz update --all\n"),
@@ -133,6 +133,7 @@ def test_real_process_pipes_json_and_reports_exit_codes(doc: Path, data_root: Pa
     assert done.returncode == 3 and done.stdout == "" and "No source named 'zzz'" in done.stderr
     # The search path stays light: no HTTP client, no web framework, no numpy.
     probe = ("import sys, io; from cairn.blz.cli import run; run(['search','hooks'], io.StringIO(), io.StringIO());"
-             "print(sorted(m for m in ('httpx','starlette','numpy','cairn.core.fetch','cairn.mcp') if m in sys.modules))")
+             "print(sorted(m for m in ('httpx','starlette','numpy','cairn.core.fetch','cairn.mcp.server','cairn.mcp.stdio') "
+             "if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env)
     assert done.stdout.strip() == "[]", done.stderr
