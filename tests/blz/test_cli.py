@@ -137,3 +137,29 @@ def test_real_process_pipes_json_and_reports_exit_codes(doc: Path, data_root: Pa
              "if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env)
     assert done.stdout.strip() == "[]", done.stderr
+
+
+def test_find_command_mirrors_the_mcp_tool(doc: Path) -> None:
+    """`blz find` (issue 14): search and cited lines in one answer, the MCP find tool's parameters."""
+    blz("add", "guide", str(doc))
+    code, out, _ = blz("find", "hooks", "--snippet", "guide:7", "-C", "1", "-s", "guide", "--json")
+    got = json.loads(out)
+    assert code == 0 and got["executed"] == {"searched": True, "retrievedSnippets": True}
+    assert got["hits"][0]["lines"] == "5-8" and got["snippets"][0]["lines"] == "6-8"  # padding alone: symmetric
+    code, out, _ = blz("find", "--snippet", "guide:1-1", "--text")
+    assert code == 0 and out == "--- guide:1-1  Guide\n# Guide\n"
+    code, out, _ = blz("find", "zzzqqq", "--text")
+    assert code == 0 and out == "No results.\n"
+    code, out, err = blz("find", "--json")
+    assert code == 2 and out == "" and err.startswith("blz: error: Give a query to search, or snippets")
+    code, _, err = blz("find", "x", "--context", "most")
+    assert code == 2 and err == ('blz: error: Invalid parameter for \'find\': contextMode: "most" is not one of '
+                                 '"none", "symmetric", "all"\n')
+
+
+def test_list_with_registry_candidates_renders_as_text(doc: Path) -> None:
+    blz("add", "guide", str(doc))
+    code, out, _ = blz("list", "--registry", "--text")
+    lines = out.splitlines()
+    assert code == 0 and lines[0].startswith("guide ") and "8 lines" in lines[0]
+    assert any(line.startswith("react ") and "(registry)" in line for line in lines[1:])

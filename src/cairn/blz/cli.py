@@ -30,6 +30,12 @@ def _store() -> Any:
     return Store(data_dir("blz", "BLZ_DATA_DIR"))
 
 
+def _help_line(summary: str) -> str:
+    """An operation's summary as a command list line: ``Totals over all sources.`` -> ``totals over all sources``."""
+    line = summary.rstrip(".")
+    return line if line[1:2].isupper() else line[:1].lower() + line[1:]
+
+
 def _parser_class(out: TextIO, err: TextIO) -> type[argparse.ArgumentParser]:
     """An ArgumentParser printing help to ``out`` and usage errors to ``err`` (not sys.*), so that
     blz can run in-process (tests, benchmarks) and capture everything."""
@@ -64,7 +70,7 @@ def build_parser(out: TextIO | None = None, err: TextIO | None = None) -> argpar
     p.add_argument("--version", action="version", version="blz (cairn) 0.1.0")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=P)
     for op in OPS.on("cli"):
-        add_subcommand(sub, op, parents=[fmt], help=op.extra.get("help", op.summary[:1].lower() + op.summary[1:]))
+        add_subcommand(sub, op, parents=[fmt], help=op.extra.get("help") or _help_line(op.summary))
     m = sub.add_parser("mcp", help="serve the MCP tools over stdio: find, toc, list-sources, source-add, "
                        "run-command, learn-blz")
     m.add_argument("--log-level", metavar="LEVEL",

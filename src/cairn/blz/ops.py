@@ -61,11 +61,11 @@ def _net(max_bytes: int | None, timeout: float | None) -> dict[str, Any]:
     "snippets": {"type": "array", "flags": ("--snippet", "--snippets"), "metavar": "CITATION"},
     "source": {"type": "string", "flags": ("-s", "--source"), "metavar": "ALIAS"},
     "context_mode": {"wire": "contextMode", "type": "string", "enum": list(CONTEXT_MODES),
-                     "flags": ("--context", "--context-mode")},
+                     "flags": ("--context", "--context-mode"), "metavar": "MODE"},
     "line_padding": {"wire": "linePadding", "type": "integer", "minimum": 0, "maximum": MAX_PADDING,
                      "flags": ("-C", "--context-lines", "--line-padding"), "metavar": "N"},
     "max_results": {"wire": "maxResults", "minimum": 1, "maximum": MAX_LIMIT,
-                    "flags": ("-n", "--limit", "--max-results")},
+                    "flags": ("-n", "--limit", "--max-results"), "metavar": "LIMIT"},
 })
 def find(store: Store, query: str | None = None, snippets: list[str] | None = None, source: str | None = None,
          context_mode: str | None = None, line_padding: int | None = None, max_results: int = 10) -> dict[str, Any]:
@@ -91,8 +91,9 @@ def find(store: Store, query: str | None = None, snippets: list[str] | None = No
                   "flags": ("-d", "--depth", "--max-depth"), "metavar": "N"},
     "tree": {"flags": ("--tree",)},
     "filter": {"type": "string", "flags": ("-f", "--filter"), "metavar": "TEXT"},
-    "max_results": {"wire": "maxResults", "minimum": 1, "maximum": TOC_MAX_LIMIT, "flags": ("-n", "--limit")},
-    "page": {"minimum": 1, "flags": ("--page",)},
+    "max_results": {"wire": "maxResults", "minimum": 1, "maximum": TOC_MAX_LIMIT, "flags": ("-n", "--limit"),
+                    "metavar": "LIMIT"},
+    "page": {"minimum": 1, "flags": ("--page",), "metavar": "N"},
 })
 def toc(store: Store, source: str, max_depth: int | None = None, tree: bool = False, filter: str | None = None,
         max_results: int = TOC_DEFAULT_LIMIT, page: int = 1) -> dict[str, Any]:
@@ -240,8 +241,9 @@ def lookup(store: Store, query: str = "") -> dict[str, Any]:
 @OPS.op(name="search", cli="search", params={
     "query": {"positional": True, "metavar": "QUERY"},
     "source": {"flags": ("-s", "--source"), "metavar": "ALIAS"},
-    "max_results": {"wire": "maxResults", "minimum": 1, "maximum": MAX_LIMIT, "flags": ("-n", "--limit")},
-    "page": {"minimum": 1, "flags": ("--page",)},
+    "max_results": {"wire": "maxResults", "minimum": 1, "maximum": MAX_LIMIT, "flags": ("-n", "--limit"),
+                    "metavar": "LIMIT"},
+    "page": {"minimum": 1, "flags": ("--page",), "metavar": "N"},
 })
 def search(store: Store, query: str, source: list[str] | None = None, max_results: int = 10,
            page: int = 1) -> dict[str, Any]:
@@ -260,10 +262,10 @@ def search(store: Store, query: str, source: list[str] | None = None, max_result
 @OPS.op(name="get", cli="get", params={
     "citations": {"positional": True, "metavar": "CITATION", "minItems": 1},
     "context_mode": {"wire": "contextMode", "type": "string", "enum": list(CONTEXT_MODES),
-                     "flags": ("--context",)},
+                     "flags": ("--context",), "metavar": "MODE"},
     "line_padding": {"wire": "linePadding", "type": "integer", "minimum": 0, "maximum": MAX_PADDING,
                      "flags": ("-C", "--context-lines"), "metavar": "N"},
-    "max_lines": {"wire": "maxLines", "minimum": 1, "flags": ("--max-lines",)},
+    "max_lines": {"wire": "maxLines", "minimum": 1, "flags": ("--max-lines",), "metavar": "N"},
 })
 def get(store: Store, citations: list[str], context_mode: str | None = None, line_padding: int | None = None,
         max_lines: int = DEFAULT_MAX_LINES) -> dict[str, Any]:
@@ -289,7 +291,7 @@ def stats(store: Store) -> dict[str, Any]:
 
 
 @OPS.op(name="history", cli="history", params={
-    "alias": _OPTIONAL_ALIAS, "limit": {"minimum": 1, "flags": ("-n", "--limit")}})
+    "alias": _OPTIONAL_ALIAS, "limit": {"minimum": 1, "flags": ("-n", "--limit"), "metavar": "N"}})
 def history(store: Store, alias: str | None = None, limit: int = 50) -> dict[str, Any]:
     """Adds, updates and removals, newest first.
 
