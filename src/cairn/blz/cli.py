@@ -49,9 +49,11 @@ def _parser_class(out: TextIO, err: TextIO) -> type[argparse.ArgumentParser]:
     return Parser
 
 
-def build_parser(out: TextIO | None = None, err: TextIO | None = None) -> argparse.ArgumentParser:
+def build_parser(out: TextIO | None = None, err: TextIO | None = None,
+                 only: str | None = None) -> argparse.ArgumentParser:
     """``blz``'s parser: one sub-command per operation of :data:`cairn.blz.ops.OPS` with a CLI name
-    (arguments, flags and help from the declaration), plus ``mcp``."""
+    (arguments, flags and help from the declaration), plus ``mcp``. With ``only``, that sub-command
+    alone: argparse builds a whole parser per sub-command, and ``blz search`` needs one of fifteen."""
     import argparse
 
     from cairn.blz.ops import OPS
@@ -70,7 +72,10 @@ def build_parser(out: TextIO | None = None, err: TextIO | None = None) -> argpar
     p.add_argument("--version", action="version", version="blz (cairn) 0.1.0")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=P)
     for op in OPS.on("cli"):
-        add_subcommand(sub, op, parents=[fmt], help=op.extra.get("help") or _help_line(op.summary))
+        if only is None or op.cli == only:
+            add_subcommand(sub, op, parents=[fmt], help=op.extra.get("help") or _help_line(op.summary))
+    if only is not None and only != "mcp":
+        return p
     m = sub.add_parser("mcp", help="serve the MCP tools over stdio: find, toc, list-sources, source-add, "
                        "run-command, learn-blz")
     m.add_argument("--log-level", metavar="LEVEL",
@@ -97,7 +102,10 @@ def run(argv: list[str], out: TextIO, err: TextIO) -> int:
     """Run blz with ``argv``, writing to ``out``/``err``; returns the exit code (no sys.exit)."""
     if argv == ["mcp"]:  # the server's start-up path: skip building the parser
         return _mcp(None, err)
-    parser = build_parser(out, err)
+    from cairn.blz.ops import OPS
+
+    command = argv[0] if argv and OPS.by_surface_name("cli", argv[0]) is not None else None
+    parser = build_parser(out, err, only=command)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse: --help/--version (0) or a usage error (2)

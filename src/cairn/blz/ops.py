@@ -130,7 +130,9 @@ def list_sources(store: Store, filter: str | None = None, registry: bool = False
 
 
 @OPS.op(name="source-add", mcp="source-add", cli="add", read_only=False, open_world=True,
-        extra={"help": "add a source from a URL, a local file, or the registry"}, params={
+        extra={"help": "add a source from a URL, a local file, or the registry",
+               # the seed's source-add answer; the CLI shows the whole result (title, sections, sha256, ...)
+               "mcp_fields": ("alias", "url", "message", "lines", "headings")}, params={
     "alias": _ALIAS,
     "url": {"type": "string", "positional": True, "metavar": "URL"},
     "force": {"flags": ("--force",)},

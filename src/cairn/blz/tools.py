@@ -104,14 +104,38 @@ class Docs:
             print(f"blz: warm-up: {exc.message}", file=sys.stderr)
 
 
+class _Checked(threading.local):
+    """The arguments the tool's ``validate`` hook just bound, for the handler the same thread runs
+    next: a warm ``find`` is about a millisecond, and binding twice cost 3% of it."""
+
+    args: Any = None
+    kwargs: dict[str, Any] = {}
+
+
+_CHECKED = _Checked()
+
+
+def check_op(op: Op, args: dict[str, Any]) -> None:
+    """The MCP ``validate`` hook: ``op.bind`` (a bad argument is a -32602 error with the operation's message)."""
+    _CHECKED.kwargs = op.bind(args, "mcp")
+    _CHECKED.args = args
+
+
 def call_op(docs: Docs, op: Op, args: dict[str, Any], ctx: ToolContext) -> Any:
     """One MCP call of a declared operation: run on the server's store under its lock, with what
     this surface supplies itself (:data:`MCP_CONTEXT`), the answer and any error message scrubbed."""
+    if _CHECKED.args is args:
+        kwargs, _CHECKED.args = _CHECKED.kwargs, None
+    else:  # called without the hook (a test, another transport): bind here
+        kwargs = op.bind(args, "mcp")
     supply = MCP_CONTEXT.get(op.name)
-    context = supply(ctx) if supply is not None else {}
+    if supply is not None:
+        kwargs = {**kwargs, **supply(ctx)}
+    fields = op.extra.get("mcp_fields")
     try:
         with SCRUBBED, docs.lock:
-            return public(op.call(docs.store(), args, "mcp", **context))
+            result = op.fn(docs.store(), **kwargs)
+            return public({k: result[k] for k in fields} if fields else result)
     finally:
         if not op.read_only:
             _release_memory()
@@ -235,7 +259,9 @@ def build_server(store: Store | None = None) -> Server:
                                  + ", ".join(WHITELIST) + ". Returns stdout, stderr and exitCode. `source` "
                                  "names the alias for history, validate and inspect.",
                                  input_schema=RUN_COMMAND_SCHEMA, annotations={"readOnlyHint": True}))
-        server.add_tool(mcp_tool(op, partial(call_op, docs, op)))
+        tool = mcp_tool(op, partial(call_op, docs, op))
+        tool.validate = partial(check_op, op)
+        server.add_tool(tool)
     server.resource("blz://registry", name="registry", description="Known llms.txt sources that "
                     "`source-add` can install by alias.", mime_type="application/json")(registry_resource)
     server.resource_template("blz://sources/{alias}", name="source", description="One installed "
