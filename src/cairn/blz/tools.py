@@ -239,29 +239,25 @@ def discover_docs(docs: Docs, args: dict[str, str]) -> str:
     return text
 
 
-def build_server(store: Store | None = None) -> Server:
+def build_server(store: Store | None = None, *, op_tools: bool = True) -> Server:
     """The blz MCP server: a tool per operation of :data:`cairn.blz.ops.OPS` on MCP, plus run-command,
-    the resources and the prompt."""
+    the resources and the prompt. With ``op_tools=False`` the operations' tools are left for
+    :func:`add_op_tools` (``blz mcp`` adds them right after answering ``initialize``: deriving their
+    schemas is not worth delaying the first reply)."""
     from functools import partial
-
-    from cairn.blz.ops import OPS
-    from cairn.core.ops import mcp_tool
 
     server = Server(name="blz", version="0.1.0", title="blz docs search", instructions=INSTRUCTIONS)
     root = data_path("blz", "BLZ_DATA_DIR")  # a str: pathlib is not imported before `initialize`
     register_root(root, "<blz-data>")
     docs = Docs(root, store)
     server.warm = docs.warm  # type: ignore[attr-defined]
-    for op in OPS.on("mcp"):
-        if op.name == "learn-blz":  # the seed's order: run-command before learn-blz
-            server.add_tool(Tool("run-command", partial(run_command, docs), structured=True,
-                                 description="Run a read-only blz command in-process (never a shell): "
-                                 + ", ".join(WHITELIST) + ". Returns stdout, stderr and exitCode. `source` "
-                                 "names the alias for history, validate and inspect.",
-                                 input_schema=RUN_COMMAND_SCHEMA, annotations={"readOnlyHint": True}))
-        tool = mcp_tool(op, partial(call_op, docs, op))
-        tool.validate = partial(check_op, op)
-        server.add_tool(tool)
+    server.add_tool(Tool("run-command", partial(run_command, docs), structured=True,
+                         description="Run a read-only blz command in-process (never a shell): "
+                         + ", ".join(WHITELIST) + ". Returns stdout, stderr and exitCode. `source` "
+                         "names the alias for history, validate and inspect.",
+                         input_schema=RUN_COMMAND_SCHEMA, annotations={"readOnlyHint": True}))
+    if op_tools:
+        add_op_tools(server, docs)
     server.resource("blz://registry", name="registry", description="Known llms.txt sources that "
                     "`source-add` can install by alias.", mime_type="application/json")(registry_resource)
     server.resource_template("blz://sources/{alias}", name="source", description="One installed "
@@ -270,7 +266,25 @@ def build_server(store: Store | None = None) -> Server:
                   "technologies and how to search it.",
                   arguments=[{"name": "technologies", "description": "Comma-separated list, e.g. "
                               "\"bun,react,tailwind\"", "required": True}])(partial(discover_docs, docs))
+    server.docs = docs  # type: ignore[attr-defined]
     return server
+
+
+def add_op_tools(server: Server, docs: Docs) -> None:
+    """Register a tool per operation on MCP, in the seed's order (run-command before learn-blz)."""
+    from functools import partial
+
+    from cairn.blz.ops import OPS
+    from cairn.core.ops import mcp_tool
+
+    tools = dict(server.tools)
+    server.tools.clear()
+    for op in OPS.on("mcp"):
+        if op.name == "learn-blz":
+            server.tools.update(tools)  # run-command
+        tool = mcp_tool(op, partial(call_op, docs, op))
+        tool.validate = partial(check_op, op)
+        server.add_tool(tool)
 
 
 def _command_operand(command: str, source: str) -> str:
@@ -313,9 +327,11 @@ def _release_memory() -> None:
 def serve() -> None:
     from cairn.mcp.stdio import serve_stdio
 
-    server = build_server()
+    server = build_server(op_tools=False)
 
     def after_initialize() -> None:  # not before: ctypes and the warm-up's imports would delay the reply
+        # On the reader thread, before the next message is read: tools/list sees every tool.
+        add_op_tools(server, server.docs)  # type: ignore[attr-defined]
         _one_malloc_arena()  # before any worker thread exists
         threading.Thread(target=server.warm, name="blz-warm", daemon=True).start()  # type: ignore[attr-defined]
 
