@@ -50,3 +50,28 @@ def test_no_import_cycle_between_blz_modules() -> None:
 
     for m in modules:
         visit(m, [m])
+
+
+def test_mcp_handlers_are_plain_functions(tmp_path: Path, data_root: Path) -> None:
+    """A tool's handler is called directly, no server or closure: the same answer and refusal as over MCP."""
+    from cairn.blz import sources, tools
+    from cairn.blz.ops import OPS
+    from cairn.blz.store import Store
+    from cairn.core.errors import InvalidInput, NotFound
+
+    doc = tmp_path / "guide.txt"
+    doc.write_text("# Guide\n\n## Hooks\n\nHooks text.\n")
+    store = Store(data_root)
+    try:
+        sources.add(store, "guide", str(doc))
+        docs = tools.Docs(str(data_root), store)
+        found = tools.call_op(docs, OPS["find"], {"query": "hooks", "maxResults": 1}, None)  # type: ignore[arg-type]
+        assert [h["lines"] for h in found["hits"]] == ["3-5"] and found["hits"][0]["sourceUrl"].startswith("file://<local>/")
+        with pytest.raises(InvalidInput, match=r"^Invalid parameter for 'toc': maxDepth: 0 is less than the minimum of 1$"):
+            tools.check_op(OPS["toc"], {"source": "guide", "maxDepth": 0})
+        with pytest.raises(NotFound, match="No source named 'ghost'"):
+            tools.call_op(docs, OPS["toc"], {"source": "ghost"}, None)  # type: ignore[arg-type]
+        stats = tools.run_command(docs, {"command": "stats"}, None)  # type: ignore[arg-type]
+        assert stats["exitCode"] == 0 and stats["stdout"].startswith("Total sources: 1\n")
+    finally:
+        store.close()

@@ -117,6 +117,7 @@ _CHECKED = _Checked()
 
 def check_op(op: Op, args: dict[str, Any]) -> None:
     """The MCP ``validate`` hook: ``op.bind`` (a bad argument is a -32602 error with the operation's message)."""
+    _CHECKED.args = None  # nothing stale survives a refused call
     _CHECKED.kwargs = op.bind(args, "mcp")
     _CHECKED.args = args
 
@@ -288,8 +289,8 @@ def add_op_tools(server: Server, docs: Docs) -> None:
 
 
 def _command_operand(command: str, source: str) -> str:
-    """run-command's ``source``, checked before it reaches the argument parser: an alias (history,
-    validate, inspect) or a schema name (schema). Never an option, whatever the parser would do."""
+    """run-command's ``source``, checked before the command runs: an alias (history, validate,
+    inspect) or a schema name (schema); anything else is invalid input (a tool error)."""
     if command == "schema":
         from cairn.blz.schemas import SCHEMAS
 
