@@ -322,6 +322,57 @@ class Store:
     def clear_vectors(self) -> None:
         self.db.execute("DELETE FROM vectors")
 
+    def vector_rows(self, model: str) -> list[tuple[int, str, int, bytes]]:
+        """(chunk rowid, source, updated_at, vector blob) of every chunk with a ``model`` vector, by rowid."""
+        return self.db.execute(
+            "SELECT c.rowid, d.source, d.updated_at, v.vec FROM chunks c JOIN documents d ON d.rowid = c.doc"
+            " JOIN vectors v ON v.hash = c.hash AND v.model = ? ORDER BY c.rowid",
+            (model,),
+        ).fetchall()
+
+    # ---- full-text search ----------------------------------------------------------------------
+
+    def fts_count(self, match: str, cap: int) -> int:
+        """How many chunks the FTS5 query ``match`` finds, counting no further than ``cap + 1``."""
+        row = self.db.execute(
+            "SELECT count(*) FROM (SELECT 1 FROM chunks_fts WHERE chunks_fts MATCH ? LIMIT ?)", (match, cap + 1)
+        ).fetchone()
+        return int(row[0])
+
+    def fts_newest_rowid(self, match: str, offset: int) -> int:
+        """The rowid of the ``offset``-th most recently indexed chunk ``match`` finds (0 when fewer)."""
+        row = self.db.execute(
+            "SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY rowid DESC LIMIT 1 OFFSET ?",
+            (match, offset),
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    def fts_rank(self, match: str, k: int, *, sources: Sequence[str] | None = None, since: int | None = None,
+                 until: int | None = None, min_rowid: int = 0) -> dict[int, float]:
+        """Chunk rowid -> positive BM25 score, the best ``k`` chunks ``match`` finds among those whose
+        document is in ``sources`` and was updated in [since, until), from ``min_rowid`` on."""
+        parts: list[str] = []
+        params: list[Any] = []
+        if sources is not None:
+            parts.append(f"d.source IN ({','.join('?' * len(sources))})")
+            params.extend(sources)
+        if since is not None:
+            parts.append("d.updated_at >= ?")
+            params.append(since)
+        if until is not None:
+            parts.append("d.updated_at < ?")
+            params.append(until)
+        if min_rowid:
+            parts.append("f.rowid >= ?")
+            params.append(min_rowid)
+        if parts:
+            sql = ("SELECT f.rowid, -bm25(chunks_fts) AS s FROM chunks_fts f JOIN chunks c ON c.rowid = f.rowid"
+                   " JOIN documents d ON d.rowid = c.doc WHERE chunks_fts MATCH ?"
+                   + "".join(" AND " + p for p in parts) + " ORDER BY s DESC, f.rowid LIMIT ?")
+        else:
+            sql = "SELECT rowid, -rank FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY rank LIMIT ?"
+        return {int(r): float(s) for r, s in self.db.execute(sql, (match, *params, k))}
+
     # ---- checkpoints -------------------------------------------------------------------------
 
     def checkpoint(self, source: str, status: str, *, documents: int = 0, error: str | None = None) -> None:
