@@ -1,7 +1,9 @@
 """The ctx service: one method per capability, plain data in, dataclasses out.
 
-Adapters (the CLI here; HTTP, MCP and Lua tools later) only parse input, call these methods and
-render what they return. Validation and error messages live here so every adapter shares them.
+The operations (:mod:`cairn.ctx.ops`: search, get, sources) call these methods for every surface (MCP,
+HTTP, the CLI) after checking their parameters against one declaration; the CLI calls the others
+(sync, embed, stats) directly, and Lua tools reach search/get/sources through ``context.*``. Adapters
+render what these return. SQL stays in :class:`~cairn.ctx.store.Store`'s named methods.
 """
 
 from __future__ import annotations
