@@ -225,7 +225,8 @@ def _tools_text(tools: list[dict[str, Any]]) -> str:
         lines.append(f"{t['name']}  ({kind})  {t['description']}")
         required = set(t["parameters"].get("required", []))
         for name, prop in t["parameters"].get("properties", {}).items():
-            ptype = prop.get("type") or "string|array"
+            ptype = prop.get("type") or "any"
+            ptype = "|".join(ptype) if isinstance(ptype, list) else ptype
             flag = " (required)" if name in required else ""
             desc = f"  {prop['description']}" if prop.get("description") else ""
             lines.append(f"    {name}: {ptype}{flag}{desc}")
