@@ -67,7 +67,8 @@ def search(svc: Service, query: str, mode: Literal["keyword", "semantic", "hybri
     :param limit: maximum number of documents (default: [retrieval] final_limit)
     :param source: only these sources: `type:name`, a connector type, or a connector name; several as a
         list (on the CLI, --source again)
-    :param filters: `source` (combined with the parameter above), `since` and `until` (YYYY-MM-DD, ISO 8601 or unix seconds)
+    :param filters: `source` (combined with the parameter above), `since` and `until` (YYYY-MM-DD,
+        ISO 8601 or unix seconds)
     :param since: only documents updated at/after this date (YYYY-MM-DD, ISO 8601, unix seconds)
     :param until: only documents updated before this date
     """
