@@ -36,6 +36,7 @@ class SearchResult:
     updated_at: str
     snippet: str
     source_url: str | None
+    location: str = ""  # the best chunk's heading path, a citation: "Page 12", "Slide 3: Budget", "Guide > Install"
 
 
 @dataclass
@@ -348,6 +349,7 @@ class Service:
         return self._group(scored, query, limit)
 
     def _group(self, scored: list[tuple[int, float]], query: str, limit: int) -> list[SearchResult]:
+        from cairn.ctx.chunk import location
         from cairn.ctx.retrieval import snippet
 
         if not scored:
@@ -370,17 +372,17 @@ class Service:
         ordered = sorted(best.items(), key=lambda kv: (-kv[1][0], kv[0]))[:limit]
         winners = [cid for _, (_, cid) in ordered]
         meta = {row[0]: row[1:] for row in db.execute(
-            "SELECT c.rowid, c.text, d.title, d.source, d.source_id, d.updated_at, d.source_url FROM chunks c"
+            "SELECT c.rowid, c.text, d.title, d.source, d.source_id, d.updated_at, d.source_url, c.heading FROM chunks c"
             f" JOIN documents d ON d.rowid = c.doc WHERE c.rowid IN ({','.join('?' * len(winners))})", winners)}
         results = []
         for doc_id, (score, cid) in ordered:
             if cid not in meta:
                 continue
-            text, title, source, source_id, updated_at, source_url = meta[cid]
+            text, title, source, source_id, updated_at, source_url, heading = meta[cid]
             results.append(SearchResult(
                 id=doc_id, score=round(min(1.0, max(0.0, score)), 6), title=title, source=source,
                 source_id=source_id, updated_at=iso(updated_at), snippet=snippet(text, query),
-                source_url=scrub(source_url) if source_url else None,
+                source_url=scrub(source_url) if source_url else None, location=location(heading),
             ))
         return results
 
