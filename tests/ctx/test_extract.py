@@ -263,6 +263,28 @@ def test_docx_and_pptx_text_matches_what_python_docx_and_python_pptx_read(tmp_pa
     assert sorted(w for w in words if w not in ("Slide", "1", "2", "Notes")) == sorted(re.findall(r"\w+", " ".join(theirs)))
 
 
+def test_docx_custom_and_localised_heading_styles_are_read_from_styles_xml(tmp_path: Path) -> None:
+    import docx
+    from docx.enum.style import WD_STYLE_TYPE
+    from docx.oxml import OxmlElement
+    from docx.oxml.ns import qn
+
+    doc = docx.Document()
+    custom = doc.styles.add_style("Chapter Head", WD_STYLE_TYPE.PARAGRAPH)
+    custom.base_style = doc.styles["Heading 2"]  # a heading by inheritance, under its own id
+    german = doc.styles.add_style("Überschrift 1", WD_STYLE_TYPE.PARAGRAPH)
+    level = OxmlElement("w:outlineLvl")  # what a localised Word's heading style carries: an outline level
+    level.set(qn("w:val"), "0")
+    german.element.get_or_add_pPr().append(level)
+    doc.add_paragraph("Kapitel eins", style=german)
+    doc.add_paragraph("Chapter two", style=custom)
+    doc.add_paragraph("Body text.")
+    doc.save(str(tmp_path / "s.docx"))
+    out = extract.extract((tmp_path / "s.docx").read_bytes(), "s.docx", "docx")
+    assert out.body == "# Kapitel eins\n\n## Chapter two\n\nBody text."
+    assert out.title == "Kapitel eins"
+
+
 def test_xlsx_rows_come_in_groups_each_with_the_header_row() -> None:
     import tempfile
 

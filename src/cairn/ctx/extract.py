@@ -279,6 +279,11 @@ def _docx_styles(zf: Any) -> dict[str, int]:
     return levels
 
 
+_BUILTIN_STYLES = {"Title": 1, "Normal": -1, "ListParagraph": -1, "ListBullet": 0, "ListNumber": 0,
+                   **{f"Heading{n}": n for n in range(1, 10)}, **{f"ListBullet{n}": 0 for n in range(2, 6)},
+                   **{f"ListNumber{n}": 0 for n in range(2, 6)}}
+
+
 def _run_text(p: Any) -> str:
     out: list[str] = []
 
@@ -311,7 +316,10 @@ def _docx(data: bytes, deadline: float) -> Extracted:
     root = _xml(zf, "word/document.xml")
     if root is None:
         raise Skipped("corrupt or not a DOCX file (no word/document.xml)")
-    levels = _docx_styles(zf)
+    used = {el.get(_W + "val") or "" for el in root.iter(_W + "pStyle")}
+    # Word's own style ids need no styles.xml (often hundreds of KB); any other id (a localised
+    # "berschrift1", a custom style based on a heading) is looked up there.
+    levels = _BUILTIN_STYLES if used <= _BUILTIN_STYLES.keys() else _docx_styles(zf)
     body = root.find(_W + "body")
     clock = _Clock(deadline, "paragraph")
     parts: list[str] = []
