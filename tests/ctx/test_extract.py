@@ -366,6 +366,52 @@ pdf = "{pdf}"
     svc.close()
 
 
+def test_lua_connector_downloads_a_pdf_with_http_binary(tmp_path: Path) -> None:
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    payload = pdf_bytes([["front"], ["The manatee census counts 412 animals."]], title="Census")
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/pdf")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        (tmp_path / "dl.lua").write_text("""
+connector = {}
+function connector.scan(config)
+  local r = http.get(config.url, { binary = true })
+  assert(r.body == nil and r.ok)
+  return { { source_id = "census.pdf", format = r.headers["content-type"], body_base64 = r.body_base64 } }
+end
+""", encoding="utf-8")
+        svc = Service.from_config(config_file(tmp_path, f"""
+[db]
+path = "kb.sqlite"
+[connectors.script.dl]
+path = "dl.lua"
+url = "http://127.0.0.1:{server.server_address[1]}/census.pdf"
+allow_hosts = ["127.0.0.1"]
+"""))
+        report = svc.sync("all").sources[0]
+        assert (report.ok, report.added, report.warnings) == (True, 1, []), report
+        hit = svc.search("manatee")[0]
+        assert (hit.title, hit.location) == ("Census", "Page 2")
+        svc.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_search_start_up_does_not_load_the_extraction_libraries(tmp_path: Path) -> None:
     root = tmp_path / "docs"
     one_of_each(root)
