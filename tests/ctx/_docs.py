@@ -60,11 +60,11 @@ def pdf_bytes(pages: list[list[str]], *, title: str | None = None, image_only: b
 
 
 def encrypted_pdf(plain: bytes, password: str = "s3cret") -> bytes:
-    """``plain`` encrypted with a user password (pypdf, AES-128)."""
+    """``plain`` encrypted with a user password (pypdf, AES-128); ``""``: anyone may open it (owner password only)."""
     from pypdf import PdfReader, PdfWriter
 
     writer = PdfWriter(clone_from=PdfReader(io.BytesIO(plain)))
-    writer.encrypt(user_password=password, owner_password=password + "!", algorithm="AES-128")
+    writer.encrypt(user_password=password, owner_password=password + "owner", algorithm="AES-128")
     out = io.BytesIO()
     writer.write(out)
     return out.getvalue()

@@ -434,6 +434,21 @@ def test_search_start_up_does_not_load_the_extraction_libraries(tmp_path: Path) 
     assert not heavy & loaded, heavy & loaded
 
 
+def test_a_pdf_encrypted_without_a_user_password_is_read() -> None:
+    # Restrictions only (printing, copying): every reader opens it, so ctx indexes it.
+    out = extract.extract(encrypted_pdf(pdf_bytes([["open to all readers"]]), password=""), "r.pdf", "pdf")
+    assert out.body == "# Page 1\n\nopen to all readers"
+
+
+def test_html_charset_and_pdf_header_offset() -> None:
+    latin = '<html><head><meta charset="iso-8859-1"><title>Caf\xe9</title></head><body><p>cr\xe8me br\xfbl\xe9e</p>'
+    out = extract.extract(latin.encode("latin-1"), "m.html", "html")
+    assert (out.title, out.body) == ("Café", "crème brûlée")
+    assert extract.extract("<p>naïve</p>".encode("utf-8"), "u.html", "html").body == "naïve"
+    # Junk before the header (allowed in the first KiB) still reads.
+    assert "hello" in extract.extract(b"\n\n" + pdf_bytes([["hello"]]), "j.pdf", "pdf").body
+
+
 def test_format_names() -> None:
     assert extract.format_of("a/B.PDF") == "pdf" and extract.format_of("x.htm") == "html"
     assert extract.format_of("README") is None and extract.format_of("notes.md") is None

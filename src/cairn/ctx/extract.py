@@ -183,7 +183,7 @@ def _check_zip(data: bytes, fmt: str) -> None:
 def _pdf(data: bytes, deadline: float) -> Extracted:
     import pypdfium2 as pdfium  # lazily: ~0.1-0.5 s to import
 
-    if not data.lstrip()[:5].startswith(b"%PDF"):
+    if b"%PDF-" not in data[:1024]:  # readers accept the header anywhere in the first 1 KiB
         raise Skipped("corrupt or not a PDF file (no %PDF header)")
     try:
         doc = pdfium.PdfDocument(data)
@@ -537,10 +537,28 @@ _BLOCKS = frozenset(
 _DROP = frozenset("script style noscript template svg math head iframe object canvas".split())
 
 
+_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.IGNORECASE)
+
+
+def _charset(data: bytes) -> str:
+    """UTF-8 (also with a BOM) unless the page declares another charset in a ``<meta>`` near its top."""
+    import codecs
+
+    if data.startswith(b"\xef\xbb\xbf"):
+        return "utf-8-sig"
+    m = _CHARSET.search(data[:4096])
+    if m:
+        try:
+            return codecs.lookup(m.group(1).decode("ascii")).name
+        except LookupError:
+            pass
+    return "utf-8"
+
+
 def _html(data: bytes) -> Extracted:
     from html.parser import HTMLParser
 
-    text = data.decode("utf-8", errors="replace")
+    text = data.decode(_charset(data), errors="replace")
 
     class Parser(HTMLParser):
         def __init__(self) -> None:
