@@ -48,7 +48,7 @@ class ScriptConnector(Skips):
         return iter(entries)
 
     def _loader(self, item: Item, value: dict[str, Any]) -> Callable[[], Item | None]:
-        fmt = _format(value, self.config.source)
+        fmt = _format(value)
         if fmt is None and value.get("body_base64") is None:
             return lambda: item
 
@@ -60,7 +60,8 @@ class ScriptConnector(Skips):
         return load
 
 
-def _format(value: dict[str, Any], source: str) -> str | None:
+def _format(value: dict[str, Any]) -> str | None:
+    """The item's document format (checked by :func:`to_item`); without one, body_base64 goes by the id's suffix."""
     from cairn.ctx.extract import normalize_format
 
     return normalize_format(value.get("format") or "")
