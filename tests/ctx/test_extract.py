@@ -298,6 +298,22 @@ def test_xlsx_rows_come_in_groups_each_with_the_header_row() -> None:
     assert "44 | cust44 | 66" in groups[-1]
 
 
+def test_xlsx_with_a_chart_sheet_keeps_its_data_sheets(tmp_path: Path) -> None:
+    import xlsxwriter
+
+    book = xlsxwriter.Workbook(str(tmp_path / "c.xlsx"))
+    data = book.add_worksheet("Data")
+    for r, row in enumerate([["key", "value"], ["a", 1], ["b", 2]]):
+        for c, v in enumerate(row):
+            data.write(r, c, v)
+    chart = book.add_chart({"type": "column"})
+    chart.add_series({"values": "=Data!$B$2:$B$3"})
+    book.add_chartsheet("Chart").set_chart(chart)
+    book.close()
+    out = extract.extract((tmp_path / "c.xlsx").read_bytes(), "c.xlsx", "xlsx")
+    assert out.body == "# Sheet: Data\n\nkey | value\na | 1\nb | 2" and out.metadata["sheets"] == 2
+
+
 def test_git_connector_extracts_documents(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     repo.mkdir()

@@ -96,7 +96,7 @@ def normalize_format(value: str) -> str | None:
 
 def extract(data: bytes, name: str, fmt: str) -> Extracted:
     """The text of ``data`` (a ``fmt`` file called ``name``); :class:`Skipped` when there is none."""
-    if not data.strip():
+    if not data or data.isspace():
         raise Skipped("empty file")
     if data.startswith(b"version https://git-lfs"):
         raise Skipped("a Git LFS pointer: the file itself is not in the checkout (git lfs pull)")
@@ -502,7 +502,11 @@ def _xlsx(data: bytes, deadline: float) -> Extracted:
         header: str | None = None
         section = [_heading(1, f"Sheet: {name}")]
         group: list[str] = []
-        for row in wb.get_sheet_by_name(name).iter_rows():
+        try:
+            rows = wb.get_sheet_by_name(name).iter_rows()
+        except Exception:  # a chart sheet or a sheet calamine cannot read: the others still count
+            continue
+        for row in rows:
             cells = [_cell(v) for v in row]
             while cells and not cells[-1]:
                 cells.pop()
