@@ -465,6 +465,19 @@ def test_html_charset_and_pdf_header_offset() -> None:
     assert "hello" in extract.extract(b"\n\n" + pdf_bytes([["hello"]]), "j.pdf", "pdf").body
 
 
+def test_warnings_are_listed_up_to_a_limit_then_counted() -> None:
+    from cairn.ctx.connectors import MAX_WARNINGS, Skips
+
+    skips = Skips()
+    for i in range(MAX_WARNINGS + 50):
+        skips.warn(f"f{i}.pdf", "empty file")
+    assert skips.skipped == MAX_WARNINGS + 50 and len(skips.warnings) == MAX_WARNINGS + 1
+    assert skips.warnings[0] == "f0.pdf: skipped: empty file"
+    assert skips.warnings[-1] == f"... and 50 more files (warnings are listed for the first {MAX_WARNINGS})"
+    skips.reset()
+    assert (skips.skipped, skips.warnings) == (0, [])
+
+
 def test_format_names() -> None:
     assert extract.format_of("a/B.PDF") == "pdf" and extract.format_of("x.htm") == "html"
     assert extract.format_of("README") is None and extract.format_of("notes.md") is None
