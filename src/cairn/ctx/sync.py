@@ -153,7 +153,7 @@ def sync_source(
             flush()
     flush()
     report.skipped = connector.skipped
-    report.warnings = list(getattr(connector, "warnings", []))
+    report.warnings = [scrub(w) for w in getattr(connector, "warnings", [])]
 
     gone = [(sid, k.rowid) for sid, k in known.items() if sid not in seen]
     report.deleted = len(gone)
