@@ -19,6 +19,8 @@ read as Markdown structure (a PDF line starting with ``#`` or a fence) are escap
 
 A file that cannot give text raises :class:`Skipped` with the reason (encrypted, corrupt, empty,
 image-only, a zip that would expand past :data:`MAX_UNPACKED`); nothing here raises anything else.
+:func:`extract_isolated` runs the binary formats in a forked child process, so a native parser
+(PDFium, calamine) that crashes or never returns costs that one file, not the sync.
 Extraction stops (keeping what it has, with a warning) after :data:`MAX_TEXT` characters or
 :data:`MAX_SECONDS` seconds. The parsing libraries are imported inside the functions that use them,
 so importing this module costs only the standard library.
@@ -33,6 +35,7 @@ from typing import Any
 
 MAX_TEXT = 16_000_000  # characters of text kept from one document
 MAX_SECONDS = 60.0  # extraction time for one document, checked between pages, slides, sheets and rows
+KILL_AFTER = 30.0  # a worker still busy MAX_SECONDS + KILL_AFTER after it started is killed
 MAX_UNPACKED = 512 << 20  # bytes a DOCX/PPTX/XLSX zip may expand to (a zip bomb is refused, not read)
 ROW_GROUP = 20  # XLSX rows per paragraph (each paragraph starts with the header row)
 
@@ -92,6 +95,63 @@ def normalize_format(value: str) -> str | None:
     if found is None:
         raise ValueError(value)
     return found
+
+
+def extract_isolated(data: bytes, name: str, fmt: str) -> Extracted:
+    """:func:`extract` in a forked child for PDF and Office files (HTML and text stay in process).
+
+    The child's answer comes back through a pipe; a child that dies (a segfault in a native
+    parser, the OOM killer) or is still busy :data:`KILL_AFTER` seconds past :data:`MAX_SECONDS`
+    is killed and the file is :class:`Skipped` with that reason. Where ``fork`` is unavailable
+    the extraction runs in process.
+    """
+    import multiprocessing
+
+    if fmt not in BINARY_FORMATS or "fork" not in multiprocessing.get_all_start_methods():
+        return extract(data, name, fmt)
+    context = multiprocessing.get_context("fork")
+    receiver, sender = context.Pipe(duplex=False)
+    child = context.Process(target=_child, args=(sender, data, name, fmt), daemon=True)
+    child.start()
+    sender.close()
+    try:
+        answer: tuple[str, Any] | None = None
+        if receiver.poll(MAX_SECONDS + KILL_AFTER):
+            try:
+                answer = receiver.recv()
+            except (EOFError, OSError):
+                answer = None  # died before answering
+        else:
+            child.kill()
+            child.join(5)
+            raise Skipped(f"extraction did not finish within {MAX_SECONDS + KILL_AFTER:.0f} s; its worker was killed")
+        child.join(5)
+    finally:
+        receiver.close()
+        if child.is_alive():
+            child.kill()
+            child.join(5)
+    if answer is None:
+        code = child.exitcode
+        how = f"signal {-code}" if code is not None and code < 0 else f"exit status {code}"
+        raise Skipped(f"the {fmt.upper()} reader crashed on this file ({how})")
+    kind, value = answer
+    if kind == "skip":
+        raise Skipped(str(value))
+    return Extracted(**value)
+
+
+def _child(sender: Any, data: bytes, name: str, fmt: str) -> None:
+    try:
+        out = extract(data, name, fmt)
+        message: tuple[str, Any] = ("ok", {"body": out.body, "title": out.title, "sections": out.sections,
+                                           "metadata": out.metadata, "warning": out.warning})
+    except Skipped as exc:
+        message = ("skip", exc.reason)
+    except BaseException as exc:  # MemoryError and the like: report, then exit
+        message = ("skip", f"could not be read ({type(exc).__name__})")
+    sender.send(message)
+    sender.close()
 
 
 def extract(data: bytes, name: str, fmt: str) -> Extracted:

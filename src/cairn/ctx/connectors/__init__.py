@@ -202,10 +202,10 @@ def file_item(data: bytes, rel: str, skips: Skips, fmt: str | None = None, **fie
             skips.skipped += 1
             return None
         return Item(source_id=rel, body=body, title=fields.pop("title", None) or title_of(body, name), **fields)
-    from cairn.ctx.extract import Skipped, extract
+    from cairn.ctx.extract import Skipped, extract_isolated
 
     try:
-        doc = extract(data, name, fmt)
+        doc = extract_isolated(data, name, fmt)
     except Skipped as exc:
         skips.warn(rel, exc.reason)
         return None
