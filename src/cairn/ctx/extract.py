@@ -19,8 +19,8 @@ read as Markdown structure (a PDF line starting with ``#`` or a fence) are escap
 
 A file that cannot give text raises :class:`Skipped` with the reason (encrypted, corrupt, empty,
 image-only, a zip that would expand past :data:`MAX_UNPACKED`); nothing here raises anything else.
-:func:`extract_isolated` runs the binary formats in a forked child process, so a native parser
-(PDFium, calamine) that crashes or never returns costs that one file, not the sync.
+:class:`Reader` reads the binary formats in a worker process, so a native parser (PDFium,
+calamine) that crashes or never returns costs that one file, not the sync.
 Extraction stops (keeping what it has, with a warning) after :data:`MAX_TEXT` characters or
 :data:`MAX_SECONDS` seconds. The parsing libraries are imported inside the functions that use them,
 so importing this module costs only the standard library.
@@ -97,61 +97,101 @@ def normalize_format(value: str) -> str | None:
     return found
 
 
-def extract_isolated(data: bytes, name: str, fmt: str) -> Extracted:
-    """:func:`extract` in a forked child for PDF and Office files (HTML and text stay in process).
+class Reader:
+    """Reads PDF and Office files in a worker process (forked on first use, reused, restarted as needed).
 
-    The child's answer comes back through a pipe; a child that dies (a segfault in a native
+    HTML and text are read in process. A worker that dies while reading (a segfault in a native
     parser, the OOM killer) or is still busy :data:`KILL_AFTER` seconds past :data:`MAX_SECONDS`
-    is killed and the file is :class:`Skipped` with that reason. Where ``fork`` is unavailable
-    the extraction runs in process.
+    is killed and the file is :class:`Skipped` with that reason; the next file gets a fresh worker.
+    An idle worker exits by itself after :data:`IDLE_SECONDS`, or when its parent is gone. Where
+    ``fork`` is unavailable everything is read in process.
     """
-    import multiprocessing
 
-    if fmt not in BINARY_FORMATS or "fork" not in multiprocessing.get_all_start_methods():
-        return extract(data, name, fmt)
-    context = multiprocessing.get_context("fork")
-    receiver, sender = context.Pipe(duplex=False)
-    child = context.Process(target=_child, args=(sender, data, name, fmt), daemon=True)
-    child.start()
-    sender.close()
-    try:
-        answer: tuple[str, Any] | None = None
-        if receiver.poll(MAX_SECONDS + KILL_AFTER):
-            try:
-                answer = receiver.recv()
-            except (EOFError, OSError):
-                answer = None  # died before answering
-        else:
-            child.kill()
-            child.join(5)
+    def __init__(self) -> None:
+        self._proc: Any = None
+        self._conn: Any = None
+
+    def extract(self, data: bytes, name: str, fmt: str) -> Extracted:
+        import multiprocessing
+
+        if fmt not in BINARY_FORMATS or "fork" not in multiprocessing.get_all_start_methods():
+            return extract(data, name, fmt)
+        if self._proc is None or not self._proc.is_alive():
+            self._start()
+        try:
+            self._conn.send((data, name, fmt))
+            answered = self._conn.poll(MAX_SECONDS + KILL_AFTER)
+        except (OSError, EOFError):
+            answered = True  # the worker went away: recv below says so
+        if not answered:
+            self.stop()
             raise Skipped(f"extraction did not finish within {MAX_SECONDS + KILL_AFTER:.0f} s; its worker was killed")
-        child.join(5)
-    finally:
-        receiver.close()
-        if child.is_alive():
-            child.kill()
-            child.join(5)
-    if answer is None:
-        code = child.exitcode
-        how = f"signal {-code}" if code is not None and code < 0 else f"exit status {code}"
-        raise Skipped(f"the {fmt.upper()} reader crashed on this file ({how})")
-    kind, value = answer
-    if kind == "skip":
-        raise Skipped(str(value))
-    return Extracted(**value)
+        try:
+            kind, value = self._conn.recv()
+        except (OSError, EOFError):
+            proc = self._proc
+            proc.join(2)
+            code = proc.exitcode
+            self.stop()
+            how = f"signal {-code}" if code is not None and code < 0 else f"exit status {code}"
+            raise Skipped(f"the {fmt.upper()} reader crashed on this file ({how})") from None
+        if kind == "skip":
+            raise Skipped(str(value))
+        return Extracted(**value)
+
+    def _start(self) -> None:
+        import multiprocessing
+        import os
+
+        self.stop()
+        context = multiprocessing.get_context("fork")
+        ours, theirs = context.Pipe()
+        self._proc = context.Process(target=_serve, args=(theirs, os.getpid()), daemon=True, name="ctx-extract")
+        self._proc.start()
+        theirs.close()
+        self._conn = ours
+
+    def stop(self) -> None:
+        """Kill the worker (if any); the next :meth:`extract` starts another."""
+        if self._proc is not None:
+            if self._proc.is_alive():
+                self._proc.kill()
+            self._proc.join(5)
+            self._proc = None
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
 
-def _child(sender: Any, data: bytes, name: str, fmt: str) -> None:
-    try:
-        out = extract(data, name, fmt)
-        message: tuple[str, Any] = ("ok", {"body": out.body, "title": out.title, "sections": out.sections,
-                                           "metadata": out.metadata, "warning": out.warning})
-    except Skipped as exc:
-        message = ("skip", exc.reason)
-    except BaseException as exc:  # MemoryError and the like: report, then exit
-        message = ("skip", f"could not be read ({type(exc).__name__})")
-    sender.send(message)
-    sender.close()
+IDLE_SECONDS = 30.0
+
+
+def _serve(conn: Any, parent: int) -> None:
+    """The worker's loop: (bytes, name, format) in, ("ok", fields) or ("skip", reason) out."""
+    import os
+
+    idle = 0.0
+    while idle < IDLE_SECONDS:
+        if not conn.poll(1.0):
+            idle += 1.0
+            if os.getppid() != parent:
+                return
+            continue
+        idle = 0.0
+        try:
+            data, name, fmt = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            out = extract(data, name, fmt)
+            message: tuple[str, Any] = ("ok", {"body": out.body, "title": out.title, "sections": out.sections,
+                                               "metadata": out.metadata, "warning": out.warning})
+        except Skipped as exc:
+            message = ("skip", exc.reason)
+        except BaseException as exc:  # MemoryError and the like
+            message = ("skip", f"could not be read ({type(exc).__name__})")
+        del data
+        conn.send(message)
 
 
 def extract(data: bytes, name: str, fmt: str) -> Extracted:

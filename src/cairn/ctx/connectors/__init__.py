@@ -15,10 +15,13 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from cairn.core.errors import ExtensionError
 from cairn.ctx.config import ConnectorConfig
+
+if TYPE_CHECKING:
+    from cairn.ctx.extract import Reader
 
 
 @dataclass
@@ -147,6 +150,18 @@ class Skips:
         self.skipped = 0
         self.warnings: list[str] = []
         self._untold = 0
+        self._reader: Reader | None = None
+
+    def reader(self) -> Reader:
+        """This connector's document reader: one worker process per connector (per source and sync)."""
+        if self._reader is None:
+            import weakref
+
+            from cairn.ctx.extract import Reader
+
+            self._reader = Reader()
+            weakref.finalize(self, self._reader.stop)  # the worker ends with the connector
+        return self._reader
 
     def reset(self) -> None:
         self.skipped, self.warnings, self._untold = 0, [], 0
@@ -202,10 +217,10 @@ def file_item(data: bytes, rel: str, skips: Skips, fmt: str | None = None, **fie
             skips.skipped += 1
             return None
         return Item(source_id=rel, body=body, title=fields.pop("title", None) or title_of(body, name), **fields)
-    from cairn.ctx.extract import Skipped, extract_isolated
+    from cairn.ctx.extract import Skipped
 
     try:
-        doc = extract_isolated(data, name, fmt)
+        doc = skips.reader().extract(data, name, fmt)
     except Skipped as exc:
         skips.warn(rel, exc.reason)
         return None
