@@ -81,7 +81,8 @@ def test_search_returns_ranked_documents_with_every_field(url: str) -> None:
     assert r.status_code == 200
     results = r.json()["results"]
     assert results[0]["source_id"] == "auth.md" and results[0]["score"] == 1.0
-    assert set(results[0]) == {"id", "score", "title", "source", "source_id", "updated_at", "snippet", "source_url"}
+    assert set(results[0]) == {"id", "score", "title", "source", "source_id", "updated_at", "snippet", "source_url",
+                               "location"}
     assert len(results) <= 3
 
 

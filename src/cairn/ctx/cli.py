@@ -247,7 +247,7 @@ def _search_text(results: list[Any]) -> str:
     lines = []
     for i, r in enumerate(results, 1):
         lines.append(f"{i}. {r.title}  [{r.score:.3f}]")
-        lines.append(f"   {r.source} {r.source_id}  (updated {r.updated_at})")
+        lines.append(f"   {r.source} {r.source_id}" + (f", {r.location}" if r.location else "") + f"  (updated {r.updated_at})")
         lines.append(f"   {r.snippet}")
         lines.append(f"   id: {r.id}" + (f"  {r.source_url}" if r.source_url else ""))
     return "\n".join(lines)
@@ -279,6 +279,7 @@ def _sync_text(summary: Any) -> str:
             f"{r.unchanged} unchanged, {r.skipped} skipped, {r.chunks} chunks written ({r.seconds:.2f} s)"
             + ("  [resumed an interrupted sync]" if r.resumed else "")
         )
+        lines.extend(f"  warning: {w}" for w in r.warnings)
     e = summary.embedding
     if e is not None:
         lines.append(f"embeddings ({e.model}): {e.embedded} embedded, {e.pending} pending ({e.seconds:.2f} s)"

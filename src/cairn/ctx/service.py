@@ -38,6 +38,7 @@ class SearchResult:
     updated_at: str
     snippet: str
     source_url: str | None
+    location: str = ""  # the best chunk's heading path, a citation: "Page 12", "Slide 3: Budget", "Guide > Install"
 
 
 @dataclass
@@ -347,6 +348,7 @@ class Service:
         return self._group(scored, query, limit)
 
     def _group(self, scored: list[tuple[int, float]], query: str, limit: int) -> list[SearchResult]:
+        from cairn.ctx.chunk import location
         from cairn.ctx.retrieval import snippet
 
         if not scored:
@@ -366,11 +368,11 @@ class Service:
         for doc_id, (score, cid) in ordered:
             if cid not in meta:
                 continue
-            text, title, source, source_id, updated_at, source_url = meta[cid]
+            text, title, source, source_id, updated_at, source_url, heading = meta[cid]
             results.append(SearchResult(
                 id=doc_id, score=round(min(1.0, max(0.0, score)), 6), title=title, source=source,
                 source_id=source_id, updated_at=iso(updated_at), snippet=snippet(text, query),
-                source_url=scrub(source_url) if source_url else None,
+                source_url=scrub(source_url) if source_url else None, location=location(heading),
             ))
         return results
 

@@ -248,14 +248,15 @@ class Store:
                 f" WHERE c.rowid IN ({','.join('?' * len(part))})", part).fetchall())
         return out
 
-    def chunk_hits(self, chunk_rowids: Sequence[int]) -> dict[int, tuple[str, str, str, str, int, str | None]]:
-        """For search results: chunk rowid -> (chunk text, title, source, source_id, updated_at, source_url)."""
-        out: dict[int, tuple[str, str, str, str, int, str | None]] = {}
+    def chunk_hits(self, chunk_rowids: Sequence[int]) -> dict[int, tuple[str, str, str, str, int, str | None, str]]:
+        """For search results: chunk rowid -> (chunk text, title, source, source_id, updated_at, source_url,
+        the chunk's heading path)."""
+        out: dict[int, tuple[str, str, str, str, int, str | None, str]] = {}
         for s in range(0, len(chunk_rowids), 500):
             part = list(chunk_rowids[s : s + 500])
             for row in self.db.execute(
-                    "SELECT c.rowid, c.text, d.title, d.source, d.source_id, d.updated_at, d.source_url FROM chunks c"
-                    f" JOIN documents d ON d.rowid = c.doc WHERE c.rowid IN ({','.join('?' * len(part))})", part):
+                    "SELECT c.rowid, c.text, d.title, d.source, d.source_id, d.updated_at, d.source_url, c.heading"
+                    f" FROM chunks c JOIN documents d ON d.rowid = c.doc WHERE c.rowid IN ({','.join('?' * len(part))})", part):
                 out[row[0]] = row[1:]
         return out
 

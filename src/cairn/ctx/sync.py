@@ -43,6 +43,7 @@ class SyncReport:
     updated: int = 0
     deleted: int = 0
     skipped: int = 0
+    warnings: list[str] = field(default_factory=list)  # "path: skipped: reason" (corrupt, encrypted, too big)
     chunks: int = 0
     embedded: int = 0
     pending: int = 0
@@ -140,7 +141,7 @@ def sync_source(
             source_url=scrub(item.source_url) if item.source_url else None,
             metadata=item.metadata,
         )
-        chunks = chunk_text(item.body, chunking.max_tokens, chunking.overlap_tokens)
+        chunks = chunk_text(item.body, chunking.max_tokens, chunking.overlap_tokens, sections=item.sections)
         report.chunks += len(chunks)
         if old:
             report.updated += 1
@@ -151,6 +152,7 @@ def sync_source(
             flush()
     flush()
     report.skipped = connector.skipped
+    report.warnings = [scrub(w) for w in getattr(connector, "warnings", [])]
 
     gone = [(sid, k.rowid) for sid, k in known.items() if sid not in seen]
     report.deleted = len(gone)
