@@ -27,12 +27,7 @@ Graph = dict[str, set[str]]
 
 # Cycles that other work removes; each is an expected failure until it is gone, then (strict xfail)
 # an unexpected pass that fails the run until its line here is deleted.
-KNOWN: dict[str, tuple[frozenset[str], str]] = {
-    "blz-cli-tools": (frozenset({"cairn.blz.cli", "cairn.blz.tools"}),
-                      "blz/tools' run-command calls blz/cli; blz/cli imports blz/tools for `blz mcp`"),
-    "brk-cli-cli_serve": (frozenset({"cairn.brk.cli", "cairn.brk.cli_serve"}),
-                          "brk/cli_serve uses brk/cli's private helpers; brk/cli dispatches to brk/cli_serve"),
-}
+KNOWN: dict[str, tuple[frozenset[str], str]] = {}  # none left: the ops refactor removed blz cli<->tools, brk cli<->cli_serve
 # Type-only mutual references in the MCP core (a Session holds its Server and is handed to every
 # method handler and ToolContext); none of these imports runs.
 KNOWN_TYPING: dict[str, tuple[frozenset[str], str]] = {

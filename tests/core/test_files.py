@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cairn.core.files import TEMP_PREFIX, atomic_file, write_atomic
+from cairn.core.files import TEMP_PREFIX, atomic_file, replace_file, write_atomic
 
 
 def test_write_atomic_replaces_the_content_and_leaves_no_temp_file(tmp_path: Path) -> None:
@@ -74,6 +74,34 @@ def test_the_mode_is_what_open_would_give_unless_asked_for_an_owner_only_file(tm
         os.umask(umask)
     assert (tmp_path / "public").stat().st_mode & 0o777 == 0o644
     assert (tmp_path / "private").stat().st_mode & 0o777 == 0o600
+
+
+def test_replace_file_syncs_a_file_written_in_place_then_renames_it(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # brk's UTXO pass writes its state through a memory map, then moves it over the checkpoint.
+    calls: list[str] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        calls.append("fsync-dir" if os.path.isdir(f"/proc/self/fd/{fd}") else "fsync-file")
+        real_fsync(fd)
+
+    def replace(src: str, dst: str) -> None:
+        calls.append("replace")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    (tmp_path / "state").write_bytes(b"old")
+    (tmp_path / "state.tmp").write_bytes(b"new")
+    replace_file(tmp_path / "state.tmp", tmp_path / "state")
+    assert (tmp_path / "state").read_bytes() == b"new" and not (tmp_path / "state.tmp").exists()
+    if os.path.isdir("/proc/self/fd"):
+        assert calls == ["fsync-file", "replace", "fsync-dir"]
+    calls.clear()
+    (tmp_path / "state.tmp").write_bytes(b"newer")
+    replace_file(tmp_path / "state.tmp", tmp_path / "state", durable=False)
+    assert calls == ["replace"] and (tmp_path / "state").read_bytes() == b"newer"
 
 
 def test_only_core_files_replaces_files() -> None:

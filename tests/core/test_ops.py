@@ -140,3 +140,124 @@ def test_a_parameter_without_annotation_or_an_unknown_param_is_a_declaration_err
     reg.op()(untyped)
     with pytest.raises(TypeError, match="no annotation"):
         reg["untyped"].params
+
+
+def test_cli_help_names_values_by_their_wire_name_not_the_internal_dest() -> None:
+    parser = argparse.ArgumentParser(prog="t")
+    help_text = add_subcommand(parser.add_subparsers(dest="command"), OPS["find"]).format_help()
+    assert "-n MAXRESULTS, --limit MAXRESULTS" in help_text and "--tags TAGS" in help_text
+    assert "OP_" not in help_text
+
+
+def test_an_alias_satisfies_a_required_parameter() -> None:
+    reg = Registry("alias")
+
+    @reg.op(params={"index": {"aliases": ("i",)}})
+    def pick(shelf: Shelf, index: int) -> str:
+        """One book.
+
+        :param index: its position
+        """
+        return shelf.books[index]
+
+    op = reg["pick"]
+    assert op.input_schema()["required"] == ["index"]
+    assert op.call(Shelf(), {"i": 1}) == op.call(Shelf(), {"index": 1}) == "beta"
+    with pytest.raises(InvalidInput) as exc:
+        op.bind({"i": "one"})
+    assert exc.value.message == "Invalid parameter for 'pick': index: expected integer, got string"
+    with pytest.raises(InvalidInput, match="index: is required"):
+        op.bind({})
+
+# -- operations declared at run time by an explicit JSON Schema (a script's own parameters) ---------
+
+SCRIPT_SCHEMA: dict[str, Any] = {
+    "type": "object", "additionalProperties": False, "required": ["term"],
+    "properties": {"term": {"type": "string", "description": "word to look for"},
+                   "limit": {"type": "integer", "default": 5}, "exact": {"type": "boolean"}}}
+
+
+def _script_op(**declaration: Any) -> Any:
+    from cairn.core.ops import Op
+
+    def run(shelf: Shelf, args: dict[str, Any], *, note: str = "") -> dict[str, Any]:
+        hits = [b for b in shelf.books if (b == args["term"] if args.get("exact") else args["term"] in b)]
+        return {"hits": hits[:args["limit"]], "args": args, "note": note}
+
+    return Op(run, name="mentions", mcp="mentions", cli="mentions", http="POST /tools/mentions",
+              description="Books that mention a term.", schema=SCRIPT_SCHEMA, read_only=False, **declaration)
+
+
+def test_an_explicit_schema_op_is_served_like_a_declared_one() -> None:
+    op = _script_op()
+    assert op.input_schema() is SCRIPT_SCHEMA and op.input_schema("http") is SCRIPT_SCHEMA
+    assert [(p.name, p.required, p.default) for p in op.params] == [("term", True, None), ("limit", False, 5),
+                                                                   ("exact", False, None)]
+    assert op.description == op.summary == "Books that mention a term."
+    # the handler gets the validated arguments as one dict, defaults filled in, plus the surface's context
+    assert op.call(Shelf(), {"term": "a"}, note="n") == {
+        "hits": ["alpha", "beta", "gamma", "delta"][:5], "args": {"term": "a", "limit": 5}, "note": "n"}
+    parser = argparse.ArgumentParser(prog="t")
+    add_subcommand(parser.add_subparsers(dest="command"), op)
+    ns = parser.parse_args(["mentions", "--term", "et", "--limit", "1", "--exact"])
+    assert cli_args(op, ns) == {"term": "et", "limit": 1, "exact": True}
+    assert op.call(Shelf(), cli_args(op, ns), "cli")["hits"] == []
+    assert op.call(Shelf(), query_args(op, {"term": "et", "limit": "1"}), "http")["hits"] == ["beta"]
+    tool = mcp_tool(op, lambda a, ctx: op.call(Shelf(), a))
+    assert tool.input_schema is SCRIPT_SCHEMA and tool.annotations == {
+        "readOnlyHint": False, "destructiveHint": False, "openWorldHint": False}
+    assert openapi_paths([op])["/tools/mentions"]["post"]["requestBody"]["content"]["application/json"][
+        "schema"] is SCRIPT_SCHEMA
+    messages = []
+    validate = tool.validate
+    assert validate is not None
+    attempts: list[Any] = [lambda: op.bind({"limit": 2}), lambda: validate({"term": "a", "limit": "x"}),
+                           lambda: op.call(Shelf(), query_args(op, {"term": "a", "colour": "red"}), "http")]
+    for attempt in attempts:
+        with pytest.raises(InvalidInput) as exc:
+            attempt()
+        messages.append((exc.value.message, exc.value.details))
+    assert messages == [
+        ("Invalid parameter for 'mentions': term: is required", {"operation": "mentions", "parameter": "term"}),
+        ("Invalid parameter for 'mentions': limit: expected integer, got string",
+         {"operation": "mentions", "parameter": "limit"}),
+        ("Invalid parameter for 'mentions': colour: is not an allowed property (allowed: exact, limit, term)",
+         {"operation": "mentions", "parameter": "colour"})]
+
+
+def test_an_explicit_schema_must_be_an_object_schema_without_params() -> None:
+    from cairn.core.ops import Op
+
+    with pytest.raises(TypeError, match="object schema"):
+        Op(lambda t, a: a, name="x", schema={"type": "string"})
+    with pytest.raises(TypeError, match="exclude each other"):
+        Op(lambda t, a: a, name="x", schema=SCRIPT_SCHEMA, params={"term": {}})
+
+
+def test_error_details_can_be_the_servers_own() -> None:
+    """A server whose clients already read other keys (ctx: {"tool", "parameter"} with the full path)."""
+    def details(op: str, field: str | None) -> dict[str, Any]:
+        return {"tool": op, **({"parameter": field} if field else {})}
+
+    op = _script_op(error_details=details)
+    with pytest.raises(InvalidInput) as exc:
+        op.bind({"term": "a", "limit": "x"})
+    assert exc.value.details == {"tool": "mentions", "parameter": "limit"}
+    with pytest.raises(InvalidInput) as exc:
+        op.bind([1])
+    assert exc.value.details == {"tool": "mentions"}
+    from cairn.core.ops import Op
+
+    since = {"filters": {"properties": {"since": {"type": "string"}}}}
+    with pytest.raises(InvalidInput) as exc:
+        Op(_nested, params=since, error_details=details).bind({"filters": {"since": []}})
+    assert exc.value.message == "Invalid parameter for '_nested': filters.since: expected string, got array"
+    assert exc.value.details == {"tool": "_nested", "parameter": "filters.since"}
+    with pytest.raises(InvalidInput) as exc:  # the default names the top-level parameter
+        Op(_nested, params=since).bind({"filters": {"since": []}})
+    assert exc.value.details == {"operation": "_nested", "parameter": "filters"}
+
+
+def _nested(shelf: Shelf, filters: dict[str, Any] | None = None) -> Any:
+    """Nested filters."""
+    return filters

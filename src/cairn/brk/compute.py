@@ -21,14 +21,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cairn.brk.layout import OUTPUT_TYPES as OUTPUT_TYPES
+from cairn.brk.layout import computed_dir as computed_dir
 from cairn.brk.reader import StoreReader
 from cairn.brk.vecs import VecSpec, VecStore
 
 if TYPE_CHECKING:
     import numpy as np
 
-OUTPUT_TYPES = ("p2pk65", "p2pk33", "p2pkh", "p2ms", "p2sh", "opreturn", "p2wpkh", "p2wsh", "p2tr", "p2a",
-                "empty", "unknown")  # the parser's type codes 0..11
 TYPE_COUNTS = tuple(f"{t}_count" for t in OUTPUT_TYPES)
 HASH_RATE_WINDOW = 144  # blocks in the trailing window of hash_rate
 CHUNK_OUTPUTS = 8_000_000  # bound on outputs read per chunk (memory)
@@ -47,12 +47,12 @@ _COMPUTED: dict[str, tuple[str, int]] = {
     **{name: ("<u4", 1) for name in TYPE_COUNTS},
     "coinbase": ("<u8", 1),
     "subsidy": ("<u8", 1),
-    "supply": ("<u8", 1),
+    "supply": ("<u8", 2),  # v2: OP_RETURN outputs' value (unspendable) is left out
     "utxo_count": ("<u8", 1),
     "fee_rate": ("<f8", 1),
 }
-# Flows whose running sums are stored (supply is subsidy's; block_count's is height + 1).
-CUMULATED = ("tx_count", "input_count", "output_count", *TYPE_COUNTS, "fee", "coinbase", "block_size",
+# Flows whose running sums are stored (block_count's is height + 1).
+CUMULATED = ("tx_count", "input_count", "output_count", *TYPE_COUNTS, "fee", "coinbase", "subsidy", "block_size",
              "block_weight", "block_vbytes")
 for _name in CUMULATED:
     _COMPUTED[f"{_name}_cumulative"] = ("<u8", 1)
@@ -63,10 +63,6 @@ RAW_FLOWS = {"tx_count": "height_to_tx_count", "fee": "height_to_fee", "block_si
 def specs() -> list[VecSpec]:
     return [VecSpec(f"height_to_{name}", "height", dtype, 32 if name == "blockhash" else 1, version)
             for name, (dtype, version) in _COMPUTED.items()]
-
-
-def computed_dir(out: Path) -> Path:
-    return out / "computed"
 
 
 @contextmanager
@@ -82,10 +78,19 @@ def _locked(root: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def compute(out: Path, *, durable: bool = True) -> dict[str, Any]:
-    """Bring ``OUT/computed`` up to the raw store's committed tip; returns a summary."""
+def compute(out: Path, *, durable: bool = True, blocks_dir: Path | None = None) -> dict[str, Any]:
+    """Bring ``OUT/computed`` up to the raw store's committed tip; returns a summary.
+
+    Then the on-chain analytics passes: ``cairn.brk.utxo`` (the UTXO set, coin age, realized value;
+    from the vecs) and ``cairn.brk.addresses`` (which re-reads the blocks: ``blocks_dir``, else the
+    one remembered from an earlier run; without either the address counts wait)."""
     with _locked(computed_dir(out)):
-        return _Computer(out, durable=durable).run()
+        summary = _Computer(out, durable=durable).run()
+        from cairn.brk import addresses, utxo
+
+        utxo.update(out, durable=durable)
+        addresses.update(out, durable=durable, blocks_dir=blocks_dir)
+        return summary
 
 
 class _Computer:
@@ -208,7 +213,10 @@ class _Computer:
         subsidy = np.where(coinbase > fee, coinbase - np.minimum(fee, coinbase), 0).astype(np.uint64)
         cols["coinbase"] = coinbase
         cols["subsidy"] = subsidy
-        cols["supply"] = np.uint64(self._prev("supply", a)) + np.cumsum(subsidy, dtype=np.uint64)
+        # Unspendable (OP_RETURN) value never enters the supply: ``OUT/utxo`` keeps it apart.
+        opret = np.where(types == OUTPUT_TYPES.index("opreturn"), values, np.uint64(0))
+        burnt = np.bincount(groups, weights=opret.astype(np.float64), minlength=b - a).astype(np.uint64)
+        cols["supply"] = np.uint64(self._prev("supply", a)) + np.cumsum(subsidy - burnt, dtype=np.uint64)
         created = n_out - per_type[:, OUTPUT_TYPES.index("opreturn")]
         spent = np.diff(f_in) - 1  # every block's first input is its coinbase's, which spends nothing
         cols["utxo_count"] = (int(self._prev("utxo_count", a)) + np.cumsum(created - spent)).astype(np.uint64)

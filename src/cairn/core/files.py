@@ -74,6 +74,20 @@ def atomic_file(path: str | os.PathLike[str], *, durable: bool = True, mode: int
         fsync_dir(folder)
 
 
+def replace_file(tmp: str | os.PathLike[str], target: str | os.PathLike[str], *, durable: bool = True) -> None:
+    """Move a finished temporary file ``tmp`` (written in place, e.g. through a memory map) over ``target``
+    in the same directory: its data synced first, so a crash leaves either the old or the new content."""
+    if durable:
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    os.replace(tmp, target)
+    if durable:
+        fsync_dir(os.path.dirname(os.fspath(target)) or ".")
+
+
 def write_atomic(path: str | os.PathLike[str], data: bytes, *, durable: bool = True, mode: int = 0o666) -> None:
     """Replace ``path``'s content with ``data`` so that a crash leaves either the old or the new content."""
     with atomic_file(path, durable=durable, mode=mode) as fh:

@@ -26,6 +26,11 @@ From that one declaration:
   refuse with the same message as a wrong JSON type);
 - :func:`mcp_tool`, :func:`add_subcommand` / :func:`cli_args`, :func:`openapi_paths` build the surfaces.
 
+An operation whose parameters are only known at run time (a script that declares its own) is built
+from an explicit JSON Schema instead of a signature: ``Op(handler, name="t", schema={...})``; its
+handler is called as ``handler(target, args, **context)`` with ``args`` the validated dict (defaults
+filled in), and every surface above treats it like any other operation.
+
 Wire names fixed by a seed or by clients (``find``, ``maxResults``, ``get_vecs``, ``/tools/search``)
 are names on the declaration (``mcp=``, ``cli=``, ``http=``, a parameter's ``wire`` and ``aliases``),
 so renaming a Python argument never changes what a client sees.
@@ -88,7 +93,8 @@ class Op:
                  description: str | None = None, read_only: bool = True, open_world: bool = False,
                  destructive: bool = False, output_schema: dict[str, Any] | None = None,
                  params: dict[str, dict[str, Any]] | None = None, strict: bool = True,
-                 extra: dict[str, Any] | None = None) -> None:
+                 extra: dict[str, Any] | None = None, schema: dict[str, Any] | None = None,
+                 error_details: Callable[[str, str | None], dict[str, Any]] | None = None) -> None:
         self.fn = fn
         self.name = name or fn.__name__
         self.mcp = mcp
@@ -102,10 +108,20 @@ class Op:
         self.output_schema = output_schema
         self.strict = strict  # additionalProperties: false
         self.extra = extra or {}  # surface-specific data a server attaches (renderers, HTTP details)
+        # (operation, field path) -> the details of a refused parameter; default {"operation", "parameter"}
+        self.error_details = error_details
         self._declared = params or {}
-        unknown = set(self._declared) - set(_arg_names(fn))
-        if unknown:
-            raise TypeError(f"operation {self.name!r}: params for unknown arguments {sorted(unknown)}")
+        # An explicit JSON Schema (an object schema) replaces the signature: see the module docstring.
+        self.explicit = schema
+        if schema is not None:
+            if params:
+                raise TypeError(f"operation {self.name!r}: params= and schema= exclude each other")
+            if schema.get("type") != "object" or not isinstance(schema.get("properties", {}), dict):
+                raise TypeError(f"operation {self.name!r}: schema= must be an object schema with properties")
+        else:
+            unknown = set(self._declared) - set(_arg_names(fn))
+            if unknown:
+                raise TypeError(f"operation {self.name!r}: params for unknown arguments {sorted(unknown)}")
         self._params: list[Param] | None = None
         self._schema: dict[str, Any] | None = None
 
@@ -118,7 +134,7 @@ class Op:
     def description(self) -> str:
         """The docstring's text before the ``:param`` lines (or the declared description)."""
         if self._description is None:
-            self._description = _doc(self.fn)[0]
+            self._description = _doc(self.fn)[0] if self.explicit is None else ""
         return self._description
 
     @property
@@ -129,7 +145,8 @@ class Op:
     @property
     def params(self) -> list[Param]:
         if self._params is None:
-            self._params = _params(self.fn, self._declared, self.name)
+            self._params = (_params(self.fn, self._declared, self.name) if self.explicit is None
+                            else _schema_params(self.explicit))
         return self._params
 
     def params_for(self, surface: str) -> list[Param]:
@@ -137,6 +154,8 @@ class Op:
 
     def input_schema(self, surface: str = "mcp") -> dict[str, Any]:
         """The JSON Schema of the parameters a surface accepts (wire names, aliases included)."""
+        if self.explicit is not None:
+            return self.explicit
         if surface == "mcp" and self._schema is not None:
             return self._schema
         props: dict[str, Any] = {}
@@ -179,18 +198,31 @@ class Op:
         if args is None:
             args = {}
         if not isinstance(args, dict):
-            raise InvalidInput(f"Parameters of {self.name!r} must be a JSON object.", details={"operation": self.name})
+            details = {"operation": self.name} if self.error_details is None else self.error_details(self.name, None)
+            raise InvalidInput(f"Parameters of {self.name!r} must be a JSON object.", details=details)
+        params = self.params_for(surface)
+        if any(p.aliases for p in params):  # an alias counts as its parameter: a required one too
+            args = dict(args)
+            for p in params:
+                given = [k for k in (p.wire, *p.aliases) if k in args]
+                if len(given) > 1:
+                    raise self._invalid(f"{given[0]} and {given[1]} name the same parameter; give one", given[1])
+                if given and given[0] != p.wire:
+                    args[p.wire] = args.pop(given[0])
         try:
             validate(args, self.input_schema(surface))
         except SchemaError as exc:
-            raise invalid(self.name, str(exc), exc.path) from None
+            raise self._invalid(str(exc), exc.path) from None
+        if self.explicit is not None:  # the handler takes the arguments as they came, defaults filled in
+            out = dict(args)
+            for p in self.params:
+                if p.wire not in out and "default" in p.schema:
+                    out[p.wire] = p.schema["default"]
+            return out
         kwargs: dict[str, Any] = {}
-        for p in self.params_for(surface):
-            given = [k for k in (p.wire, *p.aliases) if k in args]
-            if len(given) > 1:
-                raise invalid(self.name, f"{given[0]} and {given[1]} name the same parameter; give one", given[1])
-            if given:
-                kwargs[p.name] = args[given[0]]
+        for p in params:
+            if p.wire in args:
+                kwargs[p.name] = args[p.wire]
             elif not p.required and "default" in p.schema:
                 kwargs[p.name] = p.schema["default"]
         return kwargs
@@ -198,7 +230,14 @@ class Op:
     def call(self, target: Any, args: Any, surface: str = "mcp", **context: Any) -> Any:
         """Validate ``args`` and run the operation on ``target`` (``context``: extra keyword arguments a
         surface supplies itself, such as a progress callback)."""
+        if self.explicit is not None:
+            return self.fn(target, self.bind(args, surface), **context)
         return self.fn(target, **self.bind(args, surface), **context)
+
+    def _invalid(self, message: str, field: str | None) -> Exception:
+        if self.error_details is None:
+            return invalid(self.name, message, field)
+        return invalid(self.name, message, field, details=self.error_details(self.name, field or None))
 
     def coerce(self, values: dict[str, Any], surface: str = "cli") -> dict[str, Any]:
         """String values (argv, a query string) as the JSON values the schema asks for, where they parse."""
@@ -210,13 +249,15 @@ class Op:
         return out
 
 
-def invalid(op: str, message: str, field: str | None = None) -> Exception:
-    """The one message for a parameter a surface refused: ``Invalid parameter for 'search': limit: ...``."""
+def invalid(op: str, message: str, field: str | None = None, *, details: dict[str, Any] | None = None) -> Exception:
+    """The one message for a parameter a surface refused: ``Invalid parameter for 'search': limit: ...``
+    (``details``: given by the operation's ``error_details``, else ``{"operation", "parameter"}``)."""
     from cairn.core.errors import InvalidInput
 
-    details: dict[str, Any] = {"operation": op}
-    if field:
-        details["parameter"] = field.split(".")[0].split("[")[0]
+    if details is None:
+        details = {"operation": op}
+        if field:
+            details["parameter"] = field.split(".")[0].split("[")[0]
     return InvalidInput(f"Invalid parameter for {op!r}: {message}", details=details)
 
 
@@ -306,13 +347,13 @@ def add_subcommand(subparsers: Any, op: Op, *, parents: list[argparse.ArgumentPa
             p.add_argument(dest, metavar=param.metavar or param.name.upper(), nargs=nargs, help=text, default=None)
             continue
         flags = param.flags or (f"--{param.name.replace('_', '-')}",)
+        metavar = param.metavar or param.wire.upper()  # not the internal dest (OP_NAME)
         if _types(param.schema) - {"null"} == {"boolean"}:
             p.add_argument(*flags, dest=dest, action="store_const", const=True, default=None, help=text)
         elif param.repeat or "array" in _types(param.schema):
-            p.add_argument(*flags, dest=dest, action="append", default=None, metavar=param.metavar, help=text)
+            p.add_argument(*flags, dest=dest, action="append", default=None, metavar=metavar, help=text)
         else:
-            p.add_argument(*flags, dest=dest, default=None, metavar=param.metavar, help=text,
-                           required=param.required)
+            p.add_argument(*flags, dest=dest, default=None, metavar=metavar, help=text, required=param.required)
     return p
 
 
@@ -420,6 +461,16 @@ def _params(fn: Callable[..., Any], declared: dict[str, dict[str, Any]], op: str
             extras["surfaces"] = tuple(extras["surfaces"])
         out.append(Param(name, schema, required=decl.get("required", not has_default),
                          default=defaults.get(name), **extras))
+    return out
+
+
+def _schema_params(schema: dict[str, Any]) -> list[Param]:
+    """The parameters an explicit object schema declares (its property names are the wire names)."""
+    required = set(schema.get("required", ()))
+    out = []
+    for name, prop in schema.get("properties", {}).items():
+        prop = prop if isinstance(prop, dict) else {}
+        out.append(Param(name, prop, required=name in required, default=prop.get("default")))
     return out
 
 

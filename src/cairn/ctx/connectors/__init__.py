@@ -2,7 +2,9 @@
 
 A connector's :meth:`Connector.scan` lists :class:`Entry` objects cheaply (a stat, a git tree
 listing); each carries a *fingerprint* (size and mtime, a blob hash, a body hash) and a ``load``
-callable that reads the full :class:`Item` only when the fingerprint changed. Connector types are
+callable that reads the full :class:`Item` only when the fingerprint changed. Files in a document
+format (PDF, DOCX, PPTX, XLSX, HTML) go through :func:`file_item`, which extracts their text
+(``cairn.ctx.extract``) and turns a file that gives none into a per-file warning. Connector types are
 registered by name (:func:`register`); the ``script`` type (Lua) registers itself from its own
 module, so this package knows nothing about Lua. The building blocks live in
 :mod:`cairn.ctx.connectors.base`, which the connector modules import (never this package).
@@ -14,8 +16,11 @@ from cairn.core.errors import ExtensionError
 from cairn.ctx.config import ConnectorConfig
 from cairn.ctx.connectors.base import _TYPES
 from cairn.ctx.connectors.base import Connector as Connector
+from cairn.ctx.connectors.base import MAX_WARNINGS as MAX_WARNINGS
 from cairn.ctx.connectors.base import Entry as Entry
 from cairn.ctx.connectors.base import Item as Item
+from cairn.ctx.connectors.base import Skips as Skips
+from cairn.ctx.connectors.base import file_item as file_item
 from cairn.ctx.connectors.base import register as register
 
 
