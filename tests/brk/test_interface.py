@@ -244,3 +244,17 @@ def test_cli(out: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().err == ("brk: Unknown vec id 'clos' on height. Did you mean: close? Dollar prices "
                                        "appear after `brk price import FILE.csv` (or `brk price fetch`). List "
                                        "them with get_index_to_vecids.\n")
+
+
+@pytest.mark.parametrize("name", ["BRK_OUTPUT_FORMAT", "BRK_FORMAT"])
+def test_query_reads_the_format_variable_and_its_older_name(name: str, out: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    # Regression (merge of the ops refactor): `brk query` read only $BRK_FORMAT again.
+    for var in ("BRK_OUTPUT_FORMAT", "BRK_FORMAT"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv(name, "csv")
+    assert main(["query", "--out", str(out), "-i", "date", "-v", "block_count,supply_btc", "-f", "-2"]) == 0
+    assert capsys.readouterr().out == "block_count,supply_btc\n129,25750.0\n75,29500.0\n"
+    monkeypatch.setenv(name, "text")  # text is md for a table
+    assert main(["query", "--out", str(out), "-i", "date", "-v", "block_count", "-f", "-1"]) == 0
+    assert capsys.readouterr().out == "| block_count |\n|---|\n| 75 |\n"
