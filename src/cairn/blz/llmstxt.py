@@ -61,6 +61,10 @@ _MARKER = re.compile(r"[ \t]*\[(?:¶|#|\\#|§|🔗|\u200b|\ufeff|[ \t]*)\]" + _L
 # A heading that is only a link to its own anchor: "[Title](https://site/page#title)".
 _SELF_LINK = re.compile(r"\[([^\[\]]+)\]\((?:[^()\s]|\([^()\s]*\))*#(?:[^()\s]|\([^()\s]*\))*"
                         r"(?:[ \t]+(?:\"[^\"]*\"|'[^']*'))?\)")
+# Top-level statements of a source file (Python, JavaScript/TypeScript, C): never Markdown prose.
+_CODE_LINE = re.compile(r"(?:from [\w.]+ import |import (?:[\w.]+\s*$|\w+ from |\{|\* as )|def \w+\(|"
+                        r"async def |class \w+(?:\(|:|\s*\{|\s+extends )|if __name__|export (?:default |const |"
+                        r"function |class |\{|type |interface )|const \w+ = |function \w+\(|module\.exports|#include )")
 _NOT_PARAGRAPH = re.compile(r" {0,3}(?:[-+*>|]|\d{1,9}[.)](?:[ \t]|$)|<|$)|    |\t")
 
 _MARKS = frozenset("#`~=-")
@@ -318,15 +322,19 @@ def outline(lines: list[str]) -> tuple[list[tuple[int, int, str]], list[Page]]:
     stops = sorted(marks)
     # Bare fence lines (possible closers) per fence character: positions and run lengths.
     bare: dict[str, tuple[list[int], list[int]]] = {"`": ([], []), "~": ([], [])}
+    fencey: list[int] = []  # every line that can open or close a fence
     for i in cands:
         line = lines[i]
         c = line.lstrip(" ")[:1]
         if c == "`" or c == "~":
+            if _FENCE.match(line):
+                fencey.append(i)
             m = _FENCE_ONLY.match(line.rstrip("\r"))
             if m:
                 bare[c][0].append(i)
                 bare[c][1].append(len(m.group(1)))
     starts: list[tuple[int, str, bool]] = []  # (index, title, title is this line's heading)
+    tag_titles: dict[int, str] = {}  # <doc title="…"> of pages whose title is the heading glued to it
 
     def page_end(i: int) -> int:
         k = bisect_right(stops, i)
@@ -384,6 +392,7 @@ def outline(lines: list[str]) -> tuple[list[tuple[int, int, str]], list[Page]]:
                 starts.append((i, mark.heading[1] if mark.heading else mark.title, mark.heading is not None))
                 if mark.heading:
                     found.append((i + 1, mark.heading[0], mark.heading[1]))
+                    tag_titles[i] = mark.title
                     used.add(i)
                 boundary.add(i)
                 continue
@@ -437,10 +446,35 @@ def outline(lines: list[str]) -> tuple[list[tuple[int, int, str]], list[Page]]:
     pages: list[Page] = []
     if not starts or starts[0][0] > 0:
         starts.insert(0, (0, "", False))
+    code: list[tuple[int, int]] = []
     for k, (i, title, is_heading) in enumerate(starts):
         end = starts[k + 1][0] if k + 1 < len(starts) else total
+        if len(starts) > 1 and _is_code(lines, i, end, fencey):
+            code.append((i + 1, end))
+            if is_heading:
+                title, is_heading = tag_titles.get(i, title), False
         pages.append(Page(i + 1, max(i + 1, end), title, is_heading))
+    if code:  # comment lines of a source file pasted as a page are not headings
+        found = [h for h in found if not any(a <= h[0] <= b for a, b in code)]
     return found, pages
+
+
+def _is_code(lines: list[str], start: int, end: int, fencey: list[int]) -> bool:
+    """Whether lines ``start..end-1`` (0-based) are a source file pasted without a fence: no fence
+    line, and top-level statements (imports, definitions) on at least 3 lines and a tenth of the
+    non-blank ones. Markdown outside fences never starts a line with ``def f(`` or ``import x``."""
+    k = bisect_right(fencey, start - 1)
+    if k < len(fencey) and fencey[k] < end:
+        return False
+    hits = filled = 0
+    match = _CODE_LINE.match
+    for j in range(start, end):
+        line = lines[j]
+        if line.strip():
+            filled += 1
+            if match(line):
+                hits += 1
+    return hits >= 3 and hits * 10 >= filled
 
 
 def parse(text: str, window: int = WINDOW, *, all_languages: bool = True) -> Document:
