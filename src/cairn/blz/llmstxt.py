@@ -564,6 +564,8 @@ def _sections(lines: list[str], raw: list[tuple[int, int, str]], pages: list[Pag
         else:
             while stack and stack[-1][0] >= level:
                 stack.pop()
+            if stack and stack[-1] == (0, text):  # the page title again, as the page's heading
+                stack.pop()
             stack.append((level, text))
             current = (tuple(t for _, t in stack), text)
         pos = max(pos, line)
