@@ -70,10 +70,15 @@ def build_parser(out: TextIO | None = None, err: TextIO | None = None) -> argpar
     a.add_argument("--force", action="store_true", help="replace an existing source of that alias")
     a.add_argument("--exact", action="store_true",
                    help="fetch exactly URL, query string included (no llms-full.txt or other file looked for)")
+    a.add_argument("--all-languages", action="store_true",
+                   help="also index pages in other languages than English (by default a multilingual file's "
+                        "non-English copies are stored but not indexed)")
 
     u = sub.add_parser("update", parents=[fmt, net], help="refresh sources (conditional request; 304 = no change)")
     u.add_argument("alias", nargs="?")
     u.add_argument("--all", action="store_true", help="refresh every source")
+    u.add_argument("--all-languages", action="store_true", default=None,
+                   help="from now on also index pages in other languages (default: as chosen at add)")
 
     r = sub.add_parser("remove", parents=[fmt], help="remove a source and its index")
     r.add_argument("alias")
@@ -182,7 +187,8 @@ def execute(args: argparse.Namespace, err: TextIO) -> tuple[Any, int]:
     from cairn.blz import sources
 
     if cmd == "add":
-        return sources.add(store, args.alias, args.url, force=args.force, exact=args.exact, **_net(args)), 0
+        return sources.add(store, args.alias, args.url, force=args.force, exact=args.exact,
+                           all_languages=args.all_languages, **_net(args)), 0
     if cmd == "remove":
         return sources.remove(store, args.alias), 0
     if cmd == "update":
@@ -192,7 +198,7 @@ def execute(args: argparse.Namespace, err: TextIO) -> tuple[Any, int]:
         results, code = [], 0
         for name in names:
             try:
-                results.append(sources.update(store, name, **_net(args)))
+                results.append(sources.update(store, name, all_languages=args.all_languages, **_net(args)))
             except CairnError as exc:
                 if not args.all:
                     raise
@@ -232,7 +238,9 @@ def _text(cmd: str, data: Any) -> str:
         if not data["sources"]:
             return "No sources yet. Add one: blz add react (see blz lookup), or blz add ALIAS URL."
         return "\n".join(f"{s['alias']:<20} {s['metadata']['totalLines']:>8,} lines  "
-                         f"{s['metadata']['headings']:>6,} headings  {s['url']}" for s in data["sources"])
+                         f"{s['metadata']['headings']:>6,} headings  {s['url']}"
+                         + (f"  ({s['metadata']['skippedLines']:,} lines in other languages not indexed)"
+                            if s["metadata"].get("skippedLines") else "") for s in data["sources"])
     if cmd == "stats":
         return (f"Total sources: {data['sources']}\nTotal indexed lines: {data['totalLines']:,}\n"
                 f"Total headings: {data['totalHeadings']:,}\nTotal sections: {data['totalSections']:,}\n"

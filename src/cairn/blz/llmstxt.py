@@ -100,13 +100,15 @@ class Section:
 @dataclass(frozen=True, slots=True)
 class Page:
     """One page of a concatenated file: lines ``start..end``, its title (front matter ``title:``,
-    the H1 that starts it, a ``<doc title>``, a dump's file path; else "") and whether the title
-    is a heading line of the page (else it only prefixes the page's heading paths)."""
+    the H1 that starts it, a ``<doc title>``, a dump's file path; else ""), whether the title is a
+    heading line of the page (else it only prefixes the page's heading paths), and whether the page
+    is source code."""
 
     start: int
     end: int
     title: str
     heading: bool = False
+    code: bool = False  # a pasted source file (a dump's non-Markdown file, or detected): no headings
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,6 +336,7 @@ def outline(lines: list[str]) -> tuple[list[tuple[int, int, str]], list[Page]]:
                 bare[c][0].append(i)
                 bare[c][1].append(len(m.group(1)))
     starts: list[tuple[int, str, bool]] = []  # (index, title, title is this line's heading)
+    code_pages: set[int] = set()  # indexes of dump separators naming a source file
     tag_titles: dict[int, str] = {}  # <doc title="…"> of pages whose title is the heading glued to it
 
     def page_end(i: int) -> int:
@@ -386,6 +389,7 @@ def outline(lines: list[str]) -> tuple[list[tuple[int, int, str]], list[Page]]:
                 starts.append((i, mark.title, False))
                 if mark.code:  # source code: no headings until the next page
                     skip_until = page_end(i) - 1
+                    code_pages.add(i)
                 boundary.add(i)
                 continue
             if kind == _DOC:
@@ -449,11 +453,13 @@ def outline(lines: list[str]) -> tuple[list[tuple[int, int, str]], list[Page]]:
     code: list[tuple[int, int]] = []
     for k, (i, title, is_heading) in enumerate(starts):
         end = starts[k + 1][0] if k + 1 < len(starts) else total
-        if len(starts) > 1 and _is_code(lines, i, end, fencey):
+        is_code = i in code_pages
+        if not is_code and len(starts) > 1 and _is_code(lines, i, end, fencey):
             code.append((i + 1, end))
+            is_code = True
             if is_heading:
                 title, is_heading = tag_titles.get(i, title), False
-        pages.append(Page(i + 1, max(i + 1, end), title, is_heading))
+        pages.append(Page(i + 1, max(i + 1, end), title, is_heading, is_code))
     if code:  # comment lines of a source file pasted as a page are not headings
         found = [h for h in found if not any(a <= h[0] <= b for a, b in code)]
     return found, pages

@@ -124,6 +124,9 @@ SOURCE_ADD_SCHEMA: dict[str, Any] = {
         "exact": {"type": "boolean", "default": False,
                   "description": "Fetch exactly url (or the registry URL): no llms-full.txt variant, no "
                                  "files looked up inside a site (like `blz add --exact`)."},
+        "allLanguages": {"type": "boolean", "default": False,
+                         "description": "Also index pages in other languages than English (by default a "
+                                        "multilingual file's non-English copies are not indexed)."},
     },
     "additionalProperties": False,
 }
@@ -238,11 +241,12 @@ def build_server(store: Store | None = None) -> Server:
         with lock:
             try:
                 info = sources.add(get_store(), args["alias"], args.get("url"), force=bool(args.get("force")),
-                                   exact=exact, progress=progress, guard=guard)
+                                   exact=exact, progress=progress, guard=guard,
+                                   all_languages=bool(args.get("allLanguages")))
             finally:
                 _release_memory()
         return {"alias": info["alias"], "url": info["url"], "message": info["message"],
-                "lines": info["lines"], "headings": info["headings"]}
+                "lines": info["lines"], "headings": info["headings"], "skippedLines": info["skippedLines"]}
 
     @server.tool("run-command", description="Run a read-only blz command in-process (never a shell): "
                  + ", ".join(WHITELIST) + ". Returns stdout, stderr and exitCode. `source` names the alias "
