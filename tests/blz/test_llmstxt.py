@@ -162,6 +162,13 @@ def test_shorter_closer_heals_a_fence_that_would_run_to_the_end() -> None:
     assert _heads(nested) == [(1, 1, "T"), (7, 2, "Found")]
 
 
+def test_a_fence_nothing_can_close_ends_at_a_heading_after_a_blank_line() -> None:
+    text = "# T\n```js\nlet a\n# not after a blank line\n\n## Found\n\nText.\n"
+    assert _heads(text) == [(1, 1, "T"), (6, 2, "Found")]
+    # With a fence line left to close it, the fence keeps its content (CommonMark).
+    assert _heads("# T\n```js\nlet a\n\n# comment\n```\n") == [(1, 1, "T")]
+
+
 def test_info_string_opener_ends_a_fence_with_no_closer_in_its_page() -> None:
     text = "# T\n````js\nlet a\n````python\n# comment\n```\n## Found\n"
     assert _heads(text) == [(1, 1, "T"), (7, 2, "Found")]
@@ -174,6 +181,9 @@ def test_h1_with_permalink_or_source_line_starts_a_page() -> None:
     mintlify = ("# Quickstart\nSource: https://docs.x.dev/quickstart\n\n```python\nunclosed\n\n"
                 "# Errors\nSource: https://docs.x.dev/errors\n\n## Codes\n")
     assert _heads(mintlify) == [(1, 1, "Quickstart"), (7, 1, "Errors"), (10, 2, "Codes")]
+    summary = ("# Workflows\n\n> Durable processes.\n\nSource: https://docs.x.dev/workflows/\n```python\nopen\n\n"
+               "# Agents\n\n> Tools.\n\nSource: https://docs.x.dev/agents/\n## Tools\n")
+    assert _heads(summary) == [(1, 1, "Workflows"), (9, 1, "Agents"), (14, 2, "Tools")]
     doc = parse(mintlify)
     assert [(p.start, p.end, p.title, p.heading) for p in doc.pages] == [
         (1, 6, "Quickstart", True), (7, 10, "Errors", True)]

@@ -21,7 +21,9 @@ heals the fence defects that would otherwise swallow the rest of a file:
   closes, and headings end at it.
 * **Fence repair**: when a fence has no valid closer before the end of its page, the first bare
   fence of the same character closes it even if shorter (```` ````js ```` closed by ```` ``` ````),
-  and an opener with an info string (```` ```python ````) ends it and opens a new block.
+  and an opener with an info string (```` ```python ````) ends it and opens a new block; with no
+  fence line of its character at all left in the page, the first ATX heading after a blank line
+  ends it.
 * **Permalink markers** (``[¶](…)``, ``[​](…)``, ``[#](…)``, a heading that is only a link to its
   own anchor) are removed from heading text.
 
@@ -264,12 +266,12 @@ def _boundaries(lines: list[str], cands: list[int], glued: set[int]) -> dict[int
             if "](" in raw and _MARKER.search(raw):
                 found[i] = _Mark(_H1, i, clean_heading(raw))
                 continue
-            for j in range(i + 1, min(total, i + 3)):
+            for j in range(i + 1, min(total, i + 6)):  # blank lines and a "> summary" may come between
                 nxt = lines[j]
                 if _SOURCE_LINE.match(nxt):
                     found[i] = _Mark(_H1, i, clean_heading(raw))
                     break
-                if nxt.strip():
+                if nxt.strip() and not nxt.startswith(">"):
                     break
             continue
         if i in glued:
@@ -325,18 +327,21 @@ def outline(lines: list[str]) -> tuple[list[tuple[int, int, str]], list[Page]]:
     # Bare fence lines (possible closers) per fence character: positions and run lengths.
     bare: dict[str, tuple[list[int], list[int]]] = {"`": ([], []), "~": ([], [])}
     fencey: list[int] = []  # every line that can open or close a fence
+    fences_of: dict[str, list[int]] = {"`": [], "~": []}  # the same, per fence character
     for i in cands:
         line = lines[i]
         c = line.lstrip(" ")[:1]
         if c == "`" or c == "~":
             if _FENCE.match(line):
                 fencey.append(i)
+                fences_of[c].append(i)
             m = _FENCE_ONLY.match(line.rstrip("\r"))
             if m:
                 bare[c][0].append(i)
                 bare[c][1].append(len(m.group(1)))
     starts: list[tuple[int, str, bool]] = []  # (index, title, title is this line's heading)
     code_pages: set[int] = set()  # indexes of dump separators naming a source file
+    text_pages: set[int] = set()  # ... naming a Markdown or text file (MDX starts with imports)
     tag_titles: dict[int, str] = {}  # <doc title="…"> of pages whose title is the heading glued to it
 
     def page_end(i: int) -> int:
@@ -353,6 +358,12 @@ def outline(lines: list[str]) -> tuple[list[tuple[int, int, str]], list[Page]]:
                 return True
             k += 1
         return False
+
+    def runaway(i: int, run: str) -> bool:
+        """Whether no fence line of ``run``'s character follows ``i`` in its page: nothing can close it."""
+        pos = fences_of[run[0]]
+        k = bisect_right(pos, i)
+        return k == len(pos) or pos[k] >= page_end(i)
 
     boundary: set[int] = set()  # lines ending a block (headings, fence closes): a paragraph may follow
     used: set[int] = set()  # heading lines and fence openers: never paragraph text
@@ -371,6 +382,7 @@ def outline(lines: list[str]) -> tuple[list[tuple[int, int, str]], list[Page]]:
 
     fence: str | None = None  # the opening fence's run of ` or ~ while inside a fenced block
     heal = False  # the open fence has no valid closer in its page: repair rules apply
+    loose = False  # nor any fence line at all: a heading after a blank line ends it
     skip_until = -1
     for i in cands:
         if i <= skip_until:
@@ -390,6 +402,8 @@ def outline(lines: list[str]) -> tuple[list[tuple[int, int, str]], list[Page]]:
                 if mark.code:  # source code: no headings until the next page
                     skip_until = page_end(i) - 1
                     code_pages.add(i)
+                else:
+                    text_pages.add(i)
                 boundary.add(i)
                 continue
             if kind == _DOC:
@@ -415,14 +429,19 @@ def outline(lines: list[str]) -> tuple[list[tuple[int, int, str]], list[Page]]:
                     elif heal and not (run[0] == "`" and "`" in info):
                         # An opener where the broken fence should have closed: close it, open this one.
                         fence, heal = run, not closes_in_page(i, run)
+                        loose = heal and runaway(i, run)
                         used.add(i)
-            continue
+                continue
+            if not (loose and first == "#" and blank_before(i) and _ATX.match(line)):
+                continue
+            fence = None  # an unclosable fence: the first heading after a blank line ends it
         if first in ("`", "~"):
             m = _FENCE.match(line)
             # A backtick fence's info string may not contain backticks (CommonMark).
             if m and not (m.group(1)[0] == "`" and "`" in m.group(2)):
                 fence = m.group(1)
                 heal = not closes_in_page(i, fence)
+                loose = heal and runaway(i, fence)
                 used.add(i)
             continue
         if first == "#":
@@ -454,7 +473,7 @@ def outline(lines: list[str]) -> tuple[list[tuple[int, int, str]], list[Page]]:
     for k, (i, title, is_heading) in enumerate(starts):
         end = starts[k + 1][0] if k + 1 < len(starts) else total
         is_code = i in code_pages
-        if not is_code and len(starts) > 1 and _is_code(lines, i, end, fencey):
+        if not is_code and i not in text_pages and len(starts) > 1 and _is_code(lines, i, end, fencey):
             code.append((i + 1, end))
             is_code = True
             if is_heading:
@@ -467,20 +486,23 @@ def outline(lines: list[str]) -> tuple[list[tuple[int, int, str]], list[Page]]:
 
 def _is_code(lines: list[str], start: int, end: int, fencey: list[int]) -> bool:
     """Whether lines ``start..end-1`` (0-based) are a source file pasted without a fence: no fence
-    line, and top-level statements (imports, definitions) on at least 3 lines and a tenth of the
-    non-blank ones. Markdown outside fences never starts a line with ``def f(`` or ``import x``."""
+    line, and top-level statements on at least 3 lines and a tenth of the non-blank ones, two of
+    them definitions (MDX pages start with imports). Markdown outside fences never starts a line
+    with ``def f(`` or ``class A:``."""
     k = bisect_right(fencey, start - 1)
     if k < len(fencey) and fencey[k] < end:
         return False
-    hits = filled = 0
+    hits = filled = defs = 0
     match = _CODE_LINE.match
     for j in range(start, end):
         line = lines[j]
         if line.strip():
             filled += 1
-            if match(line):
+            m = match(line)
+            if m:
                 hits += 1
-    return hits >= 3 and hits * 10 >= filled
+                defs += not m.group().startswith(("import", "from"))
+    return hits >= 3 and defs >= 2 and hits * 10 >= filled
 
 
 def parse(text: str, window: int = WINDOW, *, all_languages: bool = True) -> Document:
