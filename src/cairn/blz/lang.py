@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from cairn.blz.llmstxt import Page
 
-SAMPLE_CHARS = 2500  # prose read per page: enough for a stable verdict, bounded cost on huge pages
+SAMPLE_CHARS = 1200  # prose read per page: enough for a stable verdict, bounded cost on huge pages
 MIN_LETTERS = 40  # fewer letters than this: no verdict (the page is kept)
 MIN_WORDS = 6  # fewer function words than this in Latin script: no verdict
 
@@ -58,62 +58,77 @@ for _lang, _words in _STOP.items():
 STOP_WORDS: dict[str, str] = {w: next(iter(ls)) for w, ls in _owners.items() if len(ls) == 1}
 del _owners, _lang, _words, _w
 
-# Punctuation and digits become spaces, so that str.split() yields words (much faster than a regex).
-_PUNCT = str.maketrans({c: " " for c in "0123456789.,;:!?()[]{}<>\"'`*_#=+/\\|~^&%$@-–—«»“”‘’…·"})
-# Letters of every script but Latin (Greek to Tibetan, Hangul, kana, Han).
-_OTHER = re.compile(r"[\u0370-\u03ff\u0400-\u052f\u0531-\u0fff\u1100-\u11ff\u3040-\u30ff\u3130-\u318f"
-                    r"\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
-_ACCENTED = re.compile(r"[\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u024f\u1e00-\u1eff]")
-_SCRIPTS = (  # (language, characters), checked in this order
-    ("ko", re.compile(r"[\uac00-\ud7af\u1100-\u11ff\u3130-\u318f]")),
-    ("ja", re.compile(r"[\u3040-\u30ff]")),
-    ("zh", re.compile(r"[\u4e00-\u9fff\u3400-\u4dbf]")),
-    ("ru", re.compile(r"[\u0400-\u04ff]")),
-    ("ar", re.compile(r"[\u0600-\u06ff]")),
-    ("he", re.compile(r"[\u0590-\u05ff]")),
-    ("el", re.compile(r"[\u0370-\u03ff]")),
-    ("th", re.compile(r"[\u0e00-\u0e7f]")),
-    ("hi", re.compile(r"[\u0900-\u097f]")),
-    ("bn", re.compile(r"[\u0980-\u09ff]")),
-)
-_LATIN = re.compile(r"[A-Za-z\u00c0-\u024f]")
+_STRIP = ".,;:!?()[]{}<>\"'`*_#=+/\\|~^&%$@-–—«»“”‘’…·"  # around a word: str.split() keeps it
+# Scripts are told apart by the lead bytes of their UTF-8 encoding (bytes.count is C-fast, and regex
+# character classes spanning these ranges cost ~30 ms to compile in every process).
+_LEADS = {  # language -> UTF-8 lead bytes (or two-byte prefixes) of its letters
+    "ko": (b"\xea", b"\xeb", b"\xec", b"\xed"),  # U+A000-U+DFFF: Hangul syllables
+    "ja": (b"\xe3\x81", b"\xe3\x82", b"\xe3\x83"),  # U+3040-U+30FF: hiragana, katakana
+    "zh": (b"\xe4", b"\xe5", b"\xe6", b"\xe7", b"\xe8", b"\xe9"),  # U+4000-U+9FFF: Han
+    "ru": (b"\xd0", b"\xd1", b"\xd2", b"\xd3"),  # Cyrillic
+    "ar": (b"\xd8", b"\xd9", b"\xda", b"\xdb"),  # Arabic
+    "he": (b"\xd7",),  # Hebrew
+    "el": (b"\xce", b"\xcf"),  # Greek
+    "hi": (b"\xe0\xa4", b"\xe0\xa5"),  # Devanagari
+    "bn": (b"\xe0\xa6", b"\xe0\xa7"),  # Bengali
+    "th": (b"\xe0\xb8", b"\xe0\xb9"),  # Thai
+}
+_OTHER_LEADS = tuple(bytes([n]) for n in (*range(0xCD, 0xE1), *range(0xE3, 0xEE)))  # every other script
+_ACCENT_LEADS = tuple(bytes([n]) for n in range(0xC3, 0xCA)) + (b"\xe1\xba", b"\xe1\xbb")  # Latin-1 to Ext-B, Vietnamese
+_NOT_LETTER = bytes(n for n in range(256) if not (65 <= n <= 90 or 97 <= n <= 122))
 _FENCE = re.compile(r" {0,3}(?:`{3,}|~{3,})")
 _URL = re.compile(r"\(?https?://\S+|\[[^\]\n]*\]\([^)\n]*\)|`[^`\n]*`|<[^>\n]*>|\{[^}\n]*\}")
 
 
 def page_language(lines: list[str], start: int, end: int) -> str | None:
     """The language of lines ``start..end`` (1-based), or None when there is too little prose
-    (code blocks, URLs, inline code and tags are left out)."""
+    (code blocks, tags and images are left out; URLs and inline code too when they matter)."""
+    text, more = _sample(lines, start, end, SAMPLE_CHARS)
+    verdict = _language(text)
+    if verdict is None and more:  # links and markup filled the sample: read further, without them
+        text, _more = _sample(lines, start, end, SAMPLE_CHARS * 4)
+        verdict = _language(_URL.sub(" ", text))
+    return verdict
+
+
+def _sample(lines: list[str], start: int, end: int, limit: int) -> tuple[str, bool]:
+    """Up to ``limit`` characters of the prose lines of ``start..end``, and whether there is more."""
     parts: list[str] = []
     size, fenced = 0, False
     fence = _FENCE.match
     for j in range(start - 1, end):
         line = lines[j]
-        if fence(line):
+        if not line:
+            continue
+        if line[0] in "`~ " and fence(line):
             fenced = not fenced
-        elif not fenced and line:
+        elif not fenced and line[0] != "<" and not line.startswith(("![", "[![")):  # tags, images, badges
             parts.append(line)
             size += len(line)
-            if size >= SAMPLE_CHARS:
-                break
-    text = _URL.sub(" ", "\n".join(parts))
+            if size >= limit:
+                return "\n".join(parts), True
+    return "\n".join(parts), False
+
+
+def _language(text: str) -> str | None:
     if text.isascii():
         return _latin_language(text)
-    latin = len(_LATIN.findall(text))
-    other = len(_OTHER.findall(text))
+    data = text.encode("utf-8", "replace")
+    other = sum(map(data.count, _OTHER_LEADS))
+    if other * 20 >= len(text):  # 5 % of the characters: look again without URLs, code and tags
+        data = _URL.sub(" ", text).encode("utf-8", "replace")
+        other = sum(map(data.count, _OTHER_LEADS))
+    accented = sum(map(data.count, _ACCENT_LEADS))
+    latin = len(data.translate(None, _NOT_LETTER)) + accented
     if latin + other < MIN_LETTERS:
         return None
     if other * 10 >= (latin + other) * 3:  # 30 % of the letters in another script
-        counts = [(len(rx.findall(text)), lang) for lang, rx in _SCRIPTS]
-        ko, ja, zh = counts[0][0], counts[1][0], counts[2][0]
-        if ja and ja * 10 >= (ja + zh):  # Japanese mixes kana with Han; Chinese has no kana
-            return "ja"
-        if ko >= zh:
-            return "ko" if ko else max(counts)[1]
-        if zh >= max(counts)[0]:
-            return "zh"
-        return max(counts)[1] if max(counts)[0] else "xx"
-    return _latin_language(text, len(_ACCENTED.findall(text)) * 50 >= latin)
+        counts = {lang: sum(map(data.count, leads)) for lang, leads in _LEADS.items()}
+        if counts["ja"] * 10 >= counts["ja"] + counts["zh"] > 0 and counts["ja"]:
+            return "ja"  # Japanese mixes kana with Han; Chinese has no kana
+        best = max(counts, key=lambda lang: counts[lang])
+        return best if counts[best] else "xx"
+    return _latin_language(data.decode("utf-8", "replace"), accented * 50 >= latin)
 
 
 def _latin_language(text: str, accented: bool = False) -> str | None:
@@ -124,9 +139,12 @@ def _latin_language(text: str, accented: bool = False) -> str | None:
         return None
     votes: Counter[str] = Counter()
     stop = STOP_WORDS
-    words = Counter(text.lower().translate(_PUNCT).split())
-    for word in stop.keys() & words.keys():
-        votes[stop[word]] += words[word]
+    words = Counter(text.lower().split())
+    strip = _STRIP
+    for token, n in words.items():
+        lang = stop.get(token) or stop.get(token.strip(strip))
+        if lang is not None:
+            votes[lang] += n
     english = votes.get("en", 0)
     best, n = max(((lang, c) for lang, c in votes.items() if lang != "en"), key=lambda x: x[1],
                   default=("xx", 0))

@@ -38,7 +38,6 @@ from dataclasses import dataclass, field
 
 _ATX = re.compile(r" {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*\r?$")
 _FENCE = re.compile(r" {0,3}(`{3,}|~{3,})(.*)$")
-_FENCE_ONLY = re.compile(r" {0,3}(`{3,}|~{3,})[ \t]*$")
 _SETEXT = re.compile(r" {0,3}(=+|-+)[ \t]*\r?$")
 _FRONT_KEY = re.compile(r"[A-Za-z_][\w-]*:")
 # A line inside front matter: a key, an indented continuation, a list item, a comment, or blank.
@@ -332,13 +331,13 @@ def outline(lines: list[str]) -> tuple[list[tuple[int, int, str]], list[Page]]:
         line = lines[i]
         c = line.lstrip(" ")[:1]
         if c == "`" or c == "~":
-            if _FENCE.match(line):
+            m = _FENCE.match(line)
+            if m:
                 fencey.append(i)
                 fences_of[c].append(i)
-            m = _FENCE_ONLY.match(line.rstrip("\r"))
-            if m:
-                bare[c][0].append(i)
-                bare[c][1].append(len(m.group(1)))
+                if not m.group(2).strip():
+                    bare[c][0].append(i)
+                    bare[c][1].append(len(m.group(1)))
     starts: list[tuple[int, str, bool]] = []  # (index, title, title is this line's heading)
     code_pages: set[int] = set()  # indexes of dump separators naming a source file
     text_pages: set[int] = set()  # ... naming a Markdown or text file (MDX starts with imports)
