@@ -13,6 +13,8 @@ The damaged corpora are generated here from clean files in tests/data/llms (noth
   inserted at the top of every well-formed fenced block left intact.
 * **hono/llms-small.txt** made into a concatenation of pages: front matter with a URL before every
   H1, glued to the line above, and every other page's last fence left unclosed.
+* **copilotkit/llms-full.txt** (no page boundaries at all): a permalink marker on every other
+  heading and every third fence opener lengthened to four backticks, its closer kept.
 
 Every heading of the clean file (its line mapped into the damaged file) must still be found with
 the same level and text (>= 98 %), and no line inside a well-formed fence may be a heading.
@@ -178,6 +180,25 @@ def damage_hono(lines: list[str]) -> Damage:
     return d
 
 
+def damage_copilotkit(lines: list[str]) -> Damage:
+    """A file without page boundaries: only the fence repair inside the one page can help."""
+    d = Damage(lines)
+    doc = parse_lines(lines)
+    for n, h in enumerate(doc.headings):
+        if n % 2:
+            d.replace[h.line - 1] = [lines[h.line - 1] + ' [¶](https://docs.copilotkit.ai/x#y "Permanent link")']
+            d.injected["permalink marker on a heading"] += 1
+    for n, (opener, closer) in enumerate(fenced_blocks(lines)):
+        if n % 3 == 0 and lines[opener].startswith("```") and not lines[opener].startswith("````"):
+            d.replace[opener] = ["`" + lines[opener]]
+            d.touched.add(opener)
+            d.injected["four-backtick opener closed by three"] += 1
+        elif opener not in d.replace:
+            d.after[opener] = list(COMMENTS)
+            d.injected["comment lines inside a well-formed fence"] += len(COMMENTS)
+    return d
+
+
 def _check(clean: list[str], damage: Damage) -> tuple[float, list[str], Counter[str]]:
     clean_doc = parse_lines(clean)
     damaged, where, comments = damage.apply()
@@ -210,6 +231,9 @@ def _check(clean: list[str], damage: Damage) -> tuple[float, list[str], Counter[
                                           "front matter glued to the previous line": 10,
                                           "fence left open at the page boundary": 5,
                                           "comment lines inside a well-formed fence": 500}),
+    ("copilotkit/llms-full.txt", damage_copilotkit, {"permalink marker on a heading": 300,
+                                                     "four-backtick opener closed by three": 50,
+                                                     "comment lines inside a well-formed fence": 300}),
 ])
 def test_damaged_corpus_keeps_its_headings(test_data: Path, name: str, make: object,
                                           minimum: dict[str, int]) -> None:

@@ -19,8 +19,10 @@ heals the fence defects that would otherwise swallow the rest of a file:
   ``--- path/to/file.ext ---`` separators of repository dumps (a page of source code other than
   Markdown holds no headings). A fenced block never crosses a boundary: one still open there
   closes, and headings end at it.
-* **Fence repair**: when a fence has no valid closer before the end of its page, the first bare
-  fence of the same character closes it even if shorter (```` ````js ```` closed by ```` ``` ````),
+* **Fence repair**: when a fence has no valid closer before the end of its page (or a fence longer
+  than three has an odd number of shorter fence lines before its closer: nested blocks come in
+  pairs), the first bare fence of the same character closes it even if shorter (```` ````js ````
+  closed by ```` ``` ````),
   and an opener with an info string (```` ```python ````) ends it and opens a new block; with no
   fence line of its character at all left in the page, the first ATX heading after a blank line
   ends it.
@@ -348,13 +350,18 @@ def outline(lines: list[str]) -> tuple[list[tuple[int, int, str]], list[Page]]:
         return stops[k] if k < len(stops) else total
 
     def closes_in_page(i: int, run: str) -> bool:
-        """Whether the fence ``run`` opened at ``i`` has a valid closer before its page ends."""
+        """Whether the fence ``run`` opened at ``i`` has a valid closer before its page ends, and,
+        for a fence longer than three, an even number of shorter fence lines before that closer
+        (nested blocks come in pairs; an odd count means the first shorter one was its closer)."""
         pos, lens = bare[run[0]]
         end, need = page_end(i), len(run)
         k = bisect_right(pos, i)
         while k < len(pos) and pos[k] < end:
             if lens[k] >= need:
-                return True
+                if need == 3:
+                    return True
+                every = fences_of[run[0]]
+                return (bisect_right(every, pos[k] - 1) - bisect_right(every, i)) % 2 == 0
             k += 1
         return False
 
