@@ -163,7 +163,7 @@ def test_shorter_closer_heals_a_fence_that_would_run_to_the_end() -> None:
     # Several four-backtick openers each closed by three, in a file without pages: the next opener
     # is a valid closer for CommonMark, but the odd count of shorter fences between says otherwise.
     several = "# T\n````\na\n```\n\n## One\n\n````\n# b\n```\n## Two\n````\nc\n```\n"
-    assert _heads(several) == [(1, 1, "T"), (6, 2, "One"), (12, 2, "Two")]
+    assert _heads(several) == [(1, 1, "T"), (6, 2, "One"), (11, 2, "Two")]
 
 
 def test_a_fence_nothing_can_close_ends_at_a_heading_after_a_blank_line() -> None:
