@@ -134,6 +134,12 @@ def test_cli_all_languages_and_list(tmp_path: Path, data_root: Path) -> None:
     assert code == 0 and json.loads(out)["skippedLines"] == 0
     code, out, _ = blz("search", "bibliothèque", "--json")
     assert {h["alias"] for h in json.loads(out)["hits"]} == {"ex2"}
+    code, out, _ = blz("update", "ex", "--all-languages", "--json")
+    assert code == 0 and json.loads(out)["results"][0]["status"] == "updated"
+    code, out, _ = blz("search", "bibliothèque", "--json")
+    assert {h["alias"] for h in json.loads(out)["hits"]} == {"ex", "ex2"}
+    code, out, _ = blz("list", "--text")
+    assert "other languages" not in out
 
 
 def _data(res: t.CallToolResult) -> Any:
