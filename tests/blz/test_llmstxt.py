@@ -147,6 +147,11 @@ def test_closing_fence_glued_to_the_next_pages_front_matter() -> None:
     assert doc.sections[-1].path == ("C",)  # the page title is not repeated
 
 
+def test_front_matter_with_a_site_path_url_is_a_page_boundary() -> None:
+    text = "---\nurl: /guide/a.md\n---\n# A\n```ts\nopen\n---\nurl: /guide/b.md\n---\n# B\n"
+    assert _heads(text) == [(4, 1, "A"), (10, 1, "B")]
+
+
 def test_unclosed_fence_closes_at_the_page_boundary() -> None:
     text = ("\n---\ntitle: A\nurl: https://x.dev/a\n---\n## A\n```bash\necho never closed\n\n"
             "---\ntitle: B\nurl: https://x.dev/b\n---\n## B\n```bash\n# a shell comment\n## and another\n```\n"

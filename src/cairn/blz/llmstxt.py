@@ -11,7 +11,7 @@ single-line paragraph underlined with ``===`` or ``---``), both ignored inside f
 Real ``llms-full.txt`` files are scraped pages glued together, so the parser is page-aware and
 heals the fence defects that would otherwise swallow the rest of a file:
 
-* **Page boundaries**: front matter naming a URL (``---`` / ``url: https://…`` / ``title: …`` /
+* **Page boundaries**: front matter naming a URL (``---`` / ``url: https://…`` or a site path / ``title: …`` /
   ``---``), also when glued to the line before (````` ```--- `````, ``text---``); an H1 carrying a
   permalink marker (``# Title [¶](…)``) after a blank line; an H1 followed by a source-URL line
   (``# Title`` / ``Source: https://…``, as Mintlify and other generators write); llms-ctx
@@ -44,7 +44,8 @@ _SETEXT = re.compile(r" {0,3}(=+|-+)[ \t]*\r?$")
 _FRONT_KEY = re.compile(r"[A-Za-z_][\w-]*:")
 # A line inside front matter: a key, an indented continuation, a list item, a comment, or blank.
 _YAMLISH = re.compile(r"[A-Za-z_][\w-]*:|[ \t-]|#|\r?$")
-_URL_VALUE = re.compile(r"[A-Za-z_][\w-]*:[ \t]*[\"']?https?://")
+# A key naming an absolute URL, or url: naming a site path (vitepress-plugin-llms: "url: /guide/x.md").
+_URL_VALUE = re.compile(r"[A-Za-z_][\w-]*:[ \t]*[\"']?https?://|url:[ \t]*[\"']?/")
 _TITLE_KEY = re.compile(r"title:[ \t]*(.*?)[ \t]*\r?$")
 # "Source: https://…", "URL: <https://…>", "**Source URL:** https://…" under an H1: a page's preamble.
 _SOURCE_LINE = re.compile(
