@@ -74,7 +74,8 @@ _LEADS = {  # language -> UTF-8 lead bytes (or two-byte prefixes) of its letters
     "th": (b"\xe0\xb8", b"\xe0\xb9"),  # Thai
 }
 _OTHER_LEADS = tuple(bytes([n]) for n in (*range(0xCD, 0xE1), *range(0xE3, 0xEE)))  # every other script
-_ACCENT_LEADS = tuple(bytes([n]) for n in range(0xC3, 0xCA)) + (b"\xe1\xba", b"\xe1\xbb")  # Latin-1 to Ext-B, Vietnamese
+# Accented Latin letters: Latin-1 to Latin Extended-B, and Vietnamese (Latin Extended Additional).
+_ACCENT_LEADS = tuple(bytes([n]) for n in range(0xC3, 0xCA)) + (b"\xe1\xba", b"\xe1\xbb")
 _NOT_LETTER = bytes(n for n in range(256) if not (65 <= n <= 90 or 97 <= n <= 122))
 _FENCE = re.compile(r" {0,3}(?:`{3,}|~{3,})")
 _URL = re.compile(r"\(?https?://\S+|\[[^\]\n]*\]\([^)\n]*\)|`[^`\n]*`|<[^>\n]*>|\{[^}\n]*\}")
