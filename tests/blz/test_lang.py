@@ -87,6 +87,17 @@ def test_only_copies_beside_english_pages_are_left_out() -> None:
     assert [lang for _s, _e, lang in foreign_pages(lines, pages)] == ["de", "es", "zh", "ko", "ru"]
 
 
+def test_a_code_only_page_goes_by_the_language_folder_of_its_url() -> None:
+    code_only = ("---\ntitle: API\nurl: https://docs.example.dev/{lang}/api\n---\n\n## createClient\n\n"
+                 "```ts\nconst client = createClient({{ url }})\n```\n\n")
+    text = multilingual(("en", "ja"), 2) + code_only.format(lang="en") + code_only.format(lang="ja")
+    doc = parse(text, all_languages=False)
+    assert [lang for _s, _e, lang in doc.skipped] == ["ja", "ja", "ja"]
+    assert [h.text for h in doc.headings].count("createClient") == 1
+    assert [p.url for p in parse(text).pages][-2:] == ["https://docs.example.dev/en/api",
+                                                      "https://docs.example.dev/ja/api"]
+
+
 def test_add_stores_the_whole_file_and_indexes_english(tmp_path: Path, store: Store) -> None:
     text = multilingual()
     path = tmp_path / "llms-full.txt"

@@ -159,10 +159,24 @@ def _latin_language(text: str, accented: bool = False) -> str | None:
     return "en"
 
 
+# A language folder in a page's URL ("/ja/docs/…", "/zh-CN/guide/…"): a hint for pages without prose.
+_LOCALE = re.compile(r"/(ja|zh|ko|fr|de|es|pt|it|ru|pl|tr|vi|nl|ar|he|th|hi|bn|uk|cs|sv|da|fi|el)"
+                     r"(?:[-_][A-Za-z]{2,4})?/", re.IGNORECASE)
+
+
+def url_language(url: str) -> str | None:
+    """The language a page's URL names by its folder, or None."""
+    path = url.split("://", 1)[1].partition("/")[2] if "://" in url else url.lstrip("/")
+    m = _LOCALE.search(f"/{path}/")
+    return m.group(1).lower() if m else None
+
+
 def foreign_pages(lines: list[str], pages: list[Page]) -> list[tuple[int, int, str]]:
     """``(start, end, language)`` of the pages to leave out of the index: those in another language
-    than English, when English is one of the file's main languages. Empty otherwise."""
-    verdicts = [(p, None if p.code else page_language(lines, p.start, p.end)) for p in pages]
+    than English, when English is one of the file's main languages. Empty otherwise. A page with
+    too little prose to judge (code only) goes by the language folder of its URL, if any."""
+    verdicts = [(p, None if p.code else page_language(lines, p.start, p.end) or url_language(p.url))
+                for p in pages]
     counts = Counter(lang for _p, lang in verdicts if lang)
     english = counts.pop("en", 0)
     if not english or not counts or english * 2 < max(counts.values()):

@@ -45,12 +45,12 @@ _FRONT_KEY = re.compile(r"[A-Za-z_][\w-]*:")
 # A line inside front matter: a key, an indented continuation, a list item, a comment, or blank.
 _YAMLISH = re.compile(r"[A-Za-z_][\w-]*:|[ \t-]|#|\r?$")
 # A key naming an absolute URL, or url: naming a site path (vitepress-plugin-llms: "url: /guide/x.md").
-_URL_VALUE = re.compile(r"[A-Za-z_][\w-]*:[ \t]*[\"']?https?://|url:[ \t]*[\"']?/")
+_URL_VALUE = re.compile(r"[A-Za-z_][\w-]*:[ \t]*[\"']?(https?://[^\s\"']*)|url:[ \t]*[\"']?(/[^\s\"']*)")
 _TITLE_KEY = re.compile(r"title:[ \t]*(.*?)[ \t]*\r?$")
 # "Source: https://…", "URL: <https://…>", "**Source URL:** https://…" under an H1: a page's preamble.
 _SOURCE_LINE = re.compile(
     r"[ \t]*(?:>[ \t]*)?(?:\*\*|__)?(?:Source(?:[ _-]?(?:URL|Url|url))?|URL|Url|Canonical(?:[ _-]?URL)?|"
-    r"Original[ _-]?URL)[ \t]*(?:\*\*|__)?[ \t]*:[ \t]*(?:\*\*|__)?[ \t]*<?https?://\S")
+    r"Original[ _-]?URL)[ \t]*(?:\*\*|__)?[ \t]*:[ \t]*(?:\*\*|__)?[ \t]*<?(https?://[^\s>]+)")
 # Repository dumps: "--- src/app.ts ---" starts the file's text.
 _PATH_SEP = re.compile(r"-{3,}[ \t]+([^\s]*[./][^\s]*)[ \t]+-{3,}[ \t]*\r?$")
 _MARKUP_EXT = frozenset(("", "md", "mdx", "markdown", "mdc", "qmd", "txt", "rst", "adoc", "html", "htm"))
@@ -113,6 +113,7 @@ class Page:
     title: str
     heading: bool = False
     code: bool = False  # a pasted source file (a dump's non-Markdown file, or detected): no headings
+    url: str = ""  # the page's URL from its front matter or source line, when it names one
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,13 +222,13 @@ def _glued(lines: list[str]) -> list[int]:
     return out
 
 
-def _front_matter(lines: list[str], start: int) -> tuple[int, str, bool] | None:
-    """``(closing index, title, names a URL)`` of a YAML block whose opening ``---`` ends line
+def _front_matter(lines: list[str], start: int) -> tuple[int, str, str] | None:
+    """``(closing index, title, URL or "")`` of a YAML block whose opening ``---`` ends line
     ``start``, or None when the lines after it are not front matter."""
     total = len(lines)
     if start + 1 >= total or not _FRONT_KEY.match(lines[start + 1]):
         return None
-    title, url = "", False
+    title, url = "", ""
     for j in range(start + 1, min(total, start + 1 + MAX_FRONT_MATTER)):
         line = lines[j]
         if line.rstrip("\r").strip() == "---":
@@ -237,19 +238,22 @@ def _front_matter(lines: list[str], start: int) -> tuple[int, str, bool] | None:
         if not title and line.startswith("title:"):
             m = _TITLE_KEY.match(line)
             title = m.group(1).strip("\"'") if m else ""
-        if not url and _URL_VALUE.match(line):
-            url = True
+        if not url:
+            m = _URL_VALUE.match(line)
+            if m:
+                url = m.group(1) or m.group(2)
     return None
 
 
 class _Mark:
     """A page boundary found before the fences are known (its patterns do not occur in code)."""
 
-    __slots__ = ("kind", "end", "title", "code", "heading")
+    __slots__ = ("kind", "end", "title", "code", "heading", "url")
 
     def __init__(self, kind: int, end: int, title: str, code: bool = False,
-                 heading: tuple[int, str] | None = None) -> None:
+                 heading: tuple[int, str] | None = None, url: str = "") -> None:
         self.kind, self.end, self.title, self.code, self.heading = kind, end, title, code, heading
+        self.url = url
 
 
 def _boundaries(lines: list[str], cands: list[int], glued: set[int]) -> dict[int, _Mark]:
@@ -270,8 +274,9 @@ def _boundaries(lines: list[str], cands: list[int], glued: set[int]) -> dict[int
                 continue
             for j in range(i + 1, min(total, i + 6)):  # blank lines and a "> summary" may come between
                 nxt = lines[j]
-                if _SOURCE_LINE.match(nxt):
-                    found[i] = _Mark(_H1, i, clean_heading(raw))
+                source = _SOURCE_LINE.match(nxt)
+                if source:
+                    found[i] = _Mark(_H1, i, clean_heading(raw), url=source.group(1))
                     break
                 if nxt.strip() and not nxt.startswith(">"):
                     break
@@ -289,7 +294,7 @@ def _boundaries(lines: list[str], cands: list[int], glued: set[int]) -> dict[int
             # "```---" or "text---" followed by front matter naming a URL: a page glued to the last
             fm = _front_matter(lines, i)
             if fm is not None and fm[2]:
-                found[i] = _Mark(_FRONT, fm[0], fm[1])
+                found[i] = _Mark(_FRONT, fm[0], fm[1], url=fm[2])
                 continue
         if line[-1] not in "-\r \t":
             continue
@@ -297,7 +302,7 @@ def _boundaries(lines: list[str], cands: list[int], glued: set[int]) -> dict[int
         if stripped.lstrip(" ") == "---":
             fm = _front_matter(lines, i)
             if fm is not None and fm[2]:
-                found[i] = _Mark(_FRONT, fm[0], fm[1])
+                found[i] = _Mark(_FRONT, fm[0], fm[1], url=fm[2])
             continue
         if stripped.endswith("---"):
             sep = _PATH_SEP.match(line)
@@ -342,6 +347,7 @@ def outline(lines: list[str]) -> tuple[list[tuple[int, int, str]], list[Page]]:
                     bare[c][0].append(i)
                     bare[c][1].append(len(m.group(1)))
     starts: list[tuple[int, str, bool]] = []  # (index, title, title is this line's heading)
+    urls: dict[int, str] = {}  # index of a page start -> the page's URL
     code_pages: set[int] = set()  # indexes of dump separators naming a source file
     text_pages: set[int] = set()  # ... naming a Markdown or text file (MDX starts with imports)
     tag_titles: dict[int, str] = {}  # <doc title="…"> of pages whose title is the heading glued to it
@@ -397,6 +403,8 @@ def outline(lines: list[str]) -> tuple[list[tuple[int, int, str]], list[Page]]:
         mark = marks.get(i)
         if mark is not None:
             fence = None  # a fence never crosses a page boundary
+            if mark.url:
+                urls[i] = mark.url
             boundary.add(i - 1)
             kind = mark.kind
             if kind == _FRONT:
@@ -471,6 +479,8 @@ def outline(lines: list[str]) -> tuple[list[tuple[int, int, str]], list[Page]]:
                 fm = _front_matter(lines, i)
                 if fm is not None:  # front matter without a URL: a page boundary outside fences only
                     starts.append((i, fm[1], False))
+                    if fm[2]:
+                        urls[i] = fm[2]
                     skip_until = fm[0]
                     boundary.add(fm[0])
     pages: list[Page] = []
@@ -485,7 +495,7 @@ def outline(lines: list[str]) -> tuple[list[tuple[int, int, str]], list[Page]]:
             is_code = True
             if is_heading:
                 title, is_heading = tag_titles.get(i, title), False
-        pages.append(Page(i + 1, max(i + 1, end), title, is_heading, is_code))
+        pages.append(Page(i + 1, max(i + 1, end), title, is_heading, is_code, urls.get(i, "")))
     if code:  # comment lines of a source file pasted as a page are not headings
         found = [h for h in found if not any(a <= h[0] <= b for a, b in code)]
     return found, pages
