@@ -187,6 +187,9 @@ def test_h1_with_permalink_or_source_line_starts_a_page() -> None:
     text = ("# Install [¶](https://x.dev/install#install \"Permanent link\")\n\n```sh\nunclosed\n\n"
             "# Usage[¶](https://x.dev/usage#usage \"Permanent link\")\n\n## Options\n")
     assert _heads(text) == [(1, 1, "Install"), (6, 1, "Usage"), (8, 2, "Options")]
+    sphinx = ("Install[¶](#install \"Link to this heading\")\n=======\n\n```sh\nunclosed\n\n"
+              "Usage[¶](#usage \"Link to this heading\")\n=====\n\n## Options\n")
+    assert _heads(sphinx) == [(1, 1, "Install"), (7, 1, "Usage"), (10, 2, "Options")]
     mintlify = ("# Quickstart\nSource: https://docs.x.dev/quickstart\n\n```python\nunclosed\n\n"
                 "# Errors\nSource: https://docs.x.dev/errors\n\n## Codes\n")
     assert _heads(mintlify) == [(1, 1, "Quickstart"), (7, 1, "Errors"), (10, 2, "Codes")]

@@ -12,8 +12,8 @@ Real ``llms-full.txt`` files are scraped pages glued together, so the parser is 
 heals the fence defects that would otherwise swallow the rest of a file:
 
 * **Page boundaries**: front matter naming a URL (``---`` / ``url: https://…`` or a site path / ``title: …`` /
-  ``---``), also when glued to the line before (````` ```--- `````, ``text---``); an H1 carrying a
-  permalink marker (``# Title [¶](…)``) after a blank line; an H1 followed by a source-URL line
+  ``---``), also when glued to the line before (````` ```--- `````, ``text---``); an H1 (ATX or
+  setext) carrying a permalink marker (``# Title [¶](…)``) after a blank line; an H1 followed by a source-URL line
   (``# Title`` / ``Source: https://…``, as Mintlify and other generators write); llms-ctx
   ``<doc title="…">`` tags (also glued after text or a fence, with a heading glued after them); and
   ``--- path/to/file.ext ---`` separators of repository dumps (a page of source code other than
@@ -77,7 +77,7 @@ WINDOW = 60  # lines per window for heading-less text and for splitting long sec
 MAX_FRONT_MATTER = 40  # front-matter longer than this is not front-matter
 
 # Page boundary kinds
-_FRONT, _SEP, _DOC, _H1 = 1, 2, 3, 4
+_FRONT, _SEP, _DOC, _H1, _SETEXT_H1 = 1, 2, 3, 4, 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,6 +281,11 @@ def _boundaries(lines: list[str], cands: list[int], glued: set[int]) -> dict[int
                 if nxt.strip() and not nxt.startswith(">"):
                     break
             continue
+        if line[0] == "=":  # "Title[¶](#title)" / "=====" after a blank line (Sphinx, MkDocs)
+            if (i and "](" in lines[i - 1] and (i < 2 or not lines[i - 2].strip()) and _SETEXT.match(line)
+                    and _MARKER.search(lines[i - 1])):
+                found[i] = _Mark(_SETEXT_H1, i, clean_heading(lines[i - 1]))
+            continue
         if i in glued:
             doc = None
             for doc in _DOC_START.finditer(line):
@@ -405,8 +410,12 @@ def outline(lines: list[str]) -> tuple[list[tuple[int, int, str]], list[Page]]:
             fence = None  # a fence never crosses a page boundary
             if mark.url:
                 urls[i] = mark.url
-            boundary.add(i - 1)
             kind = mark.kind
+            if kind == _SETEXT_H1:  # the page starts at the title line above; the underline is read below
+                starts.append((i - 1, mark.title, True))
+                boundary.add(i - 2)
+            else:
+                boundary.add(i - 1)
             if kind == _FRONT:
                 starts.append((i, mark.title, False))
                 skip_until = mark.end
@@ -429,7 +438,8 @@ def outline(lines: list[str]) -> tuple[list[tuple[int, int, str]], list[Page]]:
                     used.add(i)
                 boundary.add(i)
                 continue
-            starts.append((i, mark.title, True))  # _H1: the heading itself is read below
+            if kind == _H1:
+                starts.append((i, mark.title, True))  # the heading itself is read below
         line = lines[i]
         first = line.lstrip(" ")[:1]
         if fence is not None:
