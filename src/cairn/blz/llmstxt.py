@@ -11,21 +11,20 @@ single-line paragraph underlined with ``===`` or ``---``), both ignored inside f
 Real ``llms-full.txt`` files are scraped pages glued together, so the parser is page-aware and
 heals the fence defects that would otherwise swallow the rest of a file:
 
-* **Page boundaries**: front matter naming a URL (``---`` / ``url: https://…`` or a site path / ``title: …`` /
-  ``---``), also when glued to the line before (````` ```--- `````, ``text---``); an H1 (ATX or
-  setext) carrying a permalink marker (``# Title [¶](…)``) after a blank line; an H1 followed by a source-URL line
-  (``# Title`` / ``Source: https://…``, as Mintlify and other generators write); llms-ctx
-  ``<doc title="…">`` tags (also glued after text or a fence, with a heading glued after them); and
-  ``--- path/to/file.ext ---`` separators of repository dumps (a page of source code other than
-  Markdown holds no headings). A fenced block never crosses a boundary: one still open there
-  closes, and headings end at it.
+* **Page boundaries**: front matter naming a URL or a site path (``---`` / ``url: https://…`` /
+  ``title: …`` / ``---``), also when glued to the line before (````` ```--- `````, ``text---``);
+  an H1 (ATX or setext) carrying a permalink marker (``# Title [¶](…)``) after a blank line; an
+  H1 followed by a source-URL line (``# Title`` / ``Source: https://…``, as Mintlify and other
+  generators write); llms-ctx ``<doc title="…">`` tags (also glued after text or a fence, with a
+  heading glued after them); and ``--- path/to/file.ext ---`` separators of repository dumps (a
+  page of source code other than Markdown holds no headings). A fenced block never crosses a
+  boundary: one still open there closes, and headings end at it.
 * **Fence repair**: when a fence has no valid closer before the end of its page (or a fence longer
   than three has an odd number of shorter fence lines before its closer: nested blocks come in
   pairs), the first bare fence of the same character closes it even if shorter (```` ````js ````
-  closed by ```` ``` ````),
-  and an opener with an info string (```` ```python ````) ends it and opens a new block; with no
-  fence line of its character at all left in the page, the first ATX heading after a blank line
-  ends it.
+  closed by ```` ``` ````), and an opener with an info string (```` ```python ````) ends it and
+  opens a new block; with no fence line of its character at all left in the page, the first ATX
+  heading after a blank line ends it.
 * **Permalink markers** (``[¶](…)``, ``[​](…)``, ``[#](…)``, a heading that is only a link to its
   own anchor) are removed from heading text.
 
