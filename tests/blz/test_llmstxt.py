@@ -172,8 +172,9 @@ def test_shorter_closer_heals_a_fence_that_would_run_to_the_end() -> None:
 
 
 def test_a_fence_nothing_can_close_ends_at_a_heading_after_a_blank_line() -> None:
-    text = "# T\n```js\nlet a\n# not after a blank line\n\n## Found\n\nText.\n"
-    assert _heads(text) == [(1, 1, "T"), (6, 2, "Found")]
+    text = ("# T\n```js\nlet a\n# not after a blank line\n\n# a comment before code\nrun()\n\n## Found\n\n"
+            "This section explains what was found.\n")
+    assert _heads(text) == [(1, 1, "T"), (9, 2, "Found")]
     # With a fence line left to close it, the fence keeps its content (CommonMark).
     assert _heads("# T\n```js\nlet a\n\n# comment\n```\n") == [(1, 1, "T")]
 

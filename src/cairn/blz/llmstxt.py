@@ -24,7 +24,7 @@ heals the fence defects that would otherwise swallow the rest of a file:
   pairs), the first bare fence of the same character closes it even if shorter (```` ````js ````
   closed by ```` ``` ````), and an opener with an info string (```` ```python ````) ends it and
   opens a new block; with no fence line of its character at all left in the page, the first ATX
-  heading after a blank line ends it.
+  heading after a blank line and before a sentence ends it.
 * **Permalink markers** (``[¶](…)``, ``[​](…)``, ``[#](…)``, a heading that is only a link to its
   own anchor) are removed from heading text.
 
@@ -382,6 +382,15 @@ def outline(lines: list[str]) -> tuple[list[tuple[int, int, str]], list[Page]]:
         k = bisect_right(pos, i)
         return k == len(pos) or pos[k] >= page_end(i)
 
+    def prose_after(i: int) -> bool:
+        """Whether a sentence (five words or more, ending like one) follows line ``i`` within two
+        lines: a heading of the text, not a comment of the code around it."""
+        for j in range(i + 1, min(total, i + 4)):
+            text = lines[j].strip()
+            if text:
+                return len(text.split()) >= 5 and text[-1] in ".:!?)" and text[0] not in "#`~$>"
+        return False
+
     boundary: set[int] = set()  # lines ending a block (headings, fence closes): a paragraph may follow
     used: set[int] = set()  # heading lines and fence openers: never paragraph text
 
@@ -456,9 +465,9 @@ def outline(lines: list[str]) -> tuple[list[tuple[int, int, str]], list[Page]]:
                         loose = heal and runaway(i, run)
                         used.add(i)
                 continue
-            if not (loose and first == "#" and blank_before(i) and _ATX.match(line)):
+            if not (loose and first == "#" and blank_before(i) and _ATX.match(line) and prose_after(i)):
                 continue
-            fence = None  # an unclosable fence: the first heading after a blank line ends it
+            fence = None  # an unclosable fence: the first heading after a blank line, before prose, ends it
         if first in ("`", "~"):
             m = _FENCE.match(line)
             # A backtick fence's info string may not contain backticks (CommonMark).
