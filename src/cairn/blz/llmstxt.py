@@ -383,12 +383,13 @@ def outline(lines: list[str]) -> tuple[list[tuple[int, int, str]], list[Page]]:
         return k == len(pos) or pos[k] >= page_end(i)
 
     def prose_after(i: int) -> bool:
-        """Whether a sentence (five words or more, ending like one) follows line ``i`` within two
-        lines: a heading of the text, not a comment of the code around it."""
+        """Whether a sentence (five words or more, ending like one) or a list of links follows line
+        ``i`` within two lines: a heading of the text, not a comment of the code around it."""
         for j in range(i + 1, min(total, i + 4)):
             text = lines[j].strip()
             if text:
-                return len(text.split()) >= 5 and text[-1] in ".:!?)" and text[0] not in "#`~$>"
+                return text.startswith(("- [", "* [")) or (  # a sentence, or a list of links
+                    len(text.split()) >= 5 and text[-1] in ".:!?)" and text[0] not in "#`~$>")
         return False
 
     boundary: set[int] = set()  # lines ending a block (headings, fence closes): a paragraph may follow
