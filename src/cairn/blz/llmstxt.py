@@ -360,6 +360,16 @@ def outline(lines: list[str]) -> tuple[list[tuple[int, int, str]], list[Page]]:
         k = bisect_right(stops, i)
         return stops[k] if k < len(stops) else total
 
+    # long[c][k]: the index in bare[c] of the first bare fence at or after k longer than three
+    long: dict[str, list[int]] = {}
+    for c, (_pos, lens) in bare.items():
+        nxt, acc = len(lens), [0] * len(lens)
+        for k in range(len(lens) - 1, -1, -1):
+            if lens[k] > 3:
+                nxt = k
+            acc[k] = nxt
+        long[c] = acc
+
     def closes_in_page(i: int, run: str) -> bool:
         """Whether the fence ``run`` opened at ``i`` has a valid closer before its page ends, and,
         for a fence longer than three, an even number of shorter fence lines before that closer
@@ -368,6 +378,10 @@ def outline(lines: list[str]) -> tuple[list[tuple[int, int, str]], list[Page]]:
         end, need = page_end(i), len(run)
         k = bisect_right(pos, i)
         while k < len(pos) and pos[k] < end:
+            if need > 3:  # skip the shorter closers at once (many ````js openers closed by ```)
+                k = long[run[0]][k]
+                if k == len(pos) or pos[k] >= end:
+                    return False
             if lens[k] >= need:
                 if need == 3:
                     return True
