@@ -244,3 +244,8 @@ def test_fenced_comments_stay_code_with_pages_around() -> None:
             "```python\n# a comment\ndef f():\n    pass\n```\n")
     text = "".join(page.format(t=t) for t in ("one", "two", "three"))
     assert [h.text for h in parse(text).headings] == ["one", "two", "three"]
+
+
+def test_many_long_openers_closed_by_three_backticks() -> None:
+    text = "# T\n\n" + "".join(f"````js\n// {i}\n```\n\n## H{i}\n\n" for i in range(300))
+    assert [h.text for h in parse(text).headings] == ["T", *(f"H{i}" for i in range(300))]
