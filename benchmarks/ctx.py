@@ -2,6 +2,10 @@
 
 * sync: 10,000 small files through the real CLI (`ctx sync`, keyword-only), then a re-sync with
   nothing changed (wall time of the whole process, startup included).
+* documents: `ctx sync` of a folder of generated PDFs (10 pages each, hand-built by
+  tests/ctx/_docs.py) and one of DOCX files (python-docx), keyword-only: files/s, pages/s, MB/s;
+  then the wall time of a `ctx search` process on that knowledge base against `python -c pass`, and
+  whether that process loaded any extraction library (it must not).
 * embed: local (wordllama) throughput on real documentation chunks (react.dev pages), chunks/s.
 * search: keyword / semantic / hybrid latency (p50, p95, in-process, warm) on a knowledge base of
   N chunks (default 100,000) of synthetic text drawn from the real corpus vocabulary, unfiltered
@@ -10,7 +14,8 @@
 Text: react.dev's and Hono's llms files of the repository's test data (tests/data/llms, decompressed
 into a temporary directory).
 
-Usage: .venv/bin/python benchmarks/ctx.py [--chunks 100000] [--files 10000] [--queries 300]
+Usage: .venv/bin/python benchmarks/ctx.py [--chunks 100000] [--files 10000] [--queries 300] [--documents 200]
+       [--only documents]
 """
 
 from __future__ import annotations
@@ -74,6 +79,67 @@ def bench_sync(base: Path, files: int) -> dict[str, object]:
     assert again["sources"][0]["unchanged"] == files, again
     return {"files": files, "chunks": first["sources"][0]["chunks"], "first_sync_s": round(first_s, 3),
             "resync_unchanged_s": round(min(resync), 3), "resync_unchanged_max_s": round(max(resync), 3)}
+
+
+def bench_documents(base: Path, n: int) -> dict[str, object]:
+    from tests.ctx._docs import pdf_bytes, write_docx
+
+    rng = random.Random(2)
+    words = vocabulary()
+    out: dict[str, object] = {}
+    env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
+
+    def line() -> str:
+        return " ".join(rng.choice(words) for _ in range(10))
+
+    for kind in ("pdf", "docx"):
+        root = base / f"docs-{kind}"
+        root.mkdir(parents=True)
+        for i in range(n):
+            if kind == "pdf":
+                (root / f"r{i:04d}.pdf").write_bytes(pdf_bytes([[line() for _ in range(40)] for _ in range(10)]))
+            else:
+                blocks: list[tuple[str, str]] = []
+                for h in range(10):
+                    blocks.append(("h1" if h == 0 else "h2", f"Section {h} {line()[:40]}"))
+                    blocks += [("p", " ".join(line() for _ in range(8))) for _ in range(5)]
+                write_docx(root / f"d{i:04d}.docx", blocks)
+        size = sum(p.stat().st_size for p in root.iterdir())
+        cfg = base / f"{kind}.toml"
+        cfg.write_text(f'[db]\npath = "{kind}.sqlite"\n[connectors.filesystem.docs]\nroot = "{root}"\n')
+        cmd = [sys.executable, "-m", "cairn.ctx.cli", "sync", "all", "--config", str(cfg), "--json"]
+        t = time.perf_counter()
+        report = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True, env=env).stdout)
+        wall = time.perf_counter() - t
+        src = report["sources"][0]
+        assert src["added"] == n and not src["warnings"], src
+        row: dict[str, object] = {"files": n, "mb": round(size / 1e6, 1), "chunks": src["chunks"],
+                                  "sync_process_s": round(wall, 2), "sync_in_process_s": src["seconds"],
+                                  "files_per_s": round(n / src["seconds"], 1),
+                                  "mb_per_s": round(size / 1e6 / src["seconds"], 2)}
+        if kind == "pdf":
+            row["pages_per_s"] = round(10 * n / src["seconds"], 1)
+        out[kind] = row
+
+    # `ctx search` start-up on the PDF knowledge base: the extraction libraries must stay unloaded.
+    probe = ("import sys\nfrom cairn.ctx.cli import main\nsys.argv[1:] = sys.argv[2:]\nrc = main()\n"
+             "heavy = [m for m in ('pypdfium2', 'python_calamine', 'cairn.ctx.extract', 'html.parser') if m in sys.modules]\n"
+             "sys.stderr.write('HEAVY ' + ','.join(heavy) + '\\n')\nsys.exit(rc)\n")
+    search = [sys.executable, "-c", probe, "--", "search", rng.choice(words), "--config", str(base / "pdf.toml"), "--json"]
+    heavy = subprocess.run(search, capture_output=True, text=True, check=True, env=env).stderr.split("HEAVY ")[1].strip()
+    plain = [sys.executable, "-m", "cairn.ctx.cli"] + search[4:]
+    times, base_times = [], []
+    for _ in range(9):
+        t = time.perf_counter()
+        subprocess.run(plain, capture_output=True, check=True, env=env)
+        times.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        base_times.append(time.perf_counter() - t)
+    out["search_process"] = {"median_ms": round(statistics.median(times) * 1000, 1),
+                             "python_pass_median_ms": round(statistics.median(base_times) * 1000, 1),
+                             "extraction_modules_loaded": heavy or "none"}
+    return out
 
 
 def bench_embed() -> dict[str, object]:
@@ -162,10 +228,17 @@ def main() -> None:
     ap.add_argument("--chunks", type=int, default=100_000)
     ap.add_argument("--files", type=int, default=10_000)
     ap.add_argument("--queries", type=int, default=300)
+    ap.add_argument("--documents", type=int, default=200, help="PDFs and DOCX files for the document sync")
+    ap.add_argument("--only", choices=["documents"], help="run only this part")
     args = ap.parse_args()
-    result: dict[str, object] = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}}
+    result: dict[str, object] = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0],
+                                             "load_average": [round(x, 2) for x in os.getloadavg()]}}
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
+        result["documents"] = bench_documents(base, args.documents)
+        if args.only:
+            print(json.dumps(result, indent=2))
+            return
         result["sync"] = bench_sync(base, args.files)
         result["embed_local"] = bench_embed()
         t = time.perf_counter()

@@ -74,7 +74,7 @@ def test_env_chooses_format(doc: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("argv, code, message", [
     (["get", "nosuch:1-2"], 3, "blz: error: No source named 'nosuch'. Installed: guide. Add it with `blz add nosuch`.\n"),
     (["get", "guide:9-3"], 2, "blz: error: Invalid line range '9-3' in 'guide:9-3': lines start at 1 and END must not be below START.\n"),
-    (["search", "x", "-n", "0"], 2, "blz: error: limit must be between 1 and 50, not 0.\n"),
+    (["search", "x", "-n", "0"], 2, "blz: error: Invalid parameter for 'search': maxResults: 0 is less than the minimum of 1\n"),
     (["add", "other", "/definitely/missing.txt"], 3, "blz: error: No such file: /definitely/missing.txt. Check the path.\n"),
     (["add", "guide", "/definitely/missing.txt", "--force", "--exact"], 3, None),
     (["update"], 2, "blz: error: Name one source to update, or use --all: blz update react | blz update --all\n"),
@@ -133,6 +133,33 @@ def test_real_process_pipes_json_and_reports_exit_codes(doc: Path, data_root: Pa
     assert done.returncode == 3 and done.stdout == "" and "No source named 'zzz'" in done.stderr
     # The search path stays light: no HTTP client, no web framework, no numpy.
     probe = ("import sys, io; from cairn.blz.cli import run; run(['search','hooks'], io.StringIO(), io.StringIO());"
-             "print(sorted(m for m in ('httpx','starlette','numpy','cairn.core.fetch','cairn.mcp') if m in sys.modules))")
+             "print(sorted(m for m in ('httpx','starlette','numpy','cairn.core.fetch','cairn.mcp.server','cairn.mcp.stdio') "
+             "if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env)
     assert done.stdout.strip() == "[]", done.stderr
+
+
+def test_find_command_mirrors_the_mcp_tool(doc: Path) -> None:
+    """`blz find` (issue 14): search and cited lines in one answer, the MCP find tool's parameters."""
+    blz("add", "guide", str(doc))
+    code, out, _ = blz("find", "hooks", "--snippet", "guide:7", "-C", "1", "-s", "guide", "--json")
+    got = json.loads(out)
+    assert code == 0 and got["executed"] == {"searched": True, "retrievedSnippets": True}
+    assert got["hits"][0]["lines"] == "5-8" and got["snippets"][0]["lines"] == "6-8"  # padding alone: symmetric
+    code, out, _ = blz("find", "--snippet", "guide:1-1", "--text")
+    assert code == 0 and out == "--- guide:1-1  Guide\n# Guide\n"
+    code, out, _ = blz("find", "zzzqqq", "--text")
+    assert code == 0 and out == "No results.\n"
+    code, out, err = blz("find", "--json")
+    assert code == 2 and out == "" and err.startswith("blz: error: Give a query to search, or snippets")
+    code, _, err = blz("find", "x", "--context", "most")
+    assert code == 2 and err == ('blz: error: Invalid parameter for \'find\': contextMode: "most" is not one of '
+                                 '"none", "symmetric", "all"\n')
+
+
+def test_list_with_registry_candidates_renders_as_text(doc: Path) -> None:
+    blz("add", "guide", str(doc))
+    code, out, _ = blz("list", "--registry", "--text")
+    lines = out.splitlines()
+    assert code == 0 and lines[0].startswith("guide ") and "8 lines" in lines[0]
+    assert any(line.startswith("react ") and "(registry)" in line for line in lines[1:])

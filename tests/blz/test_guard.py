@@ -384,16 +384,17 @@ def test_fifos_and_folders_are_refused_without_blocking(roots: tuple[Path, Path]
 # -- run-command -----------------------------------------------------------------------------------
 
 def test_run_command_source_is_never_an_option(data_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from cairn.blz import cli
+    from cairn.blz import render
 
-    seen: list[list[str]] = []
-    real_run = cli.run
+    # run-command never builds an argv: the checked operand goes to the operation as its one argument.
+    seen: list[tuple[str, dict[str, Any]]] = []
+    real_run = render.run_op
 
-    def run(argv: list[str], out: Any, err: Any) -> int:
-        seen.append(list(argv))
-        return real_run(argv, out, err)
+    def run_op(op: Any, target: Any, args: dict[str, Any], fmt: str, out: Any, err: Any) -> int:
+        seen.append((op.cli, dict(args)))
+        return real_run(op, target, args, fmt, out, err)
 
-    monkeypatch.setattr(cli, "run", run)
+    monkeypatch.setattr(render, "run_op", run_op)
     for command in ("inspect", "history", "validate"):
         for source in ("-h", "--help", "--json", "--version", "-n", "--all", "-"):
             result = _tool("run-command", {"command": command, "source": source})
@@ -409,4 +410,4 @@ def test_run_command_source_is_never_an_option(data_root: Path, monkeypatch: pyt
     assert schema["exitCode"] == 0 and "snippets" in schema["stdout"]
     stats = _tool("run-command", {"command": "stats"})["structuredContent"]
     assert stats["exitCode"] == 0
-    assert seen == [["inspect", "--text", "--", "react"], ["schema", "--text", "--", "find"], ["stats", "--text"]]
+    assert seen == [("inspect", {"alias": "react"}), ("schema", {"name": "find"}), ("stats", {})]

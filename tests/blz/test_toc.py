@@ -120,8 +120,13 @@ def test_text_and_tree_rendering(lib: Path) -> None:
 def test_bad_input_and_unknown_alias(lib: Path) -> None:
     code, _, err = blz("toc", "ghost")
     assert code == 3 and err == "blz: error: No source named 'ghost'. Installed: lib. Add it with `blz add ghost`.\n"
-    for argv, word in ((["-d", "0"], "depth"), (["-d", "7"], "depth"), (["-n", "0"], "limit"),
-                       (["-n", "1001"], "limit"), (["--page", "0"], "page")):
+    # One message per parameter on every surface (cairn.core.ops): it names the wire name (maxDepth for
+    # -d, maxResults for -n) and the rule.
+    for argv, word in ((["-d", "0"], "maxDepth: 0 is less than the minimum of 1"),
+                       (["-d", "7"], "maxDepth: 7 is greater than the maximum of 6"),
+                       (["-n", "0"], "maxResults: 0 is less than the minimum of 1"),
+                       (["-n", "1001"], "maxResults: 1001 is greater than the maximum of 1000"),
+                       (["--page", "0"], "page: 0 is less than the minimum of 1")):
         code, out, err = blz("toc", "lib", *argv)
         assert code == 2 and out == "" and word in err and "Traceback" not in err, argv
     code, _, err = blz("toc", "../etc")

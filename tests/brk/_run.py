@@ -72,8 +72,11 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 def vec_bytes(out: Path) -> dict[str, bytes]:
     """Every file of a store (raw vecs, computed vecs, manifests), to compare two runs byte for byte."""
+    # Crash-recovery aids depend on where earlier runs committed (the analytics' state checkpoints and
+    # undo rows) and engine files on their history: compared by contents below, not file by file.
+    history = ("txindex", "utxo/state", "addresses/undo", "addresses/index", "addresses/balance.bin")
     files = {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*"))
-             if p.is_file() and p.relative_to(out).parts[0] != "txindex"}
+             if p.is_file() and not str(p.relative_to(out)).startswith(history)}
     # The transaction index is a RocksDB directory whose files (logs, table numbers) differ from run to
     # run; its contents are what must match: the transaction count and every key with its txindexes.
     if (out / "txindex").is_dir():
@@ -84,4 +87,28 @@ def vec_bytes(out: Path) -> dict[str, bytes]:
             files["txindex (contents)"] = repr((txi.count, sorted(txi.entries().items()))).encode()
         finally:
             txi.close()
+    _analytics_state(out, files)
     return files
+
+
+def _analytics_state(out: Path, files: dict[str, bytes]) -> None:
+    """The analytics passes' state: the tip checkpoint, the live balances and the address index."""
+    import json
+
+    utxo = out / "utxo" / "manifest.json"
+    if utxo.exists():
+        tip = json.loads(utxo.read_text())["meta"].get("state", 0)
+        state = out / "utxo" / "state" / f"unspent-{tip}.bin"
+        files["utxo state (tip)"] = state.read_bytes() if state.exists() else b""
+    manifest = out / "addresses" / "manifest.json"
+    if manifest.exists():
+        count = json.loads(manifest.read_text())["vecs"]["addressindex_to_keyhash"]["length"]
+        files["address balances"] = (out / "addresses" / "balance.bin").read_bytes()[:8 * count]
+        from rocksdict import Options, Rdict
+
+        db = Rdict(str(out / "addresses" / "index"), Options(raw_mode=True))
+        try:
+            live = sorted((k, v) for k, v in db.items() if int.from_bytes(v, "little") < count)
+        finally:
+            db.close()
+        files["address index (contents)"] = repr(live).encode()

@@ -9,6 +9,7 @@ import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,6 +19,7 @@ from cairn.brk.cli import main
 from cairn.brk.compute import compute
 from cairn.brk.indexer import index
 from cairn.brk.interface import Interface
+from cairn.brk.ops import OPS, render_vecs
 from cairn.core.errors import InvalidInput, NetworkError, NotFound, TooLarge
 
 BTC = 100_000_000
@@ -39,68 +41,79 @@ def q(out: Path) -> Interface:
     return Interface(out)
 
 
+def get(iface: Interface, args: dict[str, Any] | None = None, /, **kwargs: Any) -> Any:
+    """get_vecs as every surface runs it: the declaration checks the wire arguments (aliases included), the
+    Interface answers with columns, and the one renderer gives the JSON value or the csv/tsv/md text."""
+    result = OPS["get_vecs"].call(iface, {**(args or {}), **kwargs})
+    return result.value() if result.format == "json" else render_vecs(result)
+
+
 def test_exact_values(q: Interface) -> None:
-    assert q.get_vecs(index="date", ids="date", to=2) == ["2009-01-03", "2009-01-09"]
-    assert q.get_vecs(index="date", ids="block_count", to=2) == [1, 14]  # blocks on 2009-01-03 and 2009-01-09
-    assert q.get_vecs(index="date", ids="block_count_cumulative", **{"from": -1}) == 590
-    assert q.get_vecs(index="height", ids="supply", **{"from": 589}) == 29_500 * BTC
-    assert q.get_vecs(index="height", ids="supply_btc", **{"from": -1}) == 29_500.0
-    coinbase = q.get_vecs(index="height", ids="coinbase")
+    assert get(q, index="date", ids="date", to=2) == ["2009-01-03", "2009-01-09"]
+    assert get(q, index="date", ids="block_count", to=2) == [1, 14]  # blocks on 2009-01-03 and 2009-01-09
+    assert get(q, index="date", ids="block_count_cumulative", **{"from": -1}) == 590
+    assert get(q, index="height", ids="supply", **{"from": 589}) == 29_500 * BTC
+    assert get(q, index="height", ids="supply_btc", **{"from": -1}) == 29_500.0
+    coinbase = get(q, index="height", ids="coinbase")
     assert len(coinbase) == 590 and sum(coinbase) == 29_500 * BTC
-    assert q.get_vecs(index="decade", ids="supply_btc") == 29_500.0
-    assert q.get_vecs(index="month", ids="tx_count") == 605
-    assert q.get_vecs(index="height", ids="blockhash", to=1) == \
+    assert get(q, index="decade", ids="supply_btc") == 29_500.0
+    assert get(q, index="month", ids="tx_count") == 605
+    assert get(q, index="height", ids="blockhash", to=1) == \
         "000000000019d6689c085ae165831e934ff763ae46a2a6c172b3f1b60a8ce26f"
-    assert q.get_vecs(index="height", ids="timestamp", to=1) == 1231006505
-    assert q.get_vecs(index="height", ids="date", f=1, c=1) == "2009-01-09"
+    assert get(q, index="height", ids="timestamp", to=1) == 1231006505
+    assert get(q, index="height", ids="date", f=1, c=1) == "2009-01-09"
     # Aggregates over the 14 blocks of 2009-01-09: intervals are exact integers from the timestamps.
-    ts = q.get_vecs(index="height", ids="timestamp", to=15)
+    ts = get(q, index="height", ids="timestamp", to=15)
     intervals = [b - a for a, b in zip(ts, ts[1:])]
-    got = q.get_vecs(index="d", ids="block_interval_min,block_interval_max,block_interval_avg", f=1, c=1)
+    got = get(q, index="d", ids="block_interval_min,block_interval_max,block_interval_avg", f=1, c=1)
     assert got == [[max(min(intervals), 0)], [max(intervals)], [sum(intervals) / 14]]
     s = sorted(intervals)
-    assert q.get_vecs(index="d", ids="block_interval_median", f=1, c=1) == (s[6] + s[7]) / 2
-    assert q.get_vecs(index="week", ids="date", to=3) == ["2008-12-29", "2009-01-05", "2009-01-12"]
-    assert q.get_vecs(index="difficultyepoch", ids="first_height") == 0
-    assert q.get_vecs(index="txindex", ids="fee", f=-1) == 0
-    assert q.get_vecs(index="out", ids="value_btc", to=1) == 50.0
+    assert get(q, index="d", ids="block_interval_median", f=1, c=1) == (s[6] + s[7]) / 2
+    assert get(q, index="week", ids="date", to=3) == ["2008-12-29", "2009-01-05", "2009-01-12"]
+    assert get(q, index="difficultyepoch", ids="first_height") == 0
+    assert get(q, index="txindex", ids="fee", f=-1) == 0
+    assert get(q, index="out", ids="value_btc", to=1) == 50.0
 
 
 def test_shapes_ranges_and_aliases(q: Interface) -> None:
-    heights = q.get_vecs(index="h", ids="first_txindex")
+    heights = get(q, index="h", ids="first_txindex")
     assert len(heights) == 590
-    assert q.get_vecs(i="h", v="first-txindex", f="-3") == heights[-3:]
-    assert q.get_vecs({"index": "height", "ids": "first_txindex", "from": "10", "count": "5"}) == heights[10:15]
-    assert q.get_vecs(index="height", ids="first_txindex", f=10, t=-575) == heights[10:15]
-    assert q.get_vecs(index="height", ids="first_txindex", f=10, t=12, c=100) == heights[10:12]  # to wins
-    assert q.get_vecs(index="height", ids="first_txindex", f=-1000) == heights  # clamped
-    assert q.get_vecs(index="height", ids="first_txindex", f=700) == []
-    assert q.get_vecs(index="HEIGHT", ids=["First_TxIndex", "tx_count"], f=-2) == [heights[-2:], [1, 1]]
-    matrix = q.get_vecs(index="height", ids="first_txindex tx_count", f=-1)
-    assert matrix == [[heights[-1]], [q.get_vecs(index="height", ids="tx_count", f=-1)]]  # always a matrix
+    assert get(q, i="h", v="first-txindex", f="-3") == heights[-3:]
+    assert get(q, {"index": "height", "ids": "first_txindex", "from": "10", "count": "5"}) == heights[10:15]
+    assert get(q, index="height", ids="first_txindex", f=10, t=-575) == heights[10:15]
+    assert get(q, index="height", ids="first_txindex", f=10, t=12, c=100) == heights[10:12]  # to wins
+    assert get(q, index="height", ids="first_txindex", f=-1000) == heights  # clamped
+    assert get(q, index="height", ids="first_txindex", f=700) == []
+    assert get(q, index="HEIGHT", ids=["First_TxIndex", "tx_count"], f=-2) == [heights[-2:], [1, 1]]
+    matrix = get(q, index="height", ids="first_txindex tx_count", f=-1)
+    assert matrix == [[heights[-1]], [get(q, index="height", ids="tx_count", f=-1)]]  # always a matrix
     for name in ("d", "date", "dateindex", "DATE", "w", "week", "m", "q", "s", "y", "decade", "difficulty",
                  "halving", "tx", "in", "out", "h"):
-        q.get_vecs(index=name, ids="first_height" if name not in ("tx", "in", "out", "h") else
+        get(q, index=name, ids="first_height" if name not in ("tx", "in", "out", "h") else
                    {"tx": "fee", "in": "outputindex", "out": "value", "h": "fee"}[name], f=-1)
 
 
 def test_formats(q: Interface) -> None:
     ids = "date,block_count,supply_btc"
-    csv = q.get_vecs(index="date", ids=ids, to=2, format="csv")
+    csv = get(q, index="date", ids=ids, to=2, format="csv")
     assert csv == "date,block_count,supply_btc\n2009-01-03,1,50.0\n2009-01-09,14,750.0\n"
-    assert q.get_vecs(index="date", ids=ids, to=2, format="tsv") == csv.replace(",", "\t")
-    assert q.get_vecs(index="date", ids=ids, to=2, format="MD") == (
-        "| date | block_count | supply_btc |\n|---|---|---|\n| 2009-01-03 | 1 | 50.0 |\n| 2009-01-09 | 14 | 750.0 |\n")
-    assert q.get_vecs(index="date", ids="block_count", to=1, format="csv") == "block_count\n1\n"
-    with pytest.raises(InvalidInput, match="Unknown format 'xml'"):
-        q.get_vecs(index="date", ids="block_count", format="xml")
+    assert get(q, index="date", ids=ids, to=2, format="tsv") == csv.replace(",", "\t")
+    md = "| date | block_count | supply_btc |\n|---|---|---|\n| 2009-01-03 | 1 | 50.0 |\n| 2009-01-09 | 14 | 750.0 |\n"
+    assert get(q, index="date", ids=ids, to=2, format="md") == md
+    assert get(q, index="date", ids=ids, to=2, format="markdown") == md
+    assert get(q, index="date", ids="block_count", to=1, format="csv") == "block_count\n1\n"
+    with pytest.raises(InvalidInput, match='format: "xml" is not one of "json", "csv", "tsv", "md", "markdown"'):
+        get(q, index="date", ids="block_count", format="xml")
+    with pytest.raises(InvalidInput, match="Unknown format 'xml'"):  # a path's .xml (the HTTP route checks it)
+        iface_mod.normalize_format("xml")
 
 
 def test_metadata_and_pagination(q: Interface, monkeypatch: pytest.MonkeyPatch) -> None:
     assert q.get_index_count() == 13 == len(q.get_indexes())
     accepted = q.get_accepted_indexes()
     assert accepted["dateindex"] == ["d", "date", "dateindex"] and accepted["outputindex"] == ["out", "outputindex"]
-    ids = q.get_vecids()
+    ids = [i for p in range(10) for i in q.get_vecids(p)]  # the analytics families fill several pages
+    assert len(q.get_vecids()) == 1000 and q.get_vecids(9) == []
     assert ids == sorted(ids) and len(ids) == q.get_vecid_count() and "supply_btc" in ids
     assert q.get_vec_count() == sum(len(q.get_vecid_to_indexes(i)) for i in ids)
     assert q.get_vecid_to_indexes("supply_btc") == ["height", "dateindex", "weekindex", "monthindex",
@@ -108,11 +121,12 @@ def test_metadata_and_pagination(q: Interface, monkeypatch: pytest.MonkeyPatch) 
                                                     "difficultyepoch", "halvingepoch"]
     assert q.get_vecid_to_indexes("txid") == ["txindex"]
     assert "txid" not in q.get_index_to_vecids("date") and "txid" in q.get_index_to_vecids("tx")
-    assert q.get_vecids(1) == [] and q.get_vecids("0") == ids
+    assert q.get_vecids("0") == ids[:1000]
     # Pages never overlap (the reference returned too much from page 1 on).
     monkeypatch.setattr(iface_mod, "PAGE_SIZE", 100)
-    pages = [q.get_vecids(p) for p in range(5)]
-    assert [len(p) for p in pages] == [100, 100, 100, len(ids) - 300, 0]
+    full, rest = divmod(len(ids), 100)
+    pages = [q.get_vecids(p) for p in range(full + 2)]
+    assert [len(p) for p in pages] == [100] * full + [rest, 0]
     assert sum(pages, []) == ids
     with pytest.raises(InvalidInput, match="page must be 0 or more"):
         q.get_vecids(-1)
@@ -120,32 +134,34 @@ def test_metadata_and_pagination(q: Interface, monkeypatch: pytest.MonkeyPatch) 
 
 def test_errors(q: Interface) -> None:
     with pytest.raises(NotFound, match=r"Unknown index 'dat'\. Did you mean: date, dateindex"):
-        q.get_vecs(index="dat", ids="close")
+        get(q, index="dat", ids="close")
     with pytest.raises(NotFound, match=r"Unknown vec id 'suply' on dateindex\. Did you mean: supply"):
-        q.get_vecs(index="date", ids="suply")
+        get(q, index="date", ids="suply")
     with pytest.raises(NotFound, match=r"'blockhash' is not available on dateindex; it exists on: height"):
-        q.get_vecs(index="date", ids="blockhash")
+        get(q, index="date", ids="blockhash")
     with pytest.raises(NotFound, match="brk price import"):
-        q.get_vecs(index="date", ids="close")
+        get(q, index="date", ids="close")
     with pytest.raises(NotFound, match=r"Did you mean: tx_count"):
         q.get_vecid_to_indexes("tx_cont")
     with pytest.raises(InvalidInput, match="from must be an integer, got 'x'"):
-        q.get_vecs(index="h", ids="fee", f="x")
+        get(q, index="h", ids="fee", f="x")
     with pytest.raises(InvalidInput, match="count must be 0 or more"):
-        q.get_vecs(index="h", ids="fee", count=-1)
+        get(q, index="h", ids="fee", count=-1)
     with pytest.raises(InvalidInput, match="needs ids"):
-        q.get_vecs(index="h", ids=" , ")
+        get(q, index="h", ids=" , ")
+    with pytest.raises(InvalidInput, match="index: is required"):
+        get(q, ids="fee")
     with pytest.raises(InvalidInput, match="needs an index"):
-        q.get_vecs(ids="fee")
-    with pytest.raises(InvalidInput, match="given twice"):
-        q.get_vecs({"i": "h", "index": "date", "ids": "fee"})
+        get(q, index=" ", ids="fee")
+    with pytest.raises(InvalidInput, match="index and i name the same parameter; give one"):
+        get(q, {"i": "h", "index": "date", "ids": "fee"})
 
 
 def test_size_cap(out: Path) -> None:
     small = Interface(out, max_cells=1000)
-    assert len(small.get_vecs(index="h", ids="fee,tx_count", c=500)[0]) == 500
+    assert len(get(small, index="h", ids="fee,tx_count", c=500)[0]) == 500
     with pytest.raises(TooLarge, match=r"asks for 1,180 values \(2 ids x 590 rows\); the limit is 1,000"):
-        small.get_vecs(index="h", ids="fee,tx_count")
+        get(small, index="h", ids="fee,tx_count")
 
 
 @pytest.fixture
@@ -165,17 +181,17 @@ def test_price_import(priced: Path, tmp_path: Path) -> None:
     assert prices.import_csv(priced, csv) == {"days": 3, "first_dateindex": 0, "last_dateindex": 7,
                                               "stored_days": 8}
     q = Interface(priced)
-    assert q.get_vecs(index="d", ids="close", to=5) == [1.5, None, None, None, 3.5]
-    assert q.get_vecs(index="week", ids="open,high,low,close") == [[1.0, None, 3.0], [2.0, None, 6.0],
+    assert get(q, index="d", ids="close", to=5) == [1.5, None, None, None, 3.5]
+    assert get(q, index="week", ids="open,high,low,close") == [[1.0, None, 3.0], [2.0, None, 6.0],
                                                                    [0.5, None, 2.0], [1.5, None, 5.5]]
-    assert q.get_vecs(index="d", ids="market_cap", f=-1) == 29_500 * 5.5
-    assert q.get_vecs(index="d", ids="supply_usd", f=-1) == 29_500 * 5.5
-    assert q.get_vecs(index="h", ids="close", to=1) == 1.5
-    assert q.get_vecs(index="d", ids="coinbase_usd", to=1) == 50 * 1.5
+    assert get(q, index="d", ids="market_cap", f=-1) == 29_500 * 5.5
+    assert get(q, index="d", ids="supply_usd", f=-1) == 29_500 * 5.5
+    assert get(q, index="h", ids="close", to=1) == 1.5
+    assert get(q, index="d", ids="coinbase_usd", to=1) == 50 * 1.5
     # A second import merges by date.
     csv.write_text("timestamp,price\n1231718400,9\n")  # 2009-01-12 as Unix seconds
     prices.import_csv(priced, csv)
-    assert Interface(priced).get_vecs(index="d", ids="close,open", f=4, c=1) == [[9.0], [9.0]]
+    assert get(Interface(priced), index="d", ids="close,open", f=4, c=1) == [[9.0], [9.0]]
     csv.write_text("when,open\n1,2\n")
     with pytest.raises(InvalidInput, match="no date column"):
         prices.import_csv(priced, csv)
@@ -205,7 +221,7 @@ def test_price_fetch_against_local_server(priced: Path) -> None:
         summary = prices.fetch(priced, "kraken", url)
         assert summary == {"days": 2, "first_dateindex": 4, "last_dateindex": 7, "stored_days": 8,
                            "source": "kraken"}
-        assert Interface(priced).get_vecs(index="d", ids="close", f=4) == [3.5, None, None, 5.5]
+        assert get(Interface(priced), index="d", ids="close", f=4) == [3.5, None, None, 5.5]
         with pytest.raises(NetworkError, match="Binance answered with an error"):
             prices.fetch(priced, "binance", url)  # a dict, not Binance's list of klines
     finally:

@@ -166,3 +166,21 @@ def test_http_markdown_alias_and_extension(base_url: str) -> None:
         spec = c.get("/openapi.json").json()
         fmt = next(p for p in spec["paths"]["/api/vecs/query"]["get"]["parameters"] if p["name"] == "format")
         assert "markdown" in fmt["schema"]["enum"]
+
+
+def test_index_to_id_path_takes_the_declared_parameters(base_url: str) -> None:
+    """/api/vecs/INDEX-to-ID is get_vecs with the index and id in the path: the other parameters (aliases
+    included) are the declared ones, checked with the same messages; naming the index or id again is refused."""
+    with httpx.Client(base_url=base_url) as c:
+        r = c.get("/api/vecs/date-to-block_count.CSV", params={"t": 2})
+        assert r.status_code == 200 and r.text == "block_count\n1\n14\n"
+        r = c.get("/api/vecs/date-to-block_count", params={"f": "-1", "from": "-1"})
+        assert r.status_code == 400 and r.json()["error"]["message"] == (
+            "Invalid parameter for 'get_vecs': from and f name the same parameter; give one")
+        r = c.get("/api/vecs/date-to-block_count", params={"i": "height"})
+        assert r.status_code == 400 and "names the index and the id in the path" in r.json()["error"]["message"]
+        r = c.get("/api/vecs/date-to-block_count", params={"nope": "1"})
+        assert r.status_code == 400 and "nope: is not an allowed property" in r.json()["error"]["message"]
+        spec = c.get("/openapi.json").json()["paths"]
+        names = [p["name"] for p in spec["/api/vecs/{index}-to-{id}"]["get"]["parameters"]]
+        assert names == ["index", "id", "from", "f", "to", "t", "count", "c", "format"]

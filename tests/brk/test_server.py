@@ -63,9 +63,9 @@ def test_http_routes(base_url: str) -> None:
         r = c.get("/api/vecs/d-to-block-count", params={"to": 1, "format": "md"})
         assert r.text == "| block_count |\n|---|\n| 1 |\n"
         assert c.get("/api/vecs/index-count").json() == 13
-        ids = c.get("/api/vecs/ids").json()
+        ids = [i for p in range(10) for i in c.get("/api/vecs/ids", params={"page": p}).json()]
         assert c.get("/api/vecs/id-count").json() == len(ids) and ids == sorted(ids)
-        assert c.get("/api/vecs/ids", params={"page": 1}).json() == []
+        assert c.get("/api/vecs/ids", params={"page": 9}).json() == [] and "supply_age_gt_10y" in ids
         assert c.get("/api/vecs/vec-count").json() > len(ids)
         assert c.get("/api/vecs/indexes").json()[0] == "height"
         assert c.get("/api/vecs/accepted-indexes").json()["weekindex"] == ["w", "week", "weekindex"]
@@ -110,12 +110,13 @@ async def _every_tool(server: Any) -> None:
                 return text
 
         assert await call("get_index_count") == 13
-        ids = await call("get_vecids")
+        ids = [i for p in range(10) for i in await call("get_vecids", {"page": p})]
         assert await call("get_vecid_count") == len(ids)
         assert await call("get_vec_count") > len(ids)
+        assert await call("get_vecs", {"i": "h", "v": "utxo_count_p2pk65", "f": "-1"}) == 591
         assert (await call("get_indexes"))[:2] == ["height", "dateindex"]
         assert (await call("get_accepted_indexes"))["dateindex"] == ["d", "date", "dateindex"]
-        assert await call("get_vecids", {"page": 1}) == []
+        assert await call("get_vecids", {"page": 9}) == []
         assert "txid" in await call("get_index_to_vecids", {"index": "tx", "page": "0"})
         assert await call("get_vecid_to_indexes", {"id": "txid"}) == ["txindex"]
         assert (await call("get_version")).startswith("v")

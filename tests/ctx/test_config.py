@@ -46,7 +46,9 @@ greeting = "hi"
 """))
     by = {x.source: x for x in c.connectors}
     assert by["filesystem:a"].options["root"] == tmp_path / "docs"
-    assert by["filesystem:a"].options["include_globs"] == ["**/*.md", "**/*.txt"]
+    assert by["filesystem:a"].options["include_globs"] == [
+        "**/*.md", "**/*.txt", "**/*.pdf", "**/*.docx", "**/*.pptx", "**/*.xlsx", "**/*.html", "**/*.htm"]
+    assert by["filesystem:a"].options["max_document_bytes"] == 50_000_000
     assert by["filesystem:b"].options["follow_symlinks"] is True
     assert by["git:repo"].options["branch"] == "main" and by["git:repo"].options["shallow"] is True
     assert by["git:repo"].options["url"] == "https://token@example.org/r.git"

@@ -81,7 +81,8 @@ def test_search_returns_ranked_documents_with_every_field(url: str) -> None:
     assert r.status_code == 200
     results = r.json()["results"]
     assert results[0]["source_id"] == "auth.md" and results[0]["score"] == 1.0
-    assert set(results[0]) == {"id", "score", "title", "source", "source_id", "updated_at", "snippet", "source_url"}
+    assert set(results[0]) == {"id", "score", "title", "source", "source_id", "updated_at", "snippet", "source_url",
+                               "location"}
     assert len(results) <= 3
 
 
@@ -293,14 +294,15 @@ def test_token_from_the_environment_wins(kb: Path, monkeypatch: pytest.MonkeyPat
 
 
 def test_internal_errors_hide_the_traceback(kb: Path, capfd: pytest.CaptureFixture[str]) -> None:
-    from cairn.ctx.tools import SOURCES_SCHEMA, ToolSpec
+    from cairn.core.ops import Op
 
     app = create_app(config.load(kb))
 
-    def broken(params: dict[str, Any], svc: Any) -> Any:
+    def broken(svc: Any, params: dict[str, Any]) -> Any:
         raise RuntimeError("secret internals at /home/someone")
 
-    app.state.toolbox.specs["broken"] = ToolSpec("broken", "fails", SOURCES_SCHEMA, False, broken)
+    app.state.toolbox.ops["broken"] = Op(broken, name="broken", mcp="broken", description="fails",
+                                         schema={"type": "object", "properties": {}, "additionalProperties": False})
     with serving(app) as base:
         err = error(post(base, "/tools/broken", {}), 500, "internal")
         assert err["message"] == "Internal error (RuntimeError). The server log has the details."

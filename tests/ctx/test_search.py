@@ -53,7 +53,8 @@ def test_keyword_results_shape_scores_and_grouping(corpus: Path) -> None:
     assert [r.score for r in results] == sorted((r.score for r in results), reverse=True)
     long = next(r for r in results if r.source_id == "long.md")
     assert "kiwi" in long.snippet  # the best chunk's snippet, not the document start
-    assert set(vars(results[0])) == {"id", "score", "title", "source", "source_id", "updated_at", "snippet", "source_url"}
+    assert set(vars(results[0])) == {"id", "score", "title", "source", "source_id", "updated_at", "snippet", "source_url",
+                                       "location"}
     assert svc.search("kiwi", limit=50) == results  # deterministic
 
 

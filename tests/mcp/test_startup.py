@@ -92,11 +92,11 @@ def test_initialize_is_answered_before_heavy_imports(server: str, brk_out: Path,
     assert [r["id"] for r in replies] == [1, 2] and replies[1]["result"]["tools"]
 
 
-def test_ctx_builtin_descriptions_match_the_service_docstrings() -> None:
-    """ctx declares its built-in tools without importing the service; the texts must not drift."""
-    from cairn.ctx.service import Service
-    from cairn.ctx.tools import DESCRIPTIONS
+def test_ctx_tools_are_its_operations() -> None:
+    """ctx's MCP tools are its operations (cairn/ctx/ops.py), declared without importing the service:
+    the descriptions are the operations' docstrings, the schemas their declarations."""
+    from cairn.ctx.ops import OPS
 
-    for name, text in DESCRIPTIONS.items():
-        doc = (getattr(Service, name).__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
-        assert " ".join(doc.split()) == text, name
+    assert [op.mcp for op in OPS] == ["search", "get", "sources"]
+    assert OPS["search"].description == "Search indexed documents by keyword, semantic, or hybrid query."
+    assert OPS["search"].input_schema()["required"] == ["query"]

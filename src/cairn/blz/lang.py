@@ -17,10 +17,21 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from cairn.blz.llmstxt import Page
+
+class Page(Protocol):
+    """What is read of a :class:`cairn.blz.llmstxt.Page` (not imported: llmstxt imports this module)."""
+
+    @property
+    def start(self) -> int: ...
+    @property
+    def end(self) -> int: ...
+    @property
+    def code(self) -> bool: ...
+    @property
+    def url(self) -> str: ...
 
 SAMPLE_CHARS = 1200  # prose read per page: enough for a stable verdict, bounded cost on huge pages
 MIN_LETTERS = 40  # fewer letters than this: no verdict (the page is kept)
@@ -171,7 +182,7 @@ def url_language(url: str) -> str | None:
     return m.group(1).lower() if m else None
 
 
-def foreign_pages(lines: list[str], pages: list[Page]) -> list[tuple[int, int, str]]:
+def foreign_pages(lines: list[str], pages: Sequence[Page]) -> list[tuple[int, int, str]]:
     """``(start, end, language)`` of the pages to leave out of the index: those in another language
     than English, when English is one of the file's main languages. Empty otherwise. A page with
     too little prose to judge (code only) goes by the language folder of its URL, if any."""

@@ -7,17 +7,12 @@ from typing import Any
 
 from cairn.blz.citation import check_alias
 from cairn.blz.limits import MAX_LIMIT
-from cairn.blz.store import PATH_SEP, SID_SHIFT, WEIGHTS, Store
+from cairn.blz.store import PATH_SEP, SID_SHIFT, Store
 from cairn.core.errors import InvalidInput, NotFound
 from cairn.search.query import fts_match, terms
 
 SNIPPET_CHARS = 240
 _WORD = re.compile(r"\w+", re.UNICODE)
-
-_RANK_SQL = ("SELECT rowid, bm25(sections, {w0}, {w1}, {w2}) AS rank FROM sections WHERE sections MATCH ?{filter} "
-             "ORDER BY rank LIMIT ?").format(w0=WEIGHTS[0], w1=WEIGHTS[1], w2=WEIGHTS[2], filter="{filter}")
-_ROW_SQL = "SELECT first_line, last_line, hpath, body FROM sections WHERE rowid = ?"
-
 
 def search(store: Store, query: str, sources: list[str] | None = None, limit: int = 10,
            page: int = 1) -> dict[str, Any]:
@@ -63,9 +58,9 @@ def search(store: Store, query: str, sources: list[str] | None = None, limit: in
     result["hasMore"] = len(window) > limit
     needles = list(dict.fromkeys(w.lower() for w in words))  # each word once: "a a a ..." is one needle
     hits = []
-    row_sql = store.db.execute
+    section = store.section
     for rowid, rank in window[:limit]:
-        first, last, hpath, body = row_sql(_ROW_SQL, (rowid,)).fetchone()
+        first, last, hpath, body = section(rowid)
         alias, url = by_sid[rowid >> SID_SHIFT]
         hits.append({"alias": alias, "lines": f"{first}-{last}",
                      "headingPath": hpath.split(PATH_SEP) if hpath else [],
@@ -76,21 +71,8 @@ def search(store: Store, query: str, sources: list[str] | None = None, limit: in
 
 
 def _rank(store: Store, match: str | None, sids: list[int], want: int) -> list[tuple[int, float]]:
-    """``(rowid, bm25)`` best first. One rowid-range query per source when filtering: FTS5 applies
-    rowid ranges inside the index, and raw BM25 from one table merges soundly across sources."""
-    if match is None:
-        return []
-    db = store.db
-    if not sids:
-        return db.execute(_RANK_SQL.format(filter=""), (match, want)).fetchall()
-    sql = _RANK_SQL.format(filter=" AND rowid BETWEEN ? AND ?")
-    out: list[tuple[int, float]] = []
-    for sid in sids:
-        lo = sid << SID_SHIFT
-        out += db.execute(sql, (match, lo, lo + (1 << SID_SHIFT) - 1, want)).fetchall()
-    if len(sids) > 1:
-        out.sort(key=lambda r: r[1])
-    return out[:want]
+    """``(rowid, bm25)`` best first (nothing when the query has no searchable term)."""
+    return [] if match is None else store.rank(match, sids, want)
 
 
 def snippet(body: str, needles: list[str], width: int = SNIPPET_CHARS) -> str:
@@ -140,17 +122,14 @@ def correct(store: Store, query: str) -> str | None:
     words = list(dict.fromkeys(_WORD.findall(query.lower())))  # each word is looked up once
     if not words:
         return None
-    db = store.db
     out = []
     changed = False
     for word in words:
-        if db.execute("SELECT 1 FROM sections_vocab WHERE term = ?", (word,)).fetchone() or len(word) < 3:
+        if store.has_term(word) or len(word) < 3:
             out.append(word)
             continue
         # Candidates share the first letter (typos there are rare) and have a similar length.
-        pool = [t for (t,) in db.execute(
-            "SELECT term FROM sections_vocab WHERE term >= ? AND term < ? AND length(term) BETWEEN ? AND ?",
-            (word[0], word[0] + "\U0010ffff", len(word) - 2, len(word) + 2))]
+        pool = store.terms_near(word, 2)
         best = difflib.get_close_matches(word, pool, n=1, cutoff=0.75)
         if best:
             out.append(best[0])

@@ -24,11 +24,14 @@ def require(store: Store, alias: str) -> SourceRow:
     return row
 
 
-def get(store: Store, citations: list[str], context: str = "none", padding: int = 0,
+def get(store: Store, citations: list[str], context: str | None = None, padding: int | None = None,
         max_lines: int = DEFAULT_MAX_LINES) -> dict[str, Any]:
     """The exact lines each citation names (``alias:120-142``, ``alias:1-3,5-9``), expanded by
     ``context``: ``none``; ``symmetric`` (``padding`` lines each side, 0-50); or ``all`` (the whole
-    heading section holding the range). At most ``max_lines`` lines are returned in total."""
+    heading section holding the range). Without ``context``: symmetric when a padding is given,
+    else none. At most ``max_lines`` lines are returned in total."""
+    padding = padding or 0
+    context = context or ("symmetric" if padding else "none")
     if context not in CONTEXT_MODES:
         raise InvalidInput(f"Unknown context mode {context!r}: use one of {', '.join(CONTEXT_MODES)}.")
     if not 0 <= padding <= MAX_PADDING:
@@ -69,6 +72,32 @@ def get(store: Store, citations: list[str], context: str = "none", padding: int 
                 snip["truncated"] = True
             snippets.append(snip)
     return {"snippets": snippets}
+
+
+def find(store: Store, query: str | None = None, snippets: list[str] | None = None, source: str | None = None,
+         context: str | None = None, padding: int | None = None, limit: int = 10) -> dict[str, Any]:
+    """Search (``query``) and/or retrieve cited lines (``snippets``) in one answer: ``hits`` as
+    :func:`cairn.blz.search.search` ranks them (in ``source`` only, when given), ``snippets`` as
+    :func:`get` expands them, and ``executed`` saying which of the two ran."""
+    from cairn.blz.search import search
+
+    searching = bool(query and query.strip())
+    if not searching and not snippets:
+        raise InvalidInput("Give a query to search, or snippets (citations like react:120-142) to retrieve.")
+    out: dict[str, Any] = {"snippets": [], "hits": [], "executed": {"searched": False, "retrievedSnippets": False}}
+    if searching:
+        assert query is not None
+        found = search(store, query, [source] if source else None, limit)
+        out["hits"] = found["hits"]
+        if found.get("fallback"):
+            out["fallback"] = found["fallback"]
+        if found.get("correctedQuery"):
+            out["correctedQuery"] = found["correctedQuery"]
+        out["executed"]["searched"] = True
+    if snippets:
+        out["snippets"] = get(store, snippets, context, padding)["snippets"]
+        out["executed"]["retrievedSnippets"] = True
+    return out
 
 
 def toc(store: Store, alias: str, depth: int | None = None, filter: str | None = None,
@@ -164,8 +193,7 @@ def lookup(query: str) -> dict[str, Any]:
 def stats(store: Store) -> dict[str, Any]:
     """Totals over every installed source."""
     rows = store.sources()
-    db_file = store.root / "blz.db"
-    size = sum(p.stat().st_size for p in store.root.glob("blz.db*") if p.is_file()) if db_file.exists() else 0
+    size = store.index_bytes()
     return {"sources": len(rows), "totalLines": sum(r.lines for r in rows),
             "totalHeadings": sum(r.headings for r in rows), "totalSections": sum(r.sections for r in rows),
             "totalBytes": sum(r.bytes for r in rows), "indexBytes": size,
@@ -195,11 +223,9 @@ def source_problems(store: Store, row: SourceRow) -> list[str]:
             problems.append("checksum mismatch: the stored file changed after it was indexed")
         if lines != row.lines:
             problems.append(f"line count {lines} differs from the indexed {row.lines}")
-    count = store.db.execute("SELECT count(*) FROM sections WHERE rowid BETWEEN ? AND ?",
-                             row.rowids).fetchone()[0]
+    count, heads = store.indexed_counts(row)
     if count != row.sections:
         problems.append(f"index holds {count} sections, expected {row.sections}")
-    heads = store.db.execute("SELECT count(*) FROM headings WHERE alias = ?", (row.alias,)).fetchone()[0]
     if heads != row.headings:
         problems.append(f"index holds {heads} headings, expected {row.headings}")
     return problems
@@ -215,11 +241,7 @@ def validate(store: Store, alias: str | None = None) -> dict[str, Any]:
         problems = source_problems(store, row)
         report.append({"alias": row.alias, "ok": not problems, "problems": problems,
                        "fix": f"blz update {row.alias}" if problems else None})
-    index_ok = True
-    try:
-        store.db.execute("INSERT INTO sections(sections) VALUES('integrity-check')")
-    except Exception:  # sqlite3.DatabaseError: the FTS index disagrees with its content
-        index_ok = False
+    index_ok = store.index_ok()
     return {"ok": index_ok and all(r["ok"] for r in report), "indexOk": index_ok, "sources": report}
 
 

@@ -58,6 +58,9 @@ _OPTIONS = "source:"  # meta key prefix of a source's indexing options (Store.op
 
 # BM25 column weights: the section's own heading, its ancestors' headings, its body.
 WEIGHTS = (6.0, 2.0, 1.0)
+_RANK_SQL = ("SELECT rowid, bm25(sections, {w0}, {w1}, {w2}) AS rank FROM sections WHERE sections MATCH ?{filter} "
+             "ORDER BY rank LIMIT ?").format(w0=WEIGHTS[0], w1=WEIGHTS[1], w2=WEIGHTS[2], filter="{filter}")
+_SECTION_SQL = "SELECT first_line, last_line, hpath, body FROM sections WHERE rowid = ?"
 
 
 def _sha256() -> Any:
@@ -222,6 +225,60 @@ class Store:
                 page.append((line, level, plain, last, tuple(t for _lv, t in stack)))
             total += 1
         return total, page
+
+    # -- search reads (cairn.blz.search) and integrity checks (cairn.blz.service.validate) ---------
+
+    def rank(self, match: str, sids: list[int], want: int) -> list[tuple[int, float]]:
+        """``(rowid, bm25)`` of the sections matching the FTS5 expression ``match``, best first, at
+        most ``want``; only sources ``sids`` when given. One rowid-range query per source: FTS5 applies
+        rowid ranges inside the index, and raw BM25 from one table merges soundly across sources."""
+        db = self.db
+        if not sids:
+            return db.execute(_RANK_SQL.format(filter=""), (match, want)).fetchall()
+        sql = _RANK_SQL.format(filter=" AND rowid BETWEEN ? AND ?")
+        out: list[tuple[int, float]] = []
+        for sid in sids:
+            lo = sid << SID_SHIFT
+            out += db.execute(sql, (match, lo, lo + (1 << SID_SHIFT) - 1, want)).fetchall()
+        if len(sids) > 1:
+            out.sort(key=lambda r: r[1])
+        return out[:want]
+
+    def section(self, rowid: int) -> tuple[int, int, str, str]:
+        """``(first_line, last_line, hpath, body)`` of one indexed section."""
+        row: tuple[int, int, str, str] = self.db.execute(_SECTION_SQL, (rowid,)).fetchone()
+        return row
+
+    def has_term(self, word: str) -> bool:
+        """Whether ``word`` is an indexed term (the FTS5 vocabulary)."""
+        return self.db.execute("SELECT 1 FROM sections_vocab WHERE term = ?", (word,)).fetchone() is not None
+
+    def terms_near(self, word: str, spread: int = 2) -> list[str]:
+        """Indexed terms starting with ``word``'s first letter whose length is within ``spread`` of its."""
+        return [t for (t,) in self.db.execute(
+            "SELECT term FROM sections_vocab WHERE term >= ? AND term < ? AND length(term) BETWEEN ? AND ?",
+            (word[0], word[0] + "\U0010ffff", len(word) - spread, len(word) + spread))]
+
+    def indexed_counts(self, row: SourceRow) -> tuple[int, int]:
+        """``(sections, headings)`` the index holds for one source (validate compares them with the row)."""
+        sections = self.db.execute("SELECT count(*) FROM sections WHERE rowid BETWEEN ? AND ?",
+                                   row.rowids).fetchone()[0]
+        heads = self.db.execute("SELECT count(*) FROM headings WHERE alias = ?", (row.alias,)).fetchone()[0]
+        return int(sections), int(heads)
+
+    def index_bytes(self) -> int:
+        """Bytes of the database files (blz.db and its WAL and shared-memory files)."""
+        if not (self.root / "blz.db").exists():
+            return 0
+        return sum(p.stat().st_size for p in self.root.glob("blz.db*") if p.is_file())
+
+    def index_ok(self) -> bool:
+        """FTS5's own integrity check: False when the full-text index disagrees with its content."""
+        try:
+            self.db.execute("INSERT INTO sections(sections) VALUES('integrity-check')")
+        except sqlite3.DatabaseError:
+            return False
+        return True
 
     def read_lines(self, row: SourceRow, start: int, end: int) -> list[str]:
         """Lines ``start..end`` (1-based, inclusive, clamped) of the stored file, without newlines."""

@@ -1,14 +1,15 @@
 """``blz mcp``: the seed's MCP tools, resources and prompt over stdio, on the cairn.mcp core.
 
-Tools: find, toc, list-sources, source-add (the only mutation), run-command (whitelisted,
-in-process), learn-blz. Resources: blz://sources/{alias}, blz://registry. Prompt: discover-docs.
+Tools: find, toc, list-sources, source-add (the only mutation) and learn-blz are the operations of
+:mod:`cairn.blz.ops` on MCP (schemas, descriptions and validation from their declarations);
+run-command (whitelisted read-only commands, in-process, through :mod:`cairn.blz.render`) is this
+surface's own. Resources: blz://sources/{alias}, blz://registry. Prompt: discover-docs.
 One Store per process keeps the database connection, its page cache and line offsets warm.
 Everything a client sees is scrubbed: no home directory, no data root, no absolute local paths.
 """
 
 from __future__ import annotations
 
-import functools
 import io
 import re
 import sys
@@ -18,16 +19,15 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is kept off the stdio 
 if TYPE_CHECKING:
     from typing import Any, Callable
 
-from cairn.blz.limits import (CONTEXT_MODES, MAX_DEPTH, MAX_LIMIT, MAX_PADDING, TOC_DEFAULT_LIMIT,
-                              TOC_MAX_LIMIT, WHITELIST)
-from cairn.blz.schemas import TOC
+from cairn.blz.limits import WHITELIST
 from cairn.core.errors import CairnError, InvalidInput, NotFound
 from cairn.core.paths import data_path
 from cairn.core.sanitize import register_root, scrub
-from cairn.mcp.server import Server, ToolContext
+from cairn.mcp.server import Server, Tool, ToolContext
 
 if TYPE_CHECKING:
     from cairn.blz.store import Store
+    from cairn.core.ops import Op
 
 # The store, search and service modules are imported by a warm-up thread right after start-up (and
 # by the first request at the latest), so `initialize` is answered before they load.
@@ -58,305 +58,239 @@ def public(value: Any) -> Any:
     return value if cleaned == text else json.loads(cleaned)
 
 
-def _scrubbed(fn: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(fn)
-    def wrapper(*args: Any) -> Any:
-        try:
-            return public(fn(*args))
-        except CairnError as exc:
+class _ScrubErrors:
+    """``with SCRUBBED:`` a CairnError leaving the block carries a message a client may see."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        if isinstance(exc, CairnError):
             exc.message = public(exc.message)
             exc.args = (exc.message,)
-            raise
-
-    return wrapper
 
 
-FIND_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "query": {"type": "string", "description": "Search text (any words; \"quoted phrases\" work)."},
-        "snippets": {"type": "array", "items": {"type": "string"},
-                     "description": "Citations to retrieve, e.g. [\"bun:120-145\", \"react:1-3,5-9\"]."},
-        "source": {"type": "string", "description": "Alias to search; omit to search every installed "
-                                                    "source on one comparable score scale."},
-        "contextMode": {"type": "string", "enum": list(CONTEXT_MODES),
-                        "description": "How to expand snippets: none, symmetric (linePadding lines each "
-                                       "side) or all (the whole enclosing heading section)."},
-        "linePadding": {"type": "integer", "minimum": 0, "maximum": MAX_PADDING,
-                        "description": "Lines added before and after each snippet (0-50)."},
-        "maxResults": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": 10,
-                       "description": "Maximum search hits (1-50, default 10)."},
-    },
-    "additionalProperties": False,
-}
+SCRUBBED = _ScrubErrors()
 
 
-TOC_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "required": ["source"],
-    "properties": {
-        "source": {"type": "string", "description": "Alias of an installed source (see list-sources)."},
-        "maxDepth": {"type": "integer", "minimum": 1, "maximum": MAX_DEPTH,
-                     "description": "Only heading levels 1..maxDepth (1-6); omit for every level."},
-        "tree": {"type": "boolean", "default": False,
-                 "description": "Nest the entries: each carries the deeper headings under it as children."},
-        "filter": {"type": "string", "description": "Only headings whose text contains every word of this "
-                                                    "(case-insensitive)."},
-        "maxResults": {"type": "integer", "minimum": 1, "maximum": TOC_MAX_LIMIT, "default": TOC_DEFAULT_LIMIT,
-                       "description": f"Headings per page (1-{TOC_MAX_LIMIT}, default {TOC_DEFAULT_LIMIT})."},
-        "page": {"type": "integer", "minimum": 1, "default": 1, "description": "Page number (hasMore says "
-                                                                             "whether another follows)."},
-    },
-    "additionalProperties": False,
-}
+class Docs:
+    """What every handler of one server shares: the data root, one Store (opened on first use, so
+    `initialize` never waits for SQLite) and the lock its worker threads take turns on it with."""
 
+    def __init__(self, root: str, store: Store | None = None) -> None:
+        self.root = root
+        self.lock = threading.RLock()  # one connection, used by the worker threads one at a time
+        self._store = store
 
-SOURCE_ADD_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "required": ["alias"],
-    "properties": {
-        "alias": {"type": "string", "description": "Name for the source (a-z 0-9 _ -, 1-64 characters); "
-                                                   "alone, the registry entry of that name."},
-        "url": {"type": "string", "description": "http(s) URL (or a file inside BLZ_MCP_FILE_ROOTS); "
-                                                 "omit to use the registry."},
-        "force": {"type": "boolean", "default": False, "description": "Replace an existing source of "
-                                                                      "that alias."},
-        "exact": {"type": "boolean", "default": False,
-                  "description": "Fetch exactly url (or the registry URL): no llms-full.txt variant, no "
-                                 "files looked up inside a site (like `blz add --exact`)."},
-        "allLanguages": {"type": "boolean", "default": False,
-                         "description": "Also index pages in other languages than English (by default a "
-                                        "multilingual file's non-English copies are not indexed)."},
-    },
-    "additionalProperties": False,
-}
-
-
-def build_server(store: Store | None = None) -> Server:
-    server = Server(name="blz", version="0.1.0", title="blz docs search", instructions=INSTRUCTIONS)
-    root = data_path("blz", "BLZ_DATA_DIR")  # a str: pathlib is not imported before `initialize`
-    register_root(root, "<blz-data>")
-    lock = threading.RLock()  # one connection, used by the worker threads one at a time
-    holder: list[Store] = [store] if store is not None else []
-
-    def get_store() -> Store:
-        with lock:
-            if not holder:
-                from cairn.blz.store import Store
-
+    def store(self) -> Store:
+        with self.lock:
+            if self._store is None:
                 from pathlib import Path
 
-                holder.append(Store(Path(root)))
-            return holder[0]
+                from cairn.blz.store import Store
 
-    def warm() -> None:
+                self._store = Store(Path(self.root))
+            return self._store
+
+    def warm(self) -> None:
+        """Import the search path and open the database now (a thread after `initialize`), not on
+        the first call."""
         try:
-            with lock:
-                from cairn.blz import search, service  # noqa: F401  (import now, not on the first call)
+            with self.lock:
+                from cairn.blz import search, service  # noqa: F401
 
-                get_store().sources()  # opens the database and reads its first pages
+                self.store().sources()  # opens the database and reads its first pages
         except CairnError as exc:  # the first request reports it properly
             print(f"blz: warm-up: {exc.message}", file=sys.stderr)
 
-    server.warm = warm  # type: ignore[attr-defined]
 
-    @server.tool("find", description="Search documentation (query) and/or retrieve exact cited line "
-                 "ranges (snippets). Hits carry alias, lines, headingPath, snippet, score (0-100 relative "
-                 "to the top hit) and sourceUrl; cite them as alias:lines.", input_schema=FIND_SCHEMA,
-                 structured=True, annotations={"readOnlyHint": True, "openWorldHint": False})
-    @_scrubbed
-    def find(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
-        query, cites = args.get("query"), args.get("snippets") or []
-        if not (query and query.strip()) and not cites:
-            raise InvalidInput("Give a query to search, or snippets (citations like react:120-142) to retrieve.")
-        from cairn.blz import service
-        from cairn.blz.search import search
+class _Checked(threading.local):
+    """The arguments the tool's ``validate`` hook just bound, for the handler the same thread runs
+    next: a warm ``find`` is about a millisecond, and binding twice cost 3% of it."""
 
-        store = get_store()
-        out: dict[str, Any] = {"snippets": [], "hits": [],
-                               "executed": {"searched": False, "retrievedSnippets": False}}
-        with lock:
-            if query and query.strip():
-                source = args.get("source")
-                found = search(store, query, [source] if source else None, args.get("maxResults", 10))
-                out["hits"] = found["hits"]
-                if found.get("fallback"):
-                    out["fallback"] = found["fallback"]
-                if found.get("correctedQuery"):
-                    out["correctedQuery"] = found["correctedQuery"]
-                out["executed"]["searched"] = True
-            if cites:
-                mode = args.get("contextMode") or ("symmetric" if args.get("linePadding") else "none")
-                got = service.get(store, cites, mode, args.get("linePadding", 0))
-                out["snippets"] = got["snippets"]
-                out["executed"]["retrievedSnippets"] = True
-        return out
+    args: Any = None
+    kwargs: dict[str, Any] = {}
 
-    @server.tool("toc", description="Browse one source's outline without searching: its headings in file "
-                 "order, each with level, headingPath, and its whole section as a citation (alias:start-end, "
-                 "to the next heading of the same or a higher level) to read with find(snippets=[...]). "
-                 "Paginated: total, hasMore, page.", input_schema=TOC_SCHEMA, output_schema=TOC,
-                 structured=True, annotations={"readOnlyHint": True, "openWorldHint": False})
-    @_scrubbed
-    def toc(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
-        from cairn.blz import service
 
-        with lock:
-            return service.toc(get_store(), args["source"], args.get("maxDepth"), args.get("filter"),
-                               args.get("maxResults", TOC_DEFAULT_LIMIT), args.get("page", 1),
-                               tree=bool(args.get("tree")))
+_CHECKED = _Checked()
 
-    @server.tool("list-sources", description="List installed documentation sources and registry "
-                 "candidates (kind: installed | registry), optionally filtered by name (case-insensitive).",
-                 input_schema={"type": "object", "properties": {"filter": {"type": "string"}},
-                               "additionalProperties": False},
-                 structured=True, annotations={"readOnlyHint": True})
-    @_scrubbed
-    def list_sources(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
-        from cairn.blz import service
 
-        with lock:
-            return service.list_sources(get_store(), args.get("filter"), include_registry=True)
+def check_op(op: Op, args: dict[str, Any]) -> None:
+    """The MCP ``validate`` hook: ``op.bind`` (a bad argument is a -32602 error with the operation's message)."""
+    _CHECKED.args = None  # nothing stale survives a refused call
+    _CHECKED.kwargs = op.bind(args, "mcp")
+    _CHECKED.args = args
 
-    @server.tool("source-add", description="Add a documentation source from the registry (alias only) "
-                 "or a URL. For .../llms.txt the llms-full.txt variant is tried first; for a site or folder, "
-                 "llms-full.txt, llms.txt, then llms-small.txt in it; exact: true fetches exactly the URL "
-                 "given. The only tool that changes anything. Fetches from public internet addresses only "
-                 "(and hosts the user lists in BLZ_MCP_ALLOW_HOSTS); local files only inside the folders in "
-                 "BLZ_MCP_FILE_ROOTS.",
-                 input_schema=SOURCE_ADD_SCHEMA,
-                 structured=True, annotations={"readOnlyHint": False, "destructiveHint": False,
-                                               "openWorldHint": True})
-    @_scrubbed
-    def source_add(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
-        from cairn.blz import sources
 
-        def progress(done: int, total: int | None) -> None:
-            ctx.progress(done, total, f"fetched {done:,} bytes")
+def call_op(docs: Docs, op: Op, args: dict[str, Any], ctx: ToolContext) -> Any:
+    """One MCP call of a declared operation: run on the server's store under its lock, with what
+    this surface supplies itself (:data:`MCP_CONTEXT`), the answer and any error message scrubbed."""
+    if _CHECKED.args is args:
+        kwargs, _CHECKED.args = _CHECKED.kwargs, None
+    else:  # called without the hook (a test, another transport): bind here
+        kwargs = op.bind(args, "mcp")
+    supply = MCP_CONTEXT.get(op.name)
+    if supply is not None:
+        kwargs = {**kwargs, **supply(ctx)}
+    fields = op.extra.get("mcp_fields")
+    try:
+        with SCRUBBED, docs.lock:
+            result = op.fn(docs.store(), **kwargs)
+            return public({k: result[k] for k in fields} if fields else result)
+    finally:
+        if not op.read_only:
+            _release_memory()
 
-        guard = sources.agent_guard()  # files in BLZ_MCP_FILE_ROOTS, public or BLZ_MCP_ALLOW_HOSTS addresses
-        exact = bool(args.get("exact"))
-        if args.get("url"):
-            sources.check_agent_location(args["url"], exact, guard=guard)  # early; the guard checks again
-        with lock:
-            try:
-                info = sources.add(get_store(), args["alias"], args.get("url"), force=bool(args.get("force")),
-                                   exact=exact, progress=progress, guard=guard,
-                                   all_languages=bool(args.get("allLanguages")))
-            finally:
-                _release_memory()
-        return {"alias": info["alias"], "url": info["url"], "message": info["message"],
-                "lines": info["lines"], "headings": info["headings"], "skippedLines": info["skippedLines"]}
 
-    @server.tool("run-command", description="Run a read-only blz command in-process (never a shell): "
-                 + ", ".join(WHITELIST) + ". Returns stdout, stderr and exitCode. `source` names the alias "
-                 "for history, validate and inspect.",
-                 input_schema={"type": "object", "required": ["command"], "additionalProperties": False,
-                               "properties": {"command": {"type": "string", "enum": list(WHITELIST)},
-                                              "source": {"type": "string"}}},
-                 structured=True, annotations={"readOnlyHint": True})
-    @_scrubbed
-    def run_command(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
-        from cairn.blz.cli import run
+def _source_add_context(ctx: ToolContext) -> dict[str, Any]:
+    """Agents read files in BLZ_MCP_FILE_ROOTS and public (or BLZ_MCP_ALLOW_HOSTS) addresses only;
+    download progress goes to the client."""
+    from cairn.blz import sources
 
-        command = args["command"]
-        if command not in WHITELIST:  # the schema's enum already refuses it; never rely on one check
+    def progress(done: int, total: int | None) -> None:
+        ctx.progress(done, total, f"fetched {done:,} bytes")
+
+    return {"guard": sources.agent_guard(), "progress": progress}
+
+
+def _list_sources_context(ctx: ToolContext) -> dict[str, Any]:
+    return {"registry": True}  # the seed's list-sources: installed sources and registry candidates
+
+
+MCP_CONTEXT: dict[str, Callable[[ToolContext], dict[str, Any]]] = {
+    "source-add": _source_add_context, "list-sources": _list_sources_context}
+
+RUN_COMMAND_SCHEMA: dict[str, Any] = {
+    "type": "object", "required": ["command"], "additionalProperties": False,
+    "properties": {"command": {"type": "string", "enum": list(WHITELIST)}, "source": {"type": "string"}}}
+
+
+def run_command(docs: Docs, args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+    """``run-command``: one whitelisted read-only command run in-process as ``blz COMMAND --text``
+    would (never a shell, never argv parsing): its stdout, stderr and exit code."""
+    from cairn.blz.ops import OPS
+    from cairn.blz.render import run_op
+
+    command = args["command"]
+    op = OPS.by_surface_name("cli", command)
+    with SCRUBBED:
+        if command not in WHITELIST or op is None:  # the schema's enum already refuses it; never rely on one check
             raise InvalidInput(f"{command!r} is not allowed. Allowed: {', '.join(WHITELIST)}.")
-        operands: list[str] = []
+        operands: dict[str, Any] = {}
         if args.get("source"):
-            if command not in ("history", "validate", "inspect", "schema"):
+            slot = next((p for p in op.params_for("cli") if p.positional), None)
+            if slot is None:
                 raise InvalidInput(f"`{command}` takes no source.")
-            operands.append(_command_operand(command, args["source"]))
-        out, err = io.StringIO(), io.StringIO()
-        argv = [command, "--text"]
-        if operands:  # "--": what follows is an operand, never an option (a source "-h" or "--json")
-            argv += ["--", *operands]
-        with lock:
-            code = run(argv, out, err)
-        return {"stdout": out.getvalue(), "stderr": err.getvalue(), "exitCode": code}
+            operands[slot.wire] = _command_operand(command, args["source"])
+    assert op is not None
+    out, err = io.StringIO(), io.StringIO()
+    with docs.lock:
+        code = run_op(op, docs.store(), operands, "text", out, err)
+    answer: dict[str, Any] = public({"stdout": out.getvalue(), "stderr": err.getvalue(), "exitCode": code})
+    return answer
 
-    @server.tool("learn-blz", description="Reference data about blz: prompts, flags, installed sources "
-                 "and example calls.", structured=True, annotations={"readOnlyHint": True})
-    @_scrubbed
-    def learn_blz(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
-        with lock:
-            aliases = [r.alias for r in get_store().sources()]
-        first = aliases[0] if aliases else "react"
-        return {
-            "prompts": [{"name": "discover-docs", "summary": "Find and add project docs"}],
-            "flags": {"contextMode": list(CONTEXT_MODES), "source": aliases,
-                      "maxResults": {"min": 1, "max": MAX_LIMIT, "default": 10},
-                      "linePadding": {"min": 0, "max": MAX_PADDING}},
-            "citations": "alias:start-end (1-based, inclusive); several ranges: alias:1-3,5-9",
-            "examples": [f"find(query='hooks', source='{first}')",
-                         f"toc(source='{first}', maxDepth=2, filter='hooks')",
-                         f"find(snippets=['{first}:1-20'], contextMode='all')",
-                         "list-sources(filter='react')", "source-add(alias='bun')",
-                         "source-add(alias='mine', url='https://example.com/docs/llms.txt', exact=True)",
-                         "run-command(command='stats')"],
-            "tools": ["find", "toc", "list-sources", "source-add", "run-command", "learn-blz"],
-            "resources": ["blz://registry", "blz://sources/{alias}"],
-        }
 
-    @server.resource("blz://registry", name="registry", description="Known llms.txt sources that "
-                     "`source-add` can install by alias.", mime_type="application/json")
-    def registry_resource(uri: str) -> Any:
-        from cairn.blz import registry
+def registry_resource(uri: str) -> Any:
+    from cairn.blz import registry
 
-        return [{"alias": e.alias, "url": e.url, "description": e.description, "category": e.category}
-                for e in registry.REGISTRY]
+    return [{"alias": e.alias, "url": e.url, "description": e.description, "category": e.category}
+            for e in registry.REGISTRY]
 
-    @server.resource_template("blz://sources/{alias}", name="source", description="One installed "
-                              "source's metadata.", mime_type="application/json")
-    @_scrubbed
-    def source_resource(uri: str, params: dict[str, str]) -> Any:
-        with lock:
-            row = get_store().source(params["alias"].strip().lower())
-        if row is None:
+
+def source_resource(docs: Docs, uri: str, params: dict[str, str]) -> Any:
+    with docs.lock:
+        row = docs.store().source(params["alias"].strip().lower())
+    if row is None:
+        with SCRUBBED:
             raise NotFound(f"No source named {params['alias']!r}. See list-sources.")
-        return {"alias": row.alias, "title": row.title, "url": row.url, "fetchedAt": row.fetched_at,
-                "totalLines": row.lines, "headings": row.headings, "lastUpdated": row.checked_at or row.fetched_at,
-                "sha256": row.sha256}
+    return public({"alias": row.alias, "title": row.title, "url": row.url, "fetchedAt": row.fetched_at,
+                   "totalLines": row.lines, "headings": row.headings,
+                   "lastUpdated": row.checked_at or row.fetched_at, "sha256": row.sha256})
 
-    @server.prompt("discover-docs", description="Find which documentation to add for a project's "
-                   "technologies and how to search it.",
-                   arguments=[{"name": "technologies", "description": "Comma-separated list, e.g. "
-                               "\"bun,react,tailwind\"", "required": True}])
-    @_scrubbed
-    def discover(args: dict[str, str]) -> str:
-        techs = [t.strip().lower() for t in (args.get("technologies") or "").split(",") if t.strip()]
-        if not techs:
-            raise InvalidInput("technologies is required: a comma-separated list such as \"bun,react\".")
-        from cairn.blz import registry
 
-        with lock:
-            installed = {r.alias: r for r in get_store().sources()}
-        lines = [f"Help me set up documentation for: {', '.join(techs)}.", ""]
-        missing = []
-        for tech in techs:
-            have = [a for a in installed if tech in a]
-            known = [e for e in registry.lookup(tech) if e.alias not in installed]
-            if have:
-                lines.append(f"- {tech}: installed as {', '.join(have)} — search with "
-                             f"find(query='...', source='{have[0]}').")
-            elif known:
-                lines.append(f"- {tech}: available in the registry as {known[0].alias} ({known[0].url}) — "
-                             f"add with source-add(alias='{known[0].alias}').")
-                missing.append(known[0].alias)
-            else:
-                lines.append(f"- {tech}: not installed and not in the registry — if the project publishes "
-                             f"an llms.txt, add it with source-add(alias='{re.sub(r'[^a-z0-9_-]', '-', tech)[:64]}', url='https://.../llms.txt').")
-        lines += ["", "Steps: 1) call list-sources to confirm what is installed; 2) add the missing sources"
-                  + (f" ({', '.join(missing)})" if missing else "") + "; 3) search with find(query=...), then "
-                  "read exact lines with find(snippets=['alias:start-end'], contextMode='all')."]
-        return "\n".join(lines)
+def discover_docs(docs: Docs, args: dict[str, str]) -> str:
+    """The discover-docs prompt: which of the project's technologies are installed, which the
+    registry has, and the calls that add and search them."""
+    techs = [t.strip().lower() for t in (args.get("technologies") or "").split(",") if t.strip()]
+    if not techs:
+        raise InvalidInput("technologies is required: a comma-separated list such as \"bun,react\".")
+    from cairn.blz import registry
 
+    with docs.lock:
+        installed = {r.alias: r for r in docs.store().sources()}
+    lines = [f"Help me set up documentation for: {', '.join(techs)}.", ""]
+    missing = []
+    for tech in techs:
+        have = [a for a in installed if tech in a]
+        known = [e for e in registry.lookup(tech) if e.alias not in installed]
+        if have:
+            lines.append(f"- {tech}: installed as {', '.join(have)} — search with "
+                         f"find(query='...', source='{have[0]}').")
+        elif known:
+            lines.append(f"- {tech}: available in the registry as {known[0].alias} ({known[0].url}) — "
+                         f"add with source-add(alias='{known[0].alias}').")
+            missing.append(known[0].alias)
+        else:
+            lines.append(f"- {tech}: not installed and not in the registry — if the project publishes "
+                         f"an llms.txt, add it with source-add(alias='{re.sub(r'[^a-z0-9_-]', '-', tech)[:64]}', url='https://.../llms.txt').")
+    lines += ["", "Steps: 1) call list-sources to confirm what is installed; 2) add the missing sources"
+              + (f" ({', '.join(missing)})" if missing else "") + "; 3) search with find(query=...), then "
+              "read exact lines with find(snippets=['alias:start-end'], contextMode='all')."]
+    text: str = public("\n".join(lines))
+    return text
+
+
+def build_server(store: Store | None = None, *, op_tools: bool = True) -> Server:
+    """The blz MCP server: a tool per operation of :data:`cairn.blz.ops.OPS` on MCP, plus run-command,
+    the resources and the prompt. With ``op_tools=False`` the operations' tools are left for
+    :func:`add_op_tools` (``blz mcp`` adds them right after answering ``initialize``: deriving their
+    schemas is not worth delaying the first reply)."""
+    from functools import partial
+
+    server = Server(name="blz", version="0.1.0", title="blz docs search", instructions=INSTRUCTIONS)
+    root = data_path("blz", "BLZ_DATA_DIR")  # a str: pathlib is not imported before `initialize`
+    register_root(root, "<blz-data>")
+    docs = Docs(root, store)
+    server.warm = docs.warm  # type: ignore[attr-defined]
+    server.add_tool(Tool("run-command", partial(run_command, docs), structured=True,
+                         description="Run a read-only blz command in-process (never a shell): "
+                         + ", ".join(WHITELIST) + ". Returns stdout, stderr and exitCode. `source` "
+                         "names the alias for history, validate and inspect.",
+                         input_schema=RUN_COMMAND_SCHEMA, annotations={"readOnlyHint": True}))
+    if op_tools:
+        add_op_tools(server, docs)
+    server.resource("blz://registry", name="registry", description="Known llms.txt sources that "
+                    "`source-add` can install by alias.", mime_type="application/json")(registry_resource)
+    server.resource_template("blz://sources/{alias}", name="source", description="One installed "
+                             "source's metadata.", mime_type="application/json")(partial(source_resource, docs))
+    server.prompt("discover-docs", description="Find which documentation to add for a project's "
+                  "technologies and how to search it.",
+                  arguments=[{"name": "technologies", "description": "Comma-separated list, e.g. "
+                              "\"bun,react,tailwind\"", "required": True}])(partial(discover_docs, docs))
+    server.docs = docs  # type: ignore[attr-defined]
     return server
 
 
+def add_op_tools(server: Server, docs: Docs) -> None:
+    """Register a tool per operation on MCP, in the seed's order (run-command before learn-blz)."""
+    from functools import partial
+
+    from cairn.blz.ops import OPS
+    from cairn.core.ops import mcp_tool
+
+    tools = dict(server.tools)
+    server.tools.clear()
+    for op in OPS.on("mcp"):
+        if op.name == "learn-blz":
+            server.tools.update(tools)  # run-command
+        tool = mcp_tool(op, partial(call_op, docs, op))
+        tool.validate = partial(check_op, op)
+        server.add_tool(tool)
+
+
 def _command_operand(command: str, source: str) -> str:
-    """run-command's ``source``, checked before it reaches the argument parser: an alias (history,
-    validate, inspect) or a schema name (schema). Never an option, whatever the parser would do."""
+    """run-command's ``source``, checked before the command runs: an alias (history, validate,
+    inspect) or a schema name (schema); anything else is invalid input (a tool error)."""
     if command == "schema":
         from cairn.blz.schemas import SCHEMAS
 
@@ -394,9 +328,11 @@ def _release_memory() -> None:
 def serve() -> None:
     from cairn.mcp.stdio import serve_stdio
 
-    server = build_server()
+    server = build_server(op_tools=False)
 
     def after_initialize() -> None:  # not before: ctypes and the warm-up's imports would delay the reply
+        # On the reader thread, before the next message is read: tools/list sees every tool.
+        add_op_tools(server, server.docs)  # type: ignore[attr-defined]
         _one_malloc_arena()  # before any worker thread exists
         threading.Thread(target=server.warm, name="blz-warm", daemon=True).start()  # type: ignore[attr-defined]
 

@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cairn.brk.compute import CUMULATED, TYPE_COUNTS, computed_dir
+from cairn.brk.addresses import COUNT_IDS, addresses_dir
+from cairn.brk.utxo import AGE_IDS, COIN_FLOWS, SUPPLY_TYPES, realized_dir, utxo_dir
 from cairn.brk.dates import DATE_INDEXES, HEIGHT_INDEXES, first_day_of_period, format_days, period_of_height
 from cairn.brk.reader import StoreReader
 
@@ -68,7 +70,30 @@ BASES: dict[str, tuple[str, str, str, bool]] = {
     "block_interval": ("comp", "height_to_block_interval", "level", False),
     "hash_rate": ("comp", "height_to_hash_rate", "level", False),
     "fee_rate": ("comp", "height_to_fee_rate", "level", False),
+    # On-chain analytics (cairn.brk.utxo): the UTXO set, coin age, age bands.
+    **{f"supply_{t}": ("utxo", f"height_to_supply_{t}", "state", True) for t in SUPPLY_TYPES},
+    **{f"utxo_count_{t}": ("utxo", f"height_to_utxo_count_{t}", "state", False) for t in SUPPLY_TYPES},
+    "unspendable_supply": ("utxo", "height_to_unspendable_supply", "state", True),
+    "spent_value": ("utxo", "height_to_spent_value", "flow", True),
+    **{name: ("utxo", f"height_to_{name}", "flow", False) for name in COIN_FLOWS},
+    "liveliness": ("utxo", "height_to_liveliness", "state", False),
+    "vaultedness": ("utxo", "height_to_vaultedness", "state", False),
+    **{name: ("utxo", f"height_to_{name}", "state", True) for name in AGE_IDS},
+    # Addresses (cairn.brk.addresses): counts after each block; new_address_count is a flow.
+    **{name: ("addr", f"height_to_{name}", "flow" if name == "new_address_count" else "state", False)
+       for name in COUNT_IDS},
 }
+# Dollar series at creation prices (present with prices): realized_cap is absent where a height's day
+# has no close.
+REALIZED_BASES: dict[str, tuple[str, str, str, bool]] = {
+    "realized_cap": ("realized", "height_to_realized_cap", "state", False),
+    "realized_value_destroyed": ("realized", "height_to_realized_value_destroyed", "flow", False),
+    "value_destroyed_usd": ("realized", "height_to_value_destroyed_usd", "flow", False),
+}
+ALL_BASES = {**BASES, **REALIZED_BASES}
+# Flows with a stored running sum (``X_cumulative``) and the store holding it.
+CUMULATIVE_STORE = {**{name: "comp" for name in (*CUMULATED, "subsidy")}, "block_count": "",
+                    **{name: "utxo" for name in COIN_FLOWS}}
 RAW_HEIGHT = {"timestamp": "height_to_timestamp", "bits": "height_to_bits", "block_version": "height_to_version",
               "first_txindex": "height_to_first_txindex", "first_inputindex": "height_to_first_inputindex",
               "first_outputindex": "height_to_first_outputindex"}
@@ -97,6 +122,9 @@ class Source:
         self.raw = StoreReader(out)
         self.comp = StoreReader(computed_dir(out))
         self.prices = StoreReader(out / "prices")
+        self.utxo = StoreReader(utxo_dir(out))
+        self.realized = StoreReader(realized_dir(out))
+        self.addr = StoreReader(addresses_dir(out))
         self._lock = threading.Lock()
         self._cache: dict[Any, tuple[int, Any]] = {}
         self.generation = -1
@@ -108,14 +136,20 @@ class Source:
         changed = self.raw.refresh()
         changed = self.comp.refresh() or changed
         changed = self.prices.refresh() or changed
+        changed = self.utxo.refresh() or changed
+        changed = self.realized.refresh() or changed
+        changed = self.addr.refresh() or changed
         if changed:
             with self._lock:
-                gen = int(self.comp.meta.get("generation", 0))
+                # Each store's generation only grows (a reorg or a price change bumps it): so does the sum.
+                gen = sum(int(r.meta.get("generation", 0)) for r in (self.comp, self.utxo, self.realized, self.addr))
                 if gen != self.generation or self.prices.exists != self._cache.get("prices", (0, None))[1]:
                     self._cache.clear()
                     self._cache["prices"] = (0, self.prices.exists)
                 self.generation = gen
-                self.heights = self.comp.length("height_to_blockhash")
+                # The analytics pass commits just after the computer: serve the heights both hold.
+                self.heights = min(self.comp.length("height_to_blockhash"),
+                                   self.utxo.length("height_to_blockhash"))
         return changed
 
     @property
@@ -181,13 +215,22 @@ class Source:
     def height_values(self, base: str, start: int, stop: int) -> np.ndarray:
         import numpy as np
 
-        store, name, _, _ = BASES[base]
+        store, name, _, _ = ALL_BASES[base]
         stop = min(stop, self.heights)
         if base == "block_count":
             return np.ones(max(stop - start, 0), dtype=np.uint32)
-        reader = self.raw if store == "raw" else self.comp
-        result: np.ndarray = reader.read(name, start, stop)
+        result: np.ndarray = self._reader(store).read(name, start, stop)
+        if store in ("realized", "addr"):
+            start = min(start, stop)
+            if result.shape[0] < stop - start:  # no prices (blocks) yet, or the pass is catching up
+                result = np.concatenate((result, np.full(stop - start - result.shape[0], np.nan)))
+            if base == "realized_cap":  # absent where the day has no close
+                result = np.where(np.isnan(self.price("close", "height", start, stop)), np.nan, result)
         return result
+
+    def _reader(self, store: str) -> StoreReader:
+        return {"raw": self.raw, "comp": self.comp, "utxo": self.utxo, "realized": self.realized,
+                "addr": self.addr}[store]
 
     def cumulative(self, base: str, start: int, stop: int) -> np.ndarray:
         """Running sum of a flow at heights [start, stop)."""
@@ -196,8 +239,17 @@ class Source:
         stop = min(stop, self.heights)
         if base == "block_count":
             return np.arange(start + 1, stop + 1, dtype=np.uint64)
-        name = "height_to_supply" if base == "subsidy" else f"height_to_{base}_cumulative"
-        result: np.ndarray = self.comp.read(name, start, stop)
+        store = CUMULATIVE_STORE.get(base)
+        if store is None:  # not stored: a running sum kept per tip (one number a block)
+            def build(prev: np.ndarray | None, have: int, n: int) -> np.ndarray:
+                part = self.height_values(base, have, n)
+                base0 = prev[-1] if prev is not None and prev.shape[0] else 0
+                acc = np.cumsum(np.concatenate(([base0], part)))[1:]
+                return acc if prev is None else np.concatenate((prev, acc))
+
+            full: np.ndarray = self._incremental(("cum", base), build)
+            return full[start:stop]
+        result: np.ndarray = self._reader(store).read(f"height_to_{base}_cumulative", start, stop)
         return result
 
     def aggregate(self, index: str, base: str, stat: str) -> np.ndarray:
@@ -218,17 +270,18 @@ class Source:
     def _reduce(self, index: str, base: str, stat: str, first: np.ndarray, p0: int, p1: int) -> np.ndarray:
         import numpy as np
 
-        kind = BASES[base][2]
+        kind = ALL_BASES[base][2]
         ends = first[p0 + 1:p1 + 1]
         if stat in ("last", "cumulative"):
             idx = ends.astype(np.int64) - 1
             if stat == "cumulative" and kind == "flow":
-                vals = np.zeros(idx.shape[0], dtype=np.uint64)
                 ok = idx >= 0
-                if ok.any():
-                    lo = int(idx[ok].min())
-                    window = self.cumulative(base, lo, int(idx.max()) + 1)
-                    vals[ok] = window[idx[ok] - lo]
+                if not ok.any():
+                    return np.zeros(idx.shape[0], dtype=np.uint64)
+                lo = int(idx[ok].min())
+                window = self.cumulative(base, lo, int(idx.max()) + 1)
+                vals = np.zeros(idx.shape[0], dtype=window.dtype)
+                vals[ok] = window[idx[ok] - lo]
                 return vals
             ok = idx >= 0
             if not ok.any():
@@ -367,13 +420,14 @@ def build_catalog(prices: bool) -> dict[str, dict[str, Vec]]:
     for base, (_, _, kind, sats) in BASES.items():
         read: Reader = (lambda b_: lambda src, a, z: src.height_values(b_, a, z))(base)
         _unit_variants(add, h, base, read, sats, prices, "")
-        if kind == "flow" and (base in CUMULATED or base in ("block_count", "subsidy")):
+        if kind == "flow":
             cum: Reader = (lambda b_: lambda src, a, z: src.cumulative(b_, a, z))(base)
             _unit_variants(add, h, base, cum, sats, False, "_cumulative")
     if prices:
         for field in PRICES:
             add(h, field, (lambda f: lambda src, a, b: src.price(f, "height", a, b))(field))
         add(h, "market_cap", cat[h]["supply_usd"].read)
+        _realized(add, cat, h)
     # coarse indexes
     for index in HEIGHT_INDEXES:
         dated = index in DATE_INDEXES
@@ -391,6 +445,7 @@ def build_catalog(prices: bool) -> dict[str, dict[str, Vec]]:
             for field in PRICES:
                 add(index, field, (lambda i, f: lambda src, a, b: src.price(f, i, a, b))(index, field))
             add(index, "market_cap", cat[index]["supply_usd"].read)
+            _realized(add, cat, index)
     # raw chain indexes
     add("txindex", "txid", _hex("raw", "txindex_to_txid"))
     for vec_id, name in RAW_TX.items():
@@ -402,6 +457,34 @@ def build_catalog(prices: bool) -> dict[str, dict[str, Vec]]:
     add("outputindex", "value_btc", _btc(_stored("raw", "outputindex_to_value")))
     add("outputindex", "type", _stored("raw", "outputindex_to_type"))
     return cat
+
+
+def _realized(add: Callable[[str, str, Reader], None], cat: dict[str, dict[str, Vec]], index: str) -> None:
+    """Realized value and its ratios on ``height`` or a date index (a store with prices)."""
+    import numpy as np
+
+    for base, (_, _, kind, _) in REALIZED_BASES.items():
+        if index == "height":
+            add(index, base, (lambda b_: lambda src, a, z: src.height_values(b_, a, z))(base))
+            continue
+        bare = {"flow": "sum", "state": "last", "level": "avg"}[kind]
+        add(index, base, _agg(index, base, bare))
+        for stat in [s for s in STATS if kind == "flow" or s != "sum"]:
+            add(index, f"{base}_{stat}", _agg(index, base, stat))
+    row = cat[index]
+
+    def ratio(num: Reader, den: Reader, minus_one: bool = False) -> Reader:
+        def read(src: Source, a: int, b: int) -> np.ndarray:
+            n = np.asarray(num(src, a, b), dtype=np.float64)
+            d = np.asarray(den(src, a, b), dtype=np.float64)
+            out: np.ndarray = np.divide(n, d, out=np.full(n.shape, np.nan), where=(d != 0) & ~np.isnan(d))
+            return 1.0 - out if minus_one else out
+        return read
+
+    add(index, "realized_price", ratio(row["realized_cap"].read, row["supply_btc"].read))
+    add(index, "mvrv", ratio(row["market_cap"].read, row["realized_cap"].read))
+    add(index, "nupl", ratio(row["realized_cap"].read, row["market_cap"].read, minus_one=True))
+    add(index, "sopr", ratio(row["value_destroyed_usd"].read, row["realized_value_destroyed"].read))
 
 
 def _fee_rate(src: Source, a: int, b: int) -> np.ndarray:

@@ -12,6 +12,8 @@ Commands:
   brk query  --index date --ids close,tx_count --from -30 --format md
   brk ids    [--index INDEX] [--page N]              vec ids (1,000 per page)
   brk indexes                                        indexes and the names they accept
+  brk vecid-indexes ID                               the indexes one vec id is on
+  brk index-count | id-count | vec-count | version   counts and the version (as the MCP tools)
   brk price  import FILE.csv | fetch --source kraken  daily BTC/USD prices
 """
 
@@ -25,24 +27,11 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is kept off the stdio 
 if TYPE_CHECKING:
     from typing import Any
 
+from cairn.brk.cli_common import format_arg, out_arg, out_dir, print_data
 from cairn.core.errors import CairnError
 
 if TYPE_CHECKING:
     import argparse  # imported by build_parser; `brk mcp` starts without it
-    from pathlib import Path
-
-
-def _default_out() -> Path:
-    from cairn.core.paths import data_dir
-
-    return data_dir("brk", "BRK_DATA_DIR")
-
-
-def _print(data: Any, fmt_flag: str | None) -> None:
-    from cairn.core.output import choose_format, render
-    from cairn.core.sanitize import scrub
-
-    print(scrub(render(data, choose_format(fmt_flag, "BRK_FORMAT"))))
 
 
 class _StopOnSignal:
@@ -87,7 +76,7 @@ def _cmd_index(args: argparse.Namespace) -> int:
     from cairn.brk.progress import Progress
 
     blocks_dir = resolve_blocks_dir(args.blocks_dir, args.network)
-    out = Path(args.out).expanduser() if args.out else _default_out()
+    out = out_dir(args)
     progress = Progress(args.progress)
     # One Indexer for every poll: its header set, chain and txid map stay in step with the store.
     indexer = Indexer(blocks_dir, out, durable=not args.no_fsync, commit_blocks=args.commit_every,
@@ -100,18 +89,18 @@ def _cmd_index(args: argparse.Namespace) -> int:
             if not args.no_compute and not indexer.stop_requested:
                 from cairn.brk.compute import compute
 
-                compute(out, durable=not args.no_fsync)
+                compute(out, durable=not args.no_fsync, blocks_dir=blocks_dir)
             if indexer.stop_requested:
                 progress.finish("stopped")
                 data = result.to_dict()
                 data["stopped"] = signal.Signals(stopper.signum or signal.SIGINT).name
-                _print(data, args.format)
+                print_data(data, args.format)
                 print(f"brk: stopped at height {result.height} (committed). Run the same command again to resume.",
                       file=sys.stderr)
                 return 130 if stopper.signum == signal.SIGINT else 0
             if not args.watch or result.indexed_blocks or result.rolled_back_from is not None or result.invalid:
                 progress.finish()
-                _print(result.to_dict(), args.format)
+                print_data(result.to_dict(), args.format)
                 sys.stdout.flush()
             if not args.watch:
                 return 0
@@ -135,7 +124,7 @@ def _cmd_sample(args: argparse.Namespace) -> int:
         summary = write_sample(Path(args.out).expanduser(), args.blocks, seed=args.seed,
                                max_file_bytes=args.max_file_bytes, txs_per_block=args.txs_per_block,
                                pool_cap=args.pool_cap)
-    _print(summary, args.format)
+    print_data(summary, args.format)
     return 0
 
 
@@ -147,7 +136,7 @@ def _cmd_fetch(args: argparse.Namespace) -> int:
     client = RpcClient(args.rpc_url, cookie=args.rpc_cookie, user=args.rpc_user,
                        password=os.environ.get("BRK_RPC_PASSWORD", args.rpc_password or ""), timeout=args.timeout)
     summary = mirror(client, Path(args.blocks_dir).expanduser(), network=args.network, max_blocks=args.max_blocks)
-    _print(summary, args.format)
+    print_data(summary, args.format)
     return 0
 
 
@@ -156,10 +145,10 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
     from cairn.brk.vecs import read_manifest
 
-    out = Path(args.out).expanduser() if args.out else _default_out()
+    out = out_dir(args)
     manifest = read_manifest(out)
     meta = manifest.get("meta", {})
-    _print({
+    print_data({
         "out": str(out),
         "network": meta.get("network"),
         "height": meta.get("height", -1),
@@ -177,9 +166,6 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--format", help="json, jsonl, text, csv, tsv or md (default: text on a TTY, else json)")
-
     p = sub.add_parser("index", help="index new blocks from a blocks/ directory",
                        description="Index new blocks of a node's blocks/ directory (read in place, never written). "
                                    "Progress goes to stderr: a bar on a terminal, JSON lines when piped "
@@ -191,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "%%APPDATA%%\\Bitcoin, with testnet3/testnet4/signet/regtest sub-directories)")
     p.add_argument("--network", help="mainnet, testnet (testnet3), testnet4, signet or regtest: which default "
                                      "blocks/ folder to use; with --blocks-dir, the network its blocks must be")
-    p.add_argument("--out", help="output directory (default: $BRK_DATA_DIR or $XDG_DATA_HOME/brk)")
+    out_arg(p)
     p.add_argument("--watch", action="store_true", help="keep polling for new blocks")
     p.add_argument("--interval", type=float, default=5.0, help="seconds between polls with --watch")
     p.add_argument("--commit-every", type=int, default=10_000,
@@ -203,7 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-compute", action="store_true", help="index raw vecs only (no computed datasets)")
     p.add_argument("--progress", choices=("auto", "bar", "json", "none"), default="auto",
                    help="progress on stderr: auto (a bar on a terminal, else JSON lines), bar, json or none")
-    common(p)
+    format_arg(p)
     p.set_defaults(func=_cmd_index)
 
     p = sub.add_parser("sample", help="write a deterministic regtest sample chain")
@@ -218,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --txs-per-block: at most this many spendable coins kept by the generator "
                         "(bounds its memory; default 262144)")
     p.add_argument("--mainnet", action="store_true", help="write the bundled mainnet heights 0..589 instead")
-    common(p)
+    format_arg(p)
     p.set_defaults(func=_cmd_sample)
 
     p = sub.add_parser("fetch", help="mirror a bitcoind's best chain into blk files over JSON-RPC")
@@ -230,16 +216,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--network", default="mainnet", help="magic for the written files (default mainnet)")
     p.add_argument("--max-blocks", type=int)
     p.add_argument("--timeout", type=float, default=30.0)
-    common(p)
+    format_arg(p)
     p.set_defaults(func=_cmd_fetch)
 
     p = sub.add_parser("status", help="show the committed tip and vec lengths of an output directory")
-    p.add_argument("--out", help="output directory (default: $BRK_DATA_DIR or $XDG_DATA_HOME/brk)")
-    common(p)
+    out_arg(p)
+    format_arg(p)
     p.set_defaults(func=_cmd_status)
     from cairn.brk.cli_serve import add_commands
 
-    add_commands(sub, common)
+    add_commands(sub)
     return parser
 
 

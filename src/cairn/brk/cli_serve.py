@@ -1,4 +1,5 @@
-"""brk commands of the query side: serve, run, mcp, query, ids, indexes, price.
+"""brk commands of the query side: serve, run, mcp, price, and one command per operation of
+``cairn.brk.ops.OPS`` that has a CLI name (query, ids, indexes, vecid-indexes, ...).
 
 Imports stay inside the command functions so ``brk --help`` and the indexing commands stay light.
 """
@@ -18,15 +19,10 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
 
+from cairn.brk.cli_common import format_arg, out_arg, out_dir, print_data
+
 DEFAULT_BIND = "127.0.0.1:3110"
-
-
-def _out(args: argparse.Namespace) -> Path:
-    from pathlib import Path
-
-    from cairn.brk.cli import _default_out
-
-    return Path(args.out).expanduser() if args.out else _default_out()
+QUERY_FORMAT_HELP = "json, csv, tsv or md (markdown = md; default: md on a terminal, else json; or $BRK_FORMAT)"
 
 
 def _ready(out: Path) -> Path:
@@ -42,7 +38,7 @@ def _ready(out: Path) -> Path:
 def _interface(args: argparse.Namespace) -> Any:
     from cairn.brk.interface import Interface
 
-    return Interface(_ready(_out(args)))
+    return Interface(_ready(out_dir(args)))
 
 
 def _log(args: argparse.Namespace) -> None:
@@ -57,7 +53,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     _log(args)
     host, port = parse_bind(args.bind, 3110)
-    serve_dir(_ready(_out(args)), host, port, allow_remote=args.allow_remote)
+    serve_dir(_ready(out_dir(args)), host, port, allow_remote=args.allow_remote)
     return 0
 
 
@@ -77,7 +73,7 @@ def follow(blocks_dir: Path, out: Path, interval: float, stop: threading.Event,
             if indexer is None:  # reload from the last commit: a failed run left memory ahead of disk
                 indexer = Indexer(blocks_dir, out)
             result = indexer.run()
-            compute(out)
+            compute(out, blocks_dir=blocks_dir)
             if result.indexed_blocks or result.rolled_back_from is not None:
                 say(f"indexed {result.indexed_blocks} blocks; tip {result.height}")
         except CairnError as exc:  # keep serving what is committed; try again next poll
@@ -95,7 +91,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     _log(args)
     host, port = parse_bind(args.bind, 3110)
-    out = _out(args)
+    out = out_dir(args)
     from cairn.brk.blocks.files import resolve_blocks_dir
 
     blocks_dir = resolve_blocks_dir(args.blocks_dir, args.network)
@@ -169,35 +165,30 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
     return serve_stdio(build_server(interface), after_first=interface.open)  # type: ignore[arg-type]
 
 
-def _fmt(flag: str | None) -> str:
+def _query_format(flag: str | None) -> str:
+    """``brk query``'s format: the flag, else $BRK_FORMAT, else md on a terminal and json when piped (text = md)."""
     fmt = (flag or os.environ.get("BRK_FORMAT") or ("md" if sys.stdout.isatty() else "json")).lower()
     return "md" if fmt == "text" else fmt
 
 
-def _cmd_query(args: argparse.Namespace) -> int:
-    import json
+def _cmd_op(args: argparse.Namespace) -> int:
+    """Run the operation the sub-command declares: its arguments checked by the declaration (the same
+    messages as MCP and HTTP), on the store of ``--out`` unless it needs none."""
+    from cairn.brk.ops import answer
+    from cairn.core.ops import cli_args
 
-    params = {"index": args.index, "ids": args.ids, "from": args.from_, "to": args.to, "count": args.count,
-              "format": _fmt(args.format)}
-    result = _interface(args).get_vecs(params)
-    sys.stdout.write(result if isinstance(result, str) else json.dumps(result) + "\n")
-    return 0
-
-
-def _cmd_ids(args: argparse.Namespace) -> int:
-    from cairn.brk.cli import _print
-
-    iface = _interface(args)
-    ids = iface.get_index_to_vecids(args.index, args.page) if args.index else iface.get_vecids(args.page)
-    _print(ids, args.format)
-    return 0
-
-
-def _cmd_indexes(args: argparse.Namespace) -> int:
-    from cairn.brk.cli import _print
-    from cairn.brk.interface import Interface
-
-    _print({k: v for k, v in Interface.get_accepted_indexes(None).items()}, args.format)  # type: ignore[arg-type]
+    op = args.op
+    wire = cli_args(op, args)
+    renders = "render" in op.extra
+    if renders:  # the operation has its own renderer (get_vecs: json/csv/tsv/md) and --format is its parameter
+        wire["format"] = _query_format(wire.get("format"))
+    target = _interface(args) if op.extra.get("store", True) else None
+    result = op.call(target, wire, "cli")
+    if renders:
+        text = answer(op, result)
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    else:
+        print_data(result, args.format)
     return 0
 
 
@@ -205,9 +196,8 @@ def _cmd_price(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from cairn.brk import prices
-    from cairn.brk.cli import _print
 
-    out = _out(args)
+    out = out_dir(args)
     if args.action == "import":
         if not args.file:
             from cairn.core.errors import InvalidInput
@@ -216,15 +206,13 @@ def _cmd_price(args: argparse.Namespace) -> int:
         summary = prices.import_csv(out, Path(args.file).expanduser())
     else:
         summary = prices.fetch(out, args.source, args.url)
-    _print(summary, args.format)
+    print_data(summary, args.format)
     return 0
 
 
-def add_commands(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
-    from pathlib import Path
-
-    def out_arg(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--out", help="output directory (default: $BRK_DATA_DIR or $XDG_DATA_HOME/brk)")
+def add_commands(sub: Any) -> None:
+    from cairn.brk.ops import OPS
+    from cairn.core.ops import add_subcommand
 
     def log_arg(p: argparse.ArgumentParser) -> None:
         p.add_argument("--log-level", metavar="LEVEL",
@@ -254,26 +242,18 @@ def add_commands(sub: Any, common: Callable[[argparse.ArgumentParser], None]) ->
     log_arg(p)
     p.set_defaults(func=_cmd_mcp)
 
-    p = sub.add_parser("query", help="values of vecs on one index")
-    out_arg(p)
-    p.add_argument("--index", "-i", required=True, help="index or accepted name (height, date, week, ...)")
-    p.add_argument("--ids", "-v", required=True, help="comma separated vec ids")
-    p.add_argument("--from", "-f", dest="from_", help="first row (negative: from the end)")
-    p.add_argument("--to", "-t", help="end row, exclusive (negative: from the end)")
-    p.add_argument("--count", "-c", help="number of rows")
-    p.add_argument("--format", help="json, csv, tsv or md (default: md on a terminal, else json)")
-    p.set_defaults(func=_cmd_query)
-
-    p = sub.add_parser("ids", help="vec ids, sorted, 1,000 per page")
-    out_arg(p)
-    p.add_argument("--index", help="only the ids available on this index")
-    p.add_argument("--page", default=0)
-    common(p)
-    p.set_defaults(func=_cmd_ids)
-
-    p = sub.add_parser("indexes", help="indexes and the names each accepts")
-    common(p)
-    p.set_defaults(func=_cmd_indexes)
+    for op in OPS.on("cli"):
+        p = add_subcommand(sub, op)
+        if op.extra.get("store", True):
+            out_arg(p)
+        for action in p._actions:
+            if action.option_strings:
+                action.required = False  # a missing parameter is refused by the declaration, as on MCP and HTTP
+            if action.dest == "op_format":
+                action.help = QUERY_FORMAT_HELP
+        if "render" not in op.extra:
+            format_arg(p)
+        p.set_defaults(func=_cmd_op)
 
     p = sub.add_parser("price", help="import or fetch daily BTC/USD prices")
     p.add_argument("action", choices=["import", "fetch"])
@@ -281,5 +261,5 @@ def add_commands(sub: Any, common: Callable[[argparse.ArgumentParser], None]) ->
     out_arg(p)
     p.add_argument("--source", default="kraken", help="fetch: kraken or binance (network access, opt-in)")
     p.add_argument("--url", help="fetch: override the source's endpoint URL")
-    common(p)
+    format_arg(p)
     p.set_defaults(func=_cmd_price)

@@ -47,12 +47,12 @@ _COMPUTED: dict[str, tuple[str, int]] = {
     **{name: ("<u4", 1) for name in TYPE_COUNTS},
     "coinbase": ("<u8", 1),
     "subsidy": ("<u8", 1),
-    "supply": ("<u8", 1),
+    "supply": ("<u8", 2),  # v2: OP_RETURN outputs' value (unspendable) is left out
     "utxo_count": ("<u8", 1),
     "fee_rate": ("<f8", 1),
 }
-# Flows whose running sums are stored (supply is subsidy's; block_count's is height + 1).
-CUMULATED = ("tx_count", "input_count", "output_count", *TYPE_COUNTS, "fee", "coinbase", "block_size",
+# Flows whose running sums are stored (block_count's is height + 1).
+CUMULATED = ("tx_count", "input_count", "output_count", *TYPE_COUNTS, "fee", "coinbase", "subsidy", "block_size",
              "block_weight", "block_vbytes")
 for _name in CUMULATED:
     _COMPUTED[f"{_name}_cumulative"] = ("<u8", 1)
@@ -82,10 +82,19 @@ def _locked(root: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def compute(out: Path, *, durable: bool = True) -> dict[str, Any]:
-    """Bring ``OUT/computed`` up to the raw store's committed tip; returns a summary."""
+def compute(out: Path, *, durable: bool = True, blocks_dir: Path | None = None) -> dict[str, Any]:
+    """Bring ``OUT/computed`` up to the raw store's committed tip; returns a summary.
+
+    Then the on-chain analytics passes: ``cairn.brk.utxo`` (the UTXO set, coin age, realized value;
+    from the vecs) and ``cairn.brk.addresses`` (which re-reads the blocks: ``blocks_dir``, else the
+    one remembered from an earlier run; without either the address counts wait)."""
     with _locked(computed_dir(out)):
-        return _Computer(out, durable=durable).run()
+        summary = _Computer(out, durable=durable).run()
+        from cairn.brk import addresses, utxo
+
+        utxo.update(out, durable=durable)
+        addresses.update(out, durable=durable, blocks_dir=blocks_dir)
+        return summary
 
 
 class _Computer:
@@ -208,7 +217,10 @@ class _Computer:
         subsidy = np.where(coinbase > fee, coinbase - np.minimum(fee, coinbase), 0).astype(np.uint64)
         cols["coinbase"] = coinbase
         cols["subsidy"] = subsidy
-        cols["supply"] = np.uint64(self._prev("supply", a)) + np.cumsum(subsidy, dtype=np.uint64)
+        # Unspendable (OP_RETURN) value never enters the supply: ``OUT/utxo`` keeps it apart.
+        opret = np.where(types == OUTPUT_TYPES.index("opreturn"), values, np.uint64(0))
+        burnt = np.bincount(groups, weights=opret.astype(np.float64), minlength=b - a).astype(np.uint64)
+        cols["supply"] = np.uint64(self._prev("supply", a)) + np.cumsum(subsidy - burnt, dtype=np.uint64)
         created = n_out - per_type[:, OUTPUT_TYPES.index("opreturn")]
         spent = np.diff(f_in) - 1  # every block's first input is its coinbase's, which spends nothing
         cols["utxo_count"] = (int(self._prev("utxo_count", a)) + np.cumsum(created - spent)).astype(np.uint64)

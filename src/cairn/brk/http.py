@@ -1,5 +1,6 @@
 """brk's HTTP API (Starlette): /api/vecs/..., /version, /health, /openapi.json, the web page at /, and
-MCP Streamable HTTP (stateless) at POST /mcp. Routes and tools call the same ``Interface``.
+MCP Streamable HTTP (stateless) at POST /mcp. The /api/vecs routes, /version and their OpenAPI entries are
+generated from the operations in ``cairn.brk.ops`` (the MCP tools too); what is HTTP's own is here.
 
 Every /api answer carries an ETag made of the computed store's generation, its tip height and whether
 prices exist, so ``If-None-Match`` gets a 304 until a new block (or a reorg, or a price import) lands.
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
     from starlette.requests import Request
     from starlette.responses import Response
 
+    from cairn.core.ops import Op
+
 CORS = {"Access-Control-Allow-Origin": "*", "Access-Control-Allow-Methods": "GET, OPTIONS",
         "Access-Control-Allow-Headers": "*", "Access-Control-Expose-Headers": "ETag"}
 MEDIA = {"json": "application/json", "csv": "text/csv; charset=utf-8",
@@ -39,11 +42,14 @@ def create_app(interface: Interface, *, allowed_hosts: list[str] | None = None) 
     from starlette.responses import Response
     from starlette.routing import Route
 
+    from cairn.brk.interface import version
+    from cairn.brk.ops import OPS, answer
     from cairn.brk.tools import build_server
+    from cairn.core.ops import query_args
     from cairn.mcp.http import mcp_app
 
-    def api(handler: Any) -> Any:
-        """Wrap a handler returning data (or a (text, format) pair) with ETag, CORS and errors."""
+    def api(handler: Any, op: Op | None = None) -> Any:
+        """Wrap a handler returning data with ETag, CORS and errors; ``op``'s renderer (if any) makes the text."""
         async def endpoint(request: Request) -> Response:
             headers = dict(CORS)
             if request.method == "OPTIONS":
@@ -57,53 +63,42 @@ def create_app(interface: Interface, *, allowed_hosts: list[str] | None = None) 
                 return _error(exc, headers)
             if none_match(request.headers.get("if-none-match"), etag):
                 return Response(status_code=304, headers=headers)
-            if isinstance(result, tuple):
-                text, fmt = result
-                return Response(text, media_type=MEDIA[fmt], headers=headers)
+            if op is not None and "render" in op.extra:
+                return Response(answer(op, result), media_type=MEDIA[result.format], headers=headers)
             return Response(json.dumps(result, separators=(",", ":")), media_type=MEDIA["json"], headers=headers)
         return endpoint
 
-    def q(request: Request) -> dict[str, Any]:
-        return dict(request.query_params)
+    def route(op: Op) -> Route:
+        assert op.http is not None
+        return Route(op.http[1], api(lambda r: op.call(interface, query_args(op, r.query_params), "http"), op),
+                     methods=["GET", "OPTIONS"])
 
-    def vecs(params: dict[str, Any]) -> Any:
-        result = interface.get_vecs(params)
-        fmt = normalize_format(params.get("format"))
-        return (result, fmt) if isinstance(result, str) else result
+    vecs_op = OPS["get_vecs"]
 
     def index_to_id(request: Request) -> Any:
+        """/api/vecs/INDEX-to-ID[.ext]: get_vecs with the index and the id (and the format) in the path."""
         path = request.path_params["pair"]
         index, sep, vec_id = path.partition("-to-")
         if not sep or not index or not vec_id:
             raise InvalidInput(f"/api/vecs/{path} is not INDEX-to-ID, e.g. /api/vecs/dateindex-to-close.")
-        params = q(request)
+        params = query_args(vecs_op, request.query_params)
         stem, dot, ext = vec_id.rpartition(".")
         if dot:  # /api/vecs/height-to-close.csv
-            if params.get("format") and normalize_format(params["format"]) != normalize_format(ext):
+            fmt = normalize_format(ext)
+            if params.get("format") and normalize_format(params["format"]) != fmt:
                 raise InvalidInput(f"/api/vecs/{path} asks for .{ext} but ?format= says {params['format']!r}; "
                                    "give one.")
-            vec_id, params["format"] = stem, ext
-        params.update(index=index, ids=vec_id)
-        return vecs(params)
+            vec_id, params["format"] = stem, fmt
+        if any(key in params for key in ("index", "i", "ids", "v")):
+            raise InvalidInput(f"/api/vecs/{path} names the index and the id in the path; use /api/vecs/query "
+                               "to give them as parameters.")
+        return vecs_op.call(interface, {**params, "index": index, "ids": vec_id}, "http")
 
     routes = [
-        Route("/api/vecs/index-count", api(lambda r: interface.get_index_count()), methods=["GET", "OPTIONS"]),
-        Route("/api/vecs/id-count", api(lambda r: interface.get_vecid_count()), methods=["GET", "OPTIONS"]),
-        Route("/api/vecs/vec-count", api(lambda r: interface.get_vec_count()), methods=["GET", "OPTIONS"]),
-        Route("/api/vecs/indexes", api(lambda r: interface.get_indexes()), methods=["GET", "OPTIONS"]),
-        Route("/api/vecs/accepted-indexes", api(lambda r: interface.get_accepted_indexes()),
+        *(route(op) for op in OPS.on("http")),
+        Route("/api/vecs/{pair:str}", api(index_to_id, vecs_op), methods=["GET", "OPTIONS"]),
+        Route("/health", api(lambda r: {"status": "ok", "height": interface.tip(), "version": version()}),
               methods=["GET", "OPTIONS"]),
-        Route("/api/vecs/ids", api(lambda r: interface.get_vecids(r.query_params.get("page", 0))),
-              methods=["GET", "OPTIONS"]),
-        Route("/api/vecs/index-to-ids", api(lambda r: interface.get_index_to_vecids(
-            _need(r, "index", "i"), r.query_params.get("page", 0))), methods=["GET", "OPTIONS"]),
-        Route("/api/vecs/id-to-indexes", api(lambda r: interface.get_vecid_to_indexes(_need(r, "id"))),
-              methods=["GET", "OPTIONS"]),
-        Route("/api/vecs/query", api(lambda r: vecs(q(r))), methods=["GET", "OPTIONS"]),
-        Route("/api/vecs/{pair:str}", api(index_to_id), methods=["GET", "OPTIONS"]),
-        Route("/version", api(lambda r: interface.get_version()), methods=["GET", "OPTIONS"]),
-        Route("/health", api(lambda r: {"status": "ok", "height": interface.tip(),
-                                        "version": interface.get_version()}), methods=["GET", "OPTIONS"]),
         Route("/openapi.json", api(lambda r: openapi()), methods=["GET", "OPTIONS"]),
         Route("/mcp", mcp_app(build_server(interface), stateless=True, allowed_hosts=allowed_hosts),
               methods=["GET", "POST", "DELETE", "OPTIONS"]),
@@ -142,13 +137,6 @@ def none_match(header: str | None, etag: str) -> bool:
     return current in _opaque_tags(header)
 
 
-def _need(request: Request, name: str, alias: str | None = None) -> str:
-    value = request.query_params.get(name) or (request.query_params.get(alias) if alias else None)
-    if not value:
-        raise InvalidInput(f"Missing query parameter {name!r}, e.g. ?{name}=...")
-    return value
-
-
 def _error(exc: CairnError, headers: dict[str, str]) -> Response:
     from starlette.responses import Response
 
@@ -175,56 +163,35 @@ async def _static(request: Request) -> Response:
     return Response(_web(name), media_type=WEB_FILES[name], headers={"Cache-Control": "max-age=3600"})
 
 
+RESPONSES = {"304": {"description": "Not modified (the ETag is keyed on the tip)"},
+             "400": {"description": "Bad parameter"},
+             "404": {"description": "Unknown index or id (with suggestions)"},
+             "413": {"description": "Request larger than the cap"}}
+
+
 def openapi() -> dict[str, Any]:
-    """The OpenAPI 3.1 description of the HTTP API."""
+    """The OpenAPI 3.1 description of the HTTP API: the operations' routes, then HTTP's own."""
     from cairn.brk.interface import version
+    from cairn.brk.ops import OPS
+    from cairn.core.ops import openapi_paths
 
-    def param(name: str, desc: str, schema: dict[str, Any] | None = None, where: str = "query",
-              required: bool = False) -> dict[str, Any]:
-        return {"name": name, "in": where, "required": required, "description": desc,
-                "schema": schema or {"type": "string"}}
-
-    page = param("page", "0-based page, 1,000 ids per page", {"type": "integer", "minimum": 0})
-    range_params = [
-        param("from", "first row (inclusive); negative counts from the end. Alias f", {"type": "integer"}),
-        param("to", "end row (exclusive); negative counts from the end; wins over count. Alias t",
-              {"type": "integer"}),
-        param("count", "rows from `from`. Alias c", {"type": "integer", "minimum": 0}),
-        param("format", "json (default), csv, tsv or md (markdown = md)",
-              {"type": "string", "enum": ["json", "csv", "tsv", "md", "markdown"]}),
-    ]
-    ok = {"200": {"description": "OK (with an ETag keyed on the tip)"}, "304": {"description": "Not modified"},
-          "400": {"description": "Bad parameter"}, "404": {"description": "Unknown index or id (with suggestions)"},
-          "413": {"description": "Request larger than the cap"}}
-
-    def get(summary: str, params: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-        return {"get": {"summary": summary, "parameters": params or [], "responses": ok}}
-
+    paths = openapi_paths(OPS.on("http"), errors=RESPONSES)
+    query = paths["/api/vecs/query"]["get"]
+    in_path = [{"name": name, "in": "path", "required": True, "description": text, "schema": {"type": "string"}}
+               for name, text in (("index", "index or accepted name"), ("id", "vec id"))]
+    range_params = [p for p in query["parameters"] if p["name"] not in ("index", "i", "ids", "v")]
+    paths["/api/vecs/{index}-to-{id}"] = {"get": {
+        "operationId": "get_vecs_by_path", "summary": "Values of one vec; .csv/.tsv/.md/.json after the "
+        "id picks the format", "parameters": [*in_path, *range_params], "responses": query["responses"]}}
+    paths["/health"] = {"get": {"operationId": "health", "summary": "Liveness and the served tip height",
+                                "responses": {"200": {"description": "OK"}}}}
+    paths["/mcp"] = {"post": {"summary": "MCP Streamable HTTP (stateless): the ten tools",
+                              "responses": {"200": {"description": "JSON-RPC reply"}}}}
     return {
         "openapi": "3.1.0",
         "info": {"title": "brk Bitcoin datasets", "version": version(),
                  "description": "Vecs (datasets) computed from Bitcoin block files, by index (timeframe)."},
-        "paths": {
-            "/api/vecs/index-count": get("Number of indexes"),
-            "/api/vecs/id-count": get("Number of vec ids"),
-            "/api/vecs/vec-count": get("Number of (id, index) pairs"),
-            "/api/vecs/indexes": get("All indexes"),
-            "/api/vecs/accepted-indexes": get("Each index with the names it accepts"),
-            "/api/vecs/ids": get("A page of vec ids (sorted)", [page]),
-            "/api/vecs/index-to-ids": get("A page of the ids on one index",
-                                          [param("index", "index or accepted name", required=True), page]),
-            "/api/vecs/id-to-indexes": get("The indexes of one id", [param("id", "vec id", required=True)]),
-            "/api/vecs/query": get("Values of vecs on one index", [
-                param("index", "index or accepted name. Alias i", required=True),
-                param("ids", "comma or space separated vec ids. Alias v", required=True), *range_params]),
-            "/api/vecs/{index}-to-{id}": get("Values of one vec (.csv/.tsv/.md/.json after the id: the format)", [
-                param("index", "index", where="path", required=True),
-                param("id", "vec id", where="path", required=True), *range_params]),
-            "/version": get("The running version"),
-            "/health": get("Liveness and the served tip height"),
-            "/mcp": {"post": {"summary": "MCP Streamable HTTP (stateless): the ten tools",
-                              "responses": {"200": {"description": "JSON-RPC reply"}}}},
-        },
+        "paths": paths,
     }
 
 

@@ -1,15 +1,14 @@
-"""The query interface: the ten operations that the HTTP routes, the MCP tools and the CLI all call.
+"""The query interface: the logic behind brk's ten operations (declared once in ``cairn.brk.ops``, from
+which the MCP tools, the HTTP routes, OpenAPI and the CLI are generated).
 
-Parameters arrive loosely typed (query strings, JSON, CLI flags): numbers may be strings, ``ids`` may
-be a list or a comma/space separated string, and each parameter has a one-letter alias (``i``, ``v``,
-``f``, ``t``, ``c``). Ids and index names are lower-cased and ``-`` is read as ``_``. Unknown
-indexes and ids fail with a ``NotFound`` naming the closest matches (never the asked name itself; see
-``suggest``), the indexes an id exists on when it is asked on another one, and ``brk price import``
-when the id is a dollar series and the store has no prices yet.
+Numbers may arrive as strings (``"-1"``), ``ids`` as a list or a comma/space separated string. Ids and
+index names are lower-cased and ``-`` is read as ``_``. Unknown indexes and ids fail with a
+``NotFound`` naming the closest matches (never the asked name itself; see ``suggest``), the indexes an
+id exists on when it is asked on another one, and ``brk price import`` when the id is a dollar series
+and the store has no prices yet.
 
-Response shapes of ``get_vecs``: one id and one row -> the value; one id, several rows -> a list;
-several ids -> a column-major matrix (one list per id). ``csv``/``tsv``/``md`` give a header row of
-ids and one row per index position; ``markdown`` is accepted for ``md``.
+``get_vecs`` returns :class:`Vecs` (the ids and their columns); the adapters render it
+(``cairn.brk.ops.render_vecs``: json, csv, tsv, md).
 """
 
 from __future__ import annotations
@@ -23,7 +22,6 @@ if TYPE_CHECKING:
 from cairn.core.errors import InvalidInput, NotFound, TooLarge
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
     from pathlib import Path
 
     import numpy as np
@@ -41,7 +39,6 @@ PRICE_HINT = "Dollar prices appear after `brk price import FILE.csv` (or `brk pr
 # Unit words stripped before comparing names: a bare value series is in sats (``fee`` = ``fee_sats``),
 # and ``block_size`` is in bytes.
 UNITS = frozenset({"sats", "sat", "satoshis", "bytes", "byte", "btc", "usd"})
-ALIASES = {"i": "index", "v": "ids", "f": "from", "t": "to", "c": "count", "p": "page"}
 
 
 def version() -> str:
@@ -54,6 +51,27 @@ def _accepted_lookup() -> dict[str, str]:
     from cairn.brk.catalog import ACCEPTED
 
     return {name: index for index, names in ACCEPTED.items() for name in names}
+
+
+class Vecs:
+    """The answer of ``get_vecs``: one column of values per id, and the format the caller asked for."""
+
+    __slots__ = ("ids", "columns", "format")
+
+    def __init__(self, ids: list[str], columns: list[list[Any]], format: str = "json") -> None:
+        self.ids = ids
+        self.columns = columns
+        self.format = format
+
+    def __repr__(self) -> str:
+        return f"Vecs(ids={self.ids!r}, rows={len(self.columns[0]) if self.columns else 0}, format={self.format!r})"
+
+    def value(self) -> Any:
+        """The JSON shape: one id and one row -> the value; one id, several rows -> a list; several ids ->
+        a column-major matrix (one list per id)."""
+        if len(self.columns) == 1:
+            return self.columns[0][0] if len(self.columns[0]) == 1 else self.columns[0]
+        return self.columns
 
 
 class Interface:
@@ -102,8 +120,9 @@ class Interface:
         self._refresh()
         return f'"{self.source.generation}-{self.source.tip()}-{int(self.source.has_prices)}"'
 
-    # -- the ten operations -------------------------------------------------------------------------
-    def get_index_count(self) -> int:
+    # -- the operations (declared in cairn.brk.ops) ------------------------------------------------------
+    @staticmethod
+    def get_index_count() -> int:
         from cairn.brk.catalog import INDEXES
 
         return len(INDEXES)
@@ -116,12 +135,14 @@ class Interface:
         self._refresh()
         return sum(len(v) for v in self._id_indexes.values())
 
-    def get_indexes(self) -> list[str]:
+    @staticmethod
+    def get_indexes() -> list[str]:
         from cairn.brk.catalog import INDEXES
 
         return list(INDEXES)
 
-    def get_accepted_indexes(self) -> dict[str, list[str]]:
+    @staticmethod
+    def get_accepted_indexes() -> dict[str, list[str]]:
         from cairn.brk.catalog import ACCEPTED, INDEXES
 
         return {index: list(ACCEPTED[index]) for index in INDEXES}
@@ -138,31 +159,21 @@ class Interface:
         self._refresh()
         return list(self._id_indexes[self.resolve_id(vec_id)])
 
-    def get_version(self) -> str:
-        return version()
-
-    def get_vecs(self, params: Mapping[str, Any] | None = None, **kwargs: Any) -> Any:
-        """Rows of one or more vecs on one index (see the module docstring for shapes)."""
-        p = normalize_params({**(params or {}), **kwargs})
-        if p.get("index") in (None, ""):
+    def get_vecs(self, index: Any, ids: Any, from_: Any = None, to: Any = None, count: Any = None) -> Vecs:
+        """Rows ``[from, to)`` (or ``count`` rows from ``from``) of one or more vecs on one index."""
+        if index is None or not str(index).strip():
             raise InvalidInput("get_vecs needs an index, e.g. index=date (see get_indexes).")
-        index = self.resolve_index(p["index"])
-        ids = parse_ids(p.get("ids"))
-        fmt = normalize_format(p.get("format"))
+        index = self.resolve_index(index)
+        names = parse_ids(ids)
         self._refresh()
-        vecs = [self._vec(index, vec_id) for vec_id in ids]
+        vecs = [self._vec(index, vec_id) for vec_id in names]
         length = self.source.length(index)
-        start, stop = resolve_range(length, p.get("from"), p.get("to"), p.get("count"))
+        start, stop = resolve_range(length, from_, to, count)
         cells = (stop - start) * len(vecs)
         if cells > self.max_cells:
             raise TooLarge(f"This query asks for {cells:,} values ({len(vecs)} ids x {stop - start:,} rows); "
                            f"the limit is {self.max_cells:,}. Narrow it with from/to/count or ask for fewer ids.")
-        columns = [to_list(v.read(self.source, start, stop), stop - start) for v in vecs]
-        if fmt == "json":
-            if len(columns) == 1:
-                return columns[0][0] if len(columns[0]) == 1 else columns[0]
-            return columns
-        return render_table([v.id for v in vecs], columns, fmt)
+        return Vecs([v.id for v in vecs], [to_list(v.read(self.source, start, stop), stop - start) for v in vecs])
 
     # -- resolution -----------------------------------------------------------------------------------
     def resolve_index(self, name: Any) -> str:
@@ -297,18 +308,6 @@ def suggest(name: str, candidates: list[str], n: int = 5, cutoff: float = 0.6) -
     return [cand for _, _, cand in sorted(scored)[:n]]
 
 
-def normalize_params(params: Mapping[str, Any]) -> dict[str, Any]:
-    """Aliases resolved (``i`` -> ``index``, ...); a parameter given twice under two names is an error."""
-    out: dict[str, Any] = {}
-    for raw_key, value in params.items():
-        key = ALIASES.get(raw_key, raw_key)
-        if key in out and value is not None and out[key] is not None and out[key] != value:
-            raise InvalidInput(f"Parameter {key!r} is given twice (as {raw_key!r} and {key!r}); give it once.")
-        if value is not None or key not in out:
-            out[key] = value
-    return out
-
-
 def parse_ids(ids: Any) -> list[str]:
     if ids is None or ids == "" or ids == []:
         raise InvalidInput("get_vecs needs ids, e.g. ids=close,tx_count (see get_vecids).")
@@ -378,20 +377,3 @@ def to_list(values: np.ndarray | list[Any], rows: int) -> list[Any]:
         if np.isnan(values[:rows]).any():
             out = [None if v != v else v for v in out]
     return out
-
-
-def _strings(col: list[Any]) -> list[str]:
-    if None in col:
-        return ["" if v is None else str(v) for v in col]
-    return list(map(str, col))
-
-
-def render_table(ids: list[str], columns: list[list[Any]], fmt: str) -> str:
-    """csv / tsv / md: a header row of ids, then one row per index position."""
-    rows = zip(*[_strings(col) for col in columns])
-    if fmt == "md":
-        lines = ["| " + " | ".join(ids) + " |", "|" + "|".join("---" for _ in ids) + "|"]
-        lines += ["| " + " | ".join(r) + " |" for r in rows]
-        return "\n".join(lines) + "\n"
-    sep = "," if fmt == "csv" else "\t"
-    return sep.join(ids) + "\n" + "\n".join(map(sep.join, rows)) + "\n"

@@ -128,3 +128,29 @@ def _markdown(header: list[str], rows: list[list[Any]]) -> str:
     lines = ["| " + " | ".join(cell(h) for h in header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows]
     return "\n".join(lines)
+
+
+class ProgressBar:
+    """A one-line progress bar on stderr, drawn only when stderr is a terminal: a CLI's ``progress``
+    callback ``(label, done, total)`` for a long service call (ctx sync and embed)."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stderr
+        self.enabled = self.stream.isatty()
+        self.last = 0.0
+
+    def __call__(self, label: str, done: int, total: int) -> None:
+        import time
+
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if done < total and now - self.last < 0.1:
+            return
+        self.last = now
+        width = 30
+        filled = int(width * done / total) if total else width
+        self.stream.write(f"\r{label[:30]:<30} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
+        if done >= total:
+            self.stream.write("\n")
+        self.stream.flush()

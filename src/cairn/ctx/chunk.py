@@ -10,6 +10,10 @@ chunk unless that chunk is still small (under a quarter of the budget), so tiny 
 with their neighbours. When a chunk closes because the budget is full (inside a section), the next
 one starts with the last ``overlap_tokens`` words of prose from it. A block larger than the budget
 is cut into windows: prose by words, code by lines (each piece re-opened with its fence).
+
+Extracted documents (``cairn.ctx.extract``) may pass ``sections``: a heading at that level or above
+(a PDF page, a slide, a sheet) always closes the chunk, so no chunk spans two sections and a
+chunk's heading path cites its page.
 """
 
 from __future__ import annotations
@@ -121,8 +125,8 @@ def _split_block(block: _Block, budget: int, overlap: int) -> list[_Block]:
     return [_Block("text", " ".join(words[s : s + budget])) for s in range(0, max(1, len(words) - overlap), step)]
 
 
-def chunk_text(text: str, max_tokens: int = 400, overlap_tokens: int = 40) -> list[Chunk]:
-    """``text`` cut into chunks; see the module docstring for the rules."""
+def chunk_text(text: str, max_tokens: int = 400, overlap_tokens: int = 40, *, sections: int = 0) -> list[Chunk]:
+    """``text`` cut into chunks; see the module docstring for the rules (``sections``: 0 = Markdown's)."""
     if overlap_tokens >= max_tokens:
         raise ValueError("overlap_tokens must be smaller than max_tokens")
     chunks: list[tuple[str, str]] = []
@@ -148,7 +152,7 @@ def chunk_text(text: str, max_tokens: int = 400, overlap_tokens: int = 40) -> li
 
     for block in blocks(text):
         if block.kind == "heading":
-            if size >= min_tokens:
+            if size >= min_tokens or block.level <= sections:
                 emit(carry=False)
             while path and path[-1][0] >= block.level:
                 path.pop()
@@ -165,6 +169,11 @@ def chunk_text(text: str, max_tokens: int = 400, overlap_tokens: int = 40) -> li
             size += piece.tokens
     emit(carry=False)
     return [Chunk(i, h, t, chunk_hash(h, t)) for i, (h, t) in enumerate(chunks)]
+
+
+def location(heading: str) -> str:
+    """A heading path as a citation: ``# Guide > ## Install`` -> ``Guide > Install``; ``# Page 12`` -> ``Page 12``."""
+    return " > ".join(part.strip().lstrip("#").strip() for part in heading.split(" > ")) if heading else ""
 
 
 def title_of(text: str, fallback: str) -> str:

@@ -12,6 +12,9 @@ FORMAT_ENV = "CTX_OUTPUT_FORMAT"
 
 
 def _parser() -> argparse.ArgumentParser:
+    from cairn.core.ops import add_subcommand
+    from cairn.ctx.ops import OPS
+
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", default=argparse.SUPPRESS, metavar="PATH",
                         help="config file (default: $CTX_CONFIG, else ./config/ctx.toml)")
@@ -27,7 +30,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     sub.add_parser("init", parents=[common], help="write a commented starter config and create the database")
-    sub.add_parser("sources", parents=[common], help="configured sources: health and document counts")
+    add_subcommand(sub, OPS["sources"], parents=[common])
     sub.add_parser("stats", parents=[common], help="document, chunk and vector counts")
 
     p = sub.add_parser("sync", parents=[common], help="index new and changed documents, drop deleted ones")
@@ -35,16 +38,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--full", action="store_true", help="re-read and re-chunk every document")
     p.add_argument("--dry-run", action="store_true", help="report what would change without writing")
 
-    p = sub.add_parser("search", parents=[common], help="search documents")
-    p.add_argument("query", help="what to look for")
-    p.add_argument("--mode", choices=["keyword", "semantic", "hybrid"], default="keyword")
-    p.add_argument("--source", action="append", help="only this source (type:name, type or name); repeatable")
-    p.add_argument("--since", help="only documents updated at/after this date (YYYY-MM-DD or ISO 8601)")
-    p.add_argument("--until", help="only documents updated before this date")
-    p.add_argument("--limit", type=int, help="maximum results (default: [retrieval] final_limit)")
-
-    p = sub.add_parser("get", parents=[common], help="a document with its chunks")
-    p.add_argument("id", help="document id from search results")
+    # search, get: generated from their declarations (cairn/ctx/ops.py), as MCP and HTTP are
+    add_subcommand(sub, OPS["search"], parents=[common])
+    add_subcommand(sub, OPS["get"], parents=[common])
 
     p = sub.add_parser("embed", parents=[common], help="compute embeddings")
     p.add_argument("action", choices=["pending", "rebuild"], help="pending: missing vectors only; rebuild: all")
@@ -124,19 +120,17 @@ def _run(args: argparse.Namespace) -> tuple[Any, Any, int]:
 
     svc = service.Service.from_config(config)
     try:
-        if args.command == "search":
-            results = svc.search(args.query, args.mode, source=args.source, since=args.since, until=args.until,
-                                 limit=args.limit)
-            return results, lambda: _search_text(results), 0
-        if args.command == "get":
-            doc = svc.get(args.id)
-            return doc, lambda: _doc_text(doc), 0
-        if args.command == "sources":
-            return svc.sources(), None, 0
+        op = getattr(args, "op", None)
+        if op is not None:  # search, get, sources: checked by the declaration, as over MCP and HTTP
+            from cairn.core.ops import cli_args
+
+            data = op.call(svc, cli_args(op, args), "cli")
+            text = TEXT.get(op.name)
+            return data, (lambda: text(data)) if text else None, 0
         if args.command == "stats":
             return svc.stats(), None, 0
         if args.command == "sync":
-            from cairn.ctx.sync import ProgressBar
+            from cairn.core.output import ProgressBar
 
             summary = svc.sync(args.target, full=args.full, dry_run=args.dry_run, progress=ProgressBar())
             failed = [r for r in summary.sources if not r.ok]
@@ -145,7 +139,7 @@ def _run(args: argparse.Namespace) -> tuple[Any, Any, int]:
             # The other sources synced; the exit status still says that one did not.
             return summary, lambda: _sync_text(summary), _exit_code(failed[0].error_code) if failed else 0
         if args.command == "embed":
-            from cairn.ctx.sync import ProgressBar
+            from cairn.core.output import ProgressBar
 
             embedded = svc.embed_rebuild(progress=ProgressBar()) if args.action == "rebuild" else svc.embed_pending(
                 progress=ProgressBar())
@@ -193,7 +187,7 @@ def _run_tools(args: argparse.Namespace) -> tuple[Any, Any, int]:
         if args.tool_command == "list":
             tools = box.list()
             return tools, lambda: _tools_text(tools), 0
-        params = _params(args.param, box.spec(args.name).parameters)
+        params = _params(args.param, box.op(args.name).input_schema("mcp"))
         result = box.call(args.name, params)
         return result, None, 0
     finally:
@@ -231,7 +225,8 @@ def _tools_text(tools: list[dict[str, Any]]) -> str:
         lines.append(f"{t['name']}  ({kind})  {t['description']}")
         required = set(t["parameters"].get("required", []))
         for name, prop in t["parameters"].get("properties", {}).items():
-            ptype = prop.get("type") or "string|array"
+            ptype = prop.get("type") or "any"
+            ptype = "|".join(ptype) if isinstance(ptype, list) else ptype
             flag = " (required)" if name in required else ""
             desc = f"  {prop['description']}" if prop.get("description") else ""
             lines.append(f"    {name}: {ptype}{flag}{desc}")
@@ -252,7 +247,7 @@ def _search_text(results: list[Any]) -> str:
     lines = []
     for i, r in enumerate(results, 1):
         lines.append(f"{i}. {r.title}  [{r.score:.3f}]")
-        lines.append(f"   {r.source} {r.source_id}  (updated {r.updated_at})")
+        lines.append(f"   {r.source} {r.source_id}" + (f", {r.location}" if r.location else "") + f"  (updated {r.updated_at})")
         lines.append(f"   {r.snippet}")
         lines.append(f"   id: {r.id}" + (f"  {r.source_url}" if r.source_url else ""))
     return "\n".join(lines)
@@ -268,6 +263,10 @@ def _doc_text(doc: Any) -> str:
     return "\n".join(head) + "\n\n" + str(doc.body)
 
 
+# The text (``--text``, a terminal) of an operation's data; the others print it as --format says.
+TEXT = {"search": _search_text, "get": _doc_text}
+
+
 def _sync_text(summary: Any) -> str:
     lines = []
     for r in summary.sources:
@@ -280,6 +279,7 @@ def _sync_text(summary: Any) -> str:
             f"{r.unchanged} unchanged, {r.skipped} skipped, {r.chunks} chunks written ({r.seconds:.2f} s)"
             + ("  [resumed an interrupted sync]" if r.resumed else "")
         )
+        lines.extend(f"  warning: {w}" for w in r.warnings)
     e = summary.embedding
     if e is not None:
         lines.append(f"embeddings ({e.model}): {e.embedded} embedded, {e.pending} pending ({e.seconds:.2f} s)"

@@ -21,7 +21,9 @@ from cairn.core.errors import InvalidInput, NotFound
 KeyPath = tuple[str | int, ...]  # ("connectors", "git", "kb", "url"); an int indexes a list
 
 DEFAULT_CONFIG = Path("config") / "ctx.toml"
-DEFAULT_INCLUDE = ["**/*.md", "**/*.txt"]
+# Text and the document formats cairn.ctx.extract reads.
+DEFAULT_INCLUDE = ["**/*.md", "**/*.txt", "**/*.pdf", "**/*.docx", "**/*.pptx", "**/*.xlsx", "**/*.html", "**/*.htm"]
+MAX_DOCUMENT_BYTES = 50_000_000  # PDF and Office files (text files: max_file_bytes, 2 MB)
 CONNECTOR_TYPES = ("filesystem", "git", "script")
 MODES = ("keyword", "semantic", "hybrid")
 
@@ -200,17 +202,19 @@ def _connector(file: Path, base: Path, ctype: str, name: str, table: Any) -> Con
         r.fail(None, f"connector names use lowercase letters, digits, '_' and '-', at most {MAX_NAME} characters")
     opts: dict[str, Any]
     if ctype == "filesystem":
-        r.check_keys(["root", "include_globs", "exclude_globs", "follow_symlinks", "max_file_bytes"])
+        r.check_keys(["root", "include_globs", "exclude_globs", "follow_symlinks", "max_file_bytes", "max_document_bytes"])
         opts = {
             "root": r.path("root", None, base),
             "include_globs": r.globs("include_globs", DEFAULT_INCLUDE),
             "exclude_globs": r.globs("exclude_globs", []),
             "follow_symlinks": r.bool("follow_symlinks", False),
             "max_file_bytes": r.int("max_file_bytes", 2_000_000, lo=1),
+            "max_document_bytes": r.int("max_document_bytes", MAX_DOCUMENT_BYTES, lo=1),
         }
     elif ctype == "git":
         r.check_keys(
-            ["url", "branch", "root", "include_globs", "exclude_globs", "shallow", "cache_dir", "max_file_bytes"]
+            ["url", "branch", "root", "include_globs", "exclude_globs", "shallow", "cache_dir", "max_file_bytes",
+             "max_document_bytes"]
         )
         root = r.text("root", ".")
         if Path(root).is_absolute() or ".." in Path(root).parts:
@@ -236,6 +240,7 @@ def _connector(file: Path, base: Path, ctype: str, name: str, table: Any) -> Con
             "shallow": r.bool("shallow", True),
             "cache_dir": r.path("cache_dir", None, base) if "cache_dir" in r.table else None,
             "max_file_bytes": r.int("max_file_bytes", 2_000_000, lo=1),
+            "max_document_bytes": r.int("max_document_bytes", MAX_DOCUMENT_BYTES, lo=1),
         }
     else:  # script: path, timeout; other keys are handed to the script as its config
         opts = dict(r.table)
@@ -558,10 +563,11 @@ bind = "127.0.0.1:7331"           # `ctx serve mcp`; non-loopback addresses also
 
 [connectors.filesystem.docs]
 root = "../docs"
-include_globs = ["**/*.md", "**/*.txt"]
+include_globs = ["**/*.md", "**/*.txt", "**/*.pdf", "**/*.docx", "**/*.pptx", "**/*.xlsx", "**/*.html", "**/*.htm"]
 exclude_globs = []
 follow_symlinks = false
-max_file_bytes = 2000000          # larger files are skipped
+max_file_bytes = 2000000          # larger text files are skipped (with a warning in the sync report)
+max_document_bytes = 50000000     # the same for PDF, DOCX, PPTX and XLSX files
 
 # [connectors.git.handbook]
 # url = "https://${GIT_HOST:-github.com}/example/handbook.git"   # also a local path or file:// URL

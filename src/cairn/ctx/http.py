@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from starlette.responses import Response
     from starlette.types import ASGIApp, Receive, Scope, Send
 
+    from cairn.core.ops import Op
     from cairn.ctx.config import Config
     from cairn.ctx.tools import Toolbox
 
@@ -110,6 +111,7 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
     from starlette.responses import Response
     from starlette.routing import Route
 
+    from cairn.core.ops import query_args
     from cairn.ctx.tools import Toolbox, mcp_server
     from cairn.mcp.http import _disconnected as disconnected, mcp_app
 
@@ -136,9 +138,9 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
 
     async def call(name: str, request: "Request") -> Any:
         params = await read_json(request)
-        box.spec(name)  # 404 before any work
-        if name in ("get", "sources") or (name == "search" and isinstance(params, dict)
-                                           and params.get("mode", "keyword") == "keyword"):
+        op = box.op(name)  # 404 before any work
+        if not op.extra.get("lua") and (name != "search" or isinstance(params, dict)
+                                        and params.get("mode", "keyword") == "keyword"):
             # Bounded SQLite work (keyword ranking is capped at a few ms): answering on the event loop
             # beats a thread hop, which under 20 concurrent clients cost a third of the throughput.
             return box.call(name, params)
@@ -157,17 +159,18 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
         gone.set()  # also when the work finished first: the flag is only read while it runs
         return await work  # a built-in tool finishes its (bounded) work; a Lua tool stops within 50 ms
 
-    @endpoint
-    async def search(request: "Request") -> Any:
-        return await call("search", request)
-
-    @endpoint
-    async def get(request: "Request") -> Any:
-        return await call("get", request)
-
-    @endpoint
-    async def sources(request: "Request") -> Any:
-        return box.call("sources", {})
+    def route(op: "Op") -> Route:
+        """The operation's own route (``POST /tools/search``, ``GET /tools/sources``, a Lua tool's
+        ``POST /tools/NAME``): a JSON body, or the query string for GET."""
+        assert op.http is not None
+        method, path = op.http
+        if method == "GET":
+            async def answer(request: "Request") -> Any:
+                return box.call(op.name, query_args(op, request.query_params))
+        else:
+            async def answer(request: "Request") -> Any:
+                return await call(op.name, request)
+        return Route(path, endpoint(answer), methods=[method])
 
     @endpoint
     async def tool(request: "Request") -> Any:
@@ -187,9 +190,9 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
         Route("/health", health, methods=["GET"]),
         Route("/openapi.json", endpoint(lambda r: _async(openapi(box))), methods=["GET"]),
         Route("/tools/list", tools_list, methods=["GET"]),
-        Route("/tools/sources", sources, methods=["GET"]),
-        Route("/tools/search", search, methods=["POST"]),
-        Route("/tools/get", get, methods=["POST"]),
+        *(route(op) for op in box.ops.values() if op.http is not None and not op.extra.get("lua")),
+        # Any tool by name: the Lua tools' routes (POST /tools/NAME, in the OpenAPI document from their
+        # declarations), and the built-in ones too (POST /tools/sources); 404 for an unknown name.
         Route("/tools/{name}", tool, methods=["POST"]),
         Route("/mcp", mcp),
         # The seed's client configuration points at the server's root URL: the same app answers there.
@@ -293,7 +296,10 @@ class BearerAuth:
 
 
 def openapi(box: "Toolbox") -> dict[str, Any]:
-    """OpenAPI 3.1 for every route, with the tools' parameter schemas as request bodies."""
+    """OpenAPI 3.1 for every route: the operations' own routes from their declarations
+    (:func:`cairn.core.ops.openapi_paths`: request bodies are their input schemas), plus the rest."""
+    from cairn.core.ops import openapi_paths
+
     err = {"$ref": "#/components/schemas/Error"}
 
     def errors(*codes: int) -> dict[str, Any]:
@@ -308,26 +314,33 @@ def openapi(box: "Toolbox") -> dict[str, Any]:
     def reply(description: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
         return {"description": description, "content": {"application/json": {"schema": schema or {"type": "object"}}}}
 
-    specs = box.specs
+    ops = list(box.ops.values())
     paths: dict[str, Any] = {
         "/health": {"get": {"summary": "Health check", "responses": {"200": reply("ok", {
             "type": "object", "properties": {"status": {"const": "ok"}}})}}},
         "/openapi.json": {"get": {"summary": "This document", "responses": {"200": reply("OpenAPI 3.1")}}},
         "/tools/list": {"get": {"summary": "Every tool (built-in and Lua) with its parameter schema",
                                 "responses": {"200": reply("tools"), **errors(401, 500)}}},
-        "/tools/sources": {"get": {"summary": specs["sources"].description,
-                                   "responses": {"200": reply("sources"), **errors(401, 500)}}},
-        "/tools/search": {"post": {"summary": specs["search"].description, "requestBody": body(specs["search"].parameters),
-                                   "responses": {"200": reply("results"), **errors(400, 401, 404, 413, 415, 500)}}},
-        "/tools/get": {"post": {"summary": specs["get"].description, "requestBody": body(specs["get"].parameters),
-                                "responses": {"200": reply("document with chunks"), **errors(400, 401, 404, 413, 415, 500)}}},
-        "/tools/{name}": {"post": {
-            "summary": "Call any tool by name; Lua tools answer {\"result\": ...}",
-            "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string",
-                                                                                         "enum": list(specs)}}],
-            "requestBody": body({"type": "object"}),
-            "responses": {"200": reply("the tool's result"), **errors(400, 401, 404, 408, 413, 415, 500)}}},
     }
+    for path, methods in openapi_paths(ops).items():
+        for method, entry in methods.items():
+            op = box.ops[entry["operationId"]]
+            lua = bool(op.extra.get("lua"))
+            codes: tuple[int, ...] = (400, 401, 500)
+            if method == "post":
+                entry["requestBody"]["required"] = False  # an empty body is {}
+                codes = (400, 401, 408, 413, 415, 500) if lua else (400, 401, 404, 413, 415, 500)
+            key = op.extra.get("key")
+            entry["summary"] = entry["summary"] or f"Lua tool {op.name}"
+            entry["responses"] = {"200": reply("{\"result\": ...}" if lua else f"{{\"{key}\": [...]}}" if key
+                                               else "the tool's result"), **errors(*codes)}
+        paths[path] = methods
+    paths["/tools/{name}"] = {"post": {
+        "summary": "Call any tool by name; Lua tools answer {\"result\": ...}",
+        "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string",
+                                                                                     "enum": list(box.ops)}}],
+        "requestBody": body({"type": "object"}),
+        "responses": {"200": reply("the tool's result"), **errors(400, 401, 404, 408, 413, 415, 500)}}}
     mcp = {"summary": "MCP Streamable HTTP (stateless JSON-RPC 2.0): the same tools",
            "requestBody": {"required": True, "content": {"application/json": {"schema": {"type": "object"}}}},
            "responses": {"200": reply("JSON-RPC response (or an SSE stream)"),
@@ -336,11 +349,6 @@ def openapi(box: "Toolbox") -> dict[str, Any]:
     paths["/"] = {"post": {**mcp, "summary": "MCP at the root URL, exactly as /mcp"},
                   "get": {"summary": "Without Accept: text/event-stream, an index of these routes",
                           "responses": {"200": reply("index"), **errors(401)}}}
-    for name, spec in specs.items():
-        if not spec.builtin:
-            paths[f"/tools/{name}"] = {"post": {
-                "summary": spec.description or f"Lua tool {name}", "requestBody": body(spec.parameters),
-                "responses": {"200": reply("{\"result\": ...}"), **errors(400, 401, 408, 413, 415, 500)}}}
     return {
         "openapi": "3.1.0",
         "info": {"title": "ctx knowledge base", "version": "1"},

@@ -62,13 +62,6 @@ def keyword_query(text: str) -> str | None:
     return _or(keyword_terms(text))
 
 
-def _count(store: Store, match: str, cap: int) -> int:
-    row = store.db.execute(
-        "SELECT count(*) FROM (SELECT 1 FROM chunks_fts WHERE chunks_fts MATCH ? LIMIT ?)", (match, cap + 1)
-    ).fetchone()
-    return int(row[0])
-
-
 def plan(store: Store, text: str, budget: int = RANK_BUDGET) -> tuple[str | None, int]:
     """(FTS5 query, lowest rowid to rank) keeping the ranking work under ``budget`` chunks.
 
@@ -83,7 +76,7 @@ def plan(store: Store, text: str, budget: int = RANK_BUDGET) -> tuple[str | None
     match = _or(kept)
     if match is None:
         return None, 0
-    counts = sorted(((_count(store, _or([t]) or "", budget), t) for t in kept), key=lambda ct: ct[0])
+    counts = sorted(((store.fts_count(_or([t]) or "", budget), t) for t in kept), key=lambda ct: ct[0])
     if sum(c for c, _ in counts) <= budget:
         return match, 0
     chosen: list[str] = []
@@ -97,51 +90,21 @@ def plan(store: Store, text: str, budget: int = RANK_BUDGET) -> tuple[str | None
         return _or(chosen), 0
     if len(kept) > 1:
         conj = fts_match(" ".join('"' + t.replace('"', " ") + '"' for t in kept), operator="AND")
-        if conj and 0 < _count(store, conj, budget) <= budget:
+        if conj and 0 < store.fts_count(conj, budget) <= budget:
             return conj, 0
     rarest = _or([counts[0][1]]) or match
-    row = store.db.execute(
-        "SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY rowid DESC LIMIT 1 OFFSET ?",
-        (rarest, budget - 1),
-    ).fetchone()
-    return rarest, int(row[0]) if row else 0
+    return rarest, store.fts_newest_rowid(rarest, budget - 1)
 
 
 def keyword(store: Store, text: str, filters: Filters, k: int, *, budget: int = RANK_BUDGET) -> dict[int, float]:
     """Chunk rowid -> positive BM25 score, best ``k`` among chunks that pass the filters."""
-    where, params = _sql_filters(filters)
+    filtered = filters.sources is not None or filters.since is not None or filters.until is not None
     # Filtered queries join every matching chunk to its document, so they get a smaller budget.
-    match, min_rowid = plan(store, text, budget // 2 if where else budget)
+    match, min_rowid = plan(store, text, budget // 2 if filtered else budget)
     if match is None:
         return {}
-    if min_rowid:
-        where += " AND f.rowid >= ?"
-        params.append(min_rowid)
-    if where:
-        sql = (
-            "SELECT f.rowid, -bm25(chunks_fts) AS s FROM chunks_fts f JOIN chunks c ON c.rowid = f.rowid"
-            " JOIN documents d ON d.rowid = c.doc WHERE chunks_fts MATCH ?" + where + " ORDER BY s DESC, f.rowid LIMIT ?"
-        )
-        rows = store.db.execute(sql, (match, *params, k))
-    else:
-        sql = "SELECT rowid, -rank FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY rank LIMIT ?"
-        rows = store.db.execute(sql, (match, k))
-    return {int(r): float(s) for r, s in rows}
-
-
-def _sql_filters(filters: Filters) -> tuple[str, list[Any]]:
-    parts: list[str] = []
-    params: list[Any] = []
-    if filters.sources is not None:
-        parts.append(f"d.source IN ({','.join('?' * len(filters.sources))})")
-        params.extend(filters.sources)
-    if filters.since is not None:
-        parts.append("d.updated_at >= ?")
-        params.append(filters.since)
-    if filters.until is not None:
-        parts.append("d.updated_at < ?")
-        params.append(filters.until)
-    return ("".join(" AND " + p for p in parts), params)
+    return store.fts_rank(match, k, sources=filters.sources, since=filters.since, until=filters.until,
+                          min_rowid=min_rowid)
 
 
 class VectorMatrix:
@@ -163,11 +126,7 @@ class VectorMatrix:
         from cairn.search.vectors import VectorIndex
 
         generation = store.generation()
-        rows = store.db.execute(
-            "SELECT c.rowid, d.source, d.updated_at, v.vec FROM chunks c JOIN documents d ON d.rowid = c.doc"
-            " JOIN vectors v ON v.hash = c.hash AND v.model = ? ORDER BY c.rowid",
-            (model,),
-        ).fetchall()
+        rows = store.vector_rows(model)
         names = sorted({r[1] for r in rows})
         code = {n: i for i, n in enumerate(names)}
         blob = b"".join(r[3] for r in rows)

@@ -155,10 +155,11 @@ class Hosts:
             else:
                 content = json.dumps(_plain(self.sandbox, body)).encode("utf-8")
                 headers.setdefault("content-type", "application/json")
-        return _fetch(method, url, headers, content, timeout)
+        return _fetch(method, url, headers, content, timeout, binary=options.get("binary") is True)
 
 
-def _fetch(method: str, url: str, headers: dict[str, str], content: bytes | None, timeout: float) -> dict[str, Any]:
+def _fetch(method: str, url: str, headers: dict[str, str], content: bytes | None, timeout: float,
+           *, binary: bool = False) -> dict[str, Any]:
     import httpx
 
     started = time.monotonic()
@@ -174,8 +175,12 @@ def _fetch(method: str, url: str, headers: dict[str, str], content: bytes | None
                     chunks.append(chunk)
                     if time.monotonic() - started > timeout:
                         raise httpx.ReadTimeout("the response took too long")
-                return {"status": resp.status_code, "ok": 200 <= resp.status_code < 300,
-                        "body": b"".join(chunks).decode("utf-8", "replace"),
+                raw = b"".join(chunks)
+                import base64
+                # binary = true: the bytes as base64 (a PDF for a connector item's body_base64)
+                body = {"body_base64": base64.b64encode(raw).decode("ascii")} if binary else {
+                    "body": raw.decode("utf-8", "replace")}
+                return {"status": resp.status_code, "ok": 200 <= resp.status_code < 300, **body,
                         "headers": {k.lower(): v for k, v in resp.headers.items()}}
     except httpx.TimeoutException:
         raise NetworkError(f"http: {url} did not answer within {timeout:.2f} s") from None

@@ -1,7 +1,9 @@
 """The ctx service: one method per capability, plain data in, dataclasses out.
 
-Adapters (the CLI here; HTTP, MCP and Lua tools later) only parse input, call these methods and
-render what they return. Validation and error messages live here so every adapter shares them.
+The operations (:mod:`cairn.ctx.ops`: search, get, sources) call these methods for every surface (MCP,
+HTTP, the CLI) after checking their parameters against one declaration; the CLI calls the others
+(sync, embed, stats) directly, and Lua tools reach search/get/sources through ``context.*``. Adapters
+render what these return. SQL stays in :class:`~cairn.ctx.store.Store`'s named methods.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class SearchResult:
     updated_at: str
     snippet: str
     source_url: str | None
+    location: str = ""  # the best chunk's heading path, a citation: "Page 12", "Slide 3: Budget", "Guide > Install"
 
 
 @dataclass
@@ -218,7 +221,7 @@ class Service:
             return None
         wanted = [source] if isinstance(source, str) else list(source)
         labels: list[str] = []
-        stored = {r[0] for r in self.store.db.execute("SELECT DISTINCT source FROM documents")}
+        stored = self.store.source_labels()
         for w in wanted:
             found = [c.source for c in self.config.connectors if w in (c.source, c.type, c.name)]
             if not found and w in stored:
@@ -231,7 +234,7 @@ class Service:
 
     def sources(self) -> list[SourceStatus]:
         """Configured sources with their health (last sync result) and document counts."""
-        counts = dict(self.store.db.execute("SELECT source, COUNT(*) FROM documents GROUP BY source").fetchall())
+        counts = self.store.document_counts()
         checkpoints = self.store.checkpoints()
         out: list[SourceStatus] = []
         for c in self.config.connectors:
@@ -308,12 +311,9 @@ class Service:
                limit: int | None = None) -> list[SearchResult]:
         """Search indexed documents by keyword, semantic, or hybrid query.
 
-        :param query: what to look for (any text; it is never passed raw to the index).
-        :param mode: ``keyword`` (BM25), ``semantic`` (embeddings) or ``hybrid`` (both, fused).
-        :param source: only these sources (``type:name``, a connector type, or a connector name).
-        :param since: only documents updated at or after this date.
-        :param until: only documents updated before this date.
-        :param limit: maximum number of documents (default ``[retrieval] final_limit``).
+        The ``search`` operation (:mod:`cairn.ctx.ops`) documents the parameters and checks them for
+        every surface; this checks them again for callers that are not one (a Lua tool's ``context.search``).
+        The query is never passed raw to the index.
         """
         from cairn.ctx import retrieval
         from cairn.search.fusion import fuse
@@ -348,18 +348,12 @@ class Service:
         return self._group(scored, query, limit)
 
     def _group(self, scored: list[tuple[int, float]], query: str, limit: int) -> list[SearchResult]:
+        from cairn.ctx.chunk import location
         from cairn.ctx.retrieval import snippet
 
         if not scored:
             return []
-        db = self.store.db
-        doc_of: dict[int, str] = {}
-        ids = [cid for cid, _ in scored]
-        for s in range(0, len(ids), 500):
-            part = ids[s : s + 500]
-            doc_of.update(db.execute(
-                "SELECT c.rowid, d.id FROM chunks c JOIN documents d ON d.rowid = c.doc"
-                f" WHERE c.rowid IN ({','.join('?' * len(part))})", part).fetchall())
+        doc_of = self.store.chunk_documents([cid for cid, _ in scored])
         best: dict[str, tuple[float, int]] = {}
         for cid, score in scored:
             doc = doc_of.get(cid)
@@ -369,18 +363,16 @@ class Service:
                 best[doc] = (score, cid)
         ordered = sorted(best.items(), key=lambda kv: (-kv[1][0], kv[0]))[:limit]
         winners = [cid for _, (_, cid) in ordered]
-        meta = {row[0]: row[1:] for row in db.execute(
-            "SELECT c.rowid, c.text, d.title, d.source, d.source_id, d.updated_at, d.source_url FROM chunks c"
-            f" JOIN documents d ON d.rowid = c.doc WHERE c.rowid IN ({','.join('?' * len(winners))})", winners)}
+        meta = self.store.chunk_hits(winners)
         results = []
         for doc_id, (score, cid) in ordered:
             if cid not in meta:
                 continue
-            text, title, source, source_id, updated_at, source_url = meta[cid]
+            text, title, source, source_id, updated_at, source_url, heading = meta[cid]
             results.append(SearchResult(
                 id=doc_id, score=round(min(1.0, max(0.0, score)), 6), title=title, source=source,
                 source_id=source_id, updated_at=iso(updated_at), snippet=snippet(text, query),
-                source_url=scrub(source_url) if source_url else None,
+                source_url=scrub(source_url) if source_url else None, location=location(heading),
             ))
         return results
 
@@ -388,16 +380,12 @@ class Service:
         """A document by id, with its full body and its chunks in order."""
         if not isinstance(id, str) or not id.strip():
             raise InvalidInput("The document id is empty. Use an id from search results.")
-        row = self.store.db.execute(
-            "SELECT rowid, id, source, source_id, title, body, source_url, updated_at, author, metadata"
-            " FROM documents WHERE id = ?", (id.strip(),)
-        ).fetchone()
+        row = self.store.document(id.strip())
         if row is None:
             raise NotFound(f"No document with id {id!r}. Ids come from `ctx search`; run `ctx sync` if it was just added.")
         import json
 
-        chunks = [ChunkView(o, h, hd, t) for o, h, hd, t in self.store.db.execute(
-            "SELECT ordinal, hash, heading, text FROM chunks WHERE doc = ? ORDER BY ordinal", (row[0],))]
+        chunks = [ChunkView(o, h, hd, t) for o, h, hd, t in self.store.document_chunks(row[0])]
         return Document(
             id=row[1], source=row[2], source_id=row[3], title=row[4], body=row[5],
             source_url=scrub(row[6]) if row[6] else None, updated_at=iso(row[7]), author=row[8],
@@ -406,18 +394,15 @@ class Service:
 
     def stats(self) -> Stats:
         """Counts of documents, chunks, vectors and pending embeddings, and the database size."""
-        db = self.store.db
-        docs = db.execute("SELECT COUNT(*) FROM documents").fetchone()[0]
-        chunks, distinct = db.execute("SELECT COUNT(*), COUNT(DISTINCT hash) FROM chunks").fetchone()
+        docs, chunks, distinct = self.store.counts()
         model = None
         vectors = pending = 0
         if self.config.embedding.provider != "disabled":
             try:
                 model = self.embedder().identity
-                vectors = db.execute("SELECT COUNT(*) FROM vectors WHERE model = ?", (model,)).fetchone()[0]
+                vectors = self.store.vector_count(model)
                 pending = self.store.pending_count(model)
             except Exception:
                 model = None
-        size = sum(p.stat().st_size for p in self.store.path.parent.glob(self.store.path.name + "*") if p.is_file())
-        per = dict(db.execute("SELECT source, COUNT(*) FROM documents GROUP BY source").fetchall())
-        return Stats(scrub(str(self.store.path)), docs, chunks, distinct, vectors, pending, model, size, per)
+        return Stats(scrub(str(self.store.path)), docs, chunks, distinct, vectors, pending, model,
+                     self.store.size_bytes(), self.store.document_counts())

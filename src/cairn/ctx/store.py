@@ -223,6 +223,61 @@ class Store:
             [(rowid, c.ordinal, c.hash, c.heading, c.text) for c in chunks],
         )
 
+    def document(self, doc_id: str) -> tuple[Any, ...] | None:
+        """(rowid, id, source, source_id, title, body, source_url, updated_at, author, metadata JSON) of
+        the document ``doc_id``, or None."""
+        row = self.db.execute(
+            "SELECT rowid, id, source, source_id, title, body, source_url, updated_at, author, metadata"
+            " FROM documents WHERE id = ?", (doc_id,)
+        ).fetchone()
+        return tuple(row) if row is not None else None
+
+    def document_chunks(self, rowid: int) -> list[tuple[int, str, str, str]]:
+        """(ordinal, hash, heading, text) of a document's chunks, in order."""
+        rows = self.db.execute("SELECT ordinal, hash, heading, text FROM chunks WHERE doc = ? ORDER BY ordinal",
+                               (rowid,))
+        return [(o, h, hd, t) for o, h, hd, t in rows]
+
+    def chunk_documents(self, chunk_rowids: Sequence[int]) -> dict[int, str]:
+        """The document id of each chunk rowid still stored (batches of 500 bound variables)."""
+        out: dict[int, str] = {}
+        for s in range(0, len(chunk_rowids), 500):
+            part = list(chunk_rowids[s : s + 500])
+            out.update(self.db.execute(
+                "SELECT c.rowid, d.id FROM chunks c JOIN documents d ON d.rowid = c.doc"
+                f" WHERE c.rowid IN ({','.join('?' * len(part))})", part).fetchall())
+        return out
+
+    def chunk_hits(self, chunk_rowids: Sequence[int]) -> dict[int, tuple[str, str, str, str, int, str | None, str]]:
+        """For search results: chunk rowid -> (chunk text, title, source, source_id, updated_at, source_url,
+        the chunk's heading path)."""
+        out: dict[int, tuple[str, str, str, str, int, str | None, str]] = {}
+        for s in range(0, len(chunk_rowids), 500):
+            part = list(chunk_rowids[s : s + 500])
+            for row in self.db.execute(
+                    "SELECT c.rowid, c.text, d.title, d.source, d.source_id, d.updated_at, d.source_url, c.heading"
+                    f" FROM chunks c JOIN documents d ON d.rowid = c.doc WHERE c.rowid IN ({','.join('?' * len(part))})", part):
+                out[row[0]] = row[1:]
+        return out
+
+    def source_labels(self) -> set[str]:
+        """Every source label that has documents."""
+        return {r[0] for r in self.db.execute("SELECT DISTINCT source FROM documents")}
+
+    def document_counts(self) -> dict[str, int]:
+        """Documents per source label."""
+        return {s: int(n) for s, n in self.db.execute("SELECT source, COUNT(*) FROM documents GROUP BY source")}
+
+    def counts(self) -> tuple[int, int, int]:
+        """(documents, chunks, distinct chunk texts)."""
+        docs = self.db.execute("SELECT COUNT(*) FROM documents").fetchone()[0]
+        chunks, distinct = self.db.execute("SELECT COUNT(*), COUNT(DISTINCT hash) FROM chunks").fetchone()
+        return int(docs), int(chunks), int(distinct)
+
+    def size_bytes(self) -> int:
+        """The database's size on disk, its WAL and shared-memory files included."""
+        return sum(p.stat().st_size for p in self.path.parent.glob(self.path.name + "*") if p.is_file())
+
     def set_fingerprint(self, rowid: int, fingerprint: str, updated_at: int) -> None:
         self.db.execute(
             "UPDATE documents SET fingerprint = ?, updated_at = ? WHERE rowid = ?", (fingerprint, updated_at, rowid)
@@ -262,8 +317,62 @@ class Store:
             [(h, model, b) for h, b in zip(hashes, blobs)],
         )
 
+    def vector_count(self, model: str) -> int:
+        return int(self.db.execute("SELECT COUNT(*) FROM vectors WHERE model = ?", (model,)).fetchone()[0])
+
     def clear_vectors(self) -> None:
         self.db.execute("DELETE FROM vectors")
+
+    def vector_rows(self, model: str) -> list[tuple[int, str, int, bytes]]:
+        """(chunk rowid, source, updated_at, vector blob) of every chunk with a ``model`` vector, by rowid."""
+        return self.db.execute(
+            "SELECT c.rowid, d.source, d.updated_at, v.vec FROM chunks c JOIN documents d ON d.rowid = c.doc"
+            " JOIN vectors v ON v.hash = c.hash AND v.model = ? ORDER BY c.rowid",
+            (model,),
+        ).fetchall()
+
+    # ---- full-text search ----------------------------------------------------------------------
+
+    def fts_count(self, match: str, cap: int) -> int:
+        """How many chunks the FTS5 query ``match`` finds, counting no further than ``cap + 1``."""
+        row = self.db.execute(
+            "SELECT count(*) FROM (SELECT 1 FROM chunks_fts WHERE chunks_fts MATCH ? LIMIT ?)", (match, cap + 1)
+        ).fetchone()
+        return int(row[0])
+
+    def fts_newest_rowid(self, match: str, offset: int) -> int:
+        """The rowid of the ``offset``-th most recently indexed chunk ``match`` finds (0 when fewer)."""
+        row = self.db.execute(
+            "SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY rowid DESC LIMIT 1 OFFSET ?",
+            (match, offset),
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    def fts_rank(self, match: str, k: int, *, sources: Sequence[str] | None = None, since: int | None = None,
+                 until: int | None = None, min_rowid: int = 0) -> dict[int, float]:
+        """Chunk rowid -> positive BM25 score, the best ``k`` chunks ``match`` finds among those whose
+        document is in ``sources`` and was updated in [since, until), from ``min_rowid`` on."""
+        parts: list[str] = []
+        params: list[Any] = []
+        if sources is not None:
+            parts.append(f"d.source IN ({','.join('?' * len(sources))})")
+            params.extend(sources)
+        if since is not None:
+            parts.append("d.updated_at >= ?")
+            params.append(since)
+        if until is not None:
+            parts.append("d.updated_at < ?")
+            params.append(until)
+        if min_rowid:
+            parts.append("f.rowid >= ?")
+            params.append(min_rowid)
+        if parts:
+            sql = ("SELECT f.rowid, -bm25(chunks_fts) AS s FROM chunks_fts f JOIN chunks c ON c.rowid = f.rowid"
+                   " JOIN documents d ON d.rowid = c.doc WHERE chunks_fts MATCH ?"
+                   + "".join(" AND " + p for p in parts) + " ORDER BY s DESC, f.rowid LIMIT ?")
+        else:
+            sql = "SELECT rowid, -rank FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY rank LIMIT ?"
+        return {int(r): float(s) for r, s in self.db.execute(sql, (match, *params, k))}
 
     # ---- checkpoints -------------------------------------------------------------------------
 

@@ -10,7 +10,6 @@ and carries on. Embedding runs afterwards in its own batches; its failure leaves
 from __future__ import annotations
 
 import hashlib
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,7 +27,7 @@ if TYPE_CHECKING:
 BATCH_DOCS = 500
 BATCH_SECONDS = 1.0
 
-Progress = Callable[[str, int, int], None]  # (label, done, total)
+Progress = Callable[[str, int, int], None]  # (label, done, total); the CLI draws cairn.core.output.ProgressBar
 
 
 @dataclass
@@ -44,6 +43,7 @@ class SyncReport:
     updated: int = 0
     deleted: int = 0
     skipped: int = 0
+    warnings: list[str] = field(default_factory=list)  # "path: skipped: reason" (corrupt, encrypted, too big)
     chunks: int = 0
     embedded: int = 0
     pending: int = 0
@@ -141,7 +141,7 @@ def sync_source(
             source_url=scrub(item.source_url) if item.source_url else None,
             metadata=item.metadata,
         )
-        chunks = chunk_text(item.body, chunking.max_tokens, chunking.overlap_tokens)
+        chunks = chunk_text(item.body, chunking.max_tokens, chunking.overlap_tokens, sections=item.sections)
         report.chunks += len(chunks)
         if old:
             report.updated += 1
@@ -152,6 +152,7 @@ def sync_source(
             flush()
     flush()
     report.skipped = connector.skipped
+    report.warnings = [scrub(w) for w in getattr(connector, "warnings", [])]
 
     gone = [(sid, k.rowid) for sid, k in known.items() if sid not in seen]
     report.deleted = len(gone)
@@ -233,25 +234,3 @@ def embed_pending(
 def _embed_text(heading: str, text: str) -> str:
     # The heading path gives short chunks their topic.
     return f"{heading}\n{text}" if heading and not text.startswith(heading.rsplit(" > ", 1)[-1]) else text
-
-
-class ProgressBar:
-    """A one-line progress bar on stderr, drawn only when stderr is a terminal."""
-
-    def __init__(self) -> None:
-        self.enabled = sys.stderr.isatty()
-        self.last = 0.0
-
-    def __call__(self, label: str, done: int, total: int) -> None:
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        if done < total and now - self.last < 0.1:
-            return
-        self.last = now
-        width = 30
-        filled = int(width * done / total) if total else width
-        sys.stderr.write(f"\r{label[:30]:<30} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
-        if done >= total:
-            sys.stderr.write("\n")
-        sys.stderr.flush()

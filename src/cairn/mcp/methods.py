@@ -112,10 +112,18 @@ def tools_call(session: Session, params: JSON, ctx: ToolContext) -> JSON:
         args = {}
     if not isinstance(args, dict):
         raise RpcError(rpc.INVALID_PARAMS, f'Invalid params: "arguments" must be an object, got {type(args).__name__}')
-    try:
-        validate(args, tool.input_schema)
-    except SchemaError as exc:
-        raise RpcError(rpc.INVALID_PARAMS, str(exc), {"tool": name, "field": exc.path}) from None
+    if tool.validate is not None:
+        try:
+            tool.validate(args)
+        except CairnError as exc:
+            field = exc.details.get("parameter")
+            raise RpcError(rpc.INVALID_PARAMS, exc.message, {"tool": name, **({"field": field} if field else {})}) \
+                from None
+    else:
+        try:
+            validate(args, tool.input_schema)
+        except SchemaError as exc:
+            raise RpcError(rpc.INVALID_PARAMS, str(exc), {"tool": name, "field": exc.path}) from None
     try:
         value = _await(tool.handler(args, ctx))
     except CairnError as exc:

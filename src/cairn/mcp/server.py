@@ -60,12 +60,13 @@ class _Record:
 
 class Tool(_Record):
     __slots__ = ("name", "handler", "description", "input_schema", "output_schema", "title", "annotations",
-                 "structured", "meta")
+                 "structured", "meta", "validate")
 
     def __init__(self, name: str, handler: ToolHandler, description: str = "",
                  input_schema: dict[str, Any] | None = None, output_schema: dict[str, Any] | None = None,
                  title: str | None = None, annotations: dict[str, Any] | None = None, structured: bool = False,
-                 meta: dict[str, Any] | None = None) -> None:
+                 meta: dict[str, Any] | None = None,
+                 validate: Callable[[dict[str, Any]], Any] | None = None) -> None:
         self.name = name
         self.handler = handler
         self.description = description
@@ -75,6 +76,9 @@ class Tool(_Record):
         self.annotations = annotations
         self.structured = structured
         self.meta = meta
+        # Checks the arguments instead of input_schema, raising InvalidInput with the operation's own
+        # message (cairn.core.ops: the same words on every surface); still a JSON-RPC -32602 error.
+        self.validate = validate
 
     def describe(self) -> dict[str, Any]:
         return _described(name=self.name, title=self.title, description=self.description,

@@ -2,7 +2,9 @@
 
 A connector's :meth:`Connector.scan` lists :class:`Entry` objects cheaply (a stat, a git tree
 listing); each carries a *fingerprint* (size and mtime, a blob hash, a body hash) and a ``load``
-callable that reads the full :class:`Item` only when the fingerprint changed. Connector types are
+callable that reads the full :class:`Item` only when the fingerprint changed. Files in a document
+format (PDF, DOCX, PPTX, XLSX, HTML) go through :func:`file_item`, which extracts their text
+(``cairn.ctx.extract``) and turns a file that gives none into a per-file warning. Connector types are
 registered by name (:func:`register`); the ``script`` type (Lua) registers itself from its own
 module, so this package knows nothing about Lua.
 """
@@ -13,10 +15,13 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from cairn.core.errors import ExtensionError
 from cairn.ctx.config import ConnectorConfig
+
+if TYPE_CHECKING:
+    from cairn.ctx.extract import Reader
 
 
 @dataclass
@@ -30,6 +35,7 @@ class Item:
     source_url: str | None = None
     updated_at: int | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    sections: int = 0  # extracted pages/slides/sheets: headings at this level never share a chunk
 
 
 @dataclass
@@ -46,6 +52,8 @@ class Connector(Protocol):
 
     config: ConnectorConfig
     skipped: int  # entries left out by policy (size cap, binary, symlink) during the last scan
+    # Optional: "path: skipped: reason" lines for the sync report (a corrupt PDF, a file over its cap).
+    # warnings: list[str]
 
     def scan(self) -> Iterable[Entry]:
         """Every document currently in the source. Raising means: the source is unavailable."""
@@ -130,6 +138,106 @@ class Matcher:
         """True when everything under ``rel_dir`` is excluded (``dir/**`` style patterns)."""
         probe = rel_dir + "/\x00"
         return any(p.match(probe) for p in self.exclude)
+
+
+MAX_WARNINGS = 200  # per source and sync; the rest are counted
+
+
+class Skips:
+    """What a scan left out: a count, and a warning line per file worth telling the user about."""
+
+    def __init__(self) -> None:
+        self.skipped = 0
+        self.warnings: list[str] = []
+        self._untold = 0
+        self._reader: Reader | None = None
+
+    def reader(self) -> Reader:
+        """This connector's document reader: one worker process per connector (per source and sync)."""
+        if self._reader is None:
+            import weakref
+
+            from cairn.ctx.extract import Reader
+
+            self._reader = Reader()
+            weakref.finalize(self, self._reader.stop)  # the worker ends with the connector
+        return self._reader
+
+    def reset(self) -> None:
+        self.skipped, self.warnings, self._untold = 0, [], 0
+
+    def warn(self, rel: str, reason: str, *, skipped: bool = True) -> None:
+        self.skipped += int(skipped)
+        if len(self.warnings) < MAX_WARNINGS:
+            self.warnings.append(f"{rel}: {'skipped: ' if skipped else ''}{reason}")
+            return
+        self._untold += 1
+        more = f"... and {self._untold} more files (warnings are listed for the first {MAX_WARNINGS})"
+        if self._untold == 1:
+            self.warnings.append(more)
+        else:
+            self.warnings[-1] = more
+
+
+def file_cap(rel: str, max_file_bytes: int, max_document_bytes: int) -> tuple[int, str]:
+    """The size cap for a file and the config key that sets it."""
+    from cairn.ctx.extract import BINARY_FORMATS, format_of
+
+    if format_of(rel) in BINARY_FORMATS:
+        return max_document_bytes, "max_document_bytes"
+    return max_file_bytes, "max_file_bytes"
+
+
+def too_big(skips: Skips, rel: str, size: int, cap: tuple[int, str]) -> bool:
+    """True (with a warning) when ``size`` is over ``cap``."""
+    if size <= cap[0]:
+        return False
+    skips.warn(rel, f"{_mb(size)} is over the {_mb(cap[0])} cap ({cap[1]})")
+    return True
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:,.1f} MB" if n >= 100_000 else f"{n:,} bytes"
+
+
+def file_item(data: bytes, rel: str, skips: Skips, fmt: str | None = None, **fields: Any) -> Item | None:
+    """An :class:`Item` for a file's bytes: text as is, documents through extraction.
+
+    ``fmt`` overrides the format the name suggests (a Lua connector's ``format``). Returns None,
+    counted in ``skips``, for a binary text file (silently, as always) or a document that gives no
+    text (with a warning naming the file and the reason). ``fields`` are the other Item fields.
+    """
+    from cairn.ctx.chunk import title_of
+
+    fmt = fmt if fmt is not None else _format(rel)
+    name = rel.rsplit("/", 1)[-1]
+    if fmt is None:
+        body = decode(data)
+        if body is None:
+            skips.skipped += 1
+            return None
+        return Item(source_id=rel, body=body, title=fields.pop("title", None) or title_of(body, name), **fields)
+    from cairn.ctx.extract import Skipped
+
+    try:
+        doc = skips.reader().extract(data, name, fmt)
+    except Skipped as exc:
+        skips.warn(rel, exc.reason)
+        return None
+    if doc.warning:
+        skips.warn(rel, doc.warning, skipped=False)
+    metadata = {**doc.metadata, **fields.pop("metadata", {})}
+    if "author" in metadata and not fields.get("author"):
+        fields["author"] = metadata.pop("author")
+    metadata.pop("author", None)
+    return Item(source_id=rel, body=doc.body, title=fields.pop("title", None) or doc.title or name,
+                metadata=metadata, sections=doc.sections, **fields)
+
+
+def _format(rel: str) -> str | None:
+    from cairn.ctx.extract import format_of
+
+    return format_of(rel)
 
 
 def decode(data: bytes) -> str | None:

@@ -1,9 +1,11 @@
 """The filesystem connector: files under ``root`` matching include/exclude globs.
 
 Policy: ``.git`` directories are never entered; symlinks (files and directories) are skipped
-unless ``follow_symlinks = true`` (then directory loops are cut); files over ``max_file_bytes``
-and binary files are skipped. The fingerprint is size + mtime (ns), so an unchanged file costs one
-stat per sync.
+unless ``follow_symlinks = true`` (then directory loops are cut); binary files are skipped, and
+files over their cap (``max_document_bytes`` for PDF and Office files, ``max_file_bytes`` for the
+rest) are skipped with a warning before a byte is read. Documents are extracted
+(:func:`cairn.ctx.connectors.file_item`). The fingerprint is size + mtime (ns), so an unchanged
+file costs one stat per sync.
 """
 
 from __future__ import annotations
@@ -13,19 +15,19 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from cairn.core.errors import NotFound
-from cairn.ctx.chunk import title_of
 from cairn.ctx.config import ConnectorConfig
-from cairn.ctx.connectors import Entry, Item, Matcher, decode, register
+from cairn.ctx.connectors import Entry, Item, Matcher, Skips, file_cap, file_item, register, too_big
 
 
-class FilesystemConnector:
+class FilesystemConnector(Skips):
     def __init__(self, config: ConnectorConfig) -> None:
+        super().__init__()
         self.config = config
         self.root = Path(config.options["root"])
         self.matcher = Matcher(config.options["include_globs"], config.options["exclude_globs"])
         self.follow = bool(config.options["follow_symlinks"])
         self.max_bytes = int(config.options["max_file_bytes"])
-        self.skipped = 0
+        self.max_doc_bytes = int(config.options.get("max_document_bytes", self.max_bytes))
 
     def scan(self) -> Iterator[Entry]:
         if not self.root.is_dir():
@@ -33,7 +35,7 @@ class FilesystemConnector:
                 f"{self.config.source}: root {self.root} is not a directory. "
                 f"Fix [connectors.filesystem.{self.config.name}] root in the config."
             )
-        self.skipped = 0
+        self.reset()
         seen_dirs = {os.path.realpath(self.root)}
         yield from self._walk(str(self.root), "", seen_dirs)
 
@@ -67,25 +69,21 @@ class FilesystemConnector:
             except OSError:
                 self.skipped += 1
                 continue
-            if st.st_size > self.max_bytes:
-                self.skipped += 1
+            cap = file_cap(child, self.max_bytes, self.max_doc_bytes)
+            if too_big(self, child, st.st_size, cap):
                 continue
-            yield Entry(child, f"{st.st_size}:{st.st_mtime_ns}", self._loader(entry.path, child, int(st.st_mtime)))
+            yield Entry(child, f"{st.st_size}:{st.st_mtime_ns}", self._loader(entry.path, child, int(st.st_mtime), cap))
 
-    def _loader(self, path: str, rel: str, mtime: int) -> Callable[[], Item | None]:
+    def _loader(self, path: str, rel: str, mtime: int, cap: tuple[int, str]) -> Callable[[], Item | None]:
         def load() -> Item | None:
             try:
                 with open(path, "rb") as f:
-                    data = f.read(self.max_bytes + 1)
+                    data = f.read(cap[0] + 1)  # the file may have grown since the scan
             except OSError:
                 return None
-            if len(data) > self.max_bytes:
+            if too_big(self, rel, len(data), cap):
                 return None
-            body = decode(data)
-            if body is None:
-                self.skipped += 1
-                return None
-            return Item(source_id=rel, body=body, title=title_of(body, os.path.basename(rel)), updated_at=mtime)
+            return file_item(data, rel, self, updated_at=mtime)
 
         return load
 

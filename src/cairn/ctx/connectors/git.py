@@ -18,9 +18,8 @@ from pathlib import Path
 from cairn.core.errors import NetworkError, StorageError
 from cairn.core.paths import cache_dir
 from cairn.core.sanitize import scrub
-from cairn.ctx.chunk import title_of
 from cairn.ctx.config import ConnectorConfig
-from cairn.ctx.connectors import Entry, Item, Matcher, decode, register
+from cairn.ctx.connectors import Entry, Item, Matcher, Skips, file_cap, file_item, register, too_big
 
 GIT_TIMEOUT = 600.0
 
@@ -41,8 +40,9 @@ def web_url(url: str, branch: str, path: str) -> str | None:
     return f"{scheme}://{host_path}/blob/{branch}/{path}"
 
 
-class GitConnector:
+class GitConnector(Skips):
     def __init__(self, config: ConnectorConfig) -> None:
+        super().__init__()
         self.config = config
         o = config.options
         self.url: str = o["url"]
@@ -50,11 +50,11 @@ class GitConnector:
         self.root = o["root"].strip("/") if o["root"] not in (".", "./", "") else ""
         self.shallow: bool = o["shallow"]
         self.max_bytes = int(o["max_file_bytes"])
+        self.max_doc_bytes = int(o.get("max_document_bytes", self.max_bytes))
         self.matcher = Matcher(o["include_globs"], o["exclude_globs"])
         digest = hashlib.sha256(self.url.encode("utf-8")).hexdigest()[:12]
         base = Path(o["cache_dir"]) if o.get("cache_dir") else cache_dir("ctx", "CTX_CACHE_DIR") / "git"
         self.checkout = base / f"{config.name}-{digest}"
-        self.skipped = 0
 
     # ---- git plumbing ------------------------------------------------------------------------
 
@@ -120,7 +120,7 @@ class GitConnector:
     # ---- scanning ----------------------------------------------------------------------------
 
     def scan(self) -> Iterator[Entry]:
-        self.skipped = 0
+        self.reset()
         self.update()
         listing = self._git("ls-tree", "-r", "-l", "-z", "HEAD", "--", *( [self.root + "/"] if self.root else []), cwd=self.checkout)
         prefix = self.root + "/" if self.root else ""
@@ -144,26 +144,26 @@ class GitConnector:
             rel = path[len(prefix) :]
             if not self.matcher(rel):
                 continue
-            if size.isdigit() and int(size) > self.max_bytes:
-                self.skipped += 1
+            cap = file_cap(rel, self.max_bytes, self.max_doc_bytes)
+            if size.isdigit() and too_big(self, rel, int(size), cap):
                 continue
-            yield Entry(rel, blob, self._loader(path, rel, commit_info))
+            yield Entry(rel, blob, self._loader(path, rel, commit_info, cap))
 
-    def _loader(self, path: str, rel: str, commit_info: Callable[[str], tuple[int, str]]) -> Callable[[], Item | None]:
+    def _loader(self, path: str, rel: str, commit_info: Callable[[str], tuple[int, str]],
+                cap: tuple[int, str]) -> Callable[[], Item | None]:
         def load() -> Item | None:
             try:
-                data = (self.checkout / path).read_bytes()
+                with open(self.checkout / path, "rb") as f:
+                    data = f.read(cap[0] + 1)
             except OSError:
                 return None
-            body = decode(data)
-            if body is None:
-                self.skipped += 1
+            if too_big(self, rel, len(data), cap):
                 return None
             ts, author = commit_info(path)
-            return Item(
-                source_id=rel,
-                body=body,
-                title=title_of(body, os.path.basename(rel)),
+            return file_item(
+                data,
+                rel,
+                self,
                 author=author or None,
                 updated_at=ts or None,
                 source_url=web_url(self.url, self.branch, path),

@@ -3,6 +3,11 @@
 The script runs once per sync in the sandbox (``cairn.ctx.lua``), with the connector's extra config
 keys as ``config``. Each item's fingerprint is a hash of everything it returned, so an unchanged item
 costs nothing on the next sync and an item no longer returned is deleted like a removed file.
+
+An item may name a document ``format`` (``pdf``, ``docx``, ``pptx``, ``xlsx``, ``html``, or a MIME
+type) and carry its bytes as ``body_base64`` (``http.get(url, {binary = true})`` gives them) or, for
+HTML, its text as ``body``: it is extracted like a file of that format when it is loaded, and one that
+gives no text is skipped with a warning, like a file.
 """
 
 from __future__ import annotations
@@ -14,19 +19,20 @@ from typing import Any
 
 from cairn.core.errors import ExtensionError
 from cairn.ctx.config import ConnectorConfig
-from cairn.ctx.connectors import Entry, Item, register
+from cairn.ctx.connectors import Entry, Item, Skips, file_item, register
 
-ITEM_KEYS = ("source_id", "body", "title", "author", "source_url", "updated_at", "metadata")
+ITEM_KEYS = ("source_id", "body", "body_base64", "title", "author", "source_url", "updated_at", "metadata", "format")
 
 
-class ScriptConnector:
+class ScriptConnector(Skips):
     def __init__(self, config: ConnectorConfig) -> None:
+        super().__init__()
         self.config = config
-        self.skipped = 0
 
     def scan(self) -> Iterator[Entry]:
         from cairn.ctx.scripts import run_connector
 
+        self.reset()
         opts = self.config.options
         extra = {k: v for k, v in opts.items() if k not in ("path", "timeout")}
         raw = run_connector(self.config.name, opts["path"], float(opts["timeout"]), extra)
@@ -38,12 +44,33 @@ class ScriptConnector:
                 raise ExtensionError(f"{self.config.source}: item {i}: source_id {item.source_id!r} was returned twice.")
             seen.add(item.source_id)
             fingerprint = hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode("utf-8")).hexdigest()
-            entries.append(Entry(item.source_id, fingerprint, _loader(item)))
+            entries.append(Entry(item.source_id, fingerprint, self._loader(item, value)))
         return iter(entries)
 
+    def _loader(self, item: Item, value: dict[str, Any]) -> Callable[[], Item | None]:
+        fmt = _format(value)
+        if fmt is None and value.get("body_base64") is None:
+            return lambda: item
 
-def _loader(item: Item) -> Callable[[], Item | None]:
-    return lambda: item
+        def load() -> Item | None:
+            data = _bytes(value) if value.get("body_base64") is not None else item.body.encode("utf-8")
+            return file_item(data, item.source_id, self, fmt, title=item.title, author=item.author,
+                             source_url=item.source_url, updated_at=item.updated_at, metadata=item.metadata)
+
+        return load
+
+
+def _format(value: dict[str, Any]) -> str | None:
+    """The item's document format (checked by :func:`to_item`); without one, body_base64 goes by the id's suffix."""
+    from cairn.ctx.extract import normalize_format
+
+    return normalize_format(value.get("format") or "")
+
+
+def _bytes(value: dict[str, Any]) -> bytes:
+    import base64
+
+    return base64.b64decode(value["body_base64"])
 
 
 def to_item(value: Any, index: int, source: str) -> Item:
@@ -60,6 +87,31 @@ def to_item(value: Any, index: int, source: str) -> Item:
     if not isinstance(sid, str) or not sid:
         raise ExtensionError(f"{where}: source_id must be a non-empty string.")
     body = value.get("body")
+    fmt = value.get("format")
+    if fmt is not None:
+        from cairn.ctx.extract import normalize_format
+
+        try:
+            if not isinstance(fmt, str):
+                raise ValueError(fmt)
+            normalize_format(fmt)
+        except ValueError:
+            raise ExtensionError(f"{where} ({sid}): format {fmt!r} is not one of pdf, docx, pptx, xlsx, html, "
+                                 "markdown, text (or their MIME types).") from None
+    raw = value.get("body_base64")
+    if raw is not None:
+        import base64
+        import binascii
+
+        if body is not None:
+            raise ExtensionError(f"{where} ({sid}): give body or body_base64, not both.")
+        if not isinstance(raw, str):
+            raise ExtensionError(f"{where} ({sid}): body_base64 must be a string.")
+        try:
+            base64.b64decode(raw, validate=True)
+        except (binascii.Error, ValueError):
+            raise ExtensionError(f"{where} ({sid}): body_base64 is not valid base64.") from None
+        body = ""
     if not isinstance(body, str):
         raise ExtensionError(f"{where} ({sid}): body must be a string.")
     for key in ("title", "author", "source_url"):

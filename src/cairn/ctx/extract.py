@@ -1,0 +1,755 @@
+"""Text out of documents: PDF, DOCX, PPTX, XLSX and HTML, with their structure as Markdown headings.
+
+Each format becomes Markdown-ish text the chunker already understands:
+
+* **PDF** (pypdfium2): one ``# Page N`` section per page (N counts from 1, as a viewer's "go to page").
+* **DOCX** (standard library: ``zipfile`` + ``ElementTree``): the document's headings (``Heading 1``..
+  ``Heading 9``, ``Title``, outline levels) as ``#``..``######``, paragraphs, list items as ``- ``,
+  table rows as ``a | b | c``.
+* **PPTX** (standard library): one ``# Slide N: title`` section per slide, then its text frames and
+  tables in order, then the speaker notes.
+* **XLSX** (python-calamine): one ``# Sheet: name`` section per sheet; rows as ``a | b | c`` in groups,
+  each group starting with the sheet's header row, so every chunk carries the column names.
+* **HTML** (standard library ``html.parser``): ``<h1>``..``<h6>`` as headings, block elements as
+  paragraphs, ``<pre>`` as fenced code, ``<script>``/``<style>`` dropped.
+
+PDF pages, slides and sheets are *sections* (:attr:`Extracted.sections` = 1): the chunker never lets
+two share a chunk, so a chunk's heading path ("Page 12") is a citation. Extracted lines that would
+read as Markdown structure (a PDF line starting with ``#`` or a fence) are escaped with a backslash.
+
+A file that cannot give text raises :class:`Skipped` with the reason (encrypted, corrupt, empty,
+image-only, a zip that would expand past :data:`MAX_UNPACKED`); nothing here raises anything else.
+:class:`Reader` reads the binary formats in a worker process, so a native parser (PDFium,
+calamine) that crashes or never returns costs that one file, not the sync.
+Extraction stops (keeping what it has, with a warning) after :data:`MAX_TEXT` characters or
+:data:`MAX_SECONDS` seconds. The parsing libraries are imported inside the functions that use them,
+so importing this module costs only the standard library.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+MAX_TEXT = 16_000_000  # characters of text kept from one document
+MAX_SECONDS = 60.0  # extraction time for one document, checked between pages, slides, sheets and rows
+KILL_AFTER = 30.0  # a worker still busy MAX_SECONDS + KILL_AFTER after it started is killed
+MAX_UNPACKED = 512 << 20  # bytes a DOCX/PPTX/XLSX zip may expand to (a zip bomb is refused, not read)
+ROW_GROUP = 20  # XLSX rows per paragraph (each paragraph starts with the header row)
+
+# File name suffix -> format. Everything else is read as text (Markdown or plain).
+FORMATS = {
+    ".pdf": "pdf",
+    ".docx": "docx", ".docm": "docx",
+    ".pptx": "pptx", ".pptm": "pptx",
+    ".xlsx": "xlsx", ".xlsm": "xlsx",
+    ".html": "html", ".htm": "html", ".xhtml": "html",
+}
+BINARY_FORMATS = ("pdf", "docx", "pptx", "xlsx")  # capped by max_document_bytes, not max_file_bytes
+_OLE = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"  # a compound file: a password-protected OOXML file (or .doc/.xls)
+
+
+class Skipped(Exception):
+    """The document gives no text; ``reason`` says why, for the sync report."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass
+class Extracted:
+    body: str
+    title: str | None = None
+    sections: int = 0  # headings at this level or above always start a chunk (0: Markdown rules)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    warning: str | None = None  # kept, but incomplete (time or text cap)
+
+
+def format_of(name: str) -> str | None:
+    """The document format for a file name, or None for text (Markdown, plain text, code)."""
+    dot = name.rfind(".")
+    return FORMATS.get(name[dot:].lower()) if dot >= 0 else None
+
+
+def normalize_format(value: str) -> str | None:
+    """A Lua connector's ``format``: ``pdf``, ``.pdf``, ``application/pdf``, ``text/html``... -> format name.
+
+    ``markdown``/``text`` (and ``text/plain``, ``text/markdown``) are None: the body is used as is.
+    Raises ValueError for anything else.
+    """
+    v = value.strip().lower()
+    mime = {
+        "application/pdf": "pdf", "text/html": "html", "application/xhtml+xml": "html",
+        "application/vnd.openxmlformats-officedocument.wordprocessingml.document": "docx",
+        "application/vnd.openxmlformats-officedocument.presentationml.presentation": "pptx",
+        "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet": "xlsx",
+    }
+    if v in ("", "markdown", "md", "text", "txt", "plain", "text/plain", "text/markdown"):
+        return None
+    if v in mime:
+        return mime[v]
+    found = FORMATS.get(v if v.startswith(".") else "." + v)
+    if found is None:
+        raise ValueError(value)
+    return found
+
+
+class Reader:
+    """Reads PDF and Office files in a worker process (forked on first use, reused, restarted as needed).
+
+    HTML and text are read in process. A worker that dies while reading (a segfault in a native
+    parser, the OOM killer) or is still busy :data:`KILL_AFTER` seconds past :data:`MAX_SECONDS`
+    is killed and the file is :class:`Skipped` with that reason; the next file gets a fresh worker.
+    An idle worker exits by itself after :data:`IDLE_SECONDS`, or when its parent is gone. Where
+    ``fork`` is unavailable everything is read in process.
+    """
+
+    def __init__(self) -> None:
+        self._proc: Any = None
+        self._conn: Any = None
+
+    def extract(self, data: bytes, name: str, fmt: str) -> Extracted:
+        import multiprocessing
+
+        if fmt not in BINARY_FORMATS or "fork" not in multiprocessing.get_all_start_methods():
+            return extract(data, name, fmt)
+        if self._proc is None or not self._proc.is_alive():
+            self._start()
+        try:
+            self._conn.send((data, name, fmt))
+            answered = self._conn.poll(MAX_SECONDS + KILL_AFTER)
+        except (OSError, EOFError):
+            answered = True  # the worker went away: recv below says so
+        if not answered:
+            self.stop()
+            raise Skipped(f"extraction did not finish within {MAX_SECONDS + KILL_AFTER:.0f} s; its worker was killed")
+        try:
+            kind, value = self._conn.recv()
+        except (OSError, EOFError):
+            proc = self._proc
+            proc.join(2)
+            code = proc.exitcode
+            self.stop()
+            how = f"signal {-code}" if code is not None and code < 0 else f"exit status {code}"
+            raise Skipped(f"the {fmt.upper()} reader crashed on this file ({how})") from None
+        if kind == "skip":
+            raise Skipped(str(value))
+        return Extracted(**value)
+
+    def _start(self) -> None:
+        import multiprocessing
+        import os
+
+        self.stop()
+        context = multiprocessing.get_context("fork")
+        ours, theirs = context.Pipe()
+        self._proc = context.Process(target=_serve, args=(theirs, os.getpid()), daemon=True, name="ctx-extract")
+        self._proc.start()
+        theirs.close()
+        self._conn = ours
+
+    def stop(self) -> None:
+        """Kill the worker (if any); the next :meth:`extract` starts another."""
+        if self._proc is not None:
+            if self._proc.is_alive():
+                self._proc.kill()
+            self._proc.join(5)
+            self._proc = None
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+IDLE_SECONDS = 30.0
+
+
+def _serve(conn: Any, parent: int) -> None:
+    """The worker's loop: (bytes, name, format) in, ("ok", fields) or ("skip", reason) out."""
+    import os
+
+    idle = 0.0
+    while idle < IDLE_SECONDS:
+        if not conn.poll(1.0):
+            idle += 1.0
+            if os.getppid() != parent:
+                return
+            continue
+        idle = 0.0
+        try:
+            data, name, fmt = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            out = extract(data, name, fmt)
+            message: tuple[str, Any] = ("ok", {"body": out.body, "title": out.title, "sections": out.sections,
+                                               "metadata": out.metadata, "warning": out.warning})
+        except Skipped as exc:
+            message = ("skip", exc.reason)
+        except BaseException as exc:  # MemoryError and the like
+            message = ("skip", f"could not be read ({type(exc).__name__})")
+        del data
+        conn.send(message)
+
+
+def extract(data: bytes, name: str, fmt: str) -> Extracted:
+    """The text of ``data`` (a ``fmt`` file called ``name``); :class:`Skipped` when there is none."""
+    if not data or data.isspace():
+        raise Skipped("empty file")
+    if data.startswith(b"version https://git-lfs"):
+        raise Skipped("a Git LFS pointer: the file itself is not in the checkout (git lfs pull)")
+    deadline = time.monotonic() + MAX_SECONDS
+    try:
+        if fmt == "pdf":
+            out = _pdf(data, deadline)
+        elif fmt == "html":
+            out = _html(data)
+        else:
+            if data.startswith(_OLE):
+                raise Skipped(f"encrypted (a password-protected {fmt.upper()}) or an old binary Office file")
+            _check_zip(data, fmt)
+            out = {"docx": _docx, "pptx": _pptx, "xlsx": _xlsx}[fmt](data, deadline)
+    except Skipped:
+        raise
+    except Exception as exc:  # a parser's own error on a damaged file: skip the file, never the sync
+        detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        raise Skipped(f"corrupt or not a {fmt.upper()} file ({detail})") from None
+    if not out.body.strip():
+        raise Skipped("no text" + (" (image-only or scanned PDF; ctx does no OCR)" if fmt == "pdf" else ""))
+    if len(out.body) > MAX_TEXT:
+        out.body = out.body[:MAX_TEXT]
+        out.warning = out.warning or f"text cut at {MAX_TEXT:,} characters"
+    out.metadata["format"] = fmt
+    return out
+
+
+# ---- helpers ---------------------------------------------------------------------------------
+
+_MD_LIKE = re.compile(r"^( {0,3})(#{1,6}(?=\s|$)|`{3}|~{3})")
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffe\uffff]")
+
+
+def _line(text: str) -> str:
+    """One extracted line as literal text: a leading ``#`` or fence is escaped, controls dropped."""
+    text = _CONTROL.sub("", text)
+    return _MD_LIKE.sub(lambda m: m.group(1) + "\\" + m.group(2), text)
+
+
+def _lines(text: str) -> str:
+    return "\n".join(_line(x).rstrip() for x in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"))
+
+
+def _heading(level: int, text: str) -> str:
+    return "#" * max(1, min(level, 6)) + " " + " ".join(_CONTROL.sub("", text).split())
+
+
+class _Clock:
+    def __init__(self, deadline: float, unit: str, total: int | None = None) -> None:
+        self.deadline, self.unit, self.total = deadline, unit, total
+        self.warning: str | None = None
+        self.chars = 0
+
+    def stop(self, done: int, added: int = 0) -> bool:
+        """True (with a warning) when time or the text cap is up, after ``done`` units."""
+        self.chars += added
+        if self.chars > MAX_TEXT:
+            self.warning = f"text cut at {MAX_TEXT:,} characters ({self.unit} {done})"
+            return True
+        if time.monotonic() > self.deadline:
+            of = f" of {self.total}" if self.total else ""
+            self.warning = f"extraction stopped after {MAX_SECONDS:.0f} s at {self.unit} {done}{of}"
+            return True
+        return False
+
+
+def _check_zip(data: bytes, fmt: str) -> None:
+    import io
+    import zipfile
+
+    try:
+        zf = zipfile.ZipFile(io.BytesIO(data))
+    except zipfile.BadZipFile:
+        raise Skipped(f"corrupt or not a {fmt.upper()} file (not a zip archive)") from None
+    unpacked = sum(i.file_size for i in zf.infolist())
+    if unpacked > MAX_UNPACKED:
+        raise Skipped(f"expands to {unpacked / (1 << 20):,.0f} MiB (over {MAX_UNPACKED >> 20} MiB; a zip bomb?)")
+
+
+# ---- PDF -------------------------------------------------------------------------------------
+
+
+def _pdf(data: bytes, deadline: float) -> Extracted:
+    import pypdfium2 as pdfium  # lazily: ~0.1-0.5 s to import
+
+    if b"%PDF-" not in data[:1024]:  # readers accept the header anywhere in the first 1 KiB
+        raise Skipped("corrupt or not a PDF file (no %PDF header)")
+    try:
+        doc = pdfium.PdfDocument(data)
+    except pdfium.PdfiumError as exc:
+        if "password" in str(exc).lower():
+            raise Skipped("encrypted (needs a password)") from None
+        raise Skipped(f"corrupt or not a PDF file ({exc})") from None
+    try:
+        n = len(doc)
+        if n == 0:
+            raise Skipped("empty PDF (no pages)")
+        clock = _Clock(deadline, "page", n)
+        parts: list[str] = []
+        for i in range(n):
+            page = doc[i]
+            try:
+                textpage = page.get_textpage()
+                try:
+                    text = textpage.get_text_range()
+                finally:
+                    textpage.close()
+            finally:
+                page.close()
+            text = _lines(text).strip()
+            if text:
+                parts.append(f"{_heading(1, f'Page {i + 1}')}\n\n{text}")
+            if clock.stop(i + 1, len(text)):
+                break
+        meta = doc.get_metadata_dict(skip_empty=True)
+    finally:
+        doc.close()
+    title = " ".join(str(meta.get("Title", "")).split()) or None
+    extra: dict[str, Any] = {"pages": n}
+    if meta.get("Author"):
+        extra["author"] = " ".join(str(meta["Author"]).split())
+    return Extracted("\n\n".join(parts), title, sections=1, metadata=extra, warning=clock.warning)
+
+
+# ---- DOCX ------------------------------------------------------------------------------------
+
+_W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
+_MC_FALLBACK = "{http://schemas.openxmlformats.org/markup-compatibility/2006}Fallback"
+_DC_TITLE = "{http://purl.org/dc/elements/1.1/}title"
+_HEADING_NAME = re.compile(r"^heading\s*([1-9])$")
+
+
+def _xml(zf: Any, name: str) -> Any:
+    import xml.etree.ElementTree as ET  # expat >= 2.4 refuses entity-expansion bombs; no external entities
+
+    try:
+        return ET.fromstring(zf.read(name))
+    except KeyError:
+        return None
+
+
+def _core_title(zf: Any) -> str | None:
+    core = _xml(zf, "docProps/core.xml")
+    node = core.find(_DC_TITLE) if core is not None else None
+    return " ".join((node.text or "").split()) or None if node is not None else None
+
+
+def _docx_styles(zf: Any) -> dict[str, int]:
+    """styleId -> heading level (1-9; Title counts as 1) for heading styles, 0 for list styles."""
+    root = _xml(zf, "word/styles.xml")
+    if root is None:
+        return {}
+    own: dict[str, int] = {}
+    based: dict[str, str] = {}
+    for style in root.iter(_W + "style"):
+        sid = style.get(_W + "styleId") or ""
+        name_el = style.find(_W + "name")
+        name = (name_el.get(_W + "val") or "").lower() if name_el is not None else ""
+        m = _HEADING_NAME.match(name)
+        lvl_el = style.find(f"{_W}pPr/{_W}outlineLvl")
+        if m:
+            own[sid] = int(m.group(1))
+        elif name == "title":
+            own[sid] = 1
+        elif lvl_el is not None and (lvl_el.get(_W + "val") or "").isdigit() and int(lvl_el.get(_W + "val") or 9) < 9:
+            own[sid] = int(lvl_el.get(_W + "val") or 0) + 1
+        elif style.find(f"{_W}pPr/{_W}numPr") is not None:
+            own[sid] = 0  # a list style ("List Bullet")
+        parent = style.find(_W + "basedOn")
+        if parent is not None:
+            based[sid] = parent.get(_W + "val") or ""
+    levels = dict(own)
+    for sid in based:  # a style based on a heading style is a heading of that level
+        cur, hops = sid, 0
+        while cur not in own and cur in based and hops < 10:
+            cur, hops = based[cur], hops + 1
+        if cur in own:
+            levels[sid] = own[cur]
+    return levels
+
+
+_BUILTIN_STYLES = {"Title": 1, "Normal": -1, "ListParagraph": -1, "ListBullet": 0, "ListNumber": 0,
+                   **{f"Heading{n}": n for n in range(1, 10)}, **{f"ListBullet{n}": 0 for n in range(2, 6)},
+                   **{f"ListNumber{n}": 0 for n in range(2, 6)}}
+
+
+def _run_text(p: Any) -> str:
+    out: list[str] = []
+
+    def walk(el: Any) -> None:
+        for child in el:
+            tag = child.tag
+            if tag == _MC_FALLBACK:  # the old-format copy of a text box: already read in mc:Choice
+                continue
+            if tag == _W + "t":
+                out.append(child.text or "")
+            elif tag == _W + "tab":
+                out.append("\t")
+            elif tag in (_W + "br", _W + "cr"):
+                out.append("\n")
+            elif tag == _W + "p":  # a paragraph nested in a text box
+                out.append("\n")
+                walk(child)
+            else:
+                walk(child)
+
+    walk(p)
+    return "".join(out)
+
+
+def _docx(data: bytes, deadline: float) -> Extracted:
+    import io
+    import zipfile
+
+    zf = zipfile.ZipFile(io.BytesIO(data))
+    root = _xml(zf, "word/document.xml")
+    if root is None:
+        raise Skipped("corrupt or not a DOCX file (no word/document.xml)")
+    used = {el.get(_W + "val") or "" for el in root.iter(_W + "pStyle")}
+    # Word's own style ids need no styles.xml (often hundreds of KB); any other id (a localised
+    # "berschrift1", a custom style based on a heading) is looked up there.
+    levels = _BUILTIN_STYLES if used <= _BUILTIN_STYLES.keys() else _docx_styles(zf)
+    body = root.find(_W + "body")
+    clock = _Clock(deadline, "paragraph")
+    parts: list[str] = []
+    first_heading: str | None = None
+    count = 0
+
+    def paragraph(p: Any) -> None:
+        nonlocal first_heading
+        text = _run_text(p).strip()
+        if not text:
+            return
+        ppr = p.find(_W + "pPr")
+        level = 0
+        listed = False
+        if ppr is not None:
+            style = ppr.find(_W + "pStyle")
+            if style is not None:
+                level = levels.get(style.get(_W + "val") or "", -1)
+                listed = level == 0
+                level = max(level, 0)
+            outline = ppr.find(_W + "outlineLvl")
+            if outline is not None and (outline.get(_W + "val") or "").isdigit() and int(outline.get(_W + "val") or 9) < 9:
+                level = int(outline.get(_W + "val") or 0) + 1
+        if level:
+            parts.append(_heading(level, text))
+            if first_heading is None:
+                first_heading = " ".join(text.split())
+        elif listed or (ppr is not None and ppr.find(_W + "numPr") is not None):
+            parts.append("- " + _lines(text))
+        else:
+            parts.append(_lines(text))
+
+    def table(tbl: Any) -> None:
+        rows = []
+        for tr in tbl.iter(_W + "tr"):
+            cells = [" ".join(_run_text(tc).split()) for tc in tr.findall(_W + "tc")]
+            if any(cells):
+                rows.append(_line(" | ".join(cells)))
+        if rows:
+            parts.append("\n".join(rows))
+
+    def walk(container: Any) -> bool:
+        nonlocal count
+        for el in container:
+            if el.tag == _W + "p":
+                paragraph(el)
+            elif el.tag == _W + "tbl":
+                table(el)
+            elif el.tag in (_W + "sdt", _W + "sdtContent", _W + "customXml"):
+                if not walk(el):
+                    return False
+            count += 1
+            if count % 200 == 0 and clock.stop(count, sum(len(x) for x in parts[-200:])):
+                return False
+        return True
+
+    if body is not None:
+        walk(body)
+    return Extracted("\n\n".join(parts), _core_title(zf) or first_heading, warning=clock.warning)
+
+
+# ---- PPTX ------------------------------------------------------------------------------------
+
+_A = "{http://schemas.openxmlformats.org/drawingml/2006/main}"
+_P = "{http://schemas.openxmlformats.org/presentationml/2006/main}"
+_R_ID = "{http://schemas.openxmlformats.org/officeDocument/2006/relationships}id"
+_REL = "{http://schemas.openxmlformats.org/package/2006/relationships}Relationship"
+
+
+def _rels(zf: Any, part: str) -> dict[str, tuple[str, str]]:
+    """rId -> (type suffix, absolute part name) for ``part``'s relationships."""
+    import posixpath
+
+    folder, base = posixpath.split(part)
+    root = _xml(zf, f"{folder}/_rels/{base}.rels")
+    out: dict[str, tuple[str, str]] = {}
+    if root is None:
+        return out
+    for rel in root.iter(_REL):
+        target = rel.get("Target") or ""
+        if rel.get("TargetMode") == "External":
+            continue
+        path = target.lstrip("/") if target.startswith("/") else posixpath.normpath(posixpath.join(folder, target))
+        out[rel.get("Id") or ""] = ((rel.get("Type") or "").rsplit("/", 1)[-1], path)
+    return out
+
+
+def _shape_texts(tree: Any, skip_types: tuple[str, ...]) -> tuple[str | None, list[str]]:
+    """(title, other texts) of a slide's shape tree, in document order."""
+    title: str | None = None
+    texts: list[str] = []
+    for el in tree.iter():
+        if el.tag == _P + "sp":
+            ph = el.find(f"{_P}nvSpPr/{_P}nvPr/{_P}ph")
+            kind = ph.get("type", "body") if ph is not None else ""
+            body = el.find(_P + "txBody")
+            if body is None or kind in skip_types:
+                continue
+            paras = ["".join(("\n" if r.tag == _A + "br" else (r.text or "")) for r in p.iter()
+                             if r.tag in (_A + "t", _A + "br")) for p in body.iter(_A + "p")]
+            text = "\n".join(x for x in paras if x.strip())
+            if not text.strip():
+                continue
+            if kind in ("title", "ctrTitle") and title is None:
+                title = " ".join(text.split())
+            else:
+                texts.append(_lines(text))
+        elif el.tag == _A + "tbl":
+            rows = []
+            for tr in el.iter(_A + "tr"):
+                cells = [" ".join("".join(t.text or "" for t in tc.iter(_A + "t")).split()) for tc in tr.findall(_A + "tc")]
+                if any(cells):
+                    rows.append(_line(" | ".join(cells)))
+            if rows:
+                texts.append("\n".join(rows))
+    return title, texts
+
+
+def _pptx(data: bytes, deadline: float) -> Extracted:
+    import io
+    import zipfile
+
+    zf = zipfile.ZipFile(io.BytesIO(data))
+    pres = _xml(zf, "ppt/presentation.xml")
+    if pres is None:
+        raise Skipped("corrupt or not a PPTX file (no ppt/presentation.xml)")
+    rels = _rels(zf, "ppt/presentation.xml")
+    slides = [rels[s.get(_R_ID) or ""][1] for s in pres.iter(_P + "sldId") if (s.get(_R_ID) or "") in rels]
+    clock = _Clock(deadline, "slide", len(slides))
+    parts: list[str] = []
+    deck_title: str | None = None
+    for number, part in enumerate(slides, 1):
+        root = _xml(zf, part)
+        if root is None:
+            continue
+        title, texts = _shape_texts(root, ("sldNum", "dt", "ftr", "hdr"))
+        for kind, target in _rels(zf, part).values():
+            if kind == "notesSlide":
+                notes = _xml(zf, target)
+                if notes is not None:
+                    _, note_texts = _shape_texts(notes, ("sldImg", "sldNum", "dt", "ftr", "hdr", "title"))
+                    if note_texts:
+                        texts.append("Notes: " + "\n".join(note_texts))
+        if deck_title is None and title:
+            deck_title = title
+        heading = _heading(1, f"Slide {number}: {title}" if title else f"Slide {number}")
+        if title or texts:
+            parts.append("\n\n".join([heading, *texts]))
+        if clock.stop(number, sum(map(len, texts))):
+            break
+    return Extracted("\n\n".join(parts), _core_title(zf) or deck_title, sections=1,
+                     metadata={"slides": len(slides)}, warning=clock.warning)
+
+
+# ---- XLSX ------------------------------------------------------------------------------------
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    if hasattr(value, "isoformat"):
+        return str(value.isoformat())
+    return " ".join(str(value).split())
+
+
+def _xlsx(data: bytes, deadline: float) -> Extracted:
+    import io
+
+    from python_calamine import CalamineWorkbook  # lazily (a Rust extension)
+
+    wb = CalamineWorkbook.from_filelike(io.BytesIO(data))
+    names = list(wb.sheet_names)
+    clock = _Clock(deadline, "row")
+    parts: list[str] = []
+    rows_seen = 0
+    stopped = False
+    for name in names:
+        header: str | None = None
+        section = [_heading(1, f"Sheet: {name}")]
+        group: list[str] = []
+        try:
+            rows = wb.get_sheet_by_name(name).iter_rows()
+        except Exception:  # a chart sheet or a sheet calamine cannot read: the others still count
+            continue
+        for row in rows:
+            cells = [_cell(v) for v in row]
+            while cells and not cells[-1]:
+                cells.pop()
+            if not cells:
+                continue
+            line = _line(" | ".join(cells))
+            rows_seen += 1
+            if header is None:
+                header = line
+                continue
+            group.append(line)
+            if len(group) >= ROW_GROUP:
+                section.append("\n".join([header, *group]))
+                group = []
+            if rows_seen % 1000 == 0 and clock.stop(rows_seen, sum(map(len, section[-60:]))):
+                stopped = True
+                break
+        if header is not None:
+            section.append("\n".join([header, *group]))
+            parts.append("\n\n".join(section))
+        if stopped:
+            break
+    return Extracted("\n\n".join(parts), None, sections=1, metadata={"sheets": len(names)}, warning=clock.warning)
+
+
+# ---- HTML ------------------------------------------------------------------------------------
+
+_BLOCKS = frozenset(
+    "address article aside blockquote body caption dd details dialog div dl dt fieldset figcaption figure footer form "
+    "header hr main nav ol p section summary table ul".split()
+)
+_DROP = frozenset("script style noscript template svg math head iframe object canvas".split())
+
+
+_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.IGNORECASE)
+
+
+def _charset(data: bytes) -> str:
+    """UTF-8 (also with a BOM) unless the page declares another charset in a ``<meta>`` near its top."""
+    import codecs
+
+    if data.startswith(b"\xef\xbb\xbf"):
+        return "utf-8-sig"
+    m = _CHARSET.search(data[:4096])
+    if m:
+        try:
+            return codecs.lookup(m.group(1).decode("ascii")).name
+        except LookupError:
+            pass
+    return "utf-8"
+
+
+def _html(data: bytes) -> Extracted:
+    from html.parser import HTMLParser
+
+    text = data.decode(_charset(data), errors="replace")
+
+    class Parser(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__(convert_charrefs=True)
+            self.blocks: list[str] = []
+            self.buf: list[str] = []
+            self.drop = 0
+            self.pre = 0
+            self.heading = 0
+            self.title: list[str] = []
+            self.in_title = False
+            self.first_h1: str | None = None
+
+        def flush(self) -> None:
+            raw = "".join(self.buf)
+            self.buf = []
+            if self.heading:
+                line = " ".join(raw.split())
+                if line:
+                    self.blocks.append(_heading(self.heading, line))
+                    if self.heading == 1 and self.first_h1 is None:
+                        self.first_h1 = line
+                return
+            lines = [" ".join(x.split()) for x in raw.split("\n")]
+            para = "\n".join(_line(x) for x in lines if x)
+            if para:
+                self.blocks.append(para)
+
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            if tag == "title":
+                self.in_title = True
+            if tag in _DROP:
+                self.drop += 1
+                return
+            if self.drop:
+                return
+            if tag in ("h1", "h2", "h3", "h4", "h5", "h6"):
+                self.flush()
+                self.heading = int(tag[1])
+            elif tag == "pre":
+                self.flush()
+                self.pre += 1
+            elif tag in _BLOCKS:
+                if not self.pre:
+                    self.flush()
+            elif tag == "li":
+                self.buf.append("\n- ")
+            elif tag in ("br", "tr"):
+                self.buf.append("\n")
+            elif tag in ("td", "th") and "".join(self.buf[-8:]).rsplit("\n", 1)[-1].strip():
+                self.buf.append(" | ")
+
+        def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            if tag == "br" and not self.drop:
+                self.buf.append("\n")
+
+        def handle_endtag(self, tag: str) -> None:
+            if tag == "title":
+                self.in_title = False
+            if tag in _DROP:
+                self.drop = max(0, self.drop - 1)
+                return
+            if self.drop:
+                return
+            if tag in ("h1", "h2", "h3", "h4", "h5", "h6") and self.heading:
+                self.flush()
+                self.heading = 0
+            elif tag == "pre" and self.pre:
+                self.pre -= 1
+                code = "".join(self.buf).strip("\n").replace("```", "'''")
+                self.buf = []
+                if code.strip():
+                    self.blocks.append(f"```\n{_CONTROL.sub('', code)}\n```")
+            elif tag in _BLOCKS and not self.pre:
+                self.flush()
+
+        def handle_data(self, data: str) -> None:
+            if self.in_title:
+                self.title.append(data)
+            if self.drop:
+                return
+            self.buf.append(data if self.pre or self.heading else data.replace("\n", " "))
+
+    parser = Parser()
+    parser.feed(text)
+    parser.close()
+    parser.heading = 0
+    parser.flush()
+    title = " ".join("".join(parser.title).split()) or parser.first_h1
+    return Extracted("\n\n".join(parser.blocks), title)
