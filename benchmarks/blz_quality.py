@@ -11,7 +11,7 @@ case and extra spaces. Figures: recall@5 (share of questions answered in the top
 (mean of 1/rank of the first answering hit, 0 when none in the top 10), overall and per corpus.
 Headings the parser no longer finds are listed under ``missingAnswers`` (a question whose answer is
 not an indexed heading at all). Prints one JSON document; --misses adds the questions not answered
-in the top 5 with the headings that were returned instead.
+in the top 5 with the headings that were returned instead; --ranks every question's rank.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--questions", type=Path, default=Path(__file__).with_name("blz_quality.json"))
     ap.add_argument("--misses", action="store_true", help="list the questions missed in the top 5")
+    ap.add_argument("--ranks", action="store_true", help="list every question with the rank of its answer")
     args = ap.parse_args()
     spec = json.loads(args.questions.read_text(encoding="utf-8"))
     llms = data_dir() / "llms"
@@ -65,13 +66,14 @@ def main() -> int:
             headings[alias] = {norm(text) for _l, _lv, text, _e in store.headings(alias)}
         index_s = time.perf_counter() - t0
         per: dict[str, dict[str, float]] = {}
-        misses, missing = [], []
+        misses, missing, ranks = [], [], []
         for item in spec["questions"]:
             alias, expected = item["corpus"], item["answer"]
             if norm(expected[-1]) not in headings[alias]:
                 missing.append({"corpus": alias, "q": item["q"], "answer": expected})
             hits = search(store, item["q"], [alias], limit=10)["hits"]
             rank = next((i for i, h in enumerate(hits, 1) if answers(h["headingPath"], expected)), None)
+            ranks.append({"corpus": alias, "q": item["q"], "rank": rank})
             row = per.setdefault(alias, {"questions": 0, "hit5": 0, "rr": 0.0})
             row["questions"] += 1
             row["hit5"] += 1 if rank is not None and rank <= 5 else 0
@@ -91,6 +93,8 @@ def main() -> int:
                            "indexSeconds": round(index_s, 2), "missingAnswers": missing}
     if args.misses:
         out["misses"] = misses
+    if args.ranks:
+        out["ranks"] = ranks
     print(json.dumps(out, indent=2, ensure_ascii=False))
     return 0
 

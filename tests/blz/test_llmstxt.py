@@ -125,3 +125,127 @@ def test_real_corpora_parse_with_known_quirks(test_data: Path) -> None:
     # YAML front-matter in react's full file yields no spurious setext headings.
     react = parse((llms / "react-dev/llms-full.txt").read_text())
     assert not any(h.text.startswith(("title:", "url:")) for h in react.headings)
+
+
+# -- page-aware parsing and fence repair (issue 16) ---------------------------------------------
+
+def _heads(text: str) -> list[tuple[int, int, str]]:
+    return [(h.line, h.level, h.text) for h in parse(text).headings]
+
+
+def test_closing_fence_glued_to_the_next_pages_front_matter() -> None:
+    # Scraped pages joined with nothing between them: "```---" closes the fence and opens front matter.
+    text = ("---\nurl: \"https://x.dev/a\"\ntitle: \"A - X\"\n---\n\n# A\n\n```\nexport const a = 1\n"
+            "```---\nurl: \"https://x.dev/b\"\ntitle: \"B - X\"\n---\n\n# B\n\n## B two\n\n[Home](/)---\n"
+            "url: \"https://x.dev/c\"\ntitle: \"C\"\n---\n# C\n")
+    assert _heads(text) == [(6, 1, "A"), (15, 1, "B"), (17, 2, "B two"), (23, 1, "C")]
+    doc = parse(text)
+    assert [(p.start, p.title) for p in doc.pages] == [(1, "A - X"), (10, "B - X"), (19, "C")]
+    # A heading ends at its page's end; sections restart under the page title.
+    assert [(h.text, h.end) for h in doc.headings] == [("A", 9), ("B", 18), ("B two", 18), ("C", 23)]
+    assert all(s.end < 19 or s.start >= 19 for s in doc.sections)
+    assert doc.sections[-1].path == ("C",)  # the page title is not repeated
+
+
+def test_front_matter_with_a_site_path_url_is_a_page_boundary() -> None:
+    text = "---\nurl: /guide/a.md\n---\n# A\n```ts\nopen\n---\nurl: /guide/b.md\n---\n# B\n"
+    assert _heads(text) == [(4, 1, "A"), (10, 1, "B")]
+
+
+def test_unclosed_fence_closes_at_the_page_boundary() -> None:
+    text = ("\n---\ntitle: A\nurl: https://x.dev/a\n---\n## A\n```bash\necho never closed\n\n"
+            "---\ntitle: B\nurl: https://x.dev/b\n---\n## B\n```bash\n# a shell comment\n## and another\n```\n"
+            "## After\n")
+    assert _heads(text) == [(6, 2, "A"), (14, 2, "B"), (19, 2, "After")]
+
+
+def test_shorter_closer_heals_a_fence_that_would_run_to_the_end() -> None:
+    text = "# T\n````js\nlet a\n```\n## Found\n```python\n# comment\n```\n"
+    assert _heads(text) == [(1, 1, "T"), (5, 2, "Found")]
+    # Well-formed nesting keeps its meaning: the inner three-backtick lines are content.
+    nested = "# T\n````md\n```js\n# not a heading\n```\n````\n## Found\n"
+    assert _heads(nested) == [(1, 1, "T"), (7, 2, "Found")]
+    # Several four-backtick openers each closed by three, in a file without pages: the next opener
+    # is a valid closer for CommonMark, but the odd count of shorter fences between says otherwise.
+    several = "# T\n````\na\n```\n\n## One\n\n````\n# b\n```\n## Two\n````\nc\n```\n"
+    assert _heads(several) == [(1, 1, "T"), (6, 2, "One"), (11, 2, "Two")]
+
+
+def test_a_fence_nothing_can_close_ends_at_a_heading_after_a_blank_line() -> None:
+    text = ("# T\n```js\nlet a\n# not after a blank line\n\n# a comment before code\nrun()\n\n## Found\n\n"
+            "This section explains what was found.\n")
+    assert _heads(text) == [(1, 1, "T"), (9, 2, "Found")]
+    # With a fence line left to close it, the fence keeps its content (CommonMark).
+    assert _heads("# T\n```js\nlet a\n\n# comment\n```\n") == [(1, 1, "T")]
+
+
+def test_info_string_opener_ends_a_fence_with_no_closer_in_its_page() -> None:
+    text = "# T\n````js\nlet a\n````python\n# comment\n```\n## Found\n"
+    assert _heads(text) == [(1, 1, "T"), (7, 2, "Found")]
+
+
+def test_h1_with_permalink_or_source_line_starts_a_page() -> None:
+    text = ("# Install [¶](https://x.dev/install#install \"Permanent link\")\n\n```sh\nunclosed\n\n"
+            "# Usage[¶](https://x.dev/usage#usage \"Permanent link\")\n\n## Options\n")
+    assert _heads(text) == [(1, 1, "Install"), (6, 1, "Usage"), (8, 2, "Options")]
+    sphinx = ("Install[¶](#install \"Link to this heading\")\n=======\n\n```sh\nunclosed\n\n"
+              "Usage[¶](#usage \"Link to this heading\")\n=====\n\n## Options\n")
+    assert _heads(sphinx) == [(1, 1, "Install"), (7, 1, "Usage"), (10, 2, "Options")]
+    mintlify = ("# Quickstart\nSource: https://docs.x.dev/quickstart\n\n```python\nunclosed\n\n"
+                "# Errors\nSource: https://docs.x.dev/errors\n\n## Codes\n")
+    assert _heads(mintlify) == [(1, 1, "Quickstart"), (7, 1, "Errors"), (10, 2, "Codes")]
+    summary = ("# Workflows\n\n> Durable processes.\n\nSource: https://docs.x.dev/workflows/\n```python\nopen\n\n"
+               "# Agents\n\n> Tools.\n\nSource: https://docs.x.dev/agents/\n## Tools\n")
+    assert _heads(summary) == [(1, 1, "Workflows"), (9, 1, "Agents"), (14, 2, "Tools")]
+    doc = parse(mintlify)
+    assert [(p.start, p.end, p.title, p.heading) for p in doc.pages] == [
+        (1, 6, "Quickstart", True), (7, 10, "Errors", True)]
+    # A YAML comment before a url key, inside a fence, is not a page boundary.
+    yaml = "# Config\n\n```yaml\n# Site\nurl: https://x.dev\n```\n## Next\n"
+    assert _heads(yaml) == [(1, 1, "Config"), (7, 2, "Next")]
+
+
+def test_permalink_markers_are_not_heading_text() -> None:
+    text = ("# Compilation[¶](https://vbt.dev/cookbook/compilation/#compilation \"Permanent link\")\n"
+            "## Install[\u200b](#install \"Direct link to Install\")\n"
+            "## [Standard](https://docs.copilotkit.ai/\\#standard)\n"
+            "## HTTP [](https://orpc.dev/docs/http\\#http)\n"
+            "### Overview [¶](https://pkg.go.dev/testing#pkg-overview)\n"
+            "## [Link](https://x.dev/page) to elsewhere\n"
+            "Automation nodes[¶](#automation-nodes \"Permalink to this heading\")\n"
+            "=================\n")
+    assert [h.text for h in parse(text).headings] == [
+        "Compilation", "Install", "Standard", "HTTP", "Overview", "[Link](https://x.dev/page) to elsewhere",
+        "Automation nodes"]
+
+
+def test_front_matter_inside_a_fenced_sample_stays_code() -> None:
+    text = "# Docs\n\n```md\n---\ntitle: Hello\n---\n# Sample page\n```\n\n## Real\n"
+    assert _heads(text) == [(1, 1, "Docs"), (10, 2, "Real")]
+
+
+def test_llms_ctx_doc_tags_are_pages_and_carry_glued_headings() -> None:
+    text = ("<project title=\"P\">\n<docs><doc title=\"Guide\" desc=\"g\"># Guide\n\n```python\nx = 1\n"
+            "```</doc><doc title=\"Ref\" desc=\"r\"># Reference\n## Calls\n"
+            "end.</doc><doc title=\"Example\" desc=\"e\">from app import x\nimport os\n\n"
+            "# set up the app\ndef main():\n    pass\n# run it\nclass App:\n    pass\n</doc></docs></project>\n")
+    assert _heads(text) == [(2, 1, "Guide"), (6, 1, "Reference"), (7, 2, "Calls")]
+    titles = [(p.start, p.title) for p in parse(text).pages]
+    assert titles == [(1, ""), (2, "Guide"), (6, "Reference"), (8, "Example")]  # a pasted source file
+
+
+def test_repository_dump_pages_of_source_code_hold_no_headings() -> None:
+    text = "# Dump\n\n--- src/app.py ---\n# set up logging\nimport logging\n--- docs/guide.md ---\n# Guide\n"
+    assert _heads(text) == [(1, 1, "Dump"), (7, 1, "Guide")]
+
+
+def test_fenced_comments_stay_code_with_pages_around() -> None:
+    page = ("---\ntitle: {t}\nurl: https://x.dev/{t}\n---\n\n## {t}\n\n```bash\n# install\n## build\n```\n\n"
+            "```python\n# a comment\ndef f():\n    pass\n```\n")
+    text = "".join(page.format(t=t) for t in ("one", "two", "three"))
+    assert [h.text for h in parse(text).headings] == ["one", "two", "three"]
+
+
+def test_many_long_openers_closed_by_three_backticks() -> None:
+    text = "# T\n\n" + "".join(f"````js\n// {i}\n```\n\n## H{i}\n\n" for i in range(300))
+    assert [h.text for h in parse(text).headings] == ["T", *(f"H{i}" for i in range(300))]

@@ -132,15 +132,17 @@ def list_sources(store: Store, filter: str | None = None, registry: bool = False
 @OPS.op(name="source-add", mcp="source-add", cli="add", read_only=False, open_world=True,
         extra={"help": "add a source from a URL, a local file, or the registry",
                # the seed's source-add answer; the CLI shows the whole result (title, sections, sha256, ...)
-               "mcp_fields": ("alias", "url", "message", "lines", "headings")}, params={
+               "mcp_fields": ("alias", "url", "message", "lines", "headings", "skippedLines")}, params={
     "alias": _ALIAS,
     "url": {"type": "string", "positional": True, "metavar": "URL"},
     "force": {"flags": ("--force",)},
     "exact": {"flags": ("--exact",)},
+    "all_languages": {"wire": "allLanguages", "flags": ("--all-languages",)},
     **_NET, "guard": _CONTEXT, "progress": _CONTEXT,
 })
 def source_add(store: Store, alias: str, url: str | None = None, force: bool = False, exact: bool = False,
-               max_bytes: int | None = None, timeout: float | None = None, guard: Guard | None = None,
+               all_languages: bool = False, max_bytes: int | None = None, timeout: float | None = None,
+               guard: Guard | None = None,
                progress: Callable[[int, int | None], None] | None = None) -> dict[str, Any]:
     """Add a documentation source from the registry (alias only) or a URL. For .../llms.txt the llms-full.txt variant is tried first; for a site or folder, llms-full.txt, llms.txt, then llms-small.txt in it; exact: true fetches exactly the URL given. The only tool that changes anything. Fetches from public internet addresses only (and hosts the user lists in BLZ_MCP_ALLOW_HOSTS); local files only inside the folders in BLZ_MCP_FILE_ROOTS.
 
@@ -150,6 +152,8 @@ def source_add(store: Store, alias: str, url: str | None = None, force: bool = F
     :param force: Replace an existing source of that alias.
     :param exact: Fetch exactly url (or the registry URL): no llms-full.txt variant, no files looked up
         inside a site (like `blz add --exact`).
+    :param all_languages: Also index pages in other languages than English (by default a multilingual
+        file's non-English copies are stored but not indexed).
     :param max_bytes: Download size cap in bytes (default 64 MiB).
     :param timeout: Download time budget in seconds (default 60).
     """
@@ -158,7 +162,7 @@ def source_add(store: Store, alias: str, url: str | None = None, force: bool = F
     if url and guard is not None:  # an agent's location is refused before anything is fetched
         sources.check_agent_location(url, exact, guard=guard)
     return sources.add(store, alias, url, force=force, exact=exact, progress=progress, guard=guard,
-                       **_net(max_bytes, timeout))
+                       all_languages=all_languages, **_net(max_bytes, timeout))
 
 
 # -- on MCP only ----------------------------------------------------------------------------------
@@ -188,14 +192,17 @@ def learn_blz(store: Store) -> dict[str, Any]:
 # -- on the CLI only (the read-only ones also through MCP run-command) ----------------------------
 
 @OPS.op(name="update", cli="update", read_only=False, open_world=True, params={
-    "alias": _OPTIONAL_ALIAS, "every": {"wire": "all", "flags": ("--all",)}, **_NET, "on_error": _CONTEXT,
+    "alias": _OPTIONAL_ALIAS, "every": {"wire": "all", "flags": ("--all",)},
+    "all_languages": {"wire": "allLanguages", "flags": ("--all-languages",)}, **_NET, "on_error": _CONTEXT,
 })
-def update(store: Store, alias: str | None = None, every: bool = False, max_bytes: int | None = None,
-           timeout: float | None = None, on_error: Callable[[str, CairnError], None] | None = None) -> dict[str, Any]:
+def update(store: Store, alias: str | None = None, every: bool = False, all_languages: bool = False,
+           max_bytes: int | None = None, timeout: float | None = None,
+           on_error: Callable[[str, CairnError], None] | None = None) -> dict[str, Any]:
     """Refresh sources (conditional request; 304 = no change).
 
     :param alias: The source to refresh.
     :param every: Refresh every source; one that fails is reported and the others still run.
+    :param all_languages: From now on also index pages in other languages (default: as chosen at add).
     :param max_bytes: Download size cap in bytes (default 64 MiB).
     :param timeout: Download time budget in seconds (default 60).
     """
@@ -208,7 +215,8 @@ def update(store: Store, alias: str | None = None, every: bool = False, max_byte
     results: list[dict[str, Any]] = []
     for name in names:
         try:
-            results.append(sources.update(store, name, **_net(max_bytes, timeout)))
+            results.append(sources.update(store, name, all_languages=True if all_languages else None,
+                                          **_net(max_bytes, timeout)))
         except CairnError as exc:
             if not every:
                 raise

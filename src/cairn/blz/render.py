@@ -175,8 +175,10 @@ def list_text(data: dict[str, Any]) -> str:
     lines = []
     for s in data["sources"]:
         if s["kind"] == "installed":
+            skipped = s["metadata"].get("skippedLines")
             lines.append(f"{s['alias']:<20} {s['metadata']['totalLines']:>8,} lines  "
-                         f"{s['metadata']['headings']:>6,} headings  {s['url']}")
+                         f"{s['metadata']['headings']:>6,} headings  {s['url']}"
+                         + (f"  ({skipped:,} lines in other languages not indexed)" if skipped else ""))
         else:
             lines.append(f"{s['alias']:<20} {'(registry)':>30}  {s['url']}")
     return "\n".join(lines)

@@ -30,7 +30,8 @@ SNIPPET = _obj({"alias": _STR, "lines": _STR, "content": _STR, "headingPath": _P
 SOURCE = _obj({"alias": _STR, "title": _NULLSTR, "url": _STR, "kind": {"enum": ["installed", "registry"]},
                "fetchedAt": _STR, "checkedAt": _NULLSTR, "category": _STR, "suggestedCommand": _STR,
                "metadata": _obj({"totalLines": _INT, "headings": _INT, "sections": _INT, "bytes": _INT,
-                                 "sha256": _STR})}, ["alias", "url", "kind"])
+                                 "sha256": _STR, "skippedLines": _INT, "skippedLanguages": {"type": "object"},
+                                 "allLanguages": {"type": "boolean"}})}, ["alias", "url", "kind"])
 
 TOC_ENTRY = _obj({"level": {"type": "integer", "minimum": 1, "maximum": 6}, "text": _STR, "headingPath": _PATH,
                   "lines": _STR, "citation": _STR}, ["level", "text", "headingPath", "lines", "citation"])
@@ -56,7 +57,8 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "lookup": _obj({"query": _STR, "results": {"type": "array", "items": _obj(
         {"alias": _STR, "url": _STR, "description": _STR, "category": _STR, "suggestedCommand": _STR})}}),
     "add": _obj({"alias": _STR, "url": _STR, "title": _STR, "lines": _INT, "headings": _INT, "sections": _INT,
-                 "bytes": _INT, "sha256": _STR, "elapsedMs": {"type": "number"}, "message": _STR},
+                 "bytes": _INT, "sha256": _STR, "elapsedMs": {"type": "number"}, "message": _STR,
+                 "skippedLines": _INT, "skippedLanguages": {"type": "object"}},
                 ["alias", "url", "message"]),
     "update": _obj({"results": {"type": "array", "items": _obj(
         {"alias": _STR, "status": {"enum": ["updated", "repaired", "unchanged", "failed"]}, "reason": _STR,

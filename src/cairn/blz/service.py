@@ -151,11 +151,16 @@ def heading_path(heads: list[llmstxt.Heading], line: int) -> list[str]:
     return [h.text for h in stack if h.end >= line]
 
 
-def describe(row: SourceRow) -> dict[str, Any]:
+def describe(row: SourceRow, options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A source as listed; ``options`` (Store.options) adds the lines left out as other languages."""
+    options = options or {}
     return {"alias": row.alias, "title": row.title, "url": row.url, "kind": "installed",
             "fetchedAt": row.fetched_at, "checkedAt": row.checked_at,
             "metadata": {"totalLines": row.lines, "headings": row.headings, "sections": row.sections,
-                         "bytes": row.bytes, "sha256": row.sha256}}
+                         "bytes": row.bytes, "sha256": row.sha256,
+                         "skippedLines": options.get("skippedLines", 0),
+                         "skippedLanguages": options.get("skippedLanguages", {}),
+                         "allLanguages": bool(options.get("allLanguages"))}}
 
 
 def list_sources(store: Store, filter: str | None = None, include_registry: bool = False) -> dict[str, Any]:
@@ -166,7 +171,7 @@ def list_sources(store: Store, filter: str | None = None, include_registry: bool
     installed = store.sources()
     for row in installed:
         if not needle or needle in f"{row.alias} {row.title} {row.url}".lower():
-            out.append(describe(row))
+            out.append(describe(row, store.options(row.alias)))
     if include_registry:
         have = {r.alias for r in installed}
         for e in registry.REGISTRY:
@@ -247,7 +252,7 @@ def inspect(store: Store, alias: str) -> dict[str, Any]:
     levels: dict[str, int] = {}
     for _line, level, _text, _end in heads:
         levels[f"h{level}"] = levels.get(f"h{level}", 0) + 1
-    info = describe(row)
+    info = describe(row, store.options(row.alias))
     info.update({"file": f"sources/{row.alias}/{row.file}", "etag": row.etag,
                  "lastModified": row.last_modified, "addedAt": row.added_at, "headingLevels": levels,
                  "outline": [{"line": ln, "level": lv, "text": t, "lines": f"{ln}-{end}"}

@@ -149,11 +149,13 @@ def _fetch_first(urls: list[str], given: str, *, max_bytes: int, timeout: float,
 def add(store: Store, alias: str, location: str | None = None, *, force: bool = False,
         exact: bool = False, max_bytes: int = fetching.DEFAULT_MAX_BYTES,
         timeout: float = fetching.DEFAULT_TIMEOUT, progress: Progress | None = None,
-        guard: Guard | None = None) -> dict[str, Any]:
+        guard: Guard | None = None, all_languages: bool = False) -> dict[str, Any]:
     """Fetch and index a source under ``alias`` (from the registry when ``location`` is omitted).
 
     ``guard`` (set for agents: :func:`agent_guard`) limits which files and addresses are read; the
-    command-line user's own requests have none.
+    command-line user's own requests have none. Pages that are copies in another language than
+    English are stored but not indexed unless ``all_languages`` (:mod:`cairn.blz.lang`); the
+    choice is kept for `blz update`.
     """
     started = time.perf_counter()
     alias = check_alias(alias)
@@ -171,28 +173,38 @@ def add(store: Store, alias: str, location: str | None = None, *, force: bool = 
                                progress=progress, guard=guard)
     assert result.body is not None
     info = _ingest(store, alias, url, result, "add" if not existing else "replace",
-                   added_at=existing.added_at if existing else None)
+                   added_at=existing.added_at if existing else None, all_languages=all_languages)
     info["elapsedMs"] = round((time.perf_counter() - started) * 1000, 1)
     info["message"] = (f"Added {alias} ({info['headings']:,} headings, {info['lines']:,} lines) in "
                        f"{info['elapsedMs']:.0f}ms")
+    if info["skippedLines"]:
+        langs = ", ".join(sorted(info["skippedLanguages"]))
+        info["message"] += (f"; {info['skippedLines']:,} lines in other languages ({langs}) stored but not "
+                            "indexed (--all-languages indexes them)")
     return info
 
 
 def update(store: Store, alias: str, *, max_bytes: int = fetching.DEFAULT_MAX_BYTES,
-           timeout: float = fetching.DEFAULT_TIMEOUT, progress: Progress | None = None) -> dict[str, Any]:
+           timeout: float = fetching.DEFAULT_TIMEOUT, progress: Progress | None = None,
+           all_languages: bool | None = None) -> dict[str, Any]:
     """Refresh one source with a conditional request; a 304 or identical bytes change nothing.
 
     The stored file and index are checked first (as `blz validate` does). If either is damaged, the
     request is unconditional and the source is written and indexed again even when its content is
-    unchanged upstream: status ``repaired``. This is the fix `blz validate` suggests."""
+    unchanged upstream: status ``repaired``. This is the fix `blz validate` suggests.
+    ``all_languages`` (None: as chosen when the source was added) changes whether pages in other
+    languages are indexed; a change re-indexes the source even when its content is unchanged."""
     from cairn.blz.service import source_problems
 
     alias = check_alias(alias)
     row = store.source(alias)
     if row is None:
         raise NotFound(f"No source named {alias!r}. See `blz list`, or add it with `blz add {alias} URL`.")
+    kept = bool(store.options(alias).get("allLanguages"))
+    if all_languages is None:
+        all_languages = kept
     problems = source_problems(store, row)
-    if problems:  # a 304 would keep the damage: ask for the content itself
+    if problems or all_languages != kept:  # a 304 would keep the damage: ask for the content itself
         result = fetching.fetch(row.url, max_bytes=max_bytes, timeout=timeout, progress=progress)
     else:
         result = fetching.fetch(row.url, etag=row.etag, last_modified=row.last_modified,
@@ -207,19 +219,28 @@ def update(store: Store, alias: str, *, max_bytes: int = fetching.DEFAULT_MAX_BY
             store.tidy(row)
             return {"alias": alias, "status": "unchanged", "reason": "same content", "url": row.url}
     detail = "repaired: " + "; ".join(problems) if problems else ""
-    info = _ingest(store, alias, row.url, result, "update", added_at=row.added_at, detail=detail)
+    info = _ingest(store, alias, row.url, result, "update", added_at=row.added_at, detail=detail,
+                   all_languages=all_languages)
     info["status"] = "repaired" if problems else "updated"
     if problems:
         info["reason"] = "; ".join(problems)
+    elif all_languages != kept:
+        info["reason"] = "indexed again with " + ("all languages" if all_languages else "English pages only")
     return info
 
 
 def _ingest(store: Store, alias: str, url: str, result: fetching.FetchResult, action: str,
-            added_at: str | None, detail: str = "") -> dict[str, Any]:
+            added_at: str | None, detail: str = "", all_languages: bool = False) -> dict[str, Any]:
     body = result.body or b""
     if b"\x00" in body[:8192]:
         raise InvalidInput(f"{url} looks binary (it contains NUL bytes), not an llms.txt text file.")
-    doc = llmstxt.parse_lines(llmstxt.decode_lines(body))
+    doc = llmstxt.parse_lines(llmstxt.decode_lines(body), all_languages=all_languages)
+    languages: dict[str, int] = {}
+    for _start, _end, lang in doc.skipped:
+        languages[lang] = languages.get(lang, 0) + 1
+    options: dict[str, Any] = {"allLanguages": all_languages}
+    if doc.skipped:
+        options.update(skippedLines=doc.skipped_lines, skippedPages=len(doc.skipped), skippedLanguages=languages)
     name, sha = store.write_file(alias, body)
     stamp = now_iso()
     row = SourceRow(alias=alias, url=url, title=doc.title, file=name, sha256=sha, bytes=len(body),
@@ -227,14 +248,15 @@ def _ingest(store: Store, alias: str, url: str, result: fetching.FetchResult, ac
                     etag=result.etag, last_modified=result.last_modified, fetched_at=stamp,
                     added_at=added_at or stamp, checked_at=stamp)
     try:
-        store.replace_source(row, doc, action, detail)
+        store.replace_source(row, doc, action, detail, options)
     except BaseException:
         current = store.source(alias)
         if current is None or current.file != name:  # the new file is not in use: drop it
             (store.root / "sources" / alias / name).unlink(missing_ok=True)
         raise
     return {"alias": alias, "url": url, "title": doc.title, "lines": row.lines, "headings": row.headings,
-            "sections": row.sections, "bytes": row.bytes, "sha256": sha}
+            "sections": row.sections, "bytes": row.bytes, "sha256": sha,
+            "skippedLines": doc.skipped_lines, "skippedLanguages": languages}
 
 
 def remove(store: Store, alias: str) -> dict[str, Any]:

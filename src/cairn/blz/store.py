@@ -54,6 +54,8 @@ CREATE VIRTUAL TABLE IF NOT EXISTS sections_vocab USING fts5vocab(sections, 'row
 # Markdown links in headings: index the link text, not the URL (URL words would outrank real titles).
 _LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
 
+_OPTIONS = "source:"  # meta key prefix of a source's indexing options (Store.options)
+
 # BM25 column weights: the section's own heading, its ancestors' headings, its body.
 WEIGHTS = (6.0, 2.0, 1.0)
 _RANK_SQL = ("SELECT rowid, bm25(sections, {w0}, {w1}, {w2}) AS rank FROM sections WHERE sections MATCH ?{filter} "
@@ -179,6 +181,17 @@ class Store:
     def aliases_by_sid(self) -> dict[int, tuple[str, str]]:
         """sid -> (alias, url) for every source."""
         return {sid: (alias, url) for alias, url, sid in self.db.execute("SELECT alias, url, sid FROM sources")}
+
+    def options(self, alias: str) -> dict[str, Any]:
+        """What was chosen and left out when ``alias`` was indexed: ``allLanguages`` (bool) and,
+        when pages in other languages were not indexed, ``skippedLines``, ``skippedPages`` and
+        ``skippedLanguages`` (language -> pages). Kept in ``meta`` under ``source:ALIAS``."""
+        found = self.db.execute("SELECT value FROM meta WHERE key = ?", (_OPTIONS + alias,)).fetchone()
+        try:
+            value = json.loads(found[0]) if found else {}
+        except ValueError:
+            return {}
+        return value if isinstance(value, dict) else {}
 
     def headings(self, alias: str) -> list[tuple[int, int, str, int]]:
         return list(self.db.execute(
@@ -345,9 +358,11 @@ class Store:
             raise StorageError(f"Cannot write {folder}: {exc}. Check free space and permissions.") from exc
         return name, sha
 
-    def replace_source(self, row: SourceRow, doc: Document, action: str, detail: str = "") -> SourceRow:
+    def replace_source(self, row: SourceRow, doc: Document, action: str, detail: str = "",
+                       options: dict[str, Any] | None = None) -> SourceRow:
         """Swap ``row.alias``'s index for ``doc``'s in one transaction, then drop stale files.
-        Returns the row as stored (with its sid)."""
+        ``options`` (see :meth:`options`) are stored in the same transaction. Returns the row as
+        stored (with its sid)."""
         lines = doc.lines
         sep = PATH_SEP
         link = _LINK.sub
@@ -372,6 +387,9 @@ class Store:
                 db.executemany("INSERT INTO headings VALUES (?,?,?,?,?)",
                                [(row.alias, h.line, h.level, h.text, h.end) for h in doc.headings])
                 db.execute("INSERT OR REPLACE INTO sources VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", tuple(row))
+                db.execute("DELETE FROM meta WHERE key = ?", (_OPTIONS + row.alias,))
+                if options:
+                    db.execute("INSERT INTO meta VALUES (?, ?)", (_OPTIONS + row.alias, json.dumps(options)))
                 self._log(row.alias, action, row.url, row.sha256, row.lines, detail)
                 db.execute("COMMIT")
             except BaseException:
@@ -401,6 +419,7 @@ class Store:
                 self.db.execute("DELETE FROM sections WHERE rowid BETWEEN ? AND ?", row.rowids)
             self.db.execute("DELETE FROM headings WHERE alias = ?", (alias,))
             self.db.execute("DELETE FROM sources WHERE alias = ?", (alias,))
+            self.db.execute("DELETE FROM meta WHERE key = ?", (_OPTIONS + alias,))
             self._log(alias, "remove", row.url if row else None, row.sha256 if row else None,
                       row.lines if row else None, "")
         self._drop_stale_files(alias, keep=None)
