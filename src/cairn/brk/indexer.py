@@ -23,13 +23,15 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cairn.brk.blocks.chain import HeaderInfo, best_chain, pow_ok
 from cairn.brk.blocks.files import MAGICS, blk_files, detect_network, read_xor_key, scan, unxor
+from cairn.brk.blocks.worker import ParseWorker
 from cairn.brk.blocks.parser import (
     COINBASE_VOUT,
     NULL_HASH,
@@ -51,6 +53,11 @@ def _hash_vec(name: str, index: str) -> VecSpec:
 
 NO_OUTPUT = (1 << 64) - 1  # inputindex_to_outputindex of a coinbase input
 _OUT_SHIFT = 24  # txid map value: first_outputindex << 24 | output_count
+# Random reads of committed vecs go through short-lived memory maps of at most this many rows each:
+# the pages a map touches count in the process's resident size until it is unmapped, so one map over
+# a whole look-up (hundreds of thousands of random rows of a file of many GB) would grow with the chain.
+_GATHER_ROWS = 4096
+_TXID_STEP = 1 << 16  # transactions re-inserted into (or removed from) the index per engine batch
 
 SPECS: list[VecSpec] = [
     _hash_vec("height_to_blockhash", "height"),
@@ -199,13 +206,16 @@ class Indexer:
                  commit_bytes: int = 64 << 20, commit_seconds: float = 3.0,
                  log: Callable[[str], None] | None = None, progress: Callable[..., None] | None = None,
                  cache_mb: int = DEFAULT_CACHE_MB, chunk_bytes: int = 4 << 20, prefix_bytes: int = 8,
-                 recent_txs: int = 400_000) -> None:
+                 recent_txs: int = 400_000, worker_min_bytes: int = 16 << 20) -> None:
         self.blocks_dir = blocks_dir
         self.out = out
         self.commit_blocks = max(1, commit_blocks)
         # The batch's rows live in Python lists until the commit: bounded by bytes of block data.
         self.commit_bytes = commit_bytes
         self.chunk_bytes = chunk_bytes  # blocks parsed before their prevouts are looked up at once
+        # With this much block data to index (and two cores), blocks are read and parsed in a second
+        # process (cairn.brk.blocks.worker) while this one resolves and writes.
+        self.worker_min_bytes = worker_min_bytes
         self.cache_mb = cache_mb
         self.prefix_bytes = prefix_bytes
         # The txid maps of the last committed batches, up to ``recent_txs`` transactions: most inputs
@@ -283,13 +293,26 @@ class Indexer:
         if txi.count < n:
             if n - txi.count > 100_000:
                 self.log(f"transaction index: re-inserting {n - txi.count} transactions from the vecs")
-            step = 1 << 20
             while txi.count < n:
-                lo, hi = txi.count, min(n, txi.count + step)
+                lo, hi = txi.count, min(n, txi.count + _TXID_STEP)
                 txi.insert(lo, _hashes(self.store.read("txindex_to_txid")[lo:hi].tobytes()))
 
+    def _gather(self, name: str, rows: Any) -> Any:
+        """``vec[rows]`` of a committed vec, through maps of at most ``_GATHER_ROWS`` rows' pages each."""
+        import numpy as np
+
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.shape[0] <= _GATHER_ROWS:
+            return self.store.read(name)[rows]
+        parts = []
+        for a in range(0, rows.shape[0], _GATHER_ROWS):
+            view = self.store.read(name)
+            parts.append(view[rows[a:a + _GATHER_ROWS]])
+            del view  # unmapped here: its pages leave the resident set
+        return np.concatenate(parts)
+
     def _read_txids(self, txindexes: Any) -> Any:
-        return self.store.read("txindex_to_txid")[txindexes]
+        return self._gather("txindex_to_txid", txindexes)
 
     def _resolve(self, txids: list[bytes]) -> dict[bytes, int]:
         """txid -> first_outputindex << 24 | output_count of the committed ones among ``txids``."""
@@ -302,8 +325,8 @@ class Indexer:
         if not hit:
             return {}
         idx = np.array([found[i] for i in hit], dtype=np.int64)
-        firsts = self.store.read("txindex_to_first_outputindex")[idx].tolist()
-        counts = self.store.read("txindex_to_output_count")[idx].tolist()
+        firsts = self._gather("txindex_to_first_outputindex", idx).tolist()
+        counts = self._gather("txindex_to_output_count", idx).tolist()
         return {txids[i]: (f << _OUT_SHIFT) | c for i, f, c in zip(hit, firsts, counts)}
 
     def _prefetch(self, blocks: list[Block], batch: _Batch) -> None:
@@ -445,9 +468,8 @@ class Indexer:
         # a kill in between leaves the index behind the vecs, which opening repairs.
         txi = self.txindex
         cut = lengths["txindex"]
-        step = 1 << 20
         while txi.count > cut:
-            lo = max(cut, txi.count - step)
+            lo = max(cut, txi.count - _TXID_STEP)
             txi.remove_from(lo, _hashes(s.read("txindex_to_txid")[lo:txi.count].tobytes()))
         _fault("rollback-vecs")
         self.chain = self.chain[:height]
@@ -490,22 +512,80 @@ class Indexer:
             total = result.indexed_bytes + sum(self.pos_length[self.pos_of[h]] for h in todo)
             progress("start", height=len(self.chain) - 1, target_height=len(self.chain) - 1 + len(todo),
                      blocks=result.indexed_blocks, bytes=result.indexed_bytes, total_bytes=total)
-        k = 0
-        while k < len(todo) and not self.stop_requested:
-            # A chunk: blocks read and parsed, then their committed prevouts looked up at once.
-            chunk: list[tuple[bytes, int, Block | Exception]] = []
-            size = 0
-            while k < len(todo) and size < self.chunk_bytes and len(batch) + len(chunk) < self.commit_blocks:
-                h = todo[k]
-                pos = self.pos_of[h]
-                k += 1
-                try:
-                    raw = self._file(self.pos_file[pos]).read(self.pos_offset[pos], self.pos_length[pos])
-                    chunk.append((h, pos, parse_block(raw)))
-                except (MalformedBlock, InvalidInput) as exc:
-                    chunk.append((h, pos, exc))
-                    break
-                size += self.pos_length[pos]
+        worker = self._start_worker(todo)
+        chunks = self._chunks(todo, worker)
+        try:
+            return self._index_chunks(chunks, batch, result, started)
+        finally:
+            if worker is not None:
+                worker.close()
+
+    def _plan(self, todo: list[bytes]) -> Iterator[list[tuple[bytes, int]]]:
+        """Chunks of ``todo`` as (hash, blockpos): up to ``chunk_bytes`` of blocks, ending where a batch
+        of ``commit_blocks`` blocks or ``commit_bytes`` would end (commits by time may come earlier)."""
+        chunk: list[tuple[bytes, int]] = []
+        size = n_batch = batch_bytes = 0
+        for h in todo:
+            pos = self.pos_of[h]
+            chunk.append((h, pos))
+            size += self.pos_length[pos]
+            n_batch += 1
+            batch_bytes += self.pos_length[pos]
+            full = n_batch >= self.commit_blocks or batch_bytes >= self.commit_bytes
+            if full:
+                n_batch = batch_bytes = 0
+            if full or size >= self.chunk_bytes:
+                yield chunk
+                chunk, size = [], 0
+        if chunk:
+            yield chunk
+
+    def _start_worker(self, todo: list[bytes]) -> ParseWorker | None:
+        """A parsing process when there is enough to do (or ``CAIRN_BRK_PARSE_PROCESS`` says so)."""
+        force = os.environ.get("CAIRN_BRK_PARSE_PROCESS", "")
+        if force in ("0", "1"):
+            use = force == "1"
+        else:
+            use = (os.cpu_count() or 1) >= 2 and \
+                sum(self.pos_length[self.pos_of[h]] for h in todo) >= self.worker_min_bytes
+        return ParseWorker(self.key) if use and todo else None
+
+    def _chunks(self, todo: list[bytes], worker: ParseWorker | None
+                ) -> Iterator[list[tuple[bytes, int, Block | Exception]]]:
+        """Each chunk's blocks, read and parsed (by ``worker`` when there is one), in chain order."""
+        plan = self._plan(todo)
+        if worker is None:
+            for part in plan:
+                chunk: list[tuple[bytes, int, Block | Exception]] = []
+                for h, pos in part:
+                    try:
+                        raw = self._file(self.pos_file[pos]).read(self.pos_offset[pos], self.pos_length[pos])
+                        chunk.append((h, pos, parse_block(raw)))
+                    except (MalformedBlock, InvalidInput) as exc:
+                        chunk.append((h, pos, exc))
+                        break
+                yield chunk
+            return
+        paths = {no: str(path) for no, path in blk_files(self.blocks_dir)}
+        parts: deque[list[tuple[bytes, int]]] = deque()
+
+        def reads() -> Iterator[list[tuple[str, int, int]]]:
+            for part in plan:
+                parts.append(part)
+                yield [(paths.get(self.pos_file[pos], f"blk{self.pos_file[pos]:05d}.dat"), self.pos_offset[pos],
+                        self.pos_length[pos]) for _, pos in part]
+
+        for answer in worker.chunks(reads()):
+            part = parts.popleft()
+            yield [(h, pos, block) for (h, pos), block in zip(part, answer)]
+
+    def _index_chunks(self, chunks: Iterator[list[tuple[bytes, int, Block | Exception]]], batch: _Batch,
+                      result: IndexResult, started: float) -> tuple[int, bytes | None]:
+        done = 0
+        progress = self.progress
+        for chunk in chunks:
+            if self.stop_requested:
+                break
             self._prefetch([b for _, _, b in chunk if isinstance(b, Block)], batch)
             for h, pos, block in chunk:
                 if self.stop_requested:  # Ctrl-C: the blocks added so far are committed below
@@ -645,7 +725,7 @@ class Indexer:
         old = real & (spent < out0)
         new = real & ~old
         if old.any():
-            in_val[old] = s.read("outputindex_to_value")[spent[old]]
+            in_val[old] = self._gather("outputindex_to_value", spent[old].astype(np.int64))
         in_val[new] = values[(spent[new] - out0).astype(np.int64)]
         in_sum = np.add.reduceat(in_val, first_in.astype(np.int64))
         out_sum = np.add.reduceat(values, first_out.astype(np.int64))
