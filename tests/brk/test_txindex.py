@@ -45,8 +45,10 @@ def test_colliding_prefixes_resolve_by_the_full_txid(tmp_path: Path) -> None:
     with pytest.raises(StorageError, match="cannot append at 10"):
         txi.insert(10, txids[:1])
     txi.remove_from(1234, txids[1234:])
+    # The keys the rolled-back transactions held are gone; the earlier transactions they had taken
+    # over are found by scanning txindex_to_txid, so every answer is still exact.
+    assert txi.entries() == {k: v for k, v in expected_entries(b"".join(txids), 1).items() if v < 1234}
     assert txi.lookup(txids, read) == list(range(1234)) + [-1] * (3000 - 1234)
-    assert txi.entries() == expected_entries(b"".join(txids[:1234]), 1)
     txi.close()
     again = TxIndex(tmp_path / "ix", prefix_bytes=1)
     assert again.count == 1234 and again.lookup(txids[:5], read) == [0, 1, 2, 3, 4]
