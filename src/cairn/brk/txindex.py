@@ -48,7 +48,7 @@ COUNT_KEY = b"\x00cairn:txcount"
 PREFIX_KEY = b"\x00cairn:prefix"
 FORMAT_KEY = b"\x00cairn:format"
 FORMAT = b"2"  # 1: a value listed every txindex of its prefix (read before each write); 2: the latest one
-DEFAULT_CACHE_MB = 256
+DEFAULT_CACHE_MB = 64
 _ROW = 8  # bytes per txindex in a value
 
 # Reads the full 32-byte txids of some txindexes: array of txindexes -> (n, 32) uint8 array.
@@ -85,9 +85,10 @@ class TxIndex:
 
         opt = Options(raw_mode=True)
         opt.create_if_missing(True)
-        # Memory: two 32 MB memtables plus the block cache (which also holds the index and bloom
-        # filter blocks, so the engine's memory stays bounded whatever the number of keys).
-        opt.set_write_buffer_size(32 << 20)
+        # Memory: two 16 MB memtables plus the block cache (which also holds the index and bloom
+        # filter blocks, so the engine's memory stays bounded whatever the number of keys). Both are
+        # full after about a million transactions, so the resident size stops growing there.
+        opt.set_write_buffer_size(16 << 20)
         opt.set_max_write_buffer_number(2)
         opt.set_compression_type(DBCompressionType.none())  # random keys: nothing to gain but CPU
         opt.set_bottommost_compression_type(DBCompressionType.lz4())
