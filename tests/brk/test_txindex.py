@@ -124,7 +124,35 @@ def test_up_to_date_open_rebuilds_nothing(tmp_path: Path) -> None:
 
     TxIndex.insert = spy  # type: ignore[method-assign]
     try:
-        r = Indexer(tmp_path / "b", tmp_path / "out").run()
+        ix = Indexer(tmp_path / "b", tmp_path / "out")
+        r = ix.run()
     finally:
         TxIndex.insert = original  # type: ignore[method-assign]
-    assert r.indexed_blocks == 0 and inserted == []
+    assert r.indexed_blocks == 0 and inserted == [] and r.height == 199
+    assert not ix._headers_loaded  # no new block in the files, already at the best tip: no header loaded
+
+
+def test_headers_load_only_when_chain_selection_needs_them(tmp_path: Path) -> None:
+    full, b = tmp_path / "full", tmp_path / "b"
+    files = write_sample(full, 300, seed=6, max_file_bytes=60_000)["files"]
+    assert files >= 3
+    b.mkdir()
+    for n in range(files - 1):  # the last file arrives later
+        (b / f"blk{n:05d}.dat").write_bytes((full / f"blk{n:05d}.dat").read_bytes())
+    ix = Indexer(b, tmp_path / "out")
+    first = ix.run(max_blocks=150)
+    assert first.height == 149 and ix._headers_loaded
+    ix = Indexer(b, tmp_path / "out")  # nothing new in the files, but not at the best tip yet
+    r = ix.run()
+    assert ix._headers_loaded and r.indexed_blocks > 0 and r.height < 299
+    ix = Indexer(b, tmp_path / "out")
+    assert ix.run().indexed_blocks == 0 and not ix._headers_loaded
+    last = f"blk{files - 1:05d}.dat"
+    (b / last).write_bytes((full / last).read_bytes())
+    ix = Indexer(b, tmp_path / "out")
+    r = ix.run()
+    assert ix._headers_loaded and r.indexed_blocks > 0 and r.height == 299
+    index(full, tmp_path / "ref", durable=False)
+    for spec in SPECS:
+        assert open_store(tmp_path / "out").path(spec.name).read_bytes() == \
+            open_store(tmp_path / "ref").path(spec.name).read_bytes(), spec.name

@@ -245,15 +245,21 @@ class Indexer:
         self.meta.setdefault("scanned", {})
         self.meta.setdefault("invalid", [])
         self._files: dict[int, _BlockReader] = {}
-        self._load_headers()
+        # The indexed chain (one hash a height). The block headers (the blockpos scan cache) are
+        # loaded only when chain selection needs them: a run that finds no new block in the files and
+        # an index already at the best tip it selected last time loads none (opening stays O(1) in
+        # the number of blocks).
+        self.chain: list[bytes] = _hashes(self.store.read("height_to_blockhash").tobytes())
+        self._headers_loaded = False
         self._txi: TxIndex | None = None
         self._reconcile()
         self._close_txindex()
 
     # -- state rebuilt from committed vecs ------------------------------------------------------
     def _load_headers(self) -> None:
-        import numpy as np
-
+        if self._headers_loaded:
+            return
+        self._headers_loaded = True
         s = self.store
         hashes = _hashes(s.read("blockpos_to_hash").tobytes())
         prevs = _hashes(s.read("blockpos_to_prevhash").tobytes())
@@ -266,7 +272,6 @@ class Indexer:
         self.pos_file: list[int] = s.read("blockpos_to_file").tolist()
         self.pos_offset: list[int] = s.read("blockpos_to_offset").tolist()
         self.pos_length: list[int] = s.read("blockpos_to_length").tolist()
-        self.chain: list[bytes] = _hashes(np.asarray(s.read("height_to_blockhash")).tobytes())
 
     # -- the transaction index ------------------------------------------------------------------
     @property
@@ -370,6 +375,8 @@ class Indexer:
             if path.stat().st_size <= start:
                 continue
             records, resume = scan(path, self.key, magic, start)
+            if records:
+                self._load_headers()  # before anything new is queued: it reads the committed rows
             hashes, prevs, bits, offs, lens = [], [], [], [], []
             for rec in records:
                 head = parse_header(rec.header)
@@ -423,12 +430,21 @@ class Indexer:
 
     def _run(self, max_blocks: int | None) -> IndexResult:
         t0 = time.perf_counter()
-        self.scan_files()
+        found = self.scan_files()
         result = IndexResult(self.meta["network"], -1, "")
+        tip = hash_hex(self.chain[-1]) if self.chain else ""
+        if not found and self.meta.get("best") == tip and not self.stop_requested:
+            # Nothing new in the files, and the index is at the tip chosen last time: up to date.
+            self.store.commit(self._meta())
+            result.height, result.tip = len(self.chain) - 1, tip
+            result.seconds = time.perf_counter() - t0
+            return result
+        self._load_headers()
         budget = max_blocks
         while True:
             invalid = {bytes.fromhex(e["hash"])[::-1] for e in self.meta["invalid"]}
             chain = best_chain(self.headers, exclude=invalid, prefer=set(self.chain))
+            self.meta["best"] = hash_hex(chain[-1]) if chain else ""
             fork = 0
             limit = min(len(chain), len(self.chain))
             while fork < limit and chain[fork] == self.chain[fork]:
