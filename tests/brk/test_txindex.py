@@ -156,3 +156,16 @@ def test_headers_load_only_when_chain_selection_needs_them(tmp_path: Path) -> No
     for spec in SPECS:
         assert open_store(tmp_path / "out").path(spec.name).read_bytes() == \
             open_store(tmp_path / "ref").path(spec.name).read_bytes(), spec.name
+
+
+def test_a_small_recent_map_gives_the_same_vecs(tmp_path: Path) -> None:
+    """The recent-batch txid map drops its oldest batches (those spends then go to the engine): same vecs."""
+    write_sample(tmp_path / "b", 140, seed=4, txs_per_block=120)
+    index(tmp_path / "b", tmp_path / "ref", durable=False)
+    ix = Indexer(tmp_path / "b", tmp_path / "small", durable=False, recent_txs=500, commit_blocks=2)
+    ix.run()
+    assert 0 < ix._recent_n <= 500 + 2 * 120 and len(ix._recent) <= ix._recent_n
+    r, t = open_store(tmp_path / "ref"), open_store(tmp_path / "small")
+    for spec in SPECS:
+        assert r.path(spec.name).read_bytes() == t.path(spec.name).read_bytes(), spec.name
+    check_txindex(tmp_path / "small")

@@ -222,7 +222,10 @@ class Indexer:
         # spend recent outputs, and a dict hit costs a tenth of a microsecond against several for the
         # engine. Bounded, so memory does not grow with the chain; dropped on rollback.
         self.recent_txs = recent_txs
-        self._recent: list[dict[bytes, int]] = []
+        # One dict for all of them (one probe per prevout), and per batch its txids and the end of its
+        # outputs, to drop the oldest batch's entries unless a later batch re-used the txid.
+        self._recent: dict[bytes, int] = {}
+        self._recent_batches: deque[tuple[list[bytes], int]] = deque()
         self._recent_n = 0
         # Each commit fsyncs ~30 files (~80 ms here), so batches are bounded by time as well as size.
         self.commit_seconds = commit_seconds
@@ -344,20 +347,25 @@ class Indexer:
         want.discard(NULL_HASH)
         want -= own  # spent within the chunk (a rare earlier duplicate is looked up one by one)
         want.difference_update(batch.txmap)
-        found: dict[bytes, int] = {}
-        for m in reversed(self._recent):  # newest first: a repeated txid resolves to its latest
-            hits = [t for t in want if t in m]
-            for t in hits:
-                found[t] = m[t]
-            want.difference_update(hits)
+        recent = self._recent  # a repeated txid holds its latest there
+        found = {t: recent[t] for t in want if t in recent}
+        want.difference_update(found)
         found.update(self._resolve(sorted(want)))
         batch.committed = found
 
-    def _remember(self, txmap: dict[bytes, int]) -> None:
-        self._recent.append(txmap)
+    def _remember(self, txmap: dict[bytes, int], out_end: int) -> None:
+        """Keep a committed batch's txid map (its outputs end at ``out_end``) among the recent ones."""
+        recent = self._recent
+        recent.update(txmap)
+        self._recent_batches.append((list(txmap), out_end))
         self._recent_n += len(txmap)
-        while self._recent and self._recent_n > self.recent_txs:
-            self._recent_n -= len(self._recent.pop(0))
+        while self._recent_batches and self._recent_n > self.recent_txs:
+            keys, end = self._recent_batches.popleft()
+            self._recent_n -= len(keys)
+            for t in keys:
+                v = recent.get(t)
+                if v is not None and v >> _OUT_SHIFT < end:  # not re-used by a later batch
+                    del recent[t]
 
     # -- scanning -------------------------------------------------------------------------------
     def scan_files(self) -> int:
@@ -490,6 +498,7 @@ class Indexer:
         _fault("rollback-vecs")
         self.chain = self.chain[:height]
         self._recent.clear()
+        self._recent_batches.clear()
         self._recent_n = 0
         s.truncate({spec.name: lengths[spec.index] for spec in SPECS if spec.index in lengths}, self._meta())
 
@@ -801,7 +810,7 @@ class Indexer:
         # Second, the index (one atomic batch). A kill before it leaves the index behind the vecs;
         # opening re-inserts these transactions from txindex_to_txid.
         self.txindex.insert(tx0, batch.txids)
-        self._remember(batch.txmap)
+        self._remember(batch.txmap, s.lengths["outputindex_to_value"])
         return None
 
 
