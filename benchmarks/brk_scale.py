@@ -55,6 +55,16 @@ def _vm_hwm_kb(pid: int) -> int:
     return 0
 
 
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a running process so far, from ``/proc`` (0 if gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 def _children(pid: int) -> list[int]:
     try:
         with open(f"/proc/{pid}/task/{pid}/children") as fh:
@@ -74,10 +84,14 @@ def brk(*args: str, timeout: float | None = None) -> dict[str, Any]:
                                 stdout=out, stderr=err, env=env)
         hwm_kb = 0
         child_kb: dict[int, int] = {}  # the parsing process(es) brk index starts
+        main_cpu = 0.0
+        child_cpu: dict[int, float] = {}
         while True:
             hwm_kb = max(hwm_kb, _vm_hwm_kb(proc.pid))
+            main_cpu = max(main_cpu, _cpu_s(proc.pid))
             for cpid in _children(proc.pid):
                 child_kb[cpid] = max(child_kb.get(cpid, 0), _vm_hwm_kb(cpid))
+                child_cpu[cpid] = max(child_cpu.get(cpid, 0.0), _cpu_s(cpid))
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
             if pid:
                 break
@@ -95,6 +109,9 @@ def brk(*args: str, timeout: float | None = None) -> dict[str, Any]:
     # ru_maxrss would carry this (parent) process's high-water mark across fork and exec: VmHWM is the
     # child's own (sampled every 50 ms; a peak in the very last 50 ms of a run could be missed).
     return {"code": code, "wall_s": round(wall, 2), "peak_rss_mb": round((hwm_kb or usage.ru_maxrss) / 1024, 1),
+            # CPU seconds of the main process and of its parsing process (sampled; the last 50 ms may be
+            # missed): on an idle 2-core machine the wall time would be about the larger of the two.
+            "main_cpu_s": round(main_cpu, 2), "parser_cpu_s": round(sum(child_cpu.values()), 2),
             "children_peak_rss_mb": round(max(child_kb.values(), default=0) / 1024, 1),
             # an upper bound of the whole command's peak: the peaks of the process and its children added
             "total_peak_rss_mb": round((hwm_kb + max(child_kb.values(), default=0)) / 1024, 1),
@@ -175,6 +192,10 @@ def main() -> None:
                           "total_peak_rss_mb": first["total_peak_rss_mb"], "cpu_s": round(first["user_s"] + first["sys_s"], 2),
                           # under load, wall time overstates: block data MB per CPU second of the child
                           "mb_per_cpu_s": round(data_bytes / max(first["user_s"] + first["sys_s"], 1e-9) / 1e6, 2),
+                          "main_cpu_s": first["main_cpu_s"], "parser_cpu_s": first["parser_cpu_s"],
+                          # the rate if each process had a core to itself: block data / the busier one's CPU
+                          "mb_s_two_free_cores": round(data_bytes / max(first["main_cpu_s"], first["parser_cpu_s"],
+                                                                         1e-9) / 1e6, 2),
                           "load_before": first["load_before"], "load_after": first["load_after"]},
             }
             if not args.no_compute:
