@@ -597,8 +597,8 @@ class Indexer:
         def reads() -> Iterator[list[tuple[str, int, int]]]:
             for part in plan:
                 parts.append(part)
-                yield [(paths.get(self.pos_file[pos], f"blk{self.pos_file[pos]:05d}.dat"), self.pos_offset[pos],
-                        self.pos_length[pos]) for _, pos in part]
+                yield [(paths.get(self.pos_file[pos], str(self.blocks_dir / f"blk{self.pos_file[pos]:05d}.dat")),
+                        self.pos_offset[pos], self.pos_length[pos]) for _, pos in part]
 
         for answer in worker.chunks(reads()):
             part = parts.popleft()

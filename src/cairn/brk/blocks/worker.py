@@ -54,6 +54,8 @@ class _Reader:
         if fd is None:
             try:
                 fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                raise InvalidInput(f"{Path(path).name} disappeared from {Path(path).parent}") from None
             except OSError as exc:
                 raise InvalidInput(f"{Path(path).name} cannot be read: {exc.strerror}") from None
             while len(self._fds) >= 2:
