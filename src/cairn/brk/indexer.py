@@ -45,6 +45,7 @@ from cairn.brk.blocks.parser import (
 from cairn.brk.txindex import DEFAULT_CACHE_MB, TxIndex
 from cairn.brk.vecs import VecSpec, VecStore
 from cairn.core.errors import InvalidInput, StorageError
+from cairn.core.heap import trim_heap
 
 
 def _hash_vec(name: str, index: str) -> VecSpec:
@@ -423,6 +424,11 @@ class Indexer:
     # -- the run --------------------------------------------------------------------------------
     def run(self, *, max_blocks: int | None = None) -> IndexResult:
         """Scan, select, roll back if needed, and index up to ``max_blocks`` new blocks."""
+        from cairn.core.heap import return_large_buffers
+
+        # Batches are columns of tens of MB, freed at each commit: with glibc's sliding mmap threshold
+        # they would come from the heap and, fragmented, keep the resident size creeping up.
+        return_large_buffers()
         try:
             result = self._run(max_blocks)
         except BaseException:
@@ -811,6 +817,7 @@ class Indexer:
         # opening re-inserts these transactions from txindex_to_txid.
         self.txindex.insert(tx0, batch.txids)
         self._remember(batch.txmap, s.lengths["outputindex_to_value"])
+        trim_heap(min_interval=1.0)  # the batch's freed objects go back to the OS, not to a growing heap
         return None
 
 
