@@ -161,22 +161,26 @@ def _hashes(raw: bytes) -> list[bytes]:
 
 
 class _Batch:
-    """Rows of the blocks parsed since the last commit, as Python lists."""
+    """Rows of the blocks parsed since the last commit (typed arrays; hashes and headers as lists)."""
 
     def __init__(self) -> None:
+        from array import array
+
         self.h: dict[str, list[Any]] = {k: [] for k in ("hash", "time", "bits", "diff", "version", "size",
                                                         "weight", "ntx")}
         self.txids: list[bytes] = []
-        self.tx_height: list[int] = []
-        self.tx_version: list[int] = []
-        self.tx_locktime: list[int] = []
-        self.tx_size: list[int] = []
-        self.tx_weight: list[int] = []
-        self.tx_inputs: list[int] = []
-        self.tx_outputs: list[int] = []
-        self.spent: list[int] = []
-        self.out_value: list[int] = []
-        self.out_type: list[int] = []
+        # Typed arrays, not lists: 1-8 bytes a value instead of ~36 (a pointer and an int object), so
+        # a batch of 64 MB of blocks holds ~25 MB of columns instead of ~120 MB.
+        self.tx_height = array("I")
+        self.tx_version = array("i")
+        self.tx_locktime = array("I")
+        self.tx_size = array("I")
+        self.tx_weight = array("I")
+        self.tx_inputs = array("I")
+        self.tx_outputs = array("I")
+        self.spent = array("Q")
+        self.out_value = array("Q")
+        self.out_type = array("B")
         self.pos: list[int] = []  # blockpos of each block, to report where a bad one lives
         self.bytes = 0
         # txid -> first_outputindex << 24 | output_count: this batch's own txs (latest wins) ...
@@ -192,9 +196,10 @@ class _Batch:
         for col in self.h.values():
             del col[blocks:]
         del self.pos[blocks:]
-        for col in (self.txids, self.tx_height, self.tx_version, self.tx_locktime, self.tx_size,
-                    self.tx_weight, self.tx_inputs, self.tx_outputs):
-            del col[txs:]
+        del self.txids[txs:]
+        for arr in (self.tx_height, self.tx_version, self.tx_locktime, self.tx_size, self.tx_weight, self.tx_inputs,
+                    self.tx_outputs):
+            del arr[txs:]
         del self.spent[inputs:]
         del self.out_value[outputs:]
         del self.out_type[outputs:]
