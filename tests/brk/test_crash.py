@@ -218,7 +218,7 @@ def test_sigkills_during_a_deep_reorg(tmp_path: Path) -> None:
 # -- dense chains: kills while the transaction index is being written, blocks parsed in a second process --
 
 DENSE_K = 1000 if STRESS else 400  # transactions a block
-DENSE_BLOCKS = 101 + (300 if STRESS else 50)
+DENSE_BLOCKS = 101 + (600 if STRESS else 300)  # long enough that no run ends before its kill lands
 DENSE_KILLS = 30 if STRESS else 10
 
 
@@ -284,7 +284,7 @@ def test_sigkills_while_the_index_is_written_on_a_dense_chain(tmp_path: Path) ->
             faults += proc.returncode == -signal.SIGKILL
             code = proc.returncode
         else:
-            popen = _run_until_progress(cmd, out, rng.uniform(0.0, 0.6), env=env)
+            popen = _run_until_progress(cmd, out, rng.uniform(0.0, 0.08), env=env)
             kills += _kill_and_reap(popen)
             code = popen.returncode
         heights.append(_check_consistent(out, ref))
@@ -303,7 +303,7 @@ def test_sigkills_while_the_index_is_written_on_a_dense_chain(tmp_path: Path) ->
 def test_sigkills_during_a_reorg_of_a_dense_chain(tmp_path: Path) -> None:
     """A dense chain is replaced by a longer fork while the indexer is killed: the rolled-back
     transactions leave the engine, and the end state is the new chain's, vecs and answers alike."""
-    n_old, n_new, fork = DENSE_BLOCKS - 10, DENSE_BLOCKS, DENSE_BLOCKS - 30
+    n_old, n_new, fork = DENSE_BLOCKS - 10, DENSE_BLOCKS, 121
     old_dir, new_dir, node = tmp_path / "old", tmp_path / "new", tmp_path / "node"
     write_sample(old_dir, n_old, seed=6, txs_per_block=DENSE_K, spread_blocks=n_new)
     write_sample(new_dir, n_new, seed=6, txs_per_block=DENSE_K, fork_at=fork, fork_seed=66, spread_blocks=n_new,
@@ -330,7 +330,7 @@ def test_sigkills_during_a_reorg_of_a_dense_chain(tmp_path: Path) -> None:
     rng = random.Random(8)
     kills = 0
     for _ in range(DENSE_KILLS * 3):
-        proc = _run_until_progress(cmd, out, rng.uniform(0.0, 0.5), env=env)
+        proc = _run_until_progress(cmd, out, rng.uniform(0.0, 0.08), env=env)
         kills += _kill_and_reap(proc)
         _check_txindex(out, exact=proc.returncode == 0)
         if proc.returncode == 0 or kills >= DENSE_KILLS // 2:
