@@ -307,9 +307,10 @@ def test_sigkills_during_a_reorg_of_a_dense_chain(tmp_path: Path) -> None:
     transactions leave the engine, and the end state is the new chain's, vecs and answers alike."""
     n_old, n_new, fork = DENSE_BLOCKS - 10, DENSE_BLOCKS, 121
     old_dir, new_dir, node = tmp_path / "old", tmp_path / "new", tmp_path / "node"
-    write_sample(old_dir, n_old, seed=6, txs_per_block=DENSE_K, spread_blocks=n_new)
+    one_file = 1 << 30  # each chain in one blk file (the stress size would otherwise take two)
+    write_sample(old_dir, n_old, seed=6, txs_per_block=DENSE_K, spread_blocks=n_new, max_file_bytes=one_file)
     write_sample(new_dir, n_new, seed=6, txs_per_block=DENSE_K, fork_at=fork, fork_seed=66, spread_blocks=n_new,
-                 first_file=1)
+                 first_file=1, max_file_bytes=one_file)
     node.mkdir()
     (node / "blk00000.dat").write_bytes((old_dir / "blk00000.dat").read_bytes())
     ref_new = tmp_path / "ref_new"
