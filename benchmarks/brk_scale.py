@@ -8,7 +8,8 @@ For each size N (transactions), with K transactions per block:
 3. ``brk index`` again: nothing new to index, so this is the computed datasets step (skip: ``--no-compute``);
 4. ``brk index --no-compute`` once more: the reopen time of an up-to-date index.
 
-Peak RSS is the child's own (``wait4``), load averages are taken before and after each step (the
+Peak RSS is the child's own (``VmHWM`` from ``/proc``, not ``wait4``'s ``ru_maxrss``, which
+inherits the parent's high-water mark), load averages are taken before and after each step (the
 machine is shared: read figures with them). Sizes run smallest first while the projected time of the
 next one (from the rates measured so far) fits in ``--budget`` seconds; the others are listed as
 skipped with the reason. Prints one JSON document.
@@ -42,6 +43,36 @@ def _load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+def _vm_hwm_kb(pid: int) -> int:
+    """The peak resident size of a running process's own address space, from ``/proc`` (0 if gone)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a running process so far, from ``/proc`` (0 if gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as fh:
+            return [int(x) for x in fh.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
 def brk(*args: str, timeout: float | None = None) -> dict[str, Any]:
     """Run ``brk ARGS``; returns exit code, wall seconds, the child's peak RSS (MB), stdout JSON, stderr tail."""
     env = dict(os.environ)
@@ -51,7 +82,20 @@ def brk(*args: str, timeout: float | None = None) -> dict[str, Any]:
         t0 = time.perf_counter()
         proc = subprocess.Popen([sys.executable, "-m", "cairn.brk.cli", *args, "--format", "json"],
                                 stdout=out, stderr=err, env=env)
-        _, status, usage = os.wait4(proc.pid, 0)
+        hwm_kb = 0
+        child_kb: dict[int, int] = {}  # the parsing process(es) brk index starts
+        main_cpu = 0.0
+        child_cpu: dict[int, float] = {}
+        while True:
+            hwm_kb = max(hwm_kb, _vm_hwm_kb(proc.pid))
+            main_cpu = max(main_cpu, _cpu_s(proc.pid))
+            for cpid in _children(proc.pid):
+                child_kb[cpid] = max(child_kb.get(cpid, 0), _vm_hwm_kb(cpid))
+                child_cpu[cpid] = max(child_cpu.get(cpid, 0.0), _cpu_s(cpid))
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            time.sleep(0.05)
         wall = time.perf_counter() - t0
         out.seek(0)
         err.seek(0)
@@ -62,7 +106,15 @@ def brk(*args: str, timeout: float | None = None) -> dict[str, Any]:
         result = json.loads(text) if text.strip() else {}
     except ValueError:
         result = {"stdout": text[-2000:]}
-    return {"code": code, "wall_s": round(wall, 2), "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
+    # ru_maxrss would carry this (parent) process's high-water mark across fork and exec: VmHWM is the
+    # child's own (sampled every 50 ms; a peak in the very last 50 ms of a run could be missed).
+    return {"code": code, "wall_s": round(wall, 2), "peak_rss_mb": round((hwm_kb or usage.ru_maxrss) / 1024, 1),
+            # CPU seconds of the main process and of its parsing process (sampled; the last 50 ms may be
+            # missed): on an idle 2-core machine the wall time would be about the larger of the two.
+            "main_cpu_s": round(main_cpu, 2), "parser_cpu_s": round(sum(child_cpu.values()), 2),
+            "children_peak_rss_mb": round(max(child_kb.values(), default=0) / 1024, 1),
+            # an upper bound of the whole command's peak: the peaks of the process and its children added
+            "total_peak_rss_mb": round((hwm_kb + max(child_kb.values(), default=0)) / 1024, 1),
             "user_s": round(usage.ru_utime, 2), "sys_s": round(usage.ru_stime, 2), "load_before": load0,
             "load_after": _load(), "result": result, "stderr_tail": tail if code else ""}
 
@@ -136,9 +188,14 @@ def main() -> None:
                 "txs_per_block": k, "block_data_bytes": data_bytes, "chain": info,
                 "index": {"wall_s": first["wall_s"], "mb_s": round(data_bytes / first["wall_s"] / 1e6, 2),
                           "tx_s": round(info["transactions"] / first["wall_s"]),
-                          "peak_rss_mb": first["peak_rss_mb"], "cpu_s": round(first["user_s"] + first["sys_s"], 2),
+                          "peak_rss_mb": first["peak_rss_mb"], "parser_peak_rss_mb": first["children_peak_rss_mb"],
+                          "total_peak_rss_mb": first["total_peak_rss_mb"], "cpu_s": round(first["user_s"] + first["sys_s"], 2),
                           # under load, wall time overstates: block data MB per CPU second of the child
                           "mb_per_cpu_s": round(data_bytes / max(first["user_s"] + first["sys_s"], 1e-9) / 1e6, 2),
+                          "main_cpu_s": first["main_cpu_s"], "parser_cpu_s": first["parser_cpu_s"],
+                          # the rate if each process had a core to itself: block data / the busier one's CPU
+                          "mb_s_two_free_cores": round(data_bytes / max(first["main_cpu_s"], first["parser_cpu_s"],
+                                                                         1e-9) / 1e6, 2),
                           "load_before": first["load_before"], "load_after": first["load_after"]},
             }
             if not args.no_compute:

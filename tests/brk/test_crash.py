@@ -6,7 +6,9 @@ run leaves vecs and index identical to an uninterrupted run's. Kills land at ran
 the ``CAIRN_BRK_FAULT`` hook, exactly between the vecs' commit and the index write, and between the
 index's rollback and the vecs' truncation.
 
-20 random kills by default (about 20 s); CAIRN_STRESS=1 raises it to 60 on a longer chain.
+20 random kills by default (about 20 s); CAIRN_STRESS=1 raises it to 60 on a longer chain. The dense
+chain tests (400 transactions a block, 1,000 under CAIRN_STRESS; blocks parsed by the second process)
+land at least 10 kills (30) within 80 ms of a run's first commit, while the engine is written.
 """
 
 from __future__ import annotations
@@ -213,3 +215,129 @@ def test_sigkills_during_a_deep_reorg(tmp_path: Path) -> None:
             assert open_store(out).path(spec.name).read_bytes() == open_store(ref_new).path(spec.name).read_bytes()
     _check_txindex(out, exact=True)  # the old branch's transactions are gone from the index
     assert _index_entries(out) == _index_entries(ref_new)
+
+
+# -- dense chains: kills while the transaction index is being written, blocks parsed in a second process --
+
+DENSE_K = 1000 if STRESS else 400  # transactions a block
+DENSE_BLOCKS = 101 + (600 if STRESS else 300)  # long enough that no run ends before its kill lands
+DENSE_KILLS = 30 if STRESS else 10
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as fh:
+            return [int(x) for x in fh.read().split()]
+    except OSError:
+        return []
+
+
+def _kill_and_reap(proc: subprocess.Popen[bytes]) -> bool:
+    """SIGKILL ``proc`` if it still runs; its parsing process must then end by itself. True if killed."""
+    if proc.poll() is not None:
+        proc.wait()
+        return False
+    workers = _children(proc.pid)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 10
+    for pid in workers:  # orphaned: it sees end of file on its stdin (or a broken pipe) and exits
+        while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+            try:
+                with open(f"/proc/{pid}/stat") as fh:
+                    if fh.read().split(")")[-1].split()[0] == "Z":
+                        break  # exited; a zombie until its new parent reaps it
+            except OSError:
+                break
+            time.sleep(0.02)
+        assert time.monotonic() < deadline, f"the parsing process {pid} outlived the indexer"
+    return True
+
+
+def _same_as(out: Path, ref: Path, *, blockpos: bool = True) -> None:
+    for spec in SPECS:
+        if blockpos or not spec.name.startswith("blockpos"):
+            assert open_store(out).path(spec.name).read_bytes() == open_store(ref).path(spec.name).read_bytes(), \
+                spec.name
+    _check_txindex(out, exact=True)
+    assert _index_entries(out) == _index_entries(ref)  # the same answer for every txid
+
+
+@pytest.mark.timeout(600 if STRESS else 300)
+def test_sigkills_while_the_index_is_written_on_a_dense_chain(tmp_path: Path) -> None:
+    """At least 10 kills at random moments of a dense chain's indexing (blocks parsed by the second
+    process, engine batches of thousands of transactions), some exactly between the vecs' commit and
+    the engine write: every resumed run ends with the uninterrupted run's vecs and answers."""
+    blocks = tmp_path / "blocks"
+    write_sample(blocks, DENSE_BLOCKS, seed=21, txs_per_block=DENSE_K, max_file_bytes=8_000_000)
+    ref = tmp_path / "ref"
+    index(blocks, ref, durable=False)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "cairn.brk.cli", "index", "--blocks-dir", str(blocks), "--out", str(out),
+           "--commit-every", "2", "--no-compute", "--format", "json"]
+    env = dict(os.environ, CAIRN_BRK_PARSE_PROCESS="1")
+    rng = random.Random(17)
+    kills = faults = 0
+    heights = []
+    for run in range(DENSE_KILLS * 4):
+        if run % 4 == 3:  # right after a commit of the vecs, before the engine's batch
+            fenv = dict(env, CAIRN_BRK_FAULT=f"commit-index:{rng.randint(1, 3)}")
+            proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=fenv)
+            faults += proc.returncode == -signal.SIGKILL
+            code = proc.returncode
+        else:
+            popen = _run_until_progress(cmd, out, rng.uniform(0.0, 0.08), env=env)
+            kills += _kill_and_reap(popen)
+            code = popen.returncode
+        heights.append(_check_consistent(out, ref))
+        _check_txindex(out, exact=code == 0)
+        if code == 0 or kills >= DENSE_KILLS:
+            break
+    assert kills >= DENSE_KILLS, f"only {kills} random kills landed"
+    assert faults >= 1 and heights == sorted(heights)
+    assert subprocess.run(cmd, stdout=subprocess.DEVNULL, env=env).returncode == 0
+    assert _check_consistent(out, ref) == DENSE_BLOCKS - 1
+    _same_as(out, ref)
+    assert open_store(out).meta == open_store(ref).meta
+
+
+@pytest.mark.timeout(600 if STRESS else 300)
+def test_sigkills_during_a_reorg_of_a_dense_chain(tmp_path: Path) -> None:
+    """A dense chain is replaced by a longer fork while the indexer is killed: the rolled-back
+    transactions leave the engine, and the end state is the new chain's, vecs and answers alike."""
+    n_old, n_new, fork = DENSE_BLOCKS - 10, DENSE_BLOCKS, 121
+    old_dir, new_dir, node = tmp_path / "old", tmp_path / "new", tmp_path / "node"
+    one_file = 1 << 30  # each chain in one blk file (the stress size would otherwise take two)
+    write_sample(old_dir, n_old, seed=6, txs_per_block=DENSE_K, spread_blocks=n_new, max_file_bytes=one_file)
+    write_sample(new_dir, n_new, seed=6, txs_per_block=DENSE_K, fork_at=fork, fork_seed=66, spread_blocks=n_new,
+                 first_file=1, max_file_bytes=one_file)
+    node.mkdir()
+    (node / "blk00000.dat").write_bytes((old_dir / "blk00000.dat").read_bytes())
+    ref_new = tmp_path / "ref_new"
+    (new_dir / "blk00000.dat").write_bytes((new_dir / "blk00001.dat").read_bytes())
+    (new_dir / "blk00001.dat").unlink()
+    index(new_dir, ref_new, durable=False)
+    out = tmp_path / "out"
+    index(node, out)
+    old_txs = open_store(out).lengths["txindex_to_txid"]
+    (node / "blk00001.dat").write_bytes((new_dir / "blk00000.dat").read_bytes())  # the fork arrives
+    cmd = [sys.executable, "-m", "cairn.brk.cli", "index", "--blocks-dir", str(node), "--out", str(out),
+           "--commit-every", "2", "--no-compute", "--format", "json"]
+    env = dict(os.environ, CAIRN_BRK_PARSE_PROCESS="1")
+    # A kill right after the engine forgot the rolled-back transactions, before the vecs shrink.
+    fenv = dict(env, CAIRN_BRK_FAULT="rollback-vecs:1")
+    assert subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=fenv).returncode \
+        == -signal.SIGKILL
+    assert open_store(out).lengths["txindex_to_txid"] == old_txs  # the vecs still hold the old chain ...
+    assert _check_txindex(out, exact=False) > 0  # ... the engine only the part both chains share
+    rng = random.Random(8)
+    kills = 0
+    for _ in range(DENSE_KILLS * 3):
+        proc = _run_until_progress(cmd, out, rng.uniform(0.0, 0.08), env=env)
+        kills += _kill_and_reap(proc)
+        _check_txindex(out, exact=proc.returncode == 0)
+        if proc.returncode == 0 or kills >= DENSE_KILLS // 2:
+            break
+    assert kills >= DENSE_KILLS // 2
+    assert subprocess.run(cmd, stdout=subprocess.DEVNULL, env=env).returncode == 0
+    _same_as(out, ref_new, blockpos=False)

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from cairn.brk.blocks.files import iter_blocks
 from cairn.brk.blocks.parser import OUTPUT_TYPES, P2TR, P2WPKH, P2WSH, parse_block
@@ -104,3 +105,71 @@ def test_cli_sample_dense(tmp_path: Path) -> None:
     assert bad.returncode == 2
     assert bad.stderr.strip() == ("brk: --txs-per-block must be between 1 and 3000 (more would not fit a block's "
                                   "4 million weight units); got 0.")
+
+
+def _vecs(out: Path) -> dict[str, bytes]:
+    from ._run import vec_bytes
+
+    return vec_bytes(out)
+
+
+def test_the_parsing_process_gives_the_same_bytes_and_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blocks parsed by the second process index to the same bytes as in process, a corrupt block
+    included (reported with the same file, offset and message, the chain cut before it)."""
+    blocks = tmp_path / "blocks"
+    write_sample(blocks, 150, seed=12, txs_per_block=300, max_file_bytes=3_000_000)
+    data = bytearray((blocks / "blk00000.dat").read_bytes())
+    p = 0
+    for _ in range(120):  # corrupt a transaction byte of height 120 (header intact: merkle mismatch)
+        p += 8 + int.from_bytes(data[p + 4:p + 8], "little")
+    data[p + 8 + 95] ^= 0x55  # in the coinbase's outpoint (header 80, tx count 3, version 4, marker 2, count 1)
+    (blocks / "blk00000.dat").write_bytes(bytes(data))
+    results = {}
+    for mode in ("0", "1"):
+        monkeypatch.setenv("CAIRN_BRK_PARSE_PROCESS", mode)
+        r = index(blocks, tmp_path / mode, commit_blocks=7)
+        results[mode] = (r.height, r.invalid, _vecs(tmp_path / mode))
+    assert results["0"][0] == 119 and len(results["0"][1]) == 1
+    assert results["0"][1][0]["offset"] == p + 8 and "merkle root mismatch" in results["0"][1][0]["error"]
+    assert results["1"] == results["0"]
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as fh:
+            return [int(x) for x in fh.read().split()]
+    except OSError:
+        return []
+
+
+def test_ctrl_c_with_the_parsing_process(tmp_path: Path) -> None:
+    """SIGINT to the whole process group (as a terminal sends it): the parsing process ignores it, the
+    indexer commits, ends it and exits 130; the rerun ends byte-identical to an uninterrupted run."""
+    import json
+    import os
+    import signal
+
+    blocks = tmp_path / "blocks"
+    write_sample(blocks, 240, seed=21, txs_per_block=250, max_file_bytes=8_000_000)
+    index(blocks, tmp_path / "ref", durable=False)
+    env = dict(os.environ, CAIRN_BRK_PARSE_PROCESS="1")
+    cmd = [sys.executable, "-m", "cairn.brk.cli", "index", "--blocks-dir", str(blocks), "--out",
+           str(tmp_path / "out"), "--format", "json", "--commit-every", "2", "--no-compute", "--progress", "json"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if line.startswith("{") and json.loads(line)["committed_height"] >= 110:
+            break
+    workers = _children(proc.pid)
+    assert len(workers) == 1
+    os.killpg(proc.pid, signal.SIGINT)
+    _, rest = proc.communicate(timeout=120)
+    assert proc.returncode == 130, rest
+    assert "stopped at height" in rest and "Traceback" not in rest
+    assert not os.path.exists(f"/proc/{workers[0]}")  # ended and reaped by the indexer
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["height"] == 239
+    got, want = _vecs(tmp_path / "out"), _vecs(tmp_path / "ref")
+    assert [k for k in want if got.get(k) != want[k]] == [] and got.keys() == want.keys()

@@ -184,8 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="commit at least every N blocks (default 10000; also every 3 s and 64 MB)")
     p.add_argument("--max-blocks", type=int, help="stop after indexing this many blocks")
     p.add_argument("--no-fsync", action="store_true", help="skip fsync on commit (faster; unsafe on power loss)")
-    p.add_argument("--cache-mb", type=int, default=256,
-                   help="block cache of the transaction index (RocksDB), in MB (default 256)")
+    p.add_argument("--cache-mb", type=int, default=64,
+                   help="block cache of the transaction index (RocksDB), in MB (default 64)")
     p.add_argument("--no-compute", action="store_true", help="index raw vecs only (no computed datasets)")
     p.add_argument("--progress", choices=("auto", "bar", "json", "none"), default="auto",
                    help="progress on stderr: auto (a bar on a terminal, else JSON lines), bar, json or none")

@@ -23,13 +23,15 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cairn.brk.blocks.chain import HeaderInfo, best_chain, pow_ok
 from cairn.brk.blocks.files import MAGICS, blk_files, detect_network, read_xor_key, scan, unxor
+from cairn.brk.blocks.worker import ParseWorker
 from cairn.brk.blocks.parser import (
     COINBASE_VOUT,
     NULL_HASH,
@@ -43,6 +45,7 @@ from cairn.brk.blocks.parser import (
 from cairn.brk.txindex import DEFAULT_CACHE_MB, TxIndex
 from cairn.brk.vecs import VecSpec, VecStore
 from cairn.core.errors import InvalidInput, StorageError
+from cairn.core.heap import trim_heap
 
 
 def _hash_vec(name: str, index: str) -> VecSpec:
@@ -51,6 +54,11 @@ def _hash_vec(name: str, index: str) -> VecSpec:
 
 NO_OUTPUT = (1 << 64) - 1  # inputindex_to_outputindex of a coinbase input
 _OUT_SHIFT = 24  # txid map value: first_outputindex << 24 | output_count
+# Random reads of committed vecs go through short-lived memory maps of at most this many rows each:
+# the pages a map touches count in the process's resident size until it is unmapped, so one map over
+# a whole look-up (hundreds of thousands of random rows of a file of many GB) would grow with the chain.
+_GATHER_ROWS = 4096
+_TXID_STEP = 1 << 16  # transactions re-inserted into (or removed from) the index per engine batch
 
 SPECS: list[VecSpec] = [
     _hash_vec("height_to_blockhash", "height"),
@@ -152,22 +160,26 @@ def _hashes(raw: bytes) -> list[bytes]:
 
 
 class _Batch:
-    """Rows of the blocks parsed since the last commit, as Python lists."""
+    """Rows of the blocks parsed since the last commit (typed arrays; hashes and headers as lists)."""
 
     def __init__(self) -> None:
+        from array import array
+
         self.h: dict[str, list[Any]] = {k: [] for k in ("hash", "time", "bits", "diff", "version", "size",
                                                         "weight", "ntx")}
         self.txids: list[bytes] = []
-        self.tx_height: list[int] = []
-        self.tx_version: list[int] = []
-        self.tx_locktime: list[int] = []
-        self.tx_size: list[int] = []
-        self.tx_weight: list[int] = []
-        self.tx_inputs: list[int] = []
-        self.tx_outputs: list[int] = []
-        self.spent: list[int] = []
-        self.out_value: list[int] = []
-        self.out_type: list[int] = []
+        # Typed arrays, not lists: 1-8 bytes a value instead of ~36 (a pointer and an int object), so
+        # a batch of 64 MB of blocks holds ~25 MB of columns instead of ~120 MB.
+        self.tx_height = array("I")
+        self.tx_version = array("i")
+        self.tx_locktime = array("I")
+        self.tx_size = array("I")
+        self.tx_weight = array("I")
+        self.tx_inputs = array("I")
+        self.tx_outputs = array("I")
+        self.spent = array("Q")
+        self.out_value = array("Q")
+        self.out_type = array("B")
         self.pos: list[int] = []  # blockpos of each block, to report where a bad one lives
         self.bytes = 0
         # txid -> first_outputindex << 24 | output_count: this batch's own txs (latest wins) ...
@@ -183,9 +195,10 @@ class _Batch:
         for col in self.h.values():
             del col[blocks:]
         del self.pos[blocks:]
-        for col in (self.txids, self.tx_height, self.tx_version, self.tx_locktime, self.tx_size,
-                    self.tx_weight, self.tx_inputs, self.tx_outputs):
-            del col[txs:]
+        del self.txids[txs:]
+        for arr in (self.tx_height, self.tx_version, self.tx_locktime, self.tx_size, self.tx_weight, self.tx_inputs,
+                    self.tx_outputs):
+            del arr[txs:]
         del self.spent[inputs:]
         del self.out_value[outputs:]
         del self.out_type[outputs:]
@@ -198,20 +211,26 @@ class Indexer:
                  commit_bytes: int = 64 << 20, commit_seconds: float = 3.0,
                  log: Callable[[str], None] | None = None, progress: Callable[..., None] | None = None,
                  cache_mb: int = DEFAULT_CACHE_MB, chunk_bytes: int = 4 << 20, prefix_bytes: int = 8,
-                 recent_txs: int = 400_000) -> None:
+                 recent_txs: int = 400_000, worker_min_bytes: int = 16 << 20) -> None:
         self.blocks_dir = blocks_dir
         self.out = out
         self.commit_blocks = max(1, commit_blocks)
         # The batch's rows live in Python lists until the commit: bounded by bytes of block data.
         self.commit_bytes = commit_bytes
         self.chunk_bytes = chunk_bytes  # blocks parsed before their prevouts are looked up at once
+        # With this much block data to index (and two cores), blocks are read and parsed in a second
+        # process (cairn.brk.blocks.worker) while this one resolves and writes.
+        self.worker_min_bytes = worker_min_bytes
         self.cache_mb = cache_mb
         self.prefix_bytes = prefix_bytes
         # The txid maps of the last committed batches, up to ``recent_txs`` transactions: most inputs
         # spend recent outputs, and a dict hit costs a tenth of a microsecond against several for the
         # engine. Bounded, so memory does not grow with the chain; dropped on rollback.
         self.recent_txs = recent_txs
-        self._recent: list[dict[bytes, int]] = []
+        # One dict for all of them (one probe per prevout), and per batch its txids and the end of its
+        # outputs, to drop the oldest batch's entries unless a later batch re-used the txid.
+        self._recent: dict[bytes, int] = {}
+        self._recent_batches: deque[tuple[list[bytes], int]] = deque()
         self._recent_n = 0
         # Each commit fsyncs ~30 files (~80 ms here), so batches are bounded by time as well as size.
         self.commit_seconds = commit_seconds
@@ -234,15 +253,21 @@ class Indexer:
         self.meta.setdefault("scanned", {})
         self.meta.setdefault("invalid", [])
         self._files: dict[int, _BlockReader] = {}
-        self._load_headers()
+        # The indexed chain (one hash a height). The block headers (the blockpos scan cache) are
+        # loaded only when chain selection needs them: a run that finds no new block in the files and
+        # an index already at the best tip it selected last time loads none (opening stays O(1) in
+        # the number of blocks).
+        self.chain: list[bytes] = _hashes(self.store.read("height_to_blockhash").tobytes())
+        self._headers_loaded = False
         self._txi: TxIndex | None = None
         self._reconcile()
         self._close_txindex()
 
     # -- state rebuilt from committed vecs ------------------------------------------------------
     def _load_headers(self) -> None:
-        import numpy as np
-
+        if self._headers_loaded:
+            return
+        self._headers_loaded = True
         s = self.store
         hashes = _hashes(s.read("blockpos_to_hash").tobytes())
         prevs = _hashes(s.read("blockpos_to_prevhash").tobytes())
@@ -255,7 +280,6 @@ class Indexer:
         self.pos_file: list[int] = s.read("blockpos_to_file").tolist()
         self.pos_offset: list[int] = s.read("blockpos_to_offset").tolist()
         self.pos_length: list[int] = s.read("blockpos_to_length").tolist()
-        self.chain: list[bytes] = _hashes(np.asarray(s.read("height_to_blockhash")).tobytes())
 
     # -- the transaction index ------------------------------------------------------------------
     @property
@@ -282,13 +306,26 @@ class Indexer:
         if txi.count < n:
             if n - txi.count > 100_000:
                 self.log(f"transaction index: re-inserting {n - txi.count} transactions from the vecs")
-            step = 1 << 20
             while txi.count < n:
-                lo, hi = txi.count, min(n, txi.count + step)
+                lo, hi = txi.count, min(n, txi.count + _TXID_STEP)
                 txi.insert(lo, _hashes(self.store.read("txindex_to_txid")[lo:hi].tobytes()))
 
+    def _gather(self, name: str, rows: Any) -> Any:
+        """``vec[rows]`` of a committed vec, through maps of at most ``_GATHER_ROWS`` rows' pages each."""
+        import numpy as np
+
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.shape[0] <= _GATHER_ROWS:
+            return self.store.read(name)[rows]
+        parts = []
+        for a in range(0, rows.shape[0], _GATHER_ROWS):
+            view = self.store.read(name)
+            parts.append(view[rows[a:a + _GATHER_ROWS]])
+            del view  # unmapped here: its pages leave the resident set
+        return np.concatenate(parts)
+
     def _read_txids(self, txindexes: Any) -> Any:
-        return self.store.read("txindex_to_txid")[txindexes]
+        return self._gather("txindex_to_txid", txindexes)
 
     def _resolve(self, txids: list[bytes]) -> dict[bytes, int]:
         """txid -> first_outputindex << 24 | output_count of the committed ones among ``txids``."""
@@ -301,8 +338,8 @@ class Indexer:
         if not hit:
             return {}
         idx = np.array([found[i] for i in hit], dtype=np.int64)
-        firsts = self.store.read("txindex_to_first_outputindex")[idx].tolist()
-        counts = self.store.read("txindex_to_output_count")[idx].tolist()
+        firsts = self._gather("txindex_to_first_outputindex", idx).tolist()
+        counts = self._gather("txindex_to_output_count", idx).tolist()
         return {txids[i]: (f << _OUT_SHIFT) | c for i, f, c in zip(hit, firsts, counts)}
 
     def _prefetch(self, blocks: list[Block], batch: _Batch) -> None:
@@ -315,20 +352,25 @@ class Indexer:
         want.discard(NULL_HASH)
         want -= own  # spent within the chunk (a rare earlier duplicate is looked up one by one)
         want.difference_update(batch.txmap)
-        found: dict[bytes, int] = {}
-        for m in reversed(self._recent):  # newest first: a repeated txid resolves to its latest
-            hits = [t for t in want if t in m]
-            for t in hits:
-                found[t] = m[t]
-            want.difference_update(hits)
+        recent = self._recent  # a repeated txid holds its latest there
+        found = {t: recent[t] for t in want if t in recent}
+        want.difference_update(found)
         found.update(self._resolve(sorted(want)))
         batch.committed = found
 
-    def _remember(self, txmap: dict[bytes, int]) -> None:
-        self._recent.append(txmap)
+    def _remember(self, txmap: dict[bytes, int], out_end: int) -> None:
+        """Keep a committed batch's txid map (its outputs end at ``out_end``) among the recent ones."""
+        recent = self._recent
+        recent.update(txmap)
+        self._recent_batches.append((list(txmap), out_end))
         self._recent_n += len(txmap)
-        while self._recent and self._recent_n > self.recent_txs:
-            self._recent_n -= len(self._recent.pop(0))
+        while self._recent_batches and self._recent_n > self.recent_txs:
+            keys, end = self._recent_batches.popleft()
+            self._recent_n -= len(keys)
+            for t in keys:
+                v = recent.get(t)
+                if v is not None and v >> _OUT_SHIFT < end:  # not re-used by a later batch
+                    del recent[t]
 
     # -- scanning -------------------------------------------------------------------------------
     def scan_files(self) -> int:
@@ -346,6 +388,8 @@ class Indexer:
             if path.stat().st_size <= start:
                 continue
             records, resume = scan(path, self.key, magic, start)
+            if records:
+                self._load_headers()  # before anything new is queued: it reads the committed rows
             hashes, prevs, bits, offs, lens = [], [], [], [], []
             for rec in records:
                 head = parse_header(rec.header)
@@ -384,6 +428,11 @@ class Indexer:
     # -- the run --------------------------------------------------------------------------------
     def run(self, *, max_blocks: int | None = None) -> IndexResult:
         """Scan, select, roll back if needed, and index up to ``max_blocks`` new blocks."""
+        from cairn.core.heap import return_large_buffers
+
+        # Batches are columns of tens of MB, freed at each commit: with glibc's sliding mmap threshold
+        # they would come from the heap and, fragmented, keep the resident size creeping up.
+        return_large_buffers()
         try:
             result = self._run(max_blocks)
         except BaseException:
@@ -399,12 +448,21 @@ class Indexer:
 
     def _run(self, max_blocks: int | None) -> IndexResult:
         t0 = time.perf_counter()
-        self.scan_files()
+        found = self.scan_files()
         result = IndexResult(self.meta["network"], -1, "")
+        tip = hash_hex(self.chain[-1]) if self.chain else ""
+        if not found and self.meta.get("best") == tip and not self.stop_requested:
+            # Nothing new in the files, and the index is at the tip chosen last time: up to date.
+            self.store.commit(self._meta())
+            result.height, result.tip = len(self.chain) - 1, tip
+            result.seconds = time.perf_counter() - t0
+            return result
+        self._load_headers()
         budget = max_blocks
         while True:
             invalid = {bytes.fromhex(e["hash"])[::-1] for e in self.meta["invalid"]}
             chain = best_chain(self.headers, exclude=invalid, prefer=set(self.chain))
+            self.meta["best"] = hash_hex(chain[-1]) if chain else ""
             fork = 0
             limit = min(len(chain), len(self.chain))
             while fork < limit and chain[fork] == self.chain[fork]:
@@ -444,13 +502,13 @@ class Indexer:
         # a kill in between leaves the index behind the vecs, which opening repairs.
         txi = self.txindex
         cut = lengths["txindex"]
-        step = 1 << 20
         while txi.count > cut:
-            lo = max(cut, txi.count - step)
+            lo = max(cut, txi.count - _TXID_STEP)
             txi.remove_from(lo, _hashes(s.read("txindex_to_txid")[lo:txi.count].tobytes()))
         _fault("rollback-vecs")
         self.chain = self.chain[:height]
         self._recent.clear()
+        self._recent_batches.clear()
         self._recent_n = 0
         s.truncate({spec.name: lengths[spec.index] for spec in SPECS if spec.index in lengths}, self._meta())
 
@@ -489,22 +547,80 @@ class Indexer:
             total = result.indexed_bytes + sum(self.pos_length[self.pos_of[h]] for h in todo)
             progress("start", height=len(self.chain) - 1, target_height=len(self.chain) - 1 + len(todo),
                      blocks=result.indexed_blocks, bytes=result.indexed_bytes, total_bytes=total)
-        k = 0
-        while k < len(todo) and not self.stop_requested:
-            # A chunk: blocks read and parsed, then their committed prevouts looked up at once.
-            chunk: list[tuple[bytes, int, Block | Exception]] = []
-            size = 0
-            while k < len(todo) and size < self.chunk_bytes and len(batch) + len(chunk) < self.commit_blocks:
-                h = todo[k]
-                pos = self.pos_of[h]
-                k += 1
-                try:
-                    raw = self._file(self.pos_file[pos]).read(self.pos_offset[pos], self.pos_length[pos])
-                    chunk.append((h, pos, parse_block(raw)))
-                except (MalformedBlock, InvalidInput) as exc:
-                    chunk.append((h, pos, exc))
-                    break
-                size += self.pos_length[pos]
+        worker = self._start_worker(todo)
+        chunks = self._chunks(todo, worker)
+        try:
+            return self._index_chunks(chunks, batch, result, started)
+        finally:
+            if worker is not None:
+                worker.close()
+
+    def _plan(self, todo: list[bytes]) -> Iterator[list[tuple[bytes, int]]]:
+        """Chunks of ``todo`` as (hash, blockpos): up to ``chunk_bytes`` of blocks, ending where a batch
+        of ``commit_blocks`` blocks or ``commit_bytes`` would end (commits by time may come earlier)."""
+        chunk: list[tuple[bytes, int]] = []
+        size = n_batch = batch_bytes = 0
+        for h in todo:
+            pos = self.pos_of[h]
+            chunk.append((h, pos))
+            size += self.pos_length[pos]
+            n_batch += 1
+            batch_bytes += self.pos_length[pos]
+            full = n_batch >= self.commit_blocks or batch_bytes >= self.commit_bytes
+            if full:
+                n_batch = batch_bytes = 0
+            if full or size >= self.chunk_bytes:
+                yield chunk
+                chunk, size = [], 0
+        if chunk:
+            yield chunk
+
+    def _start_worker(self, todo: list[bytes]) -> ParseWorker | None:
+        """A parsing process when there is enough to do (or ``CAIRN_BRK_PARSE_PROCESS`` says so)."""
+        force = os.environ.get("CAIRN_BRK_PARSE_PROCESS", "")
+        if force in ("0", "1"):
+            use = force == "1"
+        else:
+            use = (os.cpu_count() or 1) >= 2 and \
+                sum(self.pos_length[self.pos_of[h]] for h in todo) >= self.worker_min_bytes
+        return ParseWorker(self.key) if use and todo else None
+
+    def _chunks(self, todo: list[bytes], worker: ParseWorker | None
+                ) -> Iterator[list[tuple[bytes, int, Block | Exception]]]:
+        """Each chunk's blocks, read and parsed (by ``worker`` when there is one), in chain order."""
+        plan = self._plan(todo)
+        if worker is None:
+            for part in plan:
+                chunk: list[tuple[bytes, int, Block | Exception]] = []
+                for h, pos in part:
+                    try:
+                        raw = self._file(self.pos_file[pos]).read(self.pos_offset[pos], self.pos_length[pos])
+                        chunk.append((h, pos, parse_block(raw)))
+                    except (MalformedBlock, InvalidInput) as exc:
+                        chunk.append((h, pos, exc))
+                        break
+                yield chunk
+            return
+        paths = {no: str(path) for no, path in blk_files(self.blocks_dir)}
+        parts: deque[list[tuple[bytes, int]]] = deque()
+
+        def reads() -> Iterator[list[tuple[str, int, int]]]:
+            for part in plan:
+                parts.append(part)
+                yield [(paths.get(self.pos_file[pos], str(self.blocks_dir / f"blk{self.pos_file[pos]:05d}.dat")),
+                        self.pos_offset[pos], self.pos_length[pos]) for _, pos in part]
+
+        for answer in worker.chunks(reads()):
+            part = parts.popleft()
+            yield [(h, pos, block) for (h, pos), block in zip(part, answer)]
+
+    def _index_chunks(self, chunks: Iterator[list[tuple[bytes, int, Block | Exception]]], batch: _Batch,
+                      result: IndexResult, started: float) -> tuple[int, bytes | None]:
+        done = 0
+        progress = self.progress
+        for chunk in chunks:
+            if self.stop_requested:
+                break
             self._prefetch([b for _, _, b in chunk if isinstance(b, Block)], batch)
             for h, pos, block in chunk:
                 if self.stop_requested:  # Ctrl-C: the blocks added so far are committed below
@@ -644,7 +760,7 @@ class Indexer:
         old = real & (spent < out0)
         new = real & ~old
         if old.any():
-            in_val[old] = s.read("outputindex_to_value")[spent[old]]
+            in_val[old] = self._gather("outputindex_to_value", spent[old].astype(np.int64))
         in_val[new] = values[(spent[new] - out0).astype(np.int64)]
         in_sum = np.add.reduceat(in_val, first_in.astype(np.int64))
         out_sum = np.add.reduceat(values, first_out.astype(np.int64))
@@ -704,7 +820,8 @@ class Indexer:
         # Second, the index (one atomic batch). A kill before it leaves the index behind the vecs;
         # opening re-inserts these transactions from txindex_to_txid.
         self.txindex.insert(tx0, batch.txids)
-        self._remember(batch.txmap)
+        self._remember(batch.txmap, s.lengths["outputindex_to_value"])
+        trim_heap(min_interval=1.0)  # the batch's freed objects go back to the OS, not to a growing heap
         return None
 
 
