@@ -32,7 +32,7 @@ KILLS = 60 if STRESS else 20
 BLOCKS = 20_000 if STRESS else 6000
 
 
-def _index_entries(out: Path) -> tuple[int, dict[bytes, list[int]]]:
+def _index_entries(out: Path) -> tuple[int, dict[bytes, int]]:
     txi = TxIndex(out / "txindex")
     try:
         return txi.count, txi.entries()

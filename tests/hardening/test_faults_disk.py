@@ -192,7 +192,7 @@ def _same_as(out: Path, ref: Path) -> None:
     if (ref / "txindex").is_dir():
         from cairn.brk.txindex import TxIndex
 
-        def contents(root: Path) -> tuple[int, dict[bytes, list[int]]]:
+        def contents(root: Path) -> tuple[int, dict[bytes, int]]:
             txi = TxIndex(root / "txindex")
             try:
                 return txi.count, txi.entries()
