@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -244,8 +245,6 @@ def test_queries_on_every_index(sample: Path) -> None:
 
 
 def test_realized_value_with_prices(sample: Path, tmp_path: Path) -> None:
-    import shutil
-
     out = tmp_path / "out"
     shutil.copytree(sample, out)
     price = 40_000.0
@@ -409,9 +408,17 @@ def test_sigkills_leave_the_same_figures(tmp_path: Path) -> None:
         proc = subprocess.run(cmd, env=dict(env, CAIRN_BRK_FAULT=point), capture_output=True)
         assert proc.returncode == -signal.SIGKILL, proc.stderr
     kills = 0
-    for _ in range(8):
+    for attempt in range(8):
+        # How long the rest of the catch-up takes on this machine (timed on a copy), so that the kill lands
+        # inside it whatever the machine's speed.
+        probe = tmp_path / f"probe{attempt}"
+        shutil.copytree(out, probe)
+        started = time.monotonic()
+        subprocess.run([sys.executable, "-c", SCRIPT, str(probe), str(blocks)], env=env, check=True)
+        rest = time.monotonic() - started
+        shutil.rmtree(probe)
         proc2 = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.4, 1.2))
+        time.sleep(rng.uniform(0.3, 0.9) * rest)
         if proc2.poll() is None:
             proc2.send_signal(signal.SIGKILL)
             kills += 1
