@@ -136,7 +136,7 @@ class LocalEmbedder:
             except Exception as exc:  # missing weights, bad dims
                 raise CairnError(
                     f"Could not load the local embedding model {self.model!r} with {self.dims} dims: {exc}. "
-                    "Use model = \"l2_supercat\" and dims = 64, 128, 256, 512 or 1024."
+                    "The wordllama wheel ships model = \"l2_supercat\" with dims = 256 only."
                 ) from exc
             finally:
                 sys.stdout = saved
