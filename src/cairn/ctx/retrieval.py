@@ -175,7 +175,9 @@ def semantic_in(m: VectorMatrix, embedder: "Embedder", text: str, filters: Filte
     """:func:`semantic` over an already loaded matrix (no database access, so it can run in a thread)."""
     if m.index.size == 0:
         return {}
-    query = embedder.embed([text])
+    from cairn.search.embed import embed_queries
+
+    query = embed_queries(embedder, [text])
     hits = m.index.search(query[0], k, m.mask(filters))
     return {int(m.chunk_rows[h.row]): max(0.0, min(1.0, h.score)) for h in hits}
 

