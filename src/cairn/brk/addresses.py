@@ -447,7 +447,7 @@ class _AddressPass:
             for key, aid in zip(new_keys, new_ids.tolist()):  # in key order: cheaper inserts
                 put(key, aid.to_bytes(8, "little"))
             self.db.write(wb)
-        from cairn.brk.utxo import _fault
+        from cairn.brk.faults import fault as _fault
 
         _fault("address-undo")  # the crash tests kill here: balances and index ahead of the manifest
         # Per-block counts.

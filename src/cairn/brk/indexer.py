@@ -42,6 +42,7 @@ from cairn.brk.blocks.parser import (
     parse_block,
     parse_header,
 )
+from cairn.brk.faults import fault as _fault
 from cairn.brk.txindex import DEFAULT_CACHE_MB, TxIndex
 from cairn.brk.vecs import VecSpec, VecStore
 from cairn.core.errors import InvalidInput, StorageError
@@ -114,22 +115,6 @@ class IndexResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
-
-
-_fault_counts: dict[str, int] = {}
-
-
-def _fault(point: str) -> None:
-    """Crash-test hook: ``CAIRN_BRK_FAULT=point:n`` SIGKILLs this process the n-th time it reaches
-    ``point`` (the SIGKILL tests use it to land kills between the vecs and the index writes)."""
-    spec = os.environ.get("CAIRN_BRK_FAULT")
-    if not spec or not spec.startswith(point + ":"):
-        return
-    _fault_counts[point] = _fault_counts.get(point, 0) + 1
-    if _fault_counts[point] == int(spec.rsplit(":", 1)[1]):
-        import signal
-
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class _BlockReader:

@@ -42,6 +42,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cairn.brk.faults import fault as _fault
 from cairn.brk.layout import OUTPUT_TYPES, computed_dir
 from cairn.brk.reader import StoreReader
 from cairn.brk.vecs import VecSpec, VecStore
@@ -84,21 +85,6 @@ _REALIZED: dict[str, tuple[str, int]] = {
     "realized_value_destroyed": ("<f8", 1),
     "value_destroyed_usd": ("<f8", 1),
 }
-
-
-_fault_counts: dict[str, int] = {}
-
-
-def _fault(point: str) -> None:
-    """Crash-test hook: ``CAIRN_BRK_FAULT=point:n`` SIGKILLs this process the n-th time it reaches ``point``."""
-    spec = os.environ.get("CAIRN_BRK_FAULT")
-    if not spec or not spec.startswith(point + ":"):
-        return
-    _fault_counts[point] = _fault_counts.get(point, 0) + 1
-    if _fault_counts[point] == int(spec.rsplit(":", 1)[1]):
-        import signal
-
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _specs(table: dict[str, tuple[str, int]]) -> list[VecSpec]:
