@@ -26,19 +26,6 @@ LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (ERROR|WARN|INFO|DEB
 
 
 @pytest.fixture(scope="module")
-def brk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from cairn.brk.compute import compute
-    from cairn.brk.indexer import index
-    from cairn.brk.sample import write_sample
-
-    base = tmp_path_factory.mktemp("brk_log")
-    write_sample(base / "blocks", 20)
-    index(base / "blocks", base / "out")
-    compute(base / "out")
-    return base / "out"
-
-
-@pytest.fixture(scope="module")
 def ctx_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.mktemp("ctx_log")
     (base / "docs").mkdir()

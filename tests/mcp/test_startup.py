@@ -59,19 +59,6 @@ def _modules_at_initialize(server: str, args: list[str], env: dict[str, str]) ->
 
 
 @pytest.fixture(scope="module")
-def brk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from cairn.brk.compute import compute
-    from cairn.brk.indexer import index
-    from cairn.brk.sample import write_sample
-
-    base = tmp_path_factory.mktemp("brk_startup")
-    write_sample(base / "blocks", 20)
-    index(base / "blocks", base / "out")
-    compute(base / "out")
-    return base / "out"
-
-
-@pytest.fixture(scope="module")
 def ctx_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.mktemp("ctx_startup")
     subprocess.run([sys.executable, "-m", "cairn.ctx.cli", "init", "--config", str(base / "ctx.toml")],
