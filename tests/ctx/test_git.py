@@ -2,10 +2,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from cairn.ctx.connectors.git import web_url
 from cairn.ctx.service import Service
 
 from .conftest import config_file, git, make_repo, write
+
+pytestmark = pytest.mark.usefixtures("ctx_backend")  # every test on SQLite and on PostgreSQL
 
 
 def service(tmp_path: Path, url: str, extra: str = "") -> Service:
@@ -20,7 +24,7 @@ cache_dir = "{tmp_path / 'cache'}"
 
 
 def docs(svc: Service) -> dict[str, tuple[str, str | None, int]]:
-    rows = svc.store.db.execute("SELECT source_id, body, author, updated_at FROM documents")
+    rows = svc.store.sql("SELECT source_id, body, author, updated_at FROM documents")
     return {sid: (body, author, ts) for sid, body, author, ts in rows}
 
 

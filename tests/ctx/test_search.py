@@ -11,6 +11,8 @@ from cairn.ctx.service import Service
 
 from .conftest import config_file, write
 
+pytestmark = pytest.mark.usefixtures("ctx_backend")  # every test on SQLite and on PostgreSQL
+
 
 def make(tmp_path: Path, embedding: str = "", retrieval: str = "") -> Service:
     return Service.from_config(config_file(tmp_path, f"""
@@ -161,6 +163,7 @@ def test_stats(corpus: Path) -> None:
 
 def test_ranking_budget_prefers_rare_terms(tmp_path: Path) -> None:
     from cairn.ctx import retrieval
+    from cairn.ctx.store import Match
 
     files = {f"c{i:03d}.md": f"# C{i}\n\ncommon word here {'rare' if i == 7 else ''} {'pair' if i % 50 == 0 else ''}"
              for i in range(200)}
@@ -170,15 +173,13 @@ def test_ranking_budget_prefers_rare_terms(tmp_path: Path) -> None:
     svc.sync("all")
     store = svc.store
     # Under budget: the plain OR of all terms.
-    assert retrieval.plan(store, "common rare", budget=1000) == ('"common" OR "rare"', 0)
+    assert retrieval.plan(store, "common rare", budget=1000) == (Match(("common", "rare")), 0)
     # Over budget: the common term is left out, the rare one decides.
-    assert retrieval.plan(store, "common rare", budget=50) == ('"rare"', 0)
+    assert retrieval.plan(store, "common rare", budget=50) == (Match(("rare",)), 0)
     # Every term over budget and their AND too: rank the most recently indexed matches only.
     match, min_rowid = retrieval.plan(store, "common word", budget=50)
-    assert min_rowid > 0 and match == '"common"'  # AND is also over budget -> the newest 50 matches
-    n = store.db.execute("SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ? AND rowid >= ?",
-                         (match, min_rowid)).fetchone()[0]
-    assert n == 50
-    assert retrieval.plan(store, "pair common", budget=10) == ('"pair"', 0)
+    assert min_rowid > 0 and match == Match(("common",))  # AND is also over budget -> the newest 50 matches
+    assert match is not None and len(store.fts_rank(match, 1000, min_rowid=min_rowid)) == 50
+    assert retrieval.plan(store, "pair common", budget=10) == (Match(("pair",)), 0)
     # The service still answers, best document first.
     assert svc.search("common rare")[0].source_id == "c007.md"

@@ -12,6 +12,8 @@ from cairn.ctx.store import document_id
 
 from .conftest import config_file, write
 
+pytestmark = pytest.mark.usefixtures("ctx_backend")  # every test on SQLite and on PostgreSQL
+
 
 def service(tmp_path: Path, extra: str = "", root: Path | None = None) -> Service:
     root = root or tmp_path / "docs"
@@ -25,7 +27,7 @@ root = "{root}"
 
 
 def docs(svc: Service) -> dict[str, str]:
-    return dict(svc.store.db.execute("SELECT source_id, body FROM documents").fetchall())
+    return dict(svc.store.sql("SELECT source_id, body FROM documents"))
 
 
 def test_first_sync_indexes_matching_files(tmp_path: Path, docs_tree: Path) -> None:
@@ -33,9 +35,9 @@ def test_first_sync_indexes_matching_files(tmp_path: Path, docs_tree: Path) -> N
     report = svc.sync("all").sources[0]
     assert (report.ok, report.added, report.scanned) == (True, 3, 3)
     assert set(docs(svc)) == {"guide/install.md", "guide/auth.md", "notes.txt"}
-    title, updated = svc.store.db.execute(
+    ((title, updated),) = svc.store.sql(
         "SELECT title, updated_at FROM documents WHERE id = ?", (document_id("filesystem:docs", "guide/auth.md"),)
-    ).fetchone()
+    )
     assert title == "Authentication"
     assert updated == int((docs_tree / "guide/auth.md").stat().st_mtime)
     assert svc.search("JWT")[0].source_id == "guide/auth.md"
@@ -44,7 +46,7 @@ def test_first_sync_indexes_matching_files(tmp_path: Path, docs_tree: Path) -> N
 def test_resync_is_incremental(tmp_path: Path, docs_tree: Path) -> None:
     svc = service(tmp_path)
     svc.sync("all")
-    chunk_rows = dict(svc.store.db.execute("SELECT hash, rowid FROM chunks").fetchall())
+    chunk_rows = dict(svc.store.sql("SELECT hash, rowid FROM chunks"))
 
     again = svc.sync("docs").sources[0]
     assert (again.unchanged, again.added, again.updated, again.deleted, again.chunks) == (3, 0, 0, 0, 0)
@@ -54,7 +56,7 @@ def test_resync_is_incremental(tmp_path: Path, docs_tree: Path) -> None:
     os.utime(docs_tree / "notes.txt", (future, future))
     touched = svc.sync("docs").sources[0]
     assert (touched.unchanged, touched.updated, touched.chunks) == (3, 0, 0)
-    assert dict(svc.store.db.execute("SELECT hash, rowid FROM chunks").fetchall()) == chunk_rows
+    assert dict(svc.store.sql("SELECT hash, rowid FROM chunks")) == chunk_rows
 
     write(docs_tree, {"guide/auth.md": "# Authentication\n\nWe now use OAuth device flow.\n", "new.md": "# New\n\nfresh"})
     (docs_tree / "notes.txt").unlink()
@@ -65,8 +67,8 @@ def test_resync_is_incremental(tmp_path: Path, docs_tree: Path) -> None:
     assert svc.search("device flow")[0].source_id == "guide/auth.md"
     assert svc.search("blue-green") == []  # deleted files leave the index, FTS included
     # The unchanged document kept its chunk rows.
-    install = svc.store.db.execute("SELECT chunks.hash, chunks.rowid FROM chunks JOIN documents d ON d.rowid = chunks.doc"
-                                   " WHERE d.source_id = 'guide/install.md'").fetchall()
+    install = svc.store.sql("SELECT chunks.hash, chunks.rowid FROM chunks JOIN documents d ON d.rowid = chunks.doc"
+                                   " WHERE d.source_id = 'guide/install.md'")
     assert all(chunk_rows[h] == r for h, r in install)
 
 
@@ -92,12 +94,12 @@ def test_dry_run_writes_nothing(tmp_path: Path, docs_tree: Path) -> None:
 def test_full_resync_rechunks_without_changing_ids(tmp_path: Path, docs_tree: Path) -> None:
     svc = service(tmp_path)
     svc.sync("all")
-    ids = sorted(r[0] for r in svc.store.db.execute("SELECT id FROM documents"))
-    hashes = sorted(r[0] for r in svc.store.db.execute("SELECT hash FROM chunks"))
+    ids = sorted(r[0] for r in svc.store.sql("SELECT id FROM documents"))
+    hashes = sorted(r[0] for r in svc.store.sql("SELECT hash FROM chunks"))
     report = svc.sync("all", full=True).sources[0]
     assert report.updated == 3 and report.unchanged == 0
-    assert sorted(r[0] for r in svc.store.db.execute("SELECT id FROM documents")) == ids
-    assert sorted(r[0] for r in svc.store.db.execute("SELECT hash FROM chunks")) == hashes
+    assert sorted(r[0] for r in svc.store.sql("SELECT id FROM documents")) == ids
+    assert sorted(r[0] for r in svc.store.sql("SELECT hash FROM chunks")) == hashes
 
 
 def test_policy_binary_size_symlinks(tmp_path: Path, docs_tree: Path) -> None:

@@ -27,11 +27,32 @@ DEFAULT_INCLUDE = ["**/*.md", "**/*.txt", "**/*.pdf", "**/*.docx", "**/*.pptx", 
 MAX_DOCUMENT_BYTES = 50_000_000  # PDF and Office files (text files: max_file_bytes, 2 MB)
 CONNECTOR_TYPES = ("filesystem", "git", "script")
 MODES = ("keyword", "semantic", "hybrid")
+VECTOR_INDEXES = ("hnsw", "exact")
 
 
 @dataclass(frozen=True)
 class DbConfig:
     path: Path
+    # postgresql://user:password@host:port/dbname (``[db] url`` or $CTX_DATABASE_URL): PostgreSQL + pgvector
+    # instead of the SQLite file at ``path``. Never printed with its password (:func:`mask_url`).
+    url: str | None = None
+    # PostgreSQL only: "hnsw" (pgvector's HNSW index per model, cosine) or "exact" (no vector index: an
+    # exact scan, fine up to ~100k chunks, and for servers whose pgvector build cannot run HNSW).
+    vector_index: str = "hnsw"
+
+    @property
+    def label(self) -> str:
+        """Where the knowledge base lives, safe to print."""
+        return mask_url(self.url) if self.url else str(self.path)
+
+
+def mask_url(url: str) -> str:
+    """``url`` with the password (and any ``password=`` query parameter) replaced by ``***``."""
+    out = re.sub(r"^([a-z][a-z0-9+.-]*://[^:/@?#]*):[^@/?#]*@", r"\1:***@", url, flags=re.IGNORECASE)
+    return re.sub(r"(?i)([?&]password=)[^&#]*", r"\1***", out)
+
+
+_PG_URL = re.compile(r"postgres(ql)?://", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -291,6 +312,15 @@ def parse(data: dict[str, Any], file: Path, text: str | None = None) -> Config:
         if os.environ.get("CTX_AUTH_TOKEN"):
             register_secret_env("CTX_AUTH_TOKEN")
         register_secret(conf.server.auth_token)
+    if conf.db.url and mask_url(conf.db.url) != conf.db.url:  # the database password: masked in every message
+        from urllib.parse import unquote, urlsplit
+
+        from cairn.core.sanitize import register_secret as _register
+
+        password = urlsplit(conf.db.url).password
+        if password:
+            _register(password)
+            _register(unquote(password))
     return conf
 
 
@@ -304,8 +334,14 @@ def _parse(data: dict[str, Any], file: Path, templated: dict[KeyPath, str]) -> C
     del top
 
     r = _Reader(file, "db", data.get("db", {}))
-    r.check_keys(["path"])
-    db = DbConfig(path=r.path("path", "data/ctx.sqlite", base))
+    r.check_keys(["path", "url", "vector_index"])
+    url = os.environ.get("CTX_DATABASE_URL") or r.text("url", "") or None
+    if url is not None and not _PG_URL.match(url):
+        r.fail("url", f"must be a postgresql:// URL, not {mask_url(url)!r} (for SQLite set path instead)")
+    vector_index = os.environ.get("CTX_VECTOR_INDEX") or r.text("vector_index", "hnsw")
+    if vector_index not in VECTOR_INDEXES:
+        r.fail("vector_index", f"must be one of {', '.join(VECTOR_INDEXES)}, not {vector_index!r}")
+    db = DbConfig(path=r.path("path", "data/ctx.sqlite", base), url=url, vector_index=vector_index)
 
     r = _Reader(file, "chunking", data.get("chunking", {}))
     r.check_keys(["max_tokens", "overlap_tokens"])
@@ -405,7 +441,8 @@ def effective(conf: Config) -> dict[str, Any]:
     Every value that came from the environment, the auth token and string values under secret-looking
     keys (``token``, ``password``, ...) read ``"***"``: this is safe to print or paste."""
     data: dict[str, Any] = {
-        "db": {"path": str(conf.db.path)},
+        "db": {"path": str(conf.db.path),
+               **({"url": mask_url(conf.db.url), "vector_index": conf.db.vector_index} if conf.db.url else {})},
         "chunking": _fields(conf.chunking),
         "retrieval": _fields(conf.retrieval),
         "embedding": _fields(conf.embedding),

@@ -18,9 +18,10 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cairn.ctx.store import Store
+from cairn.ctx.store import KnowledgeStore as Store
+from cairn.ctx.store import Match
 from cairn.search import vectors as _vectors  # noqa: F401  (sets the BLAS thread policy before numpy loads)
-from cairn.search.query import fts_match, terms
+from cairn.search.query import terms
 
 if TYPE_CHECKING:
     import numpy as np
@@ -53,12 +54,12 @@ def keyword_terms(text: str) -> list[str]:
     return [t for t in found if t.lower() not in STOP_WORDS] or found
 
 
-def _or(terms_: list[str]) -> str | None:
-    return fts_match(" ".join('"' + t.replace('"', " ") + '"' for t in terms_), operator="OR") if terms_ else None
+def _or(terms_: list[str]) -> Match | None:
+    return Match(tuple(dict.fromkeys(terms_)), "OR") if terms_ else None
 
 
-def plan(store: Store, text: str, budget: int = RANK_BUDGET) -> tuple[str | None, int]:
-    """(FTS5 query, lowest rowid to rank) keeping the ranking work under ``budget`` chunks.
+def plan(store: Store, text: str, budget: int = RANK_BUDGET) -> tuple[Match | None, int]:
+    """(keyword query, lowest rowid to rank) keeping the ranking work under ``budget`` chunks.
 
     BM25 costs ~1 us per matching chunk, so a term found in most chunks would dominate latency
     while adding almost nothing to the ranking (its IDF is near zero). When the OR of all terms
@@ -71,7 +72,7 @@ def plan(store: Store, text: str, budget: int = RANK_BUDGET) -> tuple[str | None
     match = _or(kept)
     if match is None:
         return None, 0
-    counts = sorted(((store.fts_count(_or([t]) or "", budget), t) for t in kept), key=lambda ct: ct[0])
+    counts = sorted(((store.fts_count(Match((t,)), budget), t) for t in kept), key=lambda ct: ct[0])
     if sum(c for c, _ in counts) <= budget:
         return match, 0
     chosen: list[str] = []
@@ -84,8 +85,8 @@ def plan(store: Store, text: str, budget: int = RANK_BUDGET) -> tuple[str | None
     if total <= budget:
         return _or(chosen), 0
     if len(kept) > 1:
-        conj = fts_match(" ".join('"' + t.replace('"', " ") + '"' for t in kept), operator="AND")
-        if conj and 0 < store.fts_count(conj, budget) <= budget:
+        conj = Match(tuple(dict.fromkeys(kept)), "AND")
+        if 0 < store.fts_count(conj, budget) <= budget:
             return conj, 0
     rarest = _or([counts[0][1]]) or match
     return rarest, store.fts_newest_rowid(rarest, budget - 1)
@@ -157,7 +158,7 @@ _lock = threading.Lock()
 
 def matrix_for(store: Store, embedder: "Embedder") -> VectorMatrix:
     """The cached matrix for this database and model, reloaded when the store's generation moved."""
-    key = (str(store.path.resolve()), embedder.identity)
+    key = (store.label, embedder.identity)
     with _lock:
         cached = _matrices.get(key)
         if cached is None or cached.generation != store.generation():
@@ -168,6 +169,12 @@ def matrix_for(store: Store, embedder: "Embedder") -> VectorMatrix:
 
 def semantic(store: Store, embedder: "Embedder", text: str, filters: Filters, k: int) -> dict[int, float]:
     """Chunk rowid -> cosine similarity, best ``k`` among chunks that pass the filters."""
+    if store.native_vectors:  # PostgreSQL: pgvector's HNSW index, filters in SQL
+        from cairn.search.embed import embed_queries
+
+        query = embed_queries(embedder, [text])[0]
+        return store.vector_search(embedder.identity, query.astype("float32").tobytes(), k, sources=filters.sources,
+                                   since=filters.since, until=filters.until)
     return semantic_in(matrix_for(store, embedder), embedder, text, filters, k)
 
 
@@ -191,6 +198,9 @@ def hybrid_candidates(store: Store, embedder: "Embedder", text: str, filters: Fi
     global _pool
     from concurrent.futures import ThreadPoolExecutor
 
+    if store.native_vectors:  # both run in the database, on one connection
+        return (keyword(store, text, filters, k_keyword, budget=RANK_BUDGET // 2),
+                semantic(store, embedder, text, filters, k_vector))
     m = matrix_for(store, embedder)
     with _lock:
         if _pool is None:

@@ -3,7 +3,8 @@
 The operations (:mod:`cairn.ctx.ops`: search, get, sources) call these methods for every surface (MCP,
 HTTP, the CLI) after checking their parameters against one declaration; the CLI calls the others
 (sync, embed, stats) directly, and Lua tools reach search/get/sources through ``context.*``. Adapters
-render what these return. SQL stays in :class:`~cairn.ctx.store.Store`'s named methods.
+render what these return. SQL stays in the store's named methods
+(:class:`~cairn.ctx.store.KnowledgeStore`: SQLite or PostgreSQL).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from cairn.core.sanitize import scrub
 from cairn.ctx import config as cfg
 from cairn.ctx.times import iso, parse_time
 from cairn.ctx.retrieval import Filters
-from cairn.ctx.store import Store
+from cairn.ctx.store import KnowledgeStore, open_store
 from cairn.ctx.sync import EmbedReport, Progress, SyncReport
 
 if TYPE_CHECKING:
@@ -114,8 +115,8 @@ def init(config_path: str | os.PathLike[str] | None = None) -> InitReport:
         write_atomic(path, cfg.STARTER.encode("utf-8"), mode=0o600)
         created = True
     config = cfg.load(path)
-    Store(config.db.path, create=True).close()
-    return InitReport(config_path=str(path), db_path=str(config.db.path), created_config=created)
+    open_store(config.db, create=True).close()
+    return InitReport(config_path=str(path), db_path=config.db.label, created_config=created)
 
 
 class Service:
@@ -123,7 +124,7 @@ class Service:
 
     def __init__(self, config: cfg.Config) -> None:
         self.config = config
-        self._store: Store | None = None
+        self._store: KnowledgeStore | None = None
         self._embedder: Embedder | None = None
 
     @classmethod
@@ -131,9 +132,9 @@ class Service:
         return cls(cfg.load(path))
 
     @property
-    def store(self) -> Store:
+    def store(self) -> KnowledgeStore:
         if self._store is None:
-            self._store = Store(self.config.db.path, create=True)
+            self._store = open_store(self.config.db, create=True)
         return self._store
 
     def close(self) -> None:
@@ -351,5 +352,5 @@ class Service:
                 pending = self.store.pending_count(model)
             except Exception:
                 model = None
-        return Stats(scrub(str(self.store.path)), docs, chunks, distinct, vectors, pending, model,
+        return Stats(scrub(self.store.label), docs, chunks, distinct, vectors, pending, model,
                      self.store.size_bytes(), self.store.document_counts())

@@ -1,4 +1,11 @@
-"""The knowledge base on disk: one SQLite database (WAL) with documents, chunks, FTS5, vectors, checkpoints.
+"""The knowledge base's storage: the :class:`KnowledgeStore` interface and its SQLite implementation.
+
+Two implementations with the same behaviour, chosen at start by :func:`open_store`: this module's
+:class:`SqliteStore` (one SQLite file, WAL, FTS5; the embedded default) and
+:class:`cairn.ctx.store_pg.PostgresStore` (PostgreSQL + pgvector, ``[db] url``, imported only when
+configured). They are the only places that run SQL; everything else calls their named methods.
+
+SQLite: one database (WAL) with documents, chunks, FTS5, vectors, checkpoints.
 
 Every change happens inside a transaction, so a process killed at any moment leaves the last
 committed state intact and searchable. Chunks are stored with their content hash; vectors are keyed
@@ -11,20 +18,24 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ContextManager, Protocol
 
 from cairn.core.errors import StorageError
 from cairn.ctx.chunk import Chunk
 
-SCHEMA_VERSION = 1
+if TYPE_CHECKING:
+    from cairn.ctx.config import DbConfig
 
-_SCHEMA = """
+# Versioned schema migrations, applied in order at open (and by `ctx migrate`); ``meta.schema_version``
+# records the last one applied. Version 1 is the original schema; never edit a released step, add one.
+_V1 = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS documents(
     rowid INTEGER PRIMARY KEY,
@@ -77,6 +88,11 @@ CREATE TABLE IF NOT EXISTS checkpoints(
     error TEXT
 );
 """
+_V2 = """
+CREATE INDEX IF NOT EXISTS documents_source_updated ON documents(source, updated_at);
+"""
+MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+SCHEMA_VERSION = len(MIGRATIONS)
 
 
 def document_id(source: str, source_id: str) -> str:
@@ -128,11 +144,88 @@ def _disk_full(path: Path, exc: BaseException) -> bool:
         return False
 
 
-class Store:
-    """One connection to the knowledge base database."""
+@dataclass(frozen=True)
+class Match:
+    """A keyword query as the stores take it: the user's terms (quoted phrases kept whole) joined
+    with ``AND`` or ``OR``. Each store builds its own syntax from it (FTS5 ``MATCH``, a ``tsquery``),
+    so raw user text never reaches the index."""
+
+    terms: tuple[str, ...]
+    operator: str = "OR"
+
+    def fts5(self) -> str:
+        """The FTS5 ``MATCH`` expression: every term an FTS5 string literal (its tokenizer splits
+        ``use-effect`` into the phrase ``use effect``)."""
+        from cairn.search.query import literal
+
+        return f" {self.operator} ".join(literal(t) for t in dict.fromkeys(self.terms))
+
+
+class KnowledgeStore(Protocol):
+    """What the service, sync, retrieval and tools need from the knowledge base's storage.
+
+    Writes happen inside :meth:`transaction`; ``rowid``s of documents and chunks are stable integers
+    (a chunk's rowid orders chunks by indexing time). Both implementations pass one test suite
+    (tests/ctx, parametrised over ``sqlite`` and ``postgres``).
+    """
+
+    label: str  # where the data lives, safe to print (a path, or a URL with its password masked)
+    native_vectors: bool  # True: :meth:`vector_search` ranks in the database; False: retrieval's in-memory matrix
+
+    def close(self) -> None: ...
+    def transaction(self) -> ContextManager[object]: ...
+    def source_lock(self, source: str) -> ContextManager[None]: ...
+    def bump(self) -> None: ...
+    def generation(self) -> int: ...
+    def schema_version(self) -> int: ...
+    def known(self, source: str) -> dict[str, Known]: ...
+    def upsert(self, doc: DocumentRecord, chunks: Sequence[Chunk]) -> None: ...
+    def document(self, doc_id: str) -> tuple[Any, ...] | None: ...
+    def document_chunks(self, rowid: int) -> list[tuple[int, str, str, str]]: ...
+    def chunk_documents(self, chunk_rowids: Sequence[int]) -> dict[int, str]: ...
+    def chunk_hits(self, chunk_rowids: Sequence[int]) -> dict[int, tuple[str, str, str, str, int, str | None, str]]: ...
+    def source_labels(self) -> set[str]: ...
+    def document_counts(self) -> dict[str, int]: ...
+    def counts(self) -> tuple[int, int, int]: ...
+    def size_bytes(self) -> int: ...
+    def set_fingerprint(self, rowid: int, fingerprint: str, updated_at: int) -> None: ...
+    def delete(self, rowids: Sequence[int]) -> None: ...
+    def drop_orphan_vectors(self) -> int: ...
+    def pending(self, model: str, limit: int) -> list[tuple[str, str, str]]: ...
+    def pending_count(self, model: str) -> int: ...
+    def put_vectors(self, model: str, hashes: Sequence[str], blobs: Sequence[bytes]) -> None: ...
+    def vector_count(self, model: str) -> int: ...
+    def clear_vectors(self) -> None: ...
+    def vector_rows(self, model: str) -> list[tuple[int, str, int, bytes]]: ...
+    def vector_search(self, model: str, query: bytes, k: int, *, sources: Sequence[str] | None = None,
+                      since: int | None = None, until: int | None = None) -> dict[int, float]: ...
+    def fts_count(self, match: Match, cap: int) -> int: ...
+    def fts_newest_rowid(self, match: Match, offset: int) -> int: ...
+    def fts_rank(self, match: Match, k: int, *, sources: Sequence[str] | None = None, since: int | None = None,
+                 until: int | None = None, min_rowid: int = 0) -> dict[int, float]: ...
+    def checkpoint(self, source: str, status: str, *, documents: int = 0, error: str | None = None) -> None: ...
+    def checkpoints(self) -> dict[str, dict[str, Any]]: ...
+    def sql(self, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
+
+
+def open_store(db: "DbConfig", *, create: bool = True) -> KnowledgeStore:
+    """The store ``db`` configures: PostgreSQL when it has a ``url``, else the SQLite file at ``path``.
+    Pending schema migrations are applied on open."""
+    if db.url:
+        from cairn.ctx.store_pg import PostgresStore
+
+        return PostgresStore(db.url, vector_index=db.vector_index)
+    return SqliteStore(db.path, create=create)
+
+
+class SqliteStore:
+    """One connection to the knowledge base's SQLite database."""
+
+    native_vectors = False
 
     def __init__(self, path: Path, *, create: bool = False) -> None:
         self.path = Path(path)
+        self.label = str(self.path)
         if not create and not self.path.exists():
             from cairn.core.errors import NotFound
 
@@ -145,17 +238,64 @@ class Store:
             self.db.execute("PRAGMA synchronous = NORMAL")
             self.db.execute("PRAGMA foreign_keys = ON")
             self.db.execute("PRAGMA cache_size = -65536")
-            with self.transaction():
-                for statement in _split_sql(_SCHEMA):
-                    self.db.execute(statement)
-                self.db.execute(
-                    "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?), ('generation', '0')",
-                    (str(SCHEMA_VERSION),),
-                )
+            self.migrated_from = self.migrate()
         except sqlite3.DatabaseError as exc:
             if _disk_full(self.path, exc):
                 raise StorageError(f"Cannot open the knowledge base {self.path}: {exc}. {_FULL_FIX}") from exc
             raise StorageError(f"Cannot open the knowledge base {self.path}: {exc}. Move it aside and run `ctx sync all --full`.") from exc
+
+    def migrate(self, target: int = SCHEMA_VERSION) -> int:
+        """Apply the migrations after the database's version up to ``target``, in one transaction;
+        returns the version found (0 for a new database)."""
+        if self._version() == target:
+            return target  # the common case: no write transaction at all
+        with self.transaction():
+            self.db.execute("CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            found = self._version()
+            if found > SCHEMA_VERSION:
+                raise StorageError(
+                    f"The knowledge base {self.path} has schema version {found}, newer than this ctx knows "
+                    f"({SCHEMA_VERSION}). Upgrade cairn.")
+            for step in MIGRATIONS[found:target]:
+                for statement in _split_sql(step):
+                    self.db.execute(statement)
+            self.db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', ?)",
+                            (str(max(found, target)),))
+            self.db.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('generation', '0')")
+        return found
+
+    def _version(self) -> int:
+        try:
+            row = self.db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        except sqlite3.OperationalError:  # no meta table: a new database
+            return 0
+        return int(row[0]) if row else 0
+
+    def schema_version(self) -> int:
+        return self._version()
+
+    @contextmanager
+    def source_lock(self, source: str) -> Iterator[None]:
+        """Held while one process syncs ``source``: a second sync of it waits. SQLite serialises
+        writers itself (BEGIN IMMEDIATE) and upserts by (source, source_id), so this only saves the
+        second sync from repeating the first one's work: an advisory lock on a file beside the database."""
+        import fcntl
+
+        lock = self.path.parent / f".{self.path.name}.sync-{hashlib.sha256(source.encode()).hexdigest()[:16]}.lock"
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def sql(self, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Rows of an ad-hoc read (``?`` placeholders), for tests and diagnostics only."""
+        return [tuple(r) for r in self.db.execute(statement, tuple(params)).fetchall()]
+
+    def vector_search(self, model: str, query: bytes, k: int, *, sources: Sequence[str] | None = None,
+                      since: int | None = None, until: int | None = None) -> dict[int, float]:
+        raise NotImplementedError("SQLite vectors are searched in memory (cairn.ctx.retrieval.VectorMatrix)")
 
     def close(self) -> None:
         self.db.close()
@@ -333,22 +473,22 @@ class Store:
 
     # ---- full-text search ----------------------------------------------------------------------
 
-    def fts_count(self, match: str, cap: int) -> int:
+    def fts_count(self, match: Match, cap: int) -> int:
         """How many chunks the FTS5 query ``match`` finds, counting no further than ``cap + 1``."""
         row = self.db.execute(
-            "SELECT count(*) FROM (SELECT 1 FROM chunks_fts WHERE chunks_fts MATCH ? LIMIT ?)", (match, cap + 1)
+            "SELECT count(*) FROM (SELECT 1 FROM chunks_fts WHERE chunks_fts MATCH ? LIMIT ?)", (match.fts5(), cap + 1)
         ).fetchone()
         return int(row[0])
 
-    def fts_newest_rowid(self, match: str, offset: int) -> int:
+    def fts_newest_rowid(self, match: Match, offset: int) -> int:
         """The rowid of the ``offset``-th most recently indexed chunk ``match`` finds (0 when fewer)."""
         row = self.db.execute(
             "SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY rowid DESC LIMIT 1 OFFSET ?",
-            (match, offset),
+            (match.fts5(), offset),
         ).fetchone()
         return int(row[0]) if row else 0
 
-    def fts_rank(self, match: str, k: int, *, sources: Sequence[str] | None = None, since: int | None = None,
+    def fts_rank(self, match: Match, k: int, *, sources: Sequence[str] | None = None, since: int | None = None,
                  until: int | None = None, min_rowid: int = 0) -> dict[int, float]:
         """Chunk rowid -> positive BM25 score, the best ``k`` chunks ``match`` finds among those whose
         document is in ``sources`` and was updated in [since, until), from ``min_rowid`` on."""
@@ -372,7 +512,7 @@ class Store:
                    + "".join(" AND " + p for p in parts) + " ORDER BY s DESC, f.rowid LIMIT ?")
         else:
             sql = "SELECT rowid, -rank FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY rank LIMIT ?"
-        return {int(r): float(s) for r, s in self.db.execute(sql, (match, *params, k))}
+        return {int(r): float(s) for r, s in self.db.execute(sql, (match.fts5(), *params, k))}
 
     # ---- checkpoints -------------------------------------------------------------------------
 
@@ -396,6 +536,9 @@ class Store:
             r[0]: {"status": r[1], "started_at": r[2], "finished_at": r[3], "documents": r[4], "error": r[5]}
             for r in rows
         }
+
+
+Store = SqliteStore  # the name callers used before the PostgreSQL backend (benchmarks/ctx.py)
 
 
 def _split_sql(script: str) -> list[str]:

@@ -19,7 +19,8 @@ from cairn.core.errors import CairnError
 from cairn.core.sanitize import scrub
 from cairn.ctx.chunk import chunk_text
 from cairn.ctx.config import ChunkingConfig, ConnectorConfig
-from cairn.ctx.store import DocumentRecord, Store
+from cairn.ctx.store import DocumentRecord
+from cairn.ctx.store import KnowledgeStore as Store
 
 if TYPE_CHECKING:
     from cairn.search.embed import Embedder
@@ -65,7 +66,19 @@ def sync_source(
     dry_run: bool = False,
     progress: Progress | None = None,
 ) -> SyncReport:
-    """Bring ``config``'s documents in the store up to date; never raises for source failures."""
+    """Bring ``config``'s documents in the store up to date; never raises for source failures.
+
+    Holds the store's lock on the source throughout (:meth:`KnowledgeStore.source_lock`): a second
+    sync of the same source, from any process, waits and then finds the work done.
+    """
+    if dry_run:
+        return _sync_source(store, config, chunking, full=full, dry_run=dry_run, progress=progress)
+    with store.source_lock(config.source):
+        return _sync_source(store, config, chunking, full=full, dry_run=dry_run, progress=progress)
+
+
+def _sync_source(store: Store, config: ConnectorConfig, chunking: ChunkingConfig, *, full: bool, dry_run: bool,
+                 progress: Progress | None) -> SyncReport:
     from cairn.ctx import connectors
 
     started = time.monotonic()

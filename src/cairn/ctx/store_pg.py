@@ -1,0 +1,517 @@
+"""The knowledge base on PostgreSQL + pgvector: the same behaviour as the SQLite store, shared by replicas.
+
+Selected by ``[db] url = "postgresql://..."`` or ``$CTX_DATABASE_URL`` (:func:`cairn.ctx.store.open_store`);
+this module, and the driver (psycopg 3), are imported only then.
+
+* **Keyword search**: ``chunks.tsv`` is a generated ``tsvector`` column (GIN index) over the heading
+  and the text with punctuation turned into spaces, in the ``cairn`` text search configuration
+  (the English Snowball stemmer without a stop-word list: like SQLite's ``porter unicode61``, every
+  word is searchable). Each query term becomes a ``phraseto_tsquery`` with its punctuation turned into
+  spaces too, so ``use-effect`` finds "use effect" and "use-effect" as FTS5 does. Ranking is
+  ``ts_rank`` weighted per term by the BM25 inverse document frequency, which ``ts_rank`` lacks.
+* **Vectors**: ``vectors.vec`` is a pgvector ``vector``; each model gets a partial HNSW index
+  (cosine) on ``vec::vector(dims)``, created with its first vector (``[db] vector_index = "exact"``
+  leaves it out: an exact scan, for small bases or while an index would be rebuilt too often). Filters are SQL conditions and
+  ``hnsw.iterative_scan`` keeps scanning until ``k`` rows pass them.
+* **Several writers**: every write is a transaction; a sync holds a session advisory lock on its
+  source (:meth:`PostgresStore.source_lock`), so two syncs of one source run one after the other and
+  a killed one releases it with its connection; schema migrations run under a transaction-level
+  advisory lock, so replicas starting together apply them once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from cairn.core.errors import StorageError
+from cairn.ctx.chunk import Chunk
+from cairn.ctx.config import mask_url
+from cairn.ctx.store import DocumentRecord, Known, Match
+
+# The text search configuration: English Snowball stems, no stop words (created by migration 1).
+TS_CONFIG = "cairn"
+# The tsvector input: punctuation (hyphens, slashes, dots, underscores) becomes a space on both sides.
+_PUNCT_SQL = "'[[:punct:]]+'"
+_PUNCT = re.compile(r"[^\w\s]|_")
+
+_V1 = f"""
+CREATE EXTENSION IF NOT EXISTS vector;
+CREATE TEXT SEARCH DICTIONARY cairn_stem (TEMPLATE = snowball, Language = english);
+CREATE TEXT SEARCH CONFIGURATION {TS_CONFIG} (COPY = pg_catalog.english);
+ALTER TEXT SEARCH CONFIGURATION {TS_CONFIG} ALTER MAPPING FOR asciiword, asciihword, hword_asciipart, word, hword,
+    hword_part WITH cairn_stem;
+CREATE TABLE IF NOT EXISTS documents(
+    rowid BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    source TEXT NOT NULL,
+    source_id TEXT NOT NULL,
+    title TEXT NOT NULL,
+    author TEXT,
+    source_url TEXT,
+    updated_at BIGINT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    content_hash TEXT NOT NULL,
+    body TEXT NOT NULL,
+    metadata TEXT NOT NULL DEFAULT '{{}}',
+    indexed_at BIGINT NOT NULL,
+    UNIQUE(source, source_id)
+);
+CREATE INDEX IF NOT EXISTS documents_updated ON documents(updated_at);
+CREATE TABLE IF NOT EXISTS chunks(
+    rowid BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    doc BIGINT NOT NULL REFERENCES documents(rowid) ON DELETE CASCADE,
+    ordinal INTEGER NOT NULL,
+    hash TEXT NOT NULL,
+    heading TEXT NOT NULL,
+    text TEXT NOT NULL,
+    tsv TSVECTOR GENERATED ALWAYS AS (
+        to_tsvector('{TS_CONFIG}', regexp_replace(heading, {_PUNCT_SQL}, ' ', 'g'))
+        || to_tsvector('{TS_CONFIG}', regexp_replace(text, {_PUNCT_SQL}, ' ', 'g'))
+    ) STORED
+);
+CREATE INDEX IF NOT EXISTS chunks_doc ON chunks(doc, ordinal);
+CREATE INDEX IF NOT EXISTS chunks_hash ON chunks(hash);
+CREATE INDEX IF NOT EXISTS chunks_tsv ON chunks USING gin(tsv);
+CREATE TABLE IF NOT EXISTS vectors(
+    hash TEXT NOT NULL,
+    model TEXT NOT NULL,
+    vec vector NOT NULL,
+    PRIMARY KEY(hash, model)
+);
+CREATE TABLE IF NOT EXISTS checkpoints(
+    source TEXT PRIMARY KEY,
+    status TEXT NOT NULL,
+    started_at BIGINT NOT NULL,
+    finished_at BIGINT,
+    documents INTEGER NOT NULL DEFAULT 0,
+    error TEXT
+);
+"""
+_V2 = """
+CREATE INDEX IF NOT EXISTS documents_source_updated ON documents(source, updated_at);
+"""
+# Same numbering as cairn.ctx.store.MIGRATIONS: version N means the same schema on both backends.
+MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+_MIGRATE_LOCK = 0x63616972_6E000001  # "cairn" + 1: the advisory lock migrations run under
+_DF_CAP = 10_000  # document frequencies for the IDF weights are counted up to this
+
+
+def _lock_key(text: str) -> int:
+    """A signed 64-bit advisory lock key for ``text``."""
+    return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "big", signed=True)
+
+
+def _clean(text: str | None) -> str | None:
+    """PostgreSQL text cannot hold NUL; SQLite can. NULs carry nothing searchable, so they go."""
+    return text.replace("\x00", "") if text and "\x00" in text else text
+
+
+def _vector_text(blob: bytes) -> str:
+    import numpy as np
+
+    return "[" + ",".join(repr(x) for x in np.frombuffer(blob, dtype=np.float32).tolist()) + "]"
+
+
+class PostgresStore:
+    """One connection to a PostgreSQL knowledge base (autocommit outside :meth:`transaction`)."""
+
+    native_vectors = True
+
+    def __init__(self, url: str, *, migrate: bool = True, vector_index: str = "hnsw") -> None:
+        import psycopg
+
+        self.url = url
+        self.vector_index = vector_index
+        self.label = mask_url(url)
+        self._tsq: dict[str, str] = {}  # query term -> tsquery text (bounded; see _tsqueries)
+        self._indexed: set[str] = set()  # models whose HNSW index exists
+        self._ef = 0
+        self._mutex = threading.RLock()
+        try:
+            self.db = psycopg.connect(url, autocommit=True, connect_timeout=10, application_name="ctx")
+        except psycopg.Error as exc:
+            raise StorageError(
+                f"Cannot connect to the knowledge base {self.label}: {self._reason(exc)}. Check [db] url "
+                "(or $CTX_DATABASE_URL) and that the server is running.") from None
+        try:
+            self.db.execute("SET hnsw.iterative_scan = relaxed_order")  # pgvector >= 0.8: filters keep k rows
+        except psycopg.Error:
+            pass
+        self.migrated_from = self.migrate() if migrate else self._version()
+
+    def _reason(self, exc: BaseException) -> str:
+        from cairn.core.sanitize import scrub
+
+        return scrub(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+
+    def close(self) -> None:
+        self.db.close()
+
+    # ---- schema ------------------------------------------------------------------------------
+
+    def _version(self) -> int:
+        row = self.db.execute("SELECT to_regclass('meta') IS NOT NULL").fetchone()
+        if not row or not row[0]:
+            return 0
+        row = self.db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        return int(row[0]) if row else 0
+
+    def schema_version(self) -> int:
+        return self._version()
+
+    def migrate(self, target: int = SCHEMA_VERSION) -> int:
+        """Apply the migrations after the database's version up to ``target`` in one transaction,
+        under an advisory lock (replicas starting together apply them once); returns the version found."""
+        import psycopg
+
+        if self._version() == target:
+            return target
+        try:
+            with self.db.transaction():
+                self.db.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATE_LOCK,))
+                self.db.execute("CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+                found = self._version()
+                if found > SCHEMA_VERSION:
+                    raise StorageError(
+                        f"The knowledge base {self.label} has schema version {found}, newer than this ctx "
+                        f"knows ({SCHEMA_VERSION}). Upgrade cairn.")
+                for step in MIGRATIONS[found:target]:
+                    self.db.execute(step.encode("utf-8"))
+                self.db.execute(
+                    "INSERT INTO meta(key, value) VALUES ('schema_version', %s)"
+                    " ON CONFLICT(key) DO UPDATE SET value = excluded.value", (str(max(found, target)),))
+                self.db.execute("INSERT INTO meta(key, value) VALUES ('generation', '0') ON CONFLICT DO NOTHING")
+        except psycopg.Error as exc:
+            raise StorageError(
+                f"Cannot prepare the knowledge base {self.label}: {self._reason(exc)}. The role needs to create "
+                "tables and the pgvector extension (CREATE EXTENSION vector) in this database.") from None
+        return found
+
+    # ---- transactions and locks ------------------------------------------------------------
+
+    @contextmanager
+    def transaction(self) -> Iterator[Any]:
+        """BEGIN ... COMMIT, or ROLLBACK on any exception; a lost server is a StorageError."""
+        import psycopg
+
+        try:
+            with self._mutex, self.db.transaction():
+                yield self.db
+        except psycopg.OperationalError as exc:
+            raise StorageError(
+                f"Cannot write the knowledge base {self.label}: {self._reason(exc)}. Nothing committed was lost; "
+                "run the command again.") from None
+
+    @contextmanager
+    def source_lock(self, source: str) -> Iterator[None]:
+        """A session advisory lock on ``source`` for a sync: a second sync of it waits; a killed one
+        releases it when its connection ends."""
+        key = _lock_key("cairn.ctx.sync\x00" + source)
+        self.db.execute("SELECT pg_advisory_lock(%s)", (key,))
+        try:
+            yield
+        finally:
+            if not self.db.closed:
+                self.db.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
+    def bump(self) -> None:
+        self.db.execute("UPDATE meta SET value = (value::bigint + 1)::text WHERE key = 'generation'")
+
+    def generation(self) -> int:
+        row = self.db.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
+        return int(row[0]) if row else 0
+
+    def sql(self, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Rows of an ad-hoc read (``?`` placeholders, as for SQLite), for tests and diagnostics only."""
+        return [tuple(r) for r in self.db.execute(statement.replace("?", "%s").encode("utf-8"),
+                                                  tuple(params)).fetchall()]
+
+    # ---- documents ---------------------------------------------------------------------------
+
+    def known(self, source: str) -> dict[str, Known]:
+        rows = self.db.execute(
+            "SELECT source_id, rowid, fingerprint, content_hash FROM documents WHERE source = %s", (source,))
+        return {sid: Known(int(rowid), fp, ch) for sid, rowid, fp, ch in rows}
+
+    def upsert(self, doc: DocumentRecord, chunks: Sequence[Chunk]) -> None:
+        """Replace the document and its chunks (inside the caller's transaction)."""
+        now = int(time.time())
+        row = self.db.execute(
+            "INSERT INTO documents(id, source, source_id, title, author, source_url, updated_at, fingerprint,"
+            " content_hash, body, metadata, indexed_at) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"
+            " ON CONFLICT (source, source_id) DO UPDATE SET title=excluded.title, author=excluded.author,"
+            " source_url=excluded.source_url, updated_at=excluded.updated_at, fingerprint=excluded.fingerprint,"
+            " content_hash=excluded.content_hash, body=excluded.body, metadata=excluded.metadata,"
+            " indexed_at=excluded.indexed_at RETURNING rowid",
+            (doc.id, doc.source, doc.source_id, _clean(doc.title), _clean(doc.author), _clean(doc.source_url),
+             doc.updated_at, doc.fingerprint, doc.content_hash, _clean(doc.body),
+             _clean(json.dumps(doc.metadata, sort_keys=True, default=str)), now),
+        ).fetchone()
+        assert row is not None
+        rowid = int(row[0])
+        self.db.execute("DELETE FROM chunks WHERE doc = %s", (rowid,))
+        if chunks:
+            with self.db.cursor() as cur:
+                cur.executemany(
+                    "INSERT INTO chunks(doc, ordinal, hash, heading, text) VALUES (%s,%s,%s,%s,%s)",
+                    [(rowid, c.ordinal, c.hash, _clean(c.heading), _clean(c.text)) for c in chunks])
+
+    def document(self, doc_id: str) -> tuple[Any, ...] | None:
+        row = self.db.execute(
+            "SELECT rowid, id, source, source_id, title, body, source_url, updated_at, author, metadata"
+            " FROM documents WHERE id = %s", (doc_id,)).fetchone()
+        return tuple(row) if row is not None else None
+
+    def document_chunks(self, rowid: int) -> list[tuple[int, str, str, str]]:
+        rows = self.db.execute("SELECT ordinal, hash, heading, text FROM chunks WHERE doc = %s ORDER BY ordinal",
+                               (rowid,))
+        return [(o, h, hd, t) for o, h, hd, t in rows]
+
+    def chunk_documents(self, chunk_rowids: Sequence[int]) -> dict[int, str]:
+        rows = self.db.execute(
+            "SELECT c.rowid, d.id FROM chunks c JOIN documents d ON d.rowid = c.doc WHERE c.rowid = ANY(%s)",
+            (list(chunk_rowids),))
+        return {int(r): d for r, d in rows}
+
+    def chunk_hits(self, chunk_rowids: Sequence[int]) -> dict[int, tuple[str, str, str, str, int, str | None, str]]:
+        rows = self.db.execute(
+            "SELECT c.rowid, c.text, d.title, d.source, d.source_id, d.updated_at, d.source_url, c.heading"
+            " FROM chunks c JOIN documents d ON d.rowid = c.doc WHERE c.rowid = ANY(%s)", (list(chunk_rowids),))
+        return {int(r[0]): (r[1], r[2], r[3], r[4], int(r[5]), r[6], r[7]) for r in rows}
+
+    def source_labels(self) -> set[str]:
+        return {r[0] for r in self.db.execute("SELECT DISTINCT source FROM documents")}
+
+    def document_counts(self) -> dict[str, int]:
+        return {s: int(n) for s, n in self.db.execute("SELECT source, COUNT(*) FROM documents GROUP BY source")}
+
+    def counts(self) -> tuple[int, int, int]:
+        docs = self.db.execute("SELECT COUNT(*) FROM documents").fetchone()
+        row = self.db.execute("SELECT COUNT(*), COUNT(DISTINCT hash) FROM chunks").fetchone()
+        assert docs is not None and row is not None
+        return int(docs[0]), int(row[0]), int(row[1])
+
+    def size_bytes(self) -> int:
+        """The knowledge base's tables with their indexes and TOAST data."""
+        row = self.db.execute(
+            "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c"
+            " WHERE c.oid IN (to_regclass('meta'), to_regclass('documents'), to_regclass('chunks'),"
+            " to_regclass('vectors'), to_regclass('checkpoints'))").fetchone()
+        return int(row[0]) if row else 0
+
+    def set_fingerprint(self, rowid: int, fingerprint: str, updated_at: int) -> None:
+        self.db.execute("UPDATE documents SET fingerprint = %s, updated_at = %s WHERE rowid = %s",
+                        (fingerprint, updated_at, rowid))
+
+    def delete(self, rowids: Sequence[int]) -> None:
+        self.db.execute("DELETE FROM documents WHERE rowid = ANY(%s)", (list(rowids),))  # chunks cascade
+
+    def drop_orphan_vectors(self) -> int:
+        cur = self.db.execute(
+            "DELETE FROM vectors v WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE c.hash = v.hash)")
+        return int(cur.rowcount)
+
+    # ---- vectors -----------------------------------------------------------------------------
+
+    def pending(self, model: str, limit: int) -> list[tuple[str, str, str]]:
+        rows = self.db.execute(
+            "SELECT DISTINCT ON (c.hash) c.hash, c.heading, c.text FROM chunks c WHERE NOT EXISTS"
+            " (SELECT 1 FROM vectors v WHERE v.hash = c.hash AND v.model = %s) ORDER BY c.hash, c.rowid LIMIT %s",
+            (model, limit))
+        return [(h, hd, t) for h, hd, t in rows]
+
+    def pending_count(self, model: str) -> int:
+        row = self.db.execute(
+            "SELECT COUNT(DISTINCT hash) FROM chunks c WHERE NOT EXISTS"
+            " (SELECT 1 FROM vectors v WHERE v.hash = c.hash AND v.model = %s)", (model,)).fetchone()
+        return int(row[0]) if row else 0
+
+    def put_vectors(self, model: str, hashes: Sequence[str], blobs: Sequence[bytes]) -> None:
+        if not hashes:
+            return
+        self._ensure_index(model, len(blobs[0]) // 4)
+        with self.db.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO vectors(hash, model, vec) VALUES (%s, %s, %s::vector)"
+                " ON CONFLICT (hash, model) DO UPDATE SET vec = excluded.vec",
+                [(h, model, _vector_text(b)) for h, b in zip(hashes, blobs)])
+
+    def _index_name(self, model: str) -> str:
+        return "vectors_hnsw_" + hashlib.sha256(model.encode("utf-8")).hexdigest()[:16]
+
+    def _ensure_index(self, model: str, dims: int) -> None:
+        """The partial HNSW index (cosine) over ``model``'s vectors, created with its first vector."""
+        from psycopg import sql
+
+        if model in self._indexed or self.vector_index != "hnsw":
+            return
+        self.db.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATE_LOCK,))
+        self.db.execute(sql.SQL(
+            "CREATE INDEX IF NOT EXISTS {} ON vectors USING hnsw ((vec::vector({})) vector_cosine_ops)"
+            " WHERE model = {}").format(sql.Identifier(self._index_name(model)), sql.Literal(dims),
+                                        sql.Literal(model)))
+        self._indexed.add(model)
+
+    def vector_count(self, model: str) -> int:
+        row = self.db.execute("SELECT COUNT(*) FROM vectors WHERE model = %s", (model,)).fetchone()
+        return int(row[0]) if row else 0
+
+    def clear_vectors(self) -> None:
+        self.db.execute("DELETE FROM vectors")
+
+    def vector_rows(self, model: str) -> list[tuple[int, str, int, bytes]]:
+        import numpy as np
+
+        rows = self.db.execute(
+            "SELECT c.rowid, d.source, d.updated_at, v.vec::real[] FROM chunks c JOIN documents d ON d.rowid = c.doc"
+            " JOIN vectors v ON v.hash = c.hash AND v.model = %s ORDER BY c.rowid", (model,))
+        return [(int(r), s, int(u), np.asarray(v, dtype=np.float32).tobytes()) for r, s, u, v in rows]
+
+    def vector_search(self, model: str, query: bytes, k: int, *, sources: Sequence[str] | None = None,
+                      since: int | None = None, until: int | None = None) -> dict[int, float]:
+        """Chunk rowid -> cosine similarity (clipped to [0, 1]) of the ``k`` chunks nearest ``query``
+        among those passing the filters, through the model's HNSW index."""
+        from psycopg import sql
+
+        dims = len(query) // 4
+        if k <= 0 or dims == 0:
+            return {}
+        ef = min(1000, max(40, k))
+        if ef != self._ef:
+            self.db.execute("SELECT set_config('hnsw.ef_search', %s, false)", (str(ef),))
+            self._ef = ef
+        parts, params = _filters(sources, since, until)
+        vec = _vector_text(query)
+        cast = sql.SQL("vector({})").format(sql.Literal(dims))
+        stmt = sql.SQL(
+            "SELECT c.rowid, 1 - ((v.vec::{cast}) <=> %s::{cast}) FROM vectors v JOIN chunks c ON c.hash = v.hash"
+            " JOIN documents d ON d.rowid = c.doc WHERE v.model = {model}{filters}"
+            " ORDER BY (v.vec::{cast}) <=> %s::{cast} LIMIT %s").format(
+                cast=cast, model=sql.Literal(model), filters=sql.SQL("".join(" AND " + p for p in parts)))
+        rows = self.db.execute(stmt, (vec, *params, vec, k))
+        return {int(r): max(0.0, min(1.0, float(s))) for r, s in rows}
+
+    # ---- full-text search ----------------------------------------------------------------------
+
+    def _tsqueries(self, match: Match) -> list[str]:
+        """Each distinct term's ``phraseto_tsquery`` as text (terms without a lexeme dropped)."""
+        terms = list(dict.fromkeys(match.terms))
+        missing = [t for t in terms if t not in self._tsq]
+        if missing:
+            if len(self._tsq) > 4096:
+                self._tsq.clear()
+            rows = self.db.execute(
+                f"SELECT t, phraseto_tsquery('{TS_CONFIG}', regexp_replace(t, {_PUNCT_SQL}, ' ', 'g'))::text"
+                " FROM unnest(%s::text[]) AS t", ([_clean(_PUNCT.sub(" ", t)) for t in missing],)).fetchall()
+            for term, (_, tsq) in zip(missing, rows):
+                self._tsq[term] = tsq
+        return [self._tsq[t] for t in terms if self._tsq[t]]
+
+    def _where(self, match: Match) -> tuple[str, list[str]] | None:
+        queries = self._tsqueries(match)
+        if not queries:
+            return None
+        joiner = " || " if match.operator == "OR" else " && "
+        return "c.tsv @@ (" + joiner.join(["%s::tsquery"] * len(queries)) + ")", queries
+
+    def fts_count(self, match: Match, cap: int) -> int:
+        where = self._where(match)
+        if where is None:
+            return 0
+        row = self.db.execute(f"SELECT count(*) FROM (SELECT 1 FROM chunks c WHERE {where[0]} LIMIT %s) AS m",
+                              (*where[1], cap + 1)).fetchone()
+        return int(row[0]) if row else 0
+
+    def fts_newest_rowid(self, match: Match, offset: int) -> int:
+        where = self._where(match)
+        if where is None:
+            return 0
+        row = self.db.execute(f"SELECT c.rowid FROM chunks c WHERE {where[0]} ORDER BY c.rowid DESC LIMIT 1 OFFSET %s",
+                              (*where[1], offset)).fetchone()
+        return int(row[0]) if row else 0
+
+    def _idf(self, queries: list[str]) -> list[float]:
+        """BM25's inverse document frequency of each term (one term: 1.0, the weight is moot)."""
+        import math
+
+        if len(queries) == 1:
+            return [1.0]
+        est = self.db.execute("SELECT reltuples FROM pg_class WHERE oid = to_regclass('chunks')").fetchone()
+        total = float(est[0]) if est and est[0] is not None else -1.0
+        if total < 100_000:  # small, or never analysed: count exactly
+            row = self.db.execute("SELECT count(*) FROM chunks").fetchone()
+            total = float(row[0]) if row else 0.0
+        out = []
+        for q in queries:
+            row = self.db.execute("SELECT count(*) FROM (SELECT 1 FROM chunks WHERE tsv @@ %s::tsquery LIMIT %s) m",
+                                  (q, _DF_CAP)).fetchone()
+            n = float(row[0]) if row else 0.0
+            out.append(math.log((total - n + 0.5) / (n + 0.5) + 1.0))
+        return out
+
+    def fts_rank(self, match: Match, k: int, *, sources: Sequence[str] | None = None, since: int | None = None,
+                 until: int | None = None, min_rowid: int = 0) -> dict[int, float]:
+        """Chunk rowid -> positive score, the best ``k`` chunks ``match`` finds among those whose document
+        is in ``sources`` and was updated in [since, until), from ``min_rowid`` on."""
+        where = self._where(match)
+        if where is None:
+            return {}
+        queries = where[1]
+        weights = self._idf(queries)
+        score = " + ".join(f"{w!r} * ts_rank(c.tsv, %s::tsquery, 1)" for w in weights)
+        parts, params = _filters(sources, since, until)
+        if min_rowid:
+            parts.append("c.rowid >= %s")
+            params.append(min_rowid)
+        join = " JOIN documents d ON d.rowid = c.doc" if sources is not None or since is not None or until is not None else ""
+        stmt = (f"SELECT c.rowid, ({score}) AS s FROM chunks c{join} WHERE {where[0]}"
+                + "".join(" AND " + p for p in parts) + " ORDER BY s DESC, c.rowid LIMIT %s")
+        rows = self.db.execute(stmt.encode("utf-8"), (*queries, *queries, *params, k))
+        return {int(r): float(s) for r, s in rows}
+
+    # ---- checkpoints -------------------------------------------------------------------------
+
+    def checkpoint(self, source: str, status: str, *, documents: int = 0, error: str | None = None) -> None:
+        now = int(time.time())
+        if status == "running":
+            self.db.execute(
+                "INSERT INTO checkpoints(source, status, started_at) VALUES (%s, 'running', %s)"
+                " ON CONFLICT(source) DO UPDATE SET status='running', started_at=excluded.started_at, error=NULL",
+                (source, now))
+        else:
+            self.db.execute(
+                "UPDATE checkpoints SET status = %s, finished_at = %s, documents = %s, error = %s WHERE source = %s",
+                (status, now, documents, _clean(error), source))
+
+    def checkpoints(self) -> dict[str, dict[str, Any]]:
+        rows = self.db.execute("SELECT source, status, started_at, finished_at, documents, error FROM checkpoints")
+        return {
+            r[0]: {"status": r[1], "started_at": int(r[2]), "finished_at": None if r[3] is None else int(r[3]),
+                   "documents": int(r[4]), "error": r[5]}
+            for r in rows
+        }
+
+
+def _filters(sources: Sequence[str] | None, since: int | None, until: int | None) -> tuple[list[str], list[Any]]:
+    """SQL conditions on ``d`` (documents) for the source and time filters, with their parameters."""
+    parts: list[str] = []
+    params: list[Any] = []
+    if sources is not None:
+        parts.append("d.source = ANY(%s)")
+        params.append(list(sources))
+    if since is not None:
+        parts.append("d.updated_at >= %s")
+        params.append(since)
+    if until is not None:
+        parts.append("d.updated_at < %s")
+        params.append(until)
+    return parts, params
