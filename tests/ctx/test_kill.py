@@ -11,30 +11,46 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+from cairn.ctx import config as cfgmod
 from cairn.ctx.service import Service
+from cairn.ctx.store import Match, open_store
 
 from .conftest import config_file, write
+
+pytestmark = pytest.mark.usefixtures("ctx_backend")  # every test on SQLite and on PostgreSQL
 
 KILLS = 20 if os.environ.get("CAIRN_STRESS") == "1" else 5
 
 
-def check(db_path: Path, base: dict[str, str]) -> int:
-    db = sqlite3.connect(db_path)
+def check(cfg: Path, base: dict[str, str]) -> int:
+    """The database is intact (SQLite: integrity checks; both: no orphan rows, the keyword index
+    finds sampled documents) and holds every document indexed before; returns the document count."""
+    conf = cfgmod.load(cfg)
+    if not conf.db.url:
+        db = sqlite3.connect(conf.db.path)
+        try:
+            assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+            db.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('integrity-check')")  # FTS matches chunks
+        finally:
+            db.close()
+    store = open_store(conf.db)
     try:
-        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-        db.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('integrity-check')")  # FTS matches chunks
-        present = {sid for (sid,) in db.execute("SELECT source_id FROM documents")}
+        present = {sid for (sid,) in store.sql("SELECT source_id FROM documents")}
         missing = set(base) - present
         assert not missing, f"lost previously indexed documents: {sorted(missing)[:5]}"
         for sid, token in list(base.items())[:: max(1, len(base) // 20)]:
-            hit = db.execute("SELECT d.source_id FROM chunks_fts f JOIN chunks c ON c.rowid = f.rowid JOIN documents d"
-                             " ON d.rowid = c.doc WHERE chunks_fts MATCH ?", (token,)).fetchall()
-            assert (sid,) in hit
-        orphans = db.execute("SELECT COUNT(*) FROM chunks WHERE doc NOT IN (SELECT rowid FROM documents)").fetchone()
-        assert orphans[0] == 0
+            hits = store.chunk_hits(list(store.fts_rank(Match((token,)), 10)))
+            assert sid in {h[3] for h in hits.values()}
+        orphans = store.sql("SELECT COUNT(*) FROM chunks WHERE doc NOT IN (SELECT rowid FROM documents)")
+        assert orphans[0][0] == 0
+        dups = store.sql("SELECT COUNT(*) FROM (SELECT doc, ordinal FROM chunks GROUP BY doc, ordinal"
+                         " HAVING COUNT(*) > 1) AS d")
+        assert dups[0][0] == 0
         return len(present)
     finally:
-        db.close()
+        store.close()
 
 
 def test_sigkill_during_sync_never_corrupts_or_loses(tmp_path: Path) -> None:
@@ -50,9 +66,8 @@ provider = "local"
 [connectors.filesystem.docs]
 root = "{root}"
 """)
-    db_path = tmp_path / "kb.sqlite"
     Service.from_config(cfg).sync("all")
-    assert check(db_path, base) == 300
+    assert check(cfg, base) == 300
 
     extra = [f"extra/e{i:04d}.md" for i in range(2500)]
     sync = [sys.executable, "-m", "cairn.ctx.cli", "sync", "all", "--config", str(cfg)]
@@ -78,14 +93,14 @@ root = "{root}"
             killed_mid_run += 1
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        check(db_path, base)
+        check(cfg, base)
 
     assert killed_mid_run >= KILLS // 2  # the kills really landed during syncs
     # After the kills, one sync finishes the work: everything indexed and embedded.
     svc = Service.from_config(cfg)
     summary = svc.sync("all")
     assert summary.sources[0].ok
-    total = check(db_path, base)
+    total = check(cfg, base)
     on_disk = sum(1 for p in root.rglob("*.md"))
     assert total == on_disk
     stats = svc.stats()

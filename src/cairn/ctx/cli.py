@@ -32,6 +32,8 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("init", parents=[common], help="write a commented starter config and create the database")
     add_subcommand(sub, OPS["sources"], parents=[common])
     sub.add_parser("stats", parents=[common], help="document, chunk and vector counts")
+    sub.add_parser("migrate", parents=[common],
+                   help="apply pending schema migrations to the database (SQLite or PostgreSQL) and report its version")
 
     p = sub.add_parser("sync", parents=[common], help="index new and changed documents, drop deleted ones")
     p.add_argument("target", nargs="?", default="all", help="connector name, type, type:name, or all (default)")
@@ -129,6 +131,10 @@ def _run(args: argparse.Namespace) -> tuple[Any, Any, int]:
             return data, (lambda: text(data)) if text else None, 0
         if args.command == "stats":
             return svc.stats(), None, 0
+        if args.command == "migrate":
+            m = svc.migrate()
+            return m, lambda: (f"{m.database}: schema version {m.version}"
+                               + (f" (migrated from {m.previous})" if m.previous != m.version else " (up to date)")), 0
         if args.command == "sync":
             from cairn.core.output import ProgressBar
 

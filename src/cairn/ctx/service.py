@@ -100,6 +100,14 @@ class SyncSummary:
 
 
 @dataclass
+class MigrateReport:
+    database: str  # the path, or the URL with its password masked
+    backend: str  # sqlite or postgres
+    previous: int  # the schema version found (0: a new database)
+    version: int  # the schema version now
+
+
+@dataclass
 class InitReport:
     config_path: str
     db_path: str
@@ -136,6 +144,12 @@ class Service:
         if self._store is None:
             self._store = open_store(self.config.db, create=True)
         return self._store
+
+    def migrate(self) -> MigrateReport:
+        """Open the database, applying any pending schema migrations (every open does), and report."""
+        store = self.store
+        return MigrateReport(scrub(store.label), "postgres" if self.config.db.url else "sqlite",
+                             store.migrated_from, store.schema_version())
 
     def close(self) -> None:
         if self._store is not None:

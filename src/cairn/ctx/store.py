@@ -171,6 +171,7 @@ class KnowledgeStore(Protocol):
 
     label: str  # where the data lives, safe to print (a path, or a URL with its password masked)
     native_vectors: bool  # True: :meth:`vector_search` ranks in the database; False: retrieval's in-memory matrix
+    migrated_from: int  # the schema version found at open (0: new); migrations up to SCHEMA_VERSION then ran
 
     def close(self) -> None: ...
     def transaction(self) -> ContextManager[object]: ...
@@ -223,7 +224,7 @@ class SqliteStore:
 
     native_vectors = False
 
-    def __init__(self, path: Path, *, create: bool = False) -> None:
+    def __init__(self, path: Path, *, create: bool = False, migrate: bool = True) -> None:
         self.path = Path(path)
         self.label = str(self.path)
         if not create and not self.path.exists():
@@ -238,7 +239,7 @@ class SqliteStore:
             self.db.execute("PRAGMA synchronous = NORMAL")
             self.db.execute("PRAGMA foreign_keys = ON")
             self.db.execute("PRAGMA cache_size = -65536")
-            self.migrated_from = self.migrate()
+            self.migrated_from = self.migrate() if migrate else self._version()
         except sqlite3.DatabaseError as exc:
             if _disk_full(self.path, exc):
                 raise StorageError(f"Cannot open the knowledge base {self.path}: {exc}. {_FULL_FIX}") from exc

@@ -232,8 +232,8 @@ class PostgresStore:
 
     def sql(self, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Rows of an ad-hoc read (``?`` placeholders, as for SQLite), for tests and diagnostics only."""
-        return [tuple(r) for r in self.db.execute(statement.replace("?", "%s").encode("utf-8"),
-                                                  tuple(params)).fetchall()]
+        cur = self.db.execute(statement.replace("?", "%s").encode("utf-8"), tuple(params))
+        return [tuple(r) for r in cur.fetchall()] if cur.description is not None else []
 
     # ---- documents ---------------------------------------------------------------------------
 
