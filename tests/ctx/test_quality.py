@@ -7,7 +7,7 @@ The corpus is two llms-full files of the test data (tests/data/llms) cut into th
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -114,3 +114,56 @@ def test_reference_minmax_fusion_still_available(kb: Service, record_property: C
     record_property("recall@5_hybrid_minmax", recall)
     print(f"\nrecall@5 hybrid (minmax): {recall:.2f}")
     assert recall >= FLOORS["hybrid"], "\n".join(misses)
+
+
+# ---- the same corpus on PostgreSQL + pgvector: recall floors, and agreement with SQLite -----------------
+
+@pytest.fixture(scope="module")
+def kb_pg(test_data: Path, tmp_path_factory: pytest.TempPathFactory, pg_server: str) -> Iterator[Service]:
+    from .conftest import drop_database, pg_database
+
+    base = tmp_path_factory.mktemp("quality-pg")
+    assert build_corpus(test_data, base / "corpus") > 150
+    name, url = pg_database(pg_server)
+    (base / "ctx.toml").write_text(f"""
+[db]
+url = "{url}"
+[embedding]
+provider = "local"
+[connectors.filesystem.docs]
+root = "{base / 'corpus'}"
+""")
+    svc = Service.from_config(base / "ctx.toml")
+    summary = svc.sync("all")
+    assert summary.embedding is not None and summary.embedding.pending == 0
+    yield svc
+    svc.close()
+    drop_database(pg_server, name)
+
+
+@pytest.mark.parametrize("mode", ["keyword", "semantic", "hybrid"])
+def test_recall_at_5_on_postgres(kb_pg: Service, mode: str, record_property: Callable[[str, object], None]) -> None:
+    recall, misses = recall_at_5(kb_pg, mode)
+    record_property(f"recall@5_{mode}_postgres", recall)
+    print(f"\nrecall@5 {mode} (postgres): {recall:.2f} ({len(QUESTIONS)} questions)")
+    assert recall >= FLOORS[mode], "\n".join(misses)
+
+
+# Mean share of the top 5 (by source_id) both backends return, over the questions and their key terms.
+AGREEMENT = {"keyword": 0.6, "semantic": 0.9, "hybrid": 0.6}
+
+
+@pytest.mark.parametrize("mode", ["keyword", "semantic", "hybrid"])
+def test_backends_agree_on_the_top_5(kb: Service, kb_pg: Service, mode: str,
+                                     record_property: Callable[[str, object], None]) -> None:
+    queries = list(QUESTIONS) + ["useEffect cleanup", "hydrateRoot", "middleware", "use-effect", "\"server components\"",
+                                 "Cloudflare Workers", "zod validator", "ref forwarding"]
+    shares = []
+    for q in queries:
+        a = [r.source_id for r in kb.search(q, mode, limit=5)]
+        b = [r.source_id for r in kb_pg.search(q, mode, limit=5)]
+        shares.append(len(set(a) & set(b)) / max(1, min(5, len(a), len(b))) if a or b else 1.0)
+    overlap = sum(shares) / len(shares)
+    record_property(f"top5_overlap_{mode}", overlap)
+    print(f"\ntop-5 overlap sqlite/postgres {mode}: {overlap:.2f} ({len(queries)} queries)")
+    assert overlap >= AGREEMENT[mode]
