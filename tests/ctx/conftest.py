@@ -166,3 +166,22 @@ def ctx_backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
         yield "postgres"
     finally:
         drop_database(server, name)
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def ctx_module_backend(request: pytest.FixtureRequest) -> Iterator[str]:
+    """:func:`ctx_backend` for modules whose knowledge base is a module fixture: the module's tests run
+    on SQLite, then all of them again on a PostgreSQL database of their own ($CTX_DATABASE_URL is set
+    for the whole run, so the ctx processes the tests start use it too)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("CTX_DATABASE_URL", raising=False)
+        if request.param == "sqlite":
+            yield "sqlite"
+            return
+        server = request.getfixturevalue("pg_server")
+        name, url = pg_database(server)
+        mp.setenv("CTX_DATABASE_URL", url)
+        try:
+            yield "postgres"
+        finally:
+            drop_database(server, name)

@@ -49,7 +49,8 @@ def example_kb(base: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def kb(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def kb(tmp_path_factory: pytest.TempPathFactory, ctx_module_backend: str) -> Path:
+    """The example knowledge base, on each storage backend in turn (``ctx_module_backend``)."""
     return example_kb(tmp_path_factory.mktemp("kb"))
 
 

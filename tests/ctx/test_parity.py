@@ -113,7 +113,8 @@ STATUS = {"bad_request": 400, "embeddings_disabled": 400, "not_found": 404}
 
 
 @pytest.fixture(scope="module")
-def kb(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def kb(tmp_path_factory: pytest.TempPathFactory, ctx_module_backend: str) -> Path:
+    """The example knowledge base, on each storage backend in turn (``ctx_module_backend``)."""
     root = tmp_path_factory.mktemp("parity") / "example"
     shutil.copytree(REPO / "examples" / "ctx", root, ignore=shutil.ignore_patterns("data"))
     r = _ctx("sync", "all", "--config", str(root / "ctx.toml"))
