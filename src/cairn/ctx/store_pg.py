@@ -136,17 +136,33 @@ class PostgresStore:
         self._indexed: set[str] = set()  # models whose HNSW index exists
         self._ef = 0
         self._mutex = threading.RLock()
+        self._closed = False
+        self._conn = self._connect()
+        self.migrated_from = self.migrate() if migrate else self._version()
+
+    def _connect(self) -> Any:
+        import psycopg
+
         try:
-            self.db = psycopg.connect(url, autocommit=True, connect_timeout=10, application_name="ctx")
+            conn = psycopg.connect(self.url, autocommit=True, connect_timeout=10, application_name="ctx")
         except psycopg.Error as exc:
             raise StorageError(
                 f"Cannot connect to the knowledge base {self.label}: {self._reason(exc)}. Check [db] url "
                 "(or $CTX_DATABASE_URL) and that the server is running.") from None
         try:
-            self.db.execute("SET hnsw.iterative_scan = relaxed_order")  # pgvector >= 0.8: filters keep k rows
+            conn.execute("SET hnsw.iterative_scan = relaxed_order")  # pgvector >= 0.8: filters keep k rows
         except psycopg.Error:
             pass
-        self.migrated_from = self.migrate() if migrate else self._version()
+        self._ef = 0
+        return conn
+
+    @property
+    def db(self) -> Any:
+        """The connection; a lost one (server restart, failover) is replaced on the next use, so a
+        long-running server recovers after one failed request."""
+        if self._conn.closed and not self._closed:
+            self._conn = self._connect()
+        return self._conn
 
     def _reason(self, exc: BaseException) -> str:
         from cairn.core.sanitize import scrub
@@ -154,7 +170,8 @@ class PostgresStore:
         return scrub(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
 
     def close(self) -> None:
-        self.db.close()
+        self._closed = True
+        self._conn.close()
 
     # ---- schema ------------------------------------------------------------------------------
 
@@ -220,8 +237,8 @@ class PostgresStore:
         try:
             yield
         finally:
-            if not self.db.closed:
-                self.db.execute("SELECT pg_advisory_unlock(%s)", (key,))
+            if not self._conn.closed:  # a lost connection took the lock with it
+                self._conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
 
     def bump(self) -> None:
         self.db.execute("UPDATE meta SET value = (value::bigint + 1)::text WHERE key = 'generation'")
@@ -232,7 +249,7 @@ class PostgresStore:
 
     def sql(self, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Rows of an ad-hoc read (``?`` placeholders, as for SQLite), for tests and diagnostics only."""
-        cur = self.db.execute(statement.replace("?", "%s").encode("utf-8"), tuple(params))
+        cur = self.db.execute(statement.replace("?", "%s").encode("utf-8"), tuple(params) or None)
         return [tuple(r) for r in cur.fetchall()] if cur.description is not None else []
 
     # ---- documents ---------------------------------------------------------------------------

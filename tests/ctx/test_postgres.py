@@ -1,0 +1,55 @@
+"""PostgreSQL-only behaviour (the shared behaviour runs on both backends in the other ctx suites)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from cairn.ctx.service import Service
+
+from .conftest import config_file, drop_database, pg_database, write
+
+
+@pytest.fixture
+def pg_kb(tmp_path: Path, pg_server: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Service]:
+    name, url = pg_database(pg_server)
+    monkeypatch.setenv("CTX_DATABASE_URL", url)
+    write(tmp_path / "docs", {"a.md": "# Herons\n\nThe heron nests by the lake.\n"})
+    svc = Service.from_config(config_file(tmp_path, f'[db]\npath = "unused.sqlite"\n[connectors.filesystem.docs]\n'
+                                                    f'root = "{tmp_path / "docs"}"\n'))
+    svc.sync("all")
+    yield svc
+    svc.close()
+    drop_database(pg_server, name)
+
+
+def test_a_lost_connection_is_replaced_on_the_next_use(pg_kb: Service, pg_server: str) -> None:
+    assert pg_kb.search("heron")[0].source_id == "a.md"
+    pid = pg_kb.store.sql("SELECT pg_backend_pid()")[0][0]
+    with psycopg.connect(pg_server, autocommit=True) as admin:  # what a server restart or failover does
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    with pytest.raises(psycopg.OperationalError):
+        pg_kb.search("heron")  # the request that meets the dead connection fails...
+    assert pg_kb.search("heron")[0].source_id == "a.md"  # ...and the next one reconnects
+    assert pg_kb.store.sql("SELECT pg_backend_pid()")[0][0] != pid
+
+
+def test_vectors_get_an_hnsw_index_per_model(pg_kb: Service) -> None:
+    import numpy as np
+
+    store = pg_kb.store
+    with store.transaction():
+        store.put_vectors("test:m:4", ["h1", "h2"], [np.array([1, 0, 0, 0], np.float32).tobytes(),
+                                                    np.array([0, 1, 0, 0], np.float32).tobytes()])
+    (indexdef,) = store.sql("SELECT indexdef FROM pg_indexes WHERE tablename = 'vectors' AND indexdef LIKE '%hnsw%'")[0]
+    assert "vector_cosine_ops" in indexdef and "(vec)::vector(4)" in indexdef and "'test:m:4'" in indexdef
+    store.sql("SET enable_seqscan = off")  # two rows: the planner would rather scan them
+    plan = "\n".join(r[0] for r in store.sql(
+        "EXPLAIN SELECT hash FROM vectors WHERE model = 'test:m:4' ORDER BY vec::vector(4) <=> '[1,0,0,0]' LIMIT 1"))
+    store.sql("RESET enable_seqscan")
+    assert "Index Scan using vectors_hnsw_" in plan, plan
+    assert store.vector_search("test:m:4", np.array([1, 0.1, 0, 0], np.float32).tobytes(), 1) == {}  # no chunks
+
