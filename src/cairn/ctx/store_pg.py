@@ -135,6 +135,7 @@ class PostgresStore:
         self._tsq: dict[str, str] = {}  # query term -> tsquery text (bounded; see _tsqueries)
         self._indexed: set[str] = set()  # models whose HNSW index exists
         self._ef = 0
+        self._total: tuple[int, float] = (-1, 0.0)  # (generation, chunk count) for the IDF weights
         self._mutex = threading.RLock()
         self._closed = False
         self._conn = self._connect()
@@ -462,11 +463,15 @@ class PostgresStore:
 
         if len(queries) == 1:
             return [1.0]
-        est = self.db.execute("SELECT reltuples FROM pg_class WHERE oid = to_regclass('chunks')").fetchone()
-        total = float(est[0]) if est and est[0] is not None else -1.0
-        if total < 100_000:  # small, or never analysed: count exactly
-            row = self.db.execute("SELECT count(*) FROM chunks").fetchone()
-            total = float(row[0]) if row else 0.0
+        generation = self.generation()
+        if self._total[0] != generation:  # the chunk count, once per index generation
+            est = self.db.execute("SELECT reltuples FROM pg_class WHERE oid = to_regclass('chunks')").fetchone()
+            total = float(est[0]) if est and est[0] is not None else -1.0
+            if total < 100_000:  # small, or never analysed: count exactly
+                row = self.db.execute("SELECT count(*) FROM chunks").fetchone()
+                total = float(row[0]) if row else 0.0
+            self._total = (generation, total)
+        total = self._total[1]
         out = []
         for q in queries:
             row = self.db.execute("SELECT count(*) FROM (SELECT 1 FROM chunks WHERE tsv @@ %s::tsquery LIMIT %s) m",
