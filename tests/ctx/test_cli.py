@@ -79,6 +79,18 @@ def test_help_is_fast_to_import() -> None:
     assert out == "[]"
 
 
+def test_sqlite_search_never_imports_the_postgres_driver(tmp_path: Path) -> None:
+    write(tmp_path / "docs", {"a.md": "# A\n\nheron"})
+    path = config_file(tmp_path, f'[db]\npath = "kb.sqlite"\n[connectors.filesystem.docs]\nroot = "{tmp_path / "docs"}"\n')
+    code = ("import sys; from cairn.ctx.cli import main; main(['sync', '--config', sys.argv[1], '--json']);"
+            " main(['search', 'heron', '--config', sys.argv[1], '--json']);"
+            " print([m for m in ('psycopg', 'cairn.ctx.store_pg') if m in sys.modules])")
+    env = {k: v for k, v in os.environ.items() if k != "CTX_DATABASE_URL"}
+    out = subprocess.run([PY, "-c", code, str(path)], capture_output=True, text=True, check=True, env=env).stdout
+    assert '"source_id": "a.md"' in out  # it searched
+    assert out.strip().splitlines()[-1] == "[]"
+
+
 def test_failed_source_sets_the_exit_status_but_others_sync(tmp_path: Path) -> None:
     write(tmp_path / "ok", {"a.md": "# A\n\nfine"})
     path = config_file(tmp_path, f"""
