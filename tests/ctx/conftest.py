@@ -185,3 +185,11 @@ def ctx_module_backend(request: pytest.FixtureRequest) -> Iterator[str]:
             yield "postgres"
         finally:
             drop_database(server, name)
+
+
+@pytest.fixture(autouse=True)
+def _sqlite_unless_parametrised(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test that takes neither backend fixture runs on SQLite, even while a module-scoped PostgreSQL
+    run (``ctx_module_backend``) has $CTX_DATABASE_URL set for its module."""
+    if not {"ctx_backend", "ctx_module_backend", "pg_server"} & set(request.fixturenames):
+        monkeypatch.delenv("CTX_DATABASE_URL", raising=False)
