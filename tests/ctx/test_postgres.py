@@ -8,6 +8,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from cairn.core.errors import StorageError
 from cairn.ctx.service import Service
 
 from .conftest import config_file, drop_database, pg_database, write
@@ -31,8 +32,8 @@ def test_a_lost_connection_is_replaced_on_the_next_use(pg_kb: Service, pg_server
     pid = pg_kb.store.sql("SELECT pg_backend_pid()")[0][0]
     with psycopg.connect(pg_server, autocommit=True) as admin:  # what a server restart or failover does
         admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
-    with pytest.raises(psycopg.OperationalError):
-        pg_kb.search("heron")  # the request that meets the dead connection fails...
+    with pytest.raises(StorageError, match=r"did not answer: .*the next request connects again"):
+        pg_kb.search("heron")  # the request that meets the dead connection fails with a clear error...
     assert pg_kb.search("heron")[0].source_id == "a.md"  # ...and the next one reconnects
     assert pg_kb.store.sql("SELECT pg_backend_pid()")[0][0] != pid
 

@@ -158,12 +158,12 @@ class PostgresStore:
         return conn
 
     @property
-    def db(self) -> Any:
+    def db(self) -> "_Guarded":
         """The connection; a lost one (server restart, failover) is replaced on the next use, so a
-        long-running server recovers after one failed request."""
+        long-running server recovers after one failed request (which fails with a StorageError)."""
         if self._conn.closed and not self._closed:
             self._conn = self._connect()
-        return self._conn
+        return _Guarded(self._conn, self)
 
     def _reason(self, exc: BaseException) -> str:
         from cairn.core.sanitize import scrub
@@ -223,7 +223,7 @@ class PostgresStore:
 
         try:
             with self._mutex, self.db.transaction():
-                yield self.db
+                yield self._conn
         except psycopg.OperationalError as exc:
             raise StorageError(
                 f"Cannot write the knowledge base {self.label}: {self._reason(exc)}. Nothing committed was lost; "
@@ -521,6 +521,33 @@ class PostgresStore:
                    "documents": int(r[4]), "error": r[5]}
             for r in rows
         }
+
+
+class _Guarded:
+    """A connection whose ``execute`` reports a lost server as a :class:`StorageError` (exit 7, HTTP 500
+    with the ``storage`` code and a fix) instead of a driver exception."""
+
+    __slots__ = ("conn", "store")
+
+    def __init__(self, conn: Any, store: PostgresStore) -> None:
+        self.conn = conn
+        self.store = store
+
+    def execute(self, query: Any, params: Any = None) -> Any:
+        import psycopg
+
+        try:
+            return self.conn.execute(query, params)
+        except psycopg.OperationalError as exc:
+            raise StorageError(
+                f"The knowledge base {self.store.label} did not answer: {self.store._reason(exc)}. Check that the "
+                "database server is running; the next request connects again.") from None
+
+    def cursor(self) -> Any:
+        return self.conn.cursor()
+
+    def transaction(self) -> Any:
+        return self.conn.transaction()
 
 
 def _filters(sources: Sequence[str] | None, since: int | None, until: int | None) -> tuple[list[str], list[Any]]:
