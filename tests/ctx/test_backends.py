@@ -15,7 +15,8 @@ import pytest
 from cairn.core.errors import StorageError
 from cairn.ctx import config as cfgmod
 from cairn.ctx.service import Service
-from cairn.ctx.store import SCHEMA_VERSION, DocumentRecord, open_store
+from cairn.ctx.store import SCHEMA_VERSION, DocumentRecord
+from cairn.ctx.stores import open_store
 from cairn.ctx.chunk import chunk_text
 
 from .conftest import config_file, write

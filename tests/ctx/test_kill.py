@@ -15,7 +15,8 @@ import pytest
 
 from cairn.ctx import config as cfgmod
 from cairn.ctx.service import Service
-from cairn.ctx.store import Match, open_store
+from cairn.ctx.store import Match
+from cairn.ctx.stores import open_store
 
 from .conftest import config_file, write
 

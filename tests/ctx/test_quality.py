@@ -158,12 +158,14 @@ def test_backends_agree_on_the_top_5(kb: Service, kb_pg: Service, mode: str,
                                      record_property: Callable[[str, object], None]) -> None:
     queries = list(QUESTIONS) + ["useEffect cleanup", "hydrateRoot", "middleware", "use-effect", "\"server components\"",
                                  "Cloudflare Workers", "zod validator", "ref forwarding"]
-    shares = []
+    shares: dict[int, list[float]] = {5: [], 10: []}
     for q in queries:
-        a = [r.source_id for r in kb.search(q, mode, limit=5)]
-        b = [r.source_id for r in kb_pg.search(q, mode, limit=5)]
-        shares.append(len(set(a) & set(b)) / max(1, min(5, len(a), len(b))) if a or b else 1.0)
-    overlap = sum(shares) / len(shares)
-    record_property(f"top5_overlap_{mode}", overlap)
-    print(f"\ntop-5 overlap sqlite/postgres {mode}: {overlap:.2f} ({len(queries)} queries)")
-    assert overlap >= AGREEMENT[mode]
+        a = [r.source_id for r in kb.search(q, mode, limit=10)]
+        b = [r.source_id for r in kb_pg.search(q, mode, limit=10)]
+        for n, got in shares.items():
+            got.append(len(set(a[:n]) & set(b[:n])) / max(1, min(n, len(a), len(b))) if a or b else 1.0)
+    overlap = {n: sum(v) / len(v) for n, v in shares.items()}
+    record_property(f"top5_overlap_{mode}", overlap[5])
+    record_property(f"top10_overlap_{mode}", overlap[10])
+    print(f"\ntop-5 / top-10 overlap sqlite/postgres {mode}: {overlap[5]:.2f} / {overlap[10]:.2f} ({len(queries)} queries)")
+    assert overlap[5] >= AGREEMENT[mode]

@@ -45,7 +45,7 @@ EXTRA = {"blz": {"pathlib", "urllib.parse", "cairn.blz.store", "cairn.blz.search
          # ctx must read its TOML config first (tomllib, dataclasses, pathlib, argparse stay), but not
          # open the service: store, retrieval, SQLite, or the Lua sandbox when no Lua tool is declared.
          "ctx": {"cairn.ctx.service", "cairn.ctx.store", "cairn.ctx.retrieval", "cairn.ctx.sync",
-                 "cairn.ctx.scripts", "cairn.ctx.lua", "lupa", "cairn.ctx.store_pg", "psycopg"},
+                 "cairn.ctx.scripts", "cairn.ctx.lua", "lupa", "cairn.ctx.stores", "cairn.ctx.store_pg", "psycopg"},
          "brk": {"pathlib", "urllib.parse", "cairn.brk.catalog", "cairn.brk.compute", "cairn.brk.reader"}}
 
 

@@ -20,7 +20,8 @@ from cairn.core.sanitize import scrub
 from cairn.ctx import config as cfg
 from cairn.ctx.times import iso, parse_time
 from cairn.ctx.retrieval import Filters
-from cairn.ctx.store import KnowledgeStore, open_store
+from cairn.ctx.store import KnowledgeStore
+from cairn.ctx.stores import open_store
 from cairn.ctx.sync import EmbedReport, Progress, SyncReport
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """The knowledge base's storage: the :class:`KnowledgeStore` interface and its SQLite implementation.
 
-Two implementations with the same behaviour, chosen at start by :func:`open_store`: this module's
+Two implementations with the same behaviour, chosen at start by :func:`cairn.ctx.stores.open_store`: this module's
 :class:`SqliteStore` (one SQLite file, WAL, FTS5; the embedded default) and
 :class:`cairn.ctx.store_pg.PostgresStore` (PostgreSQL + pgvector, ``[db] url``, imported only when
 configured). They are the only places that run SQL; everything else calls their named methods.
@@ -25,13 +25,10 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ContextManager, Protocol
+from typing import Any, ContextManager, Protocol
 
 from cairn.core.errors import StorageError
 from cairn.ctx.chunk import Chunk
-
-if TYPE_CHECKING:
-    from cairn.ctx.config import DbConfig
 
 # Versioned schema migrations, applied in order at open (and by `ctx migrate`); ``meta.schema_version``
 # records the last one applied. Version 1 is the original schema; never edit a released step, add one.
@@ -207,16 +204,6 @@ class KnowledgeStore(Protocol):
     def checkpoint(self, source: str, status: str, *, documents: int = 0, error: str | None = None) -> None: ...
     def checkpoints(self) -> dict[str, dict[str, Any]]: ...
     def sql(self, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
-
-
-def open_store(db: "DbConfig", *, create: bool = True) -> KnowledgeStore:
-    """The store ``db`` configures: PostgreSQL when it has a ``url``, else the SQLite file at ``path``.
-    Pending schema migrations are applied on open."""
-    if db.url:
-        from cairn.ctx.store_pg import PostgresStore
-
-        return PostgresStore(db.url, vector_index=db.vector_index)
-    return SqliteStore(db.path, create=create)
 
 
 class SqliteStore:

@@ -1,6 +1,6 @@
 """The knowledge base on PostgreSQL + pgvector: the same behaviour as the SQLite store, shared by replicas.
 
-Selected by ``[db] url = "postgresql://..."`` or ``$CTX_DATABASE_URL`` (:func:`cairn.ctx.store.open_store`);
+Selected by ``[db] url = "postgresql://..."`` or ``$CTX_DATABASE_URL`` (:func:`cairn.ctx.stores.open_store`);
 this module, and the driver (psycopg 3), are imported only then.
 
 * **Keyword search**: ``chunks.tsv`` is a generated ``tsvector`` column (GIN index) over the heading
