@@ -207,6 +207,22 @@ def test_add_domain_refuses_what_is_not_one(tmp_path: Path, data_root: Path, mon
     assert not (data_root / "sources").exists()
 
 
+def test_an_agents_domain_goes_through_the_guard(tls_server: DocServer, store: Store,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """MCP source-add(alias="DOMAIN"): loopback and link-local hosts are refused before connecting."""
+    from cairn.core.errors import InvalidInput
+
+    for name in (sources.MCP_HOSTS_ENV, sources.MCP_ROOTS_ENV, sources.MCP_NETWORK_ENV):
+        monkeypatch.delenv(name, raising=False)
+    tls_server.files["/llms-full.txt"] = FULL
+    for domain in (tls_server.host, "169.254.169.254", "localhost:1"):
+        with pytest.raises(InvalidInput, match="^Refused to connect to "):
+            sources.add(store, domain, guard=sources.agent_guard())
+    assert tls_server.requests == [] and store.sources() == []
+    monkeypatch.setenv(sources.MCP_HOSTS_ENV, "127.0.0.1")  # the user allows it
+    assert sources.add(store, tls_server.host, guard=sources.agent_guard())["alias"] == "127-0-0-1"
+
+
 def test_add_domain_conflicts_with_an_existing_source(tls_server: DocServer, data_root: Path) -> None:
     tls_server.files["/llms-full.txt"] = FULL
     assert blz("add", tls_server.host)[0] == 0

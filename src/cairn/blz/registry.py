@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from cairn.blz.limits import CATEGORIES  # name -> what it holds (also the MCP schema's enum)
+from cairn.blz.limits import CATEGORIES as CATEGORIES  # name -> what it holds (also the MCP schema's enum)
 
 
 class Entry(NamedTuple):

@@ -83,6 +83,8 @@ def render(name: str, data: Any, fmt: str) -> str:
 
     if name == "toc":  # one row per heading
         data = [{**e, "headingPath": " > ".join(e["headingPath"])} for e in data["entries"]]
+    elif name == "lookup":  # one row per registry entry
+        data = data["results"]
     return generic(data, fmt)
 
 

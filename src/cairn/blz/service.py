@@ -174,7 +174,9 @@ def list_sources(store: Store, filter: str | None = None, include_registry: bool
             out.append(describe(row, store.options(row.alias)))
     if include_registry:
         have = {r.alias for r in installed}
-        for e in registry.REGISTRY:
+        # the entry named by the filter first, then those whose alias holds it (react, preact, then
+        # ant-design for its "React" description)
+        for e in sorted(registry.REGISTRY, key=lambda e: (e.alias != needle, needle not in e.alias)):
             if e.alias in have:
                 continue
             if not needle or needle in f"{e.alias} {e.description} {e.category} {e.url}".lower():

@@ -172,7 +172,7 @@ def is_domain(text: str) -> bool:
     if "://" in text or not ("." in text or ":" in text):
         return False
     m = _HOST.match(text)
-    return bool(m) and (m.group(1) is None or 0 < int(m.group(1)) < 65536)
+    return m is not None and (m.group(1) is None or 0 < int(m.group(1)) < 65536)
 
 
 def domain_alias(domain: str) -> str:

@@ -1,7 +1,7 @@
 """``blz mcp``: the seed's MCP tools, resources and prompt over stdio, on the cairn.mcp core.
 
-Tools: find, toc, list-sources, source-add (the only mutation) and learn-blz are the operations of
-:mod:`cairn.blz.ops` on MCP (schemas, descriptions and validation from their declarations);
+Tools: find, toc, list-sources, lookup, source-add (the only mutation) and learn-blz are the
+operations of :mod:`cairn.blz.ops` on MCP (schemas, descriptions and validation from their declarations);
 run-command (whitelisted read-only commands, in-process, through :mod:`cairn.blz.render`) is this
 surface's own. Resources: blz://sources/{alias}, blz://registry. Prompt: discover-docs.
 One Store per process keeps the database connection, its page cache and line offsets warm.
