@@ -187,11 +187,11 @@ def source_add(store: Store, alias: str | None = None, url: str | None = None, f
     from cairn.core.errors import InvalidInput
 
     if manifest is not None:
-        if alias or url:
+        if alias is not None or url is not None:
             raise InvalidInput("Give either ALIAS [URL] or --manifest FILE, not both.")
         return sources.add_manifest(store, manifest, force=force, exact=exact, all_languages=all_languages,
                                     dry_run=dry_run, on_error=on_error, **_net(max_bytes, timeout))
-    if not alias:
+    if alias is None:  # "" is an invalid alias, said as such
         raise InvalidInput("Name a source: blz add ALIAS [URL], blz add DOMAIN, or blz add --manifest FILE.")
     if url and guard is not None:  # an agent's location is refused before anything is fetched
         sources.check_agent_location(url, exact, guard=guard)
