@@ -87,6 +87,13 @@ def test_registry_has_forty_well_formed_entries() -> None:
     assert sum(registry.categories().values()) == len(entries)
 
 
+def test_docs_list_the_categories_and_say_the_registry_is_curated() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "blz.md").read_text()
+    listed = re.search(r"^Categories: (.+?)\.$", doc, re.M | re.S)
+    assert listed and re.findall(r"`([a-z]+)`", listed.group(1)) == list(registry.CATEGORIES)
+    assert "curated by hand, not verified at build time" in doc
+
+
 def test_lookup_searches_and_filters_by_category(data_root: Path) -> None:
     code, everything, _ = blz_json("lookup")
     assert code == 0 and len(everything["results"]) == len(registry.REGISTRY)

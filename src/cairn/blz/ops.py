@@ -132,7 +132,8 @@ def list_sources(store: Store, filter: str | None = None, registry: bool = False
 @OPS.op(name="lookup", mcp="lookup", cli="lookup",
         extra={"help": "browse and search the built-in registry of well-known llms.txt sources"}, params={
     "query": {"positional": True, "metavar": "QUERY"},
-    "category": {"type": "string", "enum": list(CATEGORIES), "flags": ("-c", "--category"), "metavar": "CATEGORY"},
+    "category": {"type": "string", "enum": list(CATEGORIES), "flags": ("-c", "--category"),
+                 "metavar": "CATEGORY"},
 })
 def lookup(store: Store, query: str = "", category: str | None = None) -> dict[str, Any]:
     """Browse and search the built-in registry of well-known llms.txt sources: each with alias, url, description, category, whether it is installed, and the source-add call to make. Also lists every category with its number of entries.
@@ -270,8 +271,6 @@ def remove(store: Store, alias: str) -> dict[str, Any]:
     from cairn.blz import sources
 
     return sources.remove(store, alias)
-
-
 
 
 @OPS.op(name="search", cli="search", params={

@@ -159,6 +159,8 @@ _HOST = re.compile(r"(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9](?:[a-z0
 _HOSTING = ("github.io", "gitlab.io", "pages.dev", "netlify.app", "vercel.app", "readthedocs.io", "web.app")
 # Leading labels that name a part of a site, not the project (docs.astro.build -> astro).
 _SUBSITES = frozenset({"www", "docs", "doc", "developers", "developer", "dev", "api", "learn", "help", "en"})
+# Second-level names under a country code (example.co.uk, example.com.au).
+_SECOND_LEVEL = frozenset({"co", "com", "org", "net", "ac", "gov", "edu"})
 # Top-level names that are file extensions, not domains: `blz add notes.txt` is a missing file.
 _FILE_SUFFIXES = frozenset({"txt", "md", "markdown", "mdx", "html", "htm", "json", "toml", "xml", "rst"})
 # What a site is asked for, in order: the complete text, then the index.
@@ -190,7 +192,7 @@ def domain_alias(domain: str) -> str:
     else:
         if len(labels) > 1:
             labels = labels[:-1]  # the top-level domain
-            if len(labels) > 1 and len(labels[-1]) <= 3 and labels[-1] in ("co", "com", "org", "net", "ac", "gov", "edu"):
+            if len(labels) > 1 and labels[-1] in _SECOND_LEVEL:
                 labels = labels[:-1]  # example.co.uk
     named = [label for label in labels if label not in _SUBSITES] or labels
     return check_alias(named[-1][:64])
@@ -329,7 +331,8 @@ def update(store: Store, alias: str, *, max_bytes: int = fetching.DEFAULT_MAX_BY
     return info
 
 
-def _parse(url: str, result: fetching.FetchResult, all_languages: bool) -> tuple[llmstxt.Document, dict[str, Any]]:
+def _parse(url: str, result: fetching.FetchResult,
+           all_languages: bool) -> tuple[llmstxt.Document, dict[str, Any]]:
     """The fetched file parsed, and what adding it reports: url, title, lines, headings, sections,
     bytes, the lines and languages left out. Writes nothing."""
     body = result.body or b""
@@ -340,7 +343,8 @@ def _parse(url: str, result: fetching.FetchResult, all_languages: bool) -> tuple
     for _start, _end, lang in doc.skipped:
         languages[lang] = languages.get(lang, 0) + 1
     return doc, {"url": url, "title": doc.title, "lines": len(doc.lines), "headings": len(doc.headings),
-                 "sections": len(doc.sections), "bytes": len(body), "skippedLines": doc.skipped_lines, "skippedLanguages": languages}
+                 "sections": len(doc.sections), "bytes": len(body), "skippedLines": doc.skipped_lines,
+                 "skippedLanguages": languages}
 
 
 def _ingest(store: Store, alias: str, url: str, result: fetching.FetchResult, action: str,

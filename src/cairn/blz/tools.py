@@ -232,8 +232,10 @@ def discover_docs(docs: Docs, args: dict[str, str]) -> str:
                          f"add with source-add(alias='{known[0].alias}').")
             missing.append(known[0].alias)
         else:
-            lines.append(f"- {tech}: not installed and not in the registry — if the project publishes "
-                         f"an llms.txt, add it with source-add(alias='{re.sub(r'[^a-z0-9_-]', '-', tech)[:64]}', url='https://.../llms.txt').")
+            lines.append(f"- {tech}: not installed and not in the registry (lookup(query='{tech}') searches it "
+                         f"by description) — if the project publishes an llms.txt, add it by its site's domain, "
+                         f"source-add(alias='example.dev'), or its URL, source-add(alias="
+                         f"'{re.sub(r'[^a-z0-9_-]', '-', tech)[:64]}', url='https://.../llms.txt').")
     lines += ["", "Steps: 1) call list-sources to confirm what is installed; 2) add the missing sources"
               + (f" ({', '.join(missing)})" if missing else "") + "; 3) search with find(query=...), then "
               "read exact lines with find(snippets=['alias:start-end'], contextMode='all')."]
