@@ -291,6 +291,9 @@ CLI_ONLY_PARAMS: dict[str, list[tuple[dict[str, Any], bool]]] = {
         ({"manifest": "{MANIFEST}", "dryRun": True}, OK),
         ({"manifest": "{MANIFEST}.missing"}, ERR),
         ({"manifest": "{MANIFEST}", "alias": "x"}, ERR),
+        ({"manifest": "{MANIFEST}", "only": ["gone"], "dryRun": True}, OK),
+        ({"manifest": "{MANIFEST}", "only": ["nothing,else"]}, ERR),
+        ({"alias": "lib", "only": ["lib"]}, ERR),
     ],
 }
 

@@ -407,6 +407,23 @@ def test_manifest_text_output_and_all_good_exit_code(tmp_path: Path, doc_server:
     assert [p for m, p, _h in doc_server.requests if p.startswith("/a/")] == ["/a/llms.txt"]  # exact: no llms-full
 
 
+def test_manifest_only_picks_entries(tmp_path: Path, doc_server: DocServer, data_root: Path) -> None:
+    for name in ("a", "b", "c"):
+        doc_server.files[f"/{name}/llms.txt"] = FULL
+    manifest = tmp_path / "m.toml"
+    manifest.write_text("".join(f'[[source]]\nalias = "{n}"\nurl = "{doc_server.url(f"/{n}/llms.txt")}"\nexact = true\n\n'
+                                for n in ("a", "b", "c")))
+    code, out, err = blz("add", "--manifest", str(manifest), "--only", "C,a", "--json")
+    assert code == 0, err
+    assert [r["alias"] for r in json.loads(out)["results"]] == ["a", "c"]
+    assert sorted(p for m, p, _h in doc_server.requests) == ["/a/llms.txt", "/c/llms.txt"]
+    code, out, err = blz("add", "--manifest", str(manifest), "--only", "b", "--only", "zz", "--json")
+    assert code == 0 and [r["alias"] for r in json.loads(out)["results"]] == ["b"]
+    assert blz("add", "--manifest", str(manifest), "--only", "x,y") == (
+        2, "", f"blz: error: No entry of {manifest} has an alias in --only x,y. Its aliases: a, b, c.\n")
+    assert blz("add", "a", "--only", "a")[0] == 2
+
+
 def test_manifest_dry_run_writes_nothing(tmp_path: Path, doc_server: DocServer, data_root: Path) -> None:
     doc_server.files["/a/llms.txt"] = FULL
     manifest = tmp_path / "m.toml"

@@ -159,11 +159,13 @@ def lookup(store: Store, query: str = "", category: str | None = None) -> dict[s
     "all_languages": {"wire": "allLanguages", "flags": ("--all-languages",)},
     "dry_run": {"wire": "dryRun", "flags": ("--dry-run",)},
     "manifest": {"type": "string", "surfaces": ("cli",), "flags": ("--manifest",), "metavar": "FILE"},
+    "only": {"surfaces": ("cli",), "flags": ("--only",), "metavar": "ALIASES"},
     **_NET, "guard": _CONTEXT, "progress": _CONTEXT, "on_error": _CONTEXT,
 })
 def source_add(store: Store, alias: str | None = None, url: str | None = None, force: bool = False,
                exact: bool = False, all_languages: bool = False, dry_run: bool = False,
-               manifest: str | None = None, max_bytes: int | None = None, timeout: float | None = None,
+               manifest: str | None = None, only: list[str] | None = None, max_bytes: int | None = None,
+               timeout: float | None = None,
                guard: Guard | None = None, progress: Callable[[int, int | None], None] | None = None,
                on_error: Callable[[str, CairnError], None] | None = None) -> dict[str, Any]:
     """Add a documentation source from the registry (alias only), a domain (alias: "bun.sh" tries https://bun.sh/llms-full.txt, then /llms.txt, and adds it as bun) or a URL. For .../llms.txt the llms-full.txt variant is tried first; for a site or folder, llms-full.txt, llms.txt, then llms-small.txt in it; exact: true fetches exactly the URL given; dryRun: true fetches and parses but writes nothing. The only tool that changes anything. Fetches from public internet addresses only (and hosts the user lists in BLZ_MCP_ALLOW_HOSTS); local files only inside the folders in BLZ_MCP_FILE_ROOTS.
@@ -181,6 +183,7 @@ def source_add(store: Store, alias: str | None = None, url: str | None = None, f
         other languages left out), without writing anything.
     :param manifest: A TOML file listing sources ([[source]] tables with alias, and url or path):
         each is added as if given alone; one that fails is reported and the others still run.
+    :param only: With a manifest, only the entries of these aliases (comma-separated, repeatable).
     :param max_bytes: Download size cap in bytes (default 64 MiB).
     :param timeout: Download time budget in seconds (default 60).
     """
@@ -191,7 +194,9 @@ def source_add(store: Store, alias: str | None = None, url: str | None = None, f
         if alias is not None or url is not None:
             raise InvalidInput("Give either ALIAS [URL] or --manifest FILE, not both.")
         return sources.add_manifest(store, manifest, force=force, exact=exact, all_languages=all_languages,
-                                    dry_run=dry_run, on_error=on_error, **_net(max_bytes, timeout))
+                                    dry_run=dry_run, only=only, on_error=on_error, **_net(max_bytes, timeout))
+    if only is not None:
+        raise InvalidInput("--only picks entries of a manifest: blz add --manifest FILE --only a,b")
     if alias is None:  # "" is an invalid alias, said as such
         raise InvalidInput("Name a source: blz add ALIAS [URL], blz add DOMAIN, or blz add --manifest FILE.")
     if url and guard is not None:  # an agent's location is refused before anything is fetched

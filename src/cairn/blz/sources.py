@@ -434,13 +434,21 @@ def _manifest_entry(entry: Any, n: int, folder: Path) -> tuple[str, str | None, 
 
 
 def add_manifest(store: Store, path: str, *, force: bool = False, exact: bool = False,
-                 all_languages: bool = False, dry_run: bool = False,
+                 all_languages: bool = False, dry_run: bool = False, only: list[str] | None = None,
                  on_error: Callable[[str, CairnError], None] | None = None, **net: Any) -> dict[str, Any]:
     """Add every source a manifest lists (:func:`read_manifest`), each as :func:`add` would, in
     file order. One that fails (a bad entry, a fetch, a conflict) is reported through ``on_error``
     and in the results, and the others are still added; ``failed`` counts them. The options given
-    apply to every entry (``exact`` and ``allLanguages`` may also be set per entry)."""
+    apply to every entry (``exact`` and ``allLanguages`` may also be set per entry). ``only``
+    (aliases, each item possibly comma-separated) keeps the entries of those aliases."""
     folder, entries = read_manifest(path)
+    if only is not None:
+        wanted = {a.strip().lower() for item in only for a in item.split(",") if a.strip()}
+        named = [e.get("alias") for e in entries if isinstance(e, dict) and isinstance(e.get("alias"), str)]
+        entries = [e for e in entries if isinstance(e, dict) and str(e.get("alias", "")).strip().lower() in wanted]
+        if not entries:
+            raise InvalidInput(f"No entry of {path} has an alias in --only {','.join(sorted(wanted))}. "
+                               f"Its aliases: {', '.join(named) or 'none'}.")
     results: list[dict[str, Any]] = []
     seen: set[str] = set()
     for n, entry in enumerate(entries, 1):
