@@ -444,7 +444,7 @@ def add_manifest(store: Store, path: str, *, force: bool = False, exact: bool = 
     folder, entries = read_manifest(path)
     if only is not None:
         wanted = {a.strip().lower() for item in only for a in item.split(",") if a.strip()}
-        named = [e.get("alias") for e in entries if isinstance(e, dict) and isinstance(e.get("alias"), str)]
+        named = [str(e["alias"]) for e in entries if isinstance(e, dict) and isinstance(e.get("alias"), str)]
         entries = [e for e in entries if isinstance(e, dict) and str(e.get("alias", "")).strip().lower() in wanted]
         if not entries:
             raise InvalidInput(f"No entry of {path} has an alias in --only {','.join(sorted(wanted))}. "
