@@ -1,4 +1,4 @@
-"""``ctx serve mcp``: the HTTP API (``/tools/*``, ``/health``, ``/openapi.json``) and MCP at ``/mcp`` and ``/``.
+"""``ctx serve mcp``: the HTTP API (``/tools/*``, ``/agents``, ``/health``, ``/openapi.json``) and MCP at ``/mcp`` and ``/``.
 
 Routes are thin: read the JSON body (capped, content type checked), call the toolbox (which validates
 against the same declarations MCP uses), and answer JSON. Every failure, routing ones included, is one
@@ -107,6 +107,7 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
     from starlette.routing import Route
 
     from cairn.core.ops import query_args
+    from cairn.ctx.ops import OPS
     from cairn.ctx.tools import Toolbox, mcp_server
     from cairn.mcp.http import _disconnected as disconnected, mcp_app
 
@@ -167,6 +168,30 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
                 return await call(op.name, request)
         return Route(path, endpoint(answer), methods=[method])
 
+    def agent_route(op: "Op") -> Route:
+        """``GET /agents`` and ``GET /agents/{name}``: the path parameter and, for one agent, every query
+        parameter as one of its arguments (``?topic=deploys``). A Lua agent runs in the thread pool."""
+        assert op.http is not None
+        method, path = op.http
+
+        async def answer(request: "Request") -> Any:
+            from cairn.ctx.ops import to_json
+
+            args = dict(request.path_params)
+            extra: dict[str, Any] = {}
+            if "name" in args:
+                query = request.query_params
+                repeated = [k for k in query.keys() if len(query.getlist(k)) > 1]
+                if repeated:
+                    raise InvalidInput(f"Agent argument {repeated[0]!r} is given more than once; give it once.")
+                extra["arguments"] = dict(query)
+            elif request.query_params:
+                args.update(query_args(op, request.query_params))
+            value = await run_in_threadpool(op.call, box.agents, args, "http", **extra)
+            return to_json(op, value)
+
+        return Route(path, endpoint(answer), methods=[method])
+
     @endpoint
     async def tool(request: "Request") -> Any:
         return await call(request.path_params["name"], request)
@@ -189,6 +214,7 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
         # Any tool by name: the Lua tools' routes (POST /tools/NAME, in the OpenAPI document from their
         # declarations), and the built-in ones too (POST /tools/sources); 404 for an unknown name.
         Route("/tools/{name}", tool, methods=["POST"]),
+        *(agent_route(op) for op in OPS if op.extra.get("agents")),
         Route("/mcp", mcp),
         # The seed's client configuration points at the server's root URL: the same app answers there.
         Route("/", RootMcp(mcp)),
@@ -242,6 +268,7 @@ INDEX = {
     "mcp": "POST / or POST /mcp: MCP Streamable HTTP (stateless)",
     "openapi": "/openapi.json",
     "tools": "/tools/list",
+    "agents": "/agents",
     "health": "/health",
 }
 
@@ -299,7 +326,7 @@ def openapi(box: "Toolbox") -> dict[str, Any]:
 
     def errors(*codes: int) -> dict[str, Any]:
         reasons = {400: "invalid parameters or malformed JSON", 401: "missing or wrong bearer token",
-                   404: "unknown tool or document", 408: "a Lua tool ran past its timeout",
+                   404: "unknown tool, document or agent", 408: "a Lua tool or agent ran past its timeout",
                    413: "request body too large", 415: "body is not JSON", 500: "internal or script error"}
         return {str(c): {"description": reasons[c], "content": {"application/json": {"schema": err}}} for c in codes}
 
@@ -329,6 +356,19 @@ def openapi(box: "Toolbox") -> dict[str, Any]:
             entry["summary"] = entry["summary"] or f"Lua tool {op.name}"
             entry["responses"] = {"200": reply("{\"result\": ...}" if lua else f"{{\"{key}\": [...]}}" if key
                                                else "the tool's result"), **errors(*codes)}
+        paths[path] = methods
+    from cairn.ctx.ops import OPS
+
+    for path, methods in openapi_paths([op for op in OPS if op.extra.get("agents")]).items():
+        entry = methods["get"]
+        if path == "/agents/{name}":
+            # Every query parameter is an argument of the agent (its names: GET /agents)
+            entry["parameters"].append({"name": "arguments", "in": "query", "style": "form", "explode": True,
+                                        "description": "the agent's arguments, e.g. ?topic=deploys",
+                                        "schema": {"type": "object", "additionalProperties": {"type": "string"}}})
+        entry["responses"] = {"200": reply("the agent and its resolved prompt" if "{" in path
+                                           else '{"agents": [...]}'),
+                              **errors(*((400, 401, 404, 408, 500) if "{" in path else (401, 500)))}
         paths[path] = methods
     paths["/tools/{name}"] = {"post": {
         "summary": "Call any tool by name; Lua tools answer {\"result\": ...}",
