@@ -149,7 +149,10 @@ class Agents:
                 args = [query, opts]
             return base(fn, args)
 
-        out = run_agent(agent.name, agent.path, self._sources[agent.name], agent.timeout, agent.config, values,
+        # The search defaults are in the script's config too (Context Harness scripts read config.search_limit).
+        config = {"search_mode": agent.search_mode, "search_sources": list(agent.search_sources),
+                  **({"search_limit": agent.search_limit} if agent.search_limit is not None else {}), **agent.config}
+        out = run_agent(agent.name, agent.path, self._sources[agent.name], agent.timeout, config, values,
                         system, call, self._lua_pool())
         label = f"Lua agent {agent.name!r}"
         if not isinstance(out, dict):
