@@ -729,4 +729,13 @@ max_document_bytes = 50000000     # the same for PDF, DOCX, PPTX and XLSX files
 # timeout = 5                      # seconds; other keys become context.config
 # allow_hosts = []                 # hosts `http.get/post` may reach; none by default
 # allow_env = []                   # variables `env.get` may read; none by default
+
+# [agents.inline.reviewer]         # an MCP prompt (prompts/get), GET /agents/reviewer, `ctx agent show reviewer`
+# description = "Reviews a change against the docs' conventions"
+# tools = ["search", "get"]        # tools it should use: search, get, sources or a [tools.script.*] name
+# search_mode = "keyword"          # and the search it should prefer: mode, search_sources, search_limit
+# arguments = [{ name = "area", description = "what the change touches", required = true }]
+# system_prompt = "You review changes to {{area}}. Search the docs for the conventions that apply."
+# [agents.script.oncall]           # a Lua agent: agent.resolve(args, config, context) builds the prompt
+# path = "agents/oncall.lua"       # (e.g. from context.search); same sandbox and keys as a Lua tool
 '''
