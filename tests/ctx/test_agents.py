@@ -203,7 +203,7 @@ def test_inline_agent_fills_arguments_and_defaults(agents: Agents) -> None:
     assert got["search"] == {"mode": "keyword", "sources": ["guide"], "limit": None}
     assert agents.resolve("writer", {"topic": "x", "tone": "warm", "audience": "SREs"})["system"] == \
         "Write about x in a warm tone for SREs."
-    assert [a["name"] for a in agents.list()] == ["writer", "responder"]
+    assert [a["name"] for a in agents.describe_all()] == ["writer", "responder"]
 
 
 @pytest.mark.parametrize("name, args, error, message", [
@@ -296,7 +296,7 @@ def base(kb: Path) -> Iterator[str]:
 
 def test_http_lists_and_resolves_agents(base: str, agents: Agents) -> None:
     listed = httpx.get(f"{base}/agents").json()
-    assert listed == {"agents": agents.list()}
+    assert listed == {"agents": agents.describe_all()}
     assert listed["agents"][0]["arguments"] == [
         {"name": "topic", "description": "what to write about", "required": True},
         {"name": "tone", "description": "", "required": False, "default": "plain"},
@@ -408,7 +408,7 @@ def _ctx(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_cli_agent_list_and_show(kb: Path, agents: Agents) -> None:
     r = _ctx("agent", "list", "--config", str(kb), "--json")
-    assert r.returncode == 0 and json.loads(r.stdout) == agents.list()
+    assert r.returncode == 0 and json.loads(r.stdout) == agents.describe_all()
     r = _ctx("agent", "show", "responder", "--arg", "incident=database failover", "--config", str(kb), "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == agents.resolve("responder", {"incident": "database failover"})

@@ -82,7 +82,7 @@ class Agents:
             self._own_pool.close()
             self._own_pool = None
 
-    def list(self) -> list[dict[str, Any]]:
+    def describe_all(self) -> list[dict[str, Any]]:
         return [describe(a) for a in self.by_name.values()]
 
     def agent(self, name: str) -> "AgentConfig":

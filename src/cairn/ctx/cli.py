@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from cairn.core.errors import CairnError, raise_errors
@@ -343,7 +344,8 @@ def _agent_text(agent: dict[str, Any]) -> str:
 
 
 # The text (``--text``, a terminal) of an operation's data; the others print it as --format says.
-TEXT = {"search": _search_text, "get": _doc_text, "agent_list": _agents_text, "agent_show": _agent_text}
+TEXT: dict[str, Callable[[Any], str]] = {"search": _search_text, "get": _doc_text, "agent_list": _agents_text,
+                                         "agent_show": _agent_text}
 
 
 def _sync_text(summary: Any) -> str:

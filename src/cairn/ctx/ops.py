@@ -107,7 +107,7 @@ def sources(svc: Service) -> list[SourceStatus]:
 @OPS.op(name="agent_list", cli="agent list", http="GET /agents", extra={"key": "agents", "agents": True})
 def agent_list(agents: Agents) -> list[dict[str, Any]]:
     """The configured agents: name, description, kind, tools, search defaults and arguments."""
-    return agents.list()
+    return agents.describe_all()
 
 
 @OPS.op(name="agent_show", cli="agent show", http="GET /agents/{name}", extra={"agents": True},

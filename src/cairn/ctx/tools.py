@@ -161,7 +161,7 @@ def add_prompts(server: Any, toolbox: Toolbox) -> None:
     from cairn.mcp.server import Prompt
 
     agents = toolbox.agents
-    for info in agents.list():
+    for info in agents.describe_all():
         def handler(args: dict[str, str], _name: str = info["name"]) -> Any:
             from cairn.core.errors import CairnError
             from cairn.core.sanitize import scrub, scrub_obj
@@ -177,11 +177,14 @@ def add_prompts(server: Any, toolbox: Toolbox) -> None:
                 answer["description"] = resolved["description"]
             return scrub_obj(answer)
 
+        def check(args: dict[str, Any], _name: str = info["name"]) -> Any:
+            return agents.check(_name, args)
+
         server.add_prompt(Prompt(
             info["name"], handler, description=info["description"] or None,
             arguments=[{k: v for k, v in a.items() if k != "default" and (v or k == "name")}
                        for a in info["arguments"]],
-            validate=lambda args, _name=info["name"]: agents.check(_name, args)))
+            validate=check))
 
 
 def _version() -> str:
