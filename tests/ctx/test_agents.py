@@ -438,3 +438,35 @@ def test_cli_help_lists_agent_commands() -> None:
     assert "agent" in r.stdout and "list the agents (prompts)" in r.stdout
     r = _ctx("agent", "show", "--help")
     assert "--arg KEY=VALUE" in r.stdout and "NAME" in r.stdout
+
+
+# ---- the MCP Inspector CLI (a second, independent client) ---------------------------------------
+
+NODE_BIN = REPO / ".tools" / "node" / "node_modules" / ".bin"
+INSPECTOR = NODE_BIN / "mcp-inspector"
+
+
+def _inspect(kb: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    # the config through $CTX_CONFIG (-e: the server's environment): the Inspector takes --config for itself
+    env = dict(_env(), PATH=f"{NODE_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    cmd = [str(INSPECTOR), "--cli", "-e", f"CTX_CONFIG={kb}", "-e", f"PYTHONPATH={REPO / 'src'}", sys.executable,
+           "-m", "cairn.ctx.cli", "serve", "mcp", "--stdio", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env, cwd=REPO)
+
+
+@pytest.mark.node
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(not INSPECTOR.exists(), reason=f"project-local Node tools missing ({NODE_BIN})")
+def test_inspector_lists_and_gets_agent_prompts(kb: Path) -> None:
+    listed = _inspect(kb, "--method", "prompts/list")
+    assert listed.returncode == 0, listed.stderr
+    assert [p["name"] for p in json.loads(listed.stdout)["prompts"]] == ["writer", "responder"]
+    got = _inspect(kb, "--method", "prompts/get", "--prompt-name", "responder",
+                   "--prompt-args", "incident=database failover")
+    assert got.returncode == 0, got.stderr
+    assert json.loads(got.stdout)["messages"] == [
+        {"role": "user", "content": {"type": "text", "text": RESPONDER_SYSTEM}},
+        {"role": "assistant", "content": {"type": "text", "text": "Found 1 runbook(s)."}}]
+    missing = _inspect(kb, "--method", "prompts/get", "--prompt-name", "responder")
+    assert missing.returncode != 0
+    assert "Agent 'responder': missing required argument 'incident'" in missing.stdout + missing.stderr
