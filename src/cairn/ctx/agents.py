@@ -25,7 +25,7 @@ from cairn.core.errors import ExtensionError, InvalidInput, NotFound
 
 if TYPE_CHECKING:
     from cairn.ctx.config import AgentConfig, Config
-    from cairn.ctx.luaproc import LuaPool
+    from cairn.ctx.luaproc import CancelCheck, LuaPool
     from cairn.ctx.scripts import KnowledgeBase
 
 ROLES = ("user", "assistant")
@@ -120,18 +120,19 @@ class Agents:
                 values[a.name] = a.default
         return values
 
-    def resolve(self, name: str, args: Any = None) -> dict[str, Any]:
-        """The agent's prompt for these arguments: its description plus ``system`` and ``messages``."""
+    def resolve(self, name: str, args: Any = None, cancelled: "CancelCheck | None" = None) -> dict[str, Any]:
+        """The agent's prompt for these arguments: its description plus ``system`` and ``messages``. A Lua
+        agent stops (its worker killed, ``luaproc.Cancelled``) once ``cancelled()`` is true."""
         values = self.check(name, args)
         agent = self.agent(name)
         system = render(agent.system_prompt, values)
         messages: list[dict[str, str]] = []
         if agent.kind == "script":
-            system, messages = self._run_script(agent, values, system)
+            system, messages = self._run_script(agent, values, system, cancelled)
         return {**describe(agent), "system": system, "messages": messages}
 
-    def _run_script(self, agent: "AgentConfig", values: dict[str, str],
-                    system: str) -> tuple[str, list[dict[str, str]]]:
+    def _run_script(self, agent: "AgentConfig", values: dict[str, str], system: str,
+                    cancelled: "CancelCheck | None") -> tuple[str, list[dict[str, str]]]:
         from cairn.ctx.scripts import run_agent, service_call
 
         assert agent.path is not None
@@ -153,7 +154,7 @@ class Agents:
         config = {"search_mode": agent.search_mode, "search_sources": list(agent.search_sources),
                   **({"search_limit": agent.search_limit} if agent.search_limit is not None else {}), **agent.config}
         out = run_agent(agent.name, agent.path, self._sources[agent.name], agent.timeout, config, values,
-                        system, call, self._lua_pool())
+                        system, call, self._lua_pool(), cancelled)
         label = f"Lua agent {agent.name!r}"
         if not isinstance(out, dict):
             raise ExtensionError(f"{label}: agent.resolve must return a table {{system = ..., messages = ...}}, "

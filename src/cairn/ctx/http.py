@@ -145,8 +145,12 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
     async def run_while_connected(request: "Request", name: str, params: Any) -> Any:
         """``box.call`` in the thread pool; if the client disconnects first, a Lua tool is stopped
         (its worker killed, ``Cancelled``: 499, which nobody reads) instead of running to its timeout."""
+        return await run_cancellable(request, lambda cancelled: box.call(name, params, cancelled))
+
+    async def run_cancellable(request: "Request", work_fn: Callable[[Callable[[], bool]], Any]) -> Any:
+        """``work_fn(cancelled)`` in the thread pool, ``cancelled()`` turning true once the client is gone."""
         gone = threading.Event()
-        work = asyncio.ensure_future(run_in_threadpool(box.call, name, params, gone.is_set))
+        work = asyncio.ensure_future(run_in_threadpool(work_fn, gone.is_set))
         watch = asyncio.ensure_future(disconnected(request))
         try:
             await asyncio.wait((work, watch), return_when=asyncio.FIRST_COMPLETED)
@@ -170,7 +174,7 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
 
     def agent_route(op: "Op") -> Route:
         """``GET /agents`` and ``GET /agents/{name}``: the path parameter and, for one agent, every query
-        parameter as one of its arguments (``?topic=deploys``). A Lua agent runs in the thread pool."""
+        parameter as one of its arguments (``?topic=deploys``)."""
         assert op.http is not None
         method, path = op.http
 
@@ -178,16 +182,17 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
             from cairn.ctx.ops import to_json
 
             args = dict(request.path_params)
-            extra: dict[str, Any] = {}
-            if "name" in args:
-                query = request.query_params
-                repeated = [k for k in query.keys() if len(query.getlist(k)) > 1]
-                if repeated:
-                    raise InvalidInput(f"Agent argument {repeated[0]!r} is given more than once; give it once.")
-                extra["arguments"] = dict(query)
-            elif request.query_params:
+            if "name" not in args:  # the list
                 args.update(query_args(op, request.query_params))
-            value = await run_in_threadpool(op.call, box.agents, args, "http", **extra)
+                return to_json(op, op.call(box.agents, args, "http"))
+            query = request.query_params
+            repeated = [k for k in query.keys() if len(query.getlist(k)) > 1]
+            if repeated:
+                raise InvalidInput(f"Agent argument {repeated[0]!r} is given more than once; give it once.")
+            arguments = dict(query)
+            # in the thread pool; a Lua agent stops (its worker killed) if the client goes away, as a Lua tool does
+            value = await run_cancellable(
+                request, lambda cancelled: op.call(box.agents, args, "http", arguments=arguments, cancelled=cancelled))
             return to_json(op, value)
 
         return Route(path, endpoint(answer), methods=[method])

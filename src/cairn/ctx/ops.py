@@ -112,16 +112,18 @@ def agent_list(agents: Agents) -> list[dict[str, Any]]:
 
 @OPS.op(name="agent_show", cli="agent show", http="GET /agents/{name}", extra={"agents": True},
         params={"name": {"positional": True, "minLength": 1, "metavar": "NAME"},
-                "arguments": {"surfaces": ()}})
-def agent_show(agents: Agents, name: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
+                "arguments": {"surfaces": ()}, "cancelled": {"surfaces": ()}})
+def agent_show(agents: Agents, name: str, arguments: dict[str, Any] | None = None,
+               cancelled: CancelCheck | None = None) -> dict[str, Any]:
     """One agent's prompt, resolved with its arguments: its description, tools and search defaults, the
     system prompt (`{{argument}}` filled in; a Lua agent builds it, e.g. from a search) and messages.
 
     :param name: an agent name (see agent list)
     :param arguments: the agent's arguments (strings): `--arg KEY=VALUE` on the CLI, the query string
         over HTTP, the prompt arguments over MCP
+    :param cancelled: true once the caller gave up (its HTTP client went away): a Lua agent stops
     """
-    return agents.resolve(name, arguments)
+    return agents.resolve(name, arguments, cancelled)
 
 
 def to_json(op: Op, value: Any) -> Any:

@@ -287,14 +287,14 @@ def run_tool(tool: LuaTool, params: dict[str, Any], service: KnowledgeBase, pool
 
 
 def run_agent(name: str, path: Path, source: str, timeout: float, config: dict[str, Any], args: dict[str, str],
-              system_prompt: str, call: Call, pool: "LuaPool") -> Any:
+              system_prompt: str, call: Call, pool: "LuaPool", cancelled: "CancelCheck | None" = None) -> Any:
     """``agent.resolve(args, config, context)`` of a Lua agent in a fresh sandbox in a worker (the same
     sandbox, host modules and ``context.*`` as Lua tools); ``call`` answers ``context.*``. Returns the
     script's raw result (checked by the caller, :mod:`cairn.ctx.agents`)."""
     label = f"Lua agent {name!r}"
     return pool.run({"kind": "agent", "label": label, "source": source, "file": path.name, "timeout": timeout,
                      "config": config, "env": allowed_env(config, label), "args": args,
-                     "system_prompt": system_prompt}, label=label, timeout=timeout, call=call)
+                     "system_prompt": system_prompt}, label=label, timeout=timeout, call=call, cancelled=cancelled)
 
 
 def service_call(service: KnowledgeBase) -> Call:

@@ -162,12 +162,13 @@ def add_prompts(server: Any, toolbox: Toolbox) -> None:
 
     agents = toolbox.agents
     for info in agents.describe_all():
-        def handler(args: dict[str, str], _name: str = info["name"]) -> Any:
+        def handler(args: dict[str, str], ctx: Any, _name: str = info["name"]) -> Any:
             from cairn.core.errors import CairnError
             from cairn.core.sanitize import scrub, scrub_obj
 
             try:
-                resolved = agents.resolve(_name, args)
+                # a cancelled request (notifications/cancelled, a disconnected HTTP client) stops a Lua agent
+                resolved = agents.resolve(_name, args, lambda: bool(ctx.cancelled))
             except CairnError as exc:
                 exc.message = scrub(exc.message)
                 exc.args = (exc.message,)
@@ -184,7 +185,7 @@ def add_prompts(server: Any, toolbox: Toolbox) -> None:
             info["name"], handler, description=info["description"] or None,
             arguments=[{k: v for k, v in a.items() if k != "default" and (v or k == "name")}
                        for a in info["arguments"]],
-            validate=check))
+            validate=check, context=True))
 
 
 def _version() -> str:

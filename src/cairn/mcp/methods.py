@@ -232,7 +232,7 @@ def prompts_get(session: Session, params: JSON, ctx: ToolContext) -> JSON:
             if spec.get("required") and spec.get("name") not in args:
                 raise RpcError(rpc.INVALID_PARAMS, f"Missing required argument {spec.get('name')!r} for prompt {name!r}")
     try:
-        value = _await(prompt.handler(args))
+        value = _await(prompt.handler(args, ctx) if prompt.context else prompt.handler(args))
     except NotFound as exc:
         raise RpcError(rpc.INVALID_PARAMS, exc.message) from None
     result: JSON

@@ -140,11 +140,11 @@ class ResourceTemplate(_Record):
 
 
 class Prompt(_Record):
-    __slots__ = ("name", "handler", "description", "title", "arguments", "validate")
+    __slots__ = ("name", "handler", "description", "title", "arguments", "validate", "context")
 
-    def __init__(self, name: str, handler: Callable[[dict[str, str]], Any], description: str | None = None,
+    def __init__(self, name: str, handler: Callable[..., Any], description: str | None = None,
                  title: str | None = None, arguments: list[dict[str, Any]] | None = None,
-                 validate: Callable[[dict[str, Any]], Any] | None = None) -> None:
+                 validate: Callable[[dict[str, Any]], Any] | None = None, context: bool = False) -> None:
         self.name = name
         self.handler = handler
         self.description = description
@@ -153,6 +153,8 @@ class Prompt(_Record):
         # Checks the arguments instead of the generic check (required ones present, strings), raising
         # InvalidInput with the server's own message (the one its other surfaces give); a JSON-RPC -32602 error.
         self.validate = validate
+        # True: the handler is called as handler(args, ctx) (a ToolContext: ctx.cancelled, progress, log)
+        self.context = context
 
     def describe(self) -> dict[str, Any]:
         return _described(name=self.name, title=self.title, description=self.description,
