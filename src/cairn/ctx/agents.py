@@ -125,7 +125,7 @@ class Agents:
         agent stops (its worker killed, ``luaproc.Cancelled``) once ``cancelled()`` is true."""
         values = self.check(name, args)
         agent = self.agent(name)
-        system = render(agent.system_prompt, values)
+        system = render(agent.system_prompt, values).strip()  # a TOML '"""' block ends with a newline
         messages: list[dict[str, str]] = []
         if agent.kind == "script":
             system, messages = self._run_script(agent, values, system, cancelled)
