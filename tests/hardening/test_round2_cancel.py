@@ -43,6 +43,15 @@ function tool.execute(params, context)
   return {found = found}
 end
 """
+# An agent (issue 17) whose resolve burns CPU: a prompt whose caller gave up stops as a tool call does.
+SPINNER = """
+agent = {}
+function agent.resolve(args)
+  local x = 0
+  for i = 1, tonumber(args.n) do x = x + i end
+  return {system = "sum " .. x}
+end
+"""
 FOREVER = 10 ** 12  # loop iterations: far beyond the 25 s timeout
 
 
@@ -53,11 +62,14 @@ def kb(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (base / "docs" / "deploy.md").write_text("# Deploy\n\nRotate the keys, then deploy the service.\n")
     (base / "spin.lua").write_text(SPIN)
     (base / "ask.lua").write_text(ASK)
+    (base / "spinner.lua").write_text(SPINNER)
     cfg = base / "ctx.toml"
     cfg.write_text('[db]\npath = "kb.sqlite"\n[embedding]\nprovider = "disabled"\n'
                    '[connectors.filesystem.docs]\nroot = "docs"\n'
                    '[tools.script.spin]\npath = "spin.lua"\ntimeout = 25\n'
-                   '[tools.script.ask]\npath = "ask.lua"\ntimeout = 25\n')
+                   '[tools.script.ask]\npath = "ask.lua"\ntimeout = 25\n'
+                   '[agents.script.spinner]\npath = "spinner.lua"\ntimeout = 25\n'
+                   'arguments = [{ name = "n", required = true }]\n')
     subprocess.run(_cli("ctx", "sync", "all", "--config", str(cfg)), check=True, env=server_env(base),
                    capture_output=True, timeout=120)
     return cfg
@@ -281,3 +293,45 @@ def test_pool_cancel_during_a_context_call_drops_its_answer() -> None:
             pool.run(_job(ASK, {"n": FOREVER}), label="Lua tool 'ask'", timeout=25, call=call, cancelled=stop.is_set)
         assert len(calls) == 3 and pool.pids() == []
         assert pool.run(_job(ASK, {"n": 4}), label="ask", timeout=5, call=lambda n, a: [{"id": "d"}]) == {"found": 4}
+
+
+# ---- agents (issue 17): a Lua agent's resolve stops with its caller, over REST, /mcp and stdio ----
+
+def raw_get(server: HttpServer, path: str) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", server.port))
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\nAccept: application/json\r\n\r\n".encode())
+    return sock
+
+
+def test_rest_client_disconnect_stops_a_running_lua_agent(ctx: HttpServer) -> None:
+    dropped_while_running(ctx.pid, lambda: raw_get(ctx, f"/agents/spinner?n={FOREVER}"), lambda s: s.close())
+    after = httpx.get(ctx.url + "/agents/spinner", params={"n": "1000"}, timeout=30)
+    assert after.status_code == 200 and after.json()["system"] == "sum 500500", after.text
+
+
+@pytest.mark.parametrize("accept", ["application/json", "application/json, text/event-stream"])
+def test_mcp_client_disconnect_stops_a_running_lua_agent(ctx: HttpServer, accept: str) -> None:
+    get = {"jsonrpc": "2.0", "id": 8, "method": "prompts/get",
+           "params": {"name": "spinner", "arguments": {"n": str(FOREVER)}}}
+    dropped_while_running(ctx.pid, lambda: raw_post(ctx, "/mcp", get, accept), lambda s: s.close())
+
+
+def test_notifications_cancelled_stops_a_running_lua_agent(ctx_stdio: StdioServer) -> None:
+    server = ctx_stdio
+    warm = server.request("prompts/get", {"name": "spinner", "arguments": {"n": "1000"}})
+    assert warm["result"]["messages"][0]["content"]["text"] == "sum 500500", warm
+
+    def start() -> str:
+        server.send({"jsonrpc": "2.0", "id": "long-prompt", "method": "prompts/get",
+                     "params": {"name": "spinner", "arguments": {"n": str(FOREVER)}}})
+        return "long-prompt"
+
+    def cancel(rid: str) -> None:
+        server.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": rid}})
+
+    dropped_while_running(server.pid, start, cancel)
+    seen: list[Any] = []
+    after = server.request("prompts/get", {"name": "spinner", "arguments": {"n": "10"}}, seen=seen)
+    assert after["result"]["messages"][0]["content"]["text"] == "sum 55", after
+    assert not [m for m in seen if isinstance(m, dict) and m.get("id") == "long-prompt"], \
+        f"a cancelled request got a response: {seen}"

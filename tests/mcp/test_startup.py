@@ -85,6 +85,8 @@ def test_ctx_tools_are_its_operations() -> None:
     the descriptions are the operations' docstrings, the schemas their declarations."""
     from cairn.ctx.ops import OPS
 
-    assert [op.mcp for op in OPS] == ["search", "get", "sources"]
+    assert [op.mcp for op in OPS.on("mcp")] == ["search", "get", "sources"]
+    # the agent operations are CLI and HTTP only: over MCP the agents are prompts
+    assert [op.name for op in OPS if op.mcp is None] == ["agent_list", "agent_show"]
     assert OPS["search"].description == "Search indexed documents by keyword, semantic, or hybrid query."
     assert OPS["search"].input_schema()["required"] == ["query"]

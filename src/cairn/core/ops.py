@@ -337,9 +337,11 @@ def add_subcommand(subparsers: Any, op: Op, *, parents: list[argparse.ArgumentPa
 
     if op.cli is None:
         raise ValueError(f"operation {op.name!r} is not on the CLI")
-    p: argparse.ArgumentParser = subparsers.add_parser(op.cli, parents=parents or [], help=help or op.summary,
-                              description=description or op.description,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    # "agent show": a command of a command group; the caller passes the group's sub-parsers
+    p: argparse.ArgumentParser = subparsers.add_parser(op.cli.split()[-1], parents=parents or [],
+                                                       help=help or op.summary,
+                                                       description=description or op.description,
+                                                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.set_defaults(op=op)
     for param in op.params_for("cli"):
         text = param.help or param.schema.get("description", "")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from cairn.core.errors import CairnError, raise_errors
@@ -59,6 +60,14 @@ def _parser() -> argparse.ArgumentParser:
     csub.add_parser("show", parents=[common], help="the effective config, defaults filled in and ${VAR} expanded, "
                     "as TOML (text) or JSON; values from the environment and tokens read ***")
 
+    # agent list, agent show: generated from their declarations (cairn/ctx/ops.py), as HTTP is
+    p = sub.add_parser("agent", parents=[common], help="list the agents (prompts) or show one's prompt")
+    asub = p.add_subparsers(dest="agent_command", metavar="ACTION", required=True)
+    add_subcommand(asub, OPS["agent_list"], parents=[common])
+    show = add_subcommand(asub, OPS["agent_show"], parents=[common])
+    show.add_argument("--arg", dest="agent_args", action="append", default=[], metavar="KEY=VALUE",
+                      help="an argument of the agent (repeatable); VALUE is text")
+
     p = sub.add_parser("tool", parents=[common], help="list the tools or run one once")
     tsub = p.add_subparsers(dest="tool_command", metavar="ACTION", required=True)
     tsub.add_parser("list", parents=[common], help="built-in and Lua tools with their parameters")
@@ -110,6 +119,8 @@ def _run(args: argparse.Namespace) -> tuple[Any, Any, int]:
     """(data to render, optional custom text renderer, exit status) for the command."""
     if args.command in ("serve", "tool", "config"):  # first: `serve mcp --stdio` need not import the service
         return _run_tools(args)
+    if args.command == "agent":
+        return _run_agent(args)
     from cairn.ctx import service
 
     config = getattr(args, "config", None)
@@ -194,6 +205,47 @@ def _run_tools(args: argparse.Namespace) -> tuple[Any, Any, int]:
         box.close()
 
 
+def _run_agent(args: argparse.Namespace) -> tuple[Any, Any, int]:
+    """``ctx agent list|show``: the declared operations on the configuration's agents (a Lua agent's
+    ``context.search`` opens the knowledge base on its first call)."""
+    from cairn.core.errors import InvalidInput
+    from cairn.core.ops import cli_args
+    from cairn.ctx import config as cfg
+    from cairn.ctx.agents import Agents
+
+    conf = cfg.load(getattr(args, "config", None))
+    opened: list[Any] = []
+
+    def service() -> Any:
+        if not opened:
+            from cairn.ctx.service import Service
+
+            opened.append(Service(conf))
+        return opened[0]
+
+    agents = Agents(conf, service)
+    try:
+        op = args.op
+        extra: dict[str, Any] = {}
+        if op.name == "agent_show":
+            values: dict[str, str] = {}
+            for pair in args.agent_args:
+                key, sep, value = pair.partition("=")
+                if not sep or not key:
+                    raise InvalidInput(f"--arg {pair!r}: use KEY=VALUE.")
+                if key in values:
+                    raise InvalidInput(f"Agent argument {key!r} is given more than once; give it once.")
+                values[key] = value
+            extra["arguments"] = values
+        data = op.call(agents, cli_args(op, args), "cli", **extra)
+        text = TEXT.get(op.name)
+        return data, (lambda: text(data)) if text else None, 0
+    finally:
+        agents.close()
+        for svc in opened:
+            svc.close()
+
+
 def _params(pairs: list[str], schema: dict[str, Any]) -> dict[str, Any]:
     """``k=v`` pairs; a value is JSON when it parses (numbers, booleans, lists), except for string parameters."""
     import json
@@ -263,8 +315,37 @@ def _doc_text(doc: Any) -> str:
     return "\n".join(head) + "\n\n" + str(doc.body)
 
 
+def _agents_text(agents: list[dict[str, Any]]) -> str:
+    if not agents:
+        return "No agents. Add [agents.inline.NAME] (description, system_prompt, tools, arguments) to ctx.toml."
+    lines = []
+    for a in agents:
+        lines.append(f"{a['name']}  ({a['kind']})  {a['description']}")
+        if a["tools"]:
+            lines.append(f"    tools: {', '.join(a['tools'])}")
+        for arg in a["arguments"]:
+            flag = " (required)" if arg["required"] else (f" (default {arg['default']!r})" if "default" in arg else "")
+            lines.append(f"    {arg['name']}{flag}" + (f"  {arg['description']}" if arg["description"] else ""))
+    return "\n".join(lines)
+
+
+def _agent_text(agent: dict[str, Any]) -> str:
+    search = agent["search"]
+    where = f", sources {', '.join(search['sources'])}" if search["sources"] else ""
+    limit = f", limit {search['limit']}" if search["limit"] else ""
+    lines = [f"Agent: {agent['name']} ({agent['kind']})"]
+    if agent["description"]:
+        lines.append(f"Description: {agent['description']}")
+    lines += [f"Tools: {', '.join(agent['tools']) or 'none listed'}", f"Search: {search['mode']}{where}{limit}", "",
+              "System prompt:", agent["system"]]
+    for m in agent["messages"]:
+        lines += ["", f"[{m['role']}]", m["content"]]
+    return "\n".join(lines)
+
+
 # The text (``--text``, a terminal) of an operation's data; the others print it as --format says.
-TEXT = {"search": _search_text, "get": _doc_text}
+TEXT: dict[str, Callable[[Any], str]] = {"search": _search_text, "get": _doc_text, "agent_list": _agents_text,
+                                         "agent_show": _agent_text}
 
 
 def _sync_text(summary: Any) -> str:

@@ -220,13 +220,19 @@ def prompts_get(session: Session, params: JSON, ctx: ToolContext) -> JSON:
     if prompt is None:
         raise RpcError(rpc.INVALID_PARAMS, f"Unknown prompt: {name!r}", {"name": name})
     args = params.get("arguments") or {}
-    if not isinstance(args, dict) or not all(isinstance(v, str) for v in args.values()):
-        raise RpcError(rpc.INVALID_PARAMS, 'Invalid params: prompt "arguments" must be an object of strings')
-    for spec in prompt.arguments:
-        if spec.get("required") and spec.get("name") not in args:
-            raise RpcError(rpc.INVALID_PARAMS, f"Missing required argument {spec.get('name')!r} for prompt {name!r}")
+    if prompt.validate is not None:
+        try:
+            prompt.validate(args)
+        except CairnError as exc:
+            raise RpcError(rpc.INVALID_PARAMS, exc.message, {"prompt": name}) from None
+    else:
+        if not isinstance(args, dict) or not all(isinstance(v, str) for v in args.values()):
+            raise RpcError(rpc.INVALID_PARAMS, 'Invalid params: prompt "arguments" must be an object of strings')
+        for spec in prompt.arguments:
+            if spec.get("required") and spec.get("name") not in args:
+                raise RpcError(rpc.INVALID_PARAMS, f"Missing required argument {spec.get('name')!r} for prompt {name!r}")
     try:
-        value = _await(prompt.handler(args))
+        value = _await(prompt.handler(args, ctx) if prompt.context else prompt.handler(args))
     except NotFound as exc:
         raise RpcError(rpc.INVALID_PARAMS, exc.message) from None
     result: JSON

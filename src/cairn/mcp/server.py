@@ -140,15 +140,21 @@ class ResourceTemplate(_Record):
 
 
 class Prompt(_Record):
-    __slots__ = ("name", "handler", "description", "title", "arguments")
+    __slots__ = ("name", "handler", "description", "title", "arguments", "validate", "context")
 
-    def __init__(self, name: str, handler: Callable[[dict[str, str]], Any], description: str | None = None,
-                 title: str | None = None, arguments: list[dict[str, Any]] | None = None) -> None:
+    def __init__(self, name: str, handler: Callable[..., Any], description: str | None = None,
+                 title: str | None = None, arguments: list[dict[str, Any]] | None = None,
+                 validate: Callable[[dict[str, Any]], Any] | None = None, context: bool = False) -> None:
         self.name = name
         self.handler = handler
         self.description = description
         self.title = title
         self.arguments: list[dict[str, Any]] = [] if arguments is None else arguments
+        # Checks the arguments instead of the generic check (required ones present, strings), raising
+        # InvalidInput with the server's own message (the one its other surfaces give); a JSON-RPC -32602 error.
+        self.validate = validate
+        # True: the handler is called as handler(args, ctx) (a ToolContext: ctx.cancelled, progress, log)
+        self.context = context
 
     def describe(self) -> dict[str, Any]:
         return _described(name=self.name, title=self.title, description=self.description,
@@ -242,6 +248,11 @@ class Server:
             return fn
 
         return register
+
+    def add_prompt(self, prompt: Prompt) -> None:
+        if prompt.name in self.prompts:
+            raise ValueError(f"Prompt {prompt.name!r} is already declared")
+        self.prompts[prompt.name] = prompt
 
     def completion(self, fn: Callable[[dict[str, Any], dict[str, Any], dict[str, Any] | None], Any]
                    ) -> Callable[[dict[str, Any], dict[str, Any], dict[str, Any] | None], Any]:
