@@ -351,3 +351,17 @@ def test_level_bits_leave_room_for_every_section() -> None:
     assert store_module.rowid_ranges(1, (1, 2, 4)) == [
         ((1 << 32) | (1 << 28), (1 << 32) | (3 << 28) - 1), ((1 << 32) | (4 << 28), (1 << 32) | (5 << 28) - 1)]
     assert store_module.rowid_ranges(2) == [(2 << 32, (3 << 32) - 1)]
+
+
+def test_integer_valued_floats_are_integers(store: Store, tmp_path: Path) -> None:
+    """Regression (found by tests/hardening/test_fuzz_tools.py): JSON Schema counts 2.0 as an integer;
+    find with headingLevel 0.0 was an internal error, and so was linePadding 1.0 before issue 16."""
+    from cairn.blz.ops import OPS
+
+    sources.add(store, "alpha", str(write(tmp_path, "a.txt", ALPHA)))
+    got = OPS["find"].call(store, {"query": "widgets", "headingLevel": [2.0], "maxResults": 5.0,
+                                   "snippets": ["alpha:7"], "linePadding": 1.0, "maxLines": 1.0, "linesAfter": 0.0})
+    assert [h["lines"] for h in got["hits"]] == ["9-11"]
+    assert [(s["lines"], s["remaining"]) for s in got["snippets"]] == [("6-6", "alpha:7-7")]
+    with pytest.raises(InvalidInput, match="headingLevel: '0': heading levels are 1-6, not 0"):
+        OPS["find"].call(store, {"query": "widgets", "headingLevel": 0.0})
