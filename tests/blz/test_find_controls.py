@@ -365,3 +365,27 @@ def test_integer_valued_floats_are_integers(store: Store, tmp_path: Path) -> Non
     assert [(s["lines"], s["remaining"]) for s in got["snippets"]] == [("6-6", "alpha:7-7")]
     with pytest.raises(InvalidInput, match="headingLevel: '0': heading levels are 1-6, not 0"):
         OPS["find"].call(store, {"query": "widgets", "headingLevel": 0.0})
+
+
+def test_processes_opening_a_schema_2_store_at_once_migrate_it_once(data_root: Path, tmp_path: Path) -> None:
+    """Several blz processes (an MCP server, a command) may open an old store together: one migrates,
+    the others wait for it and then find schema 3; every one answers the same."""
+    import subprocess
+    import sys
+
+    store = Store(data_root)
+    sources.add(store, "levels", str(write(tmp_path, "levels.txt", LEVELS)))
+    sources.add(store, "alpha", str(write(tmp_path, "alpha.txt", ALPHA)))
+    expected = search(store, "marker", None, 50, levels=(2,))["hits"]
+    store.close()
+    downgrade_to_schema_2(data_root)
+    code = ("import json, sys; from pathlib import Path; from cairn.blz.store import Store; "
+            "from cairn.blz.search import search; s = Store(Path(sys.argv[1])); "
+            "print(json.dumps(search(s, 'marker', None, 50, levels=(2,))['hits']))")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(data_root)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        assert json.loads(out) == expected
+    assert version(data_root) == 3

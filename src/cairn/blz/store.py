@@ -510,8 +510,13 @@ def _migrate_levels(db: sqlite3.Connection) -> None:
     filter of search reads. Sources need not be added again: each section's level comes from the
     stored outline, and the stored rows are copied into a new FTS5 table, streamed (the text is
     tokenized again: about as long as indexing every source once). One transaction: another
-    process opening the store meanwhile waits, then finds it migrated; a failure changes nothing."""
-    db.execute("BEGIN IMMEDIATE")
+    process opening the store meanwhile waits (as long as the migration takes, not the usual 10 s),
+    then finds it migrated; a failure changes nothing."""
+    db.execute("PRAGMA busy_timeout = 600000")
+    try:
+        db.execute("BEGIN IMMEDIATE")
+    finally:
+        db.execute("PRAGMA busy_timeout = 10000")  # sqlite3.connect(timeout=10.0)
     try:
         if db.execute("PRAGMA user_version").fetchone()[0] == 2:  # not done by another process meanwhile
             db.execute("DROP TABLE IF EXISTS sections_v3")
