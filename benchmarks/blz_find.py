@@ -7,6 +7,9 @@ Figures, on react-dev/llms-full.txt (92k lines) with hono's llms-small.txt as a 
   p50/p95 per kind of call: plain (`source: "react"`, what benchmarks/blz.py measures), every
   source, two sources as a list, `headingsOnly`, `headingLevel` on one source and on every source,
   and retrieval with `maxLines` and `linesAfter`.
+* find_cpu_ms: the same calls in-process (`OPS["find"].call`: validation and the service, no pipe),
+  CPU time per call (`time.process_time`), p50 over N rounds; steadier than wall clock on a loaded
+  machine. With a baseline, the two alternate four times (one process each time).
 * add_react_s: adding the react file in-process (parse + store + FTS5 index), median of 5.
 * migrate_react_s: opening a schema-2 store holding react and hono (the one-time migration to
   schema 3), median of 3.
@@ -47,9 +50,10 @@ CALLS: dict[str, Any] = {
     "headings_only": lambda q: {"query": q, "source": "react", "headingsOnly": True},
     "heading_level_1_2": lambda q: {"query": q, "source": "react", "headingLevel": "1-2"},
     "heading_level_2_all_sources": lambda q: {"query": q, "headingLevel": 2},
+    "snippet_padding": lambda q: {"snippets": ["react:40000-40060"], "linePadding": 5},
     "snippet_max_lines": lambda q: {"snippets": ["react:40000-40400"], "maxLines": 60, "linesAfter": 5},
 }
-BASELINE_KNOWS = ("plain", "all_sources")
+BASELINE_KNOWS = ("plain", "all_sources", "snippet_padding")
 
 
 class Server(Rpc):  # type: ignore[misc]
@@ -143,12 +147,45 @@ def bench_migrate(tmp: Path) -> dict[str, Any]:
     return {"median": round(statistics.median(times), 3), "min": round(min(times), 3)}
 
 
-def bench_find(tmp: Path, srcs: dict[str, Path], searches: int) -> dict[str, Any]:
+CPU = """
+import json, sys, time
+from pathlib import Path
+from cairn.blz.ops import OPS
+from cairn.blz.store import Store
+calls, rounds = json.loads(sys.argv[2]), int(sys.argv[3])
+store, op, out = Store(Path(sys.argv[1])), OPS["find"], {}
+for name, arglist in calls.items():
+    for args in arglist:
+        op.call(store, args)
+    lat = []
+    for _ in range(rounds):
+        for args in arglist:
+            t0 = time.process_time()
+            op.call(store, args)
+            lat.append(time.process_time() - t0)
+    lat.sort()
+    out[name] = lat[len(lat) // 2] * 1000
+print(json.dumps(out))
+"""
+
+
+def bench_cpu(roots: dict[str, Path], srcs: dict[str, Path], rounds: int) -> dict[str, Any]:
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in srcs}
+    for _ in range(4):
+        for name, src in srcs.items():
+            calls = {call: [make(q) for q in QUERIES] for call, make in CALLS.items()
+                     if name == "this" or call in BASELINE_KNOWS}
+            done = subprocess.run([sys.executable, "-c", CPU, str(roots[name]), json.dumps(calls), str(rounds)],
+                                  env=dict(os.environ, PYTHONPATH=str(src)), check=True, capture_output=True,
+                                  text=True)
+            runs[name].append(json.loads(done.stdout))
+    return {name: {call: [round(r[call], 3) for r in rs] for call in rs[0]} for name, rs in runs.items()}
+
+
+def bench_find(roots: dict[str, Path], srcs: dict[str, Path], searches: int) -> dict[str, Any]:
     servers: dict[str, Server] = {}
     for name, src in srcs.items():
-        root = tmp / f"find-{name}"
-        add_sources(root, src)
-        servers[name] = Server(root, src)
+        servers[name] = Server(roots[name], src)
         servers[name].initialize()
     lat: dict[str, dict[str, list[float]]] = {name: {call: [] for call in CALLS} for name in servers}
     try:
@@ -184,7 +221,11 @@ def main() -> None:
         out: dict[str, Any] = {"benchmark": "blz_find", "python": sys.version.split()[0],
                                "load_average_before": [round(x, 2) for x in os.getloadavg()],
                                "cpus": os.cpu_count()}
-        out["find_ms"] = bench_find(tmp, srcs, args.searches)
+        roots = {name: tmp / f"find-{name}" for name in srcs}
+        for name, src in srcs.items():
+            add_sources(roots[name], src)
+        out["find_ms"] = bench_find(roots, srcs, args.searches)
+        out["find_cpu_ms"] = bench_cpu(roots, srcs, max(1, args.searches // 30))
         out["add_react_s"] = bench_add(srcs)
         out["migrate_react_and_hono_s"] = bench_migrate(tmp)
         out["load_average_after"] = [round(x, 2) for x in os.getloadavg()]

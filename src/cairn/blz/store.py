@@ -394,12 +394,16 @@ class Store:
                     raise StorageError(f"{row.alias!r} has {len(doc.sections):,} sections; at most "
                                        f"{(1 << LEVEL_SHIFT) - 1:,} fit one source.")
                 level = level_at([(h.line, h.level, h.end) for h in doc.headings])
-                rows = ((base | level(s.start) << LEVEL_SHIFT | n,
-                         link(r"\1", s.heading) if "](" in s.heading else s.heading,
+                sections = doc.sections
+                rowid = [base | level(s.start) << LEVEL_SHIFT | n for n, s in enumerate(sections)]
+                # Inserted in rowid order: FTS5 flushes its pending index to a new segment whenever a
+                # rowid is lower than the last one, and more segments make every query slower.
+                rows = ((rowid[n], link(r"\1", s.heading) if "](" in s.heading else s.heading,
                          link(r"\1", " ".join(s.path[:-1] if s.heading else s.path)),
                          # the heading line itself is in `heading`, not in the body
                          "\n".join(lines[(s.start if s.heading else s.start - 1):s.end]),
-                         s.start, s.end, sep.join(s.path)) for n, s in enumerate(doc.sections))
+                         s.start, s.end, sep.join(s.path))
+                        for n, s in sorted(enumerate(sections), key=lambda item: rowid[item[0]]))
                 lo, hi = row.rowids
                 db.execute("DELETE FROM sections WHERE rowid BETWEEN ? AND ?", (lo, hi))
                 db.execute("DELETE FROM headings WHERE alias = ?", (row.alias,))
@@ -508,8 +512,9 @@ def level_at(heads: list[tuple[int, int, int]]) -> Callable[[int], int]:
 def _migrate_levels(db: sqlite3.Connection) -> None:
     """Schema 2 -> 3: section rowids gain the heading level (bits 28-31) that the heading-level
     filter of search reads. Sources need not be added again: each section's level comes from the
-    stored outline, and the stored rows are copied into a new FTS5 table, streamed (the text is
-    tokenized again: about as long as indexing every source once). One transaction: another
+    stored outline, and the stored rows are copied into a new FTS5 table one by one (the text is
+    tokenized again: about as long as indexing every source once; memory holds two integers per
+    section of one source). One transaction: another
     process opening the store meanwhile waits (as long as the migration takes, not the usual 10 s),
     then finds it migrated; a failure changes nothing."""
     db.execute("PRAGMA busy_timeout = 600000")
@@ -525,11 +530,13 @@ def _migrate_levels(db: sqlite3.Connection) -> None:
                 level = level_at(db.execute("SELECT line, level, last_line FROM headings WHERE alias = ? "
                                             "ORDER BY line", (alias,)).fetchall())
                 lo = sid << SID_SHIFT
-                old = db.execute("SELECT rowid, heading, path, body, first_line, last_line, hpath FROM sections "
-                                 "WHERE rowid BETWEEN ? AND ?", (lo, lo + (1 << SID_SHIFT) - 1))
+                # (new rowid, old rowid), copied in new-rowid order (see replace_source)
+                moves = sorted((old | level(first) << LEVEL_SHIFT, old) for old, first in db.execute(
+                    "SELECT rowid, first_line FROM sections WHERE rowid BETWEEN ? AND ?",
+                    (lo, lo + (1 << SID_SHIFT) - 1)))
                 db.executemany("INSERT INTO sections_v3(rowid, heading, path, body, first_line, last_line, hpath) "
-                               "VALUES (?,?,?,?,?,?,?)",
-                               ((r[0] | level(r[4]) << LEVEL_SHIFT, *r[1:]) for r in old))
+                               "SELECT ?, heading, path, body, first_line, last_line, hpath FROM sections "
+                               "WHERE rowid = ?", moves)
             db.execute("DROP TABLE sections_vocab")
             db.execute("DROP TABLE sections")
             db.execute("ALTER TABLE sections_v3 RENAME TO sections")
