@@ -15,7 +15,7 @@ names validation messages use (``Invalid parameter for 'toc': maxDepth: ...``), 
 
 from __future__ import annotations
 
-from cairn.blz.limits import (CONTEXT_MODES, MAX_DEPTH, MAX_LIMIT, MAX_PADDING,
+from cairn.blz.limits import (CATEGORIES, CONTEXT_MODES, MAX_DEPTH, MAX_LIMIT, MAX_PADDING,
                               TOC_DEFAULT_LIMIT, TOC_MAX_LIMIT)
 from cairn.blz.schemas import TOC
 from cairn.core.ops import Registry
@@ -172,24 +172,49 @@ def list_sources(store: Store, filter: str | None = None, registry: bool = False
     return service.list_sources(store, filter, include_registry=registry)
 
 
+@OPS.op(name="lookup", mcp="lookup", cli="lookup",
+        extra={"help": "browse and search the built-in registry of well-known llms.txt sources"}, params={
+    "query": {"positional": True, "metavar": "QUERY"},
+    "category": {"type": "string", "enum": list(CATEGORIES), "flags": ("-c", "--category"),
+                 "metavar": "CATEGORY"},
+})
+def lookup(store: Store, query: str = "", category: str | None = None) -> dict[str, Any]:
+    """Browse and search the built-in registry of well-known llms.txt sources: each with alias, url, description, category, whether it is installed, and the source-add call to make. Also lists every category with its number of entries.
+
+    :param query: Words in an entry's alias, description, category or URL; omit to list every entry.
+    :param category: Only entries of this category: ai, frontend, database, ... (the answer's
+        categories lists them all with their entry counts).
+    """
+    from cairn.blz import service
+
+    return service.lookup(query, category, store)
+
+
 @OPS.op(name="source-add", mcp="source-add", cli="add", read_only=False, open_world=True,
-        extra={"help": "add a source from a URL, a local file, or the registry",
+        extra={"help": "add a source from a URL, a local file, a domain, the registry, or a manifest",
                # the seed's source-add answer; the CLI shows the whole result (title, sections, sha256, ...)
                "mcp_fields": ("alias", "url", "message", "lines", "headings", "skippedLines")}, params={
-    "alias": _ALIAS,
+    # required over MCP (the seed's schema); on the command line `--manifest FILE` stands in for it
+    "alias": {**_OPTIONAL_ALIAS, "required": ("mcp",)},
     "url": {"type": "string", "positional": True, "metavar": "URL"},
     "force": {"flags": ("--force",)},
     "exact": {"flags": ("--exact",)},
     "all_languages": {"wire": "allLanguages", "flags": ("--all-languages",)},
-    **_NET, "guard": _CONTEXT, "progress": _CONTEXT,
+    "dry_run": {"wire": "dryRun", "flags": ("--dry-run",)},
+    "manifest": {"type": "string", "surfaces": ("cli",), "flags": ("--manifest",), "metavar": "FILE"},
+    "only": {"surfaces": ("cli",), "flags": ("--only",), "metavar": "ALIASES"},
+    **_NET, "guard": _CONTEXT, "progress": _CONTEXT, "on_error": _CONTEXT,
 })
-def source_add(store: Store, alias: str, url: str | None = None, force: bool = False, exact: bool = False,
-               all_languages: bool = False, max_bytes: int | None = None, timeout: float | None = None,
-               guard: Guard | None = None,
-               progress: Callable[[int, int | None], None] | None = None) -> dict[str, Any]:
-    """Add a documentation source from the registry (alias only) or a URL. For .../llms.txt the llms-full.txt variant is tried first; for a site or folder, llms-full.txt, llms.txt, then llms-small.txt in it; exact: true fetches exactly the URL given. The only tool that changes anything. Fetches from public internet addresses only (and hosts the user lists in BLZ_MCP_ALLOW_HOSTS); local files only inside the folders in BLZ_MCP_FILE_ROOTS.
+def source_add(store: Store, alias: str | None = None, url: str | None = None, force: bool = False,
+               exact: bool = False, all_languages: bool = False, dry_run: bool = False,
+               manifest: str | None = None, only: list[str] | None = None, max_bytes: int | None = None,
+               timeout: float | None = None,
+               guard: Guard | None = None, progress: Callable[[int, int | None], None] | None = None,
+               on_error: Callable[[str, CairnError], None] | None = None) -> dict[str, Any]:
+    """Add a documentation source from the registry (alias only), a domain (alias: "bun.sh" tries https://bun.sh/llms-full.txt, then /llms.txt, and adds it as bun) or a URL. For .../llms.txt the llms-full.txt variant is tried first; for a site or folder, llms-full.txt, llms.txt, then llms-small.txt in it; exact: true fetches exactly the URL given; dryRun: true fetches and parses but writes nothing. The only tool that changes anything. Fetches from public internet addresses only (and hosts the user lists in BLZ_MCP_ALLOW_HOSTS); local files only inside the folders in BLZ_MCP_FILE_ROOTS.
 
-    :param alias: Name for the source (a-z 0-9 _ -, 1-64 characters); alone, the registry entry of that name.
+    :param alias: Name for the source (a-z 0-9 _ -, 1-64 characters); alone, the registry entry of
+        that name, or a domain such as bun.sh (added under the name in it: bun).
     :param url: http(s) URL (or a file inside BLZ_MCP_FILE_ROOTS); omit to use the registry. The
         command line also takes a file:// URL or a local path, anywhere.
     :param force: Replace an existing source of that alias.
@@ -197,15 +222,30 @@ def source_add(store: Store, alias: str, url: str | None = None, force: bool = F
         inside a site (like `blz add --exact`).
     :param all_languages: Also index pages in other languages than English (by default a multilingual
         file's non-English copies are stored but not indexed).
+    :param dry_run: Fetch and parse, and report what would be added (lines, headings, lines in
+        other languages left out), without writing anything.
+    :param manifest: A TOML file listing sources ([[source]] tables with alias, and url or path):
+        each is added as if given alone; one that fails is reported and the others still run.
+    :param only: With a manifest, only the entries of these aliases (comma-separated, repeatable).
     :param max_bytes: Download size cap in bytes (default 64 MiB).
     :param timeout: Download time budget in seconds (default 60).
     """
     from cairn.blz import sources
+    from cairn.core.errors import InvalidInput
 
+    if manifest is not None:
+        if alias is not None or url is not None:
+            raise InvalidInput("Give either ALIAS [URL] or --manifest FILE, not both.")
+        return sources.add_manifest(store, manifest, force=force, exact=exact, all_languages=all_languages,
+                                    dry_run=dry_run, only=only, on_error=on_error, **_net(max_bytes, timeout))
+    if only is not None:
+        raise InvalidInput("--only picks entries of a manifest: blz add --manifest FILE --only a,b")
+    if alias is None:  # "" is an invalid alias, said as such
+        raise InvalidInput("Name a source: blz add ALIAS [URL], blz add DOMAIN, or blz add --manifest FILE.")
     if url and guard is not None:  # an agent's location is refused before anything is fetched
         sources.check_agent_location(url, exact, guard=guard)
     return sources.add(store, alias, url, force=force, exact=exact, progress=progress, guard=guard,
-                       all_languages=all_languages, **_net(max_bytes, timeout))
+                       all_languages=all_languages, dry_run=dry_run, **_net(max_bytes, timeout))
 
 
 # -- on MCP only ----------------------------------------------------------------------------------
@@ -231,10 +271,11 @@ def learn_blz(store: Store) -> dict[str, Any]:
                      f"find(snippets=['{first}:1-20'], linesAfter=10, maxLines=40)",
                      f"toc(source='{first}', maxDepth=2, filter='hooks')",
                      f"find(snippets=['{first}:1-20'], contextMode='all')",
-                     "list-sources(filter='react')", "source-add(alias='bun')",
+                     "list-sources(filter='react')", "lookup(query='orm', category='database')",
+                     "source-add(alias='bun')", "source-add(alias='hono.dev', dryRun=True)",
                      "source-add(alias='mine', url='https://example.com/docs/llms.txt', exact=True)",
                      "run-command(command='stats')"],
-        "tools": ["find", "toc", "list-sources", "source-add", "run-command", "learn-blz"],
+        "tools": ["find", "toc", "list-sources", "lookup", "source-add", "run-command", "learn-blz"],
         "resources": ["blz://registry", "blz://sources/{alias}"],
     }
 
@@ -285,17 +326,6 @@ def remove(store: Store, alias: str) -> dict[str, Any]:
     from cairn.blz import sources
 
     return sources.remove(store, alias)
-
-
-@OPS.op(name="lookup", cli="lookup", params={"query": {"positional": True, "metavar": "QUERY"}})
-def lookup(store: Store, query: str = "") -> dict[str, Any]:
-    """Search the built-in registry.
-
-    :param query: Words in an entry's alias, description, category or URL; omit to list every entry.
-    """
-    from cairn.blz import service
-
-    return service.lookup(query)
 
 
 @OPS.op(name="search", cli="search", params={

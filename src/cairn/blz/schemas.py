@@ -56,12 +56,20 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                   "fallback": {"enum": [None, "any-term", "corrected"]}, "correctedQuery": _STR},
                  ["snippets", "hits", "executed"]),
     "list": _obj({"sources": {"type": "array", "items": SOURCE}}, ["sources"]),
-    "lookup": _obj({"query": _STR, "results": {"type": "array", "items": _obj(
-        {"alias": _STR, "url": _STR, "description": _STR, "category": _STR, "suggestedCommand": _STR})}}),
+    "lookup": _obj({"query": _STR, "category": _NULLSTR, "categories": {"type": "object"},
+                    "results": {"type": "array", "items": _obj(
+        {"alias": _STR, "url": _STR, "description": _STR, "category": _STR, "installed": {"type": "boolean"},
+         "suggestedCommand": _STR})}}),
+    # one source (`blz add ALIAS [URL]`, DOMAIN), or with --manifest: {manifest, dryRun, added, failed,
+    # message, results: [one source's answer + status, or {alias, status: failed, error, code}]}
     "add": _obj({"alias": _STR, "url": _STR, "title": _STR, "lines": _INT, "headings": _INT, "sections": _INT,
                  "bytes": _INT, "sha256": _STR, "elapsedMs": {"type": "number"}, "message": _STR,
-                 "skippedLines": _INT, "skippedLanguages": {"type": "object"}},
-                ["alias", "url", "message"]),
+                 "skippedLines": _INT, "skippedLanguages": {"type": "object"}, "dryRun": {"type": "boolean"},
+                 "manifest": _STR, "added": _INT, "failed": _INT,
+                 "results": {"type": "array", "items": _obj(
+                     {"alias": _STR, "status": {"enum": ["added", "dry-run", "failed"]}, "error": _STR,
+                      "code": _STR}, ["alias", "status"])}},
+                ["message"]),
     "update": _obj({"results": {"type": "array", "items": _obj(
         {"alias": _STR, "status": {"enum": ["updated", "repaired", "unchanged", "failed"]}, "reason": _STR,
          "error": _STR})}}),

@@ -183,7 +183,9 @@ def list_sources(store: Store, filter: str | None = None, include_registry: bool
             out.append(describe(row, store.options(row.alias)))
     if include_registry:
         have = {r.alias for r in installed}
-        for e in registry.REGISTRY:
+        # the entry named by the filter first, then those whose alias holds it (react, preact, then
+        # ant-design for its "React" description)
+        for e in sorted(registry.REGISTRY, key=lambda e: (e.alias != needle, needle not in e.alias)):
             if e.alias in have:
                 continue
             if not needle or needle in f"{e.alias} {e.description} {e.category} {e.url}".lower():
@@ -192,11 +194,18 @@ def list_sources(store: Store, filter: str | None = None, include_registry: bool
     return {"sources": out}
 
 
-def lookup(query: str) -> dict[str, Any]:
-    """Registry entries matching ``query`` (words in alias, description, category or URL)."""
-    return {"query": query, "results": [
+def lookup(query: str, category: str | None = None, store: Store | None = None) -> dict[str, Any]:
+    """Registry entries matching ``query`` (words in alias, description, category or URL), in
+    ``category`` only when given; each says whether it is ``installed`` (an installed source of
+    that alias, when ``store`` is given). ``categories``: every category with its entry count."""
+    if category is not None:
+        if category not in registry.CATEGORIES:
+            raise InvalidInput(f"Unknown category {category!r}. Categories: {', '.join(registry.CATEGORIES)}.")
+    installed = {r.alias for r in store.sources()} if store is not None else set()
+    return {"query": query, "category": category, "categories": registry.categories(), "results": [
         {"alias": e.alias, "url": e.url, "description": e.description, "category": e.category,
-         "suggestedCommand": f"blz add {e.alias}"} for e in registry.lookup(query)]}
+         "installed": e.alias in installed, "suggestedCommand": f"blz add {e.alias}"}
+        for e in registry.lookup(query, category)]}
 
 
 def stats(store: Store) -> dict[str, Any]:
