@@ -55,7 +55,10 @@ async def exercise(params: StdioServerParameters, http: DocServer, secret: str) 
         tools = {tool.name: tool for tool in (await client.list_tools()).tools}
         assert set(tools) == TOOLS
         props = tools["find"].input_schema["properties"]
-        assert set(props) == {"query", "snippets", "source", "contextMode", "linePadding", "maxResults"}
+        # The seed's parameters, plus the search controls of issue 16 (names as upstream BLZ's where it has them).
+        assert set(props) == {"query", "snippets", "source", "contextMode", "linePadding", "maxResults",
+                              "headingsOnly", "headingLevel", "maxLines", "linesBefore", "linesAfter"}
+        assert set(props["source"]["type"]) == {"string", "array"}
         assert props["maxResults"]["maximum"] == 50 and props["linePadding"]["maximum"] == 50
 
         found = data(await client.call_tool("find", {"query": "hooks", "source": "guide", "maxResults": 5}))

@@ -43,6 +43,7 @@ pytestmark = [pytest.mark.filterwarnings("ignore:.*(removed|deprecated) as of 20
 
 GUIDE = b"# Guide\n\nIntro words.\n\n## Hooks\n\nHooks let you use state.\nMore hooks text.\n\n## Other\n\nzebra\n"
 LIB = b"# Lib\n\n## Install\n\nnpm install lib\n"
+NOTES = b"# Hooks overview\n\nAll about hooks.\n\n### Deep hooks\n\nhooks deep inside.\n"
 
 OK, ERR = True, False
 # op name -> (route, [(wire arguments, expected to succeed)]). {URL} stands for the test server's lib URL.
@@ -64,6 +65,26 @@ CASES: dict[str, tuple[str, list[tuple[dict[str, Any], bool]]]] = {
         ({"snippets": ["guide:9-3"]}, ERR),
         ({"snippets": ["guide:900"]}, ERR),
         ({}, ERR),
+        # Issue 16: several sources, headingsOnly, headingLevel, maxLines, linesBefore / linesAfter.
+        ({"query": "hooks", "source": ["guide", "notes"]}, OK),
+        ({"query": "hooks", "source": "guide,notes", "headingLevel": "1-2"}, OK),
+        ({"query": "hooks", "source": ["notes", "GUIDE"], "headingLevel": [1, "3-4"]}, OK),
+        ({"query": "hooks", "headingLevel": 2, "headingsOnly": True}, OK),
+        ({"query": "deep", "headingsOnly": True, "headingLevel": "<=2"}, OK),
+        ({"query": "hooks", "headingsOnly": True, "maxResults": 1}, OK),
+        ({"snippets": ["guide:7"], "linesAfter": 2, "linesBefore": 1}, OK),
+        ({"snippets": ["guide:1-12", "notes:1-7"], "maxLines": 3}, OK),
+        ({"snippets": ["guide:7"], "linePadding": 3, "linesBefore": 0, "maxLines": 2}, OK),
+        ({"query": "x", "source": ["guide", "nope"]}, ERR),
+        ({"query": "x", "source": "guide,Bad/Alias"}, ERR),
+        ({"query": "x", "headingLevel": "3-1"}, ERR),
+        ({"query": "x", "headingLevel": "0"}, ERR),
+        ({"query": "x", "headingLevel": 7}, ERR),
+        ({"query": "x", "headingLevel": [2, "h2"]}, ERR),
+        ({"snippets": ["guide:7"], "maxLines": 0}, ERR),
+        ({"snippets": ["guide:7"], "maxLines": "few"}, ERR),
+        ({"snippets": ["guide:7"], "linesAfter": 51}, ERR),
+        ({"snippets": ["guide:7"], "linesBefore": -1}, ERR),
     ]),
     "toc": ("tool", [
         ({"source": "guide"}, OK),
@@ -95,12 +116,21 @@ CASES: dict[str, tuple[str, list[tuple[dict[str, Any], bool]]]] = {
         ({"query": "hooks", "source": ["guide"], "maxResults": 5}, OK),
         ({"query": "x", "maxResults": 51}, ERR),
         ({"query": "x", "source": ["nope"]}, ERR),
+        ({"query": "hooks", "source": ["guide", "notes"], "headingLevel": "2"}, OK),
+        ({"query": "hooks", "source": ["guide,notes"], "headingsOnly": True}, OK),
+        ({"query": "hooks", "headingLevel": [1, 3]}, OK),
+        ({"query": "x", "headingLevel": "3-1"}, ERR),
+        ({"query": "x", "source": ["guide", "nope"]}, ERR),
     ]),
     "get": ("find", [
         ({"citations": ["guide:7-7"], "linePadding": 2}, OK),
         ({"citations": ["guide:5"], "contextMode": "all"}, OK),
         ({"citations": ["guide:7"], "linePadding": 60}, ERR),
         ({"citations": ["nosuch:1-2"]}, ERR),
+        ({"citations": ["guide:7"], "linesAfter": 2}, OK),
+        ({"citations": ["guide:1-12"], "maxLines": 4, "linesBefore": 1}, OK),
+        ({"citations": ["guide:7"], "maxLines": 0}, ERR),
+        ({"citations": ["guide:7"], "linesBefore": 51}, ERR),
     ]),
     "stats": ("run-command", [({}, OK)]),
     "history": ("run-command", [({}, OK), ({"alias": "guide"}, OK), ({"alias": "Bad/Alias"}, ERR)]),
@@ -232,8 +262,6 @@ async def check_all(params: StdioServerParameters, url: str, root: Path) -> int:
                         store.close()
                 elif route == "find":
                     mcp_args = {("snippets" if k == "citations" else k): v for k, v in args.items()}
-                    if isinstance(mcp_args.get("source"), list):
-                        [mcp_args["source"]] = mcp_args["source"]
                     got_cli = cli_json(op, args)
                     got_mcp = await mcp_call(client, "find", mcp_args)
                     assert got_cli[0] is got_mcp[0] is ok, (op.name, args, got_cli, got_mcp)
@@ -277,7 +305,9 @@ async def same_as_run_command(client: Client, op: Op, args: dict[str, Any], ok: 
 def test_cli_and_mcp_agree_on_every_operation(tmp_path: Path, data_root: Path, doc_server: DocServer) -> None:
     doc_server.files["/guide/llms.txt"] = GUIDE
     doc_server.files["/lib/llms-full.txt"] = LIB
+    doc_server.files["/notes/llms.txt"] = NOTES
     assert cli(["add", "guide", doc_server.url("/guide/llms.txt"), "--exact", "--json"])[0] == 0
+    assert cli(["add", "notes", doc_server.url("/notes/llms.txt"), "--exact", "--json"])[0] == 0
     params = StdioServerParameters(command=sys.executable, args=["-m", "cairn.blz.cli", "mcp"],
                                    env={"BLZ_DATA_DIR": str(data_root), "BLZ_MCP_ALLOW_HOSTS": "127.0.0.1"})
     compared = asyncio.run(asyncio.wait_for(check_all(params, doc_server.url("/lib/llms.txt"), data_root), 150))

@@ -84,6 +84,17 @@ def test_bind_maps_wire_names_fills_defaults_and_refuses_with_one_message() -> N
         op.bind(["a"])
 
 
+def test_integer_valued_floats_reach_the_function_as_ints() -> None:
+    """Regression (issue 16, found by tests/hardening/test_fuzz_tools.py): JSON Schema accepts 2.0 as an
+    integer, and the float reached the operation (blz find with linePadding 2.0: an internal error)."""
+    op = OPS["find"]
+    bound = op.bind({"query": "a", "maxResults": 2.0})
+    assert bound["limit"] == 2 and type(bound["limit"]) is int
+    assert op.call(Shelf(), {"query": "a", "maxResults": 3.0}) == {"hits": ["alpha", "beta", "delta"], "tags": None}
+    with pytest.raises(InvalidInput, match="maxResults: expected integer, got number"):
+        op.bind({"query": "a", "maxResults": 2.5})
+
+
 def test_call_runs_the_function_on_the_target() -> None:
     assert OPS["find"].call(Shelf(), {"query": "a", "order": "desc", "maxResults": 3}) == {
         "hits": ["gamma", "delta", "beta"], "tags": None}

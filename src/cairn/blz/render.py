@@ -132,7 +132,9 @@ def get_text(data: dict[str, Any]) -> str:
         head = f"--- {s['alias']}:{s['lines']}"
         if s["headingPath"]:
             head += "  " + " > ".join(s["headingPath"])
-        parts.append(head + ("  (truncated)" if s.get("truncated") else "") + "\n" + s["content"])
+        if s.get("truncated"):
+            head += f"  (truncated; the rest: {s['remaining']})" if s.get("remaining") else "  (truncated)"
+        parts.append(head + "\n" + s["content"])
     return "\n".join(parts)
 
 

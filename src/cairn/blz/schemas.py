@@ -26,7 +26,7 @@ def _obj(props: dict[str, Any], required: list[str] | None = None) -> dict[str, 
 HIT = _obj({"alias": _STR, "lines": _STR, "headingPath": _PATH, "snippet": _STR, "score": {"type": "number"},
             "sourceUrl": _NULLSTR}, ["alias", "lines", "headingPath", "snippet", "score"])
 SNIPPET = _obj({"alias": _STR, "lines": _STR, "content": _STR, "headingPath": _PATH,
-                "truncated": {"type": "boolean"}}, ["alias", "lines", "content", "headingPath"])
+                "truncated": {"type": "boolean"}, "remaining": _STR}, ["alias", "lines", "content", "headingPath"])
 SOURCE = _obj({"alias": _STR, "title": _NULLSTR, "url": _STR, "kind": {"enum": ["installed", "registry"]},
                "fetchedAt": _STR, "checkedAt": _NULLSTR, "category": _STR, "suggestedCommand": _STR,
                "metadata": _obj({"totalLines": _INT, "headings": _INT, "sections": _INT, "bytes": _INT,
@@ -46,7 +46,9 @@ TOC["$defs"] = {"entry": TOC_ENTRY}
 SCHEMAS: dict[str, dict[str, Any]] = {
     "search": _obj({"query": _STR, "sources": _PATH, "page": _INT, "limit": _INT,
                     "fallback": {"enum": [None, "any-term", "corrected"]}, "correctedQuery": _STR,
-                    "hasMore": {"type": "boolean"}, "hits": {"type": "array", "items": HIT}},
+                    "hasMore": {"type": "boolean"}, "headingsOnly": {"type": "boolean"},
+                    "headingLevels": {"type": "array", "items": _INT},
+                    "hits": {"type": "array", "items": HIT}},
                    ["query", "hits"]),
     "get": _obj({"snippets": {"type": "array", "items": SNIPPET}}, ["snippets"]),
     "find": _obj({"snippets": {"type": "array", "items": SNIPPET}, "hits": {"type": "array", "items": HIT},

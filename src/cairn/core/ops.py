@@ -229,7 +229,7 @@ class Op:
         kwargs: dict[str, Any] = {}
         for p in params:
             if p.wire in args:
-                kwargs[p.name] = args[p.wire]
+                kwargs[p.name] = _whole(args[p.wire], p.schema)
             elif not p.required_for(surface) and "default" in p.schema:
                 kwargs[p.name] = p.schema["default"]
         return kwargs
@@ -618,6 +618,18 @@ def _coerce(value: Any, schema: dict[str, Any]) -> Any:
     if "array" in kinds and "string" not in kinds:
         item = schema.get("items", {})
         return [_coerce(v.strip(), item) for v in text.split(",") if v.strip()]
+    return value
+
+
+def _whole(value: Any, schema: dict[str, Any]) -> Any:
+    """``value`` with integer-valued floats (``2.0``, which JSON Schema accepts as an integer) made
+    ints where ``schema`` asks for an integer and not a number, lists included: the operation gets
+    the ``int`` its annotation promises (a float line number or slice bound is a TypeError)."""
+    if isinstance(value, float):
+        kinds = _types(schema)
+        return int(value) if value.is_integer() and "integer" in kinds and "number" not in kinds else value
+    if isinstance(value, list) and isinstance(schema.get("items"), dict) and "array" in _types(schema):
+        return [_whole(v, schema["items"]) for v in value]
     return value
 
 
