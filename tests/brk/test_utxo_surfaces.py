@@ -29,6 +29,7 @@ from cairn.brk.sample import write_mainnet_sample
 from cairn.brk.tools import INSTRUCTIONS
 
 from ..mcp._http import serving
+from ._prices import kraken, kraken_body
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*(removed|deprecated) as of 2026")
 SAMPLE_IDS = [i for _, ids, _ in FAMILIES for i in ids]
@@ -190,37 +191,9 @@ def test_did_you_mean_never_the_asked_id(store: Path) -> None:
 def price_server() -> Iterator[tuple[str, list[str]]]:
     """Kraken's OHLC answer for 2009-01-01 .. 2009-01-20 on 127.0.0.1 (close = 1.00 + day / 100)."""
     import datetime as dt
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    seen: list[str] = []
-    rows = []
-    for d in range(1, 21):
-        ts = int(dt.datetime(2009, 1, d, tzinfo=dt.timezone.utc).timestamp())
-        c = f"{1 + d / 100:.2f}"
-        rows.append([ts, c, c, c, c, c, "1.0", 1])
-    body = json.dumps({"error": [], "result": {"XXBTZUSD": rows, "last": rows[-1][0]}}).encode()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            seen.append(self.path)
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/0/public/OHLC", seen
-    finally:
-        server.shutdown()
-        server.server_close()
+    with kraken(kraken_body(dt.date(2009, 1, 1), 20, lambda i: 1 + (i + 1) / 100)) as served:
+        yield served
 
 
 def test_seed_price_example_before_and_after_prices(store: Path, tmp_path: Path,
