@@ -481,8 +481,8 @@ class _RealizedPass:
                        else np.zeros(0, dtype=np.int64))
         while at < heights:
             stop = min(self.chain.chunk_end(at), heights)
-            day, val, _ = self._deltas(at, stop)
-            self._add(day, val)
+            for _, day, val in self._deltas(at, stop):
+                self._add(day, val)
             at = stop
 
     def _add(self, day: np.ndarray, val: np.ndarray) -> None:
@@ -495,46 +495,66 @@ class _RealizedPass:
             self.by_day = np.concatenate((self.by_day, np.zeros(need - self.by_day.shape[0], dtype=np.int64)))
         np.add.at(self.by_day, day, val)
 
-    def _deltas(self, a: int, b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """What heights [a, b) change in the spendable supply: creation day, signed sats, block (0-based),
-        ordered by block."""
+    def _deltas(self, a: int, b: int, read: tuple[Any, Any] | None = None) -> list[tuple[Any, Any, Any]]:
+        """What heights [a, b) change in the spendable supply, in two parts (the outputs created, the outputs
+        spent), each ordered by block: (block 0-based, creation day, signed sats). ``read``: the chunk's
+        ``created`` and ``spent`` when already read."""
         import numpy as np
 
         chain = self.chain
-        cblk, cval, ctyp = chain.created(a, b)
-        sblk, sval, styp, sch = chain.spent(a, b)
+        (cblk, cval, ctyp), (sblk, sval, styp, sch) = read or (chain.created(a, b), chain.spent(a, b))
         ck, sk = ctyp != OPRETURN, styp != OPRETURN
-        blk = np.concatenate((cblk[ck], sblk[sk]))
-        day = np.concatenate((chain.dateindex[a + cblk[ck]], chain.dateindex[sch[sk]]))
-        val = np.concatenate((cval[ck].astype(np.int64), -sval[sk].astype(np.int64)))
-        order = np.argsort(blk, kind="stable")
-        return day[order], val[order], blk[order]
+        c_blk = cblk[ck]
+        return [(c_blk, chain.dateindex[a + c_blk], cval[ck].astype(np.int64)),
+                (sblk[sk], chain.dateindex[sch[sk]], -sval[sk].astype(np.int64))]
 
-    def _profit(self, a: int, b: int, today: np.ndarray) -> dict[str, np.ndarray]:
-        """Supply in profit / loss / at breakeven after each height of [a, b); advances ``by_day`` to b."""
+    def _basis_table(self, days: int) -> np.ndarray:
+        """The creation price of each day ``0 .. days - 1`` (after the last close: the last close)."""
+        import numpy as np
+
+        table = self.basis[:days]
+        if table.shape[0] < days:
+            fill = self.basis[-1] if self.basis.shape[0] else 0.0
+            table = np.concatenate((table, np.full(days - table.shape[0], fill)))
+        return table
+
+    def _profit(self, a: int, b: int, today: np.ndarray, read: tuple[Any, Any]) -> dict[str, np.ndarray]:
+        """Supply in profit / loss / at breakeven after each height of [a, b); advances ``by_day`` to b.
+
+        Each coin a block creates or spends is classified once against its block's close (the close is
+        the same all day); each day starts from the by-day supply compared with that day's close."""
         import numpy as np
 
         nb = b - a
-        day, val, blk = self._deltas(a, b)
+        parts = self._deltas(a, b, read)
+        basis = self._basis_table(int(self.chain.dateindex[b - 1]) + 1)
+        steps = np.zeros((nb, 3))  # per block: loss, breakeven, profit (sats created - spent)
+        # What a block creates is valued at its own day's close: at breakeven, wherever the day has a close.
+        c_blk, _, c_val = parts[0]
+        steps[:, 1] = np.bincount(c_blk, weights=c_val, minlength=nb)
+        s_blk, s_day, s_val = parts[1]
+        close = today[s_blk]
+        ok = ~np.isnan(close)
+        cls = np.sign(close[ok] - basis[s_day[ok]]).astype(np.int64) + 1
+        steps += np.bincount(s_blk[ok] * 3 + cls, weights=s_val[ok], minlength=nb * 3).reshape(nb, 3)
+        isteps = steps.astype(np.int64)  # sums of whole sats below 2**53: exact
         cols = {name: np.full(nb, np.nan) for name in PROFIT_IDS}
         bdays = self.chain.dateindex[a:b]
         starts = np.flatnonzero(np.concatenate(([True], bdays[1:] != bdays[:-1])))
-        ends = np.append(starts[1:], nb)
-        cuts = np.searchsorted(blk, np.append(starts, nb), "left")
-        for g, (j0, j1) in enumerate(zip(starts.tolist(), ends.tolist())):
-            e0, e1 = int(cuts[g]), int(cuts[g + 1])
+        bounds = np.append(starts, nb)
+        cuts = [np.searchsorted(blk, bounds, "left") for blk, _, _ in parts]
+        for g in range(starts.shape[0]):
+            j0, j1 = int(bounds[g]), int(bounds[g + 1])
             close = today[j0]
             if close == close:  # a close for this day: classify the supply by creation price
                 held = self.by_day
-                price = self._price(self.basis, np.arange(held.shape[0]), 0.0)
-                cls = np.sign(close - self._price(self.basis, day[e0:e1], 0.0)).astype(np.int64)  # 1 profit
-                base = {1: int(held[price < close].sum()), -1: int(held[price > close].sum()),
-                        0: int(held[price == close].sum())}
-                for sign, name in ((1, "supply_in_profit"), (-1, "supply_in_loss"), (0, "supply_breakeven")):
-                    mine = cls == sign
-                    step = np.bincount(blk[e0:e1][mine] - j0, weights=val[e0:e1][mine], minlength=j1 - j0)
-                    cols[name][j0:j1] = base[sign] + np.cumsum(step.astype(np.int64))
-            self._add(day[e0:e1], val[e0:e1])
+                price = basis[:held.shape[0]]
+                base = (int(held[price > close].sum()), int(held[price == close].sum()),
+                        int(held[price < close].sum()))
+                for k, name in enumerate(("supply_in_loss", "supply_breakeven", "supply_in_profit")):
+                    cols[name][j0:j1] = base[k] + np.cumsum(isteps[j0:j1, k])
+            for (_, day, val), cut in zip(parts, cuts):
+                self._add(day[cut[g]:cut[g + 1]], val[cut[g]:cut[g + 1]])
         return cols
 
     def run(self) -> dict[str, Any]:
@@ -586,14 +606,15 @@ class _RealizedPass:
 
         chain = self.chain
         nb = b - a
-        cblk, cval, ctyp = chain.created(a, b)
-        sblk, sval, styp, sch = chain.spent(a, b)
+        read = (chain.created(a, b), chain.spent(a, b))
+        (cblk, cval, ctyp), (sblk, sval, styp, sch) = read
         ck = ctyp != OPRETURN
         sk = styp != OPRETURN
         cblk, cbtc = cblk[ck], cval[ck] / SATS
         sblk, sbtc, sch = sblk[sk], sval[sk] / SATS, sch[sk]
         day = chain.dateindex
-        created_usd = np.bincount(cblk, weights=cbtc * self._price(self.basis, day[a + cblk], 0.0), minlength=nb)
+        # A block's outputs share its day's basis: summed per block first, then valued.
+        created_usd = np.bincount(cblk, weights=cbtc, minlength=nb) * self._price(self.basis, day[a:b], 0.0)
         destroyed = np.bincount(sblk, weights=sbtc * self._price(self.basis, day[sch], 0.0), minlength=nb)
         spent_btc = np.bincount(sblk, weights=sbtc, minlength=nb)
         today = self._price(self.close, day[a:b], np.nan)
@@ -603,5 +624,5 @@ class _RealizedPass:
         s.append("height_to_realized_cap", cap)
         s.append("height_to_realized_value_destroyed", destroyed)
         s.append("height_to_value_destroyed_usd", spent_btc * today)
-        for name, values in self._profit(a, b, today).items():
+        for name, values in self._profit(a, b, today, read).items():
             s.append(f"height_to_{name}", values)
