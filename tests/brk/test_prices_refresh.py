@@ -140,6 +140,8 @@ def test_refresher_attempts_once_an_interval_and_keeps_stored_prices(tmp_path: P
     out = tmp_path / "out"
     out.mkdir()
     r = Refresher(out, source="kraken", url=closed_url(), interval=3600, timeout=2)
+    assert not r.poke() and r.attempts == 0  # nothing indexed yet: not tried (and not counted as tried)
+    (out / "manifest.json").write_text("{}")
     assert r.poke() and not r.poke()  # one at a time, and then not before the interval
     r.join(10)
     assert r.attempts == 1 and r.updates == 0 and r.last_error and "127.0.0.1" in r.last_error

@@ -27,6 +27,7 @@ from cairn.brk.interface import Interface
 from cairn.brk.ops import OPS
 from cairn.brk.sample import write_mainnet_sample
 from cairn.brk.tools import INSTRUCTIONS
+from cairn.core.errors import NotFound
 
 from ..mcp._http import serving
 from ._prices import kraken, kraken_body
@@ -172,13 +173,13 @@ def test_did_you_mean_never_the_asked_id(store: Path) -> None:
     asks = [("height", "size", "block_size"), ("height", "fee_sats", "fee"), ("date", "suply", "supply"),
             ("height", "utxo_count_p2tr_sats", "utxo_count_p2tr"), ("date", "address_count_btc", "address_count")]
     for index_, asked, first in asks:
-        with pytest.raises(Exception) as err:
+        with pytest.raises(NotFound) as err:
             OPS["get_vecs"].call(iface, {"index": index_, "ids": asked})
         message = str(err.value)
         assert f"Did you mean: {first}" in message, message
     for index_, asked in [("txindex", "supply_age_gt_10y"), ("date", "close"), ("height", "supply_in_profit"),
                           ("date", "txid"), ("height", "mvrv")]:
-        with pytest.raises(Exception) as err:
+        with pytest.raises(NotFound) as err:
             OPS["get_vecs"].call(iface, {"index": index_, "ids": asked})
         message = str(err.value)
         head, _, tail = message.partition("Did you mean:")

@@ -104,8 +104,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from cairn.brk.prices import Refresher
 
     refresher = Refresher(out)
-    if (out / "manifest.json").exists():
-        refresher.poke()  # prices arrive while the first pass indexes
+    refresher.poke()  # prices arrive while the first pass indexes (from the next poll on a new store)
     result = Indexer(blocks_dir, out).run()  # the first pass before listening
     print(f"brk: indexed {result.indexed_blocks} blocks; tip {result.height}", file=sys.stderr, flush=True)
     _ready(out)

@@ -202,6 +202,8 @@ class Refresher:
         """Start a background fetch if one is due; True when one was started. Never blocks."""
         if not self.enabled or (self._thread is not None and self._thread.is_alive()):
             return False
+        if not (self.out / "manifest.json").exists():
+            return False  # nothing indexed yet: prices would have nowhere to go (tried again at the next poke)
         now = time.monotonic()
         if now - self._last < self.interval:
             return False
