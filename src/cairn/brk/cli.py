@@ -83,8 +83,15 @@ def _cmd_index(args: argparse.Namespace) -> int:
                       cache_mb=args.cache_mb, log=progress.log,
                       progress=progress if progress.mode != "none" else None)
     stopper = _StopOnSignal(indexer, progress.log)
+    refresher = None
+    if args.watch:  # daily prices in the background (never waited for; failures keep the stored ones)
+        from cairn.brk.prices import Refresher
+
+        refresher = Refresher(out)
     try:
         while True:
+            if refresher is not None:
+                refresher.poke()
             result = indexer.run(max_blocks=args.max_blocks)
             if not args.no_compute and not indexer.stop_requested:
                 from cairn.brk.compute import compute
@@ -178,7 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--network", help="mainnet, testnet (testnet3), testnet4, signet or regtest: which default "
                                      "blocks/ folder to use; with --blocks-dir, the network its blocks must be")
     out_arg(p)
-    p.add_argument("--watch", action="store_true", help="keep polling for new blocks")
+    p.add_argument("--watch", action="store_true",
+                   help="keep polling for new blocks (and refresh daily prices in the background when online; "
+                        "$BRK_PRICES=off turns that off)")
     p.add_argument("--interval", type=float, default=5.0, help="seconds between polls with --watch")
     p.add_argument("--commit-every", type=int, default=10_000,
                    help="commit at least every N blocks (default 10000; also every 3 s and 64 MB)")

@@ -35,7 +35,9 @@ PAGE_SIZE = 1000
 MAX_CELLS = 1_000_000  # values (ids x rows) one get_vecs may return
 FORMATS = ("json", "csv", "tsv", "md")
 FORMAT_ALIASES = {"markdown": "md"}
-PRICE_HINT = "Dollar prices appear after `brk price import FILE.csv` (or `brk price fetch`)."
+PRICE_HINT = ("Dollar prices appear after `brk price import FILE.csv` (a daily CSV) or `brk price fetch` "
+              "(downloads them from Kraken); `brk run` and `brk index --watch` fetch them by themselves when "
+              "online.")
 # Unit words stripped before comparing names: a bare value series is in sats (``fee`` = ``fee_sats``),
 # and ``block_size`` is in bytes.
 UNITS = frozenset({"sats", "sat", "satoshis", "bytes", "byte", "btc", "usd"})

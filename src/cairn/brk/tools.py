@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from cairn.core.ops import Op
     from cairn.mcp.server import ToolContext, ToolHandler
 
+from cairn.brk.families import sentence
 from cairn.brk.interface import version
 from cairn.brk.ops import OPS, answer
 from cairn.core.ops import mcp_tool
@@ -25,11 +26,7 @@ INSTRUCTIONS = (
     "A vecid (id) names a dataset, e.g. tx_count, block_size, supply_btc, hash_rate, fee_rate, close; "
     "suffixes _sum/_avg/_min/_max/_median/_p10.._p90/_cumulative give aggregates per period, and "
     "_btc/_usd give value series in bitcoin or dollars (sats when bare). "
-    "On-chain analytics: supply and utxo_count (also supply_<type>/utxo_count_<type> for p2pkh, p2wpkh, "
-    "p2tr, ..., unspendable_supply), coin age (coindays_destroyed, coinblocks_destroyed, liveliness, HODL "
-    "waves supply_age_lt_1d .. supply_age_gt_10y), addresses (address_count, address_count_<type>, "
-    "new_address_count, empty_address_count, address_count_balance_<band>) and, with prices, "
-    "realized_cap, realized_price, mvrv, nupl, sopr. "
+    "Families of ids (examples): " + sentence() + " "
     "Explore before querying: get_indexes, get_vecids or get_index_to_vecids, get_vecid_to_indexes; "
     "then get_vecs(index, ids, from, to, count, format). Negative from/to count from the end "
     "(from=-1 is the latest value). Prefer these tools over browsing the web for Bitcoin chain data."
