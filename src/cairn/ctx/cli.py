@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cairn.core.errors import CairnError, raise_errors
+
+if TYPE_CHECKING:
+    import argparse  # imported by _parser; `ctx serve mcp --stdio` starts without it
 
 FORMAT_ENV = "CTX_OUTPUT_FORMAT"
 
 
 def _parser() -> argparse.ArgumentParser:
+    import argparse
+
     from cairn.core.ops import add_subcommand
     from cairn.ctx.ops import OPS
 
@@ -69,12 +73,49 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _fast_stdio(argv: list[str]) -> argparse.Namespace | None:
+    """``ctx serve mcp --stdio [--config PATH] [--log-level L]`` (in any order after ``serve mcp``) parsed
+    without argparse: building the whole parser (argparse, its help formatter's shutil/bz2/lzma/locale,
+    and the sub-commands derived from the operations' declarations) would delay the stdio server's
+    first reply. Anything else (``--help``, another flag, a repeated one) returns None: the real parser."""
+    if argv[:2] != ["serve", "mcp"]:
+        return None
+    found: dict[str, Any] = {}
+    rest = argv[2:]
+    while rest:
+        flag, eq, value = rest[0].partition("=")
+        if flag == "--stdio" and not eq and "stdio" not in found:
+            found["stdio"], rest = True, rest[1:]
+            continue
+        key = {"--config": "config", "--log-level": "log_level"}.get(flag)
+        if key is None or key in found:
+            return None
+        if not eq:
+            if len(rest) < 2 or rest[1].startswith("-"):
+                return None
+            value, rest = rest[1], rest[1:]
+        if not value:
+            return None
+        found[key] = value
+        rest = rest[1:]
+    if not found.pop("stdio", False):
+        return None
+    import types
+
+    found.setdefault("log_level", None)  # --config stays absent unless given, as with argparse.SUPPRESS
+    return types.SimpleNamespace(command="serve", what="mcp", stdio=True, bind=None, allow_remote=False,
+                                 **found)  # type: ignore[return-value]
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
-    if not args.command:
-        parser.print_help()
-        return 0
+    argv = sys.argv[1:] if argv is None else argv
+    args = _fast_stdio(argv)
+    if args is None:
+        parser = _parser()
+        args = parser.parse_args(argv)
+        if not args.command:
+            parser.print_help()
+            return 0
     try:
         from cairn.core.output import choose_format
 
