@@ -21,6 +21,18 @@ the ratio to the bare interpreter, plus the CPU time each used until it answered
     .venv/bin/python benchmarks/mcp_core.py [--runs 20] [--calls 1000] [--skip-sdk] [--skip-http]
     .venv/bin/python benchmarks/mcp_core.py --startup-only [--startup-runs 40]
 
+Interleaved with another checkout (issue 14: "start-up does not get worse"), e.g. the previous landing:
+
+    git worktree add /tmp/base REV
+    env -u PYTHONDONTWRITEBYTECODE .venv/bin/python benchmarks/mcp_core.py --startup-only --startup-runs 30 \
+        --against /tmp/base
+    git worktree remove /tmp/base
+
+Each round times ``python -c pass`` and every server under both checkouts (order alternating), both as
+``PYTHONPATH=<checkout>/src`` with this interpreter, each on stores its own code made; it reports per
+server the wall and CPU ratios, the median of the paired per-round differences, and VmRSS after
+``tools/list``.
+
 Linux only (reads /proc). Progress goes to stderr.
 """
 
@@ -311,11 +323,14 @@ def _bare(python: str) -> tuple[float, float]:
     return wall, (usage.ru_utime + usage.ru_stime) * 1000
 
 
-def _first_reply(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
-    """(wall ms from spawn to the initialize reply, CPU ms the server used until then)."""
+def _first_reply(cmd: list[str], env: dict[str, str], rss: bool = False) -> tuple[float, float, float | None]:
+    """(wall ms from spawn to the initialize reply, CPU ms the server used until then, and with ``rss`` its
+    VmRSS in MiB once it has also answered ``tools/list``: idle, after the set-up it defers past the
+    first reply)."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
     assert proc.stdin is not None and proc.stdout is not None
+    rss_mib = None
     try:
         proc.stdin.write(_line(_initialize()))
         proc.stdin.flush()
@@ -324,6 +339,13 @@ def _first_reply(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
         cpu = _task_cpu_ms(proc.pid)
         if b'"result"' not in raw:
             raise RuntimeError(f"{' '.join(cmd[:3])}: no initialize result: {raw[:200]!r}")
+        if rss:
+            proc.stdin.write(_line(INITIALIZED) + _line({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+            proc.stdin.flush()
+            listed = proc.stdout.readline()
+            if b'"tools"' not in listed:
+                raise RuntimeError(f"{' '.join(cmd[:3])}: no tools/list result: {listed[:200]!r}")
+            rss_mib = rss_kib(proc.pid) / 1024
     finally:
         proc.stdin.close()
         try:
@@ -332,7 +354,7 @@ def _first_reply(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
             proc.kill()
             proc.wait()
         proc.stdout.close()
-    return wall, cpu
+    return wall, cpu, rss_mib
 
 
 def _script(name: str) -> list[str]:
@@ -341,8 +363,9 @@ def _script(name: str) -> list[str]:
     return [str(path)] if path.exists() else [sys.executable, "-m", f"cairn.{name}.cli"]
 
 
-def _startup_servers(tmp: Path) -> tuple[dict[str, list[str]], dict[str, str]]:
-    """The stdio servers to time, each with a small real store made under ``tmp``."""
+def _make_stores(tmp: Path) -> None:
+    """The small real stores the servers open: 100 regtest blocks for brk, a ``ctx init`` config (with
+    the ``ctx`` of the ``cairn`` this process imports)."""
     from cairn.brk.compute import compute
     from cairn.brk.indexer import index
     from cairn.brk.sample import write_sample
@@ -352,11 +375,22 @@ def _startup_servers(tmp: Path) -> tuple[dict[str, list[str]], dict[str, str]]:
     compute(tmp / "brk")
     (tmp / "docs").mkdir()
     (tmp / "docs" / "a.md").write_text("# Hello\n\nA document.\n")
-    subprocess.run([*_script("ctx"), "init", "--config", str(tmp / "ctx.toml")], cwd=tmp, check=True,
-                   capture_output=True)
+    subprocess.run([sys.executable, "-m", "cairn.ctx.cli", "init", "--config", str(tmp / "ctx.toml")], cwd=tmp,
+                   check=True, capture_output=True)
+
+
+def _startup_servers(tmp: Path, src: Path | None = None) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """The stdio servers to time, each with a small real store made under ``tmp``; with ``src`` (a
+    checkout's ``src`` directory) the ``cairn`` found there, run as ``PYTHONPATH=src``, which also makes
+    the stores (an older checkout may not read a newer one's)."""
     env = dict(os.environ, BLZ_DATA_DIR=str(tmp / "blz"))
     for var in ("BLZ_LOG", "CTX_LOG", "BRK_LOG"):
         env.pop(var, None)
+    if src is None:
+        _make_stores(tmp)
+    else:
+        env["PYTHONPATH"] = str(src)
+        subprocess.run([sys.executable, __file__, "--make-stores", str(tmp)], env=env, check=True)
     servers = {
         "blz mcp": [*_script("blz"), "mcp"],
         "ctx serve mcp --stdio": [*_script("ctx"), "serve", "mcp", "--stdio", "--config", str(tmp / "ctx.toml")],
@@ -381,7 +415,7 @@ def startup(runs: int) -> dict[str, Any]:
             walls["python -c pass"].append(wall)
             cpus["python -c pass"].append(cpu)
             for name, cmd in servers.items():
-                wall, cpu = _first_reply(cmd, env)
+                wall, cpu, _ = _first_reply(cmd, env)
                 walls[name].append(wall)
                 cpus[name].append(cpu)
         print(file=sys.stderr)
@@ -397,6 +431,70 @@ def startup(runs: int) -> dict[str, Any]:
             "load_average_after": [round(x, 2) for x in os.getloadavg()], "commands": table}
 
 
+def _src_dir(checkout: str) -> Path:
+    """The directory holding the ``cairn`` package of a checkout (its root or its ``src``)."""
+    path = Path(checkout).expanduser().resolve()
+    for candidate in (path / "src", path):
+        if (candidate / "cairn" / "__init__.py").exists():
+            return candidate
+    raise SystemExit(f"--against {checkout}: no cairn package in it or in its src/")
+
+
+def startup_against(runs: int, against: str) -> dict[str, Any]:
+    """Start-up of this checkout against another one (``git worktree add /tmp/base REV``), interleaved:
+    every round times ``python -c pass`` once and each server under both checkouts, in alternating order.
+    Both run as ``PYTHONPATH=<checkout>/src`` with this interpreter (the same ``sys.path`` shape); each
+    has its own stores. Per server and checkout: median wall and CPU, their ratios to ``python -c pass``,
+    the median of the per-round differences (this - other, paired, so load drifts cancel), and the
+    median VmRSS once ``tools/list`` is answered."""
+    load_before = os.getloadavg()
+    sides = {"this": _src_dir(str(Path(__file__).resolve().parents[1])), "other": _src_dir(against)}
+    with tempfile.TemporaryDirectory(prefix="cairn-startup-") as tmp:
+        setups = {}
+        for side, src in sides.items():
+            (Path(tmp) / side).mkdir()
+            setups[side] = _startup_servers(Path(tmp) / side, src)
+        names = list(setups["this"][0])
+        samples: dict[tuple[str, str], dict[str, list[float]]] = {
+            (side, name): {"wall": [], "cpu": [], "rss": []} for side in sides for name in names}
+        bare: dict[str, list[float]] = {"wall": [], "cpu": []}
+        for side, (servers, env) in setups.items():  # one warm-up each (page cache, .pyc files)
+            for cmd in servers.values():
+                _first_reply(cmd, env)
+        for i in range(runs):
+            print(f"start-up round {i + 1}/{runs}", file=sys.stderr, end="\r")
+            wall, cpu = _bare(sys.executable)
+            bare["wall"].append(wall)
+            bare["cpu"].append(cpu)
+            for name in names:
+                for side in (("this", "other") if i % 2 == 0 else ("other", "this")):
+                    servers, env = setups[side]
+                    wall, cpu, rss = _first_reply(servers[name], env, rss=True)
+                    got = samples[(side, name)]
+                    got["wall"].append(wall)
+                    got["cpu"].append(cpu)
+                    got["rss"].append(rss or 0.0)
+        print(file=sys.stderr)
+    base_wall, base_cpu = statistics.median(bare["wall"]), statistics.median(bare["cpu"])
+    table: dict[str, Any] = {}
+    for name in names:
+        row: dict[str, Any] = {}
+        for side in sides:
+            got = samples[(side, name)]
+            wall, cpu = statistics.median(got["wall"]), statistics.median(got["cpu"])
+            row[side] = {"median_ms": round(wall, 1), "ratio": round(wall / base_wall, 2),
+                         "cpu_median_ms": round(cpu, 1), "cpu_ratio": round(cpu / base_cpu, 2),
+                         "rss_after_tools_list_mib": round(statistics.median(got["rss"]), 1)}
+        this, other = samples[("this", name)], samples[("other", name)]
+        row["paired_diff_ms"] = {"wall": round(statistics.median(a - b for a, b in zip(this["wall"], other["wall"])), 2),
+                                 "cpu": round(statistics.median(a - b for a, b in zip(this["cpu"], other["cpu"])), 2)}
+        table[name] = row
+    return {"runs": runs, "python": sys.executable, "this": str(sides["this"]), "other": str(sides["other"]),
+            "python -c pass": {"median_ms": round(base_wall, 1), "cpu_median_ms": round(base_cpu, 1)},
+            "load_average_before": [round(x, 2) for x in load_before],
+            "load_average_after": [round(x, 2) for x in os.getloadavg()], "commands": table}
+
+
 GOALS = {"blz_startup_ratio": 3.0, "spawn_to_initialize_median_ms": 60, "initialize_result_bytes": 512, "idle_rss_mib": 20,
          "stdio_rtt_p50_ms": 0.3, "http_rtt_p50_ms": 2}
 
@@ -409,7 +507,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-http", action="store_true", help="skip the HTTP round trips")
     parser.add_argument("--startup-runs", type=int, default=40, help="rounds of the start-up ratio (median)")
     parser.add_argument("--startup-only", action="store_true", help="only the start-up ratio")
+    parser.add_argument("--against", metavar="CHECKOUT",
+                        help="with --startup-only: interleave with another checkout (a `git worktree add` of an "
+                             "earlier revision), both as PYTHONPATH=<checkout>/src")
+    parser.add_argument("--make-stores", metavar="DIR", help=argparse.SUPPRESS)  # used by --against
     opts = parser.parse_args(argv)
+    if opts.make_stores:
+        _make_stores(Path(opts.make_stores))
+        return 0
+    if opts.against:
+        if "PYTHONDONTWRITEBYTECODE" in os.environ:
+            print("warning: PYTHONDONTWRITEBYTECODE is set: every spawn recompiles the modules that have no "
+                  ".pyc yet; run under `env -u PYTHONDONTWRITEBYTECODE`", file=sys.stderr)
+        result = startup_against(opts.startup_runs, opts.against)
+        for name, row in result["commands"].items():
+            this, other = row["this"], row["other"]
+            print(f"{name:24} this x{this['ratio']:<5} (cpu x{this['cpu_ratio']:<5} rss {this['rss_after_tools_list_mib']} MiB)"
+                  f"  other x{other['ratio']:<5} (cpu x{other['cpu_ratio']:<5} rss {other['rss_after_tools_list_mib']} MiB)"
+                  f"  paired diff {row['paired_diff_ms']['wall']:+.2f} ms (cpu {row['paired_diff_ms']['cpu']:+.2f})",
+                  file=sys.stderr)
+        json.dump({"benchmark": "mcp_core startup --against", "python": platform.python_version(),
+                   "platform": platform.platform(), "cpus": os.cpu_count(), "startup": result}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
 
     out: dict[str, Any] = {
         "benchmark": "mcp_core",
