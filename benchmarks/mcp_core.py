@@ -116,11 +116,12 @@ def _line(msg: dict[str, Any]) -> bytes:
 
 def rss_kib(pid: int) -> int:
     """Resident set size of ``pid`` in KiB, from /proc/PID/status."""
-    with open(f"/proc/{pid}/status", encoding="ascii") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise RuntimeError(f"no VmRSS in /proc/{pid}/status")
+    from cairn.core.heap import memory_kib
+
+    kib = memory_kib(pid)
+    if not kib:
+        raise RuntimeError(f"no VmRSS in /proc/{pid}/status")
+    return kib
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -400,25 +401,47 @@ def _startup_servers(tmp: Path, src: Path | None = None) -> tuple[dict[str, list
     return servers, env
 
 
+Setups = dict[str, tuple[dict[str, list[str]], dict[str, str]]]
+Samples = dict[tuple[str, str], dict[str, list[float]]]
+
+
+def _rounds(setups: Setups, runs: int, rss: bool) -> tuple[dict[str, list[float]], Samples]:
+    """``python -c pass`` once a round, then every server of every setup (checkout), the setups' order
+    alternating from round to round; after one warm-up each (page cache, .pyc files). Returns the bare
+    interpreter's wall and CPU samples, and per (setup, server) wall, CPU and (with ``rss``) RSS samples."""
+    sides = list(setups)
+    names = list(setups[sides[0]][0])
+    samples: Samples = {(side, name): {"wall": [], "cpu": [], "rss": []} for side in sides for name in names}
+    bare: dict[str, list[float]] = {"wall": [], "cpu": []}
+    for servers, env in setups.values():
+        for cmd in servers.values():
+            _first_reply(cmd, env)
+    for i in range(runs):
+        print(f"start-up round {i + 1}/{runs}", file=sys.stderr, end="\r")
+        wall, cpu = _bare(sys.executable)
+        bare["wall"].append(wall)
+        bare["cpu"].append(cpu)
+        for name in names:
+            for side in (sides if i % 2 == 0 else sides[::-1]):
+                servers, env = setups[side]
+                wall, cpu, rss_mib = _first_reply(servers[name], env, rss=rss)
+                got = samples[(side, name)]
+                got["wall"].append(wall)
+                got["cpu"].append(cpu)
+                if rss_mib is not None:
+                    got["rss"].append(rss_mib)
+    print(file=sys.stderr)
+    return bare, samples
+
+
 def startup(runs: int) -> dict[str, Any]:
     """``python -c pass`` and each server's spawn -> initialize, round-robin; medians and ratios."""
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="cairn-startup-") as tmp:
-        servers, env = _startup_servers(Path(tmp))
-        walls: dict[str, list[float]] = {"python -c pass": [], **{k: [] for k in servers}}
-        cpus: dict[str, list[float]] = {k: [] for k in walls}
-        for name, cmd in servers.items():  # one warm-up each (page cache, .pyc files)
-            _first_reply(cmd, env)
-        for i in range(runs):
-            print(f"start-up round {i + 1}/{runs}", file=sys.stderr, end="\r")
-            wall, cpu = _bare(sys.executable)
-            walls["python -c pass"].append(wall)
-            cpus["python -c pass"].append(cpu)
-            for name, cmd in servers.items():
-                wall, cpu, _ = _first_reply(cmd, env)
-                walls[name].append(wall)
-                cpus[name].append(cpu)
-        print(file=sys.stderr)
+        setup = _startup_servers(Path(tmp))
+        bare, samples = _rounds({"this": setup}, runs, rss=False)
+    walls = {"python -c pass": bare["wall"], **{name: samples[("this", name)]["wall"] for name in setup[0]}}
+    cpus = {"python -c pass": bare["cpu"], **{name: samples[("this", name)]["cpu"] for name in setup[0]}}
     base_wall = statistics.median(walls["python -c pass"])
     base_cpu = statistics.median(cpus["python -c pass"])
     table = {}
@@ -450,31 +473,12 @@ def startup_against(runs: int, against: str) -> dict[str, Any]:
     load_before = os.getloadavg()
     sides = {"this": _src_dir(str(Path(__file__).resolve().parents[1])), "other": _src_dir(against)}
     with tempfile.TemporaryDirectory(prefix="cairn-startup-") as tmp:
-        setups = {}
+        setups: Setups = {}
         for side, src in sides.items():
             (Path(tmp) / side).mkdir()
             setups[side] = _startup_servers(Path(tmp) / side, src)
-        names = list(setups["this"][0])
-        samples: dict[tuple[str, str], dict[str, list[float]]] = {
-            (side, name): {"wall": [], "cpu": [], "rss": []} for side in sides for name in names}
-        bare: dict[str, list[float]] = {"wall": [], "cpu": []}
-        for side, (servers, env) in setups.items():  # one warm-up each (page cache, .pyc files)
-            for cmd in servers.values():
-                _first_reply(cmd, env)
-        for i in range(runs):
-            print(f"start-up round {i + 1}/{runs}", file=sys.stderr, end="\r")
-            wall, cpu = _bare(sys.executable)
-            bare["wall"].append(wall)
-            bare["cpu"].append(cpu)
-            for name in names:
-                for side in (("this", "other") if i % 2 == 0 else ("other", "this")):
-                    servers, env = setups[side]
-                    wall, cpu, rss = _first_reply(servers[name], env, rss=True)
-                    got = samples[(side, name)]
-                    got["wall"].append(wall)
-                    got["cpu"].append(cpu)
-                    got["rss"].append(rss or 0.0)
-        print(file=sys.stderr)
+        bare, samples = _rounds(setups, runs, rss=True)
+    names = list(setups["this"][0])
     base_wall, base_cpu = statistics.median(bare["wall"]), statistics.median(bare["cpu"])
     table: dict[str, Any] = {}
     for name in names:

@@ -75,30 +75,15 @@ def _parser() -> argparse.ArgumentParser:
 
 def _fast_stdio(argv: list[str]) -> argparse.Namespace | None:
     """``ctx serve mcp --stdio [--config PATH] [--log-level L]`` (in any order after ``serve mcp``) parsed
-    without argparse: building the whole parser (argparse, its help formatter's shutil/bz2/lzma/locale,
-    and the sub-commands derived from the operations' declarations) would delay the stdio server's
-    first reply. Anything else (``--help``, another flag, a repeated one) returns None: the real parser."""
+    without argparse (``cairn.core.argv``): building the whole parser, with the sub-commands derived from
+    the operations' declarations, would delay the stdio server's first reply. Anything else (``--help``,
+    another flag, a repeated one) returns None: the real parser."""
     if argv[:2] != ["serve", "mcp"]:
         return None
-    found: dict[str, Any] = {}
-    rest = argv[2:]
-    while rest:
-        flag, eq, value = rest[0].partition("=")
-        if flag == "--stdio" and not eq and "stdio" not in found:
-            found["stdio"], rest = True, rest[1:]
-            continue
-        key = {"--config": "config", "--log-level": "log_level"}.get(flag)
-        if key is None or key in found:
-            return None
-        if not eq:
-            if len(rest) < 2 or rest[1].startswith("-"):
-                return None
-            value, rest = rest[1], rest[1:]
-        if not value:
-            return None
-        found[key] = value
-        rest = rest[1:]
-    if not found.pop("stdio", False):
+    from cairn.core.argv import plain_flags
+
+    found = plain_flags(argv[2:], {"--config": "config", "--log-level": "log_level"}, {"--stdio": "stdio"})
+    if found is None or not found.pop("stdio", False):
         return None
     import types
 
