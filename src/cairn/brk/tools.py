@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from cairn.core.ops import Op
     from cairn.mcp.server import ToolContext, ToolHandler
 
-from cairn.brk.interface import version
+from cairn.brk import version
 from cairn.mcp.server import Server
 
 INSTRUCTIONS = (
