@@ -51,7 +51,7 @@ EXTRA = {"blz": {"pathlib", "urllib.parse", "cairn.blz.store", "cairn.blz.search
                  "argparse", "shutil", "bz2", "lzma"},
          # the operations' tools are declared after the reply (Server.defer_tools)
          "brk": {"pathlib", "urllib.parse", "cairn.brk.catalog", "cairn.brk.compute", "cairn.brk.reader",
-                 "cairn.core.ops", "cairn.brk.ops"}}
+                 "cairn.core.ops", "cairn.brk.ops", "cairn.brk.interface"}}
 
 
 def _modules_at_initialize(server: str, args: list[str], env: dict[str, str]) -> tuple[set[str], list[dict[str, Any]]]:
