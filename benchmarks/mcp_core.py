@@ -454,6 +454,65 @@ def startup(runs: int) -> dict[str, Any]:
             "load_average_after": [round(x, 2) for x in os.getloadavg()], "commands": table}
 
 
+# Run a server as ``python -c`` and exit the moment its initialize reply is written: what valgrind counts
+# is exactly the work before the first reply (``STOP`` then the server's own code, or ``run(app)``).
+STOP = """
+import os, sys
+import cairn.mcp.stdio as _stdio
+_write = _stdio._Writer.__call__
+def _stop_after_reply(self, message):
+    _write(self, message)
+    if isinstance(message, dict) and message.get("id") == 0:
+        os._exit(0)
+_stdio._Writer.__call__ = _stop_after_reply
+def run(app):
+    from importlib import import_module
+    sys.exit(import_module(f"cairn.{app}.cli").main())
+"""
+
+
+def _until_reply(cmd: list[str]) -> list[str]:
+    """``cmd`` (a console script, ``python -m cairn.APP.cli`` or ``python -c CODE``) as a ``python -c``
+    that stops right after the initialize reply."""
+    if cmd[0] == sys.executable and cmd[1] == "-c":
+        return [sys.executable, "-c", STOP + cmd[2], *cmd[3:]]
+    if cmd[0] == sys.executable and cmd[1] == "-m":
+        app, args = cmd[2].split(".")[1], cmd[3:]
+    else:
+        app, args = Path(cmd[0]).name, cmd[1:]
+    return [sys.executable, "-c", STOP + f"run({app!r})", *args]
+
+
+def _instructions(cmd: list[str], env: dict[str, str], stdin: bytes | None) -> int:
+    """User-space instructions ``cmd`` executes (valgrind cachegrind's ``I refs``): deterministic where
+    wall and CPU time are not, on a loaded machine too (``PYTHONHASHSEED=0``)."""
+    env = dict(env, PYTHONHASHSEED="0")
+    subprocess.run(cmd, input=stdin, capture_output=True, env=env, timeout=120)  # .pyc files written first
+    proc = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+                           *cmd], input=stdin, capture_output=True, env=env, timeout=600)
+    for line in proc.stderr.decode(errors="replace").splitlines():
+        if "I   refs:" in line or "I refs:" in line:
+            return int(line.split(":")[1].replace(",", "").strip())
+    raise RuntimeError(f"no instruction count from valgrind: {proc.stderr[-500:]!r}")
+
+
+def instructions_against(setups: Setups) -> dict[str, Any]:
+    """Instructions until the initialize reply, per server and setup, and for ``python -c pass``."""
+    init = _line(_initialize())
+    out: dict[str, Any] = {}
+    for side, (servers, env) in setups.items():
+        bare = _instructions([sys.executable, "-c", "pass"], env, None)
+        out.setdefault("python -c pass", {})[side] = bare
+        for name, cmd in servers.items():
+            print(f"instructions: {side} {name}", file=sys.stderr)
+            out.setdefault(name, {})[side] = _instructions(_until_reply(cmd), env, init)
+    for name, row in out.items():
+        sides = list(setups)
+        if len(sides) == 2 and row[sides[1]]:
+            row["change_percent"] = round((row[sides[0]] / row[sides[1]] - 1) * 100, 2)
+    return out
+
+
 def _src_dir(checkout: str) -> Path:
     """The directory holding the ``cairn`` package of a checkout (its root or its ``src``)."""
     path = Path(checkout).expanduser().resolve()
@@ -463,13 +522,14 @@ def _src_dir(checkout: str) -> Path:
     raise SystemExit(f"--against {checkout}: no cairn package in it or in its src/")
 
 
-def startup_against(runs: int, against: str) -> dict[str, Any]:
+def startup_against(runs: int, against: str, instructions: bool = False) -> dict[str, Any]:
     """Start-up of this checkout against another one (``git worktree add /tmp/base REV``), interleaved:
     every round times ``python -c pass`` once and each server under both checkouts, in alternating order.
     Both run as ``PYTHONPATH=<checkout>/src`` with this interpreter (the same ``sys.path`` shape); each
     has its own stores. Per server and checkout: median wall and CPU, their ratios to ``python -c pass``,
     the median of the per-round differences (this - other, paired, so load drifts cancel), and the
-    median VmRSS once ``tools/list`` is answered."""
+    median VmRSS once ``tools/list`` is answered. With ``instructions``, also the instructions each server
+    executes until its reply (:func:`instructions_against`; needs valgrind)."""
     load_before = os.getloadavg()
     sides = {"this": _src_dir(str(Path(__file__).resolve().parents[1])), "other": _src_dir(against)}
     with tempfile.TemporaryDirectory(prefix="cairn-startup-") as tmp:
@@ -477,8 +537,9 @@ def startup_against(runs: int, against: str) -> dict[str, Any]:
         for side, src in sides.items():
             (Path(tmp) / side).mkdir()
             setups[side] = _startup_servers(Path(tmp) / side, src)
-        bare, samples = _rounds(setups, runs, rss=True)
-    names = list(setups["this"][0])
+        bare, samples = _rounds(setups, runs, rss=True) if runs else ({"wall": [1.0], "cpu": [1.0]}, {})
+        counted = instructions_against(setups) if instructions else None
+    names = list(setups["this"][0]) if runs else []
     base_wall, base_cpu = statistics.median(bare["wall"]), statistics.median(bare["cpu"])
     table: dict[str, Any] = {}
     for name in names:
@@ -496,7 +557,8 @@ def startup_against(runs: int, against: str) -> dict[str, Any]:
     return {"runs": runs, "python": sys.executable, "this": str(sides["this"]), "other": str(sides["other"]),
             "python -c pass": {"median_ms": round(base_wall, 1), "cpu_median_ms": round(base_cpu, 1)},
             "load_average_before": [round(x, 2) for x in load_before],
-            "load_average_after": [round(x, 2) for x in os.getloadavg()], "commands": table}
+            "load_average_after": [round(x, 2) for x in os.getloadavg()], "commands": table,
+            **({"instructions_until_reply": counted} if counted else {})}
 
 
 GOALS = {"blz_startup_ratio": 3.0, "spawn_to_initialize_median_ms": 60, "initialize_result_bytes": 512, "idle_rss_mib": 20,
@@ -514,6 +576,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--against", metavar="CHECKOUT",
                         help="with --startup-only: interleave with another checkout (a `git worktree add` of an "
                              "earlier revision), both as PYTHONPATH=<checkout>/src")
+    parser.add_argument("--instructions", action="store_true",
+                        help="with --against: also count the instructions each server runs until its reply "
+                             "(valgrind; deterministic, so it holds on a busy machine; --startup-runs 0 for "
+                             "this alone)")
     parser.add_argument("--make-stores", metavar="DIR", help=argparse.SUPPRESS)  # used by --against
     opts = parser.parse_args(argv)
     if opts.make_stores:
@@ -523,13 +589,16 @@ def main(argv: list[str] | None = None) -> int:
         if "PYTHONDONTWRITEBYTECODE" in os.environ:
             print("warning: PYTHONDONTWRITEBYTECODE is set: every spawn recompiles the modules that have no "
                   ".pyc yet; run under `env -u PYTHONDONTWRITEBYTECODE`", file=sys.stderr)
-        result = startup_against(opts.startup_runs, opts.against)
+        result = startup_against(opts.startup_runs, opts.against, opts.instructions)
         for name, row in result["commands"].items():
             this, other = row["this"], row["other"]
             print(f"{name:24} this x{this['ratio']:<5} (cpu x{this['cpu_ratio']:<5} rss {this['rss_after_tools_list_mib']} MiB)"
                   f"  other x{other['ratio']:<5} (cpu x{other['cpu_ratio']:<5} rss {other['rss_after_tools_list_mib']} MiB)"
                   f"  paired diff {row['paired_diff_ms']['wall']:+.2f} ms (cpu {row['paired_diff_ms']['cpu']:+.2f})",
                   file=sys.stderr)
+        for name, row in result.get("instructions_until_reply", {}).items():
+            print(f"{name:24} instructions this {row['this']:,}  other {row['other']:,}  "
+                  f"({row.get('change_percent', 0):+.2f} %)", file=sys.stderr)
         json.dump({"benchmark": "mcp_core startup --against", "python": platform.python_version(),
                    "platform": platform.platform(), "cpus": os.cpu_count(), "startup": result}, sys.stdout, indent=2)
         sys.stdout.write("\n")
