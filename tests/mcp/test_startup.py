@@ -42,7 +42,7 @@ SLOW = {"traceback", "base64", "ctypes", "importlib.metadata", "numpy", "sqlite3
 LEAN_TYPING = {"typing"}  # blz and brk: no typing before the reply either
 LEAN = {"dataclasses", "inspect", "ast", "argparse", "shutil", "bz2", "lzma"}  # blz and brk only
 EXTRA = {"blz": {"pathlib", "urllib.parse", "cairn.blz.store", "cairn.blz.search"},
-         # ctx must read its TOML config first (tomllib, dataclasses, pathlib, argparse stay), but not
+         # ctx must read its TOML config first (tomllib, dataclasses, pathlib and typing stay), but not
          # open the service: store, retrieval, SQLite, or the Lua sandbox when no Lua tool is declared.
          "ctx": {"cairn.ctx.service", "cairn.ctx.store", "cairn.ctx.retrieval", "cairn.ctx.sync",
                  "cairn.ctx.scripts", "cairn.ctx.lua", "lupa",
