@@ -239,31 +239,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _fast_mcp(argv: list[str]) -> argparse.Namespace | None:
-    """``brk mcp [--out DIR] [--log-level L]`` parsed without argparse, which (with the help
-    formatter's shutil, bz2, lzma and locale) would cost the stdio server a good part of its start-up;
-    anything else (``--help``, an unknown flag) returns None and goes through the real parser."""
-    import types
-
+    """``brk mcp [--out DIR] [--log-level L]`` parsed without argparse (``cairn.core.argv``); anything else
+    (``--help``, an unknown flag) returns None and goes through the real parser."""
     if not argv or argv[0] != "mcp":
         return None
-    found: dict[str, str | None] = {"out": None, "log_level": None}
-    rest = argv[1:]
-    while rest:
-        flag, eq, value = rest[0].partition("=")
-        key = {"--out": "out", "--log-level": "log_level"}.get(flag)
-        if key is None or found[key] is not None:
-            return None
-        if not eq:
-            if len(rest) < 2 or rest[1].startswith("-"):
-                return None
-            value, rest = rest[1], rest[1:]
-        if not value:
-            return None
-        found[key] = value
-        rest = rest[1:]
+    from cairn.core.argv import plain_flags
+
+    found = plain_flags(argv[1:], {"--out": "out", "--log-level": "log_level"})
+    if found is None:
+        return None
+    import types
+
     from cairn.brk.cli_serve import _cmd_mcp
 
-    return types.SimpleNamespace(command="mcp", func=_cmd_mcp, **found)  # type: ignore[return-value]
+    return types.SimpleNamespace(command="mcp", func=_cmd_mcp, out=found.get("out"),  # type: ignore[return-value]
+                                 log_level=found.get("log_level"))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,8 @@
 """brk's MCP server: one tool per operation of ``cairn.brk.ops.OPS`` (names, schemas and validation from
-the declarations), plus the server's instructions."""
+the declarations), plus the server's instructions.
+
+Start-up: the tools are declared after ``initialize`` is answered (``Server.defer_tools``), so ``brk mcp``
+imports neither the operations nor ``cairn.core.ops`` before its first reply."""
 
 from __future__ import annotations
 
@@ -11,10 +14,8 @@ if TYPE_CHECKING:
     from cairn.core.ops import Op
     from cairn.mcp.server import ToolContext, ToolHandler
 
+from cairn.brk import version
 from cairn.brk.families import sentence
-from cairn.brk.interface import version
-from cairn.brk.ops import OPS, answer
-from cairn.core.ops import mcp_tool
 from cairn.mcp.server import Server
 
 INSTRUCTIONS = (
@@ -35,12 +36,21 @@ INSTRUCTIONS = (
 def build_server(interface: Interface) -> Server:
     """The MCP server of one store: every operation declared for MCP, calling ``interface``."""
     server = Server(name="brk", version=version(), title="brk Bitcoin datasets", instructions=INSTRUCTIONS)
-    for op in OPS.on("mcp"):
-        server.add_tool(mcp_tool(op, _handler(op, interface), structured=False))
+    server.defer_tools(lambda: _declare_tools(server, interface))
     return server
 
 
+def _declare_tools(server: Server, interface: Interface) -> None:
+    from cairn.brk.ops import OPS
+    from cairn.core.ops import mcp_tool
+
+    for op in OPS.on("mcp"):
+        server.add_tool(mcp_tool(op, _handler(op, interface), structured=False))
+
+
 def _handler(op: Op, interface: Interface) -> ToolHandler:
+    from cairn.brk.ops import answer
+
     def handle(args: dict[str, Any], ctx: ToolContext) -> Any:
         return answer(op, op.call(interface, args, "mcp"))
 

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cairn.core.errors import CairnError, raise_errors
+
+if TYPE_CHECKING:
+    import argparse  # imported by _parser; `ctx serve mcp --stdio` starts without it
 
 FORMAT_ENV = "CTX_OUTPUT_FORMAT"
 
 
 def _parser() -> argparse.ArgumentParser:
+    import argparse
+
     from cairn.core.ops import add_subcommand
     from cairn.ctx.ops import OPS
 
@@ -78,12 +82,34 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _fast_stdio(argv: list[str]) -> argparse.Namespace | None:
+    """``ctx serve mcp --stdio [--config PATH] [--log-level L]`` (in any order after ``serve mcp``) parsed
+    without argparse (``cairn.core.argv``): building the whole parser, with the sub-commands derived from
+    the operations' declarations, would delay the stdio server's first reply. Anything else (``--help``,
+    another flag, a repeated one) returns None: the real parser."""
+    if argv[:2] != ["serve", "mcp"]:
+        return None
+    from cairn.core.argv import plain_flags
+
+    found = plain_flags(argv[2:], {"--config": "config", "--log-level": "log_level"}, {"--stdio": "stdio"})
+    if found is None or not found.pop("stdio", False):
+        return None
+    import types
+
+    found.setdefault("log_level", None)  # --config stays absent unless given, as with argparse.SUPPRESS
+    return types.SimpleNamespace(command="serve", what="mcp", stdio=True, bind=None, allow_remote=False,
+                                 **found)  # type: ignore[return-value]
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
-    if not args.command:
-        parser.print_help()
-        return 0
+    argv = sys.argv[1:] if argv is None else argv
+    args = _fast_stdio(argv)
+    if args is None:
+        parser = _parser()
+        args = parser.parse_args(argv)
+        if not args.command:
+            parser.print_help()
+            return 0
     try:
         from cairn.core.output import choose_format
 

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from cairn.ctx.config import Config
     from cairn.ctx.luaproc import CancelCheck, LuaPool
     from cairn.ctx.service import Service
+    from cairn.mcp.server import Server
 
 # Each Lua run may use up to 64 MiB in its worker process; bounding concurrent runs bounds the
 # server's memory (8 x 64 MiB). Further calls wait for a worker.
@@ -124,14 +125,22 @@ class Toolbox:
         return to_json(self.op(name), self.run(name, params, cancelled))
 
 
-def mcp_server(toolbox: Toolbox) -> Any:
-    """An MCP server exposing exactly the toolbox's tools (same names, descriptions, schemas, handlers)."""
-    from cairn.core.ops import mcp_tool
+def mcp_server(toolbox: Toolbox) -> Server:
+    """An MCP server exposing exactly the toolbox's tools (same names, descriptions, schemas, handlers),
+    declared after ``initialize`` is answered over stdio (``Server.defer_tools``)."""
     from cairn.mcp.server import Server
 
     server = Server(name="ctx", version=_version(), title="ctx knowledge base",
                     instructions="Search the local knowledge base (files, git repositories) with `search`, "
                                  "read a whole document with `get`, list sources with `sources`.")
+    add_prompts(server, toolbox)  # before initialize: the prompts capability is announced there
+    server.defer_tools(lambda: _declare_tools(server, toolbox))
+    return server
+
+
+def _declare_tools(server: Server, toolbox: Toolbox) -> None:
+    from cairn.core.ops import mcp_tool
+
     for op in toolbox.ops.values():
         def handler(args: dict[str, Any], ctx: Any, _name: str = op.name) -> Any:
             from cairn.core.errors import CairnError
@@ -150,8 +159,6 @@ def mcp_server(toolbox: Toolbox) -> Any:
         if op.extra.get("lua"):
             tool.annotations = None  # a script may do anything its config allows: no hints
         server.add_tool(tool)
-    add_prompts(server, toolbox)
-    return server
 
 
 def add_prompts(server: Any, toolbox: Toolbox) -> None:

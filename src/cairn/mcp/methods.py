@@ -14,12 +14,12 @@ if TYPE_CHECKING:
     from typing import Any, Callable
 
 from cairn.core.errors import CairnError, NotFound, public_error, raise_errors
+from cairn.mcp import LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS
 from cairn.mcp import jsonrpc as rpc
 from cairn.mcp.content import ToolResult, text
 from cairn.mcp.context import ToolContext
 from cairn.mcp.jsonrpc import JSON, RpcError
 from cairn.mcp.schema import SchemaError, validate
-from cairn.mcp.versions import LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS
 
 if TYPE_CHECKING:
     from cairn.mcp.session import Session
