@@ -26,7 +26,7 @@ from ..mcp._http import free_port, sse_messages
 from ..mcp.test_conformance import wait_listening
 from ._prices import closed_url, kraken, kraken_body, silent
 
-SEED = {"index": "date", "ids": "close", "from": -1}
+SEED: dict[str, Any] = {"index": "date", "ids": "close", "from": -1}
 # 2009-01-01 .. 2009-01-20: mainnet 0..589 ends on 2009-01-15, whose close is 2.15.
 BODY = kraken_body(dt.date(2009, 1, 1), 20, lambda i: 2 + (i + 1) / 100)
 

@@ -386,10 +386,10 @@ def test_mainnet_sample_against_an_independent_recomputation(mainnet_blocks: Pat
     claimed = np.array([sum(o.nValue for o in b.vtx[0].vout) for b in blocks], dtype=np.int64)
     fees = np.array(_vecs(q, index="height", ids="fee"), dtype=np.int64)
     unclaimed = 50 * BTC + fees - claimed
-    assert (unclaimed >= 0).all() and _vecs(q, index="height", ids="unspendable_supply", **{"from": -1}) == 0
-    assert (supply == np.cumsum(claimed) - np.cumsum(unclaimed) - 0).all() and supply[-1] == 29_500 * BTC
-    assert (sum(_h(u, n).astype(np.int64) for n in utxo.AGE_IDS) == supply).all()
-    assert (sum(_h(u, f"supply_{t}").astype(np.int64) for t in SPENDABLE) == supply).all()
+    assert np.all(unclaimed >= 0) and _vecs(q, index="height", ids="unspendable_supply", **{"from": -1}) == 0
+    assert np.all(supply == np.cumsum(claimed) - np.cumsum(unclaimed) - 0) and supply[-1] == 29_500 * BTC
+    assert np.all(sum(_h(u, n).astype(np.int64) for n in utxo.AGE_IDS) == supply)
+    assert np.all(sum(_h(u, f"supply_{t}").astype(np.int64) for t in SPENDABLE) == supply)
     # A constant price: realized cap = supply x price, everything at breakeven.
     prices.save(out, [(d, 0.1, 0.1, 0.1, 0.1) for d in range(0, 20)])
     compute(out)

@@ -158,7 +158,7 @@ def test_price_change_reorg_and_kill_equal_a_fresh_run(tmp_path: Path, monkeypat
     out = tmp_path / "out"
     index(blocks, out, max_blocks=150)
     compute(out)
-    series = [(d, 100.0 + d % 13, 0, 0, 100.0 + d % 13) for d in range(0, 6000)]
+    series = [(d, 100.0 + d % 13, 0.0, 0.0, 100.0 + d % 13) for d in range(0, 6000)]
     prices.save(out, series)
     compute(out)
     index(blocks, out)

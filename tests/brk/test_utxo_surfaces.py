@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from cairn.brk.catalog import DATE_INDEXES, HEIGHT_INDEXES
+from cairn.brk.dates import DATE_INDEXES, HEIGHT_INDEXES
 from cairn.brk.compute import compute
 from cairn.brk.families import FAMILIES
 from cairn.brk.http import create_app
@@ -38,7 +38,7 @@ PRICED = {"close", "market_cap", "supply_usd", "realized_cap", "realized_price",
           "supply_in_profit", "supply_in_loss", "supply_breakeven"}
 # Mainnet 0..589 spans 2009-01-03 .. 2009-01-15; a price for each day (a few cents apart, as if).
 CSV = "date,price\n" + "".join(f"2009-01-{d:02d},{0.5 + d / 100:.2f}\n" for d in range(1, 21))
-SEED = {"index": "date", "ids": "close", "from": -1}  # the seed's example
+SEED: dict[str, Any] = {"index": "date", "ids": "close", "from": -1}  # the seed's example
 
 
 def _brk(*args: str) -> subprocess.CompletedProcess[str]:
@@ -145,8 +145,8 @@ def test_every_family_on_every_surface(store: Path, tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == [[expected[i]] for i in SAMPLE_IDS]
     listed = []
-    for page in range(20):
-        r = _brk("ids", "--out", str(out), "--index", "date", "--page", str(page), "--format", "json")
+    for p in range(20):
+        r = _brk("ids", "--out", str(out), "--index", "date", "--page", str(p), "--format", "json")
         listed += json.loads(r.stdout)
         if not json.loads(r.stdout):
             break
@@ -223,8 +223,8 @@ def test_seed_price_example_before_and_after_prices(store: Path, tmp_path: Path,
                     return (not res.is_error, json.loads(text) if not res.is_error else text)
 
             answers.append(asyncio.run(asyncio.wait_for(mcp(), 60)))
-        r = _brk("query", "--out", str(out), "--index", "date", "--ids", "close", "--from", "-1", "--format", "json")
-        answers.append((r.returncode == 0, json.loads(r.stdout) if r.returncode == 0 else r.stderr))
+        done = _brk("query", "--out", str(out), "--index", "date", "--ids", "close", "--from", "-1", "--format", "json")
+        answers.append((done.returncode == 0, json.loads(done.stdout) if done.returncode == 0 else done.stderr))
         return answers
 
     for ok, message in surfaces():
