@@ -413,6 +413,9 @@ class Store:
         return (self.db.execute("SELECT 1 FROM documents LIMIT 1").fetchone() is not None
                 or self.db.execute("SELECT 1 FROM vectors LIMIT 1").fetchone() is not None)
 
+    def has_document(self, doc_id: str) -> bool:
+        return self.db.execute("SELECT 1 FROM documents WHERE id = ?", (doc_id,)).fetchone() is not None
+
     _EXPORTED = ("rowid, id, source, source_id, title, author, source_url, updated_at, fingerprint, content_hash,"
                  " body, metadata")
 

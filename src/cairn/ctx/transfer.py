@@ -325,7 +325,7 @@ def load(svc: Service, stream: IO[bytes], name: str, *, merge: bool = False) -> 
                     fingerprint=_get(lines, obj, "fingerprint", str, required=False, default=""),
                     content_hash=content_hash, author=_get(lines, obj, "author", str, required=False),
                     source_url=_get(lines, obj, "source_url", str, required=False), metadata=metadata)
-                if not merge and store.document(doc_id) is not None:
+                if not merge and store.has_document(doc_id):
                     raise lines.error(f"document {source} {source_id!r} appears a second time")
             elif kind == "chunk":
                 if record is None:
