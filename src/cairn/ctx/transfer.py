@@ -347,12 +347,18 @@ def load(svc: Service, stream: IO[bytes], name: str, *, merge: bool = False) -> 
                     raise lines.error("a vector line, but the header names no embedding model")
                 hash_ = _get(lines, obj, "hash", str)
                 values = _get(lines, obj, "vector", list)
-                if len(values) != dims or not all(
-                        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values):
-                    raise lines.error(f"vector must be {dims} finite numbers (the header's dims)")
-                blob = array("f", values)
-                if not all(math.isfinite(v) for v in blob):
-                    raise lines.error("vector has a value out of float32 range")
+                try:
+                    if len(values) != dims or any(type(v) is bool for v in values):
+                        raise TypeError
+                    blob = array("f", values)  # TypeError for anything but numbers
+                except TypeError:
+                    raise lines.error(f"vector must be {dims} numbers (the header's dims)") from None
+                try:
+                    finite = math.isfinite(math.fsum(blob))
+                except ValueError:  # inf + -inf
+                    finite = False
+                if not finite:  # NaN, infinity, or a number past float32's range (it became infinity)
+                    raise lines.error("vector has a value that is not a finite float32 number")
                 hashes.append(hash_)
                 blobs.append(blob.tobytes())
                 if len(hashes) >= BATCH:
