@@ -358,3 +358,19 @@ def test_export_and_import_memory_does_not_grow_with_the_knowledge_base(tmp_path
     # Eight times the documents: the peak Python memory stays within a small constant of the smaller run's.
     for which in (0, 1):
         assert peaks[4000][which] < peaks[500][which] * 1.5 + 256 * 1024, peaks
+
+
+def test_export_into_a_pipe_closed_early_ends_quietly(tmp_path: Path) -> None:
+    big = tmp_path / "big.jsonl"
+    _big_export(big, 3000)  # about 1.5 MB: more than a pipe holds
+    cfg = config_file(tmp_path, '[db]\npath = "kb.sqlite"\n')
+    svc = Service.from_config(cfg)
+    transfer.import_file(svc, str(big))
+    svc.close()
+    proc = subprocess.Popen([sys.executable, "-m", "cairn.ctx.cli", "export", "--config", str(cfg)],
+                            env=dict(os.environ, PYTHONPATH=SRC), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.read(100).startswith(b'{"type":"header"')
+    proc.stdout.close()  # `ctx export | head -c 100`
+    err = proc.stderr.read()
+    assert proc.wait(60) == 141 and err == b"", err

@@ -175,7 +175,14 @@ def _transfer(svc: Any, args: argparse.Namespace) -> tuple[Any, Any, int]:
     from cairn.ctx import transfer
 
     if args.command == "export":
-        report = transfer.export_file(svc, args.out, vectors=args.vectors)
+        try:
+            report = transfer.export_file(svc, args.out, vectors=args.vectors)
+        except BrokenPipeError:  # the reader went away (`ctx export | head`): no traceback, 128 + SIGPIPE
+            import os
+
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the flush at exit cannot fail
+            args.out = None
+            return None, None, 141
         summary = (f"Exported {report.documents} documents, {report.chunks} chunks, {report.vectors} vectors "
                    f"({report.bytes} bytes) in {report.seconds} s")
         if not args.out or args.out == "-":  # stdout carries the export: the summary goes to stderr
