@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from cairn.core.errors import Conflict, InvalidInput
+from cairn.core.errors import InvalidInput, StorageError
 from cairn.ctx import transfer
 from cairn.ctx.chunk import chunk_hash
 from cairn.ctx.service import Service
@@ -374,3 +374,26 @@ def test_export_into_a_pipe_closed_early_ends_quietly(tmp_path: Path) -> None:
     proc.stdout.close()  # `ctx export | head -c 100`
     err = proc.stderr.read()
     assert proc.wait(60) == 141 and err == b"", err
+
+
+def test_vectors_round_trip_bit_for_bit_and_a_non_finite_one_is_refused(tmp_path: Path) -> None:
+    from array import array
+
+    svc = Service.from_config(config_file(tmp_path, '[db]\npath = "kb.sqlite"\n[embedding]\nprovider = "local"\n'))
+    svc.store  # created
+    rng = random.Random(3)
+    values = [rng.uniform(-1, 1) * 10 ** rng.randint(-30, 30) for _ in range(256)]
+    blob = array("f", values).tobytes()
+    with svc.store.transaction():
+        svc.store.put_vectors("local:l2_supercat:256", ["a" * 32], [blob])
+    buf = io.BytesIO()
+    transfer.export(svc, buf, vectors=True)
+    target = Service.from_config(config_file(tmp_path, '[db]\npath = "kb2.sqlite"\n', "b.toml"))
+    transfer.load(target, io.BytesIO(buf.getvalue()), "x")
+    assert target.store.vectors_after("local:l2_supercat:256", "", 10) == [("a" * 32, blob)]
+    target.close()
+    with svc.store.transaction():
+        svc.store.put_vectors("local:l2_supercat:256", ["b" * 32], [array("f", [float("nan")] * 256).tobytes()])
+    with pytest.raises(StorageError, match="not finite"):
+        transfer.export(svc, io.BytesIO(), vectors=True)
+    svc.close()

@@ -85,10 +85,22 @@ def _line(obj: dict[str, Any]) -> bytes:
     return (text + "\n").encode("utf-8")
 
 
+_FORMATS: dict[int, str] = {}
+
+
 def _vector_json(blob: bytes) -> str:
+    """A float32 vector as a JSON array: 9 significant digits, which read back as the same float32."""
     values = array("f")
     values.frombytes(blob)
-    return "[" + ",".join(format(v, ".9g") for v in values) + "]"
+    fmt = _FORMATS.get(len(values))
+    if fmt is None:
+        fmt = _FORMATS[len(values)] = "[" + ",".join(["%.9g"] * len(values)) + "]"
+    text = fmt % tuple(values)  # one C-level formatting pass: about 3 times faster than a format() per value
+    if "n" in text:  # nan or inf, which JSON cannot carry
+        from cairn.core.errors import StorageError
+
+        raise StorageError("A stored vector is not finite; run `ctx embed rebuild`, then export again.")
+    return text
 
 
 def export(svc: Service, out: IO[bytes], *, vectors: bool = False, path: str = "-") -> ExportReport:
