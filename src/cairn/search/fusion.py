@@ -60,7 +60,7 @@ def rrf(keyword: Mapping[K, float], vector: Mapping[K, float], alpha: float = 0.
     weights = (2 * (1 - alpha), 2 * alpha)
     out: dict[K, float] = {}
     for weight, scores in zip(weights, (keyword, vector)):
-        for key, rank in ranks(scores).items():
+        for rank, (key, _) in enumerate(_ordered(dict(scores)), start=1):
             out[key] = out.get(key, 0.0) + weight / (RRF_K + rank)
     best = sum(weights) / (RRF_K + 1)
     if best <= 0:
