@@ -39,7 +39,7 @@ from cairn.core.errors import Conflict, InvalidInput, NotFound
 
 if TYPE_CHECKING:
     from cairn.ctx.service import Service
-    from cairn.ctx.store import DocumentRecord, Store
+    from cairn.ctx.store import DocumentRecord
 
 FORMAT = "ctx-export"
 VERSION = 1
