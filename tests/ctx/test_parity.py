@@ -88,6 +88,15 @@ CASES: dict[str, list[Case]] = {
              "Unknown source 'nowhere'. Known sources: filesystem:handbook, script:faq.", "not_found"),
         Case({"query": "deploy", "filters": {"since": "yesterday"}}, f"since 'yesterday' is not a date. {HINT}",
              cli=["search", "deploy", "--since", "yesterday"]),
+        # --explain (issue 17): the keyword rank and BM25 of each result's best chunk, the same everywhere
+        Case({"query": "deploy laptop", "explain": True, "limit": 3},
+             cli=["search", "deploy laptop", "--explain", "--limit", "3"]),
+        Case({"query": "deploy", "explain": False}, cli=["search", "deploy"]),
+        Case({"query": "deploy", "explain": "yes"}, _invalid("search", "explain: expected boolean, got string"),
+             cli=[]),
+        Case({"query": "deploy", "explain": True, "mode": "hybrid"},
+             'Embeddings are disabled. Set [embedding] provider = "local" (or openai/ollama) in ctx.toml, then run '
+             "`ctx embed pending`.", "embeddings_disabled", cli=["search", "deploy", "--explain", "--mode", "hybrid"]),
     ],
     "get": [
         Case({"id": DEPLOY}),
@@ -434,3 +443,22 @@ def test_agents_same_answer_and_message_on_every_surface(
         assert [(a.error, a.kind) for a in mcp] == [(f"Unknown prompt: {case.args['name']!r}", -32602)] * 2
     elif mcp:
         assert [(a.error, a.kind) for a in mcp] == [(case.error, -32602)] * 2
+
+
+def test_search_explain_is_in_the_answers_that_ask_for_it(base: str, mcp_answers: dict[str, list[Answer]]) -> None:
+    """``explain`` (issue 17): present on every result of a search that asked for it, absent otherwise."""
+    checked = 0
+    for index, (name, case) in enumerate(ALL):
+        if name != "search" or case.error is not None:
+            continue
+        wanted = case.args.get("explain") is True
+        for answer in (_via_http(base, OPS["search"], case), mcp_answers["stdio"][index], mcp_answers["http"][index]):
+            results = answer.value["results"]
+            assert results and all(("explain" in r) == wanted for r in results), (case, answer)
+            if wanted:
+                checked += 1
+                for r in results:
+                    e = r["explain"]
+                    assert e["keyword"]["rank"] >= 1 and e["keyword"]["bm25"] > 0
+                    assert (e["vector"], e["fused"], e["fusion"]) == (None, None, None)
+    assert checked == 3

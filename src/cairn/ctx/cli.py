@@ -50,6 +50,22 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("embed", parents=[common], help="compute embeddings")
     p.add_argument("action", choices=["pending", "rebuild"], help="pending: missing vectors only; rebuild: all")
 
+    p = sub.add_parser("export", parents=[common], help="write the documents and chunks (and vectors) as JSON Lines",
+                       description="Write the knowledge base as JSON Lines: a header line, then each document "
+                       "followed by its chunks, then (--vectors) the vectors. Streams; for another tool, a static "
+                       "site, or `ctx import`. See docs/ctx.md, Export and import.")
+    p.add_argument("-o", "--out", metavar="FILE", help="write to FILE, replaced only when complete (default: stdout)")
+    p.add_argument("--vectors", action="store_true", help="include the configured embedding model's vectors")
+
+    p = sub.add_parser("import", parents=[common], help="read a `ctx export` file into an empty knowledge base",
+                       description="Read a `ctx export` file (- for stdin) into the knowledge base, in one "
+                       "transaction: a bad line (reported with its number) or an interrupted import changes "
+                       "nothing. The knowledge base must be empty unless --merge is given.")
+    p.add_argument("file", metavar="FILE", help="the JSON Lines file, or - for stdin")
+    p.add_argument("--merge", action="store_true",
+                   help="import into a knowledge base that has documents: one with the same source and "
+                        "source_id is replaced")
+
     p = sub.add_parser("serve", parents=[common], help="serve the HTTP API and MCP (at / and /mcp, or over stdio)")
     p.add_argument("what", choices=["mcp"], help="mcp: the tools over HTTP (/tools/*, MCP at / and /mcp) or --stdio")
     p.add_argument("--stdio", action="store_true", help="speak MCP on stdin/stdout instead of HTTP")
@@ -125,8 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("ctx: interrupted\n")
         return 130
-    if args.command == "serve":  # stdout belonged to the protocol (stdio) or to nobody
-        return status
+    if args.command == "serve" or args.command == "export" and not args.out:
+        return status  # stdout belonged to the protocol (stdio), to the export, or to nobody
     from cairn.core.output import render
 
     out = text() if (fmt == "text" and text is not None) else render(data, fmt)
@@ -185,9 +201,37 @@ def _run(args: argparse.Namespace) -> tuple[Any, Any, int]:
 
                 sys.stderr.write(f"ctx: error: embedding stopped: {scrub(embedded.error)}\n")
             return embedded, None, _exit_code(embedded.error_code) if embedded.error else 0
+        if args.command in ("export", "import"):
+            return _transfer(svc, args)
     finally:
         svc.close()
     raise AssertionError(args.command)
+
+
+def _transfer(svc: Any, args: argparse.Namespace) -> tuple[Any, Any, int]:
+    from cairn.ctx import transfer
+
+    if args.command == "export":
+        try:
+            report = transfer.export_file(svc, args.out, vectors=args.vectors)
+        except BrokenPipeError:  # the reader went away (`ctx export | head`): no traceback, 128 + SIGPIPE
+            import os
+
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the flush at exit cannot fail
+            args.out = None
+            return None, None, 141
+        summary = (f"Exported {report.documents} documents, {report.chunks} chunks, {report.vectors} vectors "
+                   f"({report.bytes} bytes) in {report.seconds} s")
+        if not args.out or args.out == "-":  # stdout carries the export: the summary goes to stderr
+            sys.stderr.write(f"ctx: {summary}\n")
+            args.out = None
+            return None, None, 0
+        return report, lambda: f"{summary} to {report.path}", 0
+    imported = transfer.import_file(svc, args.file, merge=args.merge)
+    for note in imported.notes:
+        sys.stderr.write(f"ctx: note: {note}\n")
+    return imported, lambda: (f"Imported {imported.documents} documents, {imported.chunks} chunks, "
+                              f"{imported.vectors} vectors in {imported.seconds} s"), 0
 
 
 def _run_tools(args: argparse.Namespace) -> tuple[Any, Any, int]:
@@ -328,7 +372,22 @@ def _search_text(results: list[Any]) -> str:
         lines.append(f"   {r.source} {r.source_id}" + (f", {r.location}" if r.location else "") + f"  (updated {r.updated_at})")
         lines.append(f"   {r.snippet}")
         lines.append(f"   id: {r.id}" + (f"  {r.source_url}" if r.source_url else ""))
+        explain = getattr(r, "explain", None)
+        if explain is not None:
+            lines.append(f"   why: {_explain_text(explain)}")
     return "\n".join(lines)
+
+
+def _explain_text(e: dict[str, Any]) -> str:
+    """``search --explain`` in one line: ``keyword #2 bm25 7.31 · vector #5 cosine 0.612 · fused 0.9836 (rrf ...)``."""
+    kw, vec, fusion = e.get("keyword"), e.get("vector"), e.get("fusion")
+    parts = [f"keyword #{kw['rank']} bm25 {kw['bm25']:.4g}" if kw else "keyword -" if fusion else "",
+             f"vector #{vec['rank']} cosine {vec['cosine']:.4f}" if vec else "vector -" if fusion else ""]
+    parts = [p for p in parts if p]
+    if fusion:
+        params = ", ".join(f"{k} {v}" for k, v in fusion.items() if k != "method")
+        parts.append(f"fused {e['fused']:.6f} ({fusion['method']}, {params})")
+    return " · ".join(parts)
 
 
 def _doc_text(doc: Any) -> str:

@@ -60,7 +60,8 @@ _DATE = {"type": ["string", "integer"]}
         })
 def search(svc: Service, query: str, mode: Literal["keyword", "semantic", "hybrid"] = "keyword",
            limit: int | None = None, source: str | list[str] | None = None, filters: dict[str, Any] | None = None,
-           since: str | int | None = None, until: str | int | None = None) -> list[SearchResult]:
+           since: str | int | None = None, until: str | int | None = None,
+           explain: bool = False) -> list[SearchResult]:
     """Search indexed documents by keyword, semantic, or hybrid query.
 
     :param query: what to look for (any text)
@@ -72,6 +73,8 @@ def search(svc: Service, query: str, mode: Literal["keyword", "semantic", "hybri
         ISO 8601 or unix seconds)
     :param since: only documents updated at/after this date (YYYY-MM-DD, ISO 8601, unix seconds)
     :param until: only documents updated before this date
+    :param explain: add `explain` to each result: the keyword rank and BM25 score and the vector rank and
+        cosine of its best chunk (null where that list did not find it), and the fused score (hybrid)
     """
     if filters:
         extra = filters.get("source")
@@ -80,7 +83,7 @@ def search(svc: Service, query: str, mode: Literal["keyword", "semantic", "hybri
                 [extra] if isinstance(extra, str) else list(extra))
         since = filters.get("since", since)
         until = filters.get("until", until)
-    return svc.search(query, mode, source=source, since=since, until=until, limit=limit)
+    return svc.search(query, mode, source=source, since=since, until=until, limit=limit, explain=explain)
 
 
 @OPS.op(mcp="get", cli="get", http="POST /tools/get", error_details=tool_details,
