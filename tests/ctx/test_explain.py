@@ -28,6 +28,12 @@ from .conftest import config_file, write
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
+def _explained(results: list[SearchResult]) -> list[ExplainedResult]:
+    """``search(..., explain=True)``'s results, each checked to carry its ``explain``."""
+    assert all(isinstance(r, ExplainedResult) for r in results)
+    return [r for r in results if isinstance(r, ExplainedResult)]
+
+
 def make(tmp_path: Path, embedding: str = "", retrieval: str = "") -> Service:
     return Service.from_config(config_file(tmp_path, f"""
 [db]
@@ -87,7 +93,7 @@ def test_keyword_explain_reports_sqlite_bm25_and_its_order(corpus: Path) -> None
     svc = make(corpus)
     svc.sync("all")
     plain = svc.search("orchard", limit=50)
-    explained = svc.search("orchard", limit=50, explain=True)
+    explained = _explained(svc.search("orchard", limit=50, explain=True))
     assert all(type(r) is SearchResult for r in plain) and all(isinstance(r, ExplainedResult) for r in explained)
     assert [_plain(r) for r in explained] == [vars(r) for r in plain]  # explain changes nothing else
 
@@ -127,7 +133,7 @@ def test_semantic_explain_reports_the_cosine_of_the_stored_vectors(corpus: Path)
     svc = make(corpus, 'provider = "local"')
     svc.sync("all")
     query = "a bird that cannot fly"
-    explained = svc.search(query, "semantic", limit=8, explain=True)
+    explained = _explained(svc.search(query, "semantic", limit=8, explain=True))
     assert [_plain(r) for r in explained] == [vars(r) for r in svc.search(query, "semantic", limit=8)]
     cos = _cosines(svc, corpus / "kb.sqlite", query)
     order = _ranked(cos)
@@ -146,7 +152,7 @@ def test_hybrid_explain_fused_score_is_rrf_of_the_reported_ranks(corpus: Path) -
         svc = make(corpus, 'provider = "local"',
                    f"hybrid_alpha = {alpha}\ncandidate_k_keyword = 12\ncandidate_k_vector = 12\nfusion = \"rrf\"")
         svc.sync("all")
-        explained = svc.search("kiwi flightless", "hybrid", limit=12, explain=True)
+        explained = _explained(svc.search("kiwi flightless", "hybrid", limit=12, explain=True))
         assert [_plain(r) for r in explained] == [vars(r) for r in svc.search("kiwi flightless", "hybrid", limit=12)]
         w_kw, w_vec = 2 * (1 - alpha), 2 * alpha
         for r in explained:
@@ -175,7 +181,7 @@ def test_hybrid_explain_fused_score_is_rrf_of_the_reported_ranks(corpus: Path) -
 def test_hybrid_explain_with_minmax_fusion(corpus: Path) -> None:
     svc = make(corpus, 'provider = "local"', 'fusion = "minmax"\nhybrid_alpha = 0.5')
     svc.sync("all")
-    explained = svc.search("kiwi flightless", "hybrid", limit=5, explain=True)
+    explained = _explained(svc.search("kiwi flightless", "hybrid", limit=5, explain=True))
     for r in explained:
         assert r.explain["fusion"] == {"method": "minmax", "alpha": 0.5}
         assert r.score == round(r.explain["fused"], 6)

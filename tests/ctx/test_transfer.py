@@ -333,7 +333,7 @@ def _peak(fn: Any) -> int:
         tracemalloc.stop()
 
 
-class Sink(io.RawIOBase):
+class Sink(io.BytesIO):
     """A binary file that keeps nothing."""
 
     def writable(self) -> bool:
