@@ -328,7 +328,7 @@ def _parse(data: dict[str, Any], file: Path, templated: dict[KeyPath, str]) -> C
     r = _Reader(file, "embedding", data.get("embedding", {}))
     r.check_keys(["provider", "model", "dims", "batch_size", "url", "api_key_env", "timeout"])
     embedding = EmbeddingSettings(
-        provider=r.text("provider", "disabled", ("disabled", "local", "e5", "openai", "ollama")),
+        provider=r.text("provider", "disabled", ("disabled", "local", "minilm", "e5", "openai", "ollama")),
         model=r.text("model", ""),
         dims=r.int("dims", 0, lo=0, hi=65_536),
         batch_size=r.int("batch_size", EmbeddingSettings.batch_size, lo=1, hi=10_000),
