@@ -13,7 +13,8 @@ Figures per model, mode and half: recall@5 (answer in the top 5) and MRR@10. Per
 (first embedding, model load included), passages_per_s (embed_pending over every chunk), query_ms
 (p50/p95 of one query embedding, model warm), rss_mb (VmRSS of the process after the run; each model
 runs in its own process) and install_mb (the files of the model's distributions, from their RECORD).
-``--sweep`` adds hybrid recall@5 and MRR per half for RRF constants, min-max, and alphas (fusion tuning).
+``--sweep`` adds hybrid recall@5 and MRR per half for RRF constants, min-max, and alphas (fusion tuning;
+the grid can be changed with SWEEP_K=5,10 SWEEP_ALPHA=0.7,0.8 in the environment).
 ``--cache DIR`` keeps each model's passage vectors in DIR, so a model embeds the corpus once across runs.
 Prints JSON.
 """
@@ -38,6 +39,8 @@ from tests._data import data_dir  # noqa: E402 (after the path set-up)
 
 QUESTIONS = Path(__file__).with_name("ctx_quality.json")
 MODES = ("keyword", "semantic", "hybrid")
+SWEEP_K = [int(k) for k in os.environ.get("SWEEP_K", "5,10,20,30,60,100").split(",")]
+SWEEP_ALPHA = [float(a) for a in os.environ.get("SWEEP_ALPHA", "0.2,0.3,0.4,0.5,0.6,0.7,0.8").split(",")]
 # provider -> (config lines, distributions whose files make up its install)
 MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
     "local": ('provider = "local"', ("wordllama",)),
@@ -160,7 +163,7 @@ def score(svc: Any, questions: dict[str, list[str]], mode: str, misses: list[Any
 
 def run_model(model: str, show_misses: bool, sweep: bool, cache: Path | None) -> dict[str, Any]:
     from cairn.ctx.service import Service
-    from cairn.search import embed, fusion
+    from cairn.search import embed
     from tests.ctx.test_quality import build_corpus
 
     if model == "static64":
@@ -225,18 +228,22 @@ def run_model(model: str, show_misses: bool, sweep: bool, cache: Path | None) ->
             out["misses"] = misses
         if sweep:
             rows = []
-            original_k, original = fusion.RRF_K, svc.config
-            grid = [("rrf", k) for k in (5, 10, 20, 30, 60, 100)] + [("minmax", 0)]
+            provider = MODELS[model][0].split('"')[1]
+            original_defaults, original = dict(embed.HYBRID_DEFAULTS), svc.config
+            out["hybrid_defaults"] = embed.hybrid_defaults(provider)
+            grid = [("rrf", k) for k in SWEEP_K] + [("minmax", 0)]
             try:
                 for method, k in grid:
-                    fusion.RRF_K = k or original_k
-                    for alpha in (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8):
+                    for alpha in SWEEP_ALPHA:
+                        embed.HYBRID_DEFAULTS[provider] = (alpha, k or 60)
                         svc.config = dataclasses.replace(original, retrieval=dataclasses.replace(
                             original.retrieval, hybrid_alpha=alpha, fusion=method))
                         rows.append({"fusion": method, "rrf_k": k or None, "alpha": alpha, **{
                             h: score(svc, qs, "hybrid") for h, qs in halves.items()}})
             finally:
-                fusion.RRF_K, svc.config = original_k, original
+                embed.HYBRID_DEFAULTS.clear()
+                embed.HYBRID_DEFAULTS.update(original_defaults)
+                svc.config = original
             out["sweep"] = rows
     out["rss_mb"] = rss_mb()
     out["install_mb"] = install_mb(MODELS[model][1])

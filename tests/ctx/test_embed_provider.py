@@ -240,3 +240,16 @@ def test_changing_the_provider_reembeds_while_keyword_search_answers(
     assert reader.search("water the plants", "semantic", limit=1)[0].title == "Tomatoes"
     reader.close()
     worker.close()
+
+
+def test_hybrid_weight_defaults_to_the_providers_tuned_value(tmp_path: Path) -> None:
+    from cairn.ctx import config as cfg
+
+    def alpha(embedding: str, retrieval: str = "") -> float:
+        return cfg.load(config_file(tmp_path, f"[retrieval]\n{retrieval}\n[embedding]\n{embedding}\n")).retrieval.hybrid_alpha
+
+    assert alpha('provider = "minilm"') == embed.hybrid_defaults("minilm")[0] == 0.8
+    assert alpha('provider = "local"') == embed.hybrid_defaults("local")[0] == 0.6
+    assert alpha('provider = "ollama"\nmodel = "m"\ndims = 8') == 0.6
+    assert alpha('provider = "minilm"', "hybrid_alpha = 0.3") == 0.3  # a value in ctx.toml wins
+    assert embed.hybrid_defaults("minilm")[1] == 10 and embed.hybrid_defaults("openai")[1] == 60

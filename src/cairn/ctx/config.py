@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cairn.core.errors import InvalidInput, NotFound
-from cairn.search.embed import EmbeddingSettings
+from cairn.search.embed import EmbeddingSettings, hybrid_defaults
 
 KeyPath = tuple[str | int, ...]  # ("connectors", "git", "kb", "url"); an int indexes a list
 
@@ -317,8 +317,11 @@ def _parse(data: dict[str, Any], file: Path, templated: dict[KeyPath, str]) -> C
 
     r = _Reader(file, "retrieval", data.get("retrieval", {}))
     r.check_keys(["hybrid_alpha", "candidate_k_keyword", "candidate_k_vector", "final_limit", "fusion"])
+    # Unset, hybrid_alpha is the embedding provider's tuned weight (cairn.search.embed.HYBRID_DEFAULTS).
+    provider = data.get("embedding", {}).get("provider") if isinstance(data.get("embedding"), dict) else None
     retrieval = RetrievalConfig(
-        hybrid_alpha=r.float("hybrid_alpha", RetrievalConfig.hybrid_alpha, 0.0, 1.0),
+        hybrid_alpha=r.float("hybrid_alpha", hybrid_defaults(provider if isinstance(provider, str) else "")[0],
+                             0.0, 1.0),
         candidate_k_keyword=r.int("candidate_k_keyword", RetrievalConfig.candidate_k_keyword, lo=1, hi=10_000),
         candidate_k_vector=r.int("candidate_k_vector", RetrievalConfig.candidate_k_vector, lo=1, hi=10_000),
         final_limit=r.int("final_limit", RetrievalConfig.final_limit, lo=1, hi=1000),
@@ -527,7 +530,8 @@ max_tokens = 400                  # tokens = whitespace-separated words
 overlap_tokens = 40               # words repeated between consecutive chunks of a long section
 
 [retrieval]
-hybrid_alpha = 0.6                # weight of the semantic signal in hybrid search (keyword gets 1 - alpha)
+# hybrid_alpha = 0.8              # weight of the semantic signal in hybrid search (keyword gets 1 - alpha);
+                                  # unset: tuned per provider (minilm 0.8, local 0.6; docs/ctx.md)
 candidate_k_keyword = 80          # keyword candidates per query (after filters)
 candidate_k_vector = 80           # vector candidates per query (after filters)
 final_limit = 12                  # default number of results

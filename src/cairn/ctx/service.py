@@ -263,6 +263,7 @@ class Service:
         The query is never passed raw to the index.
         """
         from cairn.ctx import retrieval
+        from cairn.search.embed import hybrid_defaults
         from cairn.search.fusion import fuse
 
         if not isinstance(query, str) or not query.strip():
@@ -291,7 +292,7 @@ class Service:
         elif mode == "semantic":
             scored = list(vec.items())
         else:
-            scored = fuse(r.fusion, kw, vec, r.hybrid_alpha)
+            scored = fuse(r.fusion, kw, vec, r.hybrid_alpha, hybrid_defaults(self.config.embedding.provider)[1])
         return self._group(scored, query, limit)
 
     def _group(self, scored: list[tuple[int, float]], query: str, limit: int) -> list[SearchResult]:

@@ -71,6 +71,18 @@ def providers() -> list[str]:
     return sorted({"disabled", *_PROVIDERS})
 
 
+# Hybrid fusion per provider: (hybrid_alpha when ctx.toml sets none, RRF constant k). Tuned on
+# benchmarks/ctx_quality.py (sweep in docs/benchmarks.md): wordllama's semantic ranking is weaker than
+# BM25 on paraphrases, so keyword keeps the larger say; MiniLM's is stronger, and a small k lets its
+# top ranks outweigh keyword's tail. Any other provider gets the wordllama values.
+HYBRID_DEFAULTS: dict[str, tuple[float, int]] = {"local": (0.6, 60), "minilm": (0.8, 10)}
+
+
+def hybrid_defaults(provider: str) -> tuple[float, int]:
+    """``(alpha, rrf_k)`` for hybrid search with ``provider``'s vectors."""
+    return HYBRID_DEFAULTS.get(provider, HYBRID_DEFAULTS["local"])
+
+
 def embed_queries(embedder: Embedder, texts: list[str]) -> "npt.NDArray[np.float32]":
     """Vectors for search queries: the provider's ``embed_query`` when it has one (e5 marks queries and
     passages differently), else its ``embed``."""
