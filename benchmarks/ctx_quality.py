@@ -208,11 +208,11 @@ def run_model(model: str, show_misses: bool, sweep: bool, cache: Path | None) ->
         out["identity"] = embedder.identity
         out["chunks"] = report.embedded
         if cached:
-            hits, misses = cached[-1].hits, cached[-1].misses
+            reused, embedded = cached[-1].hits, cached[-1].misses
             cached[-1].save()
-            out["cache"] = {"hits": hits, "misses": misses}
+            out["cache"] = {"reused": reused, "embedded": embedded}
             # the rate is a measurement only when the model embedded (nearly) every chunk itself
-            out["passages_per_s"] = round(misses / seconds, 1) if misses >= 0.9 * report.embedded else None
+            out["passages_per_s"] = round(embedded / seconds, 1) if embedded >= 0.9 * report.embedded else None
         else:
             out["passages_per_s"] = round(report.embedded / seconds, 1)
         lat = []

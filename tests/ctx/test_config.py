@@ -105,7 +105,8 @@ def test_init_writes_a_loadable_commented_starter(tmp_path: Path, monkeypatch: p
     text = (tmp_path / "config" / "ctx.toml").read_text()
     assert text.count("#") > 10
     loaded = cfg.load(None)
-    assert loaded.embedding.provider == "local"
+    assert loaded.embedding.provider == "minilm" and loaded.embedding.dims == 384
+    assert loaded.retrieval.hybrid_alpha == 0.8  # the provider's tuned weight (the starter leaves it unset)
     assert Path(report.db_path).is_file()
     # A second init keeps the user's file.
     (tmp_path / "config" / "ctx.toml").write_text(text + "\n# mine\n")

@@ -539,9 +539,11 @@ fusion = "rrf"                    # "rrf" (weighted reciprocal rank fusion) or "
                                   # min-max normalised scores, as in Context Harness)
 
 [embedding]
-provider = "local"                # "local" (offline wordllama), "openai", "ollama" or "disabled"
-model = "l2_supercat"
-dims = 256
+provider = "minilm"               # "minilm" (offline all-MiniLM-L6-v2: finds paraphrases, ~0.15 s of CPU per
+                                  # chunk), "local" (offline wordllama: ~1,000x faster, weaker), "e5",
+                                  # "openai", "ollama" or "disabled". Changing it re-embeds (ctx embed pending)
+model = "all-MiniLM-L6-v2"        # local: "l2_supercat"
+dims = 384                        # local: 256
 batch_size = 256
 # url = "https://api.openai.com/v1"   # openai: any OpenAI-compatible base URL; ollama: http://127.0.0.1:11434
 # api_key_env = "OPENAI_API_KEY"     # the environment variable holding the API key
