@@ -65,7 +65,7 @@ class Static64:
 
     def embed(self, texts: list[str]) -> Any:
         import numpy as np
-        from static_model import get_embeddings
+        from static_model import get_embeddings  # type: ignore[import-untyped]
 
         if not texts:
             return np.zeros((0, self.dims), dtype=np.float32)
@@ -134,7 +134,7 @@ def install_mb(dists: tuple[str, ...]) -> float | None:
             return None
         for f in files:
             try:
-                total += f.locate().stat().st_size  # type: ignore[union-attr]
+                total += f.locate().stat().st_size  # type: ignore[attr-defined]
             except OSError:
                 pass
     return round(total / 1e6, 1)

