@@ -253,3 +253,22 @@ def test_hybrid_weight_defaults_to_the_providers_tuned_value(tmp_path: Path) -> 
     assert alpha('provider = "ollama"\nmodel = "m"\ndims = 8') == 0.6
     assert alpha('provider = "minilm"', "hybrid_alpha = 0.3") == 0.3  # a value in ctx.toml wins
     assert embed.hybrid_defaults("minilm")[1] == 10 and embed.hybrid_defaults("openai")[1] == 60
+
+
+def test_hybrid_explain_reports_the_rrf_constant_search_used(tmp_path: Path) -> None:
+    from cairn.ctx.service import ExplainedResult
+
+    write(tmp_path / "docs", PAGES)
+    svc = Service.from_config(_config(tmp_path, 'provider = "minilm"'))
+    svc.sync("all")
+    alpha, k = embed.hybrid_defaults("minilm")
+    results = svc.search("ship the bot with kubectl", "hybrid", limit=4, explain=True)
+    assert results and all(isinstance(r, ExplainedResult) for r in results)
+    w_kw, w_vec = 2 * (1 - alpha), 2 * alpha
+    for r in results:
+        assert isinstance(r, ExplainedResult)
+        e = r.explain
+        assert e["fusion"] == {"method": "rrf", "alpha": alpha, "k": k} and k != 60
+        kw, vec = e["keyword"], e["vector"]
+        expected = (w_kw / (k + kw["rank"]) if kw else 0.0) + (w_vec / (k + vec["rank"]) if vec else 0.0)
+        assert e["fused"] == pytest.approx(expected / ((w_kw + w_vec) / (k + 1)), rel=1e-9)

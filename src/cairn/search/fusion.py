@@ -38,6 +38,11 @@ def _ordered(scores: dict[K, float]) -> list[tuple[K, float]]:
     return sorted(scores.items(), key=lambda kv: (-kv[1], str(kv[0])))
 
 
+def ranks(scores: Mapping[K, float]) -> dict[K, int]:
+    """Each key's rank (1 = best) in the order :func:`rrf` ranks a list: score desc, then key asc."""
+    return {key: rank for rank, (key, _) in enumerate(_ordered(dict(scores)), start=1)}
+
+
 def blend(keyword: Mapping[K, float], vector: Mapping[K, float], alpha: float) -> list[tuple[K, float]]:
     """Alpha-weighted min-max blend: ``(1-alpha)*norm(keyword) + alpha*norm(vector)``."""
     if not 0.0 <= alpha <= 1.0:
