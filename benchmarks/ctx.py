@@ -22,11 +22,11 @@ Text: react.dev's and Hono's llms files of the repository's test data (tests/dat
 into a temporary directory).
 
 Usage: .venv/bin/python benchmarks/ctx.py [--chunks 100000] [--files 10000] [--queries 300] [--documents 200]
-       [--only documents|transfer] [--compare REF] [--provider e5]
+       [--only documents|transfer] [--compare REF] [--provider minilm|e5]
 
-``--provider e5`` measures search only, with the e5 model's 384-dimension vectors: the knowledge base
-gets random unit vectors stored under the e5 identity ("vectors already stored": embedding 100k chunks
-with e5 takes about an hour here) and each query is embedded by the real e5 model.
+``--provider minilm`` (or ``e5``) measures search only, with that model's 384-dimension vectors: the
+knowledge base gets random unit vectors stored under the model's identity ("vectors already stored":
+embedding 100k chunks with it takes hours here) and each query is embedded by the real model.
 """
 
 from __future__ import annotations
@@ -360,7 +360,7 @@ def main() -> None:
     ap.add_argument("--documents", type=int, default=200, help="PDFs and DOCX files for the document sync")
     ap.add_argument("--only", choices=["documents", "transfer"], help="run only this part")
     ap.add_argument("--compare", metavar="REF", help="transfer: also measure search under REF's src (a git ref)")
-    ap.add_argument("--provider", default="local", choices=("local", "e5"))
+    ap.add_argument("--provider", default="local", choices=("local", "minilm", "e5"))
     args = ap.parse_args()
     result: dict[str, object] = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0],
                                              "load_average": [round(x, 2) for x in os.getloadavg()]}}

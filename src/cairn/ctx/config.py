@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cairn.core.errors import InvalidInput, NotFound
-from cairn.search.embed import EmbeddingSettings
+from cairn.search.embed import EmbeddingSettings, hybrid_defaults
 
 KeyPath = tuple[str | int, ...]  # ("connectors", "git", "kb", "url"); an int indexes a list
 
@@ -348,8 +348,11 @@ def _parse(data: dict[str, Any], file: Path, templated: dict[KeyPath, str]) -> C
 
     r = _Reader(file, "retrieval", data.get("retrieval", {}))
     r.check_keys(["hybrid_alpha", "candidate_k_keyword", "candidate_k_vector", "final_limit", "fusion"])
+    # Unset, hybrid_alpha is the embedding provider's tuned weight (cairn.search.embed.HYBRID_DEFAULTS).
+    provider = data.get("embedding", {}).get("provider") if isinstance(data.get("embedding"), dict) else None
     retrieval = RetrievalConfig(
-        hybrid_alpha=r.float("hybrid_alpha", RetrievalConfig.hybrid_alpha, 0.0, 1.0),
+        hybrid_alpha=r.float("hybrid_alpha", hybrid_defaults(provider if isinstance(provider, str) else "")[0],
+                             0.0, 1.0),
         candidate_k_keyword=r.int("candidate_k_keyword", RetrievalConfig.candidate_k_keyword, lo=1, hi=10_000),
         candidate_k_vector=r.int("candidate_k_vector", RetrievalConfig.candidate_k_vector, lo=1, hi=10_000),
         final_limit=r.int("final_limit", RetrievalConfig.final_limit, lo=1, hi=1000),
@@ -359,7 +362,7 @@ def _parse(data: dict[str, Any], file: Path, templated: dict[KeyPath, str]) -> C
     r = _Reader(file, "embedding", data.get("embedding", {}))
     r.check_keys(["provider", "model", "dims", "batch_size", "url", "api_key_env", "timeout"])
     embedding = EmbeddingSettings(
-        provider=r.text("provider", "disabled", ("disabled", "local", "e5", "openai", "ollama")),
+        provider=r.text("provider", "disabled", ("disabled", "local", "minilm", "e5", "openai", "ollama")),
         model=r.text("model", ""),
         dims=r.int("dims", 0, lo=0, hi=65_536),
         batch_size=r.int("batch_size", EmbeddingSettings.batch_size, lo=1, hi=10_000),
@@ -685,7 +688,8 @@ max_tokens = 400                  # tokens = whitespace-separated words
 overlap_tokens = 40               # words repeated between consecutive chunks of a long section
 
 [retrieval]
-hybrid_alpha = 0.6                # weight of the semantic signal in hybrid search (keyword gets 1 - alpha)
+# hybrid_alpha = 0.8              # weight of the semantic signal in hybrid search (keyword gets 1 - alpha);
+                                  # unset: tuned per provider (minilm 0.8, local 0.6; docs/ctx.md)
 candidate_k_keyword = 80          # keyword candidates per query (after filters)
 candidate_k_vector = 80           # vector candidates per query (after filters)
 final_limit = 12                  # default number of results
@@ -693,9 +697,11 @@ fusion = "rrf"                    # "rrf" (weighted reciprocal rank fusion) or "
                                   # min-max normalised scores, as in Context Harness)
 
 [embedding]
-provider = "local"                # "local" (offline wordllama), "openai", "ollama" or "disabled"
-model = "l2_supercat"
-dims = 256
+provider = "minilm"               # "minilm" (offline all-MiniLM-L6-v2: finds paraphrases, ~0.15 s of CPU per
+                                  # chunk), "local" (offline wordllama: ~1,000x faster, weaker), "e5",
+                                  # "openai", "ollama" or "disabled". Changing it re-embeds (ctx embed pending)
+model = "all-MiniLM-L6-v2"        # local: "l2_supercat"
+dims = 384                        # local: 256
 batch_size = 256
 # url = "https://api.openai.com/v1"   # openai: any OpenAI-compatible base URL; ollama: http://127.0.0.1:11434
 # api_key_env = "OPENAI_API_KEY"     # the environment variable holding the API key

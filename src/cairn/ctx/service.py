@@ -276,6 +276,7 @@ class Service:
         say how each was scored.
         """
         from cairn.ctx import retrieval
+        from cairn.search.embed import hybrid_defaults
         from cairn.search.fusion import fuse
 
         if not isinstance(query, str) or not query.strip():
@@ -304,19 +305,21 @@ class Service:
         elif mode == "semantic":
             scored = list(vec.items())
         else:
-            scored = fuse(r.fusion, kw, vec, r.hybrid_alpha)
+            scored = fuse(r.fusion, kw, vec, r.hybrid_alpha, hybrid_defaults(self.config.embedding.provider)[1])
         return self._group(scored, query, limit, self._explainer(mode, kw, vec) if explain else None)
 
     def _explainer(self, mode: str, kw: dict[int, float], vec: dict[int, float]) -> Callable[[int, float], dict[str, Any]]:
         """The ``explain`` of a result from its best chunk (rowid) and that chunk's score: its place and score in
         each candidate list, ranked as :func:`cairn.search.fusion.rrf` ranks them (score desc, then rowid)."""
-        from cairn.search.fusion import RRF_K, ranks
+        from cairn.search.embed import hybrid_defaults
+        from cairn.search.fusion import ranks
 
         r = self.config.retrieval
         kw_rank, vec_rank = ranks(kw), ranks(vec)
         fusion: dict[str, Any] | None = None
         if mode == "hybrid":
-            fusion = {"method": r.fusion, "alpha": r.hybrid_alpha, **({"k": RRF_K} if r.fusion == "rrf" else {})}
+            k = hybrid_defaults(self.config.embedding.provider)[1]  # the RRF constant search used
+            fusion = {"method": r.fusion, "alpha": r.hybrid_alpha, **({"k": k} if r.fusion == "rrf" else {})}
 
         def explain(cid: int, score: float) -> dict[str, Any]:
             return {
