@@ -4,7 +4,9 @@
 
 Figures:
 * add_react_s: adding react-dev/llms-full.txt (92k lines, 2.9 MB) from a local file, in-process
-  (parse + store + FTS5 index), median of 5 into fresh data dirs; also as a whole `blz add` process.
+  (parse + store + FTS5 index), median of 5 into fresh data dirs, with the CPU time of each add
+  (``time.process_time``: steadier than wall-clock on a shared machine); also as a whole `blz add`
+  process; and `--dry-run` (fetch + parse, nothing written), when the code has it.
 * mcp_find_ms: warm `find` searches through the stdio MCP server (round trip over the pipe, JSON
   encode/decode included), p50/p95 over N queries on the react source.
 * cli_search_ms: `blz search "hooks" -s react --json` as a whole new process (median, like hyperfine).
@@ -60,12 +62,21 @@ def bench_add(tmp: Path) -> dict[str, Any]:
     from cairn.blz import sources
     from cairn.blz.store import Store
 
-    times = []
+    times, cpu = [], []
     for i in range(5):
         store = Store(tmp / f"add-{i}")
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         sources.add(store, "react", str(REACT))
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+        store.close()
+    dry: list[float] = []
+    if "dry_run" in sources.add.__code__.co_varnames:  # older code (main before issue 16 item 6) has none
+        store = Store(tmp / "add-dry")
+        for _ in range(5):
+            t0 = time.perf_counter()
+            sources.add(store, "react", str(REACT), dry_run=True)
+            dry.append(time.perf_counter() - t0)
         store.close()
     procs = []
     for i in range(3):
@@ -73,8 +84,12 @@ def bench_add(tmp: Path) -> dict[str, Any]:
         t0 = time.perf_counter()
         subprocess.run([*BLZ, "add", "react", str(REACT)], env=env_for(root), check=True, capture_output=True)
         procs.append(time.perf_counter() - t0)
-    return {"add_react_s": {"median": round(statistics.median(times), 3), "min": round(min(times), 3),
-                            "cli_process_median": round(statistics.median(procs), 3)}}
+    out = {"median": round(statistics.median(times), 3), "min": round(min(times), 3),
+           "cpu_median": round(statistics.median(cpu), 3), "cpu_min": round(min(cpu), 3),
+           "cli_process_median": round(statistics.median(procs), 3)}
+    if dry:
+        out["dry_run_median"] = round(statistics.median(dry), 3)
+    return {"add_react_s": out, "load_average": os.getloadavg()[0]}
 
 
 class Rpc:
@@ -198,13 +213,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--searches", type=int, default=1000)
     parser.add_argument("--cli-runs", type=int, default=30)
+    parser.add_argument("--only", choices=("add", "cli", "mcp"), help="run one group of figures")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="blz-bench-"))
     try:
-        out: dict[str, Any] = {"benchmark": "blz", "python": sys.version.split()[0]}
-        out.update(bench_add(tmp))
-        out.update(bench_cli(tmp, args.cli_runs))
-        out.update(bench_mcp(tmp, args.searches))
+        import cairn
+
+        out: dict[str, Any] = {"benchmark": "blz", "python": sys.version.split()[0],
+                               "code": str(Path(cairn.__file__).parents[1])}  # which src (PYTHONPATH runs main's)
+        if args.only in (None, "add"):
+            out.update(bench_add(tmp))
+        if args.only in (None, "cli"):
+            out.update(bench_cli(tmp, args.cli_runs))
+        if args.only in (None, "mcp"):
+            out.update(bench_mcp(tmp, args.searches))
         print(json.dumps(out, indent=2))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

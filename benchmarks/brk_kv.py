@@ -76,24 +76,9 @@ def _evict(path: Path) -> None:
 
 class RocksEngine:
     def __init__(self, path: Path, cache_mb: int) -> None:
-        from rocksdict import BlockBasedOptions, Cache, DBCompressionType, Options, Rdict
+        from cairn.brk.rocks import open_rocksdb
 
-        opt = Options(raw_mode=True)
-        opt.create_if_missing(True)
-        opt.set_write_buffer_size(64 << 20)
-        opt.set_max_write_buffer_number(2)
-        opt.set_compression_type(DBCompressionType.none())
-        opt.set_bottommost_compression_type(DBCompressionType.lz4())
-        opt.set_level_compaction_dynamic_level_bytes(True)
-        opt.increase_parallelism(2)
-        bbo = BlockBasedOptions()
-        bbo.set_block_cache(Cache(cache_mb << 20))
-        bbo.set_bloom_filter(10, False)
-        bbo.set_cache_index_and_filter_blocks(True)
-        bbo.set_pin_l0_filter_and_index_blocks_in_cache(True)
-        bbo.set_block_size(4 << 10)
-        opt.set_block_based_table_factory(bbo)
-        self.db = Rdict(str(path), opt)
+        self.db = open_rocksdb(path, memtable_mb=64, cache_mb=cache_mb)
 
     def get_many(self, keys: list[bytes]) -> list[bytes | None]:
         return self.db[keys]  # type: ignore[no-any-return]

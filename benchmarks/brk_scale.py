@@ -32,6 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cairn.core.heap import memory_kib
+
 REPO = Path(__file__).resolve().parents[1]
 WARMUP_BLOCKS = 101  # the dense generator's coinbase-only blocks (coinbase maturity)
 GEN_TX_S = 40_000.0  # assumed until measured: generator transactions per second
@@ -41,18 +43,6 @@ BYTES_PER_TX = 450.0  # assumed until measured
 
 def _load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
-
-
-def _vm_hwm_kb(pid: int) -> int:
-    """The peak resident size of a running process's own address space, from ``/proc`` (0 if gone)."""
-    try:
-        with open(f"/proc/{pid}/status", "rb") as status:
-            for line in status:
-                if line.startswith(b"VmHWM:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
 
 
 def _cpu_s(pid: int) -> float:
@@ -87,10 +77,10 @@ def brk(*args: str, timeout: float | None = None) -> dict[str, Any]:
         main_cpu = 0.0
         child_cpu: dict[int, float] = {}
         while True:
-            hwm_kb = max(hwm_kb, _vm_hwm_kb(proc.pid))
+            hwm_kb = max(hwm_kb, memory_kib(proc.pid, "VmHWM"))
             main_cpu = max(main_cpu, _cpu_s(proc.pid))
             for cpid in _children(proc.pid):
-                child_kb[cpid] = max(child_kb.get(cpid, 0), _vm_hwm_kb(cpid))
+                child_kb[cpid] = max(child_kb.get(cpid, 0), memory_kib(cpid, "VmHWM"))
                 child_cpu[cpid] = max(child_cpu.get(cpid, 0.0), _cpu_s(cpid))
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
             if pid:

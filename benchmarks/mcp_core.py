@@ -21,6 +21,18 @@ the ratio to the bare interpreter, plus the CPU time each used until it answered
     .venv/bin/python benchmarks/mcp_core.py [--runs 20] [--calls 1000] [--skip-sdk] [--skip-http]
     .venv/bin/python benchmarks/mcp_core.py --startup-only [--startup-runs 40]
 
+Interleaved with another checkout (issue 14: "start-up does not get worse"), e.g. the previous landing:
+
+    git worktree add /tmp/base REV
+    env -u PYTHONDONTWRITEBYTECODE .venv/bin/python benchmarks/mcp_core.py --startup-only --startup-runs 30 \
+        --against /tmp/base
+    git worktree remove /tmp/base
+
+Each round times ``python -c pass`` and every server under both checkouts (order alternating), both as
+``PYTHONPATH=<checkout>/src`` with this interpreter, each on stores its own code made; it reports per
+server the wall and CPU ratios, the median of the paired per-round differences, and VmRSS after
+``tools/list``.
+
 Linux only (reads /proc). Progress goes to stderr.
 """
 
@@ -104,11 +116,12 @@ def _line(msg: dict[str, Any]) -> bytes:
 
 def rss_kib(pid: int) -> int:
     """Resident set size of ``pid`` in KiB, from /proc/PID/status."""
-    with open(f"/proc/{pid}/status", encoding="ascii") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise RuntimeError(f"no VmRSS in /proc/{pid}/status")
+    from cairn.core.heap import memory_kib
+
+    kib = memory_kib(pid)
+    if not kib:
+        raise RuntimeError(f"no VmRSS in /proc/{pid}/status")
+    return kib
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -311,11 +324,14 @@ def _bare(python: str) -> tuple[float, float]:
     return wall, (usage.ru_utime + usage.ru_stime) * 1000
 
 
-def _first_reply(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
-    """(wall ms from spawn to the initialize reply, CPU ms the server used until then)."""
+def _first_reply(cmd: list[str], env: dict[str, str], rss: bool = False) -> tuple[float, float, float | None]:
+    """(wall ms from spawn to the initialize reply, CPU ms the server used until then, and with ``rss`` its
+    VmRSS in MiB once it has also answered ``tools/list``: idle, after the set-up it defers past the
+    first reply)."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
     assert proc.stdin is not None and proc.stdout is not None
+    rss_mib = None
     try:
         proc.stdin.write(_line(_initialize()))
         proc.stdin.flush()
@@ -324,6 +340,13 @@ def _first_reply(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
         cpu = _task_cpu_ms(proc.pid)
         if b'"result"' not in raw:
             raise RuntimeError(f"{' '.join(cmd[:3])}: no initialize result: {raw[:200]!r}")
+        if rss:
+            proc.stdin.write(_line(INITIALIZED) + _line({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+            proc.stdin.flush()
+            listed = proc.stdout.readline()
+            if b'"tools"' not in listed:
+                raise RuntimeError(f"{' '.join(cmd[:3])}: no tools/list result: {listed[:200]!r}")
+            rss_mib = rss_kib(proc.pid) / 1024
     finally:
         proc.stdin.close()
         try:
@@ -332,7 +355,7 @@ def _first_reply(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
             proc.kill()
             proc.wait()
         proc.stdout.close()
-    return wall, cpu
+    return wall, cpu, rss_mib
 
 
 def _script(name: str) -> list[str]:
@@ -341,8 +364,9 @@ def _script(name: str) -> list[str]:
     return [str(path)] if path.exists() else [sys.executable, "-m", f"cairn.{name}.cli"]
 
 
-def _startup_servers(tmp: Path) -> tuple[dict[str, list[str]], dict[str, str]]:
-    """The stdio servers to time, each with a small real store made under ``tmp``."""
+def _make_stores(tmp: Path) -> None:
+    """The small real stores the servers open: 100 regtest blocks for brk, a ``ctx init`` config (with
+    the ``ctx`` of the ``cairn`` this process imports)."""
     from cairn.brk.compute import compute
     from cairn.brk.indexer import index
     from cairn.brk.sample import write_sample
@@ -352,11 +376,22 @@ def _startup_servers(tmp: Path) -> tuple[dict[str, list[str]], dict[str, str]]:
     compute(tmp / "brk")
     (tmp / "docs").mkdir()
     (tmp / "docs" / "a.md").write_text("# Hello\n\nA document.\n")
-    subprocess.run([*_script("ctx"), "init", "--config", str(tmp / "ctx.toml")], cwd=tmp, check=True,
-                   capture_output=True)
+    subprocess.run([sys.executable, "-m", "cairn.ctx.cli", "init", "--config", str(tmp / "ctx.toml")], cwd=tmp,
+                   check=True, capture_output=True)
+
+
+def _startup_servers(tmp: Path, src: Path | None = None) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """The stdio servers to time, each with a small real store made under ``tmp``; with ``src`` (a
+    checkout's ``src`` directory) the ``cairn`` found there, run as ``PYTHONPATH=src``, which also makes
+    the stores (an older checkout may not read a newer one's)."""
     env = dict(os.environ, BLZ_DATA_DIR=str(tmp / "blz"))
     for var in ("BLZ_LOG", "CTX_LOG", "BRK_LOG"):
         env.pop(var, None)
+    if src is None:
+        _make_stores(tmp)
+    else:
+        env["PYTHONPATH"] = str(src)
+        subprocess.run([sys.executable, __file__, "--make-stores", str(tmp)], env=env, check=True)
     servers = {
         "blz mcp": [*_script("blz"), "mcp"],
         "ctx serve mcp --stdio": [*_script("ctx"), "serve", "mcp", "--stdio", "--config", str(tmp / "ctx.toml")],
@@ -366,25 +401,47 @@ def _startup_servers(tmp: Path) -> tuple[dict[str, list[str]], dict[str, str]]:
     return servers, env
 
 
+Setups = dict[str, tuple[dict[str, list[str]], dict[str, str]]]
+Samples = dict[tuple[str, str], dict[str, list[float]]]
+
+
+def _rounds(setups: Setups, runs: int, rss: bool) -> tuple[dict[str, list[float]], Samples]:
+    """``python -c pass`` once a round, then every server of every setup (checkout), the setups' order
+    alternating from round to round; after one warm-up each (page cache, .pyc files). Returns the bare
+    interpreter's wall and CPU samples, and per (setup, server) wall, CPU and (with ``rss``) RSS samples."""
+    sides = list(setups)
+    names = list(setups[sides[0]][0])
+    samples: Samples = {(side, name): {"wall": [], "cpu": [], "rss": []} for side in sides for name in names}
+    bare: dict[str, list[float]] = {"wall": [], "cpu": []}
+    for servers, env in setups.values():
+        for cmd in servers.values():
+            _first_reply(cmd, env)
+    for i in range(runs):
+        print(f"start-up round {i + 1}/{runs}", file=sys.stderr, end="\r")
+        wall, cpu = _bare(sys.executable)
+        bare["wall"].append(wall)
+        bare["cpu"].append(cpu)
+        for name in names:
+            for side in (sides if i % 2 == 0 else sides[::-1]):
+                servers, env = setups[side]
+                wall, cpu, rss_mib = _first_reply(servers[name], env, rss=rss)
+                got = samples[(side, name)]
+                got["wall"].append(wall)
+                got["cpu"].append(cpu)
+                if rss_mib is not None:
+                    got["rss"].append(rss_mib)
+    print(file=sys.stderr)
+    return bare, samples
+
+
 def startup(runs: int) -> dict[str, Any]:
     """``python -c pass`` and each server's spawn -> initialize, round-robin; medians and ratios."""
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="cairn-startup-") as tmp:
-        servers, env = _startup_servers(Path(tmp))
-        walls: dict[str, list[float]] = {"python -c pass": [], **{k: [] for k in servers}}
-        cpus: dict[str, list[float]] = {k: [] for k in walls}
-        for name, cmd in servers.items():  # one warm-up each (page cache, .pyc files)
-            _first_reply(cmd, env)
-        for i in range(runs):
-            print(f"start-up round {i + 1}/{runs}", file=sys.stderr, end="\r")
-            wall, cpu = _bare(sys.executable)
-            walls["python -c pass"].append(wall)
-            cpus["python -c pass"].append(cpu)
-            for name, cmd in servers.items():
-                wall, cpu = _first_reply(cmd, env)
-                walls[name].append(wall)
-                cpus[name].append(cpu)
-        print(file=sys.stderr)
+        setup = _startup_servers(Path(tmp))
+        bare, samples = _rounds({"this": setup}, runs, rss=False)
+    walls = {"python -c pass": bare["wall"], **{name: samples[("this", name)]["wall"] for name in setup[0]}}
+    cpus = {"python -c pass": bare["cpu"], **{name: samples[("this", name)]["cpu"] for name in setup[0]}}
     base_wall = statistics.median(walls["python -c pass"])
     base_cpu = statistics.median(cpus["python -c pass"])
     table = {}
@@ -395,6 +452,113 @@ def startup(runs: int) -> dict[str, Any]:
                        "cpu_ratio": round(cpu / base_cpu, 2)}
     return {"runs": runs, "python": sys.executable, "load_average_before": [round(x, 2) for x in load_before],
             "load_average_after": [round(x, 2) for x in os.getloadavg()], "commands": table}
+
+
+# Run a server as ``python -c`` and exit the moment its initialize reply is written: what valgrind counts
+# is exactly the work before the first reply (``STOP`` then the server's own code, or ``run(app)``).
+STOP = """
+import os, sys
+import cairn.mcp.stdio as _stdio
+_write = _stdio._Writer.__call__
+def _stop_after_reply(self, message):
+    _write(self, message)
+    if isinstance(message, dict) and message.get("id") == 0:
+        os._exit(0)
+_stdio._Writer.__call__ = _stop_after_reply
+def run(app):
+    from importlib import import_module
+    sys.exit(import_module(f"cairn.{app}.cli").main())
+"""
+
+
+def _until_reply(cmd: list[str]) -> list[str]:
+    """``cmd`` (a console script, ``python -m cairn.APP.cli`` or ``python -c CODE``) as a ``python -c``
+    that stops right after the initialize reply."""
+    if cmd[0] == sys.executable and cmd[1] == "-c":
+        return [sys.executable, "-c", STOP + cmd[2], *cmd[3:]]
+    if cmd[0] == sys.executable and cmd[1] == "-m":
+        app, args = cmd[2].split(".")[1], cmd[3:]
+    else:
+        app, args = Path(cmd[0]).name, cmd[1:]
+    return [sys.executable, "-c", STOP + f"run({app!r})", *args]
+
+
+def _instructions(cmd: list[str], env: dict[str, str], stdin: bytes | None) -> int:
+    """User-space instructions ``cmd`` executes (valgrind cachegrind's ``I refs``): deterministic where
+    wall and CPU time are not, on a loaded machine too (``PYTHONHASHSEED=0``)."""
+    env = dict(env, PYTHONHASHSEED="0")
+    subprocess.run(cmd, input=stdin, capture_output=True, env=env, timeout=120)  # .pyc files written first
+    proc = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+                           *cmd], input=stdin, capture_output=True, env=env, timeout=600)
+    for line in proc.stderr.decode(errors="replace").splitlines():
+        if "I   refs:" in line or "I refs:" in line:
+            return int(line.split(":")[1].replace(",", "").strip())
+    raise RuntimeError(f"no instruction count from valgrind: {proc.stderr[-500:]!r}")
+
+
+def instructions_against(setups: Setups) -> dict[str, Any]:
+    """Instructions until the initialize reply, per server and setup, and for ``python -c pass``."""
+    init = _line(_initialize())
+    out: dict[str, Any] = {}
+    for side, (servers, env) in setups.items():
+        bare = _instructions([sys.executable, "-c", "pass"], env, None)
+        out.setdefault("python -c pass", {})[side] = bare
+        for name, cmd in servers.items():
+            print(f"instructions: {side} {name}", file=sys.stderr)
+            out.setdefault(name, {})[side] = _instructions(_until_reply(cmd), env, init)
+    for name, row in out.items():
+        sides = list(setups)
+        if len(sides) == 2 and row[sides[1]]:
+            row["change_percent"] = round((row[sides[0]] / row[sides[1]] - 1) * 100, 2)
+    return out
+
+
+def _src_dir(checkout: str) -> Path:
+    """The directory holding the ``cairn`` package of a checkout (its root or its ``src``)."""
+    path = Path(checkout).expanduser().resolve()
+    for candidate in (path / "src", path):
+        if (candidate / "cairn" / "__init__.py").exists():
+            return candidate
+    raise SystemExit(f"--against {checkout}: no cairn package in it or in its src/")
+
+
+def startup_against(runs: int, against: str, instructions: bool = False) -> dict[str, Any]:
+    """Start-up of this checkout against another one (``git worktree add /tmp/base REV``), interleaved:
+    every round times ``python -c pass`` once and each server under both checkouts, in alternating order.
+    Both run as ``PYTHONPATH=<checkout>/src`` with this interpreter (the same ``sys.path`` shape); each
+    has its own stores. Per server and checkout: median wall and CPU, their ratios to ``python -c pass``,
+    the median of the per-round differences (this - other, paired, so load drifts cancel), and the
+    median VmRSS once ``tools/list`` is answered. With ``instructions``, also the instructions each server
+    executes until its reply (:func:`instructions_against`; needs valgrind)."""
+    load_before = os.getloadavg()
+    sides = {"this": _src_dir(str(Path(__file__).resolve().parents[1])), "other": _src_dir(against)}
+    with tempfile.TemporaryDirectory(prefix="cairn-startup-") as tmp:
+        setups: Setups = {}
+        for side, src in sides.items():
+            (Path(tmp) / side).mkdir()
+            setups[side] = _startup_servers(Path(tmp) / side, src)
+        bare, samples = _rounds(setups, runs, rss=True) if runs else ({"wall": [1.0], "cpu": [1.0]}, {})
+        counted = instructions_against(setups) if instructions else None
+    names = list(setups["this"][0]) if runs else []
+    base_wall, base_cpu = statistics.median(bare["wall"]), statistics.median(bare["cpu"])
+    table: dict[str, Any] = {}
+    for name in names:
+        row: dict[str, Any] = {}
+        for side in sides:
+            got = samples[(side, name)]
+            wall, cpu = statistics.median(got["wall"]), statistics.median(got["cpu"])
+            row[side] = {"median_ms": round(wall, 1), "ratio": round(wall / base_wall, 2),
+                         "cpu_median_ms": round(cpu, 1), "cpu_ratio": round(cpu / base_cpu, 2),
+                         "rss_after_tools_list_mib": round(statistics.median(got["rss"]), 1)}
+        this, other = samples[("this", name)], samples[("other", name)]
+        row["paired_diff_ms"] = {"wall": round(statistics.median(a - b for a, b in zip(this["wall"], other["wall"])), 2),
+                                 "cpu": round(statistics.median(a - b for a, b in zip(this["cpu"], other["cpu"])), 2)}
+        table[name] = row
+    return {"runs": runs, "python": sys.executable, "this": str(sides["this"]), "other": str(sides["other"]),
+            "python -c pass": {"median_ms": round(base_wall, 1), "cpu_median_ms": round(base_cpu, 1)},
+            "load_average_before": [round(x, 2) for x in load_before],
+            "load_average_after": [round(x, 2) for x in os.getloadavg()], "commands": table,
+            **({"instructions_until_reply": counted} if counted else {})}
 
 
 GOALS = {"blz_startup_ratio": 3.0, "spawn_to_initialize_median_ms": 60, "initialize_result_bytes": 512, "idle_rss_mib": 20,
@@ -409,7 +573,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-http", action="store_true", help="skip the HTTP round trips")
     parser.add_argument("--startup-runs", type=int, default=40, help="rounds of the start-up ratio (median)")
     parser.add_argument("--startup-only", action="store_true", help="only the start-up ratio")
+    parser.add_argument("--against", metavar="CHECKOUT",
+                        help="with --startup-only: interleave with another checkout (a `git worktree add` of an "
+                             "earlier revision), both as PYTHONPATH=<checkout>/src")
+    parser.add_argument("--instructions", action="store_true",
+                        help="with --against: also count the instructions each server runs until its reply "
+                             "(valgrind; deterministic, so it holds on a busy machine; --startup-runs 0 for "
+                             "this alone)")
+    parser.add_argument("--make-stores", metavar="DIR", help=argparse.SUPPRESS)  # used by --against
     opts = parser.parse_args(argv)
+    if opts.make_stores:
+        _make_stores(Path(opts.make_stores))
+        return 0
+    if opts.against:
+        if "PYTHONDONTWRITEBYTECODE" in os.environ:
+            print("warning: PYTHONDONTWRITEBYTECODE is set: every spawn recompiles the modules that have no "
+                  ".pyc yet; run under `env -u PYTHONDONTWRITEBYTECODE`", file=sys.stderr)
+        result = startup_against(opts.startup_runs, opts.against, opts.instructions)
+        for name, row in result["commands"].items():
+            this, other = row["this"], row["other"]
+            print(f"{name:24} this x{this['ratio']:<5} (cpu x{this['cpu_ratio']:<5} rss {this['rss_after_tools_list_mib']} MiB)"
+                  f"  other x{other['ratio']:<5} (cpu x{other['cpu_ratio']:<5} rss {other['rss_after_tools_list_mib']} MiB)"
+                  f"  paired diff {row['paired_diff_ms']['wall']:+.2f} ms (cpu {row['paired_diff_ms']['cpu']:+.2f})",
+                  file=sys.stderr)
+        for name, row in result.get("instructions_until_reply", {}).items():
+            print(f"{name:24} instructions this {row['this']:,}  other {row['other']:,}  "
+                  f"({row.get('change_percent', 0):+.2f} %)", file=sys.stderr)
+        json.dump({"benchmark": "mcp_core startup --against", "python": platform.python_version(),
+                   "platform": platform.platform(), "cpus": os.cpu_count(), "startup": result}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
 
     out: dict[str, Any] = {
         "benchmark": "mcp_core",

@@ -9,12 +9,19 @@ Every ``import``/``from ... import`` of a cairn module is an edge, of one of thr
 
 ``from pkg import name`` is an edge to ``pkg.name`` when that is a module, else to ``pkg``; the package
 a module lives in is not an edge of its own. Names built at run time (``importlib.import_module``,
-the Lua worker's job runner) are not read.
+the Lua worker's job runner) are not read. Every module of the package is a node, not only those the
+command-line entry points reach.
+
+Run it as the tests (``.venv/bin/python -m pytest -q tests/test_import_cycles.py``), or as a script for a
+report of the graph: modules, edges of each kind, and the cycles found counting each kind in turn
+(``.venv/bin/python tests/test_import_cycles.py``).
 """
 
 from __future__ import annotations
 
 import ast
+import functools
+import pkgutil
 from pathlib import Path
 
 import pytest
@@ -58,7 +65,8 @@ def _is_type_checking(node: ast.If) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _imports(module: str, path: Path) -> dict[str, set[str]]:
+@functools.cache
+def _imports(module: str, path: Path) -> dict[str, frozenset[str]]:
     """kind -> the cairn modules ``module`` imports that way."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found: dict[str, set[str]] = {kind: set() for kind in KINDS}
@@ -91,7 +99,7 @@ def _imports(module: str, path: Path) -> dict[str, set[str]]:
             visit(child, inner)
 
     visit(ast.parse(path.read_text(encoding="utf-8"), str(path)), "module")
-    return found
+    return {kind: frozenset(targets) for kind, targets in found.items()}
 
 
 def _graph(*kinds: str) -> Graph:
@@ -164,6 +172,15 @@ def test_the_graph_is_read_from_the_source() -> None:
     assert len(MODULES) > 60
 
 
+def test_every_module_of_the_package_is_a_node() -> None:
+    """The nodes are every module ``pkgutil`` finds in the package (the entry points' reach is not
+    enough: a cycle among modules only a test or a server imports is still a cycle)."""
+    walked = {"cairn"} | {info.name for info in pkgutil.walk_packages(cairn.__path__, "cairn.")}
+    assert walked == set(MODULES)
+    assert {"cairn.brk.addresses", "cairn.ctx.connectors.git", "cairn.mcp.http", "cairn.search.embed",
+            "cairn.demo"} <= set(MODULES)
+
+
 def test_module_level_imports_have_no_cycle() -> None:
     graph = _graph("module")
     assert [_describe(c, graph) for c in _cycles(graph)] == []
@@ -193,3 +210,20 @@ def test_no_known_runtime_cycle_is_left() -> None:
 def test_known_type_only_cycle_is_gone(name: str) -> None:
     members = KNOWN_TYPING[name][0]
     assert members not in _cycles(_graph(*KINDS))
+
+
+def _report() -> str:
+    lines = [f"{len(MODULES)} modules under {SRC}"]
+    for kind in KINDS:
+        edges = sum(len(_imports(m, p)[kind]) for m, p in MODULES.items())
+        lines.append(f"{edges} {kind} edges")
+    for kinds in (("module",), ("module", "function"), KINDS):
+        graph = _graph(*kinds)
+        cycles = _cycles(graph)
+        lines.append(f"cycles counting {' + '.join(kinds)} imports: {len(cycles)}")
+        lines.extend(f"  {_describe(c, graph)}" for c in cycles)
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(_report())

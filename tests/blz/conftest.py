@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import ssl
+import subprocess
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -42,9 +44,15 @@ class DocServer:
     requests: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
     redirects: dict[str, str] = field(default_factory=dict)
     port: int = 0
+    scheme: str = "http"
+
+    @property
+    def host(self) -> str:
+        """``127.0.0.1:PORT``: what `blz add DOMAIN` takes."""
+        return f"127.0.0.1:{self.port}"
 
     def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
+        return f"{self.scheme}://127.0.0.1:{self.port}{path}"
 
     def etag(self, path: str) -> str:
         return '"' + hashlib.sha256(self.files[path]).hexdigest()[:16] + '"'
@@ -67,7 +75,30 @@ def other_server() -> Iterator[DocServer]:
     yield from _serve(DocServer())
 
 
-def _serve(state: DocServer) -> Iterator[DocServer]:
+@pytest.fixture(scope="session")
+def tls_cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 (and localhost), made by the openssl command: (cert, key)."""
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "2", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
+                   check=True, capture_output=True, timeout=60)
+    return cert, key
+
+
+@pytest.fixture
+def tls_server(tls_cert: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> Iterator[DocServer]:
+    """A DocServer over HTTPS on 127.0.0.1 (`blz add DOMAIN` fetches https://DOMAIN/...), its
+    certificate trusted through SSL_CERT_FILE for this test (in-process and in child processes)."""
+    cert, key = tls_cert
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    yield from _serve(DocServer(scheme="https"), context)
+
+
+def _serve(state: DocServer, tls: ssl.SSLContext | None = None) -> Iterator[DocServer]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
             state.requests.append(("GET", self.path, {k.lower(): v for k, v in self.headers.items()}))
@@ -99,6 +130,8 @@ def _serve(state: DocServer) -> Iterator[DocServer]:
 
     httpd = _QuietServer(("127.0.0.1", 0), Handler)
     state.port = httpd.server_address[1]
+    if tls is not None:  # the handshake runs in the handler's thread, on its first read
+        httpd.socket = tls.wrap_socket(httpd.socket, server_side=True, do_handshake_on_connect=False)
     thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     yield state

@@ -65,7 +65,8 @@ def test_env_chooses_format(doc: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert "sources" in json.loads(out)
     monkeypatch.setenv("BLZ_OUTPUT_FORMAT", "tsv")
     code, out, _ = blz("lookup", "bun")
-    assert out.splitlines()[0] == "query\tresults" and code == 0
+    assert out.splitlines()[0] == "alias\turl\tdescription\tcategory\tinstalled\tsuggestedCommand" and code == 0
+    assert out.splitlines()[1].startswith("bun\thttps://bun.sh/llms-full.txt\t")
     monkeypatch.setenv("BLZ_OUTPUT_FORMAT", "yaml")
     code, out, err = blz("list")
     assert code == 2 and "Unknown output format 'yaml'" in err

@@ -42,7 +42,8 @@ def test_inspector_lists_and_calls_blz_tools(tmp_path: Path, data_root: Path) ->
     store.close()
 
     listed = inspector(data_root, "--method", "tools/list")
-    assert {t["name"] for t in listed["tools"]} == {"find", "toc", "list-sources", "source-add", "run-command", "learn-blz"}
+    assert {t["name"] for t in listed["tools"]} == {"find", "toc", "list-sources", "lookup", "source-add", "run-command",
+                                                      "learn-blz"}
 
     found = inspector(data_root, "--method", "tools/call", "--tool-name", "find", "--tool-arg", "query=hooks",
                       "--tool-arg", "source=guide")

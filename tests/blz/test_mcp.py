@@ -22,7 +22,7 @@ from .conftest import DocServer
 pytestmark = [pytest.mark.filterwarnings("ignore:.*(removed|deprecated) as of 2026"), pytest.mark.timeout(120)]
 
 GUIDE = "# Guide\n\nIntro words.\n\n## Hooks\n\nHooks let you use state.\nMore hooks text.\n\n## Other\n\nzebra\n"
-TOOLS = {"find", "toc", "list-sources", "source-add", "run-command", "learn-blz"}
+TOOLS = {"find", "toc", "list-sources", "lookup", "source-add", "run-command", "learn-blz"}
 
 
 def seeded(tmp_path: Path, data_root: Path) -> StdioServerParameters:
@@ -55,7 +55,10 @@ async def exercise(params: StdioServerParameters, http: DocServer, secret: str) 
         tools = {tool.name: tool for tool in (await client.list_tools()).tools}
         assert set(tools) == TOOLS
         props = tools["find"].input_schema["properties"]
-        assert set(props) == {"query", "snippets", "source", "contextMode", "linePadding", "maxResults"}
+        # The seed's parameters, plus the search controls of issue 16 (names as upstream BLZ's where it has them).
+        assert set(props) == {"query", "snippets", "source", "contextMode", "linePadding", "maxResults",
+                              "headingsOnly", "headingLevel", "maxLines", "linesBefore", "linesAfter"}
+        assert set(props["source"]["type"]) == {"string", "array"}
         assert props["maxResults"]["maximum"] == 50 and props["linePadding"]["maximum"] == 50
 
         found = data(await client.call_tool("find", {"query": "hooks", "source": "guide", "maxResults": 5}))

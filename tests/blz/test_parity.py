@@ -4,12 +4,12 @@ Driven from the registry (cairn.blz.ops.OPS): each operation has cases below, wr
 arguments; the CLI argv is derived from the declaration (positional arguments, flags), the MCP call
 goes through the official SDK client to a real `blz mcp` over stdio. How MCP reaches an operation:
 
-- ``tool``: the operation's own MCP tool (find, toc, list-sources, source-add, learn-blz);
+- ``tool``: the operation's own MCP tool (find, toc, list-sources, lookup, source-add, learn-blz);
 - ``find``: `blz search` and `blz get` are `find` with a query / with snippets (their hits / snippets
   must equal find's; error messages must agree after the operation's name);
 - ``run-command``: the whitelisted read-only commands (stats, history, list, validate, inspect,
   schema), whose stdout/stderr/exit code must equal `blz COMMAND --text`;
-- ``cli-only`` (update, remove, lookup): no MCP counterpart by design (the seed keeps writes other
+- ``cli-only`` (update, remove): no MCP counterpart by design (the seed keeps writes other
   than source-add off MCP); the CLI answer must equal the operation called on the store directly.
 
 An operation declared without cases here fails :func:`test_every_operation_has_parity_cases`.
@@ -43,6 +43,7 @@ pytestmark = [pytest.mark.filterwarnings("ignore:.*(removed|deprecated) as of 20
 
 GUIDE = b"# Guide\n\nIntro words.\n\n## Hooks\n\nHooks let you use state.\nMore hooks text.\n\n## Other\n\nzebra\n"
 LIB = b"# Lib\n\n## Install\n\nnpm install lib\n"
+NOTES = b"# Hooks overview\n\nAll about hooks.\n\n### Deep hooks\n\nhooks deep inside.\n"
 
 OK, ERR = True, False
 # op name -> (route, [(wire arguments, expected to succeed)]). {URL} stands for the test server's lib URL.
@@ -64,6 +65,26 @@ CASES: dict[str, tuple[str, list[tuple[dict[str, Any], bool]]]] = {
         ({"snippets": ["guide:9-3"]}, ERR),
         ({"snippets": ["guide:900"]}, ERR),
         ({}, ERR),
+        # Issue 16: several sources, headingsOnly, headingLevel, maxLines, linesBefore / linesAfter.
+        ({"query": "hooks", "source": ["guide", "notes"]}, OK),
+        ({"query": "hooks", "source": "guide,notes", "headingLevel": "1-2"}, OK),
+        ({"query": "hooks", "source": ["notes", "GUIDE"], "headingLevel": [1, "3-4"]}, OK),
+        ({"query": "hooks", "headingLevel": 2, "headingsOnly": True}, OK),
+        ({"query": "deep", "headingsOnly": True, "headingLevel": "<=2"}, OK),
+        ({"query": "hooks", "headingsOnly": True, "maxResults": 1}, OK),
+        ({"snippets": ["guide:7"], "linesAfter": 2, "linesBefore": 1}, OK),
+        ({"snippets": ["guide:1-12", "notes:1-7"], "maxLines": 3}, OK),
+        ({"snippets": ["guide:7"], "linePadding": 3, "linesBefore": 0, "maxLines": 2}, OK),
+        ({"query": "x", "source": ["guide", "nope"]}, ERR),
+        ({"query": "x", "source": "guide,Bad/Alias"}, ERR),
+        ({"query": "x", "headingLevel": "3-1"}, ERR),
+        ({"query": "x", "headingLevel": "0"}, ERR),
+        ({"query": "x", "headingLevel": 7}, ERR),
+        ({"query": "x", "headingLevel": [2, "h2"]}, ERR),
+        ({"snippets": ["guide:7"], "maxLines": 0}, ERR),
+        ({"snippets": ["guide:7"], "maxLines": "few"}, ERR),
+        ({"snippets": ["guide:7"], "linesAfter": 51}, ERR),
+        ({"snippets": ["guide:7"], "linesBefore": -1}, ERR),
     ]),
     "toc": ("tool", [
         ({"source": "guide"}, OK),
@@ -80,23 +101,36 @@ CASES: dict[str, tuple[str, list[tuple[dict[str, Any], bool]]]] = {
     ]),
     "list-sources": ("tool", [({}, OK), ({"filter": "GUI"}, OK), ({"filter": "react"}, OK)]),
     "source-add": ("tool", [
+        ({"alias": "lib", "url": "{URL}", "dryRun": True}, OK),  # reports, writes nothing
         ({"alias": "lib", "url": "{URL}"}, OK),
         ({"alias": "lib", "url": "{URL}"}, ERR),  # exists: Conflict
         ({"alias": "lib", "url": "{URL}", "force": True, "exact": True}, ERR),  # exactly llms.txt: 404
         ({"alias": "Bad/Alias", "url": "{URL}"}, ERR),
         ({"alias": "not-in-the-registry"}, ERR),
+        ({"alias": "lib", "url": "{URL}", "dryRun": True}, ERR),  # a dry run conflicts as an add would
+        ({"alias": "docs.txt"}, ERR),  # neither an alias nor a domain
+        ({"alias": "bun.sh", "exact": True}, ERR),  # a domain is looked into: no exact URL
     ]),
     "learn-blz": ("tool", [({}, OK)]),
     "search": ("find", [
         ({"query": "hooks", "source": ["guide"], "maxResults": 5}, OK),
         ({"query": "x", "maxResults": 51}, ERR),
         ({"query": "x", "source": ["nope"]}, ERR),
+        ({"query": "hooks", "source": ["guide", "notes"], "headingLevel": "2"}, OK),
+        ({"query": "hooks", "source": ["guide,notes"], "headingsOnly": True}, OK),
+        ({"query": "hooks", "headingLevel": [1, 3]}, OK),
+        ({"query": "x", "headingLevel": "3-1"}, ERR),
+        ({"query": "x", "source": ["guide", "nope"]}, ERR),
     ]),
     "get": ("find", [
         ({"citations": ["guide:7-7"], "linePadding": 2}, OK),
         ({"citations": ["guide:5"], "contextMode": "all"}, OK),
         ({"citations": ["guide:7"], "linePadding": 60}, ERR),
         ({"citations": ["nosuch:1-2"]}, ERR),
+        ({"citations": ["guide:7"], "linesAfter": 2}, OK),
+        ({"citations": ["guide:1-12"], "maxLines": 4, "linesBefore": 1}, OK),
+        ({"citations": ["guide:7"], "maxLines": 0}, ERR),
+        ({"citations": ["guide:7"], "linesBefore": 51}, ERR),
     ]),
     "stats": ("run-command", [({}, OK)]),
     "history": ("run-command", [({}, OK), ({"alias": "guide"}, OK), ({"alias": "Bad/Alias"}, ERR)]),
@@ -105,7 +139,8 @@ CASES: dict[str, tuple[str, list[tuple[dict[str, Any], bool]]]] = {
     "schema": ("run-command", [({}, OK), ({"name": "toc"}, OK), ({"name": "nope"}, ERR)]),
     "update": ("cli-only", [({"alias": "guide"}, OK), ({}, ERR), ({"alias": "ghost"}, ERR)]),
     "remove": ("cli-only", [({"alias": "ghost"}, ERR)]),
-    "lookup": ("cli-only", [({"query": "react"}, OK), ({}, OK)]),
+    "lookup": ("tool", [({"query": "react"}, OK), ({}, OK), ({"query": "orm", "category": "database"}, OK),
+                        ({"category": "nope"}, ERR), ({"category": "AI"}, ERR)]),
 }
 # run-command reaches `list` too (it is list-sources on the CLI): checked with the run-command cases.
 RUN_COMMAND_EXTRA: list[tuple[str, dict[str, Any], bool]] = [("list-sources", {}, OK)]
@@ -202,7 +237,8 @@ async def check_all(params: StdioServerParameters, url: str, root: Path) -> int:
                     if op.name == "source-add" and ok:
                         # The same alias both ways: MCP adds it, the CLI removes and adds it again.
                         got_mcp = await mcp_call(client, op.mcp, args)
-                        assert cli(["remove", args["alias"], "--json"])[0] == 0
+                        if not args.get("dryRun"):
+                            assert cli(["remove", args["alias"], "--json"])[0] == 0
                         got_cli = cli_json(op, args)
                         assert got_mcp[0] and got_cli[0], (got_mcp, got_cli)
                         # MCP answers the seed's fields (op.extra["mcp_fields"]); the CLI the whole result.
@@ -226,8 +262,6 @@ async def check_all(params: StdioServerParameters, url: str, root: Path) -> int:
                         store.close()
                 elif route == "find":
                     mcp_args = {("snippets" if k == "citations" else k): v for k, v in args.items()}
-                    if isinstance(mcp_args.get("source"), list):
-                        [mcp_args["source"]] = mcp_args["source"]
                     got_cli = cli_json(op, args)
                     got_mcp = await mcp_call(client, "find", mcp_args)
                     assert got_cli[0] is got_mcp[0] is ok, (op.name, args, got_cli, got_mcp)
@@ -271,11 +305,64 @@ async def same_as_run_command(client: Client, op: Op, args: dict[str, Any], ok: 
 def test_cli_and_mcp_agree_on_every_operation(tmp_path: Path, data_root: Path, doc_server: DocServer) -> None:
     doc_server.files["/guide/llms.txt"] = GUIDE
     doc_server.files["/lib/llms-full.txt"] = LIB
+    doc_server.files["/notes/llms.txt"] = NOTES
     assert cli(["add", "guide", doc_server.url("/guide/llms.txt"), "--exact", "--json"])[0] == 0
+    assert cli(["add", "notes", doc_server.url("/notes/llms.txt"), "--exact", "--json"])[0] == 0
     params = StdioServerParameters(command=sys.executable, args=["-m", "cairn.blz.cli", "mcp"],
                                    env={"BLZ_DATA_DIR": str(data_root), "BLZ_MCP_ALLOW_HOSTS": "127.0.0.1"})
     compared = asyncio.run(asyncio.wait_for(check_all(params, doc_server.url("/lib/llms.txt"), data_root), 150))
     assert compared == sum(len(cases) for _route, cases in CASES.values()) + len(RUN_COMMAND_EXTRA)
+
+
+# Parameters on the command line only (no MCP counterpart to compare with): the CLI answer must equal
+# the operation called on the store directly. {MANIFEST} stands for a manifest file the test writes.
+CLI_ONLY_PARAMS: dict[str, list[tuple[dict[str, Any], bool]]] = {
+    "source-add": [
+        ({"manifest": "{MANIFEST}", "dryRun": True}, OK),
+        ({"manifest": "{MANIFEST}.missing"}, ERR),
+        ({"manifest": "{MANIFEST}", "alias": "x"}, ERR),
+        ({"manifest": "{MANIFEST}", "only": ["gone"], "dryRun": True}, OK),
+        ({"manifest": "{MANIFEST}", "only": ["nothing,else"]}, ERR),
+        ({"alias": "lib", "only": ["lib"]}, ERR),
+    ],
+}
+
+
+def test_every_cli_only_parameter_has_parity_cases() -> None:
+    for op in OPS:
+        only = {p.wire for p in op.params_for("cli")} - {p.wire for p in op.params_for("mcp")}
+        if op.mcp is None or not only or op.name in ("list-sources",):  # list-sources: --registry is MCP's default
+            continue
+        covered = {k for args, _ok in CLI_ONLY_PARAMS.get(op.name, []) for k in args}
+        assert only - {"maxBytes", "timeout"} <= covered, f"{op.name}: parity cases for {only - covered}"
+
+
+def test_cli_only_parameters_agree_with_the_declaration(tmp_path: Path, data_root: Path,
+                                                         doc_server: DocServer) -> None:
+    doc_server.files["/lib/llms-full.txt"] = LIB
+    manifest = tmp_path / "m.toml"
+    manifest.write_text(f'[[source]]\nalias = "lib"\nurl = "{doc_server.url("/lib/llms.txt")}"\n\n'
+                        f'[[source]]\nalias = "gone"\nurl = "{doc_server.url("/gone/llms.txt")}"\n')
+    for name, cases in CLI_ONLY_PARAMS.items():
+        op = OPS[name]
+        for raw, ok in cases:
+            args = json.loads(json.dumps(raw).replace("{MANIFEST}", str(manifest)))
+            code, out, err = cli([*argv_for(op, args), "--json"])
+            store = Store(data_root)
+            try:
+                direct: tuple[bool, Any] = (True, op.call(store, args, "cli"))
+            except CairnError as exc:
+                direct = (False, exc.message)
+            finally:
+                store.close()
+            if out:  # an answer (with failed entries: a non-zero exit code, and each on stderr)
+                got: tuple[bool, Any] = (True, json.loads(out))
+                strip = re.compile(r'"elapsedMs": [0-9.]+')
+                assert strip.sub("", json.dumps(got[1])) == strip.sub("", json.dumps(direct[1])), (name, args)
+            else:
+                assert err.startswith("blz: error: ") and err.count("\n") == 1, err
+                assert (False, err[len("blz: error: "):-1]) == direct and not ok, (name, args)
+            assert direct[0] is ok, (name, args, direct)
 
 
 def test_argv_is_derived_from_the_declaration() -> None:

@@ -250,10 +250,57 @@ def test_react_full_corpus(store: Store, test_data: Path) -> None:
     assert "usestate" in got.lower()
 
 
-def test_line_budget_spans_citations(store: Store, tmp_path: Path) -> None:
+def test_line_budget_spans_citations(store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The answer's line budget (DEFAULT_MAX_LINES, 2000) counts every span: past it, spans are cut
+    and then left out."""
     sources.add(store, "alpha", str(write(tmp_path, "a.txt", ALPHA)))
-    snips = service.get(store, ["alpha:1-3", "alpha:5-9", "alpha:12-13"], max_lines=5)["snippets"]
-    assert [(s["lines"], s.get("truncated", False)) for s in snips] == [("1-3", False), ("5-6", True)]
+    monkeypatch.setattr(service, "DEFAULT_MAX_LINES", 5)
+    snips = service.get(store, ["alpha:1-3", "alpha:5-9", "alpha:12-13"])["snippets"]
+    assert [(s["lines"], s.get("truncated", False), s.get("remaining")) for s in snips] == [
+        ("1-3", False, None), ("5-6", True, "alpha:7-9")]
+
+
+def test_max_lines_caps_each_span(store: Store, tmp_path: Path) -> None:
+    """Issue 16: maxLines caps every span (not the answer), and says what was cut as a citation."""
+    sources.add(store, "alpha", str(write(tmp_path, "a.txt", ALPHA)))
+    lines = ALPHA.splitlines()
+    snips = service.get(store, ["alpha:1-3", "alpha:5-9", "alpha:12-13"], max_lines=2)["snippets"]
+    assert [(s["lines"], s.get("truncated", False), s.get("remaining")) for s in snips] == [
+        ("1-2", True, "alpha:3-3"), ("5-6", True, "alpha:7-9"), ("12-13", False, None)]
+    assert snips[1]["content"] == "\n".join(lines[4:6])
+    # The cap applies after context: the expanded span is cut, the citation of the rest follows it.
+    whole = service.get(store, ["alpha:12-12"], "all", max_lines=3)["snippets"][0]
+    assert (whole["lines"], whole["remaining"]) == ("10-12", "alpha:13-19")
+    assert service.get(store, ["alpha:1-3"], max_lines=3)["snippets"][0].keys() == {
+        "alias", "lines", "content", "headingPath"}
+    with pytest.raises(InvalidInput, match="maxLines must be at least 1, not 0"):
+        service.get(store, ["alpha:1-3"], max_lines=0)
+
+
+def test_context_before_and_after(store: Store, tmp_path: Path) -> None:
+    """Issue 16: -B / -A (linesBefore / linesAfter) pad one side; -C pads both and is overridden
+    per side; alone, either means symmetric context with nothing on the other side."""
+    sources.add(store, "alpha", str(write(tmp_path, "a.txt", ALPHA)))
+
+    def span(**kw: object) -> str:
+        return str(service.get(store, ["alpha:7-7"], **kw)["snippets"][0]["lines"])  # type: ignore[arg-type]
+
+    assert span(after=2) == "7-9"
+    assert span(before=2) == "5-7"
+    assert span(before=1, after=3) == "6-10"
+    assert span(padding=2) == "5-9"  # -C unchanged
+    assert span(padding=2, after=0) == "5-7"
+    assert span(padding=1, before=4) == "3-8"
+    assert span(context="symmetric") == "2-12"  # symmetric alone: 5 lines each side, as before
+    assert span(context="symmetric", after=1) == "7-8"
+    assert span(context="none", after=3) == "7-7"  # as -C: no expansion when the mode says none
+    assert span(before=50, after=50) == "1-19"  # clamped to the file
+    whole = service.get(store, ["alpha:7-7"], "all", before=1)["snippets"][0]
+    assert whole["lines"] == "5-9"  # all: the heading section, whatever the padding
+    with pytest.raises(InvalidInput, match="Lines after must be between 0 and 50, not 51"):
+        service.get(store, ["alpha:7-7"], after=51)
+    with pytest.raises(InvalidInput, match="Lines before must be between 0 and 50, not -1"):
+        service.get(store, ["alpha:7-7"], before=-1)
 
 
 def test_search_accepts_any_text_property(store: Store, tmp_path: Path) -> None:

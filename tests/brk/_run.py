@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cairn.core.heap import memory_kib
+
 
 @dataclass
 class Run:
@@ -30,7 +32,7 @@ def run_brk(*args: str, env: dict[str, str] | None = None, timeout: float = 120,
         deadline = t0 + timeout
         hwm_kb = 0
         while True:
-            hwm_kb = max(hwm_kb, _vm_hwm_kb(proc.pid))
+            hwm_kb = max(hwm_kb, memory_kib(proc.pid, "VmHWM"))
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
             if pid:
                 break
@@ -43,23 +45,9 @@ def run_brk(*args: str, env: dict[str, str] | None = None, timeout: float = 120,
         seconds = time.monotonic() - t0
         out.seek(0)
         err.seek(0)
-        # ru_maxrss is no good here: Linux carries the parent's high-water mark across fork and exec,
-        # so under a large pytest process every child would "peak" at the parent's size. VmHWM belongs
-        # to the child's own address space; the last 20 ms of a run can be missed, not its peak before.
+        # VmHWM, not ru_maxrss (see memory_kib); the last 20 ms of a run can be missed, not its peak before.
         peak_kb = hwm_kb or usage.ru_maxrss
         return Run(proc.returncode, out.read(), err.read(), peak_kb / 1024, seconds)
-
-
-def _vm_hwm_kb(pid: int) -> int:
-    """The peak resident size of a running process's own address space, from ``/proc`` (0 if gone)."""
-    try:
-        with open(f"/proc/{pid}/status", "rb") as status:
-            for line in status:
-                if line.startswith(b"VmHWM:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
 
 
 def clean_env(**extra: str) -> dict[str, str]:

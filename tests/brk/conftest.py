@@ -22,3 +22,10 @@ def mainnet_blocks(test_data: Path, tmp_path: Path) -> Path:
     blocks.mkdir()
     shutil.copy(test_data / "btc" / "hadoopcryptoledger" / "firstblocks.blk", blocks / "blk00000.dat")
     return blocks
+
+
+@pytest.fixture(autouse=True)
+def _no_price_downloads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`brk run` and `brk index --watch` fetch daily prices in the background: never from the internet in
+    tests (the environment reaches their subprocesses too). Tests of the refresh set their own local URL."""
+    monkeypatch.setenv("BRK_PRICES", "off")

@@ -179,7 +179,7 @@ def test_price_import(priced: Path, tmp_path: Path) -> None:
     csv.write_text("Date,Open,High,Low,Close\n2009-01-03,1,2,0.5,1.5\n2009-01-12,3,4,2,3.5\n"
                    "2009-01-15,5,6,4,5.5\n")
     assert prices.import_csv(priced, csv) == {"days": 3, "first_dateindex": 0, "last_dateindex": 7,
-                                              "stored_days": 8}
+                                              "stored_days": 8, "changed_days": 3}
     q = Interface(priced)
     assert get(q, index="d", ids="close", to=5) == [1.5, None, None, None, 3.5]
     assert get(q, index="week", ids="open,high,low,close") == [[1.0, None, 3.0], [2.0, None, 6.0],
@@ -220,7 +220,7 @@ def test_price_fetch_against_local_server(priced: Path) -> None:
         url = f"http://127.0.0.1:{server.server_address[1]}/0/public/OHLC"
         summary = prices.fetch(priced, "kraken", url)
         assert summary == {"days": 2, "first_dateindex": 4, "last_dateindex": 7, "stored_days": 8,
-                           "source": "kraken"}
+                           "changed_days": 2, "source": "kraken"}
         assert get(Interface(priced), index="d", ids="close", f=4) == [3.5, None, None, 5.5]
         with pytest.raises(NetworkError, match="Binance answered with an error"):
             prices.fetch(priced, "binance", url)  # a dict, not Binance's list of klines
@@ -242,8 +242,9 @@ def test_cli(out: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert json.loads(capsys.readouterr().out)["halvingepoch"] == ["halving", "halvingepoch"]
     assert main(["query", "--out", str(out), "-i", "h", "-v", "clos"]) == 3
     assert capsys.readouterr().err == ("brk: Unknown vec id 'clos' on height. Did you mean: close? Dollar prices "
-                                       "appear after `brk price import FILE.csv` (or `brk price fetch`). List "
-                                       "them with get_index_to_vecids.\n")
+                                       "appear after `brk price import FILE.csv` (a daily CSV) or `brk price fetch` "
+                                       "(downloads them from Kraken); `brk run` and `brk index --watch` fetch them "
+                                       "by themselves when online. List them with get_index_to_vecids.\n")
 
 
 @pytest.mark.parametrize("name", ["BRK_OUTPUT_FORMAT", "BRK_FORMAT"])

@@ -170,3 +170,14 @@ def test_a_small_recent_map_gives_the_same_vecs(tmp_path: Path) -> None:
     for spec in SPECS:
         assert r.path(spec.name).read_bytes() == t.path(spec.name).read_bytes(), spec.name
     check_txindex(tmp_path / "small")
+
+
+def test_one_place_opens_rocksdb() -> None:
+    """The transaction index and the address index open RocksDB with one set of settings
+    (cairn.brk.rocks); they had a copy each."""
+    import cairn
+
+    src = Path(cairn.__file__).resolve().parent
+    offenders = [str(p.relative_to(src)) for p in src.rglob("*.py")
+                 if p.name != "rocks.py" and "BlockBasedOptions" in p.read_text(encoding="utf-8")]
+    assert offenders == []

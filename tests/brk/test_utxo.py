@@ -377,8 +377,26 @@ def test_mainnet_sample_against_an_independent_recomputation(mainnet_blocks: Pat
     assert _h(u, "coindays_destroyed")[170] == pytest.approx(cdd[170]) and cdd[170] > 0  # the first payment
     q = Interface(out)
     assert _vecs(q, index="decade", ids="coindays_destroyed_cumulative") == pytest.approx(sum(cdd))
+    assert _vecs(q, index="height", ids="utxo_count") == count
     got = _vecs(q, index="height", ids="address_count")
     assert got == holders and holders[-1] > 0
+    # The invariants on mainnet too: bands and types sum to supply; supply = coinbase outputs - what miners
+    # left unclaimed (the subsidy schedule: 50 BTC a block here, plus fees) - unspendable outputs (none yet).
+    supply = np.array(_vecs(q, index="height", ids="supply"), dtype=np.int64)
+    claimed = np.array([sum(o.nValue for o in b.vtx[0].vout) for b in blocks], dtype=np.int64)
+    fees = np.array(_vecs(q, index="height", ids="fee"), dtype=np.int64)
+    unclaimed = 50 * BTC + fees - claimed
+    assert np.all(unclaimed >= 0) and _vecs(q, index="height", ids="unspendable_supply", **{"from": -1}) == 0
+    assert np.all(supply == np.cumsum(claimed) - np.cumsum(unclaimed) - 0) and supply[-1] == 29_500 * BTC
+    assert np.all(sum(_h(u, n).astype(np.int64) for n in utxo.AGE_IDS) == supply)
+    assert np.all(sum(_h(u, f"supply_{t}").astype(np.int64) for t in SPENDABLE) == supply)
+    # A constant price: realized cap = supply x price, everything at breakeven.
+    prices.save(out, [(d, 0.1, 0.1, 0.1, 0.1) for d in range(0, 20)])
+    compute(out)
+    q = Interface(out)
+    cap = np.array(_vecs(q, index="height", ids="realized_cap"), dtype=float)
+    assert np.allclose(cap, supply / BTC * 0.1, rtol=1e-12)
+    assert _vecs(q, index="height", ids="supply_breakeven") == supply.tolist()
     assert _vecs(q, index="height", ids="address_count_p2pk65") == holders
     assert _vecs(q, index="height", ids="empty_address_count", **{"from": -1}) == len(balance) - holders[-1]
 
@@ -404,7 +422,8 @@ def test_sigkills_leave_the_same_figures(tmp_path: Path) -> None:
     env = dict(os.environ, CAIRN_BRK_UTXO_CHUNK="600")
     cmd = [sys.executable, "-c", SCRIPT, str(out), str(blocks)]
     rng = random.Random(5)
-    for point in ("utxo-state:2", "utxo-commit:3", "utxo-state:1", "address-commit:2", "address-undo:3"):
+    for point in ("utxo-state:2", "utxo-commit:3", "utxo-state:1", "realized-state:2", "address-commit:2",
+                  "address-undo:3"):
         proc = subprocess.run(cmd, env=dict(env, CAIRN_BRK_FAULT=point), capture_output=True)
         assert proc.returncode == -signal.SIGKILL, proc.stderr
     kills = 0

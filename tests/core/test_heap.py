@@ -24,3 +24,26 @@ def test_the_helpers_run_in_a_server_like_process() -> None:
             "print('ok')")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+def test_memory_kib_reads_a_process_s_own_figures() -> None:
+    """One reader of /proc/PID/status for the tests and benchmarks (brk's peak-RSS runs used two copies)."""
+    import time
+
+    from cairn.core.heap import memory_kib
+
+    rss, peak = memory_kib(), memory_kib("self", "VmHWM")
+    assert 0 < rss <= peak
+    child = subprocess.Popen([sys.executable, "-c", "b = bytearray(64 << 20); import sys; sys.stdin.read()"],
+                             stdin=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 10
+        while memory_kib(child.pid) < 64 * 1024 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert memory_kib(child.pid, "VmHWM") >= 64 * 1024  # the child's own peak, not this process's
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait(10)
+    assert memory_kib(child.pid) == 0  # gone
+    assert memory_kib("self", "NoSuchField") == 0

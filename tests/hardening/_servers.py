@@ -43,11 +43,12 @@ def free_port() -> int:
 
 def rss_kb(pid: int) -> int:
     """Resident set size of process ``pid`` in KiB (``VmRSS`` from /proc)."""
-    with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise RuntimeError(f"no VmRSS for pid {pid}")
+    from cairn.core.heap import memory_kib
+
+    kib = memory_kib(pid)
+    if not kib:
+        raise RuntimeError(f"no VmRSS for pid {pid}")
+    return kib
 
 
 def _stat(pid: int) -> list[str]:
@@ -165,6 +166,35 @@ def prepare_ctx(base: Path, llms: Path) -> Path:
                    '[tools.script.echo]\npath = "echo.lua"\ntimeout = 5\n')
     subprocess.run(_cli("ctx", "sync", "all", "--config", str(cfg), "--json"), check=True,
                    env=server_env(base), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=300)
+    return cfg
+
+
+# A CPU-bound Lua tool: ``spin(n)`` loops n times (round 2's cancellation and body-limit tests).
+SPIN_TOOL = """
+tool = {name = "spin", description = "burns CPU", parameters = {{name = "n", type = "integer", required = true}}}
+function tool.execute(params, context)
+  local x = 0
+  for i = 1, params.n do x = x + i end
+  return {x = x}
+end
+"""
+
+
+def generated_kb(base: Path, docs: dict[str, str], tools: dict[str, tuple[str, int]]) -> Path:
+    """A small ctx knowledge base generated under ``base`` (no shared data): the Markdown ``docs``
+    (file name -> text) under ``docs/``, the Lua ``tools`` (name -> (script, timeout in seconds)),
+    keyword search only; synced with the real CLI. Returns the config path."""
+    (base / "docs").mkdir(parents=True, exist_ok=True)
+    for name, text in docs.items():
+        (base / "docs" / name).write_text(text)
+    config = '[db]\npath = "kb.sqlite"\n[embedding]\nprovider = "disabled"\n[connectors.filesystem.docs]\nroot = "docs"\n'
+    for name, (script, timeout) in tools.items():
+        (base / f"{name}.lua").write_text(script)
+        config += f'[tools.script.{name}]\npath = "{name}.lua"\ntimeout = {timeout}\n'
+    cfg = base / "ctx.toml"
+    cfg.write_text(config)
+    subprocess.run(_cli("ctx", "sync", "all", "--config", str(cfg)), check=True, env=server_env(base),
+                   capture_output=True, timeout=120)
     return cfg
 
 

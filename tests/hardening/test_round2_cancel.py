@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -23,17 +22,9 @@ from typing import Any, Callable, Iterator
 import httpx
 import pytest
 
-from ._servers import HttpServer, StdioServer, _cli, _stat, children, own_cpu, server_env, spawn_ctx_http, \
+from ._servers import SPIN_TOOL, HttpServer, StdioServer, _stat, children, generated_kb, own_cpu, spawn_ctx_http, \
     spawn_ctx_stdio, tree_cpu
 
-SPIN = """
-tool = {name = "spin", description = "burns CPU", parameters = {{name = "n", type = "integer", required = true}}}
-function tool.execute(params, context)
-  local x = 0
-  for i = 1, params.n do x = x + i end
-  return {x = x}
-end
-"""
 # Spends its time in context.search callbacks answered by the server: cancelling abandons one in flight.
 ASK = """
 tool = {name = "ask", description = "searches over and over", parameters = {{name = "n", type = "integer", required = true}}}
@@ -43,23 +34,27 @@ function tool.execute(params, context)
   return {found = found}
 end
 """
+# An agent (issue 17) whose resolve burns CPU: a prompt whose caller gave up stops as a tool call does.
+SPINNER = """
+agent = {}
+function agent.resolve(args)
+  local x = 0
+  for i = 1, tonumber(args.n) do x = x + i end
+  return {system = "sum " .. x}
+end
+"""
 FOREVER = 10 ** 12  # loop iterations: far beyond the 25 s timeout
 
 
 @pytest.fixture(scope="module")
 def kb(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    base = tmp_path_factory.mktemp("round2-cancel")
-    (base / "docs").mkdir()
-    (base / "docs" / "deploy.md").write_text("# Deploy\n\nRotate the keys, then deploy the service.\n")
-    (base / "spin.lua").write_text(SPIN)
-    (base / "ask.lua").write_text(ASK)
-    cfg = base / "ctx.toml"
-    cfg.write_text('[db]\npath = "kb.sqlite"\n[embedding]\nprovider = "disabled"\n'
-                   '[connectors.filesystem.docs]\nroot = "docs"\n'
-                   '[tools.script.spin]\npath = "spin.lua"\ntimeout = 25\n'
-                   '[tools.script.ask]\npath = "ask.lua"\ntimeout = 25\n')
-    subprocess.run(_cli("ctx", "sync", "all", "--config", str(cfg)), check=True, env=server_env(base),
-                   capture_output=True, timeout=120)
+    cfg = generated_kb(tmp_path_factory.mktemp("round2-cancel"),
+                       {"deploy.md": "# Deploy\n\nRotate the keys, then deploy the service.\n"},
+                       {"spin": (SPIN_TOOL, 25), "ask": (ASK, 25)})
+    (cfg.parent / "spinner.lua").write_text(SPINNER)
+    with cfg.open("a") as config:  # agents are read at start, not synced
+        config.write('[agents.script.spinner]\npath = "spinner.lua"\ntimeout = 25\n'
+                     'arguments = [{ name = "n", required = true }]\n')
     return cfg
 
 
@@ -237,14 +232,14 @@ def test_pool_cancel_kills_the_worker_and_frees_its_slot() -> None:
 
     stop = threading.Event()
     with LuaPool(1) as pool:
-        assert pool.run(_job(SPIN, {"n": 10}), label="spin", timeout=5) == {"x": 55}
+        assert pool.run(_job(SPIN_TOOL, {"n": 10}), label="spin", timeout=5) == {"x": 55}
         (pid,) = pool.pids()
-        running, out = _in_thread(lambda: pool.run(_job(SPIN, {"n": FOREVER}), label="Lua tool 'spin'", timeout=25,
+        running, out = _in_thread(lambda: pool.run(_job(SPIN_TOOL, {"n": FOREVER}), label="Lua tool 'spin'", timeout=25,
                                                    cancelled=stop.is_set))
         time.sleep(0.5)
         # the only slot is taken: a second call waits for it, and gives up when cancelled too
         other = threading.Event()
-        waiting, out2 = _in_thread(lambda: pool.run(_job(SPIN, {"n": 10}), label="Lua tool 'spin'", timeout=5,
+        waiting, out2 = _in_thread(lambda: pool.run(_job(SPIN_TOOL, {"n": 10}), label="Lua tool 'spin'", timeout=5,
                                                     cancelled=other.is_set))
         time.sleep(0.2)
         started = time.monotonic()
@@ -258,8 +253,8 @@ def test_pool_cancel_kills_the_worker_and_frees_its_slot() -> None:
         assert isinstance(out[0], Cancelled) and out[0].http_status == 499, out
         assert "cancelled by its caller" in out[0].message
         assert not os.path.exists(f"/proc/{pid}") and pool.pids() == []
-        assert pool.run(_job(SPIN, {"n": 10}), label="spin", timeout=5) == {"x": 55}  # a fresh worker
-        assert pool.run(_job(SPIN, {"n": 10}), label="spin", timeout=5, cancelled=lambda: False) == {"x": 55}
+        assert pool.run(_job(SPIN_TOOL, {"n": 10}), label="spin", timeout=5) == {"x": 55}  # a fresh worker
+        assert pool.run(_job(SPIN_TOOL, {"n": 10}), label="spin", timeout=5, cancelled=lambda: False) == {"x": 55}
 
 
 def test_pool_cancel_during_a_context_call_drops_its_answer() -> None:
@@ -281,3 +276,45 @@ def test_pool_cancel_during_a_context_call_drops_its_answer() -> None:
             pool.run(_job(ASK, {"n": FOREVER}), label="Lua tool 'ask'", timeout=25, call=call, cancelled=stop.is_set)
         assert len(calls) == 3 and pool.pids() == []
         assert pool.run(_job(ASK, {"n": 4}), label="ask", timeout=5, call=lambda n, a: [{"id": "d"}]) == {"found": 4}
+
+
+# ---- agents (issue 17): a Lua agent's resolve stops with its caller, over REST, /mcp and stdio ----
+
+def raw_get(server: HttpServer, path: str) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", server.port))
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\nAccept: application/json\r\n\r\n".encode())
+    return sock
+
+
+def test_rest_client_disconnect_stops_a_running_lua_agent(ctx: HttpServer) -> None:
+    dropped_while_running(ctx.pid, lambda: raw_get(ctx, f"/agents/spinner?n={FOREVER}"), lambda s: s.close())
+    after = httpx.get(ctx.url + "/agents/spinner", params={"n": "1000"}, timeout=30)
+    assert after.status_code == 200 and after.json()["system"] == "sum 500500", after.text
+
+
+@pytest.mark.parametrize("accept", ["application/json", "application/json, text/event-stream"])
+def test_mcp_client_disconnect_stops_a_running_lua_agent(ctx: HttpServer, accept: str) -> None:
+    get = {"jsonrpc": "2.0", "id": 8, "method": "prompts/get",
+           "params": {"name": "spinner", "arguments": {"n": str(FOREVER)}}}
+    dropped_while_running(ctx.pid, lambda: raw_post(ctx, "/mcp", get, accept), lambda s: s.close())
+
+
+def test_notifications_cancelled_stops_a_running_lua_agent(ctx_stdio: StdioServer) -> None:
+    server = ctx_stdio
+    warm = server.request("prompts/get", {"name": "spinner", "arguments": {"n": "1000"}})
+    assert warm["result"]["messages"][0]["content"]["text"] == "sum 500500", warm
+
+    def start() -> str:
+        server.send({"jsonrpc": "2.0", "id": "long-prompt", "method": "prompts/get",
+                     "params": {"name": "spinner", "arguments": {"n": str(FOREVER)}}})
+        return "long-prompt"
+
+    def cancel(rid: str) -> None:
+        server.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": rid}})
+
+    dropped_while_running(server.pid, start, cancel)
+    seen: list[Any] = []
+    after = server.request("prompts/get", {"name": "spinner", "arguments": {"n": "10"}}, seen=seen)
+    assert after["result"]["messages"][0]["content"]["text"] == "sum 55", after
+    assert not [m for m in seen if isinstance(m, dict) and m.get("id") == "long-prompt"], \
+        f"a cancelled request got a response: {seen}"

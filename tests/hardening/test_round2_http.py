@@ -28,34 +28,18 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from ._servers import STRESS, HttpServer, StdioServer, _cli, rss_kb, server_env, spawn_brk_http, spawn_ctx_http, \
-    spawn_ctx_stdio, tree_cpu
+from ._servers import SPIN_TOOL, STRESS, HttpServer, StdioServer, _cli, generated_kb, rss_kb, server_env, \
+    spawn_brk_http, spawn_ctx_http, spawn_ctx_stdio, tree_cpu
 
 MIB = 1 << 20
-SPIN = """
-tool = {name = "spin", description = "burns CPU", parameters = {{name = "n", type = "integer", required = true}}}
-function tool.execute(params, context)
-  local x = 0
-  for i = 1, params.n do x = x + i end
-  return {x = x}
-end
-"""
 
 
 @pytest.fixture(scope="module")
 def kb(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    base = tmp_path_factory.mktemp("round2-ctx")
-    (base / "docs").mkdir()
-    (base / "docs" / "deploy.md").write_text("# Deploy\n\nRotate the keys, then deploy the service.\n")
-    (base / "docs" / "hooks.md").write_text("# Hooks\n\nHooks let components keep state.\n")
-    (base / "spin.lua").write_text(SPIN)
-    cfg = base / "ctx.toml"
-    cfg.write_text('[db]\npath = "kb.sqlite"\n[embedding]\nprovider = "disabled"\n'
-                   '[connectors.filesystem.docs]\nroot = "docs"\n'
-                   '[tools.script.spin]\npath = "spin.lua"\ntimeout = 20\n')
-    subprocess.run(_cli("ctx", "sync", "all", "--config", str(cfg)), check=True, env=server_env(base),
-                   capture_output=True, timeout=120)
-    return cfg
+    return generated_kb(tmp_path_factory.mktemp("round2-ctx"),
+                        {"deploy.md": "# Deploy\n\nRotate the keys, then deploy the service.\n",
+                         "hooks.md": "# Hooks\n\nHooks let components keep state.\n"},
+                        {"spin": (SPIN_TOOL, 20)})
 
 
 @pytest.fixture(scope="module")

@@ -321,6 +321,39 @@ def test_prompts_list_get_and_errors() -> None:
     assert error(session, "prompts/get", {"name": "greet", "arguments": {"who": 3}})["code"] == rpc.INVALID_PARAMS
 
 
+def test_prompt_validate_hook_gives_the_servers_own_message() -> None:
+    """A prompt may check its arguments itself (ctx's agents do, with the message their CLI and HTTP
+    surfaces give): its InvalidInput is a -32602 error carrying that message, before the handler runs."""
+    from cairn.core.errors import InvalidInput
+    from cairn.mcp.server import Prompt
+
+    ran: list[dict[str, Any]] = []
+
+    def check(args: Any) -> None:
+        if not isinstance(args, dict) or set(args) != {"topic"}:
+            raise InvalidInput("Agent 'a': give exactly 'topic'.")
+
+    def handler(args: dict[str, str]) -> str:
+        ran.append(args)
+        return f"About {args['topic']}"
+
+    server = Server("s", "1")
+    server.add_prompt(Prompt("a", handler, description="A.",
+                             arguments=[{"name": "topic", "required": True}], validate=check))
+    with pytest.raises(ValueError, match="already declared"):
+        server.add_prompt(Prompt("a", lambda args: ""))
+    session = ready(server)
+    assert session.server.capabilities()["prompts"] == {}
+    err = error(session, "prompts/get", {"name": "a", "arguments": {"topic": "x", "extra": "y"}})
+    assert err["code"] == rpc.INVALID_PARAMS and err["message"] == "Agent 'a': give exactly 'topic'."
+    assert error(session, "prompts/get", {"name": "a"})["message"] == "Agent 'a': give exactly 'topic'."
+    assert ran == []
+    assert result(session, "prompts/get", {"name": "a", "arguments": {"topic": "x"}}) == {
+        "description": "A.", "messages": [{"role": "user", "content": {"type": "text", "text": "About x"}}]}
+    assert ran == [{"topic": "x"}]
+    assert "prompts" not in Server("t", "1").capabilities()
+
+
 def test_completion() -> None:
     session = ready()
     got = result(session, "completion/complete", {"ref": {"type": "ref/resource", "uri": "demo://colors/{name}"},

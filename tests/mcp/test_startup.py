@@ -42,11 +42,16 @@ SLOW = {"traceback", "base64", "ctypes", "importlib.metadata", "numpy", "sqlite3
 LEAN_TYPING = {"typing"}  # blz and brk: no typing before the reply either
 LEAN = {"dataclasses", "inspect", "ast", "argparse", "shutil", "bz2", "lzma"}  # blz and brk only
 EXTRA = {"blz": {"pathlib", "urllib.parse", "cairn.blz.store", "cairn.blz.search"},
-         # ctx must read its TOML config first (tomllib, dataclasses, pathlib, argparse stay), but not
+         # ctx must read its TOML config first (tomllib, dataclasses, pathlib and typing stay), but not
          # open the service: store, retrieval, SQLite, or the Lua sandbox when no Lua tool is declared.
          "ctx": {"cairn.ctx.service", "cairn.ctx.store", "cairn.ctx.retrieval", "cairn.ctx.sync",
-                 "cairn.ctx.scripts", "cairn.ctx.lua", "lupa", "cairn.ctx.stores", "cairn.ctx.store_pg", "psycopg"},
-         "brk": {"pathlib", "urllib.parse", "cairn.brk.catalog", "cairn.brk.compute", "cairn.brk.reader"}}
+                 "cairn.ctx.scripts", "cairn.ctx.lua", "lupa", "cairn.ctx.stores", "cairn.ctx.store_pg", "psycopg",
+                 # `serve mcp --stdio` is parsed without argparse (the whole CLI's parser, derived from the
+                 # operations, would cost its first reply more than any other step but the config)
+                 "argparse", "shutil", "bz2", "lzma"},
+         # the operations' tools are declared after the reply (Server.defer_tools)
+         "brk": {"pathlib", "urllib.parse", "cairn.brk.catalog", "cairn.brk.compute", "cairn.brk.reader",
+                 "cairn.core.ops", "cairn.brk.ops", "cairn.brk.interface"}}
 
 
 def _modules_at_initialize(server: str, args: list[str], env: dict[str, str]) -> tuple[set[str], list[dict[str, Any]]]:
@@ -85,6 +90,41 @@ def test_ctx_tools_are_its_operations() -> None:
     the descriptions are the operations' docstrings, the schemas their declarations."""
     from cairn.ctx.ops import OPS
 
-    assert [op.mcp for op in OPS] == ["search", "get", "sources"]
+    assert [op.mcp for op in OPS.on("mcp")] == ["search", "get", "sources"]
+    # the agent operations are CLI and HTTP only: over MCP the agents are prompts
+    assert [op.name for op in OPS if op.mcp is None] == ["agent_list", "agent_show"]
     assert OPS["search"].description == "Search indexed documents by keyword, semantic, or hybrid query."
     assert OPS["search"].input_schema()["required"] == ["query"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["serve", "mcp", "--stdio"],
+    ["serve", "mcp", "--stdio", "--config", "x/ctx.toml"],
+    ["serve", "mcp", "--config=x/ctx.toml", "--stdio", "--log-level", "debug"],
+    ["serve", "mcp", "--log-level=info", "--stdio"],
+])
+def test_ctx_stdio_fast_path_parses_as_argparse_does(argv: list[str]) -> None:
+    """`ctx serve mcp --stdio` skips argparse; what it hands the command is what the parser would."""
+    from cairn.ctx.cli import _fast_stdio, _parser
+
+    fast, slow = _fast_stdio(argv), _parser().parse_args(argv)
+    assert fast is not None
+    assert vars(fast) == {k: v for k, v in vars(slow).items() if k != "op"}
+
+
+@pytest.mark.parametrize("argv", [
+    ["serve", "mcp"],  # HTTP
+    ["serve", "mcp", "--stdio", "--help"],
+    ["serve", "mcp", "--stdio", "--stdio"],
+    ["serve", "mcp", "--stdio", "--config"],
+    ["serve", "mcp", "--stdio", "--config", "a", "--config", "b"],
+    ["serve", "mcp", "--stdio", "--conf", "a"],  # argparse's abbreviations: left to argparse
+    ["serve", "mcp", "--stdio", "--json"],
+    ["--config", "a", "serve", "mcp", "--stdio"],
+    ["serve", "mcp", "--stdio", "--bind", "127.0.0.1:1"],
+    ["search", "q"],
+])
+def test_ctx_anything_else_goes_to_argparse(argv: list[str]) -> None:
+    from cairn.ctx.cli import _fast_stdio
+
+    assert _fast_stdio(argv) is None

@@ -50,3 +50,16 @@ def test_bad_arguments() -> None:
         blend({}, {}, 1.5)
     with pytest.raises(ValueError, match="unknown fusion"):
         fuse("max", {}, {}, 0.5)
+
+
+def test_rrf_constant_decides_how_much_a_top_rank_outweighs_a_tail() -> None:
+    # "a": 1st by keyword only; "b": 2nd by both lists. A large k flattens ranks, so being in both lists
+    # wins; a small k lets a single first place win.
+    kw = {"a": 9.0, "b": 8.0, "c": 7.0}
+    vec = {"d": 0.9, "b": 0.8, "e": 0.7}
+    assert [k for k, _ in rrf(kw, vec, 0.5, k=60)][0] == "b"
+    assert [k for k, _ in rrf(kw, vec, 0.8, k=1)][0] == "d"
+    assert [k for k, _ in fuse("rrf", kw, vec, 0.5, rrf_k=60)] == [k for k, _ in rrf(kw, vec, 0.5)]
+    assert dict(rrf({"a": 1.0}, {"a": 1.0}, 0.5, k=10))["a"] == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="at least 1"):
+        rrf(kw, vec, 0.5, k=0)

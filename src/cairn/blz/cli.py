@@ -76,8 +76,8 @@ def build_parser(out: TextIO | None = None, err: TextIO | None = None,
             add_subcommand(sub, op, parents=[fmt], help=op.extra.get("help") or _help_line(op.summary))
     if only is not None and only != "mcp":
         return p
-    m = sub.add_parser("mcp", help="serve the MCP tools over stdio: find, toc, list-sources, source-add, "
-                       "run-command, learn-blz")
+    m = sub.add_parser("mcp", help="serve the MCP tools over stdio: find, toc, list-sources, lookup, "
+                       "source-add, run-command, learn-blz")
     m.add_argument("--log-level", metavar="LEVEL",
                    help="diagnostics on stderr: error, warn (default), info, debug, off (or $BLZ_LOG)")
     return p

@@ -83,6 +83,8 @@ def render(name: str, data: Any, fmt: str) -> str:
 
     if name == "toc":  # one row per heading
         data = [{**e, "headingPath": " > ".join(e["headingPath"])} for e in data["entries"]]
+    elif name == "lookup":  # one row per registry entry
+        data = data["results"]
     return generic(data, fmt)
 
 
@@ -130,7 +132,9 @@ def get_text(data: dict[str, Any]) -> str:
         head = f"--- {s['alias']}:{s['lines']}"
         if s["headingPath"]:
             head += "  " + " > ".join(s["headingPath"])
-        parts.append(head + ("  (truncated)" if s.get("truncated") else "") + "\n" + s["content"])
+        if s.get("truncated"):
+            head += f"  (truncated; the rest: {s['remaining']})" if s.get("remaining") else "  (truncated)"
+        parts.append(head + "\n" + s["content"])
     return "\n".join(parts)
 
 
@@ -191,10 +195,45 @@ def stats_text(data: dict[str, Any]) -> str:
 
 
 def add_text(data: dict[str, Any]) -> str:
-    return str(data["message"])
+    """One source: its message. A manifest: one line per entry, then the totals."""
+    if "results" not in data:
+        return str(data["message"])
+    out = []
+    for r in data["results"]:
+        out.append(f"{r['alias']}: " + (f"failed: {r['error']}" if r["status"] == "failed" else r["message"]))
+    out.append(data["message"])
+    return "\n".join(out)
+
+
+def lookup_text(data: dict[str, Any]) -> str:
+    """``blz lookup``: one entry a block (alias, category, description, URL, installed or the add
+    command), then the categories to filter by."""
+    cats = ", ".join(f"{name} ({n})" for name, n in data["categories"].items() if n)
+    if not data["results"]:
+        what = f" for {data['query']!r}" if data["query"] else ""
+        if data["category"]:
+            what += f" in category {data['category']}"
+        return (f"No registry entries{what}. Categories: {cats}.\n"
+                "Any site's llms.txt can be added: blz add DOMAIN (e.g. blz add hono.dev), or blz add ALIAS URL.")
+    width = max(len(r["alias"]) for r in data["results"])
+    cw = max(len(r["category"]) for r in data["results"]) + 2
+    out = []
+    for r in data["results"]:
+        state = "installed" if r["installed"] else r["suggestedCommand"]
+        out.append(f"{r['alias']:<{width}}  {'[' + r['category'] + ']':<{cw}}  {r['description']}\n"
+                   f"{'':<{width}}  {r['url']}  ({state})")
+    out.append(f"({len(data['results'])} entries; categories: {cats}; filter with -c CATEGORY)")
+    return "\n".join(out)
+
+
+def _add_exit(data: Any) -> int:
+    """A manifest with failures: the first failure's exit code is set by the error reporter; this is
+    the fallback when none was reported (never 0 with a failure)."""
+    return 1 if data.get("failed") else 0
 
 
 TEXT: dict[str, Callable[[dict[str, Any]], str]] = {
     "search": search_text, "get": get_text, "find": find_text, "toc": toc_text, "list-sources": list_text,
-    "stats": stats_text, "source-add": add_text}
-EXIT: dict[str, Callable[[Any], int]] = {"validate": _validate_exit}
+    "stats": stats_text, "source-add": add_text,
+    "lookup": lookup_text}
+EXIT: dict[str, Callable[[Any], int]] = {"validate": _validate_exit, "source-add": _add_exit}

@@ -26,7 +26,7 @@ def _obj(props: dict[str, Any], required: list[str] | None = None) -> dict[str, 
 HIT = _obj({"alias": _STR, "lines": _STR, "headingPath": _PATH, "snippet": _STR, "score": {"type": "number"},
             "sourceUrl": _NULLSTR}, ["alias", "lines", "headingPath", "snippet", "score"])
 SNIPPET = _obj({"alias": _STR, "lines": _STR, "content": _STR, "headingPath": _PATH,
-                "truncated": {"type": "boolean"}}, ["alias", "lines", "content", "headingPath"])
+                "truncated": {"type": "boolean"}, "remaining": _STR}, ["alias", "lines", "content", "headingPath"])
 SOURCE = _obj({"alias": _STR, "title": _NULLSTR, "url": _STR, "kind": {"enum": ["installed", "registry"]},
                "fetchedAt": _STR, "checkedAt": _NULLSTR, "category": _STR, "suggestedCommand": _STR,
                "metadata": _obj({"totalLines": _INT, "headings": _INT, "sections": _INT, "bytes": _INT,
@@ -46,7 +46,9 @@ TOC["$defs"] = {"entry": TOC_ENTRY}
 SCHEMAS: dict[str, dict[str, Any]] = {
     "search": _obj({"query": _STR, "sources": _PATH, "page": _INT, "limit": _INT,
                     "fallback": {"enum": [None, "any-term", "corrected"]}, "correctedQuery": _STR,
-                    "hasMore": {"type": "boolean"}, "hits": {"type": "array", "items": HIT}},
+                    "hasMore": {"type": "boolean"}, "headingsOnly": {"type": "boolean"},
+                    "headingLevels": {"type": "array", "items": _INT},
+                    "hits": {"type": "array", "items": HIT}},
                    ["query", "hits"]),
     "get": _obj({"snippets": {"type": "array", "items": SNIPPET}}, ["snippets"]),
     "find": _obj({"snippets": {"type": "array", "items": SNIPPET}, "hits": {"type": "array", "items": HIT},
@@ -54,12 +56,20 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                   "fallback": {"enum": [None, "any-term", "corrected"]}, "correctedQuery": _STR},
                  ["snippets", "hits", "executed"]),
     "list": _obj({"sources": {"type": "array", "items": SOURCE}}, ["sources"]),
-    "lookup": _obj({"query": _STR, "results": {"type": "array", "items": _obj(
-        {"alias": _STR, "url": _STR, "description": _STR, "category": _STR, "suggestedCommand": _STR})}}),
+    "lookup": _obj({"query": _STR, "category": _NULLSTR, "categories": {"type": "object"},
+                    "results": {"type": "array", "items": _obj(
+        {"alias": _STR, "url": _STR, "description": _STR, "category": _STR, "installed": {"type": "boolean"},
+         "suggestedCommand": _STR})}}),
+    # one source (`blz add ALIAS [URL]`, DOMAIN), or with --manifest: {manifest, dryRun, added, failed,
+    # message, results: [one source's answer + status, or {alias, status: failed, error, code}]}
     "add": _obj({"alias": _STR, "url": _STR, "title": _STR, "lines": _INT, "headings": _INT, "sections": _INT,
                  "bytes": _INT, "sha256": _STR, "elapsedMs": {"type": "number"}, "message": _STR,
-                 "skippedLines": _INT, "skippedLanguages": {"type": "object"}},
-                ["alias", "url", "message"]),
+                 "skippedLines": _INT, "skippedLanguages": {"type": "object"}, "dryRun": {"type": "boolean"},
+                 "manifest": _STR, "added": _INT, "failed": _INT,
+                 "results": {"type": "array", "items": _obj(
+                     {"alias": _STR, "status": {"enum": ["added", "dry-run", "failed"]}, "error": _STR,
+                      "code": _STR}, ["alias", "status"])}},
+                ["message"]),
     "update": _obj({"results": {"type": "array", "items": _obj(
         {"alias": _STR, "status": {"enum": ["updated", "repaired", "unchanged", "failed"]}, "reason": _STR,
          "error": _STR})}}),

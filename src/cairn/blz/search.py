@@ -6,7 +6,7 @@ import re
 from typing import Any
 
 from cairn.blz.citation import check_alias
-from cairn.blz.limits import MAX_LIMIT
+from cairn.blz.limits import MAX_DEPTH, MAX_LIMIT
 from cairn.blz.store import PATH_SEP, SID_SHIFT, Store
 from cairn.core.errors import InvalidInput, NotFound
 from cairn.search.query import fts_match, terms
@@ -14,14 +14,18 @@ from cairn.search.query import fts_match, terms
 SNIPPET_CHARS = 240
 _WORD = re.compile(r"\w+", re.UNICODE)
 
-def search(store: Store, query: str, sources: list[str] | None = None, limit: int = 10,
-           page: int = 1) -> dict[str, Any]:
-    """Ranked hits for ``query`` across ``sources`` (all installed sources when empty).
+def search(store: Store, query: str, sources: list[str] | str | None = None, limit: int = 10,
+           page: int = 1, *, headings_only: bool = False, levels: tuple[int, ...] | None = None) -> dict[str, Any]:
+    """Ranked hits for ``query`` across ``sources`` (all installed sources when empty; a list, or
+    aliases separated by commas).
 
     Every term must match; when that finds nothing, any word may match; when that finds nothing
     either, unknown words are replaced by the closest indexed word (typo tolerance). ``fallback``
     in the result says which of these produced the hits. All sources share one FTS5 table, so
     BM25 scores from different sources are on one scale; ``score`` is 0-100 relative to the top hit.
+    ``headings_only`` matches the words in each section's own heading only; ``levels`` (see
+    :func:`heading_levels`) keeps sections under headings of those levels (a heading's section
+    runs to its first sub-heading).
     """
     if not 1 <= limit <= MAX_LIMIT:
         raise InvalidInput(f"limit must be between 1 and {MAX_LIMIT}, not {limit}.")
@@ -29,27 +33,32 @@ def search(store: Store, query: str, sources: list[str] | None = None, limit: in
         raise InvalidInput(f"page must be 1 or more, not {page}.")
     by_sid = store.aliases_by_sid()
     sid_of = {alias: sid for sid, (alias, _url) in by_sid.items()}
-    aliases = sorted({check_alias(s) for s in sources}) if sources else []
+    given = source_list(sources)
+    aliases = sorted({check_alias(s) for s in given})
     for alias in aliases:
         if alias not in sid_of:
-            raise NotFound(f"No source named {alias!r}. Installed: {', '.join(sorted(sid_of)) or 'none'}. "
-                           f"Add it with `blz add {alias}`.")
+            raise NotFound(f"No source named {alias!r} (source: {', '.join(given)}). Installed: "
+                           f"{', '.join(sorted(sid_of)) or 'none'}. Add it with `blz add {alias}`.")
     result: dict[str, Any] = {"query": query, "sources": aliases or sorted(sid_of), "page": page,
                               "limit": limit, "fallback": None, "hits": [], "hasMore": False}
+    if headings_only:
+        result["headingsOnly"] = True
+    if levels is not None:
+        result["headingLevels"] = list(levels)
     if not terms(query):
         return result
     sids = [sid_of[a] for a in aliases] if aliases and len(aliases) < len(sid_of) else []
     want = page * limit + 1
     words = _WORD.findall(query)
-    ranked = _rank(store, fts_match(query, operator="AND"), sids, want)
+    ranked = _rank(store, fts_match(query, operator="AND"), sids, want, headings_only, levels)
     if not ranked and (len(terms(query)) > 1 or len(words) > 1):
         # Any word may match; hyphenated or quoted terms are split into their words here.
-        ranked = _rank(store, fts_match(" ".join(words), operator="OR"), sids, want)
+        ranked = _rank(store, fts_match(" ".join(words), operator="OR"), sids, want, headings_only, levels)
         result["fallback"] = "any-term" if ranked else None
     if not ranked:
         corrected = correct(store, query)
         if corrected:
-            ranked = _rank(store, fts_match(corrected, operator="OR"), sids, want)
+            ranked = _rank(store, fts_match(corrected, operator="OR"), sids, want, headings_only, levels)
             result["fallback"] = "corrected"
             result["correctedQuery"] = corrected
             words = corrected.split()
@@ -70,9 +79,81 @@ def search(store: Store, query: str, sources: list[str] | None = None, limit: in
     return result
 
 
-def _rank(store: Store, match: str | None, sids: list[int], want: int) -> list[tuple[int, float]]:
+def _rank(store: Store, match: str | None, sids: list[int], want: int, headings_only: bool = False,
+          levels: tuple[int, ...] | None = None) -> list[tuple[int, float]]:
     """``(rowid, bm25)`` best first (nothing when the query has no searchable term)."""
-    return [] if match is None else store.rank(match, sids, want)
+    if match is None:
+        return []
+    if headings_only:  # an FTS5 column filter on the whole expression: the section's own heading
+        match = f"heading : ({match})"
+    return store.rank(match, sids, want, levels)
+
+
+def source_list(sources: list[str] | str | None) -> list[str]:
+    """The aliases a ``source`` parameter names: one alias, a list, or aliases separated by commas
+    (``react,bun``; ``--source react,bun`` on the command line), in the order given; empty for all."""
+    if not sources:
+        return []
+    items = [sources] if isinstance(sources, str) else sources
+    return [a.strip() for item in items for a in item.split(",") if a.strip()]
+
+
+def heading_levels(spec: str | int | list[str | int] | None) -> tuple[int, ...] | None:
+    """The heading levels (1-6) a heading-level filter keeps, sorted; None when ``spec`` is None.
+
+    ``spec`` is a level (``2``), a range (``"1-3"``), a comparison (``"<=2"``, ``"<3"``, ``">=2"``,
+    ``">1"``, ``"=2"``), levels separated by commas (``"1,3"``), or a list of any of these (the
+    union). Raises ValueError with the reason for anything else (``"3-1"``, ``"0"``, ``"7"``)."""
+    if spec is None:
+        return None
+    items = spec if isinstance(spec, list) else [spec]
+    if not items:
+        raise ValueError("give at least one level (1-6), e.g. 2, \"1-2\" or \"<=2\"")
+    kept: set[int] = set()
+    for item in items:
+        parts = [item] if isinstance(item, int) else item.split(",")
+        for part in parts:
+            kept |= _level_set(part)
+    return tuple(sorted(kept))
+
+
+_RANGE = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*$")
+_COMPARE = re.compile(r"^\s*(<=|>=|<|>|=)?\s*(\d+)\s*$")
+
+
+def _level_set(part: str | int) -> set[int]:
+    if isinstance(part, bool):
+        raise ValueError(f"{part!r} is not a heading level (1-{MAX_DEPTH})")
+    if isinstance(part, int):
+        return {_level(part, str(part))}
+    text = part.strip()
+    if not text:
+        raise ValueError("an empty level; use levels 1-6, e.g. 2, \"1-2\" or \"<=2\"")
+    found = _RANGE.match(text)
+    if found:
+        low, high = _level(int(found[1]), text), _level(int(found[2]), text)
+        if low > high:
+            raise ValueError(f"{text!r} is an empty range: the first level must not be greater than the "
+                             f"last (e.g. \"{high}-{low}\")")
+        return set(range(low, high + 1))
+    found = _COMPARE.match(text)
+    if not found:
+        raise ValueError(f"{text!r} is not a heading level filter; use a level (2), a range (\"1-2\"), "
+                         f"a comparison (\"<=2\") or levels separated by commas (\"1,3\")")
+    op, number = found[1] or "=", int(found[2])
+    if op in ("<", ">"):  # <1 and >6 keep nothing; <7 and >0 are odd but clear
+        levels = set(range(1, number)) if op == "<" else set(range(number + 1, MAX_DEPTH + 1))
+        if not levels:
+            raise ValueError(f"{text!r} keeps no heading level (levels are 1-{MAX_DEPTH})")
+        return levels
+    level = _level(number, text)
+    return {level} if op == "=" else set(range(1, level + 1)) if op == "<=" else set(range(level, MAX_DEPTH + 1))
+
+
+def _level(number: int, text: str) -> int:
+    if not 1 <= number <= MAX_DEPTH:
+        raise ValueError(f"{text!r}: heading levels are 1-{MAX_DEPTH}, not {number}")
+    return number
 
 
 def snippet(body: str, needles: list[str], width: int = SNIPPET_CHARS) -> str:

@@ -25,24 +25,30 @@ def require(store: Store, alias: str) -> SourceRow:
 
 
 def get(store: Store, citations: list[str], context: str | None = None, padding: int | None = None,
-        max_lines: int = DEFAULT_MAX_LINES) -> dict[str, Any]:
+        max_lines: int | None = None, before: int | None = None, after: int | None = None) -> dict[str, Any]:
     """The exact lines each citation names (``alias:120-142``, ``alias:1-3,5-9``), expanded by
-    ``context``: ``none``; ``symmetric`` (``padding`` lines each side, 0-50); or ``all`` (the whole
-    heading section holding the range). Without ``context``: symmetric when a padding is given,
-    else none. At most ``max_lines`` lines are returned in total."""
-    padding = padding or 0
-    context = context or ("symmetric" if padding else "none")
+    ``context``: ``none``; ``symmetric`` (``padding`` lines each side, 0-50; ``before`` / ``after``
+    set one side each, overriding ``padding`` there); or ``all`` (the whole heading section holding
+    the range). Without ``context``: symmetric when any of those is given, else none.
+
+    Each span (a citation's range, expanded; overlapping spans merged) is cut to ``max_lines``
+    lines when given, and the answer holds at most DEFAULT_MAX_LINES lines in all. A cut span
+    carries ``truncated: true`` and ``remaining``, the citation of the lines left out."""
+    context = context or ("symmetric" if padding or before or after else "none")
     if context not in CONTEXT_MODES:
         raise InvalidInput(f"Unknown context mode {context!r}: use one of {', '.join(CONTEXT_MODES)}.")
-    if not 0 <= padding <= MAX_PADDING:
-        raise InvalidInput(f"Line padding must be between 0 and {MAX_PADDING}, not {padding}.")
-    if max_lines < 1:
-        raise InvalidInput(f"max-lines must be at least 1, not {max_lines}.")
+    for name, value in (("Line padding", padding), ("Lines before", before), ("Lines after", after)):
+        if value is not None and not 0 <= value <= MAX_PADDING:
+            raise InvalidInput(f"{name} must be between 0 and {MAX_PADDING}, not {value}.")
+    if max_lines is not None and max_lines < 1:
+        raise InvalidInput(f"maxLines must be at least 1, not {max_lines}.")
     if not citations:
         raise InvalidInput("Give at least one citation, e.g. react:120-142.")
-    if context == "symmetric" and padding == 0:
+    if before is None and after is None and not padding:
         padding = 5  # symmetric context without an explicit padding: a few lines each side
-    budget = max_lines
+    lead = before if before is not None else padding or 0
+    tail = after if after is not None else padding or 0
+    budget = DEFAULT_MAX_LINES
     snippets: list[dict[str, Any]] = []
     for citation in citations:
         alias, ranges = parse_citation(citation)
@@ -54,31 +60,34 @@ def get(store: Store, citations: list[str], context: str | None = None, padding:
                 raise InvalidInput(f"{alias}:{start}-{end} starts past the end: {alias} has {row.lines} lines.")
             end = min(end, row.lines)
             if context == "symmetric":
-                start, end = max(1, start - padding), min(row.lines, end + padding)
+                start, end = max(1, start - lead), min(row.lines, end + tail)
             elif context == "all":
                 start, end = llmstxt.enclosing(heads, start, end, row.lines)
             wanted.append((start, end))
         for start, end in merge(wanted):
             if budget <= 0:
                 break
-            truncated = False
-            if end - start + 1 > budget:
-                end, truncated = start + budget - 1, True
-            lines = store.read_lines(row, start, end)
+            cap = min(budget, max_lines or budget)
+            last = min(end, start + cap - 1)
+            lines = store.read_lines(row, start, last)
             budget -= len(lines)
-            snip: dict[str, Any] = {"alias": alias, "lines": f"{start}-{end}", "content": "\n".join(lines),
+            snip: dict[str, Any] = {"alias": alias, "lines": f"{start}-{last}", "content": "\n".join(lines),
                                     "headingPath": heading_path(heads, start)}
-            if truncated:
+            if last < end:
                 snip["truncated"] = True
+                snip["remaining"] = f"{alias}:{last + 1}-{end}"
             snippets.append(snip)
     return {"snippets": snippets}
 
 
-def find(store: Store, query: str | None = None, snippets: list[str] | None = None, source: str | None = None,
-         context: str | None = None, padding: int | None = None, limit: int = 10) -> dict[str, Any]:
+def find(store: Store, query: str | None = None, snippets: list[str] | None = None,
+         source: list[str] | str | None = None, context: str | None = None, padding: int | None = None,
+         limit: int = 10, *, headings_only: bool = False, levels: tuple[int, ...] | None = None,
+         max_lines: int | None = None, before: int | None = None, after: int | None = None) -> dict[str, Any]:
     """Search (``query``) and/or retrieve cited lines (``snippets``) in one answer: ``hits`` as
-    :func:`cairn.blz.search.search` ranks them (in ``source`` only, when given), ``snippets`` as
-    :func:`get` expands them, and ``executed`` saying which of the two ran."""
+    :func:`cairn.blz.search.search` ranks them (in ``source`` only, when given: one alias, a list,
+    or aliases separated by commas; ``headings_only`` and ``levels`` as search takes them),
+    ``snippets`` as :func:`get` expands and cuts them, and ``executed`` saying which of the two ran."""
     from cairn.blz.search import search
 
     searching = bool(query and query.strip())
@@ -87,7 +96,7 @@ def find(store: Store, query: str | None = None, snippets: list[str] | None = No
     out: dict[str, Any] = {"snippets": [], "hits": [], "executed": {"searched": False, "retrievedSnippets": False}}
     if searching:
         assert query is not None
-        found = search(store, query, [source] if source else None, limit)
+        found = search(store, query, source, limit, headings_only=headings_only, levels=levels)
         out["hits"] = found["hits"]
         if found.get("fallback"):
             out["fallback"] = found["fallback"]
@@ -95,7 +104,7 @@ def find(store: Store, query: str | None = None, snippets: list[str] | None = No
             out["correctedQuery"] = found["correctedQuery"]
         out["executed"]["searched"] = True
     if snippets:
-        out["snippets"] = get(store, snippets, context, padding)["snippets"]
+        out["snippets"] = get(store, snippets, context, padding, max_lines, before, after)["snippets"]
         out["executed"]["retrievedSnippets"] = True
     return out
 
@@ -174,7 +183,9 @@ def list_sources(store: Store, filter: str | None = None, include_registry: bool
             out.append(describe(row, store.options(row.alias)))
     if include_registry:
         have = {r.alias for r in installed}
-        for e in registry.REGISTRY:
+        # the entry named by the filter first, then those whose alias holds it (react, preact, then
+        # ant-design for its "React" description)
+        for e in sorted(registry.REGISTRY, key=lambda e: (e.alias != needle, needle not in e.alias)):
             if e.alias in have:
                 continue
             if not needle or needle in f"{e.alias} {e.description} {e.category} {e.url}".lower():
@@ -183,11 +194,18 @@ def list_sources(store: Store, filter: str | None = None, include_registry: bool
     return {"sources": out}
 
 
-def lookup(query: str) -> dict[str, Any]:
-    """Registry entries matching ``query`` (words in alias, description, category or URL)."""
-    return {"query": query, "results": [
+def lookup(query: str, category: str | None = None, store: Store | None = None) -> dict[str, Any]:
+    """Registry entries matching ``query`` (words in alias, description, category or URL), in
+    ``category`` only when given; each says whether it is ``installed`` (an installed source of
+    that alias, when ``store`` is given). ``categories``: every category with its entry count."""
+    if category is not None:
+        if category not in registry.CATEGORIES:
+            raise InvalidInput(f"Unknown category {category!r}. Categories: {', '.join(registry.CATEGORIES)}.")
+    installed = {r.alias for r in store.sources()} if store is not None else set()
+    return {"query": query, "category": category, "categories": registry.categories(), "results": [
         {"alias": e.alias, "url": e.url, "description": e.description, "category": e.category,
-         "suggestedCommand": f"blz add {e.alias}"} for e in registry.lookup(query)]}
+         "installed": e.alias in installed, "suggestedCommand": f"blz add {e.alias}"}
+        for e in registry.lookup(query, category)]}
 
 
 def stats(store: Store) -> dict[str, Any]:

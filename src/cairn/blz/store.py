@@ -25,11 +25,18 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from cairn.core.errors import StorageError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from cairn.blz.llmstxt import Document
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 SID_SHIFT = 32
+LEVEL_SHIFT = 28  # rowid bits 28-31: the level of the heading a section is under (0: none)
 PATH_SEP = "\x1f"  # joins heading paths in the hpath column (cheaper than JSON both ways)
+
+_SECTIONS = """CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING fts5(
+    heading, path, body, first_line UNINDEXED, last_line UNINDEXED, hpath UNINDEXED,
+    tokenize = 'unicode61 remove_diacritics 2');"""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT) WITHOUT ROWID;
@@ -43,11 +50,10 @@ CREATE TABLE IF NOT EXISTS headings(
 CREATE TABLE IF NOT EXISTS history(
     id INTEGER PRIMARY KEY, alias TEXT NOT NULL, action TEXT NOT NULL, at TEXT NOT NULL,
     url TEXT, sha256 TEXT, lines INTEGER, detail TEXT);
--- rowid = sid << 32 | n: one source's sections are one rowid range, which FTS5 filters without
--- reading row contents (an UNINDEXED alias column costs a content lookup per match: 3x slower).
-CREATE VIRTUAL TABLE IF NOT EXISTS sections USING fts5(
-    heading, path, body, first_line UNINDEXED, last_line UNINDEXED, hpath UNINDEXED,
-    tokenize = 'unicode61 remove_diacritics 2');
+-- rowid = sid << 32 | level << 28 | n: one source's sections are one rowid range, and its sections
+-- under headings of one level are a range inside it; FTS5 filters rowid ranges without reading row
+-- contents (an UNINDEXED alias or level column costs a content lookup per match: 3x slower).
+""" + _SECTIONS.format(name="sections") + """
 CREATE VIRTUAL TABLE IF NOT EXISTS sections_vocab USING fts5vocab(sections, 'row');
 """
 
@@ -151,11 +157,14 @@ class Store:
                 if version > SCHEMA_VERSION:
                     raise StorageError(f"{self.root / 'blz.db'} was written by a newer blz (schema "
                                        f"{version}). Upgrade blz or point BLZ_DATA_DIR elsewhere.")
-                if version:  # an older development schema: its sources must be added again
+                if version == 2:
+                    _migrate_levels(db)
+                elif version:  # an older development schema: its sources must be added again
                     raise StorageError(f"{self.root / 'blz.db'} uses an older blz schema ({version}). "
                                        "Move it away and add your sources again.")
-                db.executescript(_SCHEMA)
-                db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+                else:
+                    db.executescript(_SCHEMA)
+                    db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         except sqlite3.Error as exc:
             raise StorageError(f"Cannot open the blz database in {self.root}: {exc}. "
                                f"{_open_hint(self.root)}") from exc
@@ -228,19 +237,26 @@ class Store:
 
     # -- search reads (cairn.blz.search) and integrity checks (cairn.blz.service.validate) ---------
 
-    def rank(self, match: str, sids: list[int], want: int) -> list[tuple[int, float]]:
+    def rank(self, match: str, sids: list[int], want: int,
+             levels: tuple[int, ...] | None = None) -> list[tuple[int, float]]:
         """``(rowid, bm25)`` of the sections matching the FTS5 expression ``match``, best first, at
-        most ``want``; only sources ``sids`` when given. One rowid-range query per source: FTS5 applies
-        rowid ranges inside the index, and raw BM25 from one table merges soundly across sources."""
+        most ``want``; only sources ``sids`` when given, only sections under headings of ``levels``
+        (0: before any heading) when given. One rowid-range query per source and run of consecutive
+        levels: FTS5 applies rowid ranges inside the index, and raw BM25 from one table merges
+        soundly across them."""
         db = self.db
-        if not sids:
+        if not sids and levels is None:
             return db.execute(_RANK_SQL.format(filter=""), (match, want)).fetchall()
+        if not sids:
+            sids = [sid for (sid,) in db.execute("SELECT sid FROM sources ORDER BY sid")]
         sql = _RANK_SQL.format(filter=" AND rowid BETWEEN ? AND ?")
         out: list[tuple[int, float]] = []
+        ranges = 0
         for sid in sids:
-            lo = sid << SID_SHIFT
-            out += db.execute(sql, (match, lo, lo + (1 << SID_SHIFT) - 1, want)).fetchall()
-        if len(sids) > 1:
+            for lo, hi in rowid_ranges(sid, levels):
+                out += db.execute(sql, (match, lo, hi, want)).fetchall()
+                ranges += 1
+        if ranges > 1:
             out.sort(key=lambda r: r[1])
         return out[:want]
 
@@ -374,11 +390,20 @@ class Store:
                 sid = old[0] if old else db.execute("SELECT COALESCE(MAX(sid), 0) + 1 FROM sources").fetchone()[0]
                 row = row._replace(sid=sid)
                 base = sid << SID_SHIFT
-                rows = ((base + n, link(r"\1", s.heading) if "](" in s.heading else s.heading,
+                if len(doc.sections) >= 1 << LEVEL_SHIFT:
+                    raise StorageError(f"{row.alias!r} has {len(doc.sections):,} sections; at most "
+                                       f"{(1 << LEVEL_SHIFT) - 1:,} fit one source.")
+                level = level_at([(h.line, h.level, h.end) for h in doc.headings])
+                sections = doc.sections
+                rowid = [base | level(s.start) << LEVEL_SHIFT | n for n, s in enumerate(sections)]
+                # Inserted in rowid order: FTS5 flushes its pending index to a new segment whenever a
+                # rowid is lower than the last one, and more segments make every query slower.
+                rows = ((rowid[n], link(r"\1", s.heading) if "](" in s.heading else s.heading,
                          link(r"\1", " ".join(s.path[:-1] if s.heading else s.path)),
                          # the heading line itself is in `heading`, not in the body
                          "\n".join(lines[(s.start if s.heading else s.start - 1):s.end]),
-                         s.start, s.end, sep.join(s.path)) for n, s in enumerate(doc.sections))
+                         s.start, s.end, sep.join(s.path))
+                        for n, s in sorted(enumerate(sections), key=lambda item: rowid[item[0]]))
                 lo, hi = row.rowids
                 db.execute("DELETE FROM sections WHERE rowid BETWEEN ? AND ?", (lo, hi))
                 db.execute("DELETE FROM headings WHERE alias = ?", (row.alias,))
@@ -449,6 +474,79 @@ class Store:
                 folder.rmdir()
             except OSError:
                 pass
+
+
+def rowid_ranges(sid: int, levels: tuple[int, ...] | None = None) -> list[tuple[int, int]]:
+    """The rowid ranges (inclusive) of source ``sid``'s sections, only those under headings of
+    ``levels`` (sorted, 0-15; 0 is the text before any heading) when given: one range per run of
+    consecutive levels."""
+    base = sid << SID_SHIFT
+    if levels is None:
+        return [(base, base + (1 << SID_SHIFT) - 1)]
+    out: list[tuple[int, int]] = []
+    for level in levels:
+        lo, hi = base | level << LEVEL_SHIFT, (base | (level + 1) << LEVEL_SHIFT) - 1
+        if out and out[-1][1] + 1 == lo:
+            out[-1] = (out[-1][0], hi)
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def level_at(heads: list[tuple[int, int, int]]) -> Callable[[int], int]:
+    """For headings ``(line, level, last_line)`` in file order: a function giving the level of the
+    heading a section starting at a line is under (the nearest heading at or before that line
+    whose section still runs there), 0 when there is none (text before the first heading, or
+    after a page boundary ended the last heading's section)."""
+    from bisect import bisect_right
+
+    lines = [h[0] for h in heads]
+
+    def level(start: int) -> int:
+        k = bisect_right(lines, start) - 1
+        return heads[k][1] if k >= 0 and heads[k][2] >= start else 0
+
+    return level
+
+
+def _migrate_levels(db: sqlite3.Connection) -> None:
+    """Schema 2 -> 3: section rowids gain the heading level (bits 28-31) that the heading-level
+    filter of search reads. Sources need not be added again: each section's level comes from the
+    stored outline, and the stored rows are copied into a new FTS5 table one by one (the text is
+    tokenized again: about as long as indexing every source once; memory holds two integers per
+    section of one source). One transaction: another
+    process opening the store meanwhile waits (as long as the migration takes, not the usual 10 s),
+    then finds it migrated; a failure changes nothing."""
+    db.execute("PRAGMA busy_timeout = 600000")
+    try:
+        db.execute("BEGIN IMMEDIATE")
+    finally:
+        db.execute("PRAGMA busy_timeout = 10000")  # sqlite3.connect(timeout=10.0)
+    try:
+        if db.execute("PRAGMA user_version").fetchone()[0] == 2:  # not done by another process meanwhile
+            db.execute("DROP TABLE IF EXISTS sections_v3")
+            db.execute(_SECTIONS.format(name="sections_v3"))
+            for alias, sid in db.execute("SELECT alias, sid FROM sources ORDER BY sid").fetchall():
+                level = level_at(db.execute("SELECT line, level, last_line FROM headings WHERE alias = ? "
+                                            "ORDER BY line", (alias,)).fetchall())
+                lo = sid << SID_SHIFT
+                # (new rowid, old rowid), copied in new-rowid order (see replace_source)
+                moves = sorted((old | level(first) << LEVEL_SHIFT, old) for old, first in db.execute(
+                    "SELECT rowid, first_line FROM sections WHERE rowid BETWEEN ? AND ?",
+                    (lo, lo + (1 << SID_SHIFT) - 1)))
+                db.executemany("INSERT INTO sections_v3(rowid, heading, path, body, first_line, last_line, hpath) "
+                               "SELECT ?, heading, path, body, first_line, last_line, hpath FROM sections "
+                               "WHERE rowid = ?", moves)
+            db.execute("DROP TABLE sections_vocab")
+            db.execute("DROP TABLE sections")
+            db.execute("ALTER TABLE sections_v3 RENAME TO sections")
+            db.execute("CREATE VIRTUAL TABLE sections_vocab USING fts5vocab(sections, 'row')")
+            db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
 
 
 def _holds(path: Path, sha: str) -> bool:

@@ -1,7 +1,7 @@
 """``blz mcp``: the seed's MCP tools, resources and prompt over stdio, on the cairn.mcp core.
 
-Tools: find, toc, list-sources, source-add (the only mutation) and learn-blz are the operations of
-:mod:`cairn.blz.ops` on MCP (schemas, descriptions and validation from their declarations);
+Tools: find, toc, list-sources, lookup, source-add (the only mutation) and learn-blz are the
+operations of :mod:`cairn.blz.ops` on MCP (schemas, descriptions and validation from their declarations);
 run-command (whitelisted read-only commands, in-process, through :mod:`cairn.blz.render`) is this
 surface's own. Resources: blz://sources/{alias}, blz://registry. Prompt: discover-docs.
 One Store per process keeps the database connection, its page cache and line offsets warm.
@@ -232,8 +232,10 @@ def discover_docs(docs: Docs, args: dict[str, str]) -> str:
                          f"add with source-add(alias='{known[0].alias}').")
             missing.append(known[0].alias)
         else:
-            lines.append(f"- {tech}: not installed and not in the registry — if the project publishes "
-                         f"an llms.txt, add it with source-add(alias='{re.sub(r'[^a-z0-9_-]', '-', tech)[:64]}', url='https://.../llms.txt').")
+            lines.append(f"- {tech}: not installed and not in the registry (lookup(query='{tech}') searches it "
+                         f"by description) — if the project publishes an llms.txt, add it by its site's domain, "
+                         f"source-add(alias='example.dev'), or its URL, source-add(alias="
+                         f"'{re.sub(r'[^a-z0-9_-]', '-', tech)[:64]}', url='https://.../llms.txt').")
     lines += ["", "Steps: 1) call list-sources to confirm what is installed; 2) add the missing sources"
               + (f" ({', '.join(missing)})" if missing else "") + "; 3) search with find(query=...), then "
               "read exact lines with find(snippets=['alias:start-end'], contextMode='all')."]

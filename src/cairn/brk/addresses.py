@@ -200,27 +200,10 @@ class _AddressPass:
     @property
     def db(self) -> Any:
         if self._db is None:
-            from rocksdict import BlockBasedOptions, Cache, DBCompressionType, Options, Rdict
+            from cairn.brk.rocks import open_rocksdb
 
-            # The transaction index's settings: random keys (no compression), bloom filters (a new
-            # address, the common case, rarely touches the disk), a bounded block cache.
-            opt = Options(raw_mode=True)
-            opt.create_if_missing(True)
-            opt.set_write_buffer_size(32 << 20)
-            opt.set_max_write_buffer_number(2)
-            opt.set_compression_type(DBCompressionType.none())
-            opt.set_bottommost_compression_type(DBCompressionType.lz4())
-            opt.set_level_compaction_dynamic_level_bytes(True)
-            opt.increase_parallelism(2)
-            bbo = BlockBasedOptions()
-            bbo.set_block_cache(Cache(32 << 20))
-            bbo.set_bloom_filter(10, False)
-            bbo.set_cache_index_and_filter_blocks(True)
-            bbo.set_pin_l0_filter_and_index_blocks_in_cache(True)
-            bbo.set_block_size(4 << 10)
-            opt.set_block_based_table_factory(bbo)
-            try:
-                self._db = Rdict(str(self.root / "index"), opt)
+            try:  # the transaction index's settings, with a bounded 32 MB block cache
+                self._db = open_rocksdb(self.root / "index", memtable_mb=32, cache_mb=32)
             except Exception as exc:  # rocksdict raises plain exceptions (a lock held, a corrupt file)
                 raise StorageError(f"Cannot open the address index {self.root / 'index'}: {exc}.") from exc
         return self._db

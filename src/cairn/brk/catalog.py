@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from cairn.brk.compute import CUMULATED, TYPE_COUNTS, computed_dir
 from cairn.brk.addresses import COUNT_IDS, addresses_dir
-from cairn.brk.utxo import AGE_IDS, COIN_FLOWS, SUPPLY_TYPES, realized_dir, utxo_dir
+from cairn.brk.utxo import AGE_IDS, COIN_FLOWS, PROFIT_IDS, SUPPLY_TYPES, realized_dir, utxo_dir
 from cairn.brk.dates import DATE_INDEXES, HEIGHT_INDEXES, first_day_of_period, format_days, period_of_height
 from cairn.brk.reader import StoreReader
 
@@ -89,6 +89,8 @@ REALIZED_BASES: dict[str, tuple[str, str, str, bool]] = {
     "realized_cap": ("realized", "height_to_realized_cap", "state", False),
     "realized_value_destroyed": ("realized", "height_to_realized_value_destroyed", "flow", False),
     "value_destroyed_usd": ("realized", "height_to_value_destroyed_usd", "flow", False),
+    # Spendable supply (sats) whose creation-day close is below / above / equal to the day's close.
+    **{name: ("realized", f"height_to_{name}", "state", True) for name in PROFIT_IDS},
 }
 ALL_BASES = {**BASES, **REALIZED_BASES}
 # Flows with a stored running sum (``X_cumulative``) and the store holding it.
@@ -463,14 +465,15 @@ def _realized(add: Callable[[str, str, Reader], None], cat: dict[str, dict[str, 
     """Realized value and its ratios on ``height`` or a date index (a store with prices)."""
     import numpy as np
 
-    for base, (_, _, kind, _) in REALIZED_BASES.items():
+    for base, (_, _, kind, sats) in REALIZED_BASES.items():
         if index == "height":
-            add(index, base, (lambda b_: lambda src, a, z: src.height_values(b_, a, z))(base))
+            read: Reader = (lambda b_: lambda src, a, z: src.height_values(b_, a, z))(base)
+            _unit_variants(add, index, base, read, sats, True, "")
             continue
         bare = {"flow": "sum", "state": "last", "level": "avg"}[kind]
-        add(index, base, _agg(index, base, bare))
+        _unit_variants(add, index, base, _agg(index, base, bare), sats, True, "")
         for stat in [s for s in STATS if kind == "flow" or s != "sum"]:
-            add(index, f"{base}_{stat}", _agg(index, base, stat))
+            _unit_variants(add, index, base, _agg(index, base, stat), sats, True, f"_{stat}")
     row = cat[index]
 
     def ratio(num: Reader, den: Reader, minus_one: bool = False) -> Reader:

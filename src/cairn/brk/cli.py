@@ -83,8 +83,15 @@ def _cmd_index(args: argparse.Namespace) -> int:
                       cache_mb=args.cache_mb, log=progress.log,
                       progress=progress if progress.mode != "none" else None)
     stopper = _StopOnSignal(indexer, progress.log)
+    refresher = None
+    if args.watch:  # daily prices in the background (never waited for; failures keep the stored ones)
+        from cairn.brk.prices import Refresher
+
+        refresher = Refresher(out)
     try:
         while True:
+            if refresher is not None:
+                refresher.poke()
             result = indexer.run(max_blocks=args.max_blocks)
             if not args.no_compute and not indexer.stop_requested:
                 from cairn.brk.compute import compute
@@ -178,7 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--network", help="mainnet, testnet (testnet3), testnet4, signet or regtest: which default "
                                      "blocks/ folder to use; with --blocks-dir, the network its blocks must be")
     out_arg(p)
-    p.add_argument("--watch", action="store_true", help="keep polling for new blocks")
+    p.add_argument("--watch", action="store_true",
+                   help="keep polling for new blocks (and refresh daily prices in the background when online; "
+                        "$BRK_PRICES=off turns that off)")
     p.add_argument("--interval", type=float, default=5.0, help="seconds between polls with --watch")
     p.add_argument("--commit-every", type=int, default=10_000,
                    help="commit at least every N blocks (default 10000; also every 3 s and 64 MB)")
@@ -230,31 +239,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _fast_mcp(argv: list[str]) -> argparse.Namespace | None:
-    """``brk mcp [--out DIR] [--log-level L]`` parsed without argparse, which (with the help
-    formatter's shutil, bz2, lzma and locale) would cost the stdio server a good part of its start-up;
-    anything else (``--help``, an unknown flag) returns None and goes through the real parser."""
-    import types
-
+    """``brk mcp [--out DIR] [--log-level L]`` parsed without argparse (``cairn.core.argv``); anything else
+    (``--help``, an unknown flag) returns None and goes through the real parser."""
     if not argv or argv[0] != "mcp":
         return None
-    found: dict[str, str | None] = {"out": None, "log_level": None}
-    rest = argv[1:]
-    while rest:
-        flag, eq, value = rest[0].partition("=")
-        key = {"--out": "out", "--log-level": "log_level"}.get(flag)
-        if key is None or found[key] is not None:
-            return None
-        if not eq:
-            if len(rest) < 2 or rest[1].startswith("-"):
-                return None
-            value, rest = rest[1], rest[1:]
-        if not value:
-            return None
-        found[key] = value
-        rest = rest[1:]
+    from cairn.core.argv import plain_flags
+
+    found = plain_flags(argv[1:], {"--out": "out", "--log-level": "log_level"})
+    if found is None:
+        return None
+    import types
+
     from cairn.brk.cli_serve import _cmd_mcp
 
-    return types.SimpleNamespace(command="mcp", func=_cmd_mcp, **found)  # type: ignore[return-value]
+    return types.SimpleNamespace(command="mcp", func=_cmd_mcp, out=found.get("out"),  # type: ignore[return-value]
+                                 log_level=found.get("log_level"))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -59,17 +59,22 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def follow(blocks_dir: Path, out: Path, interval: float, stop: threading.Event,
-           log: Callable[[str], None] | None = None) -> None:
-    """Index and compute new blocks every ``interval`` seconds until ``stop`` is set."""
+           log: Callable[[str], None] | None = None, refresher: Any = None) -> None:
+    """Index and compute new blocks every ``interval`` seconds until ``stop`` is set (and refresh daily
+    prices in the background: ``cairn.brk.prices.Refresher``)."""
     from cairn.brk.compute import compute
     from cairn.brk.indexer import Indexer
     from cairn.core.errors import CairnError
 
     from cairn.core.sanitize import scrub
 
+    from cairn.brk.prices import Refresher
+
     say = log or (lambda msg: print(f"brk: {msg}", file=sys.stderr, flush=True))
     indexer: Indexer | None = Indexer(blocks_dir, out)
+    refresher = refresher or Refresher(out)  # daily prices in the background: never waited for, failures silent
     while not stop.is_set():
+        refresher.poke()
         try:
             if indexer is None:  # reload from the last commit: a failed run left memory ahead of disk
                 indexer = Indexer(blocks_dir, out)
@@ -96,12 +101,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from cairn.brk.blocks.files import resolve_blocks_dir
 
     blocks_dir = resolve_blocks_dir(args.blocks_dir, args.network)
+    from cairn.brk.prices import Refresher
+
+    refresher = Refresher(out)
+    refresher.poke()  # prices arrive while the first pass indexes (from the next poll on a new store)
     result = Indexer(blocks_dir, out).run()  # the first pass before listening
     print(f"brk: indexed {result.indexed_blocks} blocks; tip {result.height}", file=sys.stderr, flush=True)
     _ready(out)
     stop = threading.Event()
-    thread = threading.Thread(target=follow, args=(blocks_dir, out, args.interval, stop), daemon=True,
-                              name="brk-follow")
+    thread = threading.Thread(target=follow, args=(blocks_dir, out, args.interval, stop),
+                              kwargs={"refresher": refresher}, daemon=True, name="brk-follow")
     thread.start()
     try:
         serve_dir(out, host, port, allow_remote=args.allow_remote)
@@ -238,7 +247,9 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--network", help="which default blocks/ folder to use (as for `brk index`)")
     out_arg(p)
     bind_args(p)
-    p.add_argument("--interval", type=float, default=5.0, help="seconds between polls for new blocks")
+    p.add_argument("--interval", type=float, default=5.0,
+                   help="seconds between polls for new blocks (daily prices are refreshed in the background when "
+                        "online; $BRK_PRICES=off turns that off)")
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("mcp", help="serve the ten MCP tools over stdio")
@@ -257,6 +268,13 @@ def add_commands(sub: Any) -> None:
                 action.help = QUERY_FORMAT_HELP
         if "render" not in op.extra:
             format_arg(p)
+        if op.cli == "ids":  # the families of ids, described once (cairn.brk.families)
+            import argparse
+
+            from cairn.brk.families import help_text
+
+            p.epilog = help_text()
+            p.formatter_class = argparse.RawDescriptionHelpFormatter
         p.set_defaults(func=_cmd_op)
 
     p = sub.add_parser("price", help="import or fetch daily BTC/USD prices")

@@ -66,7 +66,7 @@ def specs() -> list[VecSpec]:
 
 
 @contextmanager
-def _locked(root: Path) -> Iterator[None]:
+def locked(root: Path) -> Iterator[None]:
     """One computer per output directory at a time (``brk index`` and ``brk run`` may both try)."""
     root.mkdir(parents=True, exist_ok=True)
     fd = os.open(root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
@@ -84,7 +84,7 @@ def compute(out: Path, *, durable: bool = True, blocks_dir: Path | None = None) 
     Then the on-chain analytics passes: ``cairn.brk.utxo`` (the UTXO set, coin age, realized value;
     from the vecs) and ``cairn.brk.addresses`` (which re-reads the blocks: ``blocks_dir``, else the
     one remembered from an earlier run; without either the address counts wait)."""
-    with _locked(computed_dir(out)):
+    with locked(computed_dir(out)):
         summary = _Computer(out, durable=durable).run()
         from cairn.brk import addresses, utxo
 

@@ -19,6 +19,7 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is kept off the stdio 
 if TYPE_CHECKING:
     from typing import Any
 
+from cairn.brk import version as version  # re-exported: brk's operations and HTTP app name it here
 from cairn.core.errors import InvalidInput, NotFound, TooLarge
 
 if TYPE_CHECKING:
@@ -28,23 +29,19 @@ if TYPE_CHECKING:
 
     from cairn.brk.catalog import Vec
 
-# The catalog (and the readers behind it) is imported by ``Interface()``, not here: ``brk mcp`` imports
-# this module to declare its tools and answers ``initialize`` before opening the store.
+# The catalog (and the readers behind it) is imported by ``Interface()``, not here: the operations
+# (``cairn.brk.ops``) import this module to declare themselves.
 
 PAGE_SIZE = 1000
 MAX_CELLS = 1_000_000  # values (ids x rows) one get_vecs may return
 FORMATS = ("json", "csv", "tsv", "md")
 FORMAT_ALIASES = {"markdown": "md"}
-PRICE_HINT = "Dollar prices appear after `brk price import FILE.csv` (or `brk price fetch`)."
+PRICE_HINT = ("Dollar prices appear after `brk price import FILE.csv` (a daily CSV) or `brk price fetch` "
+              "(downloads them from Kraken); `brk run` and `brk index --watch` fetch them by themselves when "
+              "online.")
 # Unit words stripped before comparing names: a bare value series is in sats (``fee`` = ``fee_sats``),
 # and ``block_size`` is in bytes.
 UNITS = frozenset({"sats", "sat", "satoshis", "bytes", "byte", "btc", "usd"})
-
-
-def version() -> str:
-    from cairn import __version__
-
-    return f"v{__version__}"
 
 
 def _accepted_lookup() -> dict[str, str]:

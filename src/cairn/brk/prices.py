@@ -8,6 +8,12 @@ can simply be run again). Nothing here touches the network unless ``brk price fe
 CSV: a header row naming a date column (``date``, ``day``, ``time`` or ``timestamp``: ``YYYY-MM-DD``
 or Unix seconds/milliseconds) and ``open``, ``high``, ``low``, ``close`` (``price`` alone fills all
 four). Days before 2009-01-09 all map to dateindex 0; the last such row wins.
+
+``brk run`` and ``brk index --watch`` keep prices fresh by themselves (:class:`Refresher`): a fetch in a
+background thread with a short timeout, at most once an interval, whose failures are silent (the stored
+prices stay; a line at ``--log-level debug``). ``$BRK_PRICES`` = ``off`` turns it off, or names the source
+(``kraken``, the default, or ``binance``); ``$BRK_PRICE_URL`` overrides the endpoint and
+``$BRK_PRICE_INTERVAL`` the seconds between fetches (default 3600).
 """
 
 from __future__ import annotations
@@ -16,12 +22,15 @@ import csv
 import datetime as dt
 import io
 import json
+import os
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 from cairn.brk.dates import dateindex_of_date
 from cairn.brk.vecs import VecSpec, VecStore
-from cairn.core.errors import InvalidInput, NetworkError
+from cairn.core.errors import CairnError, InvalidInput, NetworkError
 
 FIELDS = ("open", "high", "low", "close")
 SOURCES = {
@@ -72,7 +81,10 @@ def parse_csv(text: str, name: str = "CSV") -> list[Row]:
 
 
 def save(out: Path, rows: list[Row]) -> dict[str, Any]:
-    """Merge ``rows`` into the stored prices; returns what was written."""
+    """Merge ``rows`` into the stored prices; returns what was written.
+
+    Days whose four prices are already stored as given are left alone (``changed_days`` counts the
+    others), so the realized values are recomputed only from the first day that really changed."""
     import numpy as np
 
     if not (out / "manifest.json").exists():
@@ -80,6 +92,14 @@ def save(out: Path, rows: list[Row]) -> dict[str, Any]:
     store = _store(out)
     have = store.lengths["dateindex_to_close"]
     by_day = {r[0]: r[1:] for r in rows}
+    days = len(by_day)
+    if have:
+        stored = np.stack([store.read(f"dateindex_to_{f}") for f in FIELDS], axis=1)
+        by_day = {d: v for d, v in by_day.items()
+                  if d >= have or not np.array_equal(stored[d], np.asarray(v, dtype=np.float64))}
+    if not by_day:
+        return {"days": days, "changed_days": 0, "first_dateindex": None, "last_dateindex": None,
+                "stored_days": have}
     first, last = min(by_day), max(by_day)
     start = min(first, have)
     end = max(last + 1, have)
@@ -93,7 +113,7 @@ def save(out: Path, rows: list[Row]) -> dict[str, Any]:
     for j, f in enumerate(FIELDS):
         store.append(f"dateindex_to_{f}", table[:, j])
     store.commit({"updated": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")})
-    return {"days": len(by_day), "first_dateindex": first, "last_dateindex": last,
+    return {"days": days, "changed_days": len(by_day), "first_dateindex": first, "last_dateindex": last,
             "stored_days": store.lengths["dateindex_to_close"]}
 
 
@@ -124,8 +144,10 @@ def parse_binance(body: bytes) -> list[Row]:
             for r in data]
 
 
-def fetch(out: Path, source: str, url: str | None = None, *, timeout: float = 30.0) -> dict[str, Any]:
-    """Download daily candles from ``source`` (``url`` overrides its endpoint) and merge them."""
+def fetch(out: Path, source: str, url: str | None = None, *, timeout: float = 30.0,
+          lock: Any = None) -> dict[str, Any]:
+    """Download daily candles from ``source`` (``url`` overrides its endpoint) and merge them (holding
+    ``lock()``, a context manager, while writing, when given)."""
     from cairn.core.fetch import fetch as get
 
     if source not in SOURCES:
@@ -137,6 +159,78 @@ def fetch(out: Path, source: str, url: str | None = None, *, timeout: float = 30
         raise NetworkError(f"{source} answered with data brk cannot read ({exc}).") from exc
     if not rows:
         raise NetworkError(f"{source} returned no candles.")
-    summary = save(out, rows)
+    if lock is None:
+        summary = save(out, rows)
+    else:
+        with lock():
+            summary = save(out, rows)
     summary["source"] = source
     return summary
+
+
+class Refresher:
+    """Daily prices kept fresh while ``brk run`` / ``brk index --watch`` follow the chain.
+
+    :meth:`poke` (called between polls) starts a fetch in a daemon thread when the last one is older
+    than the interval and none is running, and returns at once: indexing never waits for the network.
+    The download has a short timeout; the merge takes the computer's lock (so a compute never sees half
+    an update) and writes only the days that changed. Failures (offline, refused, a bad answer) leave
+    the stored prices as they are and are logged at debug level only, once per interval at most.
+    """
+
+    def __init__(self, out: Path, *, source: str | None = None, url: str | None = None,
+                 interval: float | None = None, timeout: float = 10.0) -> None:
+        setting = (source or os.environ.get("BRK_PRICES", "") or "kraken").strip().lower()
+        self.enabled = setting not in ("off", "0", "no", "none", "false")
+        self.source = setting if setting in SOURCES else "kraken"
+        self.url = url or os.environ.get("BRK_PRICE_URL") or None
+        if interval is None:
+            try:
+                interval = float(os.environ.get("BRK_PRICE_INTERVAL", "") or 3600)
+            except ValueError:
+                interval = 3600.0
+        self.interval = interval
+        self.timeout = timeout
+        self.out = out
+        self.attempts = 0
+        self.updates = 0
+        self.last_error: str | None = None
+        self._last = float("-inf")
+        self._thread: threading.Thread | None = None
+
+    def poke(self) -> bool:
+        """Start a background fetch if one is due; True when one was started. Never blocks."""
+        if not self.enabled or (self._thread is not None and self._thread.is_alive()):
+            return False
+        if not (self.out / "manifest.json").exists():
+            return False  # nothing indexed yet: prices would have nowhere to go (tried again at the next poke)
+        now = time.monotonic()
+        if now - self._last < self.interval:
+            return False
+        self._last = now
+        self._thread = threading.Thread(target=self._fetch, name="brk-prices", daemon=True)
+        self._thread.start()
+        return True
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for a running fetch (tests; shutdown does not wait)."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _fetch(self) -> None:
+        from cairn.brk.compute import computed_dir, locked
+        from cairn.core import log
+        from cairn.core.sanitize import scrub
+
+        self.attempts += 1
+        try:
+            summary = fetch(self.out, self.source, self.url, timeout=self.timeout,
+                            lock=lambda: locked(computed_dir(self.out)))
+        except (CairnError, OSError, ValueError) as exc:
+            self.last_error = scrub(getattr(exc, "message", str(exc)))
+            log.debug(f"price refresh from {self.source} failed (stored prices kept): {self.last_error}")
+            return
+        self.last_error = None
+        if summary["changed_days"]:
+            self.updates += 1
+            log.info(f"prices refreshed from {self.source}: {summary['changed_days']} day(s) changed")

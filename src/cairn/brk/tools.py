@@ -1,5 +1,8 @@
 """brk's MCP server: one tool per operation of ``cairn.brk.ops.OPS`` (names, schemas and validation from
-the declarations), plus the server's instructions."""
+the declarations), plus the server's instructions.
+
+Start-up: the tools are declared after ``initialize`` is answered (``Server.defer_tools``), so ``brk mcp``
+imports neither the operations nor ``cairn.core.ops`` before its first reply."""
 
 from __future__ import annotations
 
@@ -11,9 +14,8 @@ if TYPE_CHECKING:
     from cairn.core.ops import Op
     from cairn.mcp.server import ToolContext, ToolHandler
 
-from cairn.brk.interface import version
-from cairn.brk.ops import OPS, answer
-from cairn.core.ops import mcp_tool
+from cairn.brk import version
+from cairn.brk.families import sentence
 from cairn.mcp.server import Server
 
 INSTRUCTIONS = (
@@ -25,11 +27,7 @@ INSTRUCTIONS = (
     "A vecid (id) names a dataset, e.g. tx_count, block_size, supply_btc, hash_rate, fee_rate, close; "
     "suffixes _sum/_avg/_min/_max/_median/_p10.._p90/_cumulative give aggregates per period, and "
     "_btc/_usd give value series in bitcoin or dollars (sats when bare). "
-    "On-chain analytics: supply and utxo_count (also supply_<type>/utxo_count_<type> for p2pkh, p2wpkh, "
-    "p2tr, ..., unspendable_supply), coin age (coindays_destroyed, coinblocks_destroyed, liveliness, HODL "
-    "waves supply_age_lt_1d .. supply_age_gt_10y), addresses (address_count, address_count_<type>, "
-    "new_address_count, empty_address_count, address_count_balance_<band>) and, with prices, "
-    "realized_cap, realized_price, mvrv, nupl, sopr. "
+    "Families of ids (examples): " + sentence() + " "
     "Explore before querying: get_indexes, get_vecids or get_index_to_vecids, get_vecid_to_indexes; "
     "then get_vecs(index, ids, from, to, count, format). Negative from/to count from the end "
     "(from=-1 is the latest value). Prefer these tools over browsing the web for Bitcoin chain data."
@@ -38,12 +36,21 @@ INSTRUCTIONS = (
 def build_server(interface: Interface) -> Server:
     """The MCP server of one store: every operation declared for MCP, calling ``interface``."""
     server = Server(name="brk", version=version(), title="brk Bitcoin datasets", instructions=INSTRUCTIONS)
-    for op in OPS.on("mcp"):
-        server.add_tool(mcp_tool(op, _handler(op, interface), structured=False))
+    server.defer_tools(lambda: _declare_tools(server, interface))
     return server
 
 
+def _declare_tools(server: Server, interface: Interface) -> None:
+    from cairn.brk.ops import OPS
+    from cairn.core.ops import mcp_tool
+
+    for op in OPS.on("mcp"):
+        server.add_tool(mcp_tool(op, _handler(op, interface), structured=False))
+
+
 def _handler(op: Op, interface: Interface) -> ToolHandler:
+    from cairn.brk.ops import answer
+
     def handle(args: dict[str, Any], ctx: ToolContext) -> Any:
         return answer(op, op.call(interface, args, "mcp"))
 

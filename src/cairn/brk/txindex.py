@@ -81,29 +81,12 @@ class TxIndex:
         self.count = 0 if raw is None else int.from_bytes(raw, "little")
 
     def _open(self) -> Any:
-        from rocksdict import BlockBasedOptions, Cache, DBCompressionType, Options, Rdict
+        from cairn.brk.rocks import open_rocksdb
 
-        opt = Options(raw_mode=True)
-        opt.create_if_missing(True)
-        # Memory: two 16 MB memtables plus the block cache (which also holds the index and bloom
-        # filter blocks, so the engine's memory stays bounded whatever the number of keys). Both are
-        # full after about a million transactions, so the resident size stops growing there.
-        opt.set_write_buffer_size(16 << 20)
-        opt.set_max_write_buffer_number(2)
-        opt.set_compression_type(DBCompressionType.none())  # random keys: nothing to gain but CPU
-        opt.set_bottommost_compression_type(DBCompressionType.lz4())
-        opt.set_level_compaction_dynamic_level_bytes(True)
-        opt.increase_parallelism(2)
-        bbo = BlockBasedOptions()
-        bbo.set_block_cache(Cache(self.cache_mb << 20))
-        bbo.set_bloom_filter(10, False)  # look-ups of txids not yet indexed rarely touch the disk
-        bbo.set_cache_index_and_filter_blocks(True)
-        bbo.set_pin_l0_filter_and_index_blocks_in_cache(True)
-        bbo.set_block_size(4 << 10)
-        opt.set_block_based_table_factory(bbo)
+        # Memory: two 16 MB memtables plus the block cache; both are full after about a million
+        # transactions, so the resident size stops growing there.
         try:
-            self.path.mkdir(parents=True, exist_ok=True)
-            self._db = Rdict(str(self.path), opt)
+            self._db = open_rocksdb(self.path, memtable_mb=16, cache_mb=self.cache_mb)
             return self._db
         except Exception as exc:  # rocksdict raises plain exceptions (a lock held, a corrupt file)
             raise StorageError(f"Cannot open the transaction index {self.path}: {exc}. If another `brk index` "

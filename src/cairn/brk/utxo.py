@@ -65,6 +65,7 @@ EDGES = tuple(days * DAY for _, days in AGE_BANDS[1:])  # 11 boundaries, in seco
 CHUNK_ROWS = int(os.environ.get("CAIRN_BRK_UTXO_CHUNK", "1000000"))
 SATS = 100_000_000.0
 COIN_FLOWS = ("coindays_destroyed", "coinblocks_destroyed", "coindays_created", "coinblocks_created")
+PROFIT_IDS = ("supply_in_profit", "supply_in_loss", "supply_breakeven")
 
 # name -> (dtype, version); every vec is keyed by height.
 _UTXO: dict[str, tuple[str, int]] = {
@@ -84,6 +85,9 @@ _REALIZED: dict[str, tuple[str, int]] = {
     "realized_cap": ("<f8", 1),
     "realized_value_destroyed": ("<f8", 1),
     "value_destroyed_usd": ("<f8", 1),
+    # Sats of the spendable supply whose creation price is below / above / equal to the block day's close
+    # (NaN on heights whose day has no close).
+    **{name: ("<f8", 1) for name in PROFIT_IDS},
 }
 
 
@@ -214,6 +218,27 @@ def _prev(store: VecStore, name: str, start: int) -> Any:
     return store.read(f"height_to_{name}")[start - 1].item() if start else 0
 
 
+def _log_spaced(have: list[int], tip: int) -> set[int]:
+    """The checkpoints to keep: the tip's and, for each k, the newest one at or below tip - 2**k + 1."""
+    keep = {tip}
+    for k in range(40):
+        below = [h for h in have if h <= tip - (1 << k) + 1]
+        if below:
+            keep.add(below[-1])
+    return keep
+
+
+def _heights_of(state_dir: Path, prefix: str) -> list[int]:
+    """Heights of the ``<prefix><H>.bin`` checkpoints in ``state_dir``, sorted."""
+    found = []
+    for p in state_dir.glob(f"{prefix}*.bin"):
+        try:
+            found.append(int(p.name[len(prefix):-len(".bin")]))
+        except ValueError:
+            continue
+    return sorted(found)
+
+
 class _UtxoPass:
     def __init__(self, out: Path, chain: _Chain, durable: bool) -> None:
         self.chain = chain
@@ -227,22 +252,12 @@ class _UtxoPass:
         return self.state_dir / f"unspent-{heights}.bin"
 
     def _checkpoints(self) -> list[int]:
-        found = []
-        for p in self.state_dir.glob("unspent-*.bin"):
-            try:
-                found.append(int(p.name[len("unspent-"):-len(".bin")]))
-            except ValueError:
-                continue
-        return sorted(found)
+        return _heights_of(self.state_dir, "unspent-")
 
     def _prune(self, tip: int) -> None:
         """Keep the tip's checkpoint and, for each k, the newest one at or below tip - 2**k + 1."""
         have = self._checkpoints()
-        keep = {tip}
-        for k in range(40):
-            below = [h for h in have if h <= tip - (1 << k) + 1]
-            if below:
-                keep.add(below[-1])
+        keep = _log_spaced(have, tip)
         for h in have:
             if h not in keep:
                 self._checkpoint(h).unlink(missing_ok=True)
@@ -401,7 +416,17 @@ class _UtxoPass:
 
 
 class _RealizedPass:
-    """Dollar values at creation prices; recomputed from the first day whose price changed."""
+    """Dollar values at creation prices; recomputed from the first day whose price changed.
+
+    ``supply_in_profit`` / ``_in_loss`` / ``supply_breakeven`` need the spendable supply by creation
+    day (a few kB: one number a day, whatever the UTXO count). It is kept on disk as
+    ``state/byday-<H>.bin`` (the supply after height ``H - 1``; checkpoints written before the
+    manifest naming ``H`` commits, kept at logarithmically spaced heights like the UTXO pass's); it
+    does not depend on prices, so after a price change or a reorg the pass resumes from the newest
+    checkpoint at or below the first height to redo and replays the blocks in between. Within a day
+    the close is fixed, so each block only classifies what it creates and spends; at a new day the
+    supply by creation day is compared with the new close once (days x days over the whole chain).
+    """
 
     def __init__(self, out: Path, chain: _Chain, prices: StoreReader, durable: bool) -> None:
         import numpy as np
@@ -409,6 +434,9 @@ class _RealizedPass:
         self.chain = chain
         specs = [*_specs(_REALIZED), VecSpec("dateindex_to_close", "dateindex", "<f8")]
         self.store = VecStore(realized_dir(out), specs, durable=durable)
+        self.state_dir = realized_dir(out) / "state"
+        self.state_dir.mkdir(exist_ok=True)
+        self.durable = durable
         self.close = prices.read("dateindex_to_close").astype(np.float64)
         # A coin's creation price: its day's close, else the last earlier close, else 0 (no market yet).
         filled = self.close.copy()
@@ -416,6 +444,7 @@ class _RealizedPass:
         idx = np.where(known, np.arange(filled.shape[0]), -1)
         np.maximum.accumulate(idx, out=idx)
         self.basis = np.where(idx >= 0, filled[np.maximum(idx, 0)], 0.0)
+        self.by_day = np.zeros(0, dtype=np.int64)  # spendable sats by creation day, after the last height done
 
     def _price(self, table: np.ndarray, days: np.ndarray, missing: float) -> np.ndarray:
         import numpy as np
@@ -427,6 +456,107 @@ class _RealizedPass:
             out[~ok] = table[-1]  # after the last close, the basis stays the last close
         return out
 
+    # -- supply by creation day -----------------------------------------------------------------------
+    def _state_path(self, heights: int) -> Path:
+        return self.state_dir / f"byday-{heights}.bin"
+
+    def _save_state(self, heights: int) -> None:
+        tmp = self.state_dir / "byday.tmp"
+        with open(tmp, "wb") as f:
+            f.write(self.by_day.astype("<i8").tobytes())
+        replace_file(tmp, self._state_path(heights), durable=self.durable)
+
+    def _drop_states_above(self, heights: int) -> None:
+        for h in _heights_of(self.state_dir, "byday-"):
+            if h > heights:
+                self._state_path(h).unlink(missing_ok=True)
+
+    def _load_state(self, heights: int) -> None:
+        """``by_day`` after height ``heights - 1``: the newest checkpoint at or below it, then a replay."""
+        import numpy as np
+
+        usable = [h for h in _heights_of(self.state_dir, "byday-") if h <= heights]
+        at = usable[-1] if usable else 0
+        self.by_day = (np.fromfile(self._state_path(at), dtype="<i8").astype(np.int64) if at
+                       else np.zeros(0, dtype=np.int64))
+        while at < heights:
+            stop = min(self.chain.chunk_end(at), heights)
+            for _, day, val in self._deltas(at, stop):
+                self._add(day, val)
+            at = stop
+
+    def _add(self, day: np.ndarray, val: np.ndarray) -> None:
+        import numpy as np
+
+        if not day.shape[0]:
+            return
+        need = int(day.max()) + 1
+        if need > self.by_day.shape[0]:
+            self.by_day = np.concatenate((self.by_day, np.zeros(need - self.by_day.shape[0], dtype=np.int64)))
+        np.add.at(self.by_day, day, val)
+
+    def _deltas(self, a: int, b: int, read: tuple[Any, Any] | None = None) -> list[tuple[Any, Any, Any]]:
+        """What heights [a, b) change in the spendable supply, in two parts (the outputs created, the outputs
+        spent), each ordered by block: (block 0-based, creation day, signed sats). ``read``: the chunk's
+        ``created`` and ``spent`` when already read."""
+        import numpy as np
+
+        chain = self.chain
+        (cblk, cval, ctyp), (sblk, sval, styp, sch) = read or (chain.created(a, b), chain.spent(a, b))
+        ck, sk = ctyp != OPRETURN, styp != OPRETURN
+        c_blk = cblk[ck]
+        return [(c_blk, chain.dateindex[a + c_blk], cval[ck].astype(np.int64)),
+                (sblk[sk], chain.dateindex[sch[sk]], -sval[sk].astype(np.int64))]
+
+    def _basis_table(self, days: int) -> np.ndarray:
+        """The creation price of each day ``0 .. days - 1`` (after the last close: the last close)."""
+        import numpy as np
+
+        table = self.basis[:days]
+        if table.shape[0] < days:
+            fill = self.basis[-1] if self.basis.shape[0] else 0.0
+            table = np.concatenate((table, np.full(days - table.shape[0], fill)))
+        return table
+
+    def _profit(self, a: int, b: int, today: np.ndarray, read: tuple[Any, Any]) -> dict[str, np.ndarray]:
+        """Supply in profit / loss / at breakeven after each height of [a, b); advances ``by_day`` to b.
+
+        Each coin a block creates or spends is classified once against its block's close (the close is
+        the same all day); each day starts from the by-day supply compared with that day's close."""
+        import numpy as np
+
+        nb = b - a
+        parts = self._deltas(a, b, read)
+        basis = self._basis_table(int(self.chain.dateindex[b - 1]) + 1)
+        steps = np.zeros((nb, 3))  # per block: loss, breakeven, profit (sats created - spent)
+        # What a block creates is valued at its own day's close: at breakeven, wherever the day has a close.
+        c_blk, _, c_val = parts[0]
+        steps[:, 1] = np.bincount(c_blk, weights=c_val, minlength=nb)
+        s_blk, s_day, s_val = parts[1]
+        close = today[s_blk]
+        ok = ~np.isnan(close)
+        cls = np.sign(close[ok] - basis[s_day[ok]]).astype(np.int64) + 1
+        steps += np.bincount(s_blk[ok] * 3 + cls, weights=s_val[ok], minlength=nb * 3).reshape(nb, 3)
+        isteps = steps.astype(np.int64)  # sums of whole sats below 2**53: exact
+        cols = {name: np.full(nb, np.nan) for name in PROFIT_IDS}
+        bdays = self.chain.dateindex[a:b]
+        starts = np.flatnonzero(np.concatenate(([True], bdays[1:] != bdays[:-1])))
+        bounds = np.append(starts, nb)
+        cuts = [np.searchsorted(blk, bounds, "left") for blk, _, _ in parts]
+        for g in range(starts.shape[0]):
+            j0, j1 = int(bounds[g]), int(bounds[g + 1])
+            close = today[j0]
+            if close == close:  # a close for this day: classify the supply by creation price
+                held = self.by_day
+                price = basis[:held.shape[0]]
+                base = (int(held[price > close].sum()), int(held[price == close].sum()),
+                        int(held[price < close].sum()))
+                for k, name in enumerate(("supply_in_loss", "supply_breakeven", "supply_in_profit")):
+                    cols[name][j0:j1] = base[k] + np.cumsum(isteps[j0:j1, k])
+            for (_, day, val), cut in zip(parts, cuts):
+                self._add(day[cut[g]:cut[g + 1]], val[cut[g]:cut[g + 1]])
+        return cols
+
     def run(self) -> dict[str, Any]:
         import numpy as np
 
@@ -435,7 +565,9 @@ class _RealizedPass:
         meta = dict(s.meta)
         meta.setdefault("generation", 0)
         have = s.lengths["height_to_blockhash"]
-        fork = _fork(s, chain, have)
+        self._drop_states_above(have)  # written by a run killed before its commit
+        fork = chain_fork = _fork(s, chain, have)
+        self._drop_states_above(chain_fork)  # the supply by day does not depend on prices: a reorg drops it
         old = np.asarray(s.read("dateindex_to_close"))
         m = min(old.shape[0], self.close.shape[0])
         same = (old[:m] == self.close[:m]) | (np.isnan(old[:m]) & np.isnan(self.close[:m]))
@@ -449,12 +581,20 @@ class _RealizedPass:
             s.truncate(lengths, meta)
             s.append("dateindex_to_close", self.close)
         start = s.lengths["height_to_blockhash"]
+        self._load_state(start)
         done = 0
         while start < chain.n:
             stop = chain.chunk_end(start)
             self._chunk(start, stop)
+            self._save_state(stop)
+            _fault("realized-state")  # the crash tests kill here: a checkpoint newer than the manifest
             meta["height"] = stop - 1
             s.commit(meta)
+            have_states = _heights_of(self.state_dir, "byday-")
+            keep = _log_spaced(have_states, stop)
+            for h in have_states:
+                if h not in keep:
+                    self._state_path(h).unlink(missing_ok=True)
             done += stop - start
             start = stop
         if s.pending_length("dateindex_to_close") != s.lengths["dateindex_to_close"]:
@@ -466,14 +606,15 @@ class _RealizedPass:
 
         chain = self.chain
         nb = b - a
-        cblk, cval, ctyp = chain.created(a, b)
-        sblk, sval, styp, sch = chain.spent(a, b)
+        read = (chain.created(a, b), chain.spent(a, b))
+        (cblk, cval, ctyp), (sblk, sval, styp, sch) = read
         ck = ctyp != OPRETURN
         sk = styp != OPRETURN
         cblk, cbtc = cblk[ck], cval[ck] / SATS
         sblk, sbtc, sch = sblk[sk], sval[sk] / SATS, sch[sk]
         day = chain.dateindex
-        created_usd = np.bincount(cblk, weights=cbtc * self._price(self.basis, day[a + cblk], 0.0), minlength=nb)
+        # A block's outputs share its day's basis: summed per block first, then valued.
+        created_usd = np.bincount(cblk, weights=cbtc, minlength=nb) * self._price(self.basis, day[a:b], 0.0)
         destroyed = np.bincount(sblk, weights=sbtc * self._price(self.basis, day[sch], 0.0), minlength=nb)
         spent_btc = np.bincount(sblk, weights=sbtc, minlength=nb)
         today = self._price(self.close, day[a:b], np.nan)
@@ -483,3 +624,5 @@ class _RealizedPass:
         s.append("height_to_realized_cap", cap)
         s.append("height_to_realized_value_destroyed", destroyed)
         s.append("height_to_value_destroyed_usd", spent_btc * today)
+        for name, values in self._profit(a, b, today, read).items():
+            s.append(f"height_to_{name}", values)

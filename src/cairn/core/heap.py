@@ -1,4 +1,5 @@
-"""Keep long-running servers' resident memory honest on glibc (every function is a no-op elsewhere).
+"""Keep long-running servers' resident memory honest on glibc (every function is a no-op elsewhere),
+and read a process's memory figures (:func:`memory_kib`, for the tests and benchmarks that measure it).
 
 glibc keeps freed memory in its heap arenas, so a server that once handled a few huge messages would
 stay large for the rest of its life. Standard library only: imported on the stdio start-up path.
@@ -72,3 +73,23 @@ def trim_heap(min_interval: float = 0.0) -> None:
             _trim = False
     if _trim:
         _trim(0)
+
+
+def memory_kib(pid: int | str = "self", field: str = "VmRSS") -> int:
+    """A memory figure of a running process in KiB, from ``/proc/PID/status`` (0 when the process is gone,
+    or off Linux).
+
+    ``VmRSS`` is its resident size now; ``VmHWM`` its peak, of its own address space. For a child's peak
+    sample ``VmHWM`` while it runs: ``wait4``'s ``ru_maxrss`` is no good, since Linux carries the parent's
+    high-water mark across fork and exec (under a large pytest process every child would "peak" at the
+    parent's size).
+    """
+    key = field.encode() + b":"
+    try:
+        with open(f"/proc/{pid}/status", "rb") as status:
+            for line in status:
+                if line.startswith(key):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0

@@ -61,17 +61,19 @@ _JSON_TYPES = {"str": "string", "int": "integer", "float": "number", "bool": "bo
 class Param:
     """One parameter of an operation: its Python name, its wire name and schema, and how the CLI spells it."""
 
-    __slots__ = ("name", "wire", "schema", "required", "default", "aliases", "flags", "positional", "metavar",
-                 "help", "surfaces", "repeat")
+    __slots__ = ("name", "wire", "schema", "required", "required_on", "default", "aliases", "flags", "positional",
+                 "metavar", "help", "surfaces", "repeat")
 
     def __init__(self, name: str, schema: dict[str, Any], *, required: bool, default: Any = None,
                  wire: str | None = None, aliases: tuple[str, ...] = (), flags: tuple[str, ...] = (),
                  positional: bool = False, metavar: str | None = None, help: str | None = None,
-                 surfaces: tuple[str, ...] = _SURFACES, repeat: bool = False) -> None:
+                 surfaces: tuple[str, ...] = _SURFACES, repeat: bool = False,
+                 required_on: tuple[str, ...] = ()) -> None:
         self.name = name
         self.wire = wire or name
         self.schema = schema
-        self.required = required
+        self.required = required  # on every surface it is on
+        self.required_on = required_on  # or only on these (declared ``"required": ("mcp",)``)
         self.default = default
         self.aliases = aliases
         self.flags = flags
@@ -83,6 +85,11 @@ class Param:
 
     def __repr__(self) -> str:
         return f"Param({self.name!r}, wire={self.wire!r}, required={self.required})"
+
+    def required_for(self, surface: str) -> bool:
+        """Whether ``surface`` must supply this parameter: a parameter with a default may still be
+        required on some surfaces (``blz add --manifest FILE`` needs no alias; MCP source-add does)."""
+        return self.required or surface in self.required_on
 
 
 class Op:
@@ -165,7 +172,7 @@ class Op:
             for alias in p.aliases:
                 props[alias] = {**p.schema, "description": f"alias of {p.wire}"}
                 props[alias].pop("default", None)
-            if p.required:
+            if p.required_for(surface):
                 required.append(p.wire)
         schema: dict[str, Any] = {"type": "object", "properties": props}
         if required:
@@ -222,8 +229,8 @@ class Op:
         kwargs: dict[str, Any] = {}
         for p in params:
             if p.wire in args:
-                kwargs[p.name] = args[p.wire]
-            elif not p.required and "default" in p.schema:
+                kwargs[p.name] = _whole(args[p.wire], p.schema)
+            elif not p.required_for(surface) and "default" in p.schema:
                 kwargs[p.name] = p.schema["default"]
         return kwargs
 
@@ -330,9 +337,11 @@ def add_subcommand(subparsers: Any, op: Op, *, parents: list[argparse.ArgumentPa
 
     if op.cli is None:
         raise ValueError(f"operation {op.name!r} is not on the CLI")
-    p: argparse.ArgumentParser = subparsers.add_parser(op.cli, parents=parents or [], help=help or op.summary,
-                              description=description or op.description,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    # "agent show": a command of a command group; the caller passes the group's sub-parsers
+    p: argparse.ArgumentParser = subparsers.add_parser(op.cli.split()[-1], parents=parents or [],
+                                                       help=help or op.summary,
+                                                       description=description or op.description,
+                                                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.set_defaults(op=op)
     for param in op.params_for("cli"):
         text = param.help or param.schema.get("description", "")
@@ -343,7 +352,8 @@ def add_subcommand(subparsers: Any, op: Op, *, parents: list[argparse.ArgumentPa
         dest = f"op_{param.name}"
         if param.positional:
             many = "array" in _types(param.schema)
-            nargs = ("+" if param.required else "*") if many else (None if param.required else "?")
+            must = param.required_for("cli")
+            nargs = ("+" if must else "*") if many else (None if must else "?")
             p.add_argument(dest, metavar=param.metavar or param.name.upper(), nargs=nargs, help=text, default=None)
             continue
         flags = param.flags or (f"--{param.name.replace('_', '-')}",)
@@ -353,7 +363,8 @@ def add_subcommand(subparsers: Any, op: Op, *, parents: list[argparse.ArgumentPa
         elif param.repeat or "array" in _types(param.schema):
             p.add_argument(*flags, dest=dest, action="append", default=None, metavar=metavar, help=text)
         else:
-            p.add_argument(*flags, dest=dest, default=None, metavar=metavar, help=text, required=param.required)
+            p.add_argument(*flags, dest=dest, default=None, metavar=metavar, help=text,
+                           required=param.required_for("cli"))
     return p
 
 
@@ -362,7 +373,7 @@ def cli_args(op: Op, namespace: argparse.Namespace) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for param in op.params_for("cli"):
         value = getattr(namespace, f"op_{param.name}", None)
-        if value is None or (param.positional and value == [] and not param.required):
+        if value is None or (param.positional and value == [] and not param.required_for("cli")):
             continue
         if param.repeat and isinstance(value, list) and "array" not in _types(param.schema):
             value = ",".join(value)  # a repeated flag of a comma-separated parameter
@@ -398,12 +409,12 @@ def openapi_paths(ops: list[Op], *, errors: dict[str, Any] | None = None) -> dic
         if method == "GET":
             entry["parameters"] = [
                 {"name": name, "in": "path" if "{" + name + "}" in path else "query",
-                 "required": p.required or "{" + name + "}" in path,
+                 "required": p.required_for("http") or "{" + name + "}" in path,
                  "description": p.schema.get("description", "") if name == p.wire else f"alias of {p.wire}",
                  "schema": {k: v for k, v in p.schema.items() if k != "description"}}
                 for p in op.params_for("http") for name in (p.wire, *p.aliases)]
         else:
-            entry["requestBody"] = {"required": any(p.required for p in op.params_for("http")),
+            entry["requestBody"] = {"required": any(p.required_for("http") for p in op.params_for("http")),
                                     "content": {"application/json": {"schema": op.input_schema("http")}}}
         if op.output_schema is not None:
             entry["responses"]["200"]["content"] = {"application/json": {"schema": op.output_schema}}
@@ -459,7 +470,9 @@ def _params(fn: Callable[..., Any], declared: dict[str, dict[str, Any]], op: str
             extras["flags"] = tuple(extras["flags"])
         if "surfaces" in extras:
             extras["surfaces"] = tuple(extras["surfaces"])
-        out.append(Param(name, schema, required=decl.get("required", not has_default),
+        required = decl.get("required", not has_default)  # a bool, or the surfaces it is required on
+        out.append(Param(name, schema, required=required is True,
+                         required_on=tuple(required) if isinstance(required, (tuple, list)) else (),
                          default=defaults.get(name), **extras))
     return out
 
@@ -605,6 +618,18 @@ def _coerce(value: Any, schema: dict[str, Any]) -> Any:
     if "array" in kinds and "string" not in kinds:
         item = schema.get("items", {})
         return [_coerce(v.strip(), item) for v in text.split(",") if v.strip()]
+    return value
+
+
+def _whole(value: Any, schema: dict[str, Any]) -> Any:
+    """``value`` with integer-valued floats (``2.0``, which JSON Schema accepts as an integer) made
+    ints where ``schema`` asks for an integer and not a number, lists included: the operation gets
+    the ``int`` its annotation promises (a float line number or slice bound is a TypeError)."""
+    if isinstance(value, float):
+        kinds = _types(schema)
+        return int(value) if value.is_integer() and "integer" in kinds and "number" not in kinds else value
+    if isinstance(value, list) and isinstance(schema.get("items"), dict) and "array" in _types(schema):
+        return [_whole(v, schema["items"]) for v in value]
     return value
 
 

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from cairn.core.errors import CairnError, raise_errors
+
+if TYPE_CHECKING:
+    import argparse  # imported by _parser; `ctx serve mcp --stdio` starts without it
 
 FORMAT_ENV = "CTX_OUTPUT_FORMAT"
 
 
 def _parser() -> argparse.ArgumentParser:
+    import argparse
+
     from cairn.core.ops import add_subcommand
     from cairn.ctx.ops import OPS
 
@@ -47,6 +52,22 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("embed", parents=[common], help="compute embeddings")
     p.add_argument("action", choices=["pending", "rebuild"], help="pending: missing vectors only; rebuild: all")
 
+    p = sub.add_parser("export", parents=[common], help="write the documents and chunks (and vectors) as JSON Lines",
+                       description="Write the knowledge base as JSON Lines: a header line, then each document "
+                       "followed by its chunks, then (--vectors) the vectors. Streams; for another tool, a static "
+                       "site, or `ctx import`. See docs/ctx.md, Export and import.")
+    p.add_argument("-o", "--out", metavar="FILE", help="write to FILE, replaced only when complete (default: stdout)")
+    p.add_argument("--vectors", action="store_true", help="include the configured embedding model's vectors")
+
+    p = sub.add_parser("import", parents=[common], help="read a `ctx export` file into an empty knowledge base",
+                       description="Read a `ctx export` file (- for stdin) into the knowledge base, in one "
+                       "transaction: a bad line (reported with its number) or an interrupted import changes "
+                       "nothing. The knowledge base must be empty unless --merge is given.")
+    p.add_argument("file", metavar="FILE", help="the JSON Lines file, or - for stdin")
+    p.add_argument("--merge", action="store_true",
+                   help="import into a knowledge base that has documents: one with the same source and "
+                        "source_id is replaced")
+
     p = sub.add_parser("serve", parents=[common], help="serve the HTTP API and MCP (at / and /mcp, or over stdio)")
     p.add_argument("what", choices=["mcp"], help="mcp: the tools over HTTP (/tools/*, MCP at / and /mcp) or --stdio")
     p.add_argument("--stdio", action="store_true", help="speak MCP on stdin/stdout instead of HTTP")
@@ -61,6 +82,14 @@ def _parser() -> argparse.ArgumentParser:
     csub.add_parser("show", parents=[common], help="the effective config, defaults filled in and ${VAR} expanded, "
                     "as TOML (text) or JSON; values from the environment and tokens read ***")
 
+    # agent list, agent show: generated from their declarations (cairn/ctx/ops.py), as HTTP is
+    p = sub.add_parser("agent", parents=[common], help="list the agents (prompts) or show one's prompt")
+    asub = p.add_subparsers(dest="agent_command", metavar="ACTION", required=True)
+    add_subcommand(asub, OPS["agent_list"], parents=[common])
+    show = add_subcommand(asub, OPS["agent_show"], parents=[common])
+    show.add_argument("--arg", dest="agent_args", action="append", default=[], metavar="KEY=VALUE",
+                      help="an argument of the agent (repeatable); VALUE is text")
+
     p = sub.add_parser("tool", parents=[common], help="list the tools or run one once")
     tsub = p.add_subparsers(dest="tool_command", metavar="ACTION", required=True)
     tsub.add_parser("list", parents=[common], help="built-in and Lua tools with their parameters")
@@ -71,12 +100,34 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _fast_stdio(argv: list[str]) -> argparse.Namespace | None:
+    """``ctx serve mcp --stdio [--config PATH] [--log-level L]`` (in any order after ``serve mcp``) parsed
+    without argparse (``cairn.core.argv``): building the whole parser, with the sub-commands derived from
+    the operations' declarations, would delay the stdio server's first reply. Anything else (``--help``,
+    another flag, a repeated one) returns None: the real parser."""
+    if argv[:2] != ["serve", "mcp"]:
+        return None
+    from cairn.core.argv import plain_flags
+
+    found = plain_flags(argv[2:], {"--config": "config", "--log-level": "log_level"}, {"--stdio": "stdio"})
+    if found is None or not found.pop("stdio", False):
+        return None
+    import types
+
+    found.setdefault("log_level", None)  # --config stays absent unless given, as with argparse.SUPPRESS
+    return types.SimpleNamespace(command="serve", what="mcp", stdio=True, bind=None, allow_remote=False,
+                                 **found)  # type: ignore[return-value]
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
-    if not args.command:
-        parser.print_help()
-        return 0
+    argv = sys.argv[1:] if argv is None else argv
+    args = _fast_stdio(argv)
+    if args is None:
+        parser = _parser()
+        args = parser.parse_args(argv)
+        if not args.command:
+            parser.print_help()
+            return 0
     try:
         from cairn.core.output import choose_format
 
@@ -92,8 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("ctx: interrupted\n")
         return 130
-    if args.command == "serve":  # stdout belonged to the protocol (stdio) or to nobody
-        return status
+    if args.command == "serve" or args.command == "export" and not args.out:
+        return status  # stdout belonged to the protocol (stdio), to the export, or to nobody
     from cairn.core.output import render
 
     out = text() if (fmt == "text" and text is not None) else render(data, fmt)
@@ -112,6 +163,8 @@ def _run(args: argparse.Namespace) -> tuple[Any, Any, int]:
     """(data to render, optional custom text renderer, exit status) for the command."""
     if args.command in ("serve", "tool", "config"):  # first: `serve mcp --stdio` need not import the service
         return _run_tools(args)
+    if args.command == "agent":
+        return _run_agent(args)
     from cairn.ctx import service
 
     config = getattr(args, "config", None)
@@ -154,9 +207,37 @@ def _run(args: argparse.Namespace) -> tuple[Any, Any, int]:
 
                 sys.stderr.write(f"ctx: error: embedding stopped: {scrub(embedded.error)}\n")
             return embedded, None, _exit_code(embedded.error_code) if embedded.error else 0
+        if args.command in ("export", "import"):
+            return _transfer(svc, args)
     finally:
         svc.close()
     raise AssertionError(args.command)
+
+
+def _transfer(svc: Any, args: argparse.Namespace) -> tuple[Any, Any, int]:
+    from cairn.ctx import transfer
+
+    if args.command == "export":
+        try:
+            report = transfer.export_file(svc, args.out, vectors=args.vectors)
+        except BrokenPipeError:  # the reader went away (`ctx export | head`): no traceback, 128 + SIGPIPE
+            import os
+
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the flush at exit cannot fail
+            args.out = None
+            return None, None, 141
+        summary = (f"Exported {report.documents} documents, {report.chunks} chunks, {report.vectors} vectors "
+                   f"({report.bytes} bytes) in {report.seconds} s")
+        if not args.out or args.out == "-":  # stdout carries the export: the summary goes to stderr
+            sys.stderr.write(f"ctx: {summary}\n")
+            args.out = None
+            return None, None, 0
+        return report, lambda: f"{summary} to {report.path}", 0
+    imported = transfer.import_file(svc, args.file, merge=args.merge)
+    for note in imported.notes:
+        sys.stderr.write(f"ctx: note: {note}\n")
+    return imported, lambda: (f"Imported {imported.documents} documents, {imported.chunks} chunks, "
+                              f"{imported.vectors} vectors in {imported.seconds} s"), 0
 
 
 def _run_tools(args: argparse.Namespace) -> tuple[Any, Any, int]:
@@ -198,6 +279,47 @@ def _run_tools(args: argparse.Namespace) -> tuple[Any, Any, int]:
         return result, None, 0
     finally:
         box.close()
+
+
+def _run_agent(args: argparse.Namespace) -> tuple[Any, Any, int]:
+    """``ctx agent list|show``: the declared operations on the configuration's agents (a Lua agent's
+    ``context.search`` opens the knowledge base on its first call)."""
+    from cairn.core.errors import InvalidInput
+    from cairn.core.ops import cli_args
+    from cairn.ctx import config as cfg
+    from cairn.ctx.agents import Agents
+
+    conf = cfg.load(getattr(args, "config", None))
+    opened: list[Any] = []
+
+    def service() -> Any:
+        if not opened:
+            from cairn.ctx.service import Service
+
+            opened.append(Service(conf))
+        return opened[0]
+
+    agents = Agents(conf, service)
+    try:
+        op = args.op
+        extra: dict[str, Any] = {}
+        if op.name == "agent_show":
+            values: dict[str, str] = {}
+            for pair in args.agent_args:
+                key, sep, value = pair.partition("=")
+                if not sep or not key:
+                    raise InvalidInput(f"--arg {pair!r}: use KEY=VALUE.")
+                if key in values:
+                    raise InvalidInput(f"Agent argument {key!r} is given more than once; give it once.")
+                values[key] = value
+            extra["arguments"] = values
+        data = op.call(agents, cli_args(op, args), "cli", **extra)
+        text = TEXT.get(op.name)
+        return data, (lambda: text(data)) if text else None, 0
+    finally:
+        agents.close()
+        for svc in opened:
+            svc.close()
 
 
 def _params(pairs: list[str], schema: dict[str, Any]) -> dict[str, Any]:
@@ -256,7 +378,22 @@ def _search_text(results: list[Any]) -> str:
         lines.append(f"   {r.source} {r.source_id}" + (f", {r.location}" if r.location else "") + f"  (updated {r.updated_at})")
         lines.append(f"   {r.snippet}")
         lines.append(f"   id: {r.id}" + (f"  {r.source_url}" if r.source_url else ""))
+        explain = getattr(r, "explain", None)
+        if explain is not None:
+            lines.append(f"   why: {_explain_text(explain)}")
     return "\n".join(lines)
+
+
+def _explain_text(e: dict[str, Any]) -> str:
+    """``search --explain`` in one line: ``keyword #2 bm25 7.31 · vector #5 cosine 0.612 · fused 0.9836 (rrf ...)``."""
+    kw, vec, fusion = e.get("keyword"), e.get("vector"), e.get("fusion")
+    parts = [f"keyword #{kw['rank']} bm25 {kw['bm25']:.4g}" if kw else "keyword -" if fusion else "",
+             f"vector #{vec['rank']} cosine {vec['cosine']:.4f}" if vec else "vector -" if fusion else ""]
+    parts = [p for p in parts if p]
+    if fusion:
+        params = ", ".join(f"{k} {v}" for k, v in fusion.items() if k != "method")
+        parts.append(f"fused {e['fused']:.6f} ({fusion['method']}, {params})")
+    return " · ".join(parts)
 
 
 def _doc_text(doc: Any) -> str:
@@ -269,8 +406,37 @@ def _doc_text(doc: Any) -> str:
     return "\n".join(head) + "\n\n" + str(doc.body)
 
 
+def _agents_text(agents: list[dict[str, Any]]) -> str:
+    if not agents:
+        return "No agents. Add [agents.inline.NAME] (description, system_prompt, tools, arguments) to ctx.toml."
+    lines = []
+    for a in agents:
+        lines.append(f"{a['name']}  ({a['kind']})  {a['description']}")
+        if a["tools"]:
+            lines.append(f"    tools: {', '.join(a['tools'])}")
+        for arg in a["arguments"]:
+            flag = " (required)" if arg["required"] else (f" (default {arg['default']!r})" if "default" in arg else "")
+            lines.append(f"    {arg['name']}{flag}" + (f"  {arg['description']}" if arg["description"] else ""))
+    return "\n".join(lines)
+
+
+def _agent_text(agent: dict[str, Any]) -> str:
+    search = agent["search"]
+    where = f", sources {', '.join(search['sources'])}" if search["sources"] else ""
+    limit = f", limit {search['limit']}" if search["limit"] else ""
+    lines = [f"Agent: {agent['name']} ({agent['kind']})"]
+    if agent["description"]:
+        lines.append(f"Description: {agent['description']}")
+    lines += [f"Tools: {', '.join(agent['tools']) or 'none listed'}", f"Search: {search['mode']}{where}{limit}", "",
+              "System prompt:", agent["system"]]
+    for m in agent["messages"]:
+        lines += ["", f"[{m['role']}]", m["content"]]
+    return "\n".join(lines)
+
+
 # The text (``--text``, a terminal) of an operation's data; the others print it as --format says.
-TEXT = {"search": _search_text, "get": _doc_text}
+TEXT: dict[str, Callable[[Any], str]] = {"search": _search_text, "get": _doc_text, "agent_list": _agents_text,
+                                         "agent_show": _agent_text}
 
 
 def _sync_text(summary: Any) -> str:

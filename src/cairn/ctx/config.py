@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cairn.core.errors import InvalidInput, NotFound
-from cairn.search.embed import EmbeddingSettings
+from cairn.search.embed import EmbeddingSettings, hybrid_defaults
 
 KeyPath = tuple[str | int, ...]  # ("connectors", "git", "kb", "url"); an int indexes a list
 
@@ -109,6 +109,35 @@ class ToolConfig:
 
 
 @dataclass(frozen=True)
+class AgentArgument:
+    """One argument an agent takes (an MCP prompt argument): always a string."""
+
+    name: str
+    description: str = ""
+    required: bool = False
+    default: str | None = None
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """``[agents.inline.NAME]`` (a prompt written in the file) or ``[agents.script.NAME]`` (a Lua script
+    whose ``agent.resolve`` builds it, e.g. from a search). ``system_prompt`` may use ``{{argument}}``."""
+
+    kind: str  # "inline" | "script"
+    name: str
+    description: str = ""
+    system_prompt: str = ""
+    tools: tuple[str, ...] = ()
+    arguments: tuple[AgentArgument, ...] = ()
+    search_mode: str = "keyword"
+    search_sources: tuple[str, ...] = ()
+    search_limit: int | None = None
+    path: Path | None = None  # script agents
+    timeout: float = 30.0
+    config: dict[str, Any] = field(default_factory=dict, repr=False)  # script agents: other keys; may hold secrets
+
+
+@dataclass(frozen=True)
 class Config:
     path: Path
     db: DbConfig
@@ -118,6 +147,7 @@ class Config:
     server: ServerConfig = ServerConfig()
     connectors: list[ConnectorConfig] = field(default_factory=list)
     tools: list[ToolConfig] = field(default_factory=list)
+    agents: list[AgentConfig] = field(default_factory=list)
     # key paths (("server", "auth_token"), ("connectors", "git", "kb", "url")) of values that came
     # from the environment through ${VAR}: `ctx config show` masks them
     from_env: frozenset[KeyPath] = field(default=frozenset(), repr=False, compare=False)
@@ -284,7 +314,8 @@ def load(path: str | os.PathLike[str] | None = None) -> Config:
 # message (a folder from $HOME is not a secret, and hiding it would make path errors unreadable).
 def _is_path_key(path: KeyPath) -> bool:
     return (path == ("db", "path") or (len(path) == 4 and path[0] == "connectors" and path[3] in (
-        "root", "path", "cache_dir")) or (len(path) == 4 and path[:2] == ("tools", "script") and path[3] == "path"))
+        "root", "path", "cache_dir")) or (len(path) == 4 and path[:2] in (("tools", "script"), ("agents", "script"))
+                                         and path[3] == "path"))
 
 
 def parse(data: dict[str, Any], file: Path, text: str | None = None) -> Config:
@@ -327,7 +358,7 @@ def parse(data: dict[str, Any], file: Path, text: str | None = None) -> Config:
 def _parse(data: dict[str, Any], file: Path, templated: dict[KeyPath, str]) -> Config:
     base = file.parent.resolve() if file.parent != Path("") else Path.cwd()
     top = _Reader(file, "", data)
-    known = ["db", "chunking", "retrieval", "embedding", "server", "connectors", "tools"]
+    known = ["db", "chunking", "retrieval", "embedding", "server", "connectors", "tools", "agents"]
     for key in data:
         if key not in known:
             raise InvalidInput(f"{file}: unknown section [{key}]. Known sections: {', '.join(known)}.")
@@ -353,8 +384,11 @@ def _parse(data: dict[str, Any], file: Path, templated: dict[KeyPath, str]) -> C
 
     r = _Reader(file, "retrieval", data.get("retrieval", {}))
     r.check_keys(["hybrid_alpha", "candidate_k_keyword", "candidate_k_vector", "final_limit", "fusion"])
+    # Unset, hybrid_alpha is the embedding provider's tuned weight (cairn.search.embed.HYBRID_DEFAULTS).
+    provider = data.get("embedding", {}).get("provider") if isinstance(data.get("embedding"), dict) else None
     retrieval = RetrievalConfig(
-        hybrid_alpha=r.float("hybrid_alpha", RetrievalConfig.hybrid_alpha, 0.0, 1.0),
+        hybrid_alpha=r.float("hybrid_alpha", hybrid_defaults(provider if isinstance(provider, str) else "")[0],
+                             0.0, 1.0),
         candidate_k_keyword=r.int("candidate_k_keyword", RetrievalConfig.candidate_k_keyword, lo=1, hi=10_000),
         candidate_k_vector=r.int("candidate_k_vector", RetrievalConfig.candidate_k_vector, lo=1, hi=10_000),
         final_limit=r.int("final_limit", RetrievalConfig.final_limit, lo=1, hi=1000),
@@ -364,7 +398,7 @@ def _parse(data: dict[str, Any], file: Path, templated: dict[KeyPath, str]) -> C
     r = _Reader(file, "embedding", data.get("embedding", {}))
     r.check_keys(["provider", "model", "dims", "batch_size", "url", "api_key_env", "timeout"])
     embedding = EmbeddingSettings(
-        provider=r.text("provider", "disabled", ("disabled", "local", "e5", "openai", "ollama")),
+        provider=r.text("provider", "disabled", ("disabled", "local", "minilm", "e5", "openai", "ollama")),
         model=r.text("model", ""),
         dims=r.int("dims", 0, lo=0, hi=65_536),
         batch_size=r.int("batch_size", EmbeddingSettings.batch_size, lo=1, hi=10_000),
@@ -424,10 +458,128 @@ def _parse(data: dict[str, Any], file: Path, templated: dict[KeyPath, str]) -> C
             ToolConfig(name=name, path=t.path("path", None, base), timeout=t.float("timeout", 30.0, 0.001, 3600.0), config=extra)
         )
 
+    agents: list[AgentConfig] = []
+    r = _Reader(file, "agents", data.get("agents", {}))
+    for key, value in r.table.items():
+        if key not in AGENT_KINDS:
+            example = key if isinstance(value, dict) else "NAME"
+            r.fail(key, f"unknown agent kind. Write [agents.inline.{example}] (a prompt in this file) or "
+                        f"[agents.script.{example}] (a Lua script that builds it).")
+    names: set[str] = set()
+    for kind in AGENT_KINDS:
+        group = _Reader(file, f"agents.{kind}", r.table.get(kind, {}))
+        for name, table in group.table.items():
+            if name in names:
+                group.fail(name, "is defined both inline and as a script; agent names are unique")
+            names.add(name)
+            agents.append(_agent(file, base, kind, name, table, connectors, tools))
+
     return Config(
         path=file, db=db, chunking=chunking, retrieval=retrieval, embedding=embedding, server=server,
-        connectors=connectors, tools=tools,
+        connectors=connectors, tools=tools, agents=agents,
     )
+
+
+AGENT_KINDS = ("inline", "script")
+# The built-in MCP tools (cairn.ctx.ops: the operations on MCP); tests/ctx/test_agents.py checks they agree.
+BUILTIN_TOOLS = ("search", "get", "sources")
+_AGENT_KEYS = ["description", "system_prompt", "tools", "arguments", "search_mode", "search_sources", "search_limit"]
+_ARGUMENT_KEYS = ("name", "description", "required", "default")
+_PLACEHOLDER = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
+
+
+def _agent(file: Path, base: Path, kind: str, name: str, table: Any, connectors: list[ConnectorConfig],
+           tools: list[ToolConfig]) -> AgentConfig:
+    """One agent, every field checked here, so a mistake stops ``ctx`` at load with the agent and the key."""
+    r = _Reader(file, f"agents.{kind}.{name}", table)
+    if not name or not set(name) <= _NAME_CHARS or name.startswith("-") or len(name) > MAX_NAME:
+        r.fail(None, f"agent names use lowercase letters, digits, '_' and '-', at most {MAX_NAME} characters")
+    if kind == "inline":
+        r.check_keys(_AGENT_KEYS)
+        if "system_prompt" not in r.table:
+            r.fail("system_prompt", "is required: the prompt the agent starts from (it may use {{argument}})")
+    description = r.text("description", "")
+    system_prompt = r.text("system_prompt", "")
+    if kind == "inline" and not system_prompt.strip():
+        r.fail("system_prompt", "must not be empty")
+
+    known_tools = [*BUILTIN_TOOLS, *(t.name for t in tools)]
+    listed = r.table.get("tools", [])
+    if not isinstance(listed, list) or not all(isinstance(t, str) for t in listed):
+        r.fail("tools", f"must be a list of tool names such as [\"search\", \"get\"], not {listed!r}")
+    for tool in listed:
+        if tool not in known_tools:
+            r.fail("tools", f"{tool!r} is not a tool. Tools: {', '.join(known_tools)}.")
+    if len(set(listed)) != len(listed):
+        r.fail("tools", "lists a tool twice")
+
+    arguments = _agent_arguments(r)
+    declared = {a.name for a in arguments}
+    for placeholder in _PLACEHOLDER.findall(system_prompt):
+        if placeholder not in declared:
+            hint = f"Arguments: {', '.join(sorted(declared))}." if declared else "Declare it in `arguments`."
+            r.fail("system_prompt", f"uses {{{{{placeholder}}}}}, which is not an argument of this agent. {hint}")
+
+    mode = r.text("search_mode", "keyword", MODES)
+    sources = r.table.get("search_sources", [])
+    if isinstance(sources, str):
+        sources = [sources]
+    if not isinstance(sources, list) or not all(isinstance(s, str) and s for s in sources):
+        r.fail("search_sources", f"must be a list of sources (type:name, a type or a name), not {sources!r}")
+    for wanted in sources:
+        if not any(wanted in (c.source, c.type, c.name) for c in connectors):
+            known = ", ".join(c.source for c in connectors) or "none configured"
+            r.fail("search_sources", f"{wanted!r} matches no connector. Sources: {known}.")
+    limit = r.int("search_limit", 0, lo=1, hi=1000) if "search_limit" in r.table else None
+
+    path: Path | None = None
+    timeout = 30.0
+    extra: dict[str, Any] = {}
+    if kind == "script":
+        path = r.path("path", None, base)
+        timeout = r.float("timeout", 30.0, 0.001, 3600.0)
+        extra = {k: v for k, v in r.table.items() if k not in (*_AGENT_KEYS, "path", "timeout")}
+        for key in ("allow_hosts", "allow_env"):  # http hosts and environment variables the script may use
+            if key in extra:
+                r.globs(key, [])
+    return AgentConfig(kind=kind, name=name, description=description, system_prompt=system_prompt,
+                       tools=tuple(listed), arguments=arguments, search_mode=mode, search_sources=tuple(sources),
+                       search_limit=limit, path=path, timeout=timeout, config=extra)
+
+
+def _agent_arguments(r: _Reader) -> tuple[AgentArgument, ...]:
+    raw = r.table.get("arguments", [])
+    if not isinstance(raw, list):
+        r.fail("arguments", 'must be a list of tables such as [{ name = "topic", required = true }]')
+    out: list[AgentArgument] = []
+    for i, item in enumerate(raw, 1):
+        where = f"arguments[{i}]"
+        if not isinstance(item, dict):
+            r.fail(where, f'must be a table such as {{ name = "topic", description = "...", required = true }}, '
+                          f"not {item!r}")
+        for key in item:
+            if key not in _ARGUMENT_KEYS:
+                r.fail(where, f"{key}: unknown key. Known keys: {', '.join(_ARGUMENT_KEYS)}.")
+        name = item.get("name")
+        if not isinstance(name, str) or not name or not all(c.isalnum() or c in "_-" for c in name) \
+                or not name.isascii():
+            r.fail(where, f"name: must be a non-empty name of letters, digits, '_' and '-', not {name!r}")
+        if any(a.name == name for a in out):
+            r.fail(where, f"name: {name!r} is declared twice")
+        description = item.get("description", "")
+        if not isinstance(description, str):
+            r.fail(where, f"description: must be a string, not {description!r}")
+        required = item.get("required", False)
+        if not isinstance(required, bool):
+            r.fail(where, f"required: must be true or false, not {required!r}")
+        default = item.get("default")
+        if default is not None and not isinstance(default, str):
+            r.fail(where, f"default: must be a string (arguments are text), not {default!r}")
+        if required and default is not None:
+            r.fail(where, "default: a required argument has no default; drop one of them")
+        out.append(AgentArgument(name=str(name), description=str(description), required=bool(required),
+                                 default=default))
+    return tuple(out)
 
 
 # ---- the effective configuration (`ctx config show`) ---------------------------------------------
@@ -450,6 +602,15 @@ def effective(conf: Config) -> dict[str, Any]:
         "connectors": {},
         "tools": {"script": {}},
     }
+    for a in conf.agents:
+        entry: dict[str, Any] = {"description": a.description}
+        if a.system_prompt:
+            entry["system_prompt"] = a.system_prompt
+        entry.update(tools=list(a.tools), arguments=[_plain(arg.__dict__) for arg in a.arguments],
+                     search_mode=a.search_mode, search_sources=list(a.search_sources), search_limit=a.search_limit)
+        if a.kind == "script":
+            entry.update(path=a.path, timeout=a.timeout, **a.config)
+        data.setdefault("agents", {}).setdefault(a.kind, {})[a.name] = _plain(entry)
     for c in conf.connectors:
         data["connectors"].setdefault(c.type, {})[c.name] = _plain(c.options)
     for t in conf.tools:
@@ -526,7 +687,7 @@ def to_toml(data: dict[str, Any], header: str = "") -> str:
 def _is_table_section(prefix: list[str], key: str) -> bool:
     # Sub-tables are written as [sections] down to a connector or tool; deeper (script config) tables inline.
     depth = len(prefix)
-    return depth == 0 or (prefix[0] in ("connectors", "tools") and depth <= 2)
+    return depth == 0 or (prefix[0] in ("connectors", "tools", "agents") and depth <= 2)
 
 
 def _key(key: str) -> str:
@@ -565,7 +726,8 @@ max_tokens = 400                  # tokens = whitespace-separated words
 overlap_tokens = 40               # words repeated between consecutive chunks of a long section
 
 [retrieval]
-hybrid_alpha = 0.6                # weight of the semantic signal in hybrid search (keyword gets 1 - alpha)
+# hybrid_alpha = 0.8              # weight of the semantic signal in hybrid search (keyword gets 1 - alpha);
+                                  # unset: tuned per provider (minilm 0.8, local 0.6; docs/ctx.md)
 candidate_k_keyword = 80          # keyword candidates per query (after filters)
 candidate_k_vector = 80           # vector candidates per query (after filters)
 final_limit = 12                  # default number of results
@@ -573,9 +735,11 @@ fusion = "rrf"                    # "rrf" (weighted reciprocal rank fusion) or "
                                   # min-max normalised scores, as in Context Harness)
 
 [embedding]
-provider = "local"                # "local" (offline wordllama), "openai", "ollama" or "disabled"
-model = "l2_supercat"
-dims = 256
+provider = "minilm"               # "minilm" (offline all-MiniLM-L6-v2: finds paraphrases, ~0.15 s of CPU per
+                                  # chunk), "local" (offline wordllama: ~1,000x faster, weaker), "e5",
+                                  # "openai", "ollama" or "disabled". Changing it re-embeds (ctx embed pending)
+model = "all-MiniLM-L6-v2"        # local: "l2_supercat"
+dims = 384                        # local: 256
 batch_size = 256
 # url = "https://api.openai.com/v1"   # openai: any OpenAI-compatible base URL; ollama: http://127.0.0.1:11434
 # api_key_env = "OPENAI_API_KEY"     # the environment variable holding the API key
@@ -609,4 +773,13 @@ max_document_bytes = 50000000     # the same for PDF, DOCX, PPTX and XLSX files
 # timeout = 5                      # seconds; other keys become context.config
 # allow_hosts = []                 # hosts `http.get/post` may reach; none by default
 # allow_env = []                   # variables `env.get` may read; none by default
+
+# [agents.inline.reviewer]         # an MCP prompt (prompts/get), GET /agents/reviewer, `ctx agent show reviewer`
+# description = "Reviews a change against the docs' conventions"
+# tools = ["search", "get"]        # tools it should use: search, get, sources or a [tools.script.*] name
+# search_mode = "keyword"          # and the search it should prefer: mode, search_sources, search_limit
+# arguments = [{ name = "area", description = "what the change touches", required = true }]
+# system_prompt = "You review changes to {{area}}. Search the docs for the conventions that apply."
+# [agents.script.oncall]           # a Lua agent: agent.resolve(args, config, context) builds the prompt
+# path = "agents/oncall.lua"       # (e.g. from context.search); same sandbox and keys as a Lua tool
 '''

@@ -1,4 +1,4 @@
-"""``ctx serve mcp``: the HTTP API (``/tools/*``, ``/health``, ``/openapi.json``) and MCP at ``/mcp`` and ``/``.
+"""``ctx serve mcp``: the HTTP API (``/tools/*``, ``/agents``, ``/health``, ``/openapi.json``) and MCP at ``/mcp`` and ``/``.
 
 Routes are thin: read the JSON body (capped, content type checked), call the toolbox (which validates
 against the same declarations MCP uses), and answer JSON. Every failure, routing ones included, is one
@@ -107,6 +107,7 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
     from starlette.routing import Route
 
     from cairn.core.ops import query_args
+    from cairn.ctx.ops import OPS
     from cairn.ctx.tools import Toolbox, mcp_server
     from cairn.mcp.http import _disconnected as disconnected, mcp_app
 
@@ -144,8 +145,12 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
     async def run_while_connected(request: "Request", name: str, params: Any) -> Any:
         """``box.call`` in the thread pool; if the client disconnects first, a Lua tool is stopped
         (its worker killed, ``Cancelled``: 499, which nobody reads) instead of running to its timeout."""
+        return await run_cancellable(request, lambda cancelled: box.call(name, params, cancelled))
+
+    async def run_cancellable(request: "Request", work_fn: Callable[[Callable[[], bool]], Any]) -> Any:
+        """``work_fn(cancelled)`` in the thread pool, ``cancelled()`` turning true once the client is gone."""
         gone = threading.Event()
-        work = asyncio.ensure_future(run_in_threadpool(box.call, name, params, gone.is_set))
+        work = asyncio.ensure_future(run_in_threadpool(work_fn, gone.is_set))
         watch = asyncio.ensure_future(disconnected(request))
         try:
             await asyncio.wait((work, watch), return_when=asyncio.FIRST_COMPLETED)
@@ -165,6 +170,31 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
         else:
             async def answer(request: "Request") -> Any:
                 return await call(op.name, request)
+        return Route(path, endpoint(answer), methods=[method])
+
+    def agent_route(op: "Op") -> Route:
+        """``GET /agents`` and ``GET /agents/{name}``: the path parameter and, for one agent, every query
+        parameter as one of its arguments (``?topic=deploys``)."""
+        assert op.http is not None
+        method, path = op.http
+
+        async def answer(request: "Request") -> Any:
+            from cairn.ctx.ops import to_json
+
+            args = dict(request.path_params)
+            if "name" not in args:  # the list
+                args.update(query_args(op, request.query_params))
+                return to_json(op, op.call(box.agents, args, "http"))
+            query = request.query_params
+            repeated = [k for k in query.keys() if len(query.getlist(k)) > 1]
+            if repeated:
+                raise InvalidInput(f"Agent argument {repeated[0]!r} is given more than once; give it once.")
+            arguments = dict(query)
+            # in the thread pool; a Lua agent stops (its worker killed) if the client goes away, as a Lua tool does
+            value = await run_cancellable(
+                request, lambda cancelled: op.call(box.agents, args, "http", arguments=arguments, cancelled=cancelled))
+            return to_json(op, value)
+
         return Route(path, endpoint(answer), methods=[method])
 
     @endpoint
@@ -189,6 +219,7 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
         # Any tool by name: the Lua tools' routes (POST /tools/NAME, in the OpenAPI document from their
         # declarations), and the built-in ones too (POST /tools/sources); 404 for an unknown name.
         Route("/tools/{name}", tool, methods=["POST"]),
+        *(agent_route(op) for op in OPS if op.extra.get("agents")),
         Route("/mcp", mcp),
         # The seed's client configuration points at the server's root URL: the same app answers there.
         Route("/", RootMcp(mcp)),
@@ -242,6 +273,7 @@ INDEX = {
     "mcp": "POST / or POST /mcp: MCP Streamable HTTP (stateless)",
     "openapi": "/openapi.json",
     "tools": "/tools/list",
+    "agents": "/agents",
     "health": "/health",
 }
 
@@ -299,7 +331,7 @@ def openapi(box: "Toolbox") -> dict[str, Any]:
 
     def errors(*codes: int) -> dict[str, Any]:
         reasons = {400: "invalid parameters or malformed JSON", 401: "missing or wrong bearer token",
-                   404: "unknown tool or document", 408: "a Lua tool ran past its timeout",
+                   404: "unknown tool, document or agent", 408: "a Lua tool or agent ran past its timeout",
                    413: "request body too large", 415: "body is not JSON", 500: "internal or script error"}
         return {str(c): {"description": reasons[c], "content": {"application/json": {"schema": err}}} for c in codes}
 
@@ -329,6 +361,19 @@ def openapi(box: "Toolbox") -> dict[str, Any]:
             entry["summary"] = entry["summary"] or f"Lua tool {op.name}"
             entry["responses"] = {"200": reply("{\"result\": ...}" if lua else f"{{\"{key}\": [...]}}" if key
                                                else "the tool's result"), **errors(*codes)}
+        paths[path] = methods
+    from cairn.ctx.ops import OPS
+
+    for path, methods in openapi_paths([op for op in OPS if op.extra.get("agents")]).items():
+        entry = methods["get"]
+        if path == "/agents/{name}":
+            # Every query parameter is an argument of the agent (its names: GET /agents)
+            entry["parameters"].append({"name": "arguments", "in": "query", "style": "form", "explode": True,
+                                        "description": "the agent's arguments, e.g. ?topic=deploys",
+                                        "schema": {"type": "object", "additionalProperties": {"type": "string"}}})
+        entry["responses"] = {"200": reply("the agent and its resolved prompt" if "{" in path
+                                           else '{"agents": [...]}'),
+                              **errors(*((400, 401, 404, 408, 500) if "{" in path else (401, 500)))}
         paths[path] = methods
     paths["/tools/{name}"] = {"post": {
         "summary": "Call any tool by name; Lua tools answer {\"result\": ...}",

@@ -24,6 +24,7 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing stays off the stdio st
 if TYPE_CHECKING:
     from typing import Any, Literal
 
+    from cairn.ctx.agents import Agents
     from cairn.ctx.luaproc import CancelCheck, LuaPool
     from cairn.ctx.scripts import LuaTool
     from cairn.ctx.service import Document, SearchResult, Service, SourceStatus
@@ -59,7 +60,8 @@ _DATE = {"type": ["string", "integer"]}
         })
 def search(svc: Service, query: str, mode: Literal["keyword", "semantic", "hybrid"] = "keyword",
            limit: int | None = None, source: str | list[str] | None = None, filters: dict[str, Any] | None = None,
-           since: str | int | None = None, until: str | int | None = None) -> list[SearchResult]:
+           since: str | int | None = None, until: str | int | None = None,
+           explain: bool = False) -> list[SearchResult]:
     """Search indexed documents by keyword, semantic, or hybrid query.
 
     :param query: what to look for (any text)
@@ -71,6 +73,9 @@ def search(svc: Service, query: str, mode: Literal["keyword", "semantic", "hybri
         ISO 8601 or unix seconds)
     :param since: only documents updated at/after this date (YYYY-MM-DD, ISO 8601, unix seconds)
     :param until: only documents updated before this date
+    :param explain: add `explain` to each result: the keyword rank and BM25 score (on PostgreSQL its own
+        IDF-weighted ts_rank) and the vector rank and cosine of its best chunk (null where that list did
+        not find it), and the fused score (hybrid)
     """
     if filters:
         extra = filters.get("source")
@@ -79,7 +84,7 @@ def search(svc: Service, query: str, mode: Literal["keyword", "semantic", "hybri
                 [extra] if isinstance(extra, str) else list(extra))
         since = filters.get("since", since)
         until = filters.get("until", until)
-    return svc.search(query, mode, source=source, since=since, until=until, limit=limit)
+    return svc.search(query, mode, source=source, since=since, until=until, limit=limit, explain=explain)
 
 
 @OPS.op(mcp="get", cli="get", http="POST /tools/get", error_details=tool_details,
@@ -99,6 +104,32 @@ def sources(svc: Service) -> list[SourceStatus]:
     return svc.sources()
 
 
+# Agents (cairn.ctx.agents): prompts, not tools. MCP serves them as prompts (prompts/list, prompts/get,
+# from the same Agents), so these operations are on the CLI and HTTP only; they run on the Agents of
+# the configuration (extra["agents"]), not on the per-thread Service.
+
+@OPS.op(name="agent_list", cli="agent list", http="GET /agents", extra={"key": "agents", "agents": True})
+def agent_list(agents: Agents) -> list[dict[str, Any]]:
+    """The configured agents: name, description, kind, tools, search defaults and arguments."""
+    return agents.describe_all()
+
+
+@OPS.op(name="agent_show", cli="agent show", http="GET /agents/{name}", extra={"agents": True},
+        params={"name": {"positional": True, "minLength": 1, "metavar": "NAME"},
+                "arguments": {"surfaces": ()}, "cancelled": {"surfaces": ()}})
+def agent_show(agents: Agents, name: str, arguments: dict[str, Any] | None = None,
+               cancelled: CancelCheck | None = None) -> dict[str, Any]:
+    """One agent's prompt, resolved with its arguments: its description, tools and search defaults, the
+    system prompt (`{{argument}}` filled in; a Lua agent builds it, e.g. from a search) and messages.
+
+    :param name: an agent name (see agent list)
+    :param arguments: the agent's arguments (strings): `--arg KEY=VALUE` on the CLI, the query string
+        over HTTP, the prompt arguments over MCP
+    :param cancelled: true once the caller gave up (its HTTP client went away): a Lua agent stops
+    """
+    return agents.resolve(name, arguments, cancelled)
+
+
 def to_json(op: Op, value: Any) -> Any:
     """What a tool answers over MCP and HTTP: the data as JSON, a list wrapped in the op's ``key``."""
     import dataclasses
@@ -106,7 +137,7 @@ def to_json(op: Op, value: Any) -> Any:
     key = op.extra.get("key")
     if key is not None:
         # flat dataclasses: a shallow dict is a quarter of the cost of asdict's deep copy per search
-        return {key: [dict(item.__dict__) for item in value]}
+        return {key: [item if isinstance(item, dict) else dict(item.__dict__) for item in value]}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
     return value

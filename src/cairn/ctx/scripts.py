@@ -286,6 +286,17 @@ def run_tool(tool: LuaTool, params: dict[str, Any], service: KnowledgeBase, pool
                     cancelled=cancelled)
 
 
+def run_agent(name: str, path: Path, source: str, timeout: float, config: dict[str, Any], args: dict[str, str],
+              system_prompt: str, call: Call, pool: "LuaPool", cancelled: "CancelCheck | None" = None) -> Any:
+    """``agent.resolve(args, config, context)`` of a Lua agent in a fresh sandbox in a worker (the same
+    sandbox, host modules and ``context.*`` as Lua tools); ``call`` answers ``context.*``. Returns the
+    script's raw result (checked by the caller, :mod:`cairn.ctx.agents`)."""
+    label = f"Lua agent {name!r}"
+    return pool.run({"kind": "agent", "label": label, "source": source, "file": path.name, "timeout": timeout,
+                     "config": config, "env": allowed_env(config, label), "args": args,
+                     "system_prompt": system_prompt}, label=label, timeout=timeout, call=call, cancelled=cancelled)
+
+
 def service_call(service: KnowledgeBase) -> Call:
     """``context.search/get/sources`` against ``service``, with plain (JSON-ready) arguments and results."""
 
@@ -306,7 +317,7 @@ def service_call(service: KnowledgeBase) -> Call:
 
 
 def run_job(job: dict[str, Any], call: Call) -> Any:
-    """One job in this (worker) process: ``declare``, ``tool`` or ``connector`` (see :mod:`cairn.ctx.luaproc`)."""
+    """One job in this (worker) process: ``declare``, ``tool``, ``agent`` or ``connector`` (see :mod:`cairn.ctx.luaproc`)."""
     kind, label = job["kind"], job["label"]
     config = job.get("config") or {}
     sandbox = Sandbox(label, float(job["timeout"]))
@@ -314,8 +325,10 @@ def run_job(job: dict[str, Any], call: Call) -> Any:
         Hosts(sandbox, label, config, job.get("env") or {}).install()
         if kind == "declare":
             sandbox.set_global("context", sandbox.table({"config": config}))
-        elif kind == "tool":
+        elif kind in ("tool", "agent"):
             sandbox.set_global("context", _context(sandbox, config, call))
+        if kind == "agent":
+            return _resolve_agent(sandbox, job)
         sandbox.execute(job["source"], job["file"])
         from lupa import lua54
 
@@ -337,6 +350,23 @@ def run_job(job: dict[str, Any], call: Call) -> Any:
         return sandbox.call(conn["scan"], sandbox.table(config))
     finally:
         sandbox.close()
+
+
+def _resolve_agent(sandbox: Sandbox, job: dict[str, Any]) -> Any:
+    """``agent.resolve(args, config, context)`` of an agent script. The script may define a global
+    ``agent`` table or ``return agent`` (as Context Harness's agent scripts do): its top level runs as
+    a function body (on the same line, so error line numbers stay right) and its result is kept."""
+    from lupa import lua54
+
+    label = job["label"]
+    sandbox.execute(f"agent = (function(...) {job['source']}\nend)(...) or agent", job["file"])
+    agent = sandbox.globals["agent"]
+    if lua54.lua_type(agent) != "table" or lua54.lua_type(agent["resolve"]) != "function":
+        raise ExtensionError(f"{label}: {job['file']} must define `function agent.resolve(args, config, context)` "
+                             "on a global `agent` table (or `return agent`).")
+    context = sandbox.globals["context"]
+    context["system_prompt"] = job.get("system_prompt") or ""
+    return sandbox.call(agent["resolve"], sandbox.table(job.get("args") or {}), context["config"], context)
 
 
 def _context(sandbox: Sandbox, config: dict[str, Any], call: Call) -> Any:

@@ -25,6 +25,8 @@ from cairn.ctx.stores import open_store
 from cairn.ctx.sync import EmbedReport, Progress, SyncReport
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from cairn.search.embed import Embedder
 
 
@@ -41,6 +43,16 @@ class SearchResult:
     snippet: str
     source_url: str | None
     location: str = ""  # the best chunk's heading path, a citation: "Page 12", "Slide 3: Budget", "Guide > Install"
+
+
+@dataclass
+class ExplainedResult(SearchResult):
+    """A search result with how it was scored (``search --explain``): ``explain`` holds, for the document's
+    best chunk, ``keyword`` (``rank``, ``bm25``) and ``vector`` (``rank``, ``cosine``), each null when that
+    list did not have the chunk among its candidates, and in hybrid mode ``fused`` (the score before
+    rounding) with ``fusion`` (``method``, ``alpha``, and ``k`` for rrf)."""
+
+    explain: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -271,14 +283,16 @@ class Service:
 
     def search(self, query: str, mode: str = "keyword", *, source: str | list[str] | None = None,
                since: str | int | None = None, until: str | int | None = None,
-               limit: int | None = None) -> list[SearchResult]:
+               limit: int | None = None, explain: bool = False) -> list[SearchResult]:
         """Search indexed documents by keyword, semantic, or hybrid query.
 
         The ``search`` operation (:mod:`cairn.ctx.ops`) documents the parameters and checks them for
         every surface; this checks them again for callers that are not one (a Lua tool's ``context.search``).
-        The query is never passed raw to the index.
+        The query is never passed raw to the index. ``explain``: :class:`ExplainedResult` items, which
+        say how each was scored.
         """
         from cairn.ctx import retrieval
+        from cairn.search.embed import hybrid_defaults
         from cairn.search.fusion import fuse
 
         if not isinstance(query, str) or not query.strip():
@@ -307,10 +321,34 @@ class Service:
         elif mode == "semantic":
             scored = list(vec.items())
         else:
-            scored = fuse(r.fusion, kw, vec, r.hybrid_alpha)
-        return self._group(scored, query, limit)
+            scored = fuse(r.fusion, kw, vec, r.hybrid_alpha, hybrid_defaults(self.config.embedding.provider)[1])
+        return self._group(scored, query, limit, self._explainer(mode, kw, vec) if explain else None)
 
-    def _group(self, scored: list[tuple[int, float]], query: str, limit: int) -> list[SearchResult]:
+    def _explainer(self, mode: str, kw: dict[int, float], vec: dict[int, float]) -> Callable[[int, float], dict[str, Any]]:
+        """The ``explain`` of a result from its best chunk (rowid) and that chunk's score: its place and score in
+        each candidate list, ranked as :func:`cairn.search.fusion.rrf` ranks them (score desc, then rowid)."""
+        from cairn.search.embed import hybrid_defaults
+        from cairn.search.fusion import ranks
+
+        r = self.config.retrieval
+        kw_rank, vec_rank = ranks(kw), ranks(vec)
+        fusion: dict[str, Any] | None = None
+        if mode == "hybrid":
+            k = hybrid_defaults(self.config.embedding.provider)[1]  # the RRF constant search used
+            fusion = {"method": r.fusion, "alpha": r.hybrid_alpha, **({"k": k} if r.fusion == "rrf" else {})}
+
+        def explain(cid: int, score: float) -> dict[str, Any]:
+            return {
+                "keyword": {"rank": kw_rank[cid], "bm25": kw[cid]} if cid in kw_rank else None,
+                "vector": {"rank": vec_rank[cid], "cosine": vec[cid]} if cid in vec_rank else None,
+                "fused": score if fusion is not None else None,
+                "fusion": fusion,
+            }
+
+        return explain
+
+    def _group(self, scored: list[tuple[int, float]], query: str, limit: int,
+               explain: Callable[[int, float], dict[str, Any]] | None = None) -> list[SearchResult]:
         from cairn.ctx.chunk import location
         from cairn.ctx.retrieval import snippet
 
@@ -332,11 +370,14 @@ class Service:
             if cid not in meta:
                 continue
             text, title, source, source_id, updated_at, source_url, heading = meta[cid]
-            results.append(SearchResult(
+            result = SearchResult(
                 id=doc_id, score=round(min(1.0, max(0.0, score)), 6), title=title, source=source,
                 source_id=source_id, updated_at=iso(updated_at), snippet=snippet(text, query),
                 source_url=scrub(source_url) if source_url else None, location=location(heading),
-            ))
+            )
+            if explain is not None:
+                result = ExplainedResult(**result.__dict__, explain=explain(cid, score))
+            results.append(result)
         return results
 
     def get(self, id: str) -> Document:

@@ -204,6 +204,14 @@ class KnowledgeStore(Protocol):
     def checkpoint(self, source: str, status: str, *, documents: int = 0, error: str | None = None) -> None: ...
     def checkpoints(self) -> dict[str, dict[str, Any]]: ...
     def sql(self, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
+    # export / import (cairn.ctx.transfer): a consistent read, and batches in rowid (hash) order
+    def snapshot(self) -> ContextManager[None]: ...
+    def has_documents(self) -> bool: ...
+    def has_document(self, doc_id: str) -> bool: ...
+    def chunks_after(self, rowid: int, limit: int) -> list[tuple[int, int, int, str, str, str]]: ...
+    def documents_by_rowid(self, rowids: Sequence[int]) -> dict[int, tuple[Any, ...]]: ...
+    def chunkless_documents_after(self, rowid: int, limit: int) -> list[tuple[Any, ...]]: ...
+    def vectors_after(self, model: str, hash: str, limit: int) -> list[tuple[str, bytes]]: ...
 
 
 class SqliteStore:
@@ -524,6 +532,60 @@ class SqliteStore:
             r[0]: {"status": r[1], "started_at": r[2], "finished_at": r[3], "documents": r[4], "error": r[5]}
             for r in rows
         }
+
+    # ---- export / import (cairn.ctx.transfer) ------------------------------------------------------
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """A read transaction: every query inside sees the same committed state (writers are not blocked)."""
+        self.db.execute("BEGIN")
+        try:
+            yield
+        finally:
+            self.db.execute("COMMIT")
+
+    def has_documents(self) -> bool:
+        """Whether any document or vector is stored."""
+        return (self.db.execute("SELECT 1 FROM documents LIMIT 1").fetchone() is not None
+                or self.db.execute("SELECT 1 FROM vectors LIMIT 1").fetchone() is not None)
+
+    def has_document(self, doc_id: str) -> bool:
+        return self.db.execute("SELECT 1 FROM documents WHERE id = ?", (doc_id,)).fetchone() is not None
+
+    _EXPORTED = ("rowid, id, source, source_id, title, author, source_url, updated_at, fingerprint, content_hash,"
+                 " body, metadata")
+
+    def chunks_after(self, rowid: int, limit: int) -> list[tuple[int, int, int, str, str, str]]:
+        """Up to ``limit`` chunks whose rowid is above ``rowid``, by rowid: (rowid, document rowid, ordinal,
+        hash, heading, text). A document's chunks are written together, so they come together."""
+        rows = self.db.execute("SELECT rowid, doc, ordinal, hash, heading, text FROM chunks WHERE rowid > ?"
+                               " ORDER BY rowid LIMIT ?", (rowid, limit))
+        return [(r, d, o, h, hd, t) for r, d, o, h, hd, t in rows]
+
+    def documents_by_rowid(self, rowids: Sequence[int]) -> dict[int, tuple[Any, ...]]:
+        """rowid -> (rowid, id, source, source_id, title, author, source_url, updated_at, fingerprint,
+        content_hash, body, metadata JSON) of these documents (batches of 500 bound variables)."""
+        out: dict[int, tuple[Any, ...]] = {}
+        for s in range(0, len(rowids), 500):
+            part = list(rowids[s : s + 500])
+            for row in self.db.execute(f"SELECT {self._EXPORTED} FROM documents"
+                                       f" WHERE rowid IN ({','.join('?' * len(part))})", part):
+                out[row[0]] = tuple(row)
+        return out
+
+    def chunkless_documents_after(self, rowid: int, limit: int) -> list[tuple[Any, ...]]:
+        """Up to ``limit`` documents without chunks whose rowid is above ``rowid``, by rowid (the columns of
+        :meth:`documents_by_rowid`)."""
+        rows = self.db.execute(f"SELECT {self._EXPORTED} FROM documents d WHERE d.rowid > ? AND NOT EXISTS"
+                               " (SELECT 1 FROM chunks c WHERE c.doc = d.rowid) ORDER BY d.rowid LIMIT ?",
+                               (rowid, limit))
+        return [tuple(r) for r in rows]
+
+    def vectors_after(self, model: str, hash: str, limit: int) -> list[tuple[str, bytes]]:
+        """Up to ``limit`` (hash, vector blob) of ``model`` whose hash sorts after ``hash``, by hash."""
+        rows = self.db.execute("SELECT hash, vec FROM vectors WHERE model = ? AND hash > ? ORDER BY hash LIMIT ?",
+                               (model, hash, limit))
+        return [(h, bytes(v)) for h, v in rows]
 
 
 Store = SqliteStore  # the name callers used before the PostgreSQL backend (benchmarks/ctx.py)

@@ -523,6 +523,58 @@ class PostgresStore:
         }
 
 
+    # ---- export / import (cairn.ctx.transfer) ------------------------------------------------------
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """A read-only REPEATABLE READ transaction: every query inside sees the same committed state
+        (writers are not blocked), as SQLite's read transaction does."""
+        with self._mutex, self.db.transaction():
+            self.db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            yield
+
+    def has_documents(self) -> bool:
+        """Whether any document or vector is stored."""
+        row = self.db.execute("SELECT EXISTS (SELECT 1 FROM documents) OR EXISTS (SELECT 1 FROM vectors)").fetchone()
+        return bool(row and row[0])
+
+    def has_document(self, doc_id: str) -> bool:
+        return self.db.execute("SELECT 1 FROM documents WHERE id = %s", (doc_id,)).fetchone() is not None
+
+    _EXPORTED = ("rowid, id, source, source_id, title, author, source_url, updated_at, fingerprint, content_hash,"
+                 " body, metadata")
+
+    def chunks_after(self, rowid: int, limit: int) -> list[tuple[int, int, int, str, str, str]]:
+        """Up to ``limit`` chunks whose rowid is above ``rowid``, by rowid: (rowid, document rowid, ordinal,
+        hash, heading, text). A document's chunks are written together (one INSERT), so they come together."""
+        rows = self.db.execute("SELECT rowid, doc, ordinal, hash, heading, text FROM chunks WHERE rowid > %s"
+                               " ORDER BY rowid LIMIT %s", (rowid, limit))
+        return [(int(r), int(d), int(o), h, hd, t) for r, d, o, h, hd, t in rows]
+
+    def documents_by_rowid(self, rowids: Sequence[int]) -> dict[int, tuple[Any, ...]]:
+        """rowid -> (rowid, id, source, source_id, title, author, source_url, updated_at, fingerprint,
+        content_hash, body, metadata JSON) of these documents."""
+        rows = self.db.execute(f"SELECT {self._EXPORTED} FROM documents WHERE rowid = ANY(%s)", (list(rowids),))
+        return {int(r[0]): (int(r[0]), *r[1:7], int(r[7]), *r[8:]) for r in rows}
+
+    def chunkless_documents_after(self, rowid: int, limit: int) -> list[tuple[Any, ...]]:
+        """Up to ``limit`` documents without chunks whose rowid is above ``rowid``, by rowid (the columns of
+        :meth:`documents_by_rowid`)."""
+        rows = self.db.execute(f"SELECT {self._EXPORTED} FROM documents d WHERE d.rowid > %s AND NOT EXISTS"
+                               " (SELECT 1 FROM chunks c WHERE c.doc = d.rowid) ORDER BY d.rowid LIMIT %s",
+                               (rowid, limit))
+        return [(int(r[0]), *r[1:7], int(r[7]), *r[8:]) for r in rows]
+
+    def vectors_after(self, model: str, hash: str, limit: int) -> list[tuple[str, bytes]]:
+        """Up to ``limit`` (hash, float32 vector blob) of ``model`` whose hash sorts after ``hash``, by hash
+        (byte order, as SQLite compares them)."""
+        import numpy as np
+
+        rows = self.db.execute('SELECT hash, vec::real[] FROM vectors WHERE model = %s AND hash COLLATE "C" > %s'
+                               ' ORDER BY hash COLLATE "C" LIMIT %s', (model, hash, limit))
+        return [(h, np.asarray(v, dtype=np.float32).tobytes()) for h, v in rows]
+
+
 class _Guarded:
     """A connection whose ``execute`` reports a lost server as a :class:`StorageError` (exit 7, HTTP 500
     with the ``storage`` code and a fix) instead of a driver exception."""

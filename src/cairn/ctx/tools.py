@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from cairn.ctx.config import Config
     from cairn.ctx.luaproc import CancelCheck, LuaPool
     from cairn.ctx.service import Service
+    from cairn.mcp.server import Server
 
 # Each Lua run may use up to 64 MiB in its worker process; bounding concurrent runs bounds the
 # server's memory (8 x 64 MiB). Further calls wait for a worker.
@@ -43,24 +44,33 @@ class Toolbox:
         from cairn.ctx.ops import OPS
 
         self.config = config
-        self.ops: dict[str, Op] = dict(OPS.ops)
-        self.pool: LuaPool | None = None  # Lua worker processes, started with the first Lua tool
+        # The tools: the operations on MCP (agent_list/agent_show are not tools: agents are MCP prompts)
+        self.ops: dict[str, Op] = {op.name: op for op in OPS.on("mcp")}
+        self.pool: LuaPool | None = None  # Lua worker processes, started with the first Lua tool or agent
         for tc in config.tools:
             if tc.name in self.ops:
                 raise InvalidInput(f"{config.path}: [tools.script.{tc.name}]: {tc.name!r} is a built-in tool's name. "
                                    "Rename the section.")
-        if config.tools:  # only with Lua tools: lupa and the sandbox cost start-up
+        # only with Lua tools or agents: lupa and the sandbox cost start-up
+        if config.tools or any(a.kind == "script" for a in config.agents):
             from cairn.ctx.luaproc import LuaPool
-            from cairn.ctx.ops import lua_op
-            from cairn.ctx.scripts import declare_tool
 
             self.pool = LuaPool(LUA_CONCURRENCY)
-            try:
+        try:
+            if config.tools:
+                from cairn.ctx.ops import lua_op
+                from cairn.ctx.scripts import declare_tool
+
+                assert self.pool is not None
                 for tc in config.tools:
                     self.ops[tc.name] = lua_op(declare_tool(tc, self.pool), self.pool)
-            except BaseException:
+            from cairn.ctx.agents import Agents
+
+            self.agents = Agents(config, self.service, self.pool)
+        except BaseException:
+            if self.pool is not None:
                 self.pool.close()
-                raise
+            raise
         self._local = threading.local()
         self._services: list[Service] = []
         self._lock = threading.Lock()
@@ -78,6 +88,7 @@ class Toolbox:
 
     def close(self) -> None:
         """Kill the Lua workers (a call still running ends with an error at once) and close the services."""
+        self.agents.close()
         if self.pool is not None:
             self.pool.close()
         with self._lock:
@@ -114,14 +125,22 @@ class Toolbox:
         return to_json(self.op(name), self.run(name, params, cancelled))
 
 
-def mcp_server(toolbox: Toolbox) -> Any:
-    """An MCP server exposing exactly the toolbox's tools (same names, descriptions, schemas, handlers)."""
-    from cairn.core.ops import mcp_tool
+def mcp_server(toolbox: Toolbox) -> Server:
+    """An MCP server exposing exactly the toolbox's tools (same names, descriptions, schemas, handlers),
+    declared after ``initialize`` is answered over stdio (``Server.defer_tools``)."""
     from cairn.mcp.server import Server
 
     server = Server(name="ctx", version=_version(), title="ctx knowledge base",
                     instructions="Search the local knowledge base (files, git repositories) with `search`, "
                                  "read a whole document with `get`, list sources with `sources`.")
+    add_prompts(server, toolbox)  # before initialize: the prompts capability is announced there
+    server.defer_tools(lambda: _declare_tools(server, toolbox))
+    return server
+
+
+def _declare_tools(server: Server, toolbox: Toolbox) -> None:
+    from cairn.core.ops import mcp_tool
+
     for op in toolbox.ops.values():
         def handler(args: dict[str, Any], ctx: Any, _name: str = op.name) -> Any:
             from cairn.core.errors import CairnError
@@ -140,7 +159,40 @@ def mcp_server(toolbox: Toolbox) -> Any:
         if op.extra.get("lua"):
             tool.annotations = None  # a script may do anything its config allows: no hints
         server.add_tool(tool)
-    return server
+
+
+def add_prompts(server: Any, toolbox: Toolbox) -> None:
+    """Each agent as an MCP prompt: ``prompts/get`` answers what ``GET /agents/NAME`` and ``ctx agent
+    show`` do (the system prompt as the first, user-role, message), with the same argument checks."""
+    from cairn.ctx.agents import prompt_messages
+    from cairn.mcp.server import Prompt
+
+    agents = toolbox.agents
+    for info in agents.describe_all():
+        def handler(args: dict[str, str], ctx: Any, _name: str = info["name"]) -> Any:
+            from cairn.core.errors import CairnError
+            from cairn.core.sanitize import scrub, scrub_obj
+
+            try:
+                # a cancelled request (notifications/cancelled, a disconnected HTTP client) stops a Lua agent
+                resolved = agents.resolve(_name, args, lambda: bool(ctx.cancelled))
+            except CairnError as exc:
+                exc.message = scrub(exc.message)
+                exc.args = (exc.message,)
+                raise
+            answer = {"messages": prompt_messages(resolved)}
+            if resolved["description"]:
+                answer["description"] = resolved["description"]
+            return scrub_obj(answer)
+
+        def check(args: dict[str, Any], _name: str = info["name"]) -> Any:
+            return agents.check(_name, args)
+
+        server.add_prompt(Prompt(
+            info["name"], handler, description=info["description"] or None,
+            arguments=[{k: v for k, v in a.items() if k != "default" and (v or k == "name")}
+                       for a in info["arguments"]],
+            validate=check, context=True))
 
 
 def _version() -> str:

@@ -18,10 +18,10 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
+from cairn.mcp import SUPPORTED_PROTOCOL_VERSIONS
 from cairn.mcp import jsonrpc as rpc
 from cairn.mcp._streams import EventStream, NoStream
 from cairn.mcp.jsonrpc import RpcError
-from cairn.mcp.versions import SUPPORTED_PROTOCOL_VERSIONS
 
 if TYPE_CHECKING:
     from starlette.requests import Request

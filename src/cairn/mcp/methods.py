@@ -14,12 +14,12 @@ if TYPE_CHECKING:
     from typing import Any, Callable
 
 from cairn.core.errors import CairnError, NotFound, public_error, raise_errors
+from cairn.mcp import LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS
 from cairn.mcp import jsonrpc as rpc
 from cairn.mcp.content import ToolResult, text
 from cairn.mcp.context import ToolContext
 from cairn.mcp.jsonrpc import JSON, RpcError
 from cairn.mcp.schema import SchemaError, validate
-from cairn.mcp.versions import LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS
 
 if TYPE_CHECKING:
     from cairn.mcp.session import Session
@@ -220,13 +220,19 @@ def prompts_get(session: Session, params: JSON, ctx: ToolContext) -> JSON:
     if prompt is None:
         raise RpcError(rpc.INVALID_PARAMS, f"Unknown prompt: {name!r}", {"name": name})
     args = params.get("arguments") or {}
-    if not isinstance(args, dict) or not all(isinstance(v, str) for v in args.values()):
-        raise RpcError(rpc.INVALID_PARAMS, 'Invalid params: prompt "arguments" must be an object of strings')
-    for spec in prompt.arguments:
-        if spec.get("required") and spec.get("name") not in args:
-            raise RpcError(rpc.INVALID_PARAMS, f"Missing required argument {spec.get('name')!r} for prompt {name!r}")
+    if prompt.validate is not None:
+        try:
+            prompt.validate(args)
+        except CairnError as exc:
+            raise RpcError(rpc.INVALID_PARAMS, exc.message, {"prompt": name}) from None
+    else:
+        if not isinstance(args, dict) or not all(isinstance(v, str) for v in args.values()):
+            raise RpcError(rpc.INVALID_PARAMS, 'Invalid params: prompt "arguments" must be an object of strings')
+        for spec in prompt.arguments:
+            if spec.get("required") and spec.get("name") not in args:
+                raise RpcError(rpc.INVALID_PARAMS, f"Missing required argument {spec.get('name')!r} for prompt {name!r}")
     try:
-        value = _await(prompt.handler(args))
+        value = _await(prompt.handler(args, ctx) if prompt.context else prompt.handler(args))
     except NotFound as exc:
         raise RpcError(rpc.INVALID_PARAMS, exc.message) from None
     result: JSON

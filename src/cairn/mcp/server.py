@@ -140,15 +140,21 @@ class ResourceTemplate(_Record):
 
 
 class Prompt(_Record):
-    __slots__ = ("name", "handler", "description", "title", "arguments")
+    __slots__ = ("name", "handler", "description", "title", "arguments", "validate", "context")
 
-    def __init__(self, name: str, handler: Callable[[dict[str, str]], Any], description: str | None = None,
-                 title: str | None = None, arguments: list[dict[str, Any]] | None = None) -> None:
+    def __init__(self, name: str, handler: Callable[..., Any], description: str | None = None,
+                 title: str | None = None, arguments: list[dict[str, Any]] | None = None,
+                 validate: Callable[[dict[str, Any]], Any] | None = None, context: bool = False) -> None:
         self.name = name
         self.handler = handler
         self.description = description
         self.title = title
         self.arguments: list[dict[str, Any]] = [] if arguments is None else arguments
+        # Checks the arguments instead of the generic check (required ones present, strings), raising
+        # InvalidInput with the server's own message (the one its other surfaces give); a JSON-RPC -32602 error.
+        self.validate = validate
+        # True: the handler is called as handler(args, ctx) (a ToolContext: ctx.cancelled, progress, log)
+        self.context = context
 
     def describe(self) -> dict[str, Any]:
         return _described(name=self.name, title=self.title, description=self.description,
@@ -168,7 +174,11 @@ class Server:
         self.instructions = instructions
         self.website_url = website_url
         self.page_size = page_size
-        self.tools: dict[str, Tool] = {}
+        self._tools: dict[str, Tool] = {}
+        # Tool declarations left for later (defer_tools); None once every one has run.
+        self._deferred: list[Callable[[], None]] | None = None
+        self._deferring = threading.RLock()
+        self._in_deferred = False
         self.resources: dict[str, Resource] = {}
         self.templates: list[ResourceTemplate] = []
         self.prompts: dict[str, Prompt] = {}
@@ -205,9 +215,45 @@ class Server:
             raise ValueError(f'Tool {tool.name!r}: input_schema must have "type": "object"')
         if tool.output_schema is not None and tool.output_schema.get("type") != "object":
             raise ValueError(f'Tool {tool.name!r}: output_schema must have "type": "object"')
-        if tool.name in self.tools:
+        if tool.name in self._tools:
             raise ValueError(f"Tool {tool.name!r} is already declared")
-        self.tools[tool.name] = tool
+        self._tools[tool.name] = tool
+
+    def defer_tools(self, declare: Callable[[], None]) -> None:
+        """Declare tools later: ``declare()`` (which calls :meth:`add_tool`) runs once, the first time the
+        tools are read (:attr:`tools`: ``tools/list``, ``tools/call``), or when a transport calls
+        :meth:`declare_deferred_tools` (``serve_stdio`` does, right after answering ``initialize``).
+        ``initialize`` still announces the tools capability meanwhile.
+
+        For stdio servers: deriving the tools' schemas from the operations' declarations
+        (``cairn.core.ops``) need not delay the client's first reply.
+        """
+        with self._deferring:
+            if self._deferred is None:
+                self._deferred = []
+            self._deferred.append(declare)
+
+    @property
+    def tools(self) -> dict[str, Tool]:
+        """The declared tools by name (deferred declarations run first: see :meth:`defer_tools`)."""
+        if self._deferred is not None:
+            self.declare_deferred_tools()
+        return self._tools
+
+    def declare_deferred_tools(self) -> None:
+        """Run the deferred tool declarations now, once, in order (thread-safe: a second thread waits for
+        them). A declaration that raises is dropped (its error goes to the caller, once); one that reads :attr:`tools` itself sees those declared so far."""
+        with self._deferring:
+            pending = self._deferred
+            if pending is None or self._in_deferred:  # all done, or re-entered from a declaration
+                return
+            self._in_deferred = True
+            try:
+                while pending:
+                    pending.pop(0)()
+            finally:  # a declaration that raised is not run again; those after it run next time
+                self._in_deferred = False
+                self._deferred = pending or None
 
     def resource(self, uri: str, *, name: str | None = None, title: str | None = None,
                  description: str | None = None, mime_type: str | None = None,
@@ -243,6 +289,11 @@ class Server:
 
         return register
 
+    def add_prompt(self, prompt: Prompt) -> None:
+        if prompt.name in self.prompts:
+            raise ValueError(f"Prompt {prompt.name!r} is already declared")
+        self.prompts[prompt.name] = prompt
+
     def completion(self, fn: Callable[[dict[str, Any], dict[str, Any], dict[str, Any] | None], Any]
                    ) -> Callable[[dict[str, Any], dict[str, Any], dict[str, Any] | None], Any]:
         """Decorator: ``fn(ref, argument, context) -> list[str]`` answers completion/complete."""
@@ -254,7 +305,7 @@ class Server:
     def capabilities(self) -> dict[str, Any]:
         """Only what is declared, so the initialize result stays small."""
         caps: dict[str, Any] = {"logging": {}}
-        if self.tools:
+        if self._tools or self._deferred:  # not self.tools: deferred tools stay deferred
             caps["tools"] = {}
         if self.resources or self.templates:
             caps["resources"] = {"subscribe": True}

@@ -16,11 +16,11 @@ if TYPE_CHECKING:
     from typing import Any
 
 from cairn.core.errors import CairnError, InvalidInput, NetworkError, Timeout
+from cairn.mcp import LATEST_PROTOCOL_VERSION
 from cairn.mcp import jsonrpc as rpc
 from cairn.mcp.context import Sender, ToolContext
 from cairn.mcp.jsonrpc import JSON, RpcError
 from cairn.mcp.methods import LEVELS, METHODS
-from cairn.mcp.versions import LATEST_PROTOCOL_VERSION
 
 if TYPE_CHECKING:
     from cairn.mcp.server import Server

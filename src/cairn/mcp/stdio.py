@@ -106,7 +106,7 @@ def serve_stdio(server: Server, *, stdin: IO[bytes] | None = None, stdout: IO[by
         is answered: set-up that need not delay the client's first reply (warm-up threads, caches).
     """
     redirect = stdout is None
-    later: list[Callable[[], None]] = []
+    later: list[Callable[[], None]] = [server.declare_deferred_tools]  # before the next message is read
     if stdin is None:  # a server process of its own: tune malloc, but after answering (ctypes costs ms)
         from cairn.core.heap import return_large_buffers
 

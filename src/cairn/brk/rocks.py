@@ -1,0 +1,41 @@
+"""The one way brk opens a RocksDB store (``rocksdict``, raw bytes keys and values): the transaction
+index (``txindex``) and the address index (``addresses``) both map random keys (hashes) to small
+values, and want the same settings.
+
+* no compression but at the bottom level (lz4): random keys leave nothing to gain but CPU;
+* bloom filters: a look-up of a key not yet stored (a new txid, a new address: the common case) rarely
+  touches the disk;
+* bounded memory: two memtables of ``memtable_mb`` plus a block cache of ``cache_mb`` that also holds the
+  index and filter blocks, so the engine's memory stays bounded whatever the number of keys.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any
+
+
+def open_rocksdb(path: Path, *, memtable_mb: int, cache_mb: int) -> Any:
+    """An ``Rdict`` on ``path`` (created with its parents when missing). rocksdict raises plain
+    exceptions (a lock held, a corrupt file): callers turn them into their own ``StorageError``."""
+    from rocksdict import BlockBasedOptions, Cache, DBCompressionType, Options, Rdict
+
+    opt = Options(raw_mode=True)
+    opt.create_if_missing(True)
+    opt.set_write_buffer_size(memtable_mb << 20)
+    opt.set_max_write_buffer_number(2)
+    opt.set_compression_type(DBCompressionType.none())
+    opt.set_bottommost_compression_type(DBCompressionType.lz4())
+    opt.set_level_compaction_dynamic_level_bytes(True)
+    opt.increase_parallelism(2)
+    bbo = BlockBasedOptions()
+    bbo.set_block_cache(Cache(cache_mb << 20))
+    bbo.set_bloom_filter(10, False)
+    bbo.set_cache_index_and_filter_blocks(True)
+    bbo.set_pin_l0_filter_and_index_blocks_in_cache(True)
+    bbo.set_block_size(4 << 10)
+    opt.set_block_based_table_factory(bbo)
+    path.mkdir(parents=True, exist_ok=True)
+    return Rdict(str(path), opt)
