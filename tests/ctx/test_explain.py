@@ -1,7 +1,8 @@
 """``ctx search --explain`` (issue 17, item 4): each result says how it was scored, and the numbers are real.
 
-The BM25 scores are recomputed here with SQLite's own ``bm25()`` and the cosines with numpy from the
-stored vectors and the embedder; the fused score is recomputed from the reported ranks with the
+The BM25 scores are recomputed here with SQLite's own ``bm25()`` (on PostgreSQL: its ``ts_rank``, the
+keyword score that store reports in the ``bm25`` field) and the cosines with numpy from the stored
+vectors and the embedder; the fused score is recomputed from the reported ranks with the
 configured RRF k and alpha. The surfaces (CLI, ``ctx tool test``, MCP stdio and HTTP, ``POST
 /tools/search``) are compared in tests/ctx/test_parity.py.
 """
@@ -9,6 +10,7 @@ configured RRF k and alpha. The surfaces (CLI, ``ctx tool test``, MCP stdio and 
 from __future__ import annotations
 
 import json
+import os
 import re
 import sqlite3
 import subprocess
@@ -24,6 +26,8 @@ from cairn.ctx.service import ExplainedResult, SearchResult, Service
 from cairn.search.fusion import RRF_K
 
 from .conftest import config_file, write
+
+pytestmark = pytest.mark.usefixtures("ctx_backend")  # every test on SQLite and on PostgreSQL ($CTX_DATABASE_URL)
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
@@ -70,9 +74,8 @@ def _plain(r: SearchResult) -> dict[str, Any]:
     return {k: v for k, v in vars(r).items() if k != "explain"}
 
 
-def _doc_of(db: Path) -> dict[int, str]:
-    with sqlite3.connect(db) as con:
-        return dict(con.execute("SELECT c.rowid, d.id FROM chunks c JOIN documents d ON d.rowid = c.doc"))
+def _doc_of(svc: Service) -> dict[int, str]:
+    return {int(c): d for c, d in svc.store.sql("SELECT c.rowid, d.id FROM chunks c JOIN documents d ON d.rowid = c.doc")}
 
 
 def _ranked(scores: dict[int, float]) -> list[int]:
@@ -89,7 +92,7 @@ def _best_per_doc(scores: dict[int, float], doc_of: dict[int, str]) -> dict[str,
     return best
 
 
-def test_keyword_explain_reports_sqlite_bm25_and_its_order(corpus: Path) -> None:
+def test_keyword_explain_reports_the_stores_bm25_and_its_order(corpus: Path) -> None:
     svc = make(corpus)
     svc.sync("all")
     plain = svc.search("orchard", limit=50)
@@ -97,11 +100,17 @@ def test_keyword_explain_reports_sqlite_bm25_and_its_order(corpus: Path) -> None
     assert all(type(r) is SearchResult for r in plain) and all(isinstance(r, ExplainedResult) for r in explained)
     assert [_plain(r) for r in explained] == [vars(r) for r in plain]  # explain changes nothing else
 
-    # BM25 as SQLite computes it for the same match, outside ctx's code.
-    with sqlite3.connect(corpus / "kb.sqlite") as con:
-        bm25 = {int(r): -float(s) for r, s in con.execute(
-            "SELECT rowid, bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH '\"orchard\"'")}
-    doc_of = _doc_of(corpus / "kb.sqlite")
+    # BM25 as SQLite computes it for the same match, outside ctx's code; on PostgreSQL its ts_rank of the
+    # term's phrase query (one term: its IDF weight is 1), the score that store reports as `bm25`.
+    if svc.config.db.url:
+        bm25 = {int(r): float(s) for r, s in svc.store.sql(
+            "SELECT rowid, ts_rank(tsv, q, 1) FROM chunks, phraseto_tsquery('cairn', 'orchard') q WHERE tsv @@ q")}
+    else:
+        with sqlite3.connect(corpus / "kb.sqlite") as con:
+            bm25 = {int(r): -float(s) for r, s in con.execute(
+                "SELECT rowid, bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH '\"orchard\"'")}
+    rel = 1e-6 if svc.config.db.url else 1e-12  # PostgreSQL's ts_rank is a float4 (real)
+    doc_of = _doc_of(svc)
     order = _ranked(bm25)
     best = _best_per_doc(bm25, doc_of)
     assert len(explained) == len(best) > 5
@@ -109,24 +118,24 @@ def test_keyword_explain_reports_sqlite_bm25_and_its_order(corpus: Path) -> None
     for r in explained:
         e = r.explain
         cid = best[r.id]
-        assert e["keyword"] == {"rank": order.index(cid) + 1, "bm25": pytest.approx(bm25[cid], rel=1e-12)}
+        assert e["keyword"] == {"rank": order.index(cid) + 1, "bm25": pytest.approx(bm25[cid], rel=rel)}
         assert (e["vector"], e["fused"], e["fusion"]) == (None, None, None)
-        assert r.score == round(bm25[cid] / top, 6)  # keyword mode: BM25 relative to the best hit
+        if svc.config.db.url:
+            assert r.score == pytest.approx(bm25[cid] / top, abs=1e-6)  # keyword mode: relative to the best hit
+        else:
+            assert r.score == round(bm25[cid] / top, 6)
     # The keyword ranks follow the BM25 scores: higher score, better (smaller) rank.
     pairs = sorted((r.explain["keyword"]["rank"], r.explain["keyword"]["bm25"]) for r in explained)
     assert [b for _, b in pairs] == sorted((b for _, b in pairs), reverse=True)
     assert pairs[0][0] == 1 and len({rk for rk, _ in pairs}) == len(pairs)
 
 
-def _cosines(svc: Service, db: Path, query: str) -> dict[int, float]:
+def _cosines(svc: Service, query: str) -> dict[int, float]:
     """Chunk rowid -> cosine with the query, from the stored vectors (the semantic list's scores)."""
     embedder = svc.embedder()
     q = embedder.embed([query])[0].astype(np.float64)
-    with sqlite3.connect(db) as con:
-        rows = con.execute("SELECT c.rowid, v.vec FROM chunks c JOIN vectors v ON v.hash = c.hash AND v.model = ?",
-                           (embedder.identity,)).fetchall()
-    return {int(cid): max(0.0, min(1.0, float(np.frombuffer(blob, np.float32).astype(np.float64) @ q)))
-            for cid, blob in rows}
+    return {cid: max(0.0, min(1.0, float(np.frombuffer(blob, np.float32).astype(np.float64) @ q)))
+            for cid, _, _, blob in svc.store.vector_rows(embedder.identity)}
 
 
 def test_semantic_explain_reports_the_cosine_of_the_stored_vectors(corpus: Path) -> None:
@@ -135,9 +144,9 @@ def test_semantic_explain_reports_the_cosine_of_the_stored_vectors(corpus: Path)
     query = "a bird that cannot fly"
     explained = _explained(svc.search(query, "semantic", limit=8, explain=True))
     assert [_plain(r) for r in explained] == [vars(r) for r in svc.search(query, "semantic", limit=8)]
-    cos = _cosines(svc, corpus / "kb.sqlite", query)
+    cos = _cosines(svc, query)
     order = _ranked(cos)
-    best = _best_per_doc(cos, _doc_of(corpus / "kb.sqlite"))
+    best = _best_per_doc(cos, _doc_of(svc))
     for r in explained:
         cid = best[r.id]
         assert r.explain["vector"] == {"rank": order.index(cid) + 1, "cosine": pytest.approx(cos[cid], abs=2e-6)}
@@ -192,7 +201,8 @@ def test_cli_explain_text_and_json(corpus: Path) -> None:
     svc.sync("all")
     argv = [sys.executable, "-m", "cairn.ctx.cli", "search", "largest flightless", "--explain", "--limit", "2",
             "--config", str(corpus / "ctx.toml")]
-    env = {"PYTHONPATH": SRC, "CTX_OUTPUT_FORMAT": "", "PATH": "/usr/bin:/bin"}
+    env = {"PYTHONPATH": SRC, "CTX_OUTPUT_FORMAT": "", "PATH": "/usr/bin:/bin",
+           **{k: v for k, v in os.environ.items() if k == "CTX_DATABASE_URL"}}
     text = subprocess.run([*argv, "--text"], capture_output=True, text=True, env=env, check=True).stdout
     assert re.search(r"^   why: keyword #1 bm25 [0-9.]+$", text, re.M) and "vector" not in text
     data = json.loads(subprocess.run([*argv, "--json"], capture_output=True, text=True, env=env, check=True).stdout)

@@ -430,3 +430,29 @@ def test_vectors_round_trip_bit_for_bit_and_a_non_finite_one_is_refused(tmp_path
     with pytest.raises(StorageError, match="not finite"):
         transfer.export(svc, io.BytesIO(), vectors=True)
     svc.close()
+
+
+def test_an_export_moves_a_knowledge_base_from_sqlite_to_postgresql_and_back(tmp_path: Path, corpus: Path,
+                                                                             pg_server: str,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CTX_DATABASE_URL", raising=False)
+    a = Service.from_config(conf(tmp_path / "a", corpus))
+    a.sync("all")
+    buf = io.BytesIO()
+    transfer.export(a, buf)
+    name, url = pg_database(pg_server)
+    try:
+        pg = Service.from_config(conf(tmp_path / "b", corpus, db=f"url = {json.dumps(url)}"))
+        report = transfer.load(pg, io.BytesIO(buf.getvalue()), "kb.jsonl")
+        assert (report.documents, report.chunks) == (a.stats().documents, a.stats().chunks)
+        hit = a.search("zebra")[0]
+        assert pg.get(hit.id) == a.get(hit.id)  # the document and its chunks, as they were
+        # the same documents match (the keyword scores follow each backend's own ranking)
+        assert {r.id for r in pg.search("kiwi", limit=50)} == {r.id for r in a.search("kiwi", limit=50)}
+        back = io.BytesIO()
+        transfer.export(pg, back)
+        pg.close()
+        assert back.getvalue().split(b"\n")[1:] == buf.getvalue().split(b"\n")[1:]  # all but the header's time
+    finally:
+        drop_database(pg_server, name)
+    a.close()
