@@ -456,3 +456,24 @@ def test_an_export_moves_a_knowledge_base_from_sqlite_to_postgresql_and_back(tmp
     finally:
         drop_database(pg_server, name)
     a.close()
+
+
+def test_export_reads_one_snapshot_while_another_connection_writes(tmp_path: Path, corpus: Path,
+                                                                   fresh_db: Fresh) -> None:
+    from cairn.ctx.store import DocumentRecord, document_id
+
+    cfg = conf(tmp_path / "a", corpus, db=fresh_db())
+    reader, writer = Service.from_config(cfg), Service.from_config(cfg)
+    reader.sync("all")
+    new = DocumentRecord(source="filesystem:wiki", source_id="late.md", title="Late", body="", updated_at=0,
+                         fingerprint="", content_hash="")
+    with reader.store.snapshot():
+        first = reader.store.chunks_after(0, 1)
+        with writer.store.transaction():  # a sync committing meanwhile (SQLite WAL and PostgreSQL: not blocked)
+            writer.store.upsert(new, [])
+        assert writer.store.has_document(document_id("filesystem:wiki", "late.md"))
+        assert not reader.store.has_document(document_id("filesystem:wiki", "late.md"))  # not in the snapshot
+        assert reader.store.chunks_after(0, 1) == first
+    assert reader.store.has_document(document_id("filesystem:wiki", "late.md"))
+    reader.close()
+    writer.close()

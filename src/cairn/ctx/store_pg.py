@@ -528,10 +528,17 @@ class PostgresStore:
     @contextmanager
     def snapshot(self) -> Iterator[None]:
         """A read-only REPEATABLE READ transaction: every query inside sees the same committed state
-        (writers are not blocked), as SQLite's read transaction does."""
-        with self._mutex, self.db.transaction():
-            self.db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            yield
+        (writers are not blocked), as SQLite's read transaction does; a lost server is a StorageError."""
+        import psycopg
+
+        try:
+            with self._mutex, self.db.transaction():
+                self.db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                yield
+        except psycopg.OperationalError as exc:
+            raise StorageError(
+                f"Cannot read the knowledge base {self.label}: {self._reason(exc)}. Check that the database server "
+                "is running, and run the command again.") from None
 
     def has_documents(self) -> bool:
         """Whether any document or vector is stored."""
