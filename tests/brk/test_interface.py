@@ -178,7 +178,8 @@ def test_opening_keeps_names_not_readers(out: Path, q: Interface) -> None:
         assert [fresh.get_vecids(p) for p in range(11)] == [q.get_vecids(p) for p in range(11)]
         assert fresh.get_vecid_to_indexes("fee") == q.get_vecid_to_indexes("fee")
         listed = tracemalloc.get_traced_memory()[0]
-        assert get(fresh, index="date", ids="supply_btc_avg,fee_p90", f=-1) == [[27_650.0], [0.0]]  # dateindex's readers
+        # One index's readers are made: dateindex's.
+        assert get(fresh, index="date", ids="supply_btc_avg,fee_p90", f=-1) == [[27_650.0], [0.0]]
         read = tracemalloc.get_traced_memory()[0]
     finally:
         tracemalloc.stop()
