@@ -188,6 +188,20 @@ def test_opening_keeps_names_not_readers(out: Path, q: Interface) -> None:
     assert read - listed < 1 * 2**20, f"{(read - listed) / 2**20:.2f} MiB"  # one index's readers, not all
 
 
+def test_opening_a_store_leaves_archive_modules_out(out: Path) -> None:
+    """`brk mcp` opens its store as `_ready` + `Interface` do: neither keeps shutil (and the bz2 and lzma it
+    imports, 0.5 MiB) in the process (regression: cairn.brk.addresses imported it at module level)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from pathlib import Path; from cairn.brk.cli_serve import _ready; "
+            "from cairn.brk.interface import Interface; q = Interface(_ready(Path(sys.argv[1]))); "
+            "assert q.get_vecid_count() > 1000; print(sorted({'shutil', 'bz2', 'lzma'} & set(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
 def test_concurrent_first_reads(out: Path, q: Interface) -> None:
     """Threads that first read the same indexes at once (each index's readers made once, under the lock)
     get what a warm interface answers."""
