@@ -164,6 +164,66 @@ def test_size_cap(out: Path) -> None:
         get(small, index="h", ids="fee,tx_count")
 
 
+def test_opening_keeps_names_not_readers(out: Path, q: Interface) -> None:
+    """Opening a store keeps the ids and the indexes each is on; an index's readers are made when a query
+    first reads it (regression: every (index, id) pair was a Vec with its closures, 10,818 of them and 5.5 MiB
+    once the analytics landed, made before `brk mcp` answered tools/list)."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        fresh = Interface(out)
+        opened = tracemalloc.get_traced_memory()[0]
+        assert fresh.get_vec_count() == q.get_vec_count() == 10_818
+        assert [fresh.get_vecids(p) for p in range(11)] == [q.get_vecids(p) for p in range(11)]
+        assert fresh.get_vecid_to_indexes("fee") == q.get_vecid_to_indexes("fee")
+        listed = tracemalloc.get_traced_memory()[0]
+        # One index's readers are made: dateindex's.
+        assert get(fresh, index="date", ids="supply_btc_avg,fee_p90", f=-1) == [[27_650.0], [0.0]]
+        read = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert opened < 1.5 * 2**20, f"{opened / 2**20:.2f} MiB"
+    assert listed - opened < 64 * 2**10, f"{(listed - opened) / 2**10:.0f} KiB"  # listing makes no reader
+    assert read - listed < 1 * 2**20, f"{(read - listed) / 2**20:.2f} MiB"  # one index's readers, not all
+
+
+def test_opening_a_store_leaves_archive_modules_out(out: Path) -> None:
+    """`brk mcp` opens its store as `_ready` + `Interface` do: neither keeps shutil (and the bz2 and lzma it
+    imports, 0.5 MiB) in the process (regression: cairn.brk.addresses imported it at module level)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from pathlib import Path; from cairn.brk.cli_serve import _ready; "
+            "from cairn.brk.interface import Interface; q = Interface(_ready(Path(sys.argv[1]))); "
+            "assert q.get_vecid_count() > 1000; print(sorted({'shutil', 'bz2', 'lzma'} & set(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_concurrent_first_reads(out: Path, q: Interface) -> None:
+    """Threads that first read the same indexes at once (each index's readers made once, under the lock)
+    get what a warm interface answers."""
+    asks = [("h", "fee,supply_btc,blockhash"), ("date", "supply_btc,fee_sum,date"), ("week", "fee_p90"),
+            ("difficulty", "tx_count_cumulative"), ("tx", "fee_rate,txid"), ("out", "value_btc")] * 4
+    want = [get(q, index=i, ids=ids, f=-3) for i, ids in asks]
+    fresh = Interface(out)
+    barrier = threading.Barrier(len(asks))
+    got: list[Any] = [None] * len(asks)
+
+    def ask(k: int) -> None:
+        barrier.wait()
+        got[k] = get(fresh, index=asks[k][0], ids=asks[k][1], f=-3)
+
+    threads = [threading.Thread(target=ask, args=(k,)) for k in range(len(asks))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert got == want
+
+
 @pytest.fixture
 def priced(out: Path, tmp_path: Path) -> Iterator[Path]:
     """A copy of the store so price imports do not leak into the module fixture."""
@@ -195,6 +255,23 @@ def test_price_import(priced: Path, tmp_path: Path) -> None:
     csv.write_text("when,open\n1,2\n")
     with pytest.raises(InvalidInput, match="no date column"):
         prices.import_csv(priced, csv)
+
+
+def test_prices_after_an_index_was_read(priced: Path, tmp_path: Path) -> None:
+    """An interface that has read an index before prices arrive serves that index's dollar ids after the
+    import (its readers are made again with prices; regression for the readers made on first use)."""
+    q = Interface(priced)
+    assert get(q, index="d", ids="supply_btc", to=1) == 50.0
+    with pytest.raises(NotFound, match="brk price import"):
+        get(q, index="d", ids="supply_usd")
+    count = q.get_vec_count()
+    csv = tmp_path / "p.csv"
+    csv.write_text("Date,Price\n2009-01-03,1.5\n")
+    prices.import_csv(priced, csv)
+    assert get(q, index="d", ids="close,supply_usd", to=1) == [[1.5], [75.0]]
+    assert "supply_usd" in [i for p in range(3) for i in q.get_index_to_vecids("d", p)]
+    assert q.get_vec_count() > count
+    assert q.get_vecid_to_indexes("close")[:2] == ["height", "dateindex"]
 
 
 class _Kraken(http.server.BaseHTTPRequestHandler):

@@ -28,7 +28,6 @@ and a segmented running sum gives each address's balance before and after every 
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -269,6 +268,8 @@ class _AddressPass:
         return True
 
     def _reset(self, meta: dict[str, Any]) -> None:
+        import shutil  # here: it imports bz2 and lzma (0.5 MiB a `brk mcp` process would keep)
+
         if self._db is not None:
             self._db.close()
             self._db = None

@@ -1,7 +1,8 @@
 """Every vec id the query interface serves, on every index, and how to read its rows.
 
 A ``Source`` holds the readers of one output directory (raw store, computed store, prices) and the
-per-tip caches; a ``Vec`` reads rows ``[start, stop)`` of one id on one index. Three kinds:
+per-tip caches; a ``Vec`` reads rows ``[start, stop)`` of one id on one index, by a recipe from its index's
+``table`` (made when a query first reads that index; ``ids`` lists an index without keeping any). Three kinds:
 
 * stored: a slice of a raw or computed vec (``os.pread``, committed rows only);
 * derived per row: ``_btc`` (sats / 1e8), ``_usd`` (btc x the period's close), ``block_count``,
@@ -106,14 +107,21 @@ RAW_TX = {"height": "txindex_to_height", "tx_version": "txindex_to_version", "lo
           "fee": "txindex_to_fee"}
 PRICES = ("open", "high", "low", "close")
 
-Reader = Callable[["Source", int, int], Any]  # (source, start, stop) -> numpy array or list
+Recipe = tuple[Any, ...]  # (function, *args): function(source, start, stop, *args) -> numpy array or list
+BARE = {"flow": "sum", "state": "last", "level": "avg"}  # what a base series' bare id is on a coarse index
+# The suffixed ids of a base series on a coarse index (flows: every stat and the running sum).
+NAMED_STATS = {kind: (*(s for s in STATS if kind == "flow" or s != "sum"),
+                      *(("cumulative",) if kind == "flow" else ())) for kind in BARE}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Vec:
     id: str
     index: str
-    read: Reader
+    recipe: Recipe
+
+    def read(self, src: Source, start: int, stop: int) -> Any:
+        return run(self.recipe, src, start, stop)
 
 
 class Source:
@@ -386,108 +394,64 @@ class Source:
         return format_days(first_day_of_period(index, np.arange(start, stop)))
 
 
-def _btc(read: Reader) -> Reader:
-    return lambda src, a, b: read(src, a, b) / SATS_PER_BTC
+# -- the entries -------------------------------------------------------------------------------------
+# An entry's reader is a recipe, a tuple ``(function, *args)`` read as ``function(src, start, stop, *args)``;
+# recipes nest (``_btc`` of an aggregate). They cost a tuple each where closures cost a function object,
+# cells and a Vec: an index's table is built on first use (``table``), and listing ids builds no reader.
 
 
-def _usd(read_btc: Reader, index: str) -> Reader:
-    return lambda src, a, b: read_btc(src, a, b) * src.price("close", index, a, b)
+def run(recipe: Recipe, src: Source, a: int, b: int) -> Any:
+    return recipe[0](src, a, b, *recipe[1:])
 
 
-def _hex(store: str, name: str) -> Reader:
-    def read(src: Source, a: int, b: int) -> list[str]:
-        reader = src.raw if store == "raw" else src.comp
-        return [bytes(row[::-1]).hex() for row in reader.read(name, a, b)]
-    return read
+def _btc(src: Source, a: int, b: int, sats: Recipe) -> Any:
+    return run(sats, src, a, b) / SATS_PER_BTC
 
 
-def _stored(store: str, name: str) -> Reader:
-    return lambda src, a, b: (src.raw if store == "raw" else src.comp).read(name, a, b)
+def _usd(src: Source, a: int, b: int, btc: Recipe, index: str) -> Any:
+    return run(btc, src, a, b) * src.price("close", index, a, b)
 
 
-def build_catalog(prices: bool) -> dict[str, dict[str, Vec]]:
-    """index -> id -> Vec, for a store with (or without) prices."""
-    cat: dict[str, dict[str, Vec]] = {index: {} for index in INDEXES}
-
-    def add(index: str, vec_id: str, read: Reader) -> None:
-        cat[index][vec_id] = Vec(vec_id, index, read)
-
-    # height
-    h = "height"
-    add(h, "blockhash", _hex("raw", "height_to_blockhash"))
-    add(h, "date", lambda src, a, b: src.dates("height", a, b))
-    add(h, "difficulty", _stored("raw", "height_to_difficulty"))
-    for vec_id, name in RAW_HEIGHT.items():
-        add(h, vec_id, _stored("raw", name))
-    for base, (_, _, kind, sats) in BASES.items():
-        read: Reader = (lambda b_: lambda src, a, z: src.height_values(b_, a, z))(base)
-        _unit_variants(add, h, base, read, sats, prices, "")
-        if kind == "flow":
-            cum: Reader = (lambda b_: lambda src, a, z: src.cumulative(b_, a, z))(base)
-            _unit_variants(add, h, base, cum, sats, False, "_cumulative")
-    if prices:
-        for field in PRICES:
-            add(h, field, (lambda f: lambda src, a, b: src.price(f, "height", a, b))(field))
-        add(h, "market_cap", cat[h]["supply_usd"].read)
-        _realized(add, cat, h)
-    # coarse indexes
-    for index in HEIGHT_INDEXES:
-        dated = index in DATE_INDEXES
-        add(index, "first_height", (lambda i: lambda src, a, b: src.first_heights(i)[a:b])(index))
-        if dated:
-            add(index, "date", (lambda i: lambda src, a, b: src.dates(i, a, b))(index))
-        for base, (_, _, kind, sats) in BASES.items():
-            usd = prices and dated
-            bare = {"flow": "sum", "state": "last", "level": "avg"}[kind]
-            named = [s for s in STATS if kind == "flow" or s != "sum"] + (["cumulative"] if kind == "flow" else [])
-            _unit_variants(add, index, base, _agg(index, base, bare), sats, usd, "")
-            for stat in named:
-                _unit_variants(add, index, base, _agg(index, base, stat), sats, usd, f"_{stat}")
-        if prices and dated:
-            for field in PRICES:
-                add(index, field, (lambda i, f: lambda src, a, b: src.price(f, i, a, b))(index, field))
-            add(index, "market_cap", cat[index]["supply_usd"].read)
-            _realized(add, cat, index)
-    # raw chain indexes
-    add("txindex", "txid", _hex("raw", "txindex_to_txid"))
-    for vec_id, name in RAW_TX.items():
-        add("txindex", vec_id, _stored("raw", name))
-    add("txindex", "fee_btc", _btc(_stored("raw", "txindex_to_fee")))
-    add("txindex", "fee_rate", _fee_rate)
-    add("inputindex", "outputindex", _stored("raw", "inputindex_to_outputindex"))
-    add("outputindex", "value", _stored("raw", "outputindex_to_value"))
-    add("outputindex", "value_btc", _btc(_stored("raw", "outputindex_to_value")))
-    add("outputindex", "type", _stored("raw", "outputindex_to_type"))
-    return cat
+def _hex(src: Source, a: int, b: int, store: str, name: str) -> list[str]:
+    reader = src.raw if store == "raw" else src.comp
+    return [bytes(row[::-1]).hex() for row in reader.read(name, a, b)]
 
 
-def _realized(add: Callable[[str, str, Reader], None], cat: dict[str, dict[str, Vec]], index: str) -> None:
-    """Realized value and its ratios on ``height`` or a date index (a store with prices)."""
+def _stored(src: Source, a: int, b: int, store: str, name: str) -> Any:
+    return (src.raw if store == "raw" else src.comp).read(name, a, b)
+
+
+def _dates(src: Source, a: int, b: int, index: str) -> list[str]:
+    return src.dates(index, a, b)
+
+
+def _height(src: Source, a: int, b: int, base: str) -> np.ndarray:
+    return src.height_values(base, a, b)
+
+
+def _cumulative(src: Source, a: int, b: int, base: str) -> np.ndarray:
+    return src.cumulative(base, a, b)
+
+
+def _agg(src: Source, a: int, b: int, index: str, base: str, stat: str) -> np.ndarray:
+    return src.aggregate(index, base, stat)[a:b]
+
+
+def _price(src: Source, a: int, b: int, field: str, index: str) -> np.ndarray:
+    return src.price(field, index, a, b)
+
+
+def _first_height(src: Source, a: int, b: int, index: str) -> np.ndarray:
+    return src.first_heights(index)[a:b]
+
+
+def _ratio(src: Source, a: int, b: int, num: Recipe, den: Recipe, minus_one: bool) -> np.ndarray:
     import numpy as np
 
-    for base, (_, _, kind, sats) in REALIZED_BASES.items():
-        if index == "height":
-            read: Reader = (lambda b_: lambda src, a, z: src.height_values(b_, a, z))(base)
-            _unit_variants(add, index, base, read, sats, True, "")
-            continue
-        bare = {"flow": "sum", "state": "last", "level": "avg"}[kind]
-        _unit_variants(add, index, base, _agg(index, base, bare), sats, True, "")
-        for stat in [s for s in STATS if kind == "flow" or s != "sum"]:
-            _unit_variants(add, index, base, _agg(index, base, stat), sats, True, f"_{stat}")
-    row = cat[index]
-
-    def ratio(num: Reader, den: Reader, minus_one: bool = False) -> Reader:
-        def read(src: Source, a: int, b: int) -> np.ndarray:
-            n = np.asarray(num(src, a, b), dtype=np.float64)
-            d = np.asarray(den(src, a, b), dtype=np.float64)
-            out: np.ndarray = np.divide(n, d, out=np.full(n.shape, np.nan), where=(d != 0) & ~np.isnan(d))
-            return 1.0 - out if minus_one else out
-        return read
-
-    add(index, "realized_price", ratio(row["realized_cap"].read, row["supply_btc"].read))
-    add(index, "mvrv", ratio(row["market_cap"].read, row["realized_cap"].read))
-    add(index, "nupl", ratio(row["realized_cap"].read, row["market_cap"].read, minus_one=True))
-    add(index, "sopr", ratio(row["value_destroyed_usd"].read, row["realized_value_destroyed"].read))
+    n = np.asarray(run(num, src, a, b), dtype=np.float64)
+    d = np.asarray(run(den, src, a, b), dtype=np.float64)
+    out: np.ndarray = np.divide(n, d, out=np.full(n.shape, np.nan), where=(d != 0) & ~np.isnan(d))
+    return 1.0 - out if minus_one else out
 
 
 def _fee_rate(src: Source, a: int, b: int) -> np.ndarray:
@@ -498,16 +462,81 @@ def _fee_rate(src: Source, a: int, b: int) -> np.ndarray:
     return result
 
 
-def _agg(index: str, base: str, stat: str) -> Reader:
-    return lambda src, a, b: src.aggregate(index, base, stat)[a:b]
+def table(index: str, prices: bool) -> dict[str, Recipe]:
+    """id -> recipe of every vec on ``index``, for a store with (or without) prices."""
+    row: dict[str, Recipe] = {}
+    if index == "height":
+        row["blockhash"] = (_hex, "raw", "height_to_blockhash")
+        row["date"] = (_dates, "height")
+        row["difficulty"] = (_stored, "raw", "height_to_difficulty")
+        for vec_id, name in RAW_HEIGHT.items():
+            row[vec_id] = (_stored, "raw", name)
+        for base, (_, _, kind, sats) in BASES.items():
+            _unit_variants(row, index, base, (_height, base), sats, prices, "")
+            if kind == "flow":
+                _unit_variants(row, index, base, (_cumulative, base), sats, False, "_cumulative")
+        if prices:
+            for field in PRICES:
+                row[field] = (_price, field, index)
+            row["market_cap"] = row["supply_usd"]
+            _realized(row, index)
+    elif index in HEIGHT_INDEXES:
+        dated = index in DATE_INDEXES
+        usd = prices and dated
+        row["first_height"] = (_first_height, index)
+        if dated:
+            row["date"] = (_dates, index)
+        for base, (_, _, kind, sats) in BASES.items():
+            _unit_variants(row, index, base, (_agg, index, base, BARE[kind]), sats, usd, "")
+            for stat in NAMED_STATS[kind]:
+                _unit_variants(row, index, base, (_agg, index, base, stat), sats, usd, f"_{stat}")
+        if usd:
+            for field in PRICES:
+                row[field] = (_price, field, index)
+            row["market_cap"] = row["supply_usd"]
+            _realized(row, index)
+    elif index == "txindex":
+        row["txid"] = (_hex, "raw", "txindex_to_txid")
+        for vec_id, name in RAW_TX.items():
+            row[vec_id] = (_stored, "raw", name)
+        row["fee_btc"] = (_btc, (_stored, "raw", "txindex_to_fee"))
+        row["fee_rate"] = (_fee_rate,)
+    elif index == "inputindex":
+        row["outputindex"] = (_stored, "raw", "inputindex_to_outputindex")
+    elif index == "outputindex":
+        row["value"] = (_stored, "raw", "outputindex_to_value")
+        row["value_btc"] = (_btc, (_stored, "raw", "outputindex_to_value"))
+        row["type"] = (_stored, "raw", "outputindex_to_type")
+    return row
 
 
-def _unit_variants(add: Callable[[str, str, Reader], None], index: str, base: str, read: Reader, sats: bool,
-                   usd: bool, suffix: str) -> None:
+def ids(index: str, prices: bool) -> list[str]:
+    """The sorted ids of ``index`` (its table is built and dropped: recipes are tuples, nothing stays)."""
+    return sorted(table(index, prices))
+
+
+def _realized(row: dict[str, Recipe], index: str) -> None:
+    """Realized value and its ratios on ``height`` or a date index (a store with prices)."""
+    for base, (_, _, kind, sats) in REALIZED_BASES.items():
+        if index == "height":
+            _unit_variants(row, index, base, (_height, base), sats, True, "")
+            continue
+        _unit_variants(row, index, base, (_agg, index, base, BARE[kind]), sats, True, "")
+        for stat in NAMED_STATS[kind]:
+            if stat != "cumulative":
+                _unit_variants(row, index, base, (_agg, index, base, stat), sats, True, f"_{stat}")
+    row["realized_price"] = (_ratio, row["realized_cap"], row["supply_btc"], False)
+    row["mvrv"] = (_ratio, row["market_cap"], row["realized_cap"], False)
+    row["nupl"] = (_ratio, row["realized_cap"], row["market_cap"], True)
+    row["sopr"] = (_ratio, row["value_destroyed_usd"], row["realized_value_destroyed"], False)
+
+
+def _unit_variants(row: dict[str, Recipe], index: str, base: str, read: Recipe, sats: bool, usd: bool,
+                   suffix: str) -> None:
     """``base+suffix`` and, for sats series, ``base_btc+suffix`` and (with prices) ``base_usd+suffix``."""
-    add(index, base + suffix, read)
+    row[base + suffix] = read
     if sats:
-        btc = _btc(read)
-        add(index, f"{base}_btc{suffix}", btc)
+        btc = (_btc, read)
+        row[f"{base}_btc{suffix}"] = btc
         if usd and suffix != "_cumulative":
-            add(index, f"{base}_usd{suffix}", _usd(btc, index))
+            row[f"{base}_usd{suffix}"] = (_usd, btc, index)

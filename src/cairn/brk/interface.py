@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
     import numpy as np
 
-    from cairn.brk.catalog import Vec
+    from cairn.brk.catalog import Recipe, Vec
 
 # The catalog (and the readers behind it) is imported by ``Interface()``, not here: the operations
 # (``cairn.brk.ops``) import this module to declare themselves.
@@ -83,30 +83,51 @@ class Interface:
         self._lookup = _accepted_lookup()
         self._lock = threading.Lock()
         self._catalog_prices: bool | None = None
-        self._catalog: dict[str, dict[str, Vec]] = {}
+        self._tables: dict[str, dict[str, Recipe]] = {}  # index -> id -> recipe, each built on first use
         self._ids: list[str] = []
-        self._id_indexes: dict[str, list[str]] = {}
+        self._id_indexes: dict[str, tuple[str, ...]] = {}
         self._index_ids: dict[str, list[str]] = {}
         self._refresh()
 
     # -- state ------------------------------------------------------------------------------------
     def _refresh(self) -> None:
-        from cairn.brk.catalog import INDEXES, build_catalog
+        from cairn.brk.catalog import INDEXES, ids
 
         self.source.refresh()
         prices = self.source.has_prices
         if prices != self._catalog_prices:
             with self._lock:
-                catalog = build_catalog(prices)
-                id_indexes: dict[str, list[str]] = {}
+                # Only the names are kept (one string per id, one tuple per set of indexes): the readers
+                # of an index are made when a query first reads it (``_table``).
+                index_ids = {index: ids(index, prices) for index in INDEXES}
+                names: dict[str, str] = {}
+                on: dict[str, list[str]] = {}
                 for index in INDEXES:
-                    for vec_id in catalog[index]:
-                        id_indexes.setdefault(vec_id, []).append(index)
-                self._catalog = catalog
-                self._index_ids = {index: sorted(catalog[index]) for index in INDEXES}
+                    row = index_ids[index] = [names.setdefault(vec_id, vec_id) for vec_id in index_ids[index]]
+                    for vec_id in row:
+                        on.setdefault(vec_id, []).append(index)
+                shared: dict[tuple[str, ...], tuple[str, ...]] = {}
+                id_indexes: dict[str, tuple[str, ...]] = {}
+                for vec_id, indexes in on.items():
+                    key = tuple(indexes)
+                    id_indexes[vec_id] = shared.setdefault(key, key)
                 self._id_indexes = id_indexes
-                self._ids = sorted(id_indexes)
+                self._index_ids = index_ids
+                self._ids = sorted(on)
+                self._tables = {}
                 self._catalog_prices = prices
+
+    def _table(self, index: str) -> dict[str, Recipe]:
+        from cairn.brk.catalog import table
+
+        tables = self._tables  # swapped whole by _refresh
+        row = tables.get(index)
+        if row is None:
+            with self._lock:
+                row = tables.get(index)
+                if row is None:
+                    row = tables[index] = table(index, bool(self._catalog_prices))
+        return row
 
     def tip(self) -> int:
         """The committed height served (-1 when nothing is computed yet)."""
@@ -206,19 +227,22 @@ class Interface:
         """Ids that exist only once prices are imported -> the indexes they will be on ({} with prices)."""
         if self.source.has_prices:
             return {}
-        from cairn.brk.catalog import build_catalog
+        from cairn.brk.catalog import INDEXES, ids
 
         out: dict[str, list[str]] = {}
-        for index, vecs in build_catalog(True).items():
-            for vec_id in vecs:
-                if vec_id not in self._catalog[index]:
+        for index in INDEXES:
+            have = set(self._index_ids[index])
+            for vec_id in ids(index, True):
+                if vec_id not in have:
                     out.setdefault(vec_id, []).append(index)
         return out
 
     def _vec(self, index: str, name: str) -> Vec:
-        vec = self._catalog[index].get(name)
-        if vec is not None:
-            return vec
+        recipe = self._table(index).get(name)
+        if recipe is not None:
+            from cairn.brk.catalog import Vec
+
+            return Vec(name, index, recipe)
         if name in self._id_indexes:
             raise NotFound(f"Vec {name!r} is not available on {index}; it exists on: "
                            f"{', '.join(self._id_indexes[name])}.")
