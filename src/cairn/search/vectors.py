@@ -1,13 +1,21 @@
 """Exact vector search over one contiguous, L2-normalised float32 matrix held in memory.
 
-The matrix is built once per process (or per index generation) and searched with a single
-matrix-vector product. Filters arrive as boolean masks and are applied *before* top-k, so a
-filtered query still gets its full ``k`` results. 100k x 256 float32 is ~100 MB and ~5 ms per query.
+The matrix is built once per process (or per index generation). Filters arrive as boolean masks and
+are applied *before* top-k, so a filtered query still gets its full ``k`` results.
+
+Small indexes are searched with one float32 matrix-vector product. From :data:`INT8_MIN_ROWS` rows
+on, that product is memory-bound (100k x 384 float32 is 154 MB: ~13-30 ms a query on a 2-core VM),
+so the index also keeps an int8 copy (a quarter of the bytes, one scale per dimension), transposed
+and scanned by onnxruntime's integer kernel (``MatMulInteger``, ~2 ms at 100k x 384); the best
+:func:`rescore_count` rows of that scan are then scored again in float32, so the hits and their
+scores are the float32 ones (the int8 scan only chooses which rows to look at). Without
+onnxruntime the float32 product is used at every size.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -42,16 +50,30 @@ class Hit:
     score: float
 
 
+INT8_MIN_ROWS = 20_000  # below this the float32 product takes about a millisecond: no int8 copy
+QUERY_LEVELS = 63  # the query is quantised to +-63 (see _Int8Scan.scores)
+
+
+def rescore_count(k: int, n: int) -> int:
+    """How many rows of the int8 scan are scored again in float32 for a top ``k`` among ``n``.
+
+    The int8 scores differ from the float32 cosines by ~0.001 (one standard deviation, unit vectors);
+    a true top-``k`` row would have to fall below hundreds of others to be missed.
+    """
+    return min(n, max(4 * k, k + 256))
+
+
 class VectorIndex:
     """Rows of unit vectors plus a cosine top-k that honours a boolean row mask."""
 
-    def __init__(self, matrix: "npt.NDArray[Any]") -> None:
+    def __init__(self, matrix: "npt.NDArray[Any]", *, int8_min_rows: int = INT8_MIN_ROWS) -> None:
         import numpy as np
 
         if matrix.size == 0:
             self.matrix = np.zeros((0, matrix.shape[1] if matrix.ndim == 2 else 0), dtype=np.float32)
         else:
             self.matrix = normalize(matrix)
+        self.scan = _Int8Scan.build(self.matrix) if self.size and self.size >= int8_min_rows else None
 
     @property
     def size(self) -> int:
@@ -73,7 +95,7 @@ class VectorIndex:
         q = normalize(query)[0]
         if q.shape[0] != self.dims:
             raise ValueError(f"query has {q.shape[0]} dimensions, the index has {self.dims}")
-        scores = self.matrix @ q
+        scores = self.matrix @ q if self.scan is None else self.scan.scores(q)
         if mask is not None:
             candidates = np.flatnonzero(mask)
             if candidates.size == 0:
@@ -83,11 +105,119 @@ class VectorIndex:
             candidates = None
             sub = scores
         k = min(k, sub.shape[0])
-        if k < sub.shape[0]:
-            part = np.argpartition(-sub, k - 1)[:k]
+        wanted = k if self.scan is None else rescore_count(k, sub.shape[0])
+        if wanted < sub.shape[0]:
+            part = np.argpartition(sub, sub.shape[0] - wanted)[sub.shape[0] - wanted:]
         else:
             part = np.arange(sub.shape[0])
-        # lexsort: last key is primary -> by score desc, then row asc.
         rows = part if candidates is None else candidates[part]
-        order = np.lexsort((rows, -sub[part]))
-        return [Hit(int(rows[i]), float(sub[part][i])) for i in order]
+        if self.scan is None:
+            best = sub[part]
+        else:  # the int8 scan chose the rows; their float32 cosines rank them
+            rows = np.sort(rows)
+            best = self.matrix[rows] @ q
+        # lexsort: last key is primary -> by score desc, then row asc.
+        order = np.lexsort((rows, -best))[:k]
+        return [Hit(int(rows[i]), float(best[i])) for i in order]
+
+
+class _Int8Scan:
+    """The matrix as int8 with one scale per dimension, transposed (dims x rows) for onnxruntime's
+    ``MatMulInteger``, which multiplies a uint8 query row by it in one pass over a quarter of the bytes."""
+
+    def __init__(self, transposed: "npt.NDArray[np.int8]", scales: "npt.NDArray[np.float32]",
+                 shifts: "npt.NDArray[np.int32]", session: Any) -> None:
+        self.transposed = transposed
+        self.scales = scales
+        self.shifts = shifts  # (QUERY_LEVELS + 1) x each row's sum
+        self.session = session
+
+    @classmethod
+    def build(cls, matrix: "npt.NDArray[np.float32]") -> "_Int8Scan | None":
+        import numpy as np
+
+        session = _matmul_integer()
+        if session is None:
+            return None
+        scales = (np.abs(matrix).max(axis=0) / 127).astype(np.float32)
+        scales[scales == 0] = 1.0
+        quantised = np.rint(matrix / scales).astype(np.int8)
+        shifts = quantised.sum(axis=1, dtype=np.int32) * np.int32(QUERY_LEVELS + 1)
+        return cls(np.ascontiguousarray(quantised.T), scales, shifts, session)
+
+    def scores(self, query: "npt.NDArray[np.float32]") -> "npt.NDArray[np.float32]":
+        """Approximate cosines of every row with the unit vector ``query``.
+
+        The query, times the per-dimension scales, is quantised to +-63 and shifted by 64 into uint8:
+        x86's uint8 x int8 kernels add pairs of products in 16 bits, which 2 x 127 x 127 fits and
+        2 x 255 x 127 would overflow. The shift comes back off as 64 x each row's sum.
+        """
+        import numpy as np
+
+        weighted = query * self.scales
+        top = float(np.abs(weighted).max())
+        if top == 0.0:
+            return np.zeros(self.transposed.shape[1], dtype=np.float32)
+        step = top / QUERY_LEVELS
+        shifted = (np.rint(weighted / step) + (QUERY_LEVELS + 1)).astype(np.uint8).reshape(1, -1)
+        raw = self.session.run(None, {"q": shifted, "m": self.transposed})[0][0]
+        np.subtract(raw, self.shifts, out=raw)
+        out = raw.astype(np.float32)
+        out *= np.float32(step)
+        return out
+
+
+_session: list[Any] = []
+_session_lock = threading.Lock()
+
+
+def _matmul_integer() -> Any:
+    """A one-node onnxruntime session computing uint8 [1, d] x int8 [d, n] -> int32 [1, n] (one thread),
+    or None without onnxruntime. Built once per process from a hand-encoded ONNX model."""
+    with _session_lock:
+        if not _session:
+            try:
+                import onnxruntime
+            except ImportError:
+                _session.append(None)
+                return None
+            options = onnxruntime.SessionOptions()
+            options.intra_op_num_threads = 1  # memory-bound, as the float32 product (see OPENBLAS_NUM_THREADS)
+            options.inter_op_num_threads = 1
+            options.log_severity_level = 3
+            _session.append(onnxruntime.InferenceSession(_matmul_integer_model(), options,
+                                                         providers=["CPUExecutionProvider"]))
+        return _session[0]
+
+
+def _matmul_integer_model() -> bytes:
+    """The ONNX ModelProto of ``MatMulInteger(q: uint8 [1, d], m: int8 [d, n]) -> y: int32 [1, n]``, encoded
+    by hand (protobuf wire format; onnxruntime ships without the ``onnx`` package). Field numbers are
+    those of onnx.proto: ModelProto 1 ir_version, 7 graph, 8 opset_import; GraphProto 1 node, 2 name,
+    11 input, 12 output; NodeProto 1 input, 2 output, 4 op_type; ValueInfoProto 1 name, 2 type;
+    TypeProto 1 tensor_type; Tensor 1 elem_type, 2 shape; TensorShapeProto 1 dim; Dimension 2 dim_param."""
+
+    def varint(n: int) -> bytes:
+        out = bytearray()
+        while n > 0x7F:
+            out.append((n & 0x7F) | 0x80)
+            n >>= 7
+        out.append(n)
+        return bytes(out)
+
+    def number(field: int, n: int) -> bytes:
+        return varint(field << 3) + varint(n)
+
+    def message(field: int, body: bytes | str) -> bytes:
+        raw = body.encode() if isinstance(body, str) else body
+        return varint((field << 3) | 2) + varint(len(raw)) + raw
+
+    def value(name: str, elem_type: int, dims: tuple[str, str]) -> bytes:
+        shape = b"".join(message(1, message(2, d)) for d in dims)
+        return message(1, name) + message(2, message(1, number(1, elem_type) + message(2, shape)))
+
+    uint8, int8, int32 = 2, 3, 6  # onnx TensorProto.DataType
+    node = message(1, "q") + message(1, "m") + message(2, "y") + message(4, "MatMulInteger")
+    graph = (message(1, node) + message(2, "scan") + message(11, value("q", uint8, ("one", "d")))
+             + message(11, value("m", int8, ("d", "n"))) + message(12, value("y", int32, ("one", "n"))))
+    return number(1, 8) + message(8, message(1, "") + number(2, 13)) + message(7, graph)
