@@ -105,20 +105,27 @@ class VectorIndex:
             candidates = None
             sub = scores
         k = min(k, sub.shape[0])
-        wanted = k if self.scan is None else rescore_count(k, sub.shape[0])
-        if wanted < sub.shape[0]:
-            part = np.argpartition(sub, sub.shape[0] - wanted)[sub.shape[0] - wanted:]
-        else:
-            part = np.arange(sub.shape[0])
+        part = _largest(sub, k if self.scan is None else rescore_count(k, sub.shape[0]))
         rows = part if candidates is None else candidates[part]
         if self.scan is None:
             best = sub[part]
         else:  # the int8 scan chose the rows; their float32 cosines rank them
-            rows = np.sort(rows)
             best = self.matrix[rows] @ q
         # lexsort: last key is primary -> by score desc, then row asc.
         order = np.lexsort((rows, -best))[:k]
         return [Hit(int(rows[i]), float(best[i])) for i in order]
+
+
+def _largest(scores: "npt.NDArray[np.float32]", n: int) -> "npt.NDArray[np.intp]":
+    """Positions of the ``n`` largest scores; of equal scores at the boundary, the lowest positions
+    (so rows with the same vector come in row order, whichever scan scored them)."""
+    import numpy as np
+
+    if n >= scores.shape[0]:
+        return np.arange(scores.shape[0])
+    cut = scores[np.argpartition(scores, scores.shape[0] - n)[scores.shape[0] - n]]
+    above = np.flatnonzero(scores > cut)
+    return np.concatenate([above, np.flatnonzero(scores == cut)[: n - above.shape[0]]])
 
 
 class _Int8Scan:
