@@ -66,14 +66,15 @@ def rescore_count(k: int, n: int) -> int:
 class VectorIndex:
     """Rows of unit vectors plus a cosine top-k that honours a boolean row mask."""
 
-    def __init__(self, matrix: "npt.NDArray[Any]", *, int8_min_rows: int = INT8_MIN_ROWS) -> None:
+    def __init__(self, matrix: "npt.NDArray[Any]", *, int8_min_rows: int | None = None) -> None:
         import numpy as np
 
         if matrix.size == 0:
             self.matrix = np.zeros((0, matrix.shape[1] if matrix.ndim == 2 else 0), dtype=np.float32)
         else:
             self.matrix = normalize(matrix)
-        self.scan = _Int8Scan.build(self.matrix) if self.size and self.size >= int8_min_rows else None
+        least = INT8_MIN_ROWS if int8_min_rows is None else int8_min_rows
+        self.scan = _Int8Scan.build(self.matrix) if self.size and self.size >= least else None
 
     @property
     def size(self) -> int:
