@@ -181,7 +181,7 @@ _session_lock = threading.Lock()
 
 def _matmul_integer() -> Any:
     """A one-node onnxruntime session computing uint8 [1, d] x int8 [d, n] -> int32 [1, n] (one thread),
-    or None without onnxruntime. Built once per process from a hand-encoded ONNX model."""
+    or None without onnxruntime. Built once per process (:func:`cairn.search.onnxproto.matmul_integer`)."""
     with _session_lock:
         if not _session:
             try:
@@ -193,39 +193,8 @@ def _matmul_integer() -> Any:
             options.intra_op_num_threads = 1  # memory-bound, as the float32 product (see OPENBLAS_NUM_THREADS)
             options.inter_op_num_threads = 1
             options.log_severity_level = 3
-            _session.append(onnxruntime.InferenceSession(_matmul_integer_model(), options,
+            from cairn.search.onnxproto import matmul_integer
+
+            _session.append(onnxruntime.InferenceSession(matmul_integer(), options,
                                                          providers=["CPUExecutionProvider"]))
         return _session[0]
-
-
-def _matmul_integer_model() -> bytes:
-    """The ONNX ModelProto of ``MatMulInteger(q: uint8 [1, d], m: int8 [d, n]) -> y: int32 [1, n]``, encoded
-    by hand (protobuf wire format; onnxruntime ships without the ``onnx`` package). Field numbers are
-    those of onnx.proto: ModelProto 1 ir_version, 7 graph, 8 opset_import; GraphProto 1 node, 2 name,
-    11 input, 12 output; NodeProto 1 input, 2 output, 4 op_type; ValueInfoProto 1 name, 2 type;
-    TypeProto 1 tensor_type; Tensor 1 elem_type, 2 shape; TensorShapeProto 1 dim; Dimension 2 dim_param."""
-
-    def varint(n: int) -> bytes:
-        out = bytearray()
-        while n > 0x7F:
-            out.append((n & 0x7F) | 0x80)
-            n >>= 7
-        out.append(n)
-        return bytes(out)
-
-    def number(field: int, n: int) -> bytes:
-        return varint(field << 3) + varint(n)
-
-    def message(field: int, body: bytes | str) -> bytes:
-        raw = body.encode() if isinstance(body, str) else body
-        return varint((field << 3) | 2) + varint(len(raw)) + raw
-
-    def value(name: str, elem_type: int, dims: tuple[str, str]) -> bytes:
-        shape = b"".join(message(1, message(2, d)) for d in dims)
-        return message(1, name) + message(2, message(1, number(1, elem_type) + message(2, shape)))
-
-    uint8, int8, int32 = 2, 3, 6  # onnx TensorProto.DataType
-    node = message(1, "q") + message(1, "m") + message(2, "y") + message(4, "MatMulInteger")
-    graph = (message(1, node) + message(2, "scan") + message(11, value("q", uint8, ("one", "d")))
-             + message(11, value("m", int8, ("d", "n"))) + message(12, value("y", int32, ("one", "n"))))
-    return number(1, 8) + message(8, message(1, "") + number(2, 13)) + message(7, graph)
