@@ -204,7 +204,7 @@ def query_vector(embedder: "Embedder", text: str) -> "npt.NDArray[np.float32]":
         if recent is not None and text in recent:
             recent.move_to_end(text)
             return recent[text]
-    vector = embed_queries(embedder, [text])[0]
+    vector: "npt.NDArray[np.float32]" = embed_queries(embedder, [text])[0]
     vector.setflags(write=False)  # shared by every later hit
     with _query_lock:
         recent = _query_vectors.setdefault(embedder, OrderedDict())

@@ -52,6 +52,7 @@ class Hit:
 
 INT8_MIN_ROWS = 20_000  # below this the float32 product takes about a millisecond: no int8 copy
 QUERY_LEVELS = 63  # the query is quantised to +-63 (see _Int8Scan.scores)
+BUILD_ROWS = 8192  # rows quantised at a time when the int8 copy is built
 
 
 def rescore_count(k: int, n: int) -> int:
@@ -147,11 +148,20 @@ class _Int8Scan:
         session = _matmul_integer()
         if session is None:
             return None
-        scales = (np.abs(matrix).max(axis=0) / 127).astype(np.float32)
+        rows, dims = matrix.shape
+        scales = np.zeros(dims, dtype=np.float32)
+        for start in range(0, rows, BUILD_ROWS):  # in blocks: no temporary the size of the matrix
+            np.maximum(scales, np.abs(matrix[start : start + BUILD_ROWS]).max(axis=0), out=scales)
+        scales /= 127
         scales[scales == 0] = 1.0
-        quantised = np.rint(matrix / scales).astype(np.int8)
-        shifts = quantised.sum(axis=1, dtype=np.int32) * np.int32(QUERY_LEVELS + 1)
-        return cls(np.ascontiguousarray(quantised.T), scales, shifts, session)
+        transposed = np.empty((dims, rows), dtype=np.int8)
+        shifts = np.empty(rows, dtype=np.int32)
+        for start in range(0, rows, BUILD_ROWS):
+            block = np.rint(matrix[start : start + BUILD_ROWS] / scales).astype(np.int8)
+            transposed[:, start : start + block.shape[0]] = block.T
+            shifts[start : start + block.shape[0]] = block.sum(axis=1, dtype=np.int32)
+        shifts *= np.int32(QUERY_LEVELS + 1)
+        return cls(transposed, scales, shifts, session)
 
     def scores(self, query: "npt.NDArray[np.float32]") -> "npt.NDArray[np.float32]":
         """Approximate cosines of every row with the unit vector ``query``.
@@ -168,7 +178,7 @@ class _Int8Scan:
             return np.zeros(self.transposed.shape[1], dtype=np.float32)
         step = top / QUERY_LEVELS
         shifted = (np.rint(weighted / step) + (QUERY_LEVELS + 1)).astype(np.uint8).reshape(1, -1)
-        raw = self.session.run(None, {"q": shifted, "m": self.transposed})[0][0]
+        raw: "npt.NDArray[np.int32]" = self.session.run(None, {"q": shifted, "m": self.transposed})[0][0]
         np.subtract(raw, self.shifts, out=raw)
         out = raw.astype(np.float32)
         out *= np.float32(step)
