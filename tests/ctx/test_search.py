@@ -180,6 +180,12 @@ def test_ranking_budget_prefers_rare_terms(tmp_path: Path) -> None:
     match, min_rowid = retrieval.plan(store, "common word", budget=50)
     assert min_rowid > 0 and match == Match(("common",))  # AND is also over budget -> the newest 50 matches
     assert match is not None and len(store.fts_rank(match, 1000, min_rowid=min_rowid)) == 50
+    # Ranked from min_rowid with no filter (SQLite: without the join to documents), exactly as with a
+    # filter that keeps everything (the join): the same chunks, scores and order.
+    newest = store.fts_rank(match, 1000, min_rowid=min_rowid)
+    joined = store.fts_rank(match, 1000, since=0, min_rowid=min_rowid)
+    assert list(newest.items()) == list(joined.items()) and min(newest) >= min_rowid
+    assert list(store.fts_rank(match, 7, min_rowid=min_rowid).items()) == list(joined.items())[:7]
     assert retrieval.plan(store, "pair common", budget=10) == (Match(("pair",)), 0)
     # The service still answers, best document first.
     assert svc.search("common rare")[0].source_id == "c007.md"
