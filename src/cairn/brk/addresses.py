@@ -61,6 +61,8 @@ CHUNK_ROWS = int(os.environ.get("CAIRN_BRK_UTXO_CHUNK", "250000"))  # inputs + o
 _U16 = Struct("<H").unpack_from
 _U32 = Struct("<I").unpack_from
 _U64 = Struct("<Q").unpack_from
+_MISS = b"\xff" * 8  # the look-up of a key not in the index: id -1
+GROUP_BYTES = 16 << 20  # block bytes walked at once (memory)
 
 
 def specs() -> list[VecSpec]:
@@ -86,32 +88,29 @@ def _varints(d: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """CompactSize values at byte offsets ``at`` of ``d`` and their encoded lengths."""
     import numpy as np
 
-    first = d[at].astype(np.int64)
-    value = first.copy()
+    value = d[at].astype(np.int64)
     size = np.ones(at.shape[0], dtype=np.int64)
-    for i in np.flatnonzero(first >= 0xFD).tolist():  # rare: scripts of 253 bytes or more
+    big = np.flatnonzero(value >= 0xFD)
+    for i in big.tolist():  # rare: scripts of 253 bytes or more
         p = int(at[i])
-        tag = int(first[i])
-        n = {0xFD: 2, 0xFE: 4, 0xFF: 8}[tag]
+        n = {0xFD: 2, 0xFE: 4, 0xFF: 8}[int(value[i])]
         value[i] = int.from_bytes(d[p + 1:p + 1 + n].tobytes(), "little")
         size[i] = 1 + n
     return value, size
 
 
-def output_offsets(d: np.ndarray, sizes: np.ndarray, n_in: np.ndarray, n_out: np.ndarray) -> np.ndarray:
-    """The offset of every output script of a block, walking all its transactions at once.
+def output_offsets(d: np.ndarray, starts: np.ndarray, n_in: np.ndarray, n_out: np.ndarray) -> np.ndarray:
+    """The offset in ``d`` of every output script of the transactions starting at byte offsets ``starts``
+    (those of several blocks at once), in transaction order.
 
-    Transaction sizes and input/output counts come from the vecs, so each step moves every
-    transaction past one input (or output) with a few array operations; witnesses are never walked."""
+    Input and output counts come from the vecs, so each step moves every transaction past one input
+    (or output) with a few array operations; witnesses are never walked."""
     import numpy as np
 
-    ntx = sizes.shape[0]
-    _, head = _varints(d, np.asarray([80]))
-    starts = 80 + int(head[0]) + np.concatenate(([0], np.cumsum(sizes)[:-1]))
     p = starts + 4 + 2 * (d[starts + 4] == 0)  # version, then the segwit marker and flag if present
     _, ln = _varints(d, p)
-    p = p + ln
-    active = np.arange(ntx)
+    p += ln
+    active = np.flatnonzero(n_in > 0)
     step = 0
     while active.size:
         q = p[active] + 36
@@ -120,7 +119,7 @@ def output_offsets(d: np.ndarray, sizes: np.ndarray, n_in: np.ndarray, n_out: np
         step += 1
         active = active[n_in[active] > step]
     _, ln = _varints(d, p)
-    p = p + ln
+    p += ln
     first = np.concatenate(([0], np.cumsum(n_out)[:-1]))
     result = np.zeros(int(n_out.sum()), dtype=np.int64)
     active = np.flatnonzero(n_out > 0)
@@ -133,6 +132,34 @@ def output_offsets(d: np.ndarray, sizes: np.ndarray, n_in: np.ndarray, n_out: np
         step += 1
         active = active[n_out[active] > step]
     return result
+
+
+def _unique_rows(mat: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``numpy.unique`` over the rows of a byte matrix (rows in byte order, each one's first row index,
+    the inverse), sorting 8-byte integers rather than byte strings: the rows are hashes or public keys,
+    so their first 8 bytes nearly always tell them apart; when two different rows share them, the
+    byte-string sort is used."""
+    import numpy as np
+
+    n, width = mat.shape
+    if n == 0:
+        return mat, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    head = np.zeros((n, 8), dtype=np.uint8)
+    head[:, :min(8, width)] = mat[:, :8]
+    prefix = head.view(">u8").ravel()  # big-endian: integer order is byte order
+    order = np.argsort(prefix, kind="stable")
+    ps = prefix[order]
+    tie = np.flatnonzero(ps[1:] == ps[:-1])
+    if tie.size and (mat[order[tie]] != mat[order[tie + 1]]).any():
+        uniq, first, inverse = np.unique(mat.view(f"V{width}").ravel(), return_index=True, return_inverse=True)
+        return np.frombuffer(uniq.tobytes(), dtype=np.uint8).reshape(-1, width), first, inverse.ravel()
+    new = np.ones(n, dtype=bool)
+    new[tie + 1] = False
+    starts = np.flatnonzero(new)
+    first = order[starts]  # stable sort: the first row of each run is its first occurrence
+    inverse = np.empty(n, dtype=np.int64)
+    inverse[order] = np.cumsum(new) - 1
+    return mat[first], first, inverse
 
 
 def update(out: Path, *, durable: bool = True, blocks_dir: Path | None = None) -> dict[str, Any] | None:
@@ -202,7 +229,7 @@ class _AddressPass:
             from cairn.brk.rocks import open_rocksdb
 
             try:  # the transaction index's settings, with a bounded 32 MB block cache
-                self._db = open_rocksdb(self.root / "index", memtable_mb=32, cache_mb=32)
+                self._db = open_rocksdb(self.root / "index", memtable_mb=32, cache_mb=32, memtable_bloom=True)
             except Exception as exc:  # rocksdict raises plain exceptions (a lock held, a corrupt file)
                 raise StorageError(f"Cannot open the address index {self.root / 'index'}: {exc}.") from exc
         return self._db
@@ -363,6 +390,22 @@ class _AddressPass:
                 raise StorageError(f"blk{file_no:05d}.dat is shorter than indexed")
             yield unxor(data, self.key, offset)
 
+    def _block_groups(self, heights: range) -> Iterator[tuple[int, int, bytes, np.ndarray]]:
+        """The blocks at ``heights`` in runs of about ``GROUP_BYTES``: (first and end position in
+        ``heights``, their bytes end to end, each block's offset in those bytes)."""
+        import numpy as np
+
+        parts: list[bytes] = []
+        size = 0
+        j0 = 0
+        for j, data in enumerate(self._block_bytes(heights)):
+            parts.append(data)
+            size += len(data)
+            if size >= GROUP_BYTES or j == len(heights) - 1:
+                bases = np.cumsum([0] + [len(p) for p in parts[:-1]], dtype=np.int64)
+                yield j0, j + 1, parts[0] if len(parts) == 1 else b"".join(parts), bases
+                parts, size, j0 = [], 0, j + 1
+
     def _chunk(self, a: int, b: int, meta: dict[str, Any]) -> None:  # noqa: C901 - one vectorised pass
         import numpy as np
 
@@ -372,8 +415,8 @@ class _AddressPass:
         types = np.asarray(self.type[o0:o1]).astype(np.int64)
         values = np.asarray(self.value[o0:o1]).astype(np.int64)
         count0 = s.lengths["addressindex_to_keyhash"]
-        out_addr, new_keys, new_ids, new_hashes, new_codes = self._resolve(a, b, types, count0)
-        nxt = count0 + len(new_keys)
+        out_addr, new, new_hashes, new_codes = self._resolve(a, b, types, count0)
+        nxt = count0 + new_hashes.shape[0]
         out_blk = np.repeat(np.arange(nb), np.diff(self.first_out[a:b + 1]))
         # Spends: the address of each spent output (this chunk's from memory, older ones from the vec).
         i0, i1 = int(self.first_in[a]), int(self.first_in[b])
@@ -423,13 +466,14 @@ class _AddressPass:
         bal[u_addr[last]] = after[last].astype(np.uint64)
         self._sync_balances(bal)
         del bal
-        if new_keys:
+        if new:
+            from collections import deque
+
             from rocksdict import WriteBatch
 
             wb = WriteBatch(raw_mode=True)
-            put = wb.put
-            for key, aid in zip(new_keys, new_ids.tolist()):  # in key order: cheaper inserts
-                put(key, aid.to_bytes(8, "little"))
+            for keys, ids in new:  # in key order: cheaper inserts
+                deque(map(wb.put, keys, ids.astype("<u8").view("V8").tolist()), maxlen=0)
             self.db.write(wb)
         from cairn.brk.faults import fault as _fault
 
@@ -487,12 +531,12 @@ class _AddressPass:
                 path.unlink()
 
     def _resolve(self, a: int, b: int, types: np.ndarray, count0: int
-                 ) -> tuple[np.ndarray, list[bytes], np.ndarray, np.ndarray, np.ndarray]:
-        """The address id of every output of heights [a, b) (-1: none); the new addresses' keys and
-        ids in key order; and their key hashes and type codes in id order (ids follow first appearance)."""
+                 ) -> tuple[np.ndarray, list[tuple[list[bytes], np.ndarray]], np.ndarray, np.ndarray]:
+        """The address id of every output of heights [a, b) (-1: none); per address type, the new
+        addresses' keys in key order with their ids; and the new addresses' key hashes and type codes in
+        id order (ids follow first appearance)."""
         import numpy as np
 
-        o0 = int(self.first_out[a])
         t0 = int(self.raw.read("height_to_first_txindex", a, a + 1)[0])
         t1 = int(self.raw.read("height_to_first_txindex", b, b + 1)[0]) if b < self.n \
             else self.raw.length("txindex_to_txid")
@@ -501,13 +545,23 @@ class _AddressPass:
         n_out = self.raw.read("txindex_to_output_count", t0, t1).astype(np.int64)
         ntx = self.raw.read("height_to_tx_count", a, b).astype(np.int64)
         tx_at = np.concatenate(([0], np.cumsum(ntx)))
+        out_at = np.concatenate(([0], np.cumsum(n_out)))
         rows: dict[int, list[np.ndarray]] = {code: [] for code in ADDRESS_TYPES}
         where: dict[int, list[np.ndarray]] = {code: [] for code in ADDRESS_TYPES}
         k = 0
-        for j, data in enumerate(self._block_bytes(range(a, b))):
+        for j0, j1, data, bases in self._block_groups(range(a, b)):
+            # Every transaction of the group's blocks walked at once: each block's transactions start
+            # after its 80-byte header and transaction count.
             d = np.frombuffer(data, dtype=np.uint8)
-            lo, hi = int(tx_at[j]), int(tx_at[j + 1])
-            offs = output_offsets(d, sizes[lo:hi], n_in[lo:hi], n_out[lo:hi])
+            _, head = _varints(d, bases + 80)
+            lo, hi = int(tx_at[j0]), int(tx_at[j1])
+            nt = ntx[j0:j1]
+            within = np.cumsum(sizes[lo:hi]) - sizes[lo:hi]  # exclusive, across the group's blocks
+            within -= np.repeat(within[tx_at[j0:j1] - lo], nt)
+            starts = np.repeat(bases + 80 + head, nt) + within
+            offs = output_offsets(d, starts, n_in[lo:hi], n_out[lo:hi])
+            if offs.shape[0] != int(out_at[hi] - out_at[lo]) or k + offs.shape[0] > types.shape[0]:
+                raise StorageError(f"heights {a}..{b - 1}: the blocks hold other outputs than the vecs")
             codes = types[k:k + offs.shape[0]]
             for code, (_, shift, length) in ADDRESS_TYPES.items():
                 sel = np.flatnonzero(codes == code)
@@ -518,49 +572,59 @@ class _AddressPass:
         if k != types.shape[0]:
             raise StorageError(f"heights {a}..{b - 1}: the blocks hold other outputs than the vecs")
         out_addr = np.full(types.shape[0], -1, dtype=np.int64)
-        get = self.db.get
         stored_hash = self.store.read("addressindex_to_keyhash")
-        groups = []  # per type: unique rows, their first output, inverse, lookup result
+        groups = []  # per type: unique keys (key order), their rows, first output, inverse, look-ups
         for code in ADDRESS_TYPES:  # type codes ascending, rows sorted: the engine's key order
             if not rows[code]:
                 continue
             mat = np.concatenate(rows[code])
             pos = np.concatenate(where[code])
-            width = mat.shape[1]
-            uniq, first, inverse = np.unique(mat.view(f"V{width}").ravel(), return_index=True, return_inverse=True)
-            blob = uniq.tobytes()
-            prefix = bytes((code,))
-            keys = [prefix + blob[i:i + width] for i in range(0, len(blob), width)]
-            found = np.fromiter((-1 if v is None else int.from_bytes(v, "little") for v in map(get, keys)),
-                                dtype=np.int64, count=len(keys))
-            umat = np.frombuffer(blob, dtype=np.uint8).reshape(-1, width)
+            umat, first, inverse = _unique_rows(mat)
+            width = umat.shape[1]
+            kmat = np.empty((umat.shape[0], width + 1), dtype=np.uint8)
+            kmat[:, 0] = code
+            kmat[:, 1:] = umat
+            keys = kmat.view(f"V{width + 1}").ravel().tolist()  # bytes, trailing zeros kept
+            found = self._lookup(keys)
             tail = np.zeros((umat.shape[0], 8), dtype=np.uint8)
             tail[:, 8 - min(8, width):] = umat[:, -min(8, width):]
             hashes = tail.view("<u8").ravel()
             ok = (found >= 0) & (found < count0)
             ok[ok] = stored_hash[found[ok]] == hashes[ok]
-            groups.append((code, keys, hashes, pos[first], inverse.ravel(), pos, found, ok))
-        # New addresses: ids in order of first appearance in the chunk.
-        new_first = np.concatenate([g[3][~g[7]] for g in groups]) if groups else np.zeros(0, np.int64)
-        rank = np.empty(new_first.shape[0], dtype=np.int64)
-        rank[np.argsort(new_first, kind="stable")] = np.arange(new_first.shape[0])
-        new_keys: list[bytes] = []
-        new_ids = np.zeros(new_first.shape[0], dtype=np.int64)
+            groups.append((code, keys, kmat, hashes, pos[first], inverse, pos, found, ok))
+        # New addresses: ids in order of first appearance in the chunk (first outputs are distinct).
+        new_first = np.concatenate([g[4][~g[8]] for g in groups]) if groups else np.zeros(0, np.int64)
+        mark = np.zeros(types.shape[0] + 1, dtype=np.int64)
+        mark[new_first] = 1
+        rank = (np.cumsum(mark) - 1)[new_first]
+        new: list[tuple[list[bytes], np.ndarray]] = []
         new_hashes = np.zeros(new_first.shape[0], dtype=np.uint64)
         new_codes = np.zeros(new_first.shape[0], dtype=np.uint8)
         at = 0
-        for code, keys, hashes, _, inverse, pos, found, ok in groups:
+        for code, keys, kmat, hashes, _, inverse, pos, found, ok in groups:
             fresh = np.flatnonzero(~ok)
             r = rank[at:at + fresh.shape[0]]
             at += fresh.shape[0]
-            ids = found.copy()
+            ids = found
             ids[fresh] = count0 + r
-            new_ids[len(new_keys):len(new_keys) + fresh.shape[0]] = count0 + r
-            new_keys.extend([keys[i] for i in fresh.tolist()])
+            if fresh.shape[0]:
+                fresh_keys = keys if fresh.shape[0] == len(keys) else \
+                    kmat[fresh].view(f"V{kmat.shape[1]}").ravel().tolist()
+                new.append((fresh_keys, count0 + r))
             new_hashes[r] = hashes[fresh]
             new_codes[r] = code
             out_addr[pos] = ids[inverse]
-        return out_addr, new_keys, new_ids, new_hashes, new_codes
+        return out_addr, new, new_hashes, new_codes
+
+    def _lookup(self, keys: list[bytes]) -> np.ndarray:
+        """The stored id of every key (-1: none), one engine call a key and no Python loop."""
+        import numpy as np
+        from itertools import repeat
+
+        got = b"".join(map(self.db.get, keys, repeat(_MISS)))
+        if len(got) != 8 * len(keys):
+            raise StorageError(f"the address index {self.root / 'index'} holds a value that is not an id")
+        return np.frombuffer(got, dtype="<i8").copy()
 
     def _save_undo(self, a: int, b: int, rows: np.ndarray) -> None:
         import numpy as np
