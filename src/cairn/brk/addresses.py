@@ -202,6 +202,7 @@ class _AddressPass:
         self.key = read_xor_key(blocks_dir)
         self.paths = dict(blk_files(blocks_dir))
         self._fds: dict[int, int] = {}
+        self._buf = np.zeros(0, dtype=np.uint8)  # the blocks being walked (one buffer, reused)
         self._db: Any = None
         n = self.n
         f_out = self.raw.read("height_to_first_outputindex", 0, n + 1).astype(np.int64)
@@ -351,11 +352,10 @@ class _AddressPass:
             start = stop
         return {"height": s.lengths["height_to_blockhash"] - 1, "computed_heights": done, "rolled_back_to": rolled}
 
-    def _block_bytes(self, heights: range) -> Iterator[bytes]:
-        """Raw bytes of the chain's blocks at ``heights`` (found through the blockpos scan cache)."""
+    def _block_positions(self, heights: range) -> list[tuple[int, int, int]]:
+        """(blk file number, offset, length) of the chain's blocks at ``heights`` (from the blockpos
+        scan cache)."""
         import numpy as np
-
-        from cairn.brk.blocks.files import unxor
 
         raw = self.raw
         hashes = raw.read("height_to_blockhash", heights.start, heights.stop)
@@ -367,6 +367,7 @@ class _AddressPass:
             self._pos_hash = pos_hash
         want = np.ascontiguousarray(hashes[:, :8]).view("<u8").ravel()
         lo = np.searchsorted(self._pos_sorted, want, "left")
+        found = []
         for i, h in enumerate(hashes):
             j = int(lo[i])
             while j < self._pos_sorted.shape[0] and self._pos_sorted[j] == want[i]:
@@ -376,35 +377,46 @@ class _AddressPass:
                 j += 1
             else:
                 raise StorageError(f"block {bytes(h)[::-1].hex()} is not in the scan cache")
-            file_no = int(raw.read("blockpos_to_file", pos, pos + 1)[0])
-            offset = int(raw.read("blockpos_to_offset", pos, pos + 1)[0])
-            length = int(raw.read("blockpos_to_length", pos, pos + 1)[0])
-            fd = self._fds.get(file_no)
-            if fd is None:
-                path = self.paths.get(file_no)
-                if path is None:
-                    raise StorageError(f"blk{file_no:05d}.dat is missing from the blocks directory")
-                fd = self._fds[file_no] = os.open(path, os.O_RDONLY)
-            data = os.pread(fd, length, offset)
-            if len(data) != length:
-                raise StorageError(f"blk{file_no:05d}.dat is shorter than indexed")
-            yield unxor(data, self.key, offset)
+            found.append((int(raw.read("blockpos_to_file", pos, pos + 1)[0]),
+                          int(raw.read("blockpos_to_offset", pos, pos + 1)[0]),
+                          int(raw.read("blockpos_to_length", pos, pos + 1)[0])))
+        return found
 
-    def _block_groups(self, heights: range) -> Iterator[tuple[int, int, bytes, np.ndarray]]:
+    def _block_groups(self, heights: range) -> Iterator[tuple[int, int, np.ndarray, np.ndarray]]:
         """The blocks at ``heights`` in runs of about ``GROUP_BYTES``: (first and end position in
-        ``heights``, their bytes end to end, each block's offset in those bytes)."""
+        ``heights``, their bytes end to end, each block's offset in those bytes). The bytes are a view
+        of one buffer reused from run to run: valid until the next run."""
         import numpy as np
 
-        parts: list[bytes] = []
-        size = 0
+        positions = self._block_positions(heights)
         j0 = 0
-        for j, data in enumerate(self._block_bytes(heights)):
-            parts.append(data)
-            size += len(data)
-            if size >= GROUP_BYTES or j == len(heights) - 1:
-                bases = np.cumsum([0] + [len(p) for p in parts[:-1]], dtype=np.int64)
-                yield j0, j + 1, parts[0] if len(parts) == 1 else b"".join(parts), bases
-                parts, size, j0 = [], 0, j + 1
+        while j0 < len(positions):
+            j1, size = j0, 0
+            while j1 < len(positions) and (j1 == j0 or size + positions[j1][2] <= GROUP_BYTES):
+                size += positions[j1][2]
+                j1 += 1
+            if self._buf.shape[0] < size:
+                self._buf = np.empty(max(size, GROUP_BYTES), dtype=np.uint8)
+            buf = self._buf[:size]
+            bases = np.zeros(j1 - j0, dtype=np.int64)
+            at = 0
+            for i, (file_no, offset, length) in enumerate(positions[j0:j1]):
+                bases[i] = at
+                fd = self._fds.get(file_no)
+                if fd is None:
+                    path = self.paths.get(file_no)
+                    if path is None:
+                        raise StorageError(f"blk{file_no:05d}.dat is missing from the blocks directory")
+                    fd = self._fds[file_no] = os.open(path, os.O_RDONLY)
+                if os.preadv(fd, [memoryview(buf[at:at + length])], offset) != length:
+                    raise StorageError(f"blk{file_no:05d}.dat is shorter than indexed")
+                if any(self.key):  # Bitcoin Core's XOR obfuscation, undone in place
+                    phase = offset % len(self.key)
+                    rolled = np.frombuffer(self.key[phase:] + self.key[:phase], dtype=np.uint8)
+                    buf[at:at + length] ^= np.resize(rolled, length)
+                at += length
+            yield j0, j1, buf, bases
+            j0 = j1
 
     def _chunk(self, a: int, b: int, meta: dict[str, Any]) -> None:  # noqa: C901 - one vectorised pass
         import numpy as np
@@ -549,10 +561,9 @@ class _AddressPass:
         rows: dict[int, list[np.ndarray]] = {code: [] for code in ADDRESS_TYPES}
         where: dict[int, list[np.ndarray]] = {code: [] for code in ADDRESS_TYPES}
         k = 0
-        for j0, j1, data, bases in self._block_groups(range(a, b)):
+        for j0, j1, d, bases in self._block_groups(range(a, b)):
             # Every transaction of the group's blocks walked at once: each block's transactions start
             # after its 80-byte header and transaction count.
-            d = np.frombuffer(data, dtype=np.uint8)
             _, head = _varints(d, bases + 80)
             lo, hi = int(tx_at[j0]), int(tx_at[j1])
             nt = ntx[j0:j1]
