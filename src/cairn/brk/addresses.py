@@ -84,13 +84,15 @@ def keyhash(key: bytes) -> int:
     return int.from_bytes(key[-8:], "little")
 
 
-def _varints(d: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _varints(d: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray | int]:
     """CompactSize values at byte offsets ``at`` of ``d`` and their encoded lengths."""
     import numpy as np
 
     value = d[at].astype(np.int64)
-    size = np.ones(at.shape[0], dtype=np.int64)
     big = np.flatnonzero(value >= 0xFD)
+    if not big.size:
+        return value, 1
+    size = np.ones(at.shape[0], dtype=np.int64)
     for i in big.tolist():  # rare: scripts of 253 bytes or more
         p = int(at[i])
         n = {0xFD: 2, 0xFE: 4, 0xFF: 8}[int(value[i])]
@@ -147,7 +149,7 @@ def _unique_rows(mat: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     head = np.zeros((n, 8), dtype=np.uint8)
     head[:, :min(8, width)] = mat[:, :8]
     prefix = head.view(">u8").ravel()  # big-endian: integer order is byte order
-    order = np.argsort(prefix, kind="stable")
+    order = np.argsort(prefix)
     ps = prefix[order]
     tie = np.flatnonzero(ps[1:] == ps[:-1])
     if tie.size and (mat[order[tie]] != mat[order[tie + 1]]).any():
@@ -156,7 +158,7 @@ def _unique_rows(mat: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     new = np.ones(n, dtype=bool)
     new[tie + 1] = False
     starts = np.flatnonzero(new)
-    first = order[starts]  # stable sort: the first row of each run is its first occurrence
+    first = np.minimum.reduceat(order, starts)  # each run's first occurrence
     inverse = np.empty(n, dtype=np.int64)
     inverse[order] = np.cumsum(new) - 1
     return mat[first], first, inverse
@@ -457,22 +459,22 @@ class _AddressPass:
         first_of = np.ones(ukey.shape[0], dtype=bool)
         first_of[1:] = u_addr[1:] != u_addr[:-1]
         starts = np.flatnonzero(first_of)
-        start_bal = np.zeros(ukey.shape[0], dtype=np.int64)
         existing = u_addr[starts] < count0
         bal = self._balances(max(nxt, 1))
         sb = np.zeros(starts.shape[0], dtype=np.int64)
         if existing.any():
             sb[existing] = np.asarray(bal[u_addr[starts][existing]]).astype(np.int64)
-        start_bal[starts] = sb
         # Segmented running sum: balance after each (address, block).
         cs = np.cumsum(delta)
-        seg_base = np.repeat(cs[starts] - delta[starts], np.diff(np.append(starts, ukey.shape[0])))
-        after = start_bal[np.repeat(starts, np.diff(np.append(starts, ukey.shape[0])))] + cs - seg_base
+        seg = np.cumsum(first_of) - 1  # each row's address run
+        after = (sb - (cs[starts] - delta[starts]))[seg] + cs
         before = after - delta
         if (after < 0).any():
             raise StorageError(f"heights {a}..{b - 1}: an address balance went negative (vecs inconsistent)")
         # Undo rows first (durable), then the balances, the index, the vecs.
-        undo = np.stack((u_blk + a, u_addr, before)).T.astype(np.uint64)
+        undo = np.empty((3, ukey.shape[0]), dtype=np.uint64)  # saved as before: (height, address, balance) rows
+        undo[0], undo[1], undo[2] = u_blk + a, u_addr, before
+        undo = undo.T
         self._save_undo(a, b, undo)
         last = np.append(starts[1:] - 1, ukey.shape[0] - 1)
         bal[u_addr[last]] = after[last].astype(np.uint64)
@@ -573,13 +575,15 @@ class _AddressPass:
             within -= np.repeat(within[tx_at[j0:j1] - lo], nt)
             starts = np.repeat(bases + 80 + head, nt) + within
             offs = output_offsets(d, starts, n_in[lo:hi], n_out[lo:hi])
+            windows = {length: np.lib.stride_tricks.sliding_window_view(d, length)
+                       for _, _, length in ADDRESS_TYPES.values()}
             if offs.shape[0] != int(out_at[hi] - out_at[lo]) or k + offs.shape[0] > types.shape[0]:
                 raise StorageError(f"heights {a}..{b - 1}: the blocks hold other outputs than the vecs")
             codes = types[k:k + offs.shape[0]]
             for code, (_, shift, length) in ADDRESS_TYPES.items():
                 sel = np.flatnonzero(codes == code)
-                if sel.size:
-                    rows[code].append(d[(offs[sel] + shift)[:, None] + np.arange(length)])
+                if sel.size:  # each payload's bytes: one row of a sliding window over the blocks' bytes
+                    rows[code].append(windows[length][offs[sel] + shift])
                     where[code].append(sel + k)
             k += offs.shape[0]
         if k != types.shape[0]:
@@ -598,7 +602,8 @@ class _AddressPass:
             kmat[:, 0] = code
             kmat[:, 1:] = umat
             keys = kmat.view(f"V{width + 1}").ravel().tolist()  # bytes, trailing zeros kept
-            found = self._lookup(keys)
+            # With no committed address no entry can be trusted (ids must be below count0): no look-ups.
+            found = self._lookup(keys) if count0 else np.full(len(keys), -1, dtype=np.int64)
             tail = np.zeros((umat.shape[0], 8), dtype=np.uint8)
             tail[:, 8 - min(8, width):] = umat[:, -min(8, width):]
             hashes = tail.view("<u8").ravel()
