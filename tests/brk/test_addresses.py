@@ -12,7 +12,7 @@ import pytest
 
 from cairn.brk import addresses
 from cairn.brk.blocks.files import unxor
-from cairn.brk.indexer import index
+from cairn.brk.indexer import index, open_store
 from cairn.brk.sample import write_sample
 
 
@@ -85,3 +85,39 @@ def test_the_same_figures_whatever_the_block_grouping(tmp_path: Path, monkeypatc
     assert runs["one"] == runs["all"] and runs["few"] == runs["all"] and runs["xor"] == runs["all"]
     count = np.frombuffer(runs["all"]["height_to_address_count.bin"], dtype="<u8")
     assert count[-1] > 0
+
+
+def test_the_seen_filter_never_hides_a_known_address(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keys whose hash bit is clear in seen.bin are not looked up: after incremental runs with the
+    filter lost, left stale by a kill (covering fewer ids than committed), or dropped past SEEN_MAX, every
+    figure equals a run that looks every key up."""
+    blocks = tmp_path / "blocks"
+    write_sample(blocks, 300, seed=4)
+    fresh = tmp_path / "fresh"
+    index(blocks, fresh)
+    monkeypatch.setattr(addresses, "SEEN_MAX", -1)  # no filter: every key looked up
+    assert addresses.update(fresh, durable=False, blocks_dir=blocks) is not None
+    want = _address_files(fresh)
+    assert not (addresses.addresses_dir(fresh) / "seen.bin").exists()
+    new = np.frombuffer(want["height_to_new_address_count.bin"], dtype="<u8")
+    paid = np.frombuffer(want["outputindex_to_addressindex.bin"], dtype="<u4")
+    assert int(new.sum()) < int((paid != addresses.NONE).sum())  # addresses are paid again: hits matter
+    monkeypatch.setattr(addresses, "CHUNK_ROWS", 200)
+    old = b""
+    for case in ("stale", "lost", "dropped"):
+        monkeypatch.setattr(addresses, "SEEN_MAX", 40 if case == "dropped" else addresses.SEEN_BITS >> 3)
+        out = tmp_path / case
+        seen = addresses.addresses_dir(out) / "seen.bin"
+        for stop in (100, 200, 300):
+            have = open_store(out).lengths["height_to_blockhash"] if (out / "manifest.json").exists() else 0
+            index(blocks, out, max_blocks=stop - have)
+            if stop == 300 and case == "stale":
+                seen.write_bytes(old)  # as after a kill between a commit and the end of the run
+            if stop == 300 and case == "lost":
+                seen.unlink()
+            assert addresses.update(out, durable=False, blocks_dir=blocks) is not None
+            if stop == 100 and case != "dropped":
+                old = seen.read_bytes()
+                assert 0 < int.from_bytes(old[:8], "little") < 40 * 100
+        assert seen.exists() == (case != "dropped")
+        assert _address_files(out) == want, case

@@ -63,6 +63,8 @@ _U32 = Struct("<I").unpack_from
 _U64 = Struct("<Q").unpack_from
 _MISS = b"\xff" * 8  # the look-up of a key not in the index: id -1
 GROUP_BYTES = 16 << 20  # block bytes walked at once (memory)
+SEEN_BITS = 1 << 27  # the filter of key hashes already given an id (16 MiB), see _Seen
+SEEN_MAX = SEEN_BITS >> 3  # addresses; beyond, too many false positives to be worth keeping
 
 
 def specs() -> list[VecSpec]:
@@ -164,6 +166,51 @@ def _unique_rows(mat: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return mat[first], first, inverse
 
 
+class _Seen:
+    """A bit per key-hash value (modulo ``SEEN_BITS``) set for every committed address: a key whose bit is
+    clear was never given an id, so it is not looked up in the index (on a chain of fresh addresses
+    nearly every key, each look-up a call into the engine). The file ``seen.bin`` holds the number of
+    ids it covers and the bits; it is rewritten (atomically) at the end of a run and extended from
+    ``addressindex_to_keyhash`` when it covers fewer ids than are committed (a kill, an older store), so
+    a bit is never missing for a committed address. Ids rolled back leave their bits set: a look-up too
+    many, never a wrong id. Past ``SEEN_MAX`` addresses the filter is dropped (the index's own bloom
+    filters do the work)."""
+
+    def __init__(self, path: Path, keyhash: np.ndarray, count: int) -> None:
+        import numpy as np
+
+        self.path = path
+        self.bits = np.zeros(SEEN_BITS // 8, dtype=np.uint8)
+        covered = 0
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            data = b""
+        if len(data) == 8 + self.bits.shape[0]:
+            covered = min(int.from_bytes(data[:8], "little"), count)
+            self.bits[:] = np.frombuffer(data, dtype=np.uint8, offset=8)
+        for lo in range(covered, count, 1 << 22):  # bounded reads
+            self.add(np.asarray(keyhash[lo:min(count, lo + (1 << 22))]))
+        self.covered = count
+
+    def add(self, hashes: np.ndarray) -> None:
+        import numpy as np
+
+        bit = (hashes % np.uint64(SEEN_BITS)).astype(np.int64)
+        np.bitwise_or.at(self.bits, bit >> 3, (1 << (bit & 7)).astype(np.uint8))
+
+    def maybe(self, hashes: np.ndarray) -> np.ndarray:
+        import numpy as np
+
+        bit = (hashes % np.uint64(SEEN_BITS)).astype(np.int64)
+        return (self.bits[bit >> 3] >> (bit & 7).astype(np.uint8)) & 1 == 1
+
+    def save(self, durable: bool) -> None:
+        with atomic_file(self.path, durable=durable) as fh:
+            fh.write(self.covered.to_bytes(8, "little"))
+            fh.write(self.bits.tobytes())
+
+
 def update(out: Path, *, durable: bool = True, blocks_dir: Path | None = None) -> dict[str, Any] | None:
     """Bring ``OUT/addresses`` up to the raw tip (None when no blocks directory is known)."""
     root = addresses_dir(out)
@@ -206,6 +253,7 @@ class _AddressPass:
         self._fds: dict[int, int] = {}
         self._buf = np.zeros(0, dtype=np.uint8)  # the blocks being walked (one buffer, reused)
         self._db: Any = None
+        self._seen: _Seen | None = None
         n = self.n
         f_out = self.raw.read("height_to_first_outputindex", 0, n + 1).astype(np.int64)
         if f_out.shape[0] == n:
@@ -307,6 +355,8 @@ class _AddressPass:
         for _, _, path in self._undo_files():
             path.unlink()
         (self.root / "balance.bin").unlink(missing_ok=True)
+        (self.root / "seen.bin").unlink(missing_ok=True)
+        self._seen = None
         meta["generation"] = int(meta.get("generation", 0)) + 1
         self.store.truncate({name: 0 for name in self.store.lengths}, meta)
 
@@ -345,6 +395,9 @@ class _AddressPass:
                 self._reset(meta)
         start = s.lengths["height_to_blockhash"]
         done = 0
+        count = s.lengths["addressindex_to_keyhash"]
+        if start < self.n and count <= SEEN_MAX:
+            self._seen = _Seen(self.root / "seen.bin", s.read("addressindex_to_keyhash"), count)
         while start < self.n:
             rows = self.first_out[:-1] + self.first_in[:-1]
             limit = int(np.searchsorted(rows, int(rows[start]) + CHUNK_ROWS, "right"))
@@ -352,6 +405,11 @@ class _AddressPass:
             self._chunk(start, stop, meta)
             done += stop - start
             start = stop
+            if self._seen is not None and self._seen.covered > SEEN_MAX:
+                self._seen = None
+                (self.root / "seen.bin").unlink(missing_ok=True)
+        if self._seen is not None:
+            self._seen.save(self.durable)
         return {"height": s.lengths["height_to_blockhash"] - 1, "computed_heights": done, "rolled_back_to": rolled}
 
     def _block_positions(self, heights: range) -> list[tuple[int, int, int]]:
@@ -541,6 +599,9 @@ class _AddressPass:
         s.append("addressindex_to_type", new_codes.astype(np.uint8))
         meta["height"] = b - 1
         s.commit(meta)
+        if self._seen is not None:
+            self._seen.add(new_hashes)
+            self._seen.covered = nxt
         _fault("address-commit")
         for lo, hi, path in self._undo_files():
             if hi < b - UNDO_HEIGHTS:
@@ -602,11 +663,17 @@ class _AddressPass:
             kmat[:, 0] = code
             kmat[:, 1:] = umat
             keys = kmat.view(f"V{width + 1}").ravel().tolist()  # bytes, trailing zeros kept
-            # With no committed address no entry can be trusted (ids must be below count0): no look-ups.
-            found = self._lookup(keys) if count0 else np.full(len(keys), -1, dtype=np.int64)
             tail = np.zeros((umat.shape[0], 8), dtype=np.uint8)
             tail[:, 8 - min(8, width):] = umat[:, -min(8, width):]
             hashes = tail.view("<u8").ravel()
+            # Only keys that may have a trusted entry are looked up (none while no address is committed).
+            found = np.full(len(keys), -1, dtype=np.int64)
+            if count0:
+                ask = np.arange(len(keys)) if self._seen is None else np.flatnonzero(self._seen.maybe(hashes))
+                if ask.shape[0] == len(keys):
+                    found = self._lookup(keys)
+                elif ask.shape[0]:
+                    found[ask] = self._lookup([keys[i] for i in ask.tolist()])
             ok = (found >= 0) & (found < count0)
             ok[ok] = stored_hash[found[ok]] == hashes[ok]
             groups.append((code, keys, kmat, hashes, pos[first], inverse, pos, found, ok))
