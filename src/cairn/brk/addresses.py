@@ -203,7 +203,8 @@ class _Seen:
         import numpy as np
 
         bit = (hashes % np.uint64(SEEN_BITS)).astype(np.int64)
-        return (self.bits[bit >> 3] >> (bit & 7).astype(np.uint8)) & 1 == 1
+        found: np.ndarray = (self.bits[bit >> 3] >> (bit & 7).astype(np.uint8)) & 1 == 1
+        return found
 
     def save(self, durable: bool) -> None:
         with atomic_file(self.path, durable=durable) as fh:
@@ -468,7 +469,7 @@ class _AddressPass:
                     if path is None:
                         raise StorageError(f"blk{file_no:05d}.dat is missing from the blocks directory")
                     fd = self._fds[file_no] = os.open(path, os.O_RDONLY)
-                if os.preadv(fd, [memoryview(buf[at:at + length])], offset) != length:
+                if os.preadv(fd, [buf[at:at + length].data], offset) != length:
                     raise StorageError(f"blk{file_no:05d}.dat is shorter than indexed")
                 if any(self.key):  # Bitcoin Core's XOR obfuscation, undone in place
                     phase = offset % len(self.key)
