@@ -23,6 +23,7 @@ empty, unknown) are left out.
 
 Per chunk everything is vectorised: the (address, block) pairs are aggregated, sorted by address,
 and a segmented running sum gives each address's balance before and after every block it touches.
+A key is looked up in the index only when its bit in ``seen.bin`` (``_Seen``) is set.
 """
 
 from __future__ import annotations
