@@ -184,12 +184,14 @@ class _Seen:
         self.bits = np.zeros(SEEN_BITS // 8, dtype=np.uint8)
         covered = 0
         try:
-            data = path.read_bytes()
+            with open(path, "rb") as fh:
+                if os.fstat(fh.fileno()).st_size == 8 + self.bits.shape[0]:
+                    covered = min(int.from_bytes(fh.read(8), "little"), count)
+                    if fh.readinto(self.bits.data) != self.bits.shape[0]:
+                        covered = 0
+                        self.bits[:] = 0
         except FileNotFoundError:
-            data = b""
-        if len(data) == 8 + self.bits.shape[0]:
-            covered = min(int.from_bytes(data[:8], "little"), count)
-            self.bits[:] = np.frombuffer(data, dtype=np.uint8, offset=8)
+            pass
         for lo in range(covered, count, 1 << 22):  # bounded reads
             self.add(np.asarray(keyhash[lo:min(count, lo + (1 << 22))]))
         self.covered = count
@@ -210,7 +212,7 @@ class _Seen:
     def save(self, durable: bool) -> None:
         with atomic_file(self.path, durable=durable) as fh:
             fh.write(self.covered.to_bytes(8, "little"))
-            fh.write(self.bits.tobytes())
+            fh.write(self.bits.data)
 
 
 def update(out: Path, *, durable: bool = True, blocks_dir: Path | None = None) -> dict[str, Any] | None:
