@@ -63,7 +63,7 @@ _U16 = Struct("<H").unpack_from
 _U32 = Struct("<I").unpack_from
 _U64 = Struct("<Q").unpack_from
 _MISS = b"\xff" * 8  # the look-up of a key not in the index: id -1
-GROUP_BYTES = 16 << 20  # block bytes walked at once (memory)
+GROUP_BYTES = 8 << 20  # block bytes walked at once (memory)
 SEEN_BITS = 1 << 27  # the filter of key hashes already given an id (16 MiB), see _Seen
 SEEN_MAX = SEEN_BITS >> 3  # addresses; beyond, too many false positives to be worth keeping
 
