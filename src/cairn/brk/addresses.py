@@ -283,8 +283,12 @@ class _AddressPass:
         if self._db is None:
             from cairn.brk.rocks import open_rocksdb
 
-            try:  # the transaction index's settings, with a bounded 32 MB block cache
-                self._db = open_rocksdb(self.root / "index", memtable_mb=32, cache_mb=32, memtable_bloom=True)
+            # The transaction index's settings, with a bounded 32 MB block cache. Without the seen filter
+            # most look-ups are of keys not stored: memtable bloom filters make those cheaper (with it,
+            # they would only slow the writes).
+            try:
+                self._db = open_rocksdb(self.root / "index", memtable_mb=32, cache_mb=32,
+                                        memtable_bloom=self._seen is None)
             except Exception as exc:  # rocksdict raises plain exceptions (a lock held, a corrupt file)
                 raise StorageError(f"Cannot open the address index {self.root / 'index'}: {exc}.") from exc
         return self._db
