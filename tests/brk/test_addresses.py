@@ -61,7 +61,8 @@ def _address_files(out: Path) -> dict[str, bytes]:
 
 def test_the_same_figures_whatever_the_block_grouping(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Blocks are walked in runs of about GROUP_BYTES (a run crosses blk files and chunk ends are not run
-    ends); one block a run, a few and all of them, from plain or XOR-obfuscated files, give the same bytes."""
+    ends); one block a run, a few and all of them, from plain or XOR-obfuscated files, and transactions
+    walked by array steps or by the plain loop, give the same bytes."""
     blocks = tmp_path / "blocks"
     write_sample(blocks, 160, seed=5, txs_per_block=60, max_file_bytes=1 << 20)
     assert len(list(blocks.glob("blk*.dat"))) > 1
@@ -76,13 +77,16 @@ def test_the_same_figures_whatever_the_block_grouping(tmp_path: Path, monkeypatc
     monkeypatch.setattr(addresses, "CHUNK_ROWS", 3000)  # several chunks: ids and balances cross commits
     runs = {}
     for name, group, blocks_dir in (("all", 1 << 30, blocks), ("one", 1, blocks), ("few", 60_000, blocks),
-                                    ("xor", 60_000, obf)):
+                                    ("xor", 60_000, obf), ("loop", 60_000, blocks), ("arrays", 60_000, blocks)):
         shutil.rmtree(addresses.addresses_dir(out), ignore_errors=True)
         monkeypatch.setattr(addresses, "GROUP_BYTES", group)
+        # The walker's plain loop for the last few long transactions: for every transaction, or never.
+        monkeypatch.setattr(addresses, "_FEW", {"loop": 1 << 30, "arrays": -1}.get(name, 4))
+        monkeypatch.setattr(addresses, "_MANY", {"loop": -1}.get(name, 32))
         summary = addresses.update(out, durable=False, blocks_dir=blocks_dir)
         assert summary is not None and summary["height"] == 159
         runs[name] = _address_files(out)
-    assert runs["one"] == runs["all"] and runs["few"] == runs["all"] and runs["xor"] == runs["all"]
+    assert all(files == runs["all"] for files in runs.values())
     count = np.frombuffer(runs["all"]["height_to_address_count.bin"], dtype="<u8")
     assert count[-1] > 0
 

@@ -64,6 +64,7 @@ _U32 = Struct("<I").unpack_from
 _U64 = Struct("<Q").unpack_from
 _MISS = b"\xff" * 8  # the look-up of a key not in the index: id -1
 GROUP_BYTES = 8 << 20  # block bytes walked at once (memory)
+_FEW, _MANY = 4, 32  # output_offsets: this few transactions with this many steps to go: a plain loop
 SEEN_BITS = 1 << 27  # the filter of key hashes already given an id (16 MiB), see _Seen
 SEEN_MAX = SEEN_BITS >> 3  # addresses; beyond, too many false positives to be worth keeping
 
@@ -104,12 +105,23 @@ def _varints(d: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray | in
     return value, size
 
 
+def _varint_at(d: np.ndarray, at: int) -> tuple[int, int]:
+    """The CompactSize value at byte offset ``at`` of ``d`` and its encoded length."""
+    first = int(d[at])
+    if first < 0xFD:
+        return first, 1
+    n = {0xFD: 2, 0xFE: 4, 0xFF: 8}[first]
+    return int.from_bytes(d[at + 1:at + 1 + n].tobytes(), "little"), 1 + n
+
+
 def output_offsets(d: np.ndarray, starts: np.ndarray, n_in: np.ndarray, n_out: np.ndarray) -> np.ndarray:
     """The offset in ``d`` of every output script of the transactions starting at byte offsets ``starts``
     (those of several blocks at once), in transaction order.
 
     Input and output counts come from the vecs, so each step moves every transaction past one input
-    (or output) with a few array operations; witnesses are never walked."""
+    (or output) with a few array operations; witnesses are never walked. When only a few transactions
+    are left with many inputs (or outputs) to go (a consolidation, a payout to thousands), a plain loop
+    finishes them rather than thousands of steps over arrays of one or two."""
     import numpy as np
 
     p = starts + 4 + 2 * (d[starts + 4] == 0)  # version, then the segwit marker and flag if present
@@ -118,6 +130,14 @@ def output_offsets(d: np.ndarray, starts: np.ndarray, n_in: np.ndarray, n_out: n
     active = np.flatnonzero(n_in > 0)
     step = 0
     while active.size:
+        if active.size <= _FEW and int(n_in[active].max()) - step > _MANY:
+            for t in active.tolist():
+                at = int(p[t])
+                for _ in range(step, int(n_in[t])):
+                    sl1, ln1 = _varint_at(d, at + 36)
+                    at += 36 + ln1 + sl1 + 4
+                p[t] = at
+            break
         q = p[active] + 36
         sl, ln = _varints(d, q)
         p[active] = q + ln + sl + 4
@@ -130,6 +150,14 @@ def output_offsets(d: np.ndarray, starts: np.ndarray, n_in: np.ndarray, n_out: n
     active = np.flatnonzero(n_out > 0)
     step = 0
     while active.size:
+        if active.size <= _FEW and int(n_out[active].max()) - step > _MANY:
+            for t in active.tolist():
+                at, row = int(p[t]), int(first[t])
+                for k in range(step, int(n_out[t])):
+                    sl1, ln1 = _varint_at(d, at + 8)
+                    result[row + k] = at + 8 + ln1
+                    at += 8 + ln1 + sl1
+            break
         q = p[active] + 8
         sl, ln = _varints(d, q)
         result[first[active] + step] = q + ln
