@@ -21,7 +21,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,7 +88,9 @@ CREATE TABLE IF NOT EXISTS checkpoints(
 _V2 = """
 CREATE INDEX IF NOT EXISTS documents_source_updated ON documents(source, updated_at);
 """
-MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+# Version 3 folds accents in PostgreSQL's keyword index; FTS5 (remove_diacritics 2) always did: nothing to do.
+_V3 = ""
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -197,10 +199,13 @@ class KnowledgeStore(Protocol):
     def vector_rows(self, model: str) -> list[tuple[int, str, int, bytes]]: ...
     def vector_search(self, model: str, query: bytes, k: int, *, sources: Sequence[str] | None = None,
                       since: int | None = None, until: int | None = None) -> dict[int, float]: ...
+    def fts_try_rank(self, terms: Sequence[str], k: int, budget: int, *, sources: Sequence[str] | None = None,
+                     since: int | None = None, until: int | None = None) -> tuple[list[int], dict[int, float] | None]: ...
     def fts_count(self, match: Match, cap: int) -> int: ...
     def fts_newest_rowid(self, match: Match, offset: int) -> int: ...
     def fts_rank(self, match: Match, k: int, *, sources: Sequence[str] | None = None, since: int | None = None,
-                 until: int | None = None, min_rowid: int = 0) -> dict[int, float]: ...
+                 until: int | None = None, min_rowid: int = 0,
+                 df: Mapping[str, int] | None = None) -> dict[int, float]: ...
     def checkpoint(self, source: str, status: str, *, documents: int = 0, error: str | None = None) -> None: ...
     def checkpoints(self) -> dict[str, dict[str, Any]]: ...
     def sql(self, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
@@ -469,6 +474,15 @@ class SqliteStore:
 
     # ---- full-text search ----------------------------------------------------------------------
 
+    def fts_try_rank(self, terms: Sequence[str], k: int, budget: int, *, sources: Sequence[str] | None = None,
+                     since: int | None = None, until: int | None = None) -> tuple[list[int], dict[int, float] | None]:
+        """Each term's chunk count (up to ``budget + 1``) and, when they add up to at most ``budget``, what
+        :meth:`fts_rank` answers for the OR of the terms (else None, nothing ranked)."""
+        counts = [self.fts_count(Match((t,)), budget) for t in terms]
+        if sum(counts) > budget:
+            return counts, None
+        return counts, self.fts_rank(Match(tuple(terms)), k, sources=sources, since=since, until=until)
+
     def fts_count(self, match: Match, cap: int) -> int:
         """How many chunks the FTS5 query ``match`` finds, counting no further than ``cap + 1``."""
         row = self.db.execute(
@@ -485,9 +499,10 @@ class SqliteStore:
         return int(row[0]) if row else 0
 
     def fts_rank(self, match: Match, k: int, *, sources: Sequence[str] | None = None, since: int | None = None,
-                 until: int | None = None, min_rowid: int = 0) -> dict[int, float]:
+                 until: int | None = None, min_rowid: int = 0, df: Mapping[str, int] | None = None) -> dict[int, float]:
         """Chunk rowid -> positive BM25 score, the best ``k`` chunks ``match`` finds among those whose
-        document is in ``sources`` and was updated in [since, until), from ``min_rowid`` on."""
+        document is in ``sources`` and was updated in [since, until), from ``min_rowid`` on. (``df``, the
+        terms' chunk counts when the caller has them, is for stores that weigh terms themselves; FTS5 knows.)"""
         parts: list[str] = []
         params: list[Any] = []
         if sources is not None:
