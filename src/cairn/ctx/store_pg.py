@@ -34,7 +34,8 @@ from typing import Any
 from cairn.core.errors import StorageError
 from cairn.ctx.chunk import Chunk
 from cairn.ctx.config import mask_url
-from cairn.ctx.store import DocumentRecord, Known, Match
+from cairn.ctx.store import (CHECKPOINT_COLUMNS, EXPORTED_COLUMNS, DocumentRecord, Known, Match, checkpoint_map,
+                              exported_row)
 
 # The text search configuration: English Snowball stems, no stop words (created by migration 1).
 TS_CONFIG = "cairn"
@@ -584,12 +585,7 @@ class PostgresStore:
                 (status, now, documents, _clean(error), source))
 
     def checkpoints(self) -> dict[str, dict[str, Any]]:
-        rows = self.db.execute("SELECT source, status, started_at, finished_at, documents, error FROM checkpoints")
-        return {
-            r[0]: {"status": r[1], "started_at": int(r[2]), "finished_at": None if r[3] is None else int(r[3]),
-                   "documents": int(r[4]), "error": r[5]}
-            for r in rows
-        }
+        return checkpoint_map(self.db.execute(f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints"))
 
 
     # ---- export / import (cairn.ctx.transfer) ------------------------------------------------------
@@ -617,9 +613,6 @@ class PostgresStore:
     def has_document(self, doc_id: str) -> bool:
         return self.db.execute("SELECT 1 FROM documents WHERE id = %s", (doc_id,)).fetchone() is not None
 
-    _EXPORTED = ("rowid, id, source, source_id, title, author, source_url, updated_at, fingerprint, content_hash,"
-                 " body, metadata")
-
     def chunks_after(self, rowid: int, limit: int) -> list[tuple[int, int, int, str, str, str]]:
         """Up to ``limit`` chunks whose rowid is above ``rowid``, by rowid: (rowid, document rowid, ordinal,
         hash, heading, text). A document's chunks are written together (one INSERT), so they come together."""
@@ -630,16 +623,16 @@ class PostgresStore:
     def documents_by_rowid(self, rowids: Sequence[int]) -> dict[int, tuple[Any, ...]]:
         """rowid -> (rowid, id, source, source_id, title, author, source_url, updated_at, fingerprint,
         content_hash, body, metadata JSON) of these documents."""
-        rows = self.db.execute(f"SELECT {self._EXPORTED} FROM documents WHERE rowid = ANY(%s)", (list(rowids),))
-        return {int(r[0]): (int(r[0]), *r[1:7], int(r[7]), *r[8:]) for r in rows}
+        rows = self.db.execute(f"SELECT {EXPORTED_COLUMNS} FROM documents WHERE rowid = ANY(%s)", (list(rowids),))
+        return {int(r[0]): exported_row(r) for r in rows}
 
     def chunkless_documents_after(self, rowid: int, limit: int) -> list[tuple[Any, ...]]:
         """Up to ``limit`` documents without chunks whose rowid is above ``rowid``, by rowid (the columns of
         :meth:`documents_by_rowid`)."""
-        rows = self.db.execute(f"SELECT {self._EXPORTED} FROM documents d WHERE d.rowid > %s AND NOT EXISTS"
+        rows = self.db.execute(f"SELECT {EXPORTED_COLUMNS} FROM documents d WHERE d.rowid > %s AND NOT EXISTS"
                                " (SELECT 1 FROM chunks c WHERE c.doc = d.rowid) ORDER BY d.rowid LIMIT %s",
                                (rowid, limit))
-        return [(int(r[0]), *r[1:7], int(r[7]), *r[8:]) for r in rows]
+        return [exported_row(r) for r in rows]
 
     def vectors_after(self, model: str, hash: str, limit: int) -> list[tuple[str, bytes]]:
         """Up to ``limit`` (hash, float32 vector blob) of ``model`` whose hash sorts after ``hash``, by hash
