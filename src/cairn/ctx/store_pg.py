@@ -49,8 +49,10 @@ def _folded(expr: str) -> str:
     """SQL for the text ``expr`` as it is indexed and queried (migration 3 on): accents folded as FTS5's
     ``remove_diacritics`` folds them (decompose, drop the combining marks, recompose: "café" -> "cafe"),
     then punctuation turned into spaces. Built-in immutable functions only, so a generated column can
-    use it and no extension (``unaccent``) is needed."""
-    return (f"regexp_replace(normalize(regexp_replace(normalize({expr}, NFD), {_MARKS_SQL}, '', 'g'), NFC),"
+    use it and no extension (``unaccent``) is needed. ASCII text (as many bytes as characters) skips
+    the folding: it has nothing to fold, and the two normalisations cost more than the tsvector itself."""
+    folded = f"normalize(regexp_replace(normalize({expr}, NFD), {_MARKS_SQL}, '', 'g'), NFC)"
+    return (f"regexp_replace(CASE WHEN octet_length({expr}) = char_length({expr}) THEN {expr} ELSE {folded} END,"
             f" {_PUNCT_SQL}, ' ', 'g')")
 
 
