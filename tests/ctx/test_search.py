@@ -207,6 +207,8 @@ def test_ranking_budget_prefers_rare_terms(tmp_path: Path) -> None:
     counts, ranked = store.fts_try_rank(["common", "rare"], 10, 1000)
     assert counts == [200, 1] and ranked == store.fts_rank(Match(("common", "rare")), 10)
     assert store.fts_try_rank(["common", "rare"], 10, 50) == ([51, 1], None)  # counted up to budget + 1
+    # A phrase counts the chunks with its words in order (ts_rank alone would count "here word" too).
+    assert store.fts_try_rank(["word here", "here word", "rare"], 10, 1000)[0] == [200, 0, 1]
     rare = retrieval.keyword(store, "common rare", retrieval.Filters(), 10, budget=50)
     assert rare == store.fts_rank(Match(("rare",)), 10) and len(rare) == 1
     newest = retrieval.keyword(store, "common word", retrieval.Filters(), 1000, budget=50)

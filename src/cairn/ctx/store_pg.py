@@ -514,12 +514,15 @@ class PostgresStore:
             # Each term's phrase query, NULL for a term without a word (it then matches and weighs nothing).
             "WITH q AS MATERIALIZED (SELECT " + ", ".join(
                 f"CASE WHEN numnode({_q(j)}) > 0 THEN {_q(j)} END AS q{j}" for j in js) + "), "
-            # The one pass: every matching chunk, which terms it has, and each term's ts_rank.
-            "m AS MATERIALIZED (SELECT c.rowid, c.doc, " + ", ".join(f"c.tsv @@ q.q{j} AS m{j}" for j in js) + ", "
-            + ", ".join(f"ts_rank(c.tsv, q.q{j}, 1) AS r{j}" for j in js)
+            # The one pass: every matching chunk, each term's ts_rank, and which terms it has (a one-word
+            # term: its rank is positive; a phrase needs its own match, as ts_rank ignores word order).
+            "m AS MATERIALIZED (SELECT rowid, doc, " + ", ".join(
+                f"CASE WHEN numnode(q{j}) = 1 THEN r{j} > 0 ELSE tsv @@ q{j} END AS m{j}" for j in js) + ", "
+            + ", ".join(f"r{j}" for j in js) + " FROM (SELECT c.rowid, c.doc, c.tsv, "
+            + ", ".join(f"q.q{j}, ts_rank(c.tsv, q.q{j}, 1) AS r{j}" for j in js)
             + f" FROM chunks c, q WHERE numnode({query}) > 0 AND c.tsv @@ {query}"
             + (" AND c.rowid >= %(min_rowid)s" if min_rowid else "")
-            + (" LIMIT %(cap)s" if budget is not None else "") + f"), {df}, "
+            + (" LIMIT %(cap)s" if budget is not None else " OFFSET 0") + f") AS found), {df}, "
             # The chunk count for the IDF weights: this process's copy while the generation has not moved.
             "total AS MATERIALIZED (SELECT g.gen, CASE WHEN g.gen = %(gen)s THEN %(total)s::float8 ELSE (SELECT CASE"
             " WHEN reltuples >= 100000 THEN reltuples::float8 ELSE (SELECT count(*) FROM chunks)::float8 END"
