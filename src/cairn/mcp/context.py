@@ -19,8 +19,16 @@ else:  # run time: no typing import
 
 if TYPE_CHECKING:
     class Channel(Protocol):
-        """What a ``ToolContext`` needs from its session (``cairn.mcp.session.Session`` is one): this
-        module stays below the session that imports it (tests/test_import_cycles.py)."""
+        """What a ``ToolContext`` needs from its session, and what a handler may read of it
+        (``ctx.session``); ``cairn.mcp.session.Session`` is one. A Protocol so that this module stays
+        below the session that imports it (tests/test_import_cycles.py)."""
+
+        @property
+        def client_info(self) -> dict[str, Any]: ...
+        @property
+        def client_capabilities(self) -> dict[str, Any]: ...
+        @property
+        def protocol_version(self) -> str | None: ...
 
         def send_notification(self, method: str, params: dict[str, Any] | None, send: Sender | None,
                               related: Any = None) -> None: ...
