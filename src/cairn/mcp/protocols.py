@@ -3,8 +3,8 @@
 A ``Session`` holds its ``Server`` and is handed to every method handler (``cairn.mcp.methods``); the
 ``Server`` opens sessions. Typing each side with the other's class made the four modules import one
 another (under ``TYPE_CHECKING``). With these Protocols every edge points one way:
-``context`` <- ``protocols`` <- ``methods`` <- ``session`` <- ``server`` <- transports
-(tests/test_import_cycles.py). mypy checks the real classes against them where they are passed: a
+``context`` <- ``protocols`` <- ``methods`` <- ``session`` <- ``server`` <- transports, each
+importing (for types too) only modules to its left (tests/test_import_cycles.py). mypy checks the real classes against them where they are passed: a
 ``Server`` to ``Session(...)``, a ``Session`` to the handlers in ``METHODS``.
 
 Type-only: imported under ``TYPE_CHECKING`` alone, never at run time (so ``typing`` here costs the
