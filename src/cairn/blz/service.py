@@ -53,7 +53,6 @@ def get(store: Store, citations: list[str], context: str | None = None, padding:
     for citation in citations:
         alias, ranges = parse_citation(citation)
         row = require(store, alias)
-        heads = [llmstxt.Heading(*h) for h in store.headings(alias)]
         wanted = []
         for start, end in ranges:
             if start > row.lines:
@@ -62,6 +61,7 @@ def get(store: Store, citations: list[str], context: str | None = None, padding:
             if context == "symmetric":
                 start, end = max(1, start - lead), min(row.lines, end + tail)
             elif context == "all":
+                heads = [llmstxt.Heading(*h) for h in store.enclosing_headings(alias, start, end)]
                 start, end = llmstxt.enclosing(heads, start, end, row.lines)
             wanted.append((start, end))
         for start, end in merge(wanted):
@@ -72,7 +72,7 @@ def get(store: Store, citations: list[str], context: str | None = None, padding:
             lines = store.read_lines(row, start, last)
             budget -= len(lines)
             snip: dict[str, Any] = {"alias": alias, "lines": f"{start}-{last}", "content": "\n".join(lines),
-                                    "headingPath": heading_path(heads, start)}
+                                    "headingPath": heading_path(store, alias, start)}
             if last < end:
                 snip["truncated"] = True
                 snip["remaining"] = f"{alias}:{last + 1}-{end}"
@@ -148,8 +148,14 @@ def nest(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return roots
 
 
-def heading_path(heads: list[llmstxt.Heading], line: int) -> list[str]:
-    """The chain of headings enclosing ``line``."""
+def heading_path(store: Store, alias: str, line: int) -> list[str]:
+    """The chain of headings enclosing ``line`` of source ``alias``."""
+    return path_of([llmstxt.Heading(*h) for h in store.ancestors(alias, line)], line)
+
+
+def path_of(heads: list[llmstxt.Heading], line: int) -> list[str]:
+    """The chain of headings enclosing ``line``, from headings in file order: the whole outline, or
+    only the headings on that chain (the same answer)."""
     stack: list[llmstxt.Heading] = []
     for h in heads:
         if h.line > line:
