@@ -366,17 +366,18 @@ def test_citation_heading_paths_read_only_the_enclosing_headings(store: Store, t
 
     path = test_data / "llms/react-dev/llms-full.txt" if corpus == "react" else write(tmp_path, "p.txt", PAGES)
     total = sources.add(store, "doc", str(path))["lines"]
-    heads = [llmstxt.Heading(*h) for h in store.headings("doc")]
+    outline = store.headings("doc")
+    heads = [llmstxt.Heading(*h) for h in outline]
     assert heads
     lines = list(range(1, total + 1)) if total < 1000 else random.Random(16).sample(range(1, total + 1), 600)
     for line in lines:
-        assert service.heading_path(store, "doc", line) == service.path_of(heads, line), line
+        assert service.heading_path(store, "doc", line) == service.path_of(outline, line), line
         end = min(total, line + (line % 7) * 40)
         whole = service.get(store, [f"doc:{line}-{end}"], "all", max_lines=1)["snippets"][0]
         first, last = llmstxt.enclosing(heads, line, end, total)
         assert (whole["lines"], whole.get("remaining")) == (
             f"{first}-{first}", f"doc:{first + 1}-{last}" if last > first else None), (line, end)
-        assert whole["headingPath"] == service.path_of(heads, first)
+        assert whole["headingPath"] == service.path_of(outline, first)
     if corpus == "pages":  # page boundaries end "Site" and "Page A": no ancestors of what follows them
         assert service.heading_path(store, "doc", 1) == []
         assert service.get(store, ["doc:1-1"], "all")["snippets"][0]["lines"] == "1-2"  # the preamble
