@@ -16,6 +16,10 @@ steadier figure on a shared machine; load averages are printed before and after 
 one JSON document.
 
 Usage: python benchmarks/brk_utxo.py [--blocks 300] [--txs-per-block 2500] [--cache DIR] [--keep]
+                                    [--src DIR] [--no-end-to-end]
+
+``--src DIR`` measures another tree's ``src`` (e.g. ``main``'s, from ``git archive main src | tar -x -C
+/tmp/main``), so runs of a branch and of its base can be interleaved on the same cached chain.
 """
 
 from __future__ import annotations
@@ -39,10 +43,13 @@ def _load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+SRC = REPO / "src"
+
+
 def run(args: list[str]) -> dict[str, Any]:
     """Run a Python child; wall and CPU seconds, peak RSS (MB) from ``wait4``."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(SRC) + os.pathsep + env.get("PYTHONPATH", "")
     load0 = _load()
     with tempfile.TemporaryFile("w+") as err:
         t0 = time.perf_counter()
@@ -64,7 +71,12 @@ def main() -> None:
     ap.add_argument("--txs-per-block", type=int, default=2500)
     ap.add_argument("--cache", type=Path)
     ap.add_argument("--keep", action="store_true", help="keep the output directories")
+    ap.add_argument("--src", type=Path, help="the source tree to measure (default: this checkout's src)")
+    ap.add_argument("--no-end-to-end", action="store_true", help="skip the end-to-end `brk index` step")
     args = ap.parse_args()
+    global SRC
+    if args.src is not None:
+        SRC = args.src.resolve()
     work = Path(tempfile.mkdtemp(prefix="brk-utxo-"))
     cache = args.cache or work
     blocks = cache / f"dense-{args.blocks}x{args.txs_per_block}"
@@ -90,13 +102,14 @@ def main() -> None:
         "prices.save(out, [(d, c, c, c, c) for d, c in enumerate(walk.tolist())])"), str(out)])
     steps["realized"] = run(["-c", code + "from cairn.brk.utxo import update; update(out)", str(out)])
     full = work / "full"
-    steps["index_end_to_end"] = run(["-m", "cairn.brk.cli", "index", "--blocks-dir", str(blocks), "--out",
-                                     str(full), "--progress", "none"])
+    if not args.no_end_to_end:
+        steps["index_end_to_end"] = run(["-m", "cairn.brk.cli", "index", "--blocks-dir", str(blocks), "--out",
+                                         str(full), "--progress", "none"])
     base_cpu = steps["index"]["cpu_s"] + steps["compute"]["cpu_s"]
     base_wall = steps["index"]["wall_s"] + steps["compute"]["wall_s"]
     manifest = json.loads((out / "manifest.json").read_text())
     result = {
-        "blocks": args.blocks, "txs_per_block": args.txs_per_block,
+        "src": str(SRC), "blocks": args.blocks, "txs_per_block": args.txs_per_block,
         "transactions": manifest["vecs"]["txindex_to_txid"]["length"],
         "outputs": manifest["vecs"]["outputindex_to_value"]["length"],
         "steps": steps,

@@ -17,12 +17,18 @@
   (keyword and hybrid, in process, interleaved); and with ``--compare REF`` (a git ref of this
   repository, e.g. ``main``), the non-explain search latency and the CPU time of a whole ``ctx search``
   process under this tree and under REF's ``src``, run alternately.
+* startup (``--only startup``, issue 17's "start-up time is unchanged"): a whole ``ctx search hooks
+  --config ... --json`` process on a 40-page keyword-only knowledge base: its CPU time (user + sys) over
+  ``--rounds`` runs (and ``python -c pass``'s), the modules it imports and, when valgrind is on PATH, the instructions it
+  executes (``--tool=callgrind``, ``PYTHONHASHSEED=0``: the same count on every run, unlike the times). With
+  ``--compare REF`` the same under REF's ``src``, the two trees run alternately, each searching a knowledge
+  base it synced itself; bytecode caches are written for both first.
 
 Text: react.dev's and Hono's llms files of the repository's test data (tests/data/llms, decompressed
 into a temporary directory).
 
 Usage: .venv/bin/python benchmarks/ctx.py [--chunks 100000] [--files 10000] [--queries 300] [--documents 200]
-       [--only documents|transfer|search] [--compare REF] [--provider minilm|e5]
+       [--only documents|transfer|startup|search] [--compare REF] [--rounds 20] [--provider minilm|e5]
 
 ``--only search`` builds the knowledge base and measures search only (any provider). The query-vector cache
 (``cairn.ctx.retrieval.query_vector``) is emptied before every timed search, so each one embeds its query.
@@ -39,6 +45,7 @@ import json
 import os
 import random
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -374,20 +381,99 @@ def bench_transfer(base: Path, cfg: Path, queries: int, compare: str | None) -> 
     return out
 
 
+# A `ctx search` process that reports, on stderr after its answer, how many modules it imported.
+_MODULES = """
+import sys
+from cairn.ctx.cli import main
+rc = main(sys.argv[1:])
+sys.stderr.write(f"MODULES {len(sys.modules)}\\n")
+sys.exit(rc)
+"""
+
+
+def bench_startup(base: Path, compare: str | None, rounds: int) -> dict[str, object]:
+    """A whole `ctx search` process under this tree (and REF's src): CPU, wall, modules, instructions."""
+    rng = random.Random(6)
+    words = vocabulary()
+    pages = base / "pages"
+    pages.mkdir()
+    for i in range(40):
+        parts = "".join(f"## Part {k}\n\n" + " ".join(rng.choice(words) for _ in range(150)) + "\n\n" for k in range(4))
+        (pages / f"p{i:02d}.md").write_text(f"# Page {i}\n\n{parts}React hooks, page {i}.\n", encoding="utf-8")
+    trees = {"this": REPO / "src"}
+    if compare:
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", compare, "src"], capture_output=True, check=True)
+        (base / "ref").mkdir()
+        subprocess.run(["tar", "-x", "-C", str(base / "ref")], input=archive.stdout, check=True)
+        trees[compare] = base / "ref" / "src"
+    # Bytecode caches written (as an installed package has them), else a tree pays for compiling every module.
+    base_env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "CTX_CONFIG",
+                                                                 "CTX_DATABASE_URL", "CTX_OUTPUT_FORMAT")}
+    envs: dict[str, dict[str, str]] = {}
+    searches: dict[str, list[str]] = {}
+    for i, (name, src) in enumerate(trees.items()):
+        kb = base / f"kb{i}"
+        kb.mkdir()
+        (kb / "ctx.toml").write_text(f'[db]\npath = "kb.sqlite"\n[embedding]\nprovider = "disabled"\n'
+                                     f'[connectors.filesystem.pages]\nroot = "{pages}"\n')
+        envs[name] = dict(base_env, PYTHONPATH=str(src), PYTHONHASHSEED="0")
+        subprocess.run([sys.executable, "-m", "cairn.ctx.cli", "sync", "--config", str(kb / "ctx.toml"), "--json"],
+                       env=envs[name], capture_output=True, check=True)
+        searches[name] = ["search", "hooks", "--config", str(kb / "ctx.toml"), "--json"]
+        hits = json.loads(subprocess.run([sys.executable, "-m", "cairn.ctx.cli", *searches[name]], env=envs[name],
+                                         capture_output=True, text=True, check=True).stdout)
+        assert len(hits) >= 10, hits  # it searched (and the caches are written)
+    cpu: dict[str, list[float]] = {k: [] for k in trees}
+    bare: list[float] = []
+    for round_ in range(rounds):
+        for name in (list(trees) if round_ % 2 == 0 else list(reversed(trees))):
+            r = subprocess.run([sys.executable, "-c", _RUSAGE, sys.executable, "-m", "cairn.ctx.cli", *searches[name]],
+                               env=envs[name], capture_output=True, text=True, check=True)
+            cpu[name].append(float(r.stdout.split()[0]))
+        r = subprocess.run([sys.executable, "-c", _RUSAGE, sys.executable, "-c", "pass"], capture_output=True,
+                           text=True, check=True)
+        bare.append(float(r.stdout.split()[0]))
+    out: dict[str, object] = {"pages": 40, "rounds": rounds, "python_pass_cpu_ms_median": round(statistics.median(bare) * 1000, 1)}
+    valgrind = shutil.which("valgrind")
+    for name in trees:
+        probe = subprocess.run([sys.executable, "-c", _MODULES, *searches[name]], env=envs[name], capture_output=True,
+                               text=True, check=True)
+        row: dict[str, object] = {
+            "cpu_ms_median": round(statistics.median(cpu[name]) * 1000, 1), "cpu_ms_min": round(min(cpu[name]) * 1000, 1),
+            "modules": int(probe.stderr.rsplit("MODULES ", 1)[1]), "instructions": None}
+        if valgrind:
+            r = subprocess.run([valgrind, "--tool=callgrind", f"--callgrind-out-file={base / 'callgrind.out'}",
+                                sys.executable, "-m", "cairn.ctx.cli", *searches[name]], env=envs[name],
+                               capture_output=True, text=True, check=True)
+            row["instructions"] = int(re.findall(r"Collected : (\d+)", r.stderr)[-1])
+        out[name] = row
+    if compare and valgrind:
+        ours, theirs = out["this"]["instructions"], out[compare]["instructions"]  # type: ignore[index]
+        out["instructions_change_pct"] = round((ours / theirs - 1) * 100, 2)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--chunks", type=int, default=100_000)
     ap.add_argument("--files", type=int, default=10_000)
     ap.add_argument("--queries", type=int, default=300)
     ap.add_argument("--documents", type=int, default=200, help="PDFs and DOCX files for the document sync")
-    ap.add_argument("--only", choices=["documents", "transfer", "search"], help="run only this part")
-    ap.add_argument("--compare", metavar="REF", help="transfer: also measure search under REF's src (a git ref)")
+    ap.add_argument("--only", choices=["documents", "transfer", "startup", "search"], help="run only this part")
+    ap.add_argument("--compare", metavar="REF",
+                    help="transfer, startup: also measure search under REF's src (a git ref)")
+    ap.add_argument("--rounds", type=int, default=20, help="startup: runs of each tree")
     ap.add_argument("--provider", default="local", choices=("local", "minilm", "e5"))
     args = ap.parse_args()
     result: dict[str, object] = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0],
                                              "load_average": [round(x, 2) for x in os.getloadavg()]}}
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
+        if args.only == "startup":
+            result["startup"] = bench_startup(base, args.compare, args.rounds)
+            result["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]  # type: ignore[index]
+            print(json.dumps(result, indent=2))
+            return
         if args.only == "transfer":
             t = time.perf_counter()
             cfg = build_kb(base, args.chunks)

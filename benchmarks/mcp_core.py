@@ -31,7 +31,8 @@ Interleaved with another checkout (issue 14: "start-up does not get worse"), e.g
 Each round times ``python -c pass`` and every server under both checkouts (order alternating), both as
 ``PYTHONPATH=<checkout>/src`` with this interpreter, each on stores its own code made; it reports per
 server the wall and CPU ratios, the median of the paired per-round differences, and VmRSS after
-``tools/list``.
+``tools/list``: read at once (racing what a server sets up after its first reply, such as ``blz mcp``'s
+warm-up thread) and once the server is idle.
 
 Linux only (reads /proc). Progress goes to stderr.
 """
@@ -324,10 +325,27 @@ def _bare(python: str) -> tuple[float, float]:
     return wall, (usage.ru_utime + usage.ru_stime) * 1000
 
 
-def _first_reply(cmd: list[str], env: dict[str, str], rss: bool = False) -> tuple[float, float, float | None]:
+def _settled_rss_mib(pid: int, limit_s: float = 1.5) -> float:
+    """VmRSS of ``pid`` in MiB once it has stopped using CPU (no change over three 20 ms polls: its warm-up
+    threads are done), or after ``limit_s``."""
+    deadline = time.monotonic() + limit_s
+    last, still = _task_cpu_ms(pid), 0
+    while still < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
+        now = _task_cpu_ms(pid)
+        still = still + 1 if now - last < 0.05 else 0
+        last = now
+    return rss_kib(pid) / 1024
+
+
+def _first_reply(cmd: list[str], env: dict[str, str], rss: bool = False
+                 ) -> tuple[float, float, tuple[float, float] | None]:
     """(wall ms from spawn to the initialize reply, CPU ms the server used until then, and with ``rss`` its
-    VmRSS in MiB once it has also answered ``tools/list``: idle, after the set-up it defers past the
-    first reply)."""
+    VmRSS in MiB once it has also answered ``tools/list``, read at once and once it is idle).
+
+    The first figure races the set-up a server defers past its first reply (``blz mcp``'s warm-up thread
+    imports the search path while ``tools/list`` is answered: 11.4 or 12.1 MiB for the same code,
+    depending on how far it got); the second is read after that set-up (:func:`_settled_rss_mib`)."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
     assert proc.stdin is not None and proc.stdout is not None
@@ -346,7 +364,7 @@ def _first_reply(cmd: list[str], env: dict[str, str], rss: bool = False) -> tupl
             listed = proc.stdout.readline()
             if b'"tools"' not in listed:
                 raise RuntimeError(f"{' '.join(cmd[:3])}: no tools/list result: {listed[:200]!r}")
-            rss_mib = rss_kib(proc.pid) / 1024
+            rss_mib = (rss_kib(proc.pid) / 1024, _settled_rss_mib(proc.pid))
     finally:
         proc.stdin.close()
         try:
@@ -411,7 +429,8 @@ def _rounds(setups: Setups, runs: int, rss: bool) -> tuple[dict[str, list[float]
     interpreter's wall and CPU samples, and per (setup, server) wall, CPU and (with ``rss``) RSS samples."""
     sides = list(setups)
     names = list(setups[sides[0]][0])
-    samples: Samples = {(side, name): {"wall": [], "cpu": [], "rss": []} for side in sides for name in names}
+    samples: Samples = {(side, name): {"wall": [], "cpu": [], "rss": [], "rss_idle": []}
+                        for side in sides for name in names}
     bare: dict[str, list[float]] = {"wall": [], "cpu": []}
     for servers, env in setups.values():
         for cmd in servers.values():
@@ -429,7 +448,8 @@ def _rounds(setups: Setups, runs: int, rss: bool) -> tuple[dict[str, list[float]
                 got["wall"].append(wall)
                 got["cpu"].append(cpu)
                 if rss_mib is not None:
-                    got["rss"].append(rss_mib)
+                    got["rss"].append(rss_mib[0])
+                    got["rss_idle"].append(rss_mib[1])
     print(file=sys.stderr)
     return bare, samples
 
@@ -528,7 +548,7 @@ def startup_against(runs: int, against: str, instructions: bool = False) -> dict
     Both run as ``PYTHONPATH=<checkout>/src`` with this interpreter (the same ``sys.path`` shape); each
     has its own stores. Per server and checkout: median wall and CPU, their ratios to ``python -c pass``,
     the median of the per-round differences (this - other, paired, so load drifts cancel), and the
-    median VmRSS once ``tools/list`` is answered. With ``instructions``, also the instructions each server
+    median VmRSS once ``tools/list`` is answered (at once, and once the server is idle). With ``instructions``, also the instructions each server
     executes until its reply (:func:`instructions_against`; needs valgrind)."""
     load_before = os.getloadavg()
     sides = {"this": _src_dir(str(Path(__file__).resolve().parents[1])), "other": _src_dir(against)}
@@ -549,7 +569,8 @@ def startup_against(runs: int, against: str, instructions: bool = False) -> dict
             wall, cpu = statistics.median(got["wall"]), statistics.median(got["cpu"])
             row[side] = {"median_ms": round(wall, 1), "ratio": round(wall / base_wall, 2),
                          "cpu_median_ms": round(cpu, 1), "cpu_ratio": round(cpu / base_cpu, 2),
-                         "rss_after_tools_list_mib": round(statistics.median(got["rss"]), 1)}
+                         "rss_after_tools_list_mib": round(statistics.median(got["rss"]), 1),
+                         "rss_idle_after_tools_list_mib": round(statistics.median(got["rss_idle"]), 1)}
         this, other = samples[("this", name)], samples[("other", name)]
         row["paired_diff_ms"] = {"wall": round(statistics.median(a - b for a, b in zip(this["wall"], other["wall"])), 2),
                                  "cpu": round(statistics.median(a - b for a, b in zip(this["cpu"], other["cpu"])), 2)}
@@ -592,8 +613,10 @@ def main(argv: list[str] | None = None) -> int:
         result = startup_against(opts.startup_runs, opts.against, opts.instructions)
         for name, row in result["commands"].items():
             this, other = row["this"], row["other"]
-            print(f"{name:24} this x{this['ratio']:<5} (cpu x{this['cpu_ratio']:<5} rss {this['rss_after_tools_list_mib']} MiB)"
-                  f"  other x{other['ratio']:<5} (cpu x{other['cpu_ratio']:<5} rss {other['rss_after_tools_list_mib']} MiB)"
+            print(f"{name:24} this x{this['ratio']:<5} (cpu x{this['cpu_ratio']:<5} rss {this['rss_after_tools_list_mib']}"
+                  f" / idle {this['rss_idle_after_tools_list_mib']} MiB)"
+                  f"  other x{other['ratio']:<5} (cpu x{other['cpu_ratio']:<5} rss {other['rss_after_tools_list_mib']}"
+                  f" / idle {other['rss_idle_after_tools_list_mib']} MiB)"
                   f"  paired diff {row['paired_diff_ms']['wall']:+.2f} ms (cpu {row['paired_diff_ms']['cpu']:+.2f})",
                   file=sys.stderr)
         for name, row in result.get("instructions_until_reply", {}).items():

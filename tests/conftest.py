@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from ._data import is_data_skip, materialise
+from ._pg import ctx_backend, ctx_module_backend, pg_server  # noqa: F401  (the storage backends, for every directory)
 
 REPO = Path(__file__).resolve().parents[1]
 NODE_BIN = REPO / ".tools" / "node" / "node_modules" / ".bin"

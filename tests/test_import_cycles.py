@@ -24,24 +24,15 @@ import functools
 import pkgutil
 from pathlib import Path
 
-import pytest
-
 import cairn
 
 SRC = Path(cairn.__file__).resolve().parent
 KINDS = ("module", "function", "typing")
 Graph = dict[str, set[str]]
 
-# Cycles that other work removes; each is an expected failure until it is gone, then (strict xfail)
-# an unexpected pass that fails the run until its line here is deleted.
-KNOWN: dict[str, tuple[frozenset[str], str]] = {}  # none left: the ops refactor removed blz cli<->tools, brk cli<->cli_serve
-# Type-only mutual references in the MCP core (a Session holds its Server and is handed to every
-# method handler and ToolContext); none of these imports runs.
-KNOWN_TYPING: dict[str, tuple[frozenset[str], str]] = {
-    "mcp-session-server": (frozenset({"cairn.mcp.context", "cairn.mcp.methods", "cairn.mcp.server",
-                                      "cairn.mcp.session"}),
-                           "annotations only: Session <-> Server, methods and ToolContext take a Session"),
-}
+# No cycle is tolerated, of any kind: the last ones (blz cli<->tools and brk cli<->cli_serve, removed by
+# the operations refactor, and the type-only Session <-> Server one in the MCP core, removed by
+# cairn/mcp/protocols.py) were listed as strict expected failures until they were gone.
 
 
 def _module_name(path: Path) -> str:
@@ -188,28 +179,36 @@ def test_module_level_imports_have_no_cycle() -> None:
 
 def test_no_cycle_counting_function_level_imports() -> None:
     graph = _graph("module", "function")
-    known = {members for members, _ in KNOWN.values()}
-    assert [_describe(c, graph) for c in _cycles(graph) if c not in known] == []
+    assert [_describe(c, graph) for c in _cycles(graph)] == []
 
 
 def test_no_cycle_counting_type_only_imports() -> None:
+    """Not even among imports that never run: an import-graph tool that reads ``TYPE_CHECKING`` blocks
+    reports those too."""
     graph = _graph(*KINDS)
-    known = {members for members, _ in (*KNOWN.values(), *KNOWN_TYPING.values())}
-    assert [_describe(c, graph) for c in _cycles(graph) if c not in known] == []
+    assert [_describe(c, graph) for c in _cycles(graph)] == []
 
 
-def test_no_known_runtime_cycle_is_left() -> None:
-    """The runtime cycles once listed here (blz cli<->tools, brk cli<->cli_serve) are gone; a new one is a
-    failure of the tests above, not an entry here."""
-    assert KNOWN == {}
+def test_type_only_imports_are_read() -> None:
+    """The type-only edges are in the graph, including the ``TYPE_CHECKING = False`` idiom of the
+    stdio start-up path: the MCP core's types point one way, session -> protocols -> context."""
+    typing_of = {m: _imports(m, MODULES[m])["typing"] for m in (
+        "cairn.mcp.methods", "cairn.mcp.session", "cairn.mcp.server", "cairn.mcp.context")}
+    assert "cairn.mcp.protocols" in typing_of["cairn.mcp.methods"]
+    assert "cairn.mcp.protocols" in typing_of["cairn.mcp.session"]
+    assert {"cairn.mcp.protocols", "cairn.mcp.session"} <= typing_of["cairn.mcp.server"]
+    assert not typing_of["cairn.mcp.context"]  # its session is a Protocol of its own (Channel)
+    assert "cairn.mcp.context" in _imports("cairn.mcp.protocols", MODULES["cairn.mcp.protocols"])["module"]
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=f"known type-only cycle {name}: {why}"))
-    for name, (_, why) in KNOWN_TYPING.items()])
-def test_known_type_only_cycle_is_gone(name: str) -> None:
-    members = KNOWN_TYPING[name][0]
-    assert members not in _cycles(_graph(*KINDS))
+def test_mcp_protocols_is_type_only() -> None:
+    """``cairn.mcp.protocols`` imports ``typing``: no module may import it where it runs (it would put
+    typing on the stdio servers' start-up path, tests/mcp/test_startup.py)."""
+    runtime = sorted(m for m, p in MODULES.items() if "cairn.mcp.protocols" in
+                     _imports(m, p)["module"] | _imports(m, p)["function"])
+    typed = sorted(m for m, p in MODULES.items() if "cairn.mcp.protocols" in _imports(m, p)["typing"])
+    assert runtime == []
+    assert {"cairn.mcp.methods", "cairn.mcp.server", "cairn.mcp.session"} <= set(typed)
 
 
 def _report() -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 from pathlib import Path
 
 import pytest
@@ -65,8 +66,11 @@ def test_mcp_handlers_are_plain_functions(tmp_path: Path, data_root: Path) -> No
     try:
         sources.add(store, "guide", str(doc))
         docs = tools.Docs(str(data_root), store)
-        found = tools.call_op(docs, OPS["find"], {"query": "hooks", "maxResults": 1}, None)  # type: ignore[arg-type]
+        answer = tools.call_op(docs, OPS["find"], {"query": "hooks", "maxResults": 1}, None)  # type: ignore[arg-type]
+        found = answer.structured
+        assert found is not None
         assert [h["lines"] for h in found["hits"]] == ["3-5"] and found["hits"][0]["sourceUrl"].startswith("file://<local>/")
+        assert answer.content == [{"type": "text", "text": json.dumps(found, ensure_ascii=False)}]  # the same answer
         with pytest.raises(InvalidInput, match=r"^Invalid parameter for 'toc': maxDepth: 0 is less than the minimum of 1$"):
             tools.check_op(OPS["toc"], {"source": "guide", "maxDepth": 0})
         with pytest.raises(NotFound, match="No source named 'ghost'"):

@@ -318,3 +318,87 @@ def test_search_accepts_any_text_property(store: Store, tmp_path: Path) -> None:
             assert 0.0 <= hit["score"] <= 100.0
 
     check()
+
+
+PAGES = """Preamble before any heading.
+
+# Site
+
+Intro.
+
+## Part one
+
+Text one.
+
+---
+url: https://example.com/a
+title: Page A
+---
+
+# Page A
+
+Body A.
+
+### Deep in A
+
+Deeper.
+
+---
+url: https://example.com/b
+title: Page B
+---
+
+## Page B
+
+Body B.
+"""
+
+
+@pytest.mark.parametrize("corpus", ["react", "pages"])
+def test_citation_heading_paths_read_only_the_enclosing_headings(store: Store, test_data: Path, tmp_path: Path,
+                                                                 corpus: str) -> None:
+    """A citation's headingPath and its "all" context come from the headings whose sections hold it
+    (issue 16: reading react's 1,912 headings cost every cited range ~2.6 ms), with the answers the
+    whole outline gives: checked at every line of a paged file and at 600 lines of react."""
+    import random
+
+    from cairn.blz import llmstxt
+
+    path = test_data / "llms/react-dev/llms-full.txt" if corpus == "react" else write(tmp_path, "p.txt", PAGES)
+    total = sources.add(store, "doc", str(path))["lines"]
+    outline = store.headings("doc")
+    heads = [llmstxt.Heading(*h) for h in outline]
+    assert heads
+    lines = list(range(1, total + 1)) if total < 1000 else random.Random(16).sample(range(1, total + 1), 600)
+    for line in lines:
+        assert service.heading_path(store, "doc", line) == service.path_of(outline, line), line
+        end = min(total, line + (line % 7) * 40)
+        whole = service.get(store, [f"doc:{line}-{end}"], "all", max_lines=1)["snippets"][0]
+        first, last = llmstxt.enclosing(heads, line, end, total)
+        assert (whole["lines"], whole.get("remaining")) == (
+            f"{first}-{first}", f"doc:{first + 1}-{last}" if last > first else None), (line, end)
+        assert whole["headingPath"] == service.path_of(outline, first)
+    if corpus == "pages":  # page boundaries end "Site" and "Page A": no ancestors of what follows them
+        assert service.heading_path(store, "doc", 1) == []
+        assert service.get(store, ["doc:1-1"], "all")["snippets"][0]["lines"] == "1-2"  # the preamble
+        assert service.get(store, ["doc:7-16"], "all")["snippets"][0]["lines"] == f"1-{total}"  # two pages
+        assert service.heading_path(store, "doc", 9) == ["Site", "Part one"]
+        assert service.heading_path(store, "doc", 14) == []
+        assert service.heading_path(store, "doc", 23) == ["Page A", "Deep in A"]
+        assert service.heading_path(store, "doc", 31) == ["Page B"]  # not under the H1 "Page A" before it
+
+
+def test_citation_heading_paths_follow_a_replaced_source(store: Store, tmp_path: Path) -> None:
+    """Nothing of an outline outlives the source it came from: after `add --force` and after `update`
+    with new content, the same Store answers citations with the new headings."""
+    doc = write(tmp_path, "g.txt", "# Guide\n\n## Hooks\n\nHooks text.\n")
+    sources.add(store, "g", str(doc))
+    assert service.get(store, ["g:5-5"])["snippets"][0]["headingPath"] == ["Guide", "Hooks"]
+    sources.add(store, "g", str(write(tmp_path, "g2.txt", "# Manual\n\n## Effects\n\nEffect text.\n")), force=True)
+    assert service.get(store, ["g:5-5"])["snippets"][0]["headingPath"] == ["Manual", "Effects"]
+    doc.write_text("# Handbook\n\nIntro.\n\n## State\n\nState text.\n")
+    sources.add(store, "h", str(doc))
+    doc.write_text("# Handbook\n\n## Refs\n\nRefs text.\n\n## State\n\nState text.\n")
+    assert sources.update(store, "h")["status"] == "updated"
+    assert service.get(store, ["h:4-4"])["snippets"][0]["headingPath"] == ["Handbook", "Refs"]
+    assert service.get(store, ["h:8-8"], "all")["snippets"][0]["lines"] == "7-9"

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import platform
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 import cairn
 
@@ -47,3 +50,50 @@ def test_memory_kib_reads_a_process_s_own_figures() -> None:
         child.wait(10)
     assert memory_kib(child.pid) == 0  # gone
     assert memory_kib("self", "NoSuchField") == 0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc", reason="glibc only")
+def test_the_helpers_reach_glibc_without_importing_ctypes() -> None:
+    """The three malloc calls are made from _ctypes directly: `import ctypes` (and struct) kept ~0.25 MiB
+    more resident in every stdio server (issue 14: blz mcp's RSS after tools/list)."""
+    code = ("import sys; from cairn.core import heap; "
+            "assert heap._libc('mallopt') is not None and heap._libc('malloc_trim') is not None; "
+            "assert heap._libc('mallopt')(-3, 256 * 1024) == 1; "  # mallopt answers 1 on success
+            "heap.return_large_buffers(); heap.one_arena(); heap.trim_heap(); "
+            "assert heap._trim, 'malloc_trim not found'; "
+            "assert heap._libc('no_such_function_in_libc') is None; "
+            "print(sorted(m for m in ('ctypes', 'struct', 'queue', 'heapq') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_the_stdio_worker_pool_runs_jobs_in_order_and_drains() -> None:
+    """The stdio pool's job queue (a deque and a semaphore since the queue module was dropped): every job
+    runs once, one worker takes them in order, and drain() stops the workers after the queued jobs."""
+    import threading
+    from functools import partial
+
+    from cairn.mcp.stdio import _Pool
+
+    pool = _Pool(1)
+    done: list[int] = []
+    gate = threading.Event()
+    pool.submit(lambda: None if gate.wait(30) else None)
+    for i in range(200):
+        pool.submit(partial(done.append, i))
+    gate.set()
+    pool.drain()
+    assert done == list(range(200))
+    many = _Pool(8)
+    seen: list[int] = []
+    lock = threading.Lock()
+
+    def job(i: int) -> None:
+        with lock:
+            seen.append(i)
+
+    for i in range(500):
+        many.submit(partial(job, i))
+    many.drain()
+    assert sorted(seen) == list(range(500))

@@ -102,7 +102,8 @@ def make_kb(root: Path, body: str = CONFIG, scripts: dict[str, str] | None = Non
 
 
 @pytest.fixture(scope="module")
-def kb(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def kb(tmp_path_factory: pytest.TempPathFactory, ctx_module_backend: str) -> Path:
+    """The agents' knowledge base, on each storage backend in turn (``ctx_module_backend``)."""
     return make_kb(tmp_path_factory.mktemp("agents"))
 
 
@@ -246,7 +247,7 @@ BROKEN = {
 
 
 @pytest.fixture(scope="module")
-def broken(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agents]:
+def broken(tmp_path_factory: pytest.TempPathFactory, ctx_module_backend: str) -> Iterator[Agents]:
     body = "[db]\npath = 'data/ctx.sqlite'\n[connectors.filesystem.runbooks]\nroot = 'docs/runbooks'\n" + "".join(
         f"[agents.script.{Path(p).stem.replace('_', '-')}]\npath = '{p}'\ntimeout = 0.5\n"
         + ("system_prompt = 'Kept.'\n" if "keeps" in p else "") for p in BROKEN)
@@ -449,7 +450,9 @@ INSPECTOR = NODE_BIN / "mcp-inspector"
 def _inspect(kb: Path, *args: str) -> subprocess.CompletedProcess[str]:
     # the config through $CTX_CONFIG (-e: the server's environment): the Inspector takes --config for itself
     env = dict(_env(), PATH=f"{NODE_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
-    cmd = [str(INSPECTOR), "--cli", "-e", f"CTX_CONFIG={kb}", "-e", f"PYTHONPATH={REPO / 'src'}", sys.executable,
+    url = os.environ.get("CTX_DATABASE_URL")  # the Inspector passes the server only the variables given
+    cmd = [str(INSPECTOR), "--cli", "-e", f"CTX_CONFIG={kb}", "-e", f"PYTHONPATH={REPO / 'src'}",
+           *(["-e", f"CTX_DATABASE_URL={url}"] if url else []), sys.executable,
            "-m", "cairn.ctx.cli", "serve", "mcp", "--stdio", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env, cwd=REPO)
 

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from .conftest import config_file, write
 
 PY = sys.executable
@@ -16,6 +18,7 @@ def ctx(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.
                           env=dict(os.environ, **(env or {})), timeout=60)
 
 
+@pytest.mark.usefixtures("ctx_backend")  # on SQLite and on PostgreSQL ($CTX_DATABASE_URL)
 def test_init_sync_search_get_sources_stats(tmp_path: Path) -> None:
     write(tmp_path / "docs", {"a.md": "# Alpha\n\nThe alpha release ships on Monday.\n", "b.txt": "beta notes\n"})
     r = ctx("init", "--text", cwd=tmp_path)
@@ -54,6 +57,7 @@ def test_init_sync_search_get_sources_stats(tmp_path: Path) -> None:
     assert "filesystem:docs: would: 0 added, 0 updated, 0 deleted, 2 unchanged" in r.stdout
 
 
+@pytest.mark.usefixtures("ctx_backend")  # on SQLite and on PostgreSQL ($CTX_DATABASE_URL)
 def test_errors_exit_codes_and_messages(tmp_path: Path) -> None:
     r = ctx("search", "x", cwd=tmp_path)
     assert r.returncode == 3
@@ -81,6 +85,7 @@ def test_help_is_fast_to_import() -> None:
     assert out == "[]"
 
 
+# SQLite only by nature: what a SQLite knowledge base's commands import.
 def test_sqlite_search_never_imports_the_postgres_driver(tmp_path: Path) -> None:
     write(tmp_path / "docs", {"a.md": "# A\n\nheron"})
     path = config_file(tmp_path, f'[db]\npath = "kb.sqlite"\n[connectors.filesystem.docs]\nroot = "{tmp_path / "docs"}"\n')
@@ -93,6 +98,7 @@ def test_sqlite_search_never_imports_the_postgres_driver(tmp_path: Path) -> None
     assert out.strip().splitlines()[-1] == "[]"
 
 
+@pytest.mark.usefixtures("ctx_backend")  # on SQLite and on PostgreSQL ($CTX_DATABASE_URL)
 def test_failed_source_sets_the_exit_status_but_others_sync(tmp_path: Path) -> None:
     write(tmp_path / "ok", {"a.md": "# A\n\nfine"})
     path = config_file(tmp_path, f"""
@@ -111,6 +117,7 @@ root = "{tmp_path / 'missing'}"
         ("filesystem:ok", True, 1), ("filesystem:gone", False, 0)]
 
 
+@pytest.mark.usefixtures("ctx_backend")  # on SQLite and on PostgreSQL ($CTX_DATABASE_URL)
 def test_progress_bar_only_on_a_terminal(tmp_path: Path) -> None:
     import pty
 

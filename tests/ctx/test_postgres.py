@@ -54,3 +54,31 @@ def test_vectors_get_an_hnsw_index_per_model(pg_kb: Service) -> None:
     assert "Index Scan using vectors_hnsw_" in plan, plan
     assert store.vector_search("test:m:4", np.array([1, 0.1, 0, 0], np.float32).tobytes(), 1) == {}  # no chunks
 
+
+
+def test_a_keyword_search_is_one_statement(pg_kb: Service, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The terms' counts (ranking budget), their IDF weights and the ranking go in one round trip; it was
+    eight. Over the budget, the plan takes a second statement (and the rarest-term fallback a third)."""
+    from cairn.ctx import retrieval, store_pg
+
+    statements: list[str] = []
+    execute = store_pg._Guarded.execute
+
+    def counted(self: store_pg._Guarded, query: object, params: object = None, **kw: object) -> object:
+        statements.append(bytes(query).decode() if isinstance(query, bytes) else str(query))
+        return execute(self, query, params, **kw)  # type: ignore[arg-type]
+
+    write(tmp_path / "docs", {f"n{i}.md": f"# N{i}\n\nheron common {i}\n" for i in range(30)})
+    pg_kb.sync("all")
+    monkeypatch.setattr(store_pg._Guarded, "execute", counted)
+    store, none = pg_kb.store, retrieval.Filters()
+    for query in ("heron", "heron lake", "heron lake nests", "-- heron"):
+        statements.clear()
+        assert retrieval.keyword(store, query, none, 10), query
+        assert len(statements) == 1, (query, statements)
+    statements.clear()
+    assert retrieval.keyword(store, "common lake", none, 10, budget=20)  # "common" alone is over budget
+    assert len(statements) == 2
+    statements.clear()
+    assert len(retrieval.keyword(store, "common heron", none, 10, budget=20)) == 10  # both over: newest 20
+    assert len(statements) == 4  # try, the AND's count, the newest rowid, the ranking

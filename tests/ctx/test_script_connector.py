@@ -16,6 +16,8 @@ from cairn.ctx.service import Service
 from .conftest import config_file
 from .test_http import EXAMPLE
 
+pytestmark = pytest.mark.usefixtures("ctx_backend")  # every test on SQLite and on PostgreSQL
+
 FAQ = EXAMPLE / "connectors" / "faq.lua"
 
 
@@ -32,7 +34,6 @@ def faq(tmp_path: Path, entries: list[dict[str, str]], extra: str = "") -> Servi
     return svc_for(tmp_path, f'[connectors.script.faq]\npath = "{FAQ}"\n{entries_toml(entries)}{extra}')
 
 
-@pytest.mark.usefixtures("ctx_backend")  # on SQLite and on PostgreSQL (the other tests are about the script)
 def test_items_are_indexed_searchable_and_synced_incrementally(tmp_path: Path) -> None:
     first = [{"id": "vpn", "question": "How do I reach the VPN?", "answer": "Use WireGuard.", "updated": "2024-05-01"},
              {"id": "desk", "question": "Where do I sit?", "answer": "Any free desk on floor two."}]

@@ -91,6 +91,28 @@ def test_hostile_queries_are_safe(corpus: Path) -> None:
         svc.search("kiwi", since="yesterday")
 
 
+def test_accents_are_folded_on_both_sides(tmp_path: Path) -> None:
+    """SQLite's FTS5 folds accents (unicode61 remove_diacritics 2); PostgreSQL must find the same."""
+    write(tmp_path / "notes", {
+        "cafe.md": "# Café crème\n\nThe café in Zürich serves crème brûlée.\n",
+        "plain.md": "# Plain\n\nA naive resume of the cafe scene.\n",
+        "other.md": "# Other\n\nNothing to see here.\n",
+    })
+    write(tmp_path / "wiki", {})
+    svc = make(tmp_path)
+    svc.sync("all")
+
+    def found(query: str) -> set[str]:
+        return {r.source_id for r in svc.search(query, limit=10)}
+
+    assert found("cafe") == found("café") == found("CAFÉ") == {"cafe.md", "plain.md"}
+    assert found("cafe\u0301") == {"cafe.md", "plain.md"}  # a decomposed é (e + combining acute)
+    assert found("zurich") == found("Zürich") == {"cafe.md"}
+    assert found("brulee") == found('"creme brulee"') == {"cafe.md"}
+    assert found("naïve") == found("résumé") == {"plain.md"}
+    assert found("nothing") == {"other.md"}
+
+
 def test_semantic_and_hybrid_need_embeddings(corpus: Path) -> None:
     svc = make(corpus)
     svc.sync("all")
@@ -187,6 +209,16 @@ def test_ranking_budget_prefers_rare_terms(tmp_path: Path) -> None:
     assert list(newest.items()) == list(joined.items()) and min(newest) >= min_rowid
     assert list(store.fts_rank(match, 7, min_rowid=min_rowid).items()) == list(joined.items())[:7]
     assert retrieval.plan(store, "pair common", budget=10) == (Match(("pair",)), 0)
+    # The first try counts and, within budget, ranks in one call; over it, it ranks nothing.
+    counts, ranked = store.fts_try_rank(["common", "rare"], 10, 1000)
+    assert counts == [200, 1] and ranked == store.fts_rank(Match(("common", "rare")), 10)
+    assert store.fts_try_rank(["common", "rare"], 10, 50) == ([51, 1], None)  # counted up to budget + 1
+    # A phrase counts the chunks with its words in order (ts_rank alone would count "here word" too).
+    assert store.fts_try_rank(["word here", "here word", "rare"], 10, 1000)[0] == [200, 0, 1]
+    rare = retrieval.keyword(store, "common rare", retrieval.Filters(), 10, budget=50)
+    assert rare == store.fts_rank(Match(("rare",)), 10) and len(rare) == 1
+    newest = retrieval.keyword(store, "common word", retrieval.Filters(), 1000, budget=50)
+    assert len(newest) == 50 and min(newest) == min_rowid
     # The service still answers, best document first.
     assert svc.search("common rare")[0].source_id == "c007.md"
 

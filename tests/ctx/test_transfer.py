@@ -14,7 +14,6 @@ import json
 import os
 import random
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -162,8 +161,8 @@ def test_export_then_import_into_a_fresh_data_dir_answers_every_search_the_same(
     assert all(s["added"] == s["updated"] == s["deleted"] == 0 and s["unchanged"] for s in synced["sources"])
 
 
-def test_keyword_only_export_to_stdout_and_import_from_stdin(tmp_path: Path, corpus: Path) -> None:
-    a = conf(tmp_path / "a", corpus)
+def test_keyword_only_export_to_stdout_and_import_from_stdin(tmp_path: Path, corpus: Path, fresh_db: Fresh) -> None:
+    a = conf(tmp_path / "a", corpus, db=fresh_db())
     assert ctx("sync", "all", "--config", str(a)).returncode == 0
     before = Service.from_config(a)
     expected = answers(before, ("keyword",))
@@ -174,7 +173,7 @@ def test_keyword_only_export_to_stdout_and_import_from_stdin(tmp_path: Path, cor
     assert rows[0]["type"] == "header" and rows[0]["embedding"] is None and rows[0]["vectors"] is False
     assert {row["type"] for row in rows[1:]} == {"document", "chunk"}
 
-    b = conf(tmp_path / "b", corpus, 'provider = "local"')  # embeddings on: the import says what to do next
+    b = conf(tmp_path / "b", corpus, 'provider = "local"', fresh_db())  # embeddings on: the import says what to do next
     imported = ctx("import", "-", "--config", str(b), "--json", stdin=r.stdout)
     assert imported.returncode == 0, imported.stderr
     assert b"ctx: note: " in imported.stderr and b"run `ctx embed pending`" in imported.stderr
@@ -276,10 +275,10 @@ BAD = [
 
 @pytest.mark.parametrize("number,bad,message", BAD, ids=[m for _, _, m in BAD])
 def test_a_bad_line_is_named_by_its_number_and_nothing_is_imported(tmp_path: Path, number: int, bad: bytes,
-                                                                   message: str) -> None:
+                                                                   message: str, fresh_db: Fresh) -> None:
     good = _good_file()
     data = b"\n".join(good[:number - 1] + [bad] + good[number - 1:]) + b"\n"
-    svc = Service.from_config(config_file(tmp_path, '[db]\npath = "kb.sqlite"\n'))
+    svc = Service.from_config(config_file(tmp_path, f'[db]\n{fresh_db()}\n'))
     with pytest.raises(InvalidInput) as info:
         transfer.load(svc, io.BytesIO(data), "kb.jsonl")
     assert info.value.message.startswith(f"kb.jsonl: line {number}: ") and message in info.value.message, \
@@ -290,8 +289,8 @@ def test_a_bad_line_is_named_by_its_number_and_nothing_is_imported(tmp_path: Pat
     svc.close()
 
 
-def test_cli_errors_for_bad_files(tmp_path: Path) -> None:
-    cfg = config_file(tmp_path, '[db]\npath = "kb.sqlite"\n')
+def test_cli_errors_for_bad_files(tmp_path: Path, fresh_db: Fresh) -> None:
+    cfg = config_file(tmp_path, f'[db]\n{fresh_db()}\n')
     bad = tmp_path / "bad.jsonl"
     bad.write_bytes(b"\n".join(_good_file()[:2]) + b"\n{oops\n")
     r = ctx("import", str(bad), "--config", str(cfg))
@@ -320,10 +319,20 @@ def _big_export(path: Path, n: int) -> None:
                                  "heading": "", "text": text}).encode() + b"\n")
 
 
-def test_sigkill_during_import_leaves_the_database_as_it_was(tmp_path: Path) -> None:
+def _fresh_config(tmp_path: Path, fresh_db: Fresh, name: str) -> Path:
+    """A config in a folder of its own whose knowledge base is new (a SQLite file in that folder, or a
+    database of its own on PostgreSQL)."""
+    (tmp_path / name).mkdir()
+    return config_file(tmp_path / name, f"[db]\n{fresh_db()}\n")
+
+
+def test_sigkill_during_import_leaves_the_database_as_it_was(tmp_path: Path, fresh_db: Fresh) -> None:
+    from cairn.ctx import config as cfgmod
+    from cairn.ctx.stores import open_store
+
     big = tmp_path / "big.jsonl"
     _big_export(big, 6000)
-    timing = config_file(tmp_path, '[db]\npath = "timing.sqlite"\n', "timing.toml")
+    timing = _fresh_config(tmp_path, fresh_db, "timing")
     started = time.monotonic()
     assert ctx("import", str(big), "--config", str(timing)).returncode == 0
     full = time.monotonic() - started
@@ -332,18 +341,24 @@ def test_sigkill_during_import_leaves_the_database_as_it_was(tmp_path: Path) -> 
     rng = random.Random(7)
     killed_mid_run = 0
     for attempt in range(8):  # the kill lands at a random share of a timed run; under load a run may end first
-        cfg = config_file(tmp_path, f'[db]\npath = "kb{attempt}.sqlite"\n', f"ctx{attempt}.toml")
+        cfg = _fresh_config(tmp_path, fresh_db, f"kb{attempt}")
         proc = subprocess.Popen([sys.executable, "-m", "cairn.ctx.cli", "import", str(big), "--config", str(cfg)],
                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(rng.uniform(0.3, 0.85) * full)
         killed_mid_run += proc.poll() is None
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        with sqlite3.connect(tmp_path / f"kb{attempt}.sqlite") as db:
-            assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-            assert db.execute("SELECT COUNT(*) FROM documents").fetchone()[0] in (0, 6000)
-            if db.execute("SELECT COUNT(*) FROM documents").fetchone()[0] == 0:
-                break  # killed before its commit: the database below is the one to use again
+        db = cfgmod.load(cfg).db
+        store = open_store(db)
+        try:
+            if not db.url:
+                assert store.sql("PRAGMA integrity_check")[0][0] == "ok"
+            docs, chunks, _ = store.counts()
+            assert (docs, chunks) in ((0, 0), (6000, 6000))  # the whole import or nothing
+        finally:
+            store.close()
+        if docs == 0:
+            break  # killed before its commit: the database below is the one to use again
     assert killed_mid_run >= 1
     svc = Service.from_config(cfg)
     if svc.stats().documents == 0:
@@ -372,12 +387,12 @@ class Sink(io.BytesIO):
         return len(b)
 
 
-def test_export_and_import_memory_does_not_grow_with_the_knowledge_base(tmp_path: Path) -> None:
+def test_export_and_import_memory_does_not_grow_with_the_knowledge_base(tmp_path: Path, fresh_db: Fresh) -> None:
     peaks = {}
     for n in (500, 4000):
         big = tmp_path / f"big{n}.jsonl"
         _big_export(big, n)
-        svc = Service.from_config(config_file(tmp_path, f'[db]\npath = "kb{n}.sqlite"\n', f"c{n}.toml"))
+        svc = Service.from_config(_fresh_config(tmp_path, fresh_db, f"kb{n}"))
         svc.store  # opened outside the measurement
         with big.open("rb") as fh:
             imported = _peak(lambda: transfer.load(svc, fh, big.name))
@@ -389,10 +404,10 @@ def test_export_and_import_memory_does_not_grow_with_the_knowledge_base(tmp_path
         assert peaks[4000][which] < peaks[500][which] * 1.5 + 256 * 1024, peaks
 
 
-def test_export_into_a_pipe_closed_early_ends_quietly(tmp_path: Path) -> None:
+def test_export_into_a_pipe_closed_early_ends_quietly(tmp_path: Path, fresh_db: Fresh) -> None:
     big = tmp_path / "big.jsonl"
     _big_export(big, 3000)  # about 1.5 MB: more than a pipe holds
-    cfg = config_file(tmp_path, '[db]\npath = "kb.sqlite"\n')
+    cfg = config_file(tmp_path, f'[db]\n{fresh_db()}\n')
     svc = Service.from_config(cfg)
     transfer.import_file(svc, str(big))
     svc.close()

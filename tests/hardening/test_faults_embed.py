@@ -142,6 +142,7 @@ def _service_run(cfg: Path, what: str) -> str | None:
         svc.close()
 
 
+@pytest.mark.usefixtures("ctx_backend")  # the vectors kept and resumed, on SQLite and on PostgreSQL
 @pytest.mark.parametrize("mode", list(CASES))
 def test_misbehaving_embedding_endpoint(mode: str, endpoint: Endpoint, tmp_path: Path) -> None:
     docs = tmp_path / "docs"

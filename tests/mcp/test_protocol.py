@@ -131,6 +131,24 @@ def test_minimal_server_capabilities_are_small() -> None:
                    "serverInfo": {"name": "tiny", "version": "0.1"}}
 
 
+def test_a_tool_reads_what_the_client_negotiated_from_its_context() -> None:
+    """``ctx.session`` (docs/mcp-core.md) gives a handler the client's info, capabilities and protocol
+    version; typed by ``context.Channel`` now that the context no longer imports the session (mypy over
+    this file checks the three stay on it)."""
+    server = Server("s", "1")
+
+    @server.tool("who")
+    def who(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+        session = ctx.session
+        return {"client": session.client_info.get("name"), "caps": sorted(session.client_capabilities),
+                "version": session.protocol_version}
+
+    session = server.open_session()
+    result(session, "initialize", {**INIT, "protocolVersion": "2025-06-18", "capabilities": {"roots": {}}})
+    res = result(session, "tools/call", {"name": "who"})
+    assert res["content"][0]["text"] == '{"client": "t", "caps": ["roots"], "version": "2025-06-18"}'
+
+
 # -- tools -------------------------------------------------------------------------------------
 
 def test_tools_list_describes_each_tool_once() -> None:

@@ -128,3 +128,25 @@ def test_ctx_anything_else_goes_to_argparse(argv: list[str]) -> None:
     from cairn.ctx.cli import _fast_stdio
 
     assert _fast_stdio(argv) is None
+
+
+def test_blz_mcp_search_path_stays_lean(tmp_path: Path) -> None:
+    """Issue 14 (RSS of `blz mcp`): once its warm-up has run and a find is answered, the server holds
+    the search path only: not the parser (cairn.blz.llmstxt, whose dataclasses import inspect/ast/dis:
+    ~1.5 MiB), the registry, or the ctypes / queue modules the malloc helpers and the worker pool
+    used to load (~0.45 MiB)."""
+    code = SPY.replace("{server}", "blz").replace('message.get("id") == 1', 'message.get("id") == 3')
+    find = {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+            "params": {"name": "find", "arguments": {"query": "hooks"}}}
+    env = dict(os.environ, BLZ_DATA_DIR=str(tmp_path / "blz"))
+    proc = subprocess.run([sys.executable, "-c", code, "--", "mcp"], capture_output=True, text=True, env=env,
+                          timeout=120, input="\n".join(json.dumps(m) for m in (INIT, LIST, find)) + "\n")
+    assert proc.returncode == 0, proc.stderr
+    line = next(x for x in proc.stderr.splitlines() if x.startswith("MODULES "))
+    modules = set(line.split()[1:])
+    assert {"cairn.blz.search", "cairn.blz.service", "cairn.blz.store", "sqlite3"} <= modules
+    heavy = {"cairn.blz.llmstxt", "cairn.blz.registry", "cairn.blz.lang", "dataclasses", "inspect", "ast",
+             "ctypes", "struct", "queue"}  # (heapq: difflib, which the typo fallback of this empty store loads)
+    assert sorted(modules & heavy) == []
+    answer = json.loads(proc.stdout.splitlines()[-1])
+    assert answer["id"] == 3 and answer["result"]["structuredContent"]["hits"] == []

@@ -152,11 +152,17 @@ def _latin_language(text: str, accented: bool = False) -> str | None:
     votes: Counter[str] = Counter()
     stop = STOP_WORDS
     words = Counter(text.lower().split())
-    strip = _STRIP
+    strip, get = _STRIP, stop.get
     for token, n in words.items():
-        lang = stop.get(token) or stop.get(token.strip(strip))
-        if lang is not None:
-            votes[lang] += n
+        lang = get(token)
+        if lang is None:
+            bare = token.strip(strip)
+            if bare is token:  # nothing to strip (most words): no second look-up
+                continue
+            lang = get(bare)
+            if lang is None:
+                continue
+        votes[lang] += n
     english = votes.get("en", 0)
     best, n = max(((lang, c) for lang, c in votes.items() if lang != "en"), key=lambda x: x[1],
                   default=("xx", 0))

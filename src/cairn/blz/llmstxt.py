@@ -333,12 +333,14 @@ def outline(lines: list[str]) -> tuple[list[tuple[int, int, str]], list[Page]]:
     bare: dict[str, tuple[list[int], list[int]]] = {"`": ([], []), "~": ([], [])}
     fencey: list[int] = []  # every line that can open or close a fence
     fences_of: dict[str, list[int]] = {"`": [], "~": []}  # the same, per fence character
+    fence_match: dict[int, re.Match[str]] = {}  # line index -> its fence match (read again below)
     for i in cands:
         line = lines[i]
         c = line.lstrip(" ")[:1]
         if c == "`" or c == "~":
             m = _FENCE.match(line)
             if m:
+                fence_match[i] = m
                 fencey.append(i)
                 fences_of[c].append(i)
                 if not m.group(2).strip():
@@ -461,7 +463,7 @@ def outline(lines: list[str]) -> tuple[list[tuple[int, int, str]], list[Page]]:
         first = line.lstrip(" ")[:1]
         if fence is not None:
             if first == fence[0]:
-                m = _FENCE.match(line)
+                m = fence_match.get(i)
                 if m and m.group(1)[0] == fence[0]:
                     run, info = m.group(1), m.group(2).strip()
                     if not info:
@@ -478,7 +480,7 @@ def outline(lines: list[str]) -> tuple[list[tuple[int, int, str]], list[Page]]:
                 continue
             fence = None  # an unclosable fence: the first heading after a blank line, before prose, ends it
         if first in ("`", "~"):
-            m = _FENCE.match(line)
+            m = fence_match.get(i)
             # A backtick fence's info string may not contain backticks (CommonMark).
             if m and not (m.group(1)[0] == "`" and "`" in m.group(2)):
                 fence = m.group(1)

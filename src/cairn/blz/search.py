@@ -67,9 +67,8 @@ def search(store: Store, query: str, sources: list[str] | str | None = None, lim
     result["hasMore"] = len(window) > limit
     needles = list(dict.fromkeys(w.lower() for w in words))  # each word once: "a a a ..." is one needle
     hits = []
-    section = store.section
-    for rowid, rank in window[:limit]:
-        first, last, hpath, body = section(rowid)
+    shown = window[:limit]
+    for (rowid, rank), (first, last, hpath, body) in zip(shown, store.sections([r for r, _ in shown])):
         alias, url = by_sid[rowid >> SID_SHIFT]
         hits.append({"alias": alias, "lines": f"{first}-{last}",
                      "headingPath": hpath.split(PATH_SEP) if hpath else [],

@@ -6,14 +6,21 @@ Writes live in :mod:`cairn.blz.sources`, search in :mod:`cairn.blz.search`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cairn.blz import llmstxt, registry
 from cairn.blz.citation import check_alias, merge, parse_citation
 from cairn.blz.limits import (CONTEXT_MODES, DEFAULT_MAX_LINES, MAX_DEPTH, MAX_PADDING, TOC_DEFAULT_LIMIT,
                               TOC_MAX_LIMIT)
 from cairn.blz.store import SourceRow, Store, file_digest
 from cairn.core.errors import InvalidInput, NotFound
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+# Not imported here: cairn.blz.llmstxt (the parser, and dataclasses with inspect/ast/dis: 1.5 MiB that
+# `blz mcp`'s warm-up would keep resident for finds that never parse) and cairn.blz.registry; the
+# functions that need them import them.
+
 
 def require(store: Store, alias: str) -> SourceRow:
     row = store.source(check_alias(alias))
@@ -53,7 +60,6 @@ def get(store: Store, citations: list[str], context: str | None = None, padding:
     for citation in citations:
         alias, ranges = parse_citation(citation)
         row = require(store, alias)
-        heads = [llmstxt.Heading(*h) for h in store.headings(alias)]
         wanted = []
         for start, end in ranges:
             if start > row.lines:
@@ -62,6 +68,9 @@ def get(store: Store, citations: list[str], context: str | None = None, padding:
             if context == "symmetric":
                 start, end = max(1, start - lead), min(row.lines, end + tail)
             elif context == "all":
+                from cairn.blz import llmstxt
+
+                heads = [llmstxt.Heading(*h) for h in store.enclosing_headings(alias, start, end)]
                 start, end = llmstxt.enclosing(heads, start, end, row.lines)
             wanted.append((start, end))
         for start, end in merge(wanted):
@@ -72,7 +81,7 @@ def get(store: Store, citations: list[str], context: str | None = None, padding:
             lines = store.read_lines(row, start, last)
             budget -= len(lines)
             snip: dict[str, Any] = {"alias": alias, "lines": f"{start}-{last}", "content": "\n".join(lines),
-                                    "headingPath": heading_path(heads, start)}
+                                    "headingPath": heading_path(store, alias, start)}
             if last < end:
                 snip["truncated"] = True
                 snip["remaining"] = f"{alias}:{last + 1}-{end}"
@@ -148,16 +157,22 @@ def nest(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return roots
 
 
-def heading_path(heads: list[llmstxt.Heading], line: int) -> list[str]:
-    """The chain of headings enclosing ``line``."""
-    stack: list[llmstxt.Heading] = []
+def heading_path(store: Store, alias: str, line: int) -> list[str]:
+    """The chain of headings enclosing ``line`` of source ``alias``."""
+    return path_of(store.ancestors(alias, line), line)
+
+
+def path_of(heads: Sequence[tuple[int, int, str, int]], line: int) -> list[str]:
+    """The chain of headings enclosing ``line``, from headings ``(line, level, text, last_line)`` in
+    file order: the whole outline, or only the headings on that chain (the same answer)."""
+    stack: list[tuple[int, int, str, int]] = []
     for h in heads:
-        if h.line > line:
+        if h[0] > line:
             break
-        while stack and stack[-1].level >= h.level:
+        while stack and stack[-1][1] >= h[1]:
             stack.pop()
         stack.append(h)
-    return [h.text for h in stack if h.end >= line]
+    return [h[2] for h in stack if h[3] >= line]
 
 
 def describe(row: SourceRow, options: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -182,6 +197,8 @@ def list_sources(store: Store, filter: str | None = None, include_registry: bool
         if not needle or needle in f"{row.alias} {row.title} {row.url}".lower():
             out.append(describe(row, store.options(row.alias)))
     if include_registry:
+        from cairn.blz import registry
+
         have = {r.alias for r in installed}
         # the entry named by the filter first, then those whose alias holds it (react, preact, then
         # ant-design for its "React" description)
@@ -198,6 +215,8 @@ def lookup(query: str, category: str | None = None, store: Store | None = None) 
     """Registry entries matching ``query`` (words in alias, description, category or URL), in
     ``category`` only when given; each says whether it is ``installed`` (an installed source of
     that alias, when ``store`` is given). ``categories``: every category with its entry count."""
+    from cairn.blz import registry
+
     if category is not None:
         if category not in registry.CATEGORIES:
             raise InvalidInput(f"Unknown category {category!r}. Categories: {', '.join(registry.CATEGORIES)}.")

@@ -24,6 +24,8 @@ from cairn.core.errors import CairnError, InvalidInput, NotFound
 from cairn.core.heap import one_arena, trim_heap
 from cairn.core.paths import data_path
 from cairn.core.sanitize import register_root, scrub
+from cairn.mcp.content import ToolResult
+from cairn.mcp.content import text as content_text
 from cairn.mcp.server import Server, Tool, ToolContext
 
 if TYPE_CHECKING:
@@ -57,6 +59,20 @@ def public(value: Any) -> Any:
     text = json.dumps(value, ensure_ascii=False)
     cleaned = _hide_local_paths(scrub(text))
     return value if cleaned == text else json.loads(cleaned)
+
+
+def public_result(value: dict[str, Any]) -> ToolResult:
+    """A structured tool result as :func:`public` would make it, and its text block: the JSON text that
+    was scrubbed, not a second serialization of the answer (a warm find spent 4% of its time there)."""
+    import json
+
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except ValueError:  # NaN or infinity: shown as the MCP core shows what JSON cannot carry
+        scrubbed = public(value)
+        return ToolResult([content_text(str(scrubbed))], structured=scrubbed)
+    cleaned = _hide_local_paths(scrub(text))
+    return ToolResult([content_text(cleaned)], structured=value if cleaned == text else json.loads(cleaned))
 
 
 class _ScrubErrors:
@@ -123,7 +139,7 @@ def check_op(op: Op, args: dict[str, Any]) -> None:
     _CHECKED.args = args
 
 
-def call_op(docs: Docs, op: Op, args: dict[str, Any], ctx: ToolContext) -> Any:
+def call_op(docs: Docs, op: Op, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     """One MCP call of a declared operation: run on the server's store under its lock, with what
     this surface supplies itself (:data:`MCP_CONTEXT`), the answer and any error message scrubbed."""
     if _CHECKED.args is args:
@@ -137,7 +153,7 @@ def call_op(docs: Docs, op: Op, args: dict[str, Any], ctx: ToolContext) -> Any:
     try:
         with SCRUBBED, docs.lock:
             result = op.fn(docs.store(), **kwargs)
-            return public({k: result[k] for k in fields} if fields else result)
+            return public_result({k: result[k] for k in fields} if fields else result)
     finally:
         if not op.read_only:
             trim_heap()  # indexing briefly needs ~20 MB that searches never need again

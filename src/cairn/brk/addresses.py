@@ -23,6 +23,7 @@ empty, unknown) are left out.
 
 Per chunk everything is vectorised: the (address, block) pairs are aggregated, sorted by address,
 and a segmented running sum gives each address's balance before and after every block it touches.
+A key is looked up in the index only when its bit in ``seen.bin`` (``_Seen``) is set.
 """
 
 from __future__ import annotations
@@ -61,6 +62,11 @@ CHUNK_ROWS = int(os.environ.get("CAIRN_BRK_UTXO_CHUNK", "250000"))  # inputs + o
 _U16 = Struct("<H").unpack_from
 _U32 = Struct("<I").unpack_from
 _U64 = Struct("<Q").unpack_from
+_MISS = b"\xff" * 8  # the look-up of a key not in the index: id -1
+GROUP_BYTES = 8 << 20  # block bytes walked at once (memory)
+_FEW, _MANY = 4, 32  # output_offsets: this few transactions with this many steps to go: a plain loop
+SEEN_BITS = 1 << 27  # the filter of key hashes already given an id (16 MiB), see _Seen
+SEEN_MAX = SEEN_BITS >> 3  # addresses; beyond, too many false positives to be worth keeping
 
 
 def specs() -> list[VecSpec]:
@@ -82,50 +88,76 @@ def keyhash(key: bytes) -> int:
     return int.from_bytes(key[-8:], "little")
 
 
-def _varints(d: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _varints(d: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray | int]:
     """CompactSize values at byte offsets ``at`` of ``d`` and their encoded lengths."""
     import numpy as np
 
-    first = d[at].astype(np.int64)
-    value = first.copy()
+    value = d[at].astype(np.int64)
+    big = np.flatnonzero(value >= 0xFD)
+    if not big.size:
+        return value, 1
     size = np.ones(at.shape[0], dtype=np.int64)
-    for i in np.flatnonzero(first >= 0xFD).tolist():  # rare: scripts of 253 bytes or more
+    for i in big.tolist():  # rare: scripts of 253 bytes or more
         p = int(at[i])
-        tag = int(first[i])
-        n = {0xFD: 2, 0xFE: 4, 0xFF: 8}[tag]
+        n = {0xFD: 2, 0xFE: 4, 0xFF: 8}[int(value[i])]
         value[i] = int.from_bytes(d[p + 1:p + 1 + n].tobytes(), "little")
         size[i] = 1 + n
     return value, size
 
 
-def output_offsets(d: np.ndarray, sizes: np.ndarray, n_in: np.ndarray, n_out: np.ndarray) -> np.ndarray:
-    """The offset of every output script of a block, walking all its transactions at once.
+def _varint_at(d: np.ndarray, at: int) -> tuple[int, int]:
+    """The CompactSize value at byte offset ``at`` of ``d`` and its encoded length."""
+    first = int(d[at])
+    if first < 0xFD:
+        return first, 1
+    n = {0xFD: 2, 0xFE: 4, 0xFF: 8}[first]
+    return int.from_bytes(d[at + 1:at + 1 + n].tobytes(), "little"), 1 + n
 
-    Transaction sizes and input/output counts come from the vecs, so each step moves every
-    transaction past one input (or output) with a few array operations; witnesses are never walked."""
+
+def output_offsets(d: np.ndarray, starts: np.ndarray, n_in: np.ndarray, n_out: np.ndarray) -> np.ndarray:
+    """The offset in ``d`` of every output script of the transactions starting at byte offsets ``starts``
+    (those of several blocks at once), in transaction order.
+
+    Input and output counts come from the vecs, so each step moves every transaction past one input
+    (or output) with a few array operations; witnesses are never walked. When only a few transactions
+    are left with many inputs (or outputs) to go (a consolidation, a payout to thousands), a plain loop
+    finishes them rather than thousands of steps over arrays of one or two."""
     import numpy as np
 
-    ntx = sizes.shape[0]
-    _, head = _varints(d, np.asarray([80]))
-    starts = 80 + int(head[0]) + np.concatenate(([0], np.cumsum(sizes)[:-1]))
     p = starts + 4 + 2 * (d[starts + 4] == 0)  # version, then the segwit marker and flag if present
     _, ln = _varints(d, p)
-    p = p + ln
-    active = np.arange(ntx)
+    p += ln
+    active = np.flatnonzero(n_in > 0)
     step = 0
     while active.size:
+        if active.size <= _FEW and int(n_in[active].max()) - step > _MANY:
+            for t in active.tolist():
+                at = int(p[t])
+                for _ in range(step, int(n_in[t])):
+                    sl1, ln1 = _varint_at(d, at + 36)
+                    at += 36 + ln1 + sl1 + 4
+                p[t] = at
+            break
         q = p[active] + 36
         sl, ln = _varints(d, q)
         p[active] = q + ln + sl + 4
         step += 1
         active = active[n_in[active] > step]
     _, ln = _varints(d, p)
-    p = p + ln
+    p += ln
     first = np.concatenate(([0], np.cumsum(n_out)[:-1]))
     result = np.zeros(int(n_out.sum()), dtype=np.int64)
     active = np.flatnonzero(n_out > 0)
     step = 0
     while active.size:
+        if active.size <= _FEW and int(n_out[active].max()) - step > _MANY:
+            for t in active.tolist():
+                at, row = int(p[t]), int(first[t])
+                for k in range(step, int(n_out[t])):
+                    sl1, ln1 = _varint_at(d, at + 8)
+                    result[row + k] = at + 8 + ln1
+                    at += 8 + ln1 + sl1
+            break
         q = p[active] + 8
         sl, ln = _varints(d, q)
         result[first[active] + step] = q + ln
@@ -133,6 +165,82 @@ def output_offsets(d: np.ndarray, sizes: np.ndarray, n_in: np.ndarray, n_out: np
         step += 1
         active = active[n_out[active] > step]
     return result
+
+
+def _unique_rows(mat: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``numpy.unique`` over the rows of a byte matrix (rows in byte order, each one's first row index,
+    the inverse), sorting 8-byte integers rather than byte strings: the rows are hashes or public keys,
+    so their first 8 bytes nearly always tell them apart; when two different rows share them, the
+    byte-string sort is used."""
+    import numpy as np
+
+    n, width = mat.shape
+    if n == 0:
+        return mat, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    head = np.zeros((n, 8), dtype=np.uint8)
+    head[:, :min(8, width)] = mat[:, :8]
+    prefix = head.view(">u8").ravel()  # big-endian: integer order is byte order
+    order = np.argsort(prefix)
+    ps = prefix[order]
+    tie = np.flatnonzero(ps[1:] == ps[:-1])
+    if tie.size and (mat[order[tie]] != mat[order[tie + 1]]).any():
+        uniq, first, inverse = np.unique(mat.view(f"V{width}").ravel(), return_index=True, return_inverse=True)
+        return np.frombuffer(uniq.tobytes(), dtype=np.uint8).reshape(-1, width), first, inverse.ravel()
+    new = np.ones(n, dtype=bool)
+    new[tie + 1] = False
+    starts = np.flatnonzero(new)
+    first = np.minimum.reduceat(order, starts)  # each run's first occurrence
+    inverse = np.empty(n, dtype=np.int64)
+    inverse[order] = np.cumsum(new) - 1
+    return mat[first], first, inverse
+
+
+class _Seen:
+    """A bit per key-hash value (modulo ``SEEN_BITS``) set for every committed address: a key whose bit is
+    clear was never given an id, so it is not looked up in the index (on a chain of fresh addresses
+    nearly every key, each look-up a call into the engine). The file ``seen.bin`` holds the number of
+    ids it covers and the bits; it is rewritten (atomically) at the end of a run and extended from
+    ``addressindex_to_keyhash`` when it covers fewer ids than are committed (a kill, an older store), so
+    a bit is never missing for a committed address. Ids rolled back leave their bits set: a look-up too
+    many, never a wrong id. Past ``SEEN_MAX`` addresses the filter is dropped (the index's own bloom
+    filters do the work)."""
+
+    def __init__(self, path: Path, keyhash: np.ndarray, count: int) -> None:
+        import numpy as np
+
+        self.path = path
+        self.bits = np.zeros(SEEN_BITS // 8, dtype=np.uint8)
+        covered = 0
+        try:
+            with open(path, "rb") as fh:
+                if os.fstat(fh.fileno()).st_size == 8 + self.bits.shape[0]:
+                    covered = min(int.from_bytes(fh.read(8), "little"), count)
+                    if fh.readinto(self.bits.data) != self.bits.shape[0]:
+                        covered = 0
+                        self.bits[:] = 0
+        except FileNotFoundError:
+            pass
+        for lo in range(covered, count, 1 << 22):  # bounded reads
+            self.add(np.asarray(keyhash[lo:min(count, lo + (1 << 22))]))
+        self.covered = count
+
+    def add(self, hashes: np.ndarray) -> None:
+        import numpy as np
+
+        bit = (hashes % np.uint64(SEEN_BITS)).astype(np.int64)
+        np.bitwise_or.at(self.bits, bit >> 3, (1 << (bit & 7)).astype(np.uint8))
+
+    def maybe(self, hashes: np.ndarray) -> np.ndarray:
+        import numpy as np
+
+        bit = (hashes % np.uint64(SEEN_BITS)).astype(np.int64)
+        found: np.ndarray = (self.bits[bit >> 3] >> (bit & 7).astype(np.uint8)) & 1 == 1
+        return found
+
+    def save(self, durable: bool) -> None:
+        with atomic_file(self.path, durable=durable) as fh:
+            fh.write(self.covered.to_bytes(8, "little"))
+            fh.write(self.bits.data)
 
 
 def update(out: Path, *, durable: bool = True, blocks_dir: Path | None = None) -> dict[str, Any] | None:
@@ -175,7 +283,9 @@ class _AddressPass:
         self.key = read_xor_key(blocks_dir)
         self.paths = dict(blk_files(blocks_dir))
         self._fds: dict[int, int] = {}
+        self._buf = np.zeros(0, dtype=np.uint8)  # the blocks being walked (one buffer, reused)
         self._db: Any = None
+        self._seen: _Seen | None = None
         n = self.n
         f_out = self.raw.read("height_to_first_outputindex", 0, n + 1).astype(np.int64)
         if f_out.shape[0] == n:
@@ -201,8 +311,12 @@ class _AddressPass:
         if self._db is None:
             from cairn.brk.rocks import open_rocksdb
 
-            try:  # the transaction index's settings, with a bounded 32 MB block cache
-                self._db = open_rocksdb(self.root / "index", memtable_mb=32, cache_mb=32)
+            # The transaction index's settings, with a bounded 32 MB block cache. Without the seen filter
+            # most look-ups are of keys not stored: memtable bloom filters make those cheaper (with it,
+            # they would only slow the writes).
+            try:
+                self._db = open_rocksdb(self.root / "index", memtable_mb=32, cache_mb=32,
+                                        memtable_bloom=self._seen is None)
             except Exception as exc:  # rocksdict raises plain exceptions (a lock held, a corrupt file)
                 raise StorageError(f"Cannot open the address index {self.root / 'index'}: {exc}.") from exc
         return self._db
@@ -277,6 +391,8 @@ class _AddressPass:
         for _, _, path in self._undo_files():
             path.unlink()
         (self.root / "balance.bin").unlink(missing_ok=True)
+        (self.root / "seen.bin").unlink(missing_ok=True)
+        self._seen = None
         meta["generation"] = int(meta.get("generation", 0)) + 1
         self.store.truncate({name: 0 for name in self.store.lengths}, meta)
 
@@ -315,6 +431,9 @@ class _AddressPass:
                 self._reset(meta)
         start = s.lengths["height_to_blockhash"]
         done = 0
+        count = s.lengths["addressindex_to_keyhash"]
+        if start < self.n and count <= SEEN_MAX:
+            self._seen = _Seen(self.root / "seen.bin", s.read("addressindex_to_keyhash"), count)
         while start < self.n:
             rows = self.first_out[:-1] + self.first_in[:-1]
             limit = int(np.searchsorted(rows, int(rows[start]) + CHUNK_ROWS, "right"))
@@ -322,13 +441,17 @@ class _AddressPass:
             self._chunk(start, stop, meta)
             done += stop - start
             start = stop
+            if self._seen is not None and self._seen.covered > SEEN_MAX:
+                self._seen = None
+                (self.root / "seen.bin").unlink(missing_ok=True)
+        if self._seen is not None:
+            self._seen.save(self.durable)
         return {"height": s.lengths["height_to_blockhash"] - 1, "computed_heights": done, "rolled_back_to": rolled}
 
-    def _block_bytes(self, heights: range) -> Iterator[bytes]:
-        """Raw bytes of the chain's blocks at ``heights`` (found through the blockpos scan cache)."""
+    def _block_positions(self, heights: range) -> list[tuple[int, int, int]]:
+        """(blk file number, offset, length) of the chain's blocks at ``heights`` (from the blockpos
+        scan cache)."""
         import numpy as np
-
-        from cairn.brk.blocks.files import unxor
 
         raw = self.raw
         hashes = raw.read("height_to_blockhash", heights.start, heights.stop)
@@ -340,6 +463,7 @@ class _AddressPass:
             self._pos_hash = pos_hash
         want = np.ascontiguousarray(hashes[:, :8]).view("<u8").ravel()
         lo = np.searchsorted(self._pos_sorted, want, "left")
+        found = []
         for i, h in enumerate(hashes):
             j = int(lo[i])
             while j < self._pos_sorted.shape[0] and self._pos_sorted[j] == want[i]:
@@ -349,19 +473,46 @@ class _AddressPass:
                 j += 1
             else:
                 raise StorageError(f"block {bytes(h)[::-1].hex()} is not in the scan cache")
-            file_no = int(raw.read("blockpos_to_file", pos, pos + 1)[0])
-            offset = int(raw.read("blockpos_to_offset", pos, pos + 1)[0])
-            length = int(raw.read("blockpos_to_length", pos, pos + 1)[0])
-            fd = self._fds.get(file_no)
-            if fd is None:
-                path = self.paths.get(file_no)
-                if path is None:
-                    raise StorageError(f"blk{file_no:05d}.dat is missing from the blocks directory")
-                fd = self._fds[file_no] = os.open(path, os.O_RDONLY)
-            data = os.pread(fd, length, offset)
-            if len(data) != length:
-                raise StorageError(f"blk{file_no:05d}.dat is shorter than indexed")
-            yield unxor(data, self.key, offset)
+            found.append((int(raw.read("blockpos_to_file", pos, pos + 1)[0]),
+                          int(raw.read("blockpos_to_offset", pos, pos + 1)[0]),
+                          int(raw.read("blockpos_to_length", pos, pos + 1)[0])))
+        return found
+
+    def _block_groups(self, heights: range) -> Iterator[tuple[int, int, np.ndarray, np.ndarray]]:
+        """The blocks at ``heights`` in runs of about ``GROUP_BYTES``: (first and end position in
+        ``heights``, their bytes end to end, each block's offset in those bytes). The bytes are a view
+        of one buffer reused from run to run: valid until the next run."""
+        import numpy as np
+
+        positions = self._block_positions(heights)
+        j0 = 0
+        while j0 < len(positions):
+            j1, size = j0, 0
+            while j1 < len(positions) and (j1 == j0 or size + positions[j1][2] <= GROUP_BYTES):
+                size += positions[j1][2]
+                j1 += 1
+            if self._buf.shape[0] < size:
+                self._buf = np.empty(max(size, GROUP_BYTES), dtype=np.uint8)
+            buf = self._buf[:size]
+            bases = np.zeros(j1 - j0, dtype=np.int64)
+            at = 0
+            for i, (file_no, offset, length) in enumerate(positions[j0:j1]):
+                bases[i] = at
+                fd = self._fds.get(file_no)
+                if fd is None:
+                    path = self.paths.get(file_no)
+                    if path is None:
+                        raise StorageError(f"blk{file_no:05d}.dat is missing from the blocks directory")
+                    fd = self._fds[file_no] = os.open(path, os.O_RDONLY)
+                if os.preadv(fd, [buf[at:at + length].data], offset) != length:
+                    raise StorageError(f"blk{file_no:05d}.dat is shorter than indexed")
+                if any(self.key):  # Bitcoin Core's XOR obfuscation, undone in place
+                    phase = offset % len(self.key)
+                    rolled = np.frombuffer(self.key[phase:] + self.key[:phase], dtype=np.uint8)
+                    buf[at:at + length] ^= np.resize(rolled, length)
+                at += length
+            yield j0, j1, buf, bases
+            j0 = j1
 
     def _chunk(self, a: int, b: int, meta: dict[str, Any]) -> None:  # noqa: C901 - one vectorised pass
         import numpy as np
@@ -372,8 +523,8 @@ class _AddressPass:
         types = np.asarray(self.type[o0:o1]).astype(np.int64)
         values = np.asarray(self.value[o0:o1]).astype(np.int64)
         count0 = s.lengths["addressindex_to_keyhash"]
-        out_addr, new_keys, new_ids, new_hashes, new_codes = self._resolve(a, b, types, count0)
-        nxt = count0 + len(new_keys)
+        out_addr, new, new_hashes, new_codes = self._resolve(a, b, types, count0)
+        nxt = count0 + new_hashes.shape[0]
         out_blk = np.repeat(np.arange(nb), np.diff(self.first_out[a:b + 1]))
         # Spends: the address of each spent output (this chunk's from memory, older ones from the vec).
         i0, i1 = int(self.first_in[a]), int(self.first_in[b])
@@ -402,35 +553,38 @@ class _AddressPass:
         first_of = np.ones(ukey.shape[0], dtype=bool)
         first_of[1:] = u_addr[1:] != u_addr[:-1]
         starts = np.flatnonzero(first_of)
-        start_bal = np.zeros(ukey.shape[0], dtype=np.int64)
         existing = u_addr[starts] < count0
         bal = self._balances(max(nxt, 1))
         sb = np.zeros(starts.shape[0], dtype=np.int64)
         if existing.any():
             sb[existing] = np.asarray(bal[u_addr[starts][existing]]).astype(np.int64)
-        start_bal[starts] = sb
         # Segmented running sum: balance after each (address, block).
         cs = np.cumsum(delta)
-        seg_base = np.repeat(cs[starts] - delta[starts], np.diff(np.append(starts, ukey.shape[0])))
-        after = start_bal[np.repeat(starts, np.diff(np.append(starts, ukey.shape[0])))] + cs - seg_base
+        seg = np.cumsum(first_of) - 1  # each row's address run
+        after = (sb - (cs[starts] - delta[starts]))[seg] + cs
         before = after - delta
         if (after < 0).any():
             raise StorageError(f"heights {a}..{b - 1}: an address balance went negative (vecs inconsistent)")
         # Undo rows first (durable), then the balances, the index, the vecs.
-        undo = np.stack((u_blk + a, u_addr, before)).T.astype(np.uint64)
+        undo = np.empty((3, ukey.shape[0]), dtype=np.uint64)  # saved as before: (height, address, balance) rows
+        undo[0], undo[1], undo[2] = u_blk + a, u_addr, before
+        undo = undo.T
         self._save_undo(a, b, undo)
         last = np.append(starts[1:] - 1, ukey.shape[0] - 1)
         bal[u_addr[last]] = after[last].astype(np.uint64)
         self._sync_balances(bal)
         del bal
-        if new_keys:
-            from rocksdict import WriteBatch
+        if new:
+            from collections import deque
+
+            from rocksdict import WriteBatch, WriteOptions
 
             wb = WriteBatch(raw_mode=True)
-            put = wb.put
-            for key, aid in zip(new_keys, new_ids.tolist()):  # in key order: cheaper inserts
-                put(key, aid.to_bytes(8, "little"))
-            self.db.write(wb)
+            for keys, ids in new:  # in key order, and the engine told so: cheaper inserts
+                deque(map(wb.put, keys, ids.astype("<u8").view("V8").tolist()), maxlen=0)
+            options = WriteOptions()
+            options.memtable_insert_hint_per_batch = True
+            self.db.write(wb, options)
         from cairn.brk.faults import fault as _fault
 
         _fault("address-undo")  # the crash tests kill here: balances and index ahead of the manifest
@@ -481,18 +635,21 @@ class _AddressPass:
         s.append("addressindex_to_type", new_codes.astype(np.uint8))
         meta["height"] = b - 1
         s.commit(meta)
+        if self._seen is not None:
+            self._seen.add(new_hashes)
+            self._seen.covered = nxt
         _fault("address-commit")
         for lo, hi, path in self._undo_files():
             if hi < b - UNDO_HEIGHTS:
                 path.unlink()
 
     def _resolve(self, a: int, b: int, types: np.ndarray, count0: int
-                 ) -> tuple[np.ndarray, list[bytes], np.ndarray, np.ndarray, np.ndarray]:
-        """The address id of every output of heights [a, b) (-1: none); the new addresses' keys and
-        ids in key order; and their key hashes and type codes in id order (ids follow first appearance)."""
+                 ) -> tuple[np.ndarray, list[tuple[list[bytes], np.ndarray]], np.ndarray, np.ndarray]:
+        """The address id of every output of heights [a, b) (-1: none); per address type, the new
+        addresses' keys in key order with their ids; and the new addresses' key hashes and type codes in
+        id order (ids follow first appearance)."""
         import numpy as np
 
-        o0 = int(self.first_out[a])
         t0 = int(self.raw.read("height_to_first_txindex", a, a + 1)[0])
         t1 = int(self.raw.read("height_to_first_txindex", b, b + 1)[0]) if b < self.n \
             else self.raw.length("txindex_to_txid")
@@ -501,66 +658,94 @@ class _AddressPass:
         n_out = self.raw.read("txindex_to_output_count", t0, t1).astype(np.int64)
         ntx = self.raw.read("height_to_tx_count", a, b).astype(np.int64)
         tx_at = np.concatenate(([0], np.cumsum(ntx)))
+        out_at = np.concatenate(([0], np.cumsum(n_out)))
         rows: dict[int, list[np.ndarray]] = {code: [] for code in ADDRESS_TYPES}
         where: dict[int, list[np.ndarray]] = {code: [] for code in ADDRESS_TYPES}
         k = 0
-        for j, data in enumerate(self._block_bytes(range(a, b))):
-            d = np.frombuffer(data, dtype=np.uint8)
-            lo, hi = int(tx_at[j]), int(tx_at[j + 1])
-            offs = output_offsets(d, sizes[lo:hi], n_in[lo:hi], n_out[lo:hi])
+        for j0, j1, d, bases in self._block_groups(range(a, b)):
+            # Every transaction of the group's blocks walked at once: each block's transactions start
+            # after its 80-byte header and transaction count.
+            _, head = _varints(d, bases + 80)
+            lo, hi = int(tx_at[j0]), int(tx_at[j1])
+            nt = ntx[j0:j1]
+            within = np.cumsum(sizes[lo:hi]) - sizes[lo:hi]  # exclusive, across the group's blocks
+            within -= np.repeat(within[tx_at[j0:j1] - lo], nt)
+            starts = np.repeat(bases + 80 + head, nt) + within
+            offs = output_offsets(d, starts, n_in[lo:hi], n_out[lo:hi])
+            windows = {length: np.lib.stride_tricks.sliding_window_view(d, length)
+                       for _, _, length in ADDRESS_TYPES.values()}
+            if offs.shape[0] != int(out_at[hi] - out_at[lo]) or k + offs.shape[0] > types.shape[0]:
+                raise StorageError(f"heights {a}..{b - 1}: the blocks hold other outputs than the vecs")
             codes = types[k:k + offs.shape[0]]
             for code, (_, shift, length) in ADDRESS_TYPES.items():
                 sel = np.flatnonzero(codes == code)
-                if sel.size:
-                    rows[code].append(d[(offs[sel] + shift)[:, None] + np.arange(length)])
+                if sel.size:  # each payload's bytes: one row of a sliding window over the blocks' bytes
+                    rows[code].append(windows[length][offs[sel] + shift])
                     where[code].append(sel + k)
             k += offs.shape[0]
         if k != types.shape[0]:
             raise StorageError(f"heights {a}..{b - 1}: the blocks hold other outputs than the vecs")
         out_addr = np.full(types.shape[0], -1, dtype=np.int64)
-        get = self.db.get
         stored_hash = self.store.read("addressindex_to_keyhash")
-        groups = []  # per type: unique rows, their first output, inverse, lookup result
+        groups = []  # per type: unique keys (key order), their rows, first output, inverse, look-ups
         for code in ADDRESS_TYPES:  # type codes ascending, rows sorted: the engine's key order
             if not rows[code]:
                 continue
             mat = np.concatenate(rows[code])
             pos = np.concatenate(where[code])
-            width = mat.shape[1]
-            uniq, first, inverse = np.unique(mat.view(f"V{width}").ravel(), return_index=True, return_inverse=True)
-            blob = uniq.tobytes()
-            prefix = bytes((code,))
-            keys = [prefix + blob[i:i + width] for i in range(0, len(blob), width)]
-            found = np.fromiter((-1 if v is None else int.from_bytes(v, "little") for v in map(get, keys)),
-                                dtype=np.int64, count=len(keys))
-            umat = np.frombuffer(blob, dtype=np.uint8).reshape(-1, width)
+            umat, first, inverse = _unique_rows(mat)
+            width = umat.shape[1]
+            kmat = np.empty((umat.shape[0], width + 1), dtype=np.uint8)
+            kmat[:, 0] = code
+            kmat[:, 1:] = umat
+            keys = kmat.view(f"V{width + 1}").ravel().tolist()  # bytes, trailing zeros kept
             tail = np.zeros((umat.shape[0], 8), dtype=np.uint8)
             tail[:, 8 - min(8, width):] = umat[:, -min(8, width):]
             hashes = tail.view("<u8").ravel()
+            # Only keys that may have a trusted entry are looked up (none while no address is committed).
+            found = np.full(len(keys), -1, dtype=np.int64)
+            if count0:
+                ask = np.arange(len(keys)) if self._seen is None else np.flatnonzero(self._seen.maybe(hashes))
+                if ask.shape[0] == len(keys):
+                    found = self._lookup(keys)
+                elif ask.shape[0]:
+                    found[ask] = self._lookup([keys[i] for i in ask.tolist()])
             ok = (found >= 0) & (found < count0)
             ok[ok] = stored_hash[found[ok]] == hashes[ok]
-            groups.append((code, keys, hashes, pos[first], inverse.ravel(), pos, found, ok))
-        # New addresses: ids in order of first appearance in the chunk.
-        new_first = np.concatenate([g[3][~g[7]] for g in groups]) if groups else np.zeros(0, np.int64)
-        rank = np.empty(new_first.shape[0], dtype=np.int64)
-        rank[np.argsort(new_first, kind="stable")] = np.arange(new_first.shape[0])
-        new_keys: list[bytes] = []
-        new_ids = np.zeros(new_first.shape[0], dtype=np.int64)
+            groups.append((code, keys, kmat, hashes, pos[first], inverse, pos, found, ok))
+        # New addresses: ids in order of first appearance in the chunk (first outputs are distinct).
+        new_first = np.concatenate([g[4][~g[8]] for g in groups]) if groups else np.zeros(0, np.int64)
+        mark = np.zeros(types.shape[0] + 1, dtype=np.int64)
+        mark[new_first] = 1
+        rank = (np.cumsum(mark) - 1)[new_first]
+        new: list[tuple[list[bytes], np.ndarray]] = []
         new_hashes = np.zeros(new_first.shape[0], dtype=np.uint64)
         new_codes = np.zeros(new_first.shape[0], dtype=np.uint8)
         at = 0
-        for code, keys, hashes, _, inverse, pos, found, ok in groups:
+        for code, keys, kmat, hashes, _, inverse, pos, found, ok in groups:
             fresh = np.flatnonzero(~ok)
             r = rank[at:at + fresh.shape[0]]
             at += fresh.shape[0]
-            ids = found.copy()
+            ids = found
             ids[fresh] = count0 + r
-            new_ids[len(new_keys):len(new_keys) + fresh.shape[0]] = count0 + r
-            new_keys.extend([keys[i] for i in fresh.tolist()])
+            if fresh.shape[0]:
+                fresh_keys = keys if fresh.shape[0] == len(keys) else \
+                    kmat[fresh].view(f"V{kmat.shape[1]}").ravel().tolist()
+                new.append((fresh_keys, count0 + r))
             new_hashes[r] = hashes[fresh]
             new_codes[r] = code
             out_addr[pos] = ids[inverse]
-        return out_addr, new_keys, new_ids, new_hashes, new_codes
+        return out_addr, new, new_hashes, new_codes
+
+    def _lookup(self, keys: list[bytes]) -> np.ndarray:
+        """The stored id of every key (-1: none), one engine call a key and no Python loop."""
+        import numpy as np
+        from itertools import repeat
+
+        got = b"".join(map(self.db.get, keys, repeat(_MISS)))
+        if len(got) != 8 * len(keys):
+            raise StorageError(f"the address index {self.root / 'index'} holds a value that is not an id")
+        return np.frombuffer(got, dtype="<i8").copy()
 
     def _save_undo(self, a: int, b: int, rows: np.ndarray) -> None:
         import numpy as np

@@ -131,6 +131,9 @@ class Op:
                 raise TypeError(f"operation {self.name!r}: params for unknown arguments {sorted(unknown)}")
         self._params: list[Param] | None = None
         self._schema: dict[str, Any] | None = None
+        # surface -> (any aliases, ((name, wire, schema, fill with the default, default), ...)): what
+        # bind() reads per call, worked out once (per call it was a third of a warm blz find's binding)
+        self._binding: dict[str, tuple[bool, tuple[tuple[str, str, dict[str, Any], bool, Any], ...]]] = {}
 
     def __repr__(self) -> str:
         return f"Op({self.name!r})"
@@ -207,10 +210,10 @@ class Op:
         if not isinstance(args, dict):
             details = {"operation": self.name} if self.error_details is None else self.error_details(self.name, None)
             raise InvalidInput(f"Parameters of {self.name!r} must be a JSON object.", details=details)
-        params = self.params_for(surface)
-        if any(p.aliases for p in params):  # an alias counts as its parameter: a required one too
+        binding = self._binding.get(surface) or self._bind_plan(surface)
+        if binding[0]:  # an alias counts as its parameter: a required one too
             args = dict(args)
-            for p in params:
+            for p in self.params_for(surface):
                 given = [k for k in (p.wire, *p.aliases) if k in args]
                 if len(given) > 1:
                     raise self._invalid(f"{given[0]} and {given[1]} name the same parameter; give one", given[1])
@@ -227,12 +230,21 @@ class Op:
                     out[p.wire] = p.schema["default"]
             return out
         kwargs: dict[str, Any] = {}
-        for p in params:
-            if p.wire in args:
-                kwargs[p.name] = _whole(args[p.wire], p.schema)
-            elif not p.required_for(surface) and "default" in p.schema:
-                kwargs[p.name] = p.schema["default"]
+        for name, wire, schema, fill, default in binding[1]:
+            if wire in args:
+                value = args[wire]
+                kwargs[name] = _whole(value, schema) if isinstance(value, (float, list)) else value
+            elif fill:
+                kwargs[name] = default
         return kwargs
+
+    def _bind_plan(self, surface: str) -> tuple[bool, tuple[tuple[str, str, dict[str, Any], bool, Any], ...]]:
+        params = self.params_for(surface)
+        plan = (any(p.aliases for p in params),
+                tuple((p.name, p.wire, p.schema, not p.required_for(surface) and "default" in p.schema,
+                       p.schema.get("default")) for p in params))
+        self._binding[surface] = plan
+        return plan
 
     def call(self, target: Any, args: Any, surface: str = "mcp", **context: Any) -> Any:
         """Validate ``args`` and run the operation on ``target`` (``context``: extra keyword arguments a

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any, Callable
 from cairn.core.errors import ExtensionError, InvalidInput, NotFound
 
 if TYPE_CHECKING:
-    from cairn.ctx.config import AgentConfig, Config
+    from cairn.ctx.agent_config import AgentConfig
+    from cairn.ctx.config import Config
     from cairn.ctx.luaproc import CancelCheck, LuaPool
     from cairn.ctx.scripts import KnowledgeBase
 
@@ -52,9 +53,9 @@ def _signature(agent: "AgentConfig") -> str:
 
 def render(template: str, values: dict[str, str]) -> str:
     """``{{name}}`` replaced by ``values[name]`` (names were checked against the arguments at load)."""
-    from cairn.ctx.config import _PLACEHOLDER
+    from cairn.ctx.agent_config import PLACEHOLDER
 
-    return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), ""), template)
+    return PLACEHOLDER.sub(lambda m: values.get(m.group(1), ""), template)
 
 
 class Agents:

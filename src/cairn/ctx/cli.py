@@ -3,18 +3,43 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from cairn.core.errors import CairnError, raise_errors
 
 if TYPE_CHECKING:
     import argparse  # imported by _parser; `ctx serve mcp --stdio` starts without it
+    from collections.abc import Callable
 
 FORMAT_ENV = "CTX_OUTPUT_FORMAT"
+# The sub-commands, in the order `ctx --help` lists them.
+COMMANDS = ("init", "sources", "stats", "migrate", "sync", "search", "get", "embed", "export", "import", "serve",
+            "config", "agent", "tool")
+# The options every command takes (``common`` below) that may come before the sub-command's name.
+_VALUE_OPTIONS = ("--config", "--format")
+_FLAG_OPTIONS = ("--json", "--jsonl", "--text")
 
 
-def _parser() -> argparse.ArgumentParser:
+def _command(argv: list[str]) -> str | None:
+    """The sub-command ``argv`` runs, when that is plain without argparse: its first word that is not one
+    of the common options (written out in full) or their value. Anything else (``--help``, an
+    abbreviated option, an unknown word) is None: the whole parser, whose messages list every command."""
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if word in _VALUE_OPTIONS:
+            i += 2
+        elif word in _FLAG_OPTIONS or word.startswith(tuple(f"{o}=" for o in _VALUE_OPTIONS)):
+            i += 1
+        else:
+            return word if word in COMMANDS else None
+    return None
+
+
+def _parser(only: str | None = None) -> argparse.ArgumentParser:
+    """``ctx``'s parser. With ``only`` (a name in :data:`COMMANDS`), that sub-command alone: argparse
+    builds a whole parser per sub-command (several from the operations' declarations), and ``ctx
+    search`` needs one of fourteen. Its help, usage and errors are the same as the whole parser's."""
     import argparse
 
     from cairn.core.ops import add_subcommand
@@ -33,70 +58,89 @@ def _parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="ctx", description=__doc__, parents=[common])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    wanted = COMMANDS if only is None else (only,)
 
-    sub.add_parser("init", parents=[common], help="write a commented starter config and create the database")
-    add_subcommand(sub, OPS["sources"], parents=[common])
-    sub.add_parser("stats", parents=[common], help="document, chunk and vector counts")
-    sub.add_parser("migrate", parents=[common],
-                   help="apply pending schema migrations to the database (SQLite or PostgreSQL) and report its version")
+    if "init" in wanted:
+        sub.add_parser("init", parents=[common], help="write a commented starter config and create the database")
+    if "sources" in wanted:
+        add_subcommand(sub, OPS["sources"], parents=[common])
+    if "stats" in wanted:
+        sub.add_parser("stats", parents=[common], help="document, chunk and vector counts")
+    if "migrate" in wanted:
+        sub.add_parser("migrate", parents=[common], help="apply pending schema migrations to the database "
+                       "(SQLite or PostgreSQL) and report its version")
 
-    p = sub.add_parser("sync", parents=[common], help="index new and changed documents, drop deleted ones")
-    p.add_argument("target", nargs="?", default="all", help="connector name, type, type:name, or all (default)")
-    p.add_argument("--full", action="store_true", help="re-read and re-chunk every document")
-    p.add_argument("--dry-run", action="store_true", help="report what would change without writing")
+    if "sync" in wanted:
+        p = sub.add_parser("sync", parents=[common], help="index new and changed documents, drop deleted ones")
+        p.add_argument("target", nargs="?", default="all", help="connector name, type, type:name, or all (default)")
+        p.add_argument("--full", action="store_true", help="re-read and re-chunk every document")
+        p.add_argument("--dry-run", action="store_true", help="report what would change without writing")
 
     # search, get: generated from their declarations (cairn/ctx/ops.py), as MCP and HTTP are
-    add_subcommand(sub, OPS["search"], parents=[common])
-    add_subcommand(sub, OPS["get"], parents=[common])
+    if "search" in wanted:
+        add_subcommand(sub, OPS["search"], parents=[common])
+    if "get" in wanted:
+        add_subcommand(sub, OPS["get"], parents=[common])
 
-    p = sub.add_parser("embed", parents=[common], help="compute embeddings")
-    p.add_argument("action", choices=["pending", "rebuild"], help="pending: missing vectors only; rebuild: all")
+    if "embed" in wanted:
+        p = sub.add_parser("embed", parents=[common], help="compute embeddings")
+        p.add_argument("action", choices=["pending", "rebuild"], help="pending: missing vectors only; rebuild: all")
 
-    p = sub.add_parser("export", parents=[common], help="write the documents and chunks (and vectors) as JSON Lines",
-                       description="Write the knowledge base as JSON Lines: a header line, then each document "
-                       "followed by its chunks, then (--vectors) the vectors. Streams; for another tool, a static "
-                       "site, or `ctx import`. See docs/ctx.md, Export and import.")
-    p.add_argument("-o", "--out", metavar="FILE", help="write to FILE, replaced only when complete (default: stdout)")
-    p.add_argument("--vectors", action="store_true", help="include the configured embedding model's vectors")
+    if "export" in wanted:
+        p = sub.add_parser("export", parents=[common],
+                           help="write the documents and chunks (and vectors) as JSON Lines",
+                           description="Write the knowledge base as JSON Lines: a header line, then each document "
+                           "followed by its chunks, then (--vectors) the vectors. Streams; for another tool, a "
+                           "static site, or `ctx import`. See docs/ctx.md, Export and import.")
+        p.add_argument("-o", "--out", metavar="FILE",
+                       help="write to FILE, replaced only when complete (default: stdout)")
+        p.add_argument("--vectors", action="store_true", help="include the configured embedding model's vectors")
 
-    p = sub.add_parser("import", parents=[common], help="read a `ctx export` file into an empty knowledge base",
-                       description="Read a `ctx export` file (- for stdin) into the knowledge base, in one "
-                       "transaction: a bad line (reported with its number) or an interrupted import changes "
-                       "nothing. The knowledge base must be empty unless --merge is given.")
-    p.add_argument("file", metavar="FILE", help="the JSON Lines file, or - for stdin")
-    p.add_argument("--merge", action="store_true",
-                   help="import into a knowledge base that has documents: one with the same source and "
-                        "source_id is replaced")
+    if "import" in wanted:
+        p = sub.add_parser("import", parents=[common], help="read a `ctx export` file into an empty knowledge base",
+                           description="Read a `ctx export` file (- for stdin) into the knowledge base, in one "
+                           "transaction: a bad line (reported with its number) or an interrupted import changes "
+                           "nothing. The knowledge base must be empty unless --merge is given.")
+        p.add_argument("file", metavar="FILE", help="the JSON Lines file, or - for stdin")
+        p.add_argument("--merge", action="store_true",
+                       help="import into a knowledge base that has documents: one with the same source and "
+                            "source_id is replaced")
 
-    p = sub.add_parser("serve", parents=[common], help="serve the HTTP API and MCP (at / and /mcp, or over stdio)")
-    p.add_argument("what", choices=["mcp"], help="mcp: the tools over HTTP (/tools/*, MCP at / and /mcp) or --stdio")
-    p.add_argument("--stdio", action="store_true", help="speak MCP on stdin/stdout instead of HTTP")
-    p.add_argument("--bind", metavar="HOST:PORT", help="listen address (default: [server] bind, 127.0.0.1:7331)")
-    p.add_argument("--allow-remote", action="store_true",
-                   help="allow a non-loopback bind address (requires [server] auth_token or $CTX_AUTH_TOKEN)")
-    p.add_argument("--log-level", metavar="LEVEL",
-                   help="diagnostics on stderr: error, warn (default), info, debug, off (or $CTX_LOG)")
+    if "serve" in wanted:
+        p = sub.add_parser("serve", parents=[common],
+                           help="serve the HTTP API and MCP (at / and /mcp, or over stdio)")
+        p.add_argument("what", choices=["mcp"],
+                       help="mcp: the tools over HTTP (/tools/*, MCP at / and /mcp) or --stdio")
+        p.add_argument("--stdio", action="store_true", help="speak MCP on stdin/stdout instead of HTTP")
+        p.add_argument("--bind", metavar="HOST:PORT", help="listen address (default: [server] bind, 127.0.0.1:7331)")
+        p.add_argument("--allow-remote", action="store_true",
+                       help="allow a non-loopback bind address (requires [server] auth_token or $CTX_AUTH_TOKEN)")
+        p.add_argument("--log-level", metavar="LEVEL",
+                       help="diagnostics on stderr: error, warn (default), info, debug, off (or $CTX_LOG)")
 
-    p = sub.add_parser("config", parents=[common], help="show the configuration in force (secrets masked)")
-    csub = p.add_subparsers(dest="config_command", metavar="ACTION", required=True)
-    csub.add_parser("show", parents=[common], help="the effective config, defaults filled in and ${VAR} expanded, "
-                    "as TOML (text) or JSON; values from the environment and tokens read ***")
+    if "config" in wanted:
+        p = sub.add_parser("config", parents=[common], help="show the configuration in force (secrets masked)")
+        csub = p.add_subparsers(dest="config_command", metavar="ACTION", required=True)
+        csub.add_parser("show", parents=[common], help="the effective config, defaults filled in and ${VAR} "
+                        "expanded, as TOML (text) or JSON; values from the environment and tokens read ***")
 
     # agent list, agent show: generated from their declarations (cairn/ctx/ops.py), as HTTP is
-    p = sub.add_parser("agent", parents=[common], help="list the agents (prompts) or show one's prompt")
-    asub = p.add_subparsers(dest="agent_command", metavar="ACTION", required=True)
-    add_subcommand(asub, OPS["agent_list"], parents=[common])
-    show = add_subcommand(asub, OPS["agent_show"], parents=[common])
-    show.add_argument("--arg", dest="agent_args", action="append", default=[], metavar="KEY=VALUE",
-                      help="an argument of the agent (repeatable); VALUE is text")
+    if "agent" in wanted:
+        p = sub.add_parser("agent", parents=[common], help="list the agents (prompts) or show one's prompt")
+        asub = p.add_subparsers(dest="agent_command", metavar="ACTION", required=True)
+        add_subcommand(asub, OPS["agent_list"], parents=[common])
+        show = add_subcommand(asub, OPS["agent_show"], parents=[common])
+        show.add_argument("--arg", dest="agent_args", action="append", default=[], metavar="KEY=VALUE",
+                          help="an argument of the agent (repeatable); VALUE is text")
 
-    p = sub.add_parser("tool", parents=[common], help="list the tools or run one once")
-    tsub = p.add_subparsers(dest="tool_command", metavar="ACTION", required=True)
-    tsub.add_parser("list", parents=[common], help="built-in and Lua tools with their parameters")
-    t = tsub.add_parser("test", parents=[common], help="run a tool with parameters, print its result")
-    t.add_argument("name", help="tool name")
-    t.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
-                   help="a parameter (repeatable); VALUE is read as JSON when it parses, else as text")
+    if "tool" in wanted:
+        p = sub.add_parser("tool", parents=[common], help="list the tools or run one once")
+        tsub = p.add_subparsers(dest="tool_command", metavar="ACTION", required=True)
+        tsub.add_parser("list", parents=[common], help="built-in and Lua tools with their parameters")
+        t = tsub.add_parser("test", parents=[common], help="run a tool with parameters, print its result")
+        t.add_argument("name", help="tool name")
+        t.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                       help="a parameter (repeatable); VALUE is read as JSON when it parses, else as text")
     return parser
 
 
@@ -123,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = _fast_stdio(argv)
     if args is None:
-        parser = _parser()
+        parser = _parser(only=_command(argv))
         args = parser.parse_args(argv)
         if not args.command:
             parser.print_help()

@@ -14,10 +14,13 @@ import re
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cairn.core.errors import InvalidInput, NotFound
 from cairn.search.embed import EmbeddingSettings, hybrid_defaults
+
+if TYPE_CHECKING:
+    from cairn.ctx.agent_config import AgentArgument, AgentConfig
 
 KeyPath = tuple[str | int, ...]  # ("connectors", "git", "kb", "url"); an int indexes a list
 
@@ -52,7 +55,8 @@ def mask_url(url: str) -> str:
     return re.sub(r"(?i)([?&]password=)[^&#]*", r"\1***", out)
 
 
-_PG_URL = re.compile(r"postgres(ql)?://", re.IGNORECASE)
+# Patterns are compiled where used (re caches them): compiling is start-up time a search need not pay.
+_PG_URL = r"(?i)postgres(ql)?://"
 
 
 @dataclass(frozen=True)
@@ -74,7 +78,7 @@ class RetrievalConfig:
 
 LOOPBACK_ORIGINS = ("http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*")
 # "*", or scheme://host[:port] with no path; the port may be "*" (any port, or none).
-_ORIGIN = re.compile(r"\*|[a-z][a-z0-9+.-]*://(\[[0-9a-f:.]+\]|[a-z0-9_.~%-]+)(:(\d{1,5}|\*))?", re.IGNORECASE)
+_ORIGIN = r"(?i)\*|[a-z][a-z0-9+.-]*://(\[[0-9a-f:.]+\]|[a-z0-9_.~%-]+)(:(\d{1,5}|\*))?"
 
 
 @dataclass(frozen=True)
@@ -109,35 +113,6 @@ class ToolConfig:
 
 
 @dataclass(frozen=True)
-class AgentArgument:
-    """One argument an agent takes (an MCP prompt argument): always a string."""
-
-    name: str
-    description: str = ""
-    required: bool = False
-    default: str | None = None
-
-
-@dataclass(frozen=True)
-class AgentConfig:
-    """``[agents.inline.NAME]`` (a prompt written in the file) or ``[agents.script.NAME]`` (a Lua script
-    whose ``agent.resolve`` builds it, e.g. from a search). ``system_prompt`` may use ``{{argument}}``."""
-
-    kind: str  # "inline" | "script"
-    name: str
-    description: str = ""
-    system_prompt: str = ""
-    tools: tuple[str, ...] = ()
-    arguments: tuple[AgentArgument, ...] = ()
-    search_mode: str = "keyword"
-    search_sources: tuple[str, ...] = ()
-    search_limit: int | None = None
-    path: Path | None = None  # script agents
-    timeout: float = 30.0
-    config: dict[str, Any] = field(default_factory=dict, repr=False)  # script agents: other keys; may hold secrets
-
-
-@dataclass(frozen=True)
 class Config:
     path: Path
     db: DbConfig
@@ -147,7 +122,7 @@ class Config:
     server: ServerConfig = ServerConfig()
     connectors: list[ConnectorConfig] = field(default_factory=list)
     tools: list[ToolConfig] = field(default_factory=list)
-    agents: list[AgentConfig] = field(default_factory=list)
+    agents: list[AgentConfig] = field(default_factory=list)  # cairn.ctx.agent_config, imported when there are any
     # key paths (("server", "auth_token"), ("connectors", "git", "kb", "url")) of values that came
     # from the environment through ${VAR}: `ctx config show` masks them
     from_env: frozenset[KeyPath] = field(default=frozenset(), repr=False, compare=False)
@@ -367,7 +342,7 @@ def _parse(data: dict[str, Any], file: Path, templated: dict[KeyPath, str]) -> C
     r = _Reader(file, "db", data.get("db", {}))
     r.check_keys(["path", "url", "vector_index"])
     url = os.environ.get("CTX_DATABASE_URL") or r.text("url", "") or None
-    if url is not None and not _PG_URL.match(url):
+    if url is not None and not re.match(_PG_URL, url):
         r.fail("url", f"must be a postgresql:// URL, not {mask_url(url)!r} (for SQLite set path instead)")
     vector_index = os.environ.get("CTX_VECTOR_INDEX") or r.text("vector_index", "hnsw")
     if vector_index not in VECTOR_INDEXES:
@@ -426,8 +401,8 @@ def _parse(data: dict[str, Any], file: Path, templated: dict[KeyPath, str]) -> C
     if not isinstance(origins, list) or not all(isinstance(o, str) and o for o in origins):
         r.fail("cors_origins", 'must be a list of origins such as ["https://app.example", "http://localhost:*"] '
                                f"(or [] for none), not {origins!r}")
-    for origin in origins:
-        if not _ORIGIN.fullmatch(origin):
+    for origin in origins if "cors_origins" in r.table else ():  # the defaults need no check
+        if not re.fullmatch(_ORIGIN, origin):
             r.fail("cors_origins", f"{origin!r} is not an origin: write scheme://host or scheme://host:port "
                                    '(no path, no trailing "/"; port "*" means any), or "*" for every website')
     server = ServerConfig(bind=bind, auth_token=token, cors_origins=tuple(origins))
@@ -485,12 +460,13 @@ AGENT_KINDS = ("inline", "script")
 BUILTIN_TOOLS = ("search", "get", "sources")
 _AGENT_KEYS = ["description", "system_prompt", "tools", "arguments", "search_mode", "search_sources", "search_limit"]
 _ARGUMENT_KEYS = ("name", "description", "required", "default")
-_PLACEHOLDER = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
 
 
 def _agent(file: Path, base: Path, kind: str, name: str, table: Any, connectors: list[ConnectorConfig],
            tools: list[ToolConfig]) -> AgentConfig:
     """One agent, every field checked here, so a mistake stops ``ctx`` at load with the agent and the key."""
+    from cairn.ctx.agent_config import PLACEHOLDER, AgentConfig
+
     r = _Reader(file, f"agents.{kind}.{name}", table)
     if not name or not set(name) <= _NAME_CHARS or name.startswith("-") or len(name) > MAX_NAME:
         r.fail(None, f"agent names use lowercase letters, digits, '_' and '-', at most {MAX_NAME} characters")
@@ -515,7 +491,7 @@ def _agent(file: Path, base: Path, kind: str, name: str, table: Any, connectors:
 
     arguments = _agent_arguments(r)
     declared = {a.name for a in arguments}
-    for placeholder in _PLACEHOLDER.findall(system_prompt):
+    for placeholder in PLACEHOLDER.findall(system_prompt):
         if placeholder not in declared:
             hint = f"Arguments: {', '.join(sorted(declared))}." if declared else "Declare it in `arguments`."
             r.fail("system_prompt", f"uses {{{{{placeholder}}}}}, which is not an argument of this agent. {hint}")
@@ -548,6 +524,8 @@ def _agent(file: Path, base: Path, kind: str, name: str, table: Any, connectors:
 
 
 def _agent_arguments(r: _Reader) -> tuple[AgentArgument, ...]:
+    from cairn.ctx.agent_config import AgentArgument
+
     raw = r.table.get("arguments", [])
     if not isinstance(raw, list):
         r.fail("arguments", 'must be a list of tables such as [{ name = "topic", required = true }]')
@@ -663,7 +641,7 @@ def _mask_secret_keys(value: Any, key: str = "") -> Any:
     return value
 
 
-_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+_BARE_KEY = r"[A-Za-z0-9_-]+"
 
 
 def to_toml(data: dict[str, Any], header: str = "") -> str:
@@ -693,7 +671,7 @@ def _is_table_section(prefix: list[str], key: str) -> bool:
 def _key(key: str) -> str:
     import json
 
-    return key if _BARE_KEY.fullmatch(key) else json.dumps(key, ensure_ascii=False)
+    return key if re.fullmatch(_BARE_KEY, key) else json.dumps(key, ensure_ascii=False)
 
 
 def _value(value: Any) -> str:

@@ -62,7 +62,8 @@ def _or(terms_: list[str]) -> Match | None:
     return Match(tuple(dict.fromkeys(terms_)), "OR") if terms_ else None
 
 
-def plan(store: Store, text: str, budget: int = RANK_BUDGET) -> tuple[Match | None, int]:
+def plan(store: Store, text: str, budget: int = RANK_BUDGET,
+         counts: dict[str, int] | None = None) -> tuple[Match | None, int]:
     """(keyword query, lowest rowid to rank) keeping the ranking work under ``budget`` chunks.
 
     BM25 costs ~1 us per matching chunk, so a term found in most chunks would dominate latency
@@ -70,18 +71,20 @@ def plan(store: Store, text: str, budget: int = RANK_BUDGET) -> tuple[Match | No
     matches more than ``budget`` chunks, the most common terms are left out (rarest first, as long
     as they fit); if even the rarest term is over budget, the AND of all terms is used when it is
     non-empty and within budget; failing that, ranking covers the ``budget`` most recently indexed
-    matching chunks.
+    matching chunks. ``counts``: each term's chunk count (up to ``budget + 1``) when already known.
     """
-    kept = keyword_terms(text)
+    kept = list(dict.fromkeys(keyword_terms(text)))
     match = _or(kept)
     if match is None:
         return None, 0
-    counts = sorted(((store.fts_count(Match((t,)), budget), t) for t in kept), key=lambda ct: ct[0])
-    if sum(c for c, _ in counts) <= budget:
+    known = counts or {}
+    ordered = sorted(((known[t] if t in known else store.fts_count(Match((t,)), budget), t) for t in kept),
+                     key=lambda ct: ct[0])
+    if sum(c for c, _ in ordered) <= budget:
         return match, 0
     chosen: list[str] = []
     total = 0
-    for c, t in counts:
+    for c, t in ordered:
         if chosen and total + c > budget:
             break
         chosen.append(t)
@@ -92,19 +95,30 @@ def plan(store: Store, text: str, budget: int = RANK_BUDGET) -> tuple[Match | No
         conj = Match(tuple(dict.fromkeys(kept)), "AND")
         if 0 < store.fts_count(conj, budget) <= budget:
             return conj, 0
-    rarest = _or([counts[0][1]]) or match
+    rarest = _or([ordered[0][1]]) or match
     return rarest, store.fts_newest_rowid(rarest, budget - 1)
 
 
 def keyword(store: Store, text: str, filters: Filters, k: int, *, budget: int = RANK_BUDGET) -> dict[int, float]:
-    """Chunk rowid -> positive BM25 score, best ``k`` among chunks that pass the filters."""
+    """Chunk rowid -> positive BM25 score, best ``k`` among chunks that pass the filters.
+
+    The common case, the terms together within the budget, is one call (one statement on PostgreSQL);
+    over it, :func:`plan` chooses from the counts that call returned."""
     filtered = filters.sources is not None or filters.since is not None or filters.until is not None
     # Filtered queries join every matching chunk to its document, so they get a smaller budget.
-    match, min_rowid = plan(store, text, budget // 2 if filtered else budget)
+    budget = budget // 2 if filtered else budget
+    kept = list(dict.fromkeys(keyword_terms(text)))
+    if not kept:
+        return {}
+    sources, since, until = filters.sources, filters.since, filters.until
+    counts, ranked = store.fts_try_rank(kept, k, budget, sources=sources, since=since, until=until)
+    if ranked is not None:
+        return ranked
+    df = dict(zip(kept, counts))
+    match, min_rowid = plan(store, text, budget, df)
     if match is None:
         return {}
-    return store.fts_rank(match, k, sources=filters.sources, since=filters.since, until=filters.until,
-                          min_rowid=min_rowid)
+    return store.fts_rank(match, k, sources=sources, since=since, until=until, min_rowid=min_rowid, df=df)
 
 
 class VectorMatrix:

@@ -21,7 +21,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,7 +88,9 @@ CREATE TABLE IF NOT EXISTS checkpoints(
 _V2 = """
 CREATE INDEX IF NOT EXISTS documents_source_updated ON documents(source, updated_at);
 """
-MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+# Version 3 folds accents in PostgreSQL's keyword index; FTS5 (remove_diacritics 2) always did: nothing to do.
+_V3 = ""
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -139,6 +141,27 @@ def _disk_full(path: Path, exc: BaseException) -> bool:
         return shutil.disk_usage(path.parent).free < (1 << 20)
     except OSError:
         return False
+
+
+# The rows both stores return in one shape (the PostgreSQL store imports these).
+CHECKPOINT_COLUMNS = "source, status, started_at, finished_at, documents, error"
+EXPORTED_COLUMNS = ("rowid, id, source, source_id, title, author, source_url, updated_at, fingerprint, content_hash,"
+                    " body, metadata")
+
+
+def checkpoint_map(rows: Iterable[Sequence[Any]]) -> dict[str, dict[str, Any]]:
+    """source -> its last sync (``status``, ``started_at``, ``finished_at``, ``documents``, ``error``), from
+    rows of :data:`CHECKPOINT_COLUMNS`."""
+    return {
+        r[0]: {"status": r[1], "started_at": int(r[2]), "finished_at": None if r[3] is None else int(r[3]),
+               "documents": int(r[4]), "error": r[5]}
+        for r in rows
+    }
+
+
+def exported_row(r: Sequence[Any]) -> tuple[Any, ...]:
+    """A row of :data:`EXPORTED_COLUMNS` with its rowid and updated_at as ints."""
+    return (int(r[0]), *r[1:7], int(r[7]), *r[8:])
 
 
 @dataclass(frozen=True)
@@ -197,10 +220,13 @@ class KnowledgeStore(Protocol):
     def vector_rows(self, model: str) -> list[tuple[int, str, int, bytes]]: ...
     def vector_search(self, model: str, query: bytes, k: int, *, sources: Sequence[str] | None = None,
                       since: int | None = None, until: int | None = None) -> dict[int, float]: ...
+    def fts_try_rank(self, terms: Sequence[str], k: int, budget: int, *, sources: Sequence[str] | None = None,
+                     since: int | None = None, until: int | None = None) -> tuple[list[int], dict[int, float] | None]: ...
     def fts_count(self, match: Match, cap: int) -> int: ...
     def fts_newest_rowid(self, match: Match, offset: int) -> int: ...
     def fts_rank(self, match: Match, k: int, *, sources: Sequence[str] | None = None, since: int | None = None,
-                 until: int | None = None, min_rowid: int = 0) -> dict[int, float]: ...
+                 until: int | None = None, min_rowid: int = 0,
+                 df: Mapping[str, int] | None = None) -> dict[int, float]: ...
     def checkpoint(self, source: str, status: str, *, documents: int = 0, error: str | None = None) -> None: ...
     def checkpoints(self) -> dict[str, dict[str, Any]]: ...
     def sql(self, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
@@ -469,6 +495,15 @@ class SqliteStore:
 
     # ---- full-text search ----------------------------------------------------------------------
 
+    def fts_try_rank(self, terms: Sequence[str], k: int, budget: int, *, sources: Sequence[str] | None = None,
+                     since: int | None = None, until: int | None = None) -> tuple[list[int], dict[int, float] | None]:
+        """Each term's chunk count (up to ``budget + 1``) and, when they add up to at most ``budget``, what
+        :meth:`fts_rank` answers for the OR of the terms (else None, nothing ranked)."""
+        counts = [self.fts_count(Match((t,)), budget) for t in terms]
+        if sum(counts) > budget:
+            return counts, None
+        return counts, self.fts_rank(Match(tuple(terms)), k, sources=sources, since=since, until=until)
+
     def fts_count(self, match: Match, cap: int) -> int:
         """How many chunks the FTS5 query ``match`` finds, counting no further than ``cap + 1``."""
         row = self.db.execute(
@@ -485,9 +520,10 @@ class SqliteStore:
         return int(row[0]) if row else 0
 
     def fts_rank(self, match: Match, k: int, *, sources: Sequence[str] | None = None, since: int | None = None,
-                 until: int | None = None, min_rowid: int = 0) -> dict[int, float]:
+                 until: int | None = None, min_rowid: int = 0, df: Mapping[str, int] | None = None) -> dict[int, float]:
         """Chunk rowid -> positive BM25 score, the best ``k`` chunks ``match`` finds among those whose
-        document is in ``sources`` and was updated in [since, until), from ``min_rowid`` on."""
+        document is in ``sources`` and was updated in [since, until), from ``min_rowid`` on. (``df``, the
+        terms' chunk counts when the caller has them, is for stores that weigh terms themselves; FTS5 knows.)"""
         parts: list[str] = []
         params: list[Any] = []
         if sources is not None:
@@ -531,11 +567,7 @@ class SqliteStore:
             )
 
     def checkpoints(self) -> dict[str, dict[str, Any]]:
-        rows = self.db.execute("SELECT source, status, started_at, finished_at, documents, error FROM checkpoints")
-        return {
-            r[0]: {"status": r[1], "started_at": r[2], "finished_at": r[3], "documents": r[4], "error": r[5]}
-            for r in rows
-        }
+        return checkpoint_map(self.db.execute(f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints"))
 
     # ---- export / import (cairn.ctx.transfer) ------------------------------------------------------
 
@@ -556,9 +588,6 @@ class SqliteStore:
     def has_document(self, doc_id: str) -> bool:
         return self.db.execute("SELECT 1 FROM documents WHERE id = ?", (doc_id,)).fetchone() is not None
 
-    _EXPORTED = ("rowid, id, source, source_id, title, author, source_url, updated_at, fingerprint, content_hash,"
-                 " body, metadata")
-
     def chunks_after(self, rowid: int, limit: int) -> list[tuple[int, int, int, str, str, str]]:
         """Up to ``limit`` chunks whose rowid is above ``rowid``, by rowid: (rowid, document rowid, ordinal,
         hash, heading, text). A document's chunks are written together, so they come together."""
@@ -572,18 +601,18 @@ class SqliteStore:
         out: dict[int, tuple[Any, ...]] = {}
         for s in range(0, len(rowids), 500):
             part = list(rowids[s : s + 500])
-            for row in self.db.execute(f"SELECT {self._EXPORTED} FROM documents"
+            for row in self.db.execute(f"SELECT {EXPORTED_COLUMNS} FROM documents"
                                        f" WHERE rowid IN ({','.join('?' * len(part))})", part):
-                out[row[0]] = tuple(row)
+                out[row[0]] = exported_row(row)
         return out
 
     def chunkless_documents_after(self, rowid: int, limit: int) -> list[tuple[Any, ...]]:
         """Up to ``limit`` documents without chunks whose rowid is above ``rowid``, by rowid (the columns of
         :meth:`documents_by_rowid`)."""
-        rows = self.db.execute(f"SELECT {self._EXPORTED} FROM documents d WHERE d.rowid > ? AND NOT EXISTS"
+        rows = self.db.execute(f"SELECT {EXPORTED_COLUMNS} FROM documents d WHERE d.rowid > ? AND NOT EXISTS"
                                " (SELECT 1 FROM chunks c WHERE c.doc = d.rowid) ORDER BY d.rowid LIMIT ?",
                                (rowid, limit))
-        return [tuple(r) for r in rows]
+        return [exported_row(r) for r in rows]
 
     def vectors_after(self, model: str, hash: str, limit: int) -> list[tuple[str, bytes]]:
         """Up to ``limit`` (hash, vector blob) of ``model`` whose hash sorts after ``hash``, by hash."""

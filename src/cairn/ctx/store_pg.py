@@ -4,11 +4,13 @@ Selected by ``[db] url = "postgresql://..."`` or ``$CTX_DATABASE_URL`` (:func:`c
 this module, and the driver (psycopg 3), are imported only then.
 
 * **Keyword search**: ``chunks.tsv`` is a generated ``tsvector`` column (GIN index) over the heading
-  and the text with punctuation turned into spaces, in the ``cairn`` text search configuration
-  (the English Snowball stemmer without a stop-word list: like SQLite's ``porter unicode61``, every
-  word is searchable). Each query term becomes a ``phraseto_tsquery`` with its punctuation turned into
-  spaces too, so ``use-effect`` finds "use effect" and "use-effect" as FTS5 does. Ranking is
-  ``ts_rank`` weighted per term by the BM25 inverse document frequency, which ``ts_rank`` lacks.
+  and the text with accents folded and punctuation turned into spaces (:func:`_folded`), in the
+  ``cairn`` text search configuration (the English Snowball stemmer without a stop-word list: like
+  SQLite's ``porter unicode61 remove_diacritics 2``, every word is searchable and "cafe" finds "café").
+  Each query term becomes a ``phraseto_tsquery`` of the same folded text, so ``use-effect`` finds "use
+  effect" and "use-effect" as FTS5 does. Ranking is ``ts_rank`` weighted per term by the BM25 inverse
+  document frequency, which ``ts_rank`` lacks. A search is one statement (the terms' counts for the
+  ranking budget, the weights and the ranking together; :meth:`PostgresStore.fts_try_rank`).
 * **Vectors**: ``vectors.vec`` is a pgvector ``vector``; each model gets a partial HNSW index
   (cosine) on ``vec::vector(dims)``, created with its first vector (``[db] vector_index = "exact"``
   leaves it out: an exact scan, for small bases or while an index would be rebuilt too often). Filters are SQL conditions and
@@ -23,23 +25,51 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from cairn.core.errors import StorageError
 from cairn.ctx.chunk import Chunk
 from cairn.ctx.config import mask_url
-from cairn.ctx.store import DocumentRecord, Known, Match
+from cairn.ctx.store import (CHECKPOINT_COLUMNS, EXPORTED_COLUMNS, DocumentRecord, Known, Match, checkpoint_map,
+                              exported_row)
 
 # The text search configuration: English Snowball stems, no stop words (created by migration 1).
 TS_CONFIG = "cairn"
 # The tsvector input: punctuation (hyphens, slashes, dots, underscores) becomes a space on both sides.
 _PUNCT_SQL = "'[[:punct:]]+'"
-_PUNCT = re.compile(r"[^\w\s]|_")
+# Accents: the combining marks U+0300-U+036F of a canonical decomposition (the characters themselves).
+_MARKS_SQL = "'[\u0300-\u036f]+'"
+
+
+def _folded(expr: str) -> str:
+    """SQL for the text ``expr`` as it is indexed and queried (migration 3 on): accents folded as FTS5's
+    ``remove_diacritics`` folds them (decompose, drop the combining marks, recompose: "café" -> "cafe"),
+    then punctuation turned into spaces. Built-in immutable functions only, so a generated column can
+    use it and no extension (``unaccent``) is needed. ASCII text (as many bytes as characters) skips
+    the folding: it has nothing to fold, and the two normalisations cost more than the tsvector itself."""
+    folded = f"normalize(regexp_replace(normalize({expr}, NFD), {_MARKS_SQL}, '', 'g'), NFC)"
+    return (f"regexp_replace(CASE WHEN octet_length({expr}) = char_length({expr}) THEN {expr} ELSE {folded} END,"
+            f" {_PUNCT_SQL}, ' ', 'g')")
+
+
+def _q(j: int) -> str:
+    """SQL: query term ``j`` (the parameter ``t<j>``) as a phrase query of its folded words."""
+    return f"phraseto_tsquery('{TS_CONFIG}', {_folded(f'%(t{j})s::text')})"
+
+
+def _joined(n: int, operator: str) -> str:
+    """SQL: the phrase queries of terms 1..n joined with OR (``||``) or AND (``&&``); a term without a
+    word drops out."""
+    return "(" + (" || " if operator == "OR" else " && ").join(_q(j) for j in range(1, n + 1)) + ")"
+
+
+def _term_params(terms: Sequence[str]) -> dict[str, Any]:
+    return {f"t{j}": _clean(t) or "" for j, t in enumerate(terms, 1)}
+
 
 _V1 = f"""
 CREATE EXTENSION IF NOT EXISTS vector;
@@ -97,8 +127,17 @@ CREATE TABLE IF NOT EXISTS checkpoints(
 _V2 = """
 CREATE INDEX IF NOT EXISTS documents_source_updated ON documents(source, updated_at);
 """
+# Accents folded as SQLite's FTS5 folds them ("cafe" finds "café"): the tsvector is recomputed for every
+# chunk (a table rewrite; run `ctx migrate` before rolling a new version out to the servers).
+_V3 = f"""
+ALTER TABLE chunks DROP COLUMN tsv;
+ALTER TABLE chunks ADD COLUMN tsv TSVECTOR GENERATED ALWAYS AS (
+    to_tsvector('{TS_CONFIG}', {_folded('heading')}) || to_tsvector('{TS_CONFIG}', {_folded('text')})
+) STORED;
+CREATE INDEX chunks_tsv ON chunks USING gin(tsv);
+"""
 # Same numbering as cairn.ctx.store.MIGRATIONS: version N means the same schema on both backends.
-MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _MIGRATE_LOCK = 0x63616972_6E000001  # "cairn" + 1: the advisory lock migrations run under
@@ -132,10 +171,9 @@ class PostgresStore:
         self.url = url
         self.vector_index = vector_index
         self.label = mask_url(url)
-        self._tsq: dict[str, str] = {}  # query term -> tsquery text (bounded; see _tsqueries)
         self._indexed: set[str] = set()  # models whose HNSW index exists
         self._ef = 0
-        self._total: tuple[int, float] = (-1, 0.0)  # (generation, chunk count) for the IDF weights
+        self._total: tuple[int, float] = (-1, 0.0)  # (generation, chunk count) of the last keyword search
         self._mutex = threading.RLock()
         self._closed = False
         self._conn = self._connect()
@@ -419,86 +457,123 @@ class PostgresStore:
         return {int(r): max(0.0, min(1.0, float(s))) for r, s in rows}
 
     # ---- full-text search ----------------------------------------------------------------------
+    # A keyword statement takes the query's terms as parameters and turns each into a phrase query of its
+    # folded words in SQL, as the index folded the chunks: one round trip per search, with the terms'
+    # counts, the IDF weights and the ranking in it.
 
-    def _tsqueries(self, match: Match) -> list[str]:
-        """Each distinct term's ``phraseto_tsquery`` as text (terms without a lexeme dropped)."""
-        terms = list(dict.fromkeys(match.terms))
-        missing = [t for t in terms if t not in self._tsq]
-        if missing:
-            if len(self._tsq) > 4096:
-                self._tsq.clear()
-            rows = self.db.execute(
-                f"SELECT t, phraseto_tsquery('{TS_CONFIG}', regexp_replace(t, {_PUNCT_SQL}, ' ', 'g'))::text"
-                " FROM unnest(%s::text[]) AS t", ([_clean(_PUNCT.sub(" ", t)) for t in missing],)).fetchall()
-            for term, (_, tsq) in zip(missing, rows):
-                self._tsq[term] = tsq
-        return [self._tsq[t] for t in terms if self._tsq[t]]
+    def _keyword(self, terms: Sequence[str], operator: str, k: int, *, budget: int | None = None,
+                 counts: Sequence[int | None] = (), sources: Sequence[str] | None = None, since: int | None = None,
+                 until: int | None = None, min_rowid: int = 0) -> tuple[list[int], dict[int, float]]:
+        """(each term's chunk count, chunk rowid -> score of the best ``k`` chunks the terms joined with
+        ``operator`` find among those passing the filters), in one statement and one pass over the
+        matching chunks.
 
-    def _where(self, match: Match) -> tuple[str, list[str]] | None:
-        queries = self._tsqueries(match)
-        if not queries:
-            return None
-        joiner = " || " if match.operator == "OR" else " && "
-        return "c.tsv @@ (" + joiner.join(["%s::tsquery"] * len(queries)) + ")", queries
+        With ``budget`` (the first try of a search), that pass stops after ``budget + 1`` chunks and ranks
+        nothing when the terms' counts add up to more than ``budget``; a term's count then comes from its
+        own scan, up to ``budget + 1``. Without it, counts come from ``counts`` where given, else from
+        the term's own scan up to 10,000 (the IDF weights need no more).
+
+        The terms are parameters the SQL folds and parses inline, so the planner sees the query as a
+        constant and estimates its rows from the ``tsvector`` statistics (a rare term: the GIN index);
+        the statement is therefore never prepared (a generic plan would not know the query)."""
+        n = len(terms)
+        if n == 0:
+            return [], {}
+        js = range(1, n + 1)
+        params: dict[str, Any] = {**_term_params(terms), "k": k, "budget": budget, "gen": self._total[0],
+                                  "total": self._total[1], "cap": _DF_CAP if budget is None else budget + 1}
+        for j, c in zip(js, list(counts) or [None] * n):
+            params[f"n{j}"] = c
+        conds = []
+        if sources is not None:
+            conds.append("d.source = ANY(%(sources)s)")
+            params["sources"] = list(sources)
+        if since is not None:
+            conds.append("d.updated_at >= %(since)s")
+            params["since"] = since
+        if until is not None:
+            conds.append("d.updated_at < %(until)s")
+            params["until"] = until
+        if min_rowid:
+            params["min_rowid"] = min_rowid
+        join = " JOIN documents d ON d.rowid = m.doc" if conds else ""
+        query = _joined(n, operator)
+        own_count = "(SELECT count(*) FROM (SELECT 1 FROM chunks WHERE tsv @@ q.q{j} LIMIT %(cap)s) AS x)"
+        if budget is not None:  # complete pass: its counts; cut short: each term's own (over budget anyway)
+            conds.append(f"(SELECT {' + '.join(f'n{j}' for j in js)} FROM df) <= %(budget)s")
+            df = ("tally AS MATERIALIZED (SELECT count(*) AS n, " + ", ".join(
+                f"count(*) FILTER (WHERE m{j}) AS c{j}" for j in js) + " FROM m), df AS MATERIALIZED (SELECT " + ", ".join(
+                f"CASE WHEN q.q{j} IS NULL THEN 0 WHEN tally.n <= %(budget)s THEN tally.c{j} ELSE "
+                + own_count.format(j=j) + f" END AS n{j}" for j in js) + " FROM tally, q)")
+        else:
+            df = "df AS MATERIALIZED (SELECT " + ", ".join(
+                f"CASE WHEN q.q{j} IS NULL THEN 0 ELSE COALESCE(%(n{j})s::bigint, " + own_count.format(j=j)
+                + f") END AS n{j}" for j in js) + " FROM q)"
+        single = "(" + " + ".join(f"(q.q{j} IS NOT NULL)::int" for j in js) + ") = 1"
+        stmt = (
+            # Each term's phrase query, NULL for a term without a word (it then matches and weighs nothing).
+            "WITH q AS MATERIALIZED (SELECT " + ", ".join(
+                f"CASE WHEN numnode({_q(j)}) > 0 THEN {_q(j)} END AS q{j}" for j in js) + "), "
+            # The one pass: every matching chunk, each term's ts_rank, and which terms it has (a one-word
+            # term: its rank is positive; a phrase needs its own match, as ts_rank ignores word order).
+            "m AS MATERIALIZED (SELECT rowid, doc, " + ", ".join(
+                f"CASE WHEN numnode(q{j}) = 1 THEN r{j} > 0 ELSE tsv @@ q{j} END AS m{j}" for j in js) + ", "
+            + ", ".join(f"r{j}" for j in js) + " FROM (SELECT c.rowid, c.doc, c.tsv, "
+            + ", ".join(f"q.q{j}, ts_rank(c.tsv, q.q{j}, 1) AS r{j}" for j in js)
+            + f" FROM chunks c, q WHERE numnode({query}) > 0 AND c.tsv @@ {query}"
+            + (" AND c.rowid >= %(min_rowid)s" if min_rowid else "")
+            + (" LIMIT %(cap)s" if budget is not None else " OFFSET 0") + f") AS found), {df}, "
+            # The chunk count for the IDF weights: this process's copy while the generation has not moved.
+            "total AS MATERIALIZED (SELECT g.gen, CASE WHEN g.gen = %(gen)s THEN %(total)s::float8 ELSE (SELECT CASE"
+            " WHEN reltuples >= 100000 THEN reltuples::float8 ELSE (SELECT count(*) FROM chunks)::float8 END"
+            " FROM pg_class WHERE oid = to_regclass('chunks')) END AS n"
+            " FROM (SELECT value::bigint AS gen FROM meta WHERE key = 'generation') AS g), "
+            # BM25's inverse document frequency per term (ts_rank has none); one term: 1.0, the weight is moot.
+            "w AS MATERIALIZED (SELECT " + ", ".join(
+                f"CASE WHEN {single} THEN 1.0::float8 ELSE ln((total.n - df.n{j} + 0.5) / (df.n{j} + 0.5) + 1.0) END"
+                f" AS w{j}" for j in js) + " FROM df, total, q), "
+            "hits AS (SELECT m.rowid, (" + " + ".join(f"COALESCE(w.w{j} * m.r{j}, 0)" for j in js)
+            + f") AS s FROM m CROSS JOIN w{join}" + (" WHERE " + " AND ".join(conds) if conds else "")
+            + " ORDER BY s DESC, m.rowid LIMIT %(k)s) "
+            f"SELECT 0, NULL::bigint, NULL::float8, ARRAY[{', '.join(f'df.n{j}' for j in js)}]::bigint[], total.gen,"
+            " total.n FROM df, total UNION ALL SELECT 1, rowid, s, NULL, NULL, NULL FROM hits ORDER BY 1, 3 DESC, 2")
+        rows = self.db.execute(stmt.encode("utf-8"), params, prepare=False).fetchall()
+        if not rows or rows[0][0] != 0:  # no generation row: a database migrate() has not finished
+            return [0] * n, {}
+        head = rows[0]
+        self._total = (int(head[4]), float(head[5]))
+        return [int(c) for c in head[3]], {int(r[1]): float(r[2]) for r in rows[1:]}
+
+    def fts_try_rank(self, terms: Sequence[str], k: int, budget: int, *, sources: Sequence[str] | None = None,
+                     since: int | None = None, until: int | None = None) -> tuple[list[int], dict[int, float] | None]:
+        """Each term's chunk count (up to ``budget + 1``) and, when they add up to at most ``budget``, what
+        :meth:`fts_rank` answers for the OR of the terms (else None): one statement."""
+        counts, scores = self._keyword(terms, "OR", k, budget=budget, sources=sources, since=since, until=until)
+        return counts, scores if sum(counts) <= budget else None
 
     def fts_count(self, match: Match, cap: int) -> int:
-        where = self._where(match)
-        if where is None:
-            return 0
-        row = self.db.execute(f"SELECT count(*) FROM (SELECT 1 FROM chunks c WHERE {where[0]} LIMIT %s) AS m",
-                              (*where[1], cap + 1)).fetchone()
+        terms = list(dict.fromkeys(match.terms))
+        stmt = (f"SELECT count(*) FROM (SELECT 1 FROM chunks c WHERE c.tsv @@ {_joined(len(terms), match.operator)}"
+                " LIMIT %(cap)s) AS m")
+        row = self.db.execute(stmt.encode("utf-8"), {**_term_params(terms), "cap": cap + 1}, prepare=False).fetchone()
         return int(row[0]) if row else 0
 
     def fts_newest_rowid(self, match: Match, offset: int) -> int:
-        where = self._where(match)
-        if where is None:
-            return 0
-        row = self.db.execute(f"SELECT c.rowid FROM chunks c WHERE {where[0]} ORDER BY c.rowid DESC LIMIT 1 OFFSET %s",
-                              (*where[1], offset)).fetchone()
+        terms = list(dict.fromkeys(match.terms))
+        stmt = (f"SELECT c.rowid FROM chunks c WHERE c.tsv @@ {_joined(len(terms), match.operator)}"
+                " ORDER BY c.rowid DESC LIMIT 1 OFFSET %(offset)s")
+        row = self.db.execute(stmt.encode("utf-8"), {**_term_params(terms), "offset": offset},
+                              prepare=False).fetchone()
         return int(row[0]) if row else 0
 
-    def _idf(self, queries: list[str]) -> list[float]:
-        """BM25's inverse document frequency of each term (one term: 1.0, the weight is moot)."""
-        import math
-
-        if len(queries) == 1:
-            return [1.0]
-        generation = self.generation()
-        if self._total[0] != generation:  # the chunk count, once per index generation
-            est = self.db.execute("SELECT reltuples FROM pg_class WHERE oid = to_regclass('chunks')").fetchone()
-            total = float(est[0]) if est and est[0] is not None else -1.0
-            if total < 100_000:  # small, or never analysed: count exactly
-                row = self.db.execute("SELECT count(*) FROM chunks").fetchone()
-                total = float(row[0]) if row else 0.0
-            self._total = (generation, total)
-        total = self._total[1]
-        out = []
-        for q in queries:
-            row = self.db.execute("SELECT count(*) FROM (SELECT 1 FROM chunks WHERE tsv @@ %s::tsquery LIMIT %s) m",
-                                  (q, _DF_CAP)).fetchone()
-            n = float(row[0]) if row else 0.0
-            out.append(math.log((total - n + 0.5) / (n + 0.5) + 1.0))
-        return out
-
     def fts_rank(self, match: Match, k: int, *, sources: Sequence[str] | None = None, since: int | None = None,
-                 until: int | None = None, min_rowid: int = 0) -> dict[int, float]:
+                 until: int | None = None, min_rowid: int = 0, df: Mapping[str, int] | None = None) -> dict[int, float]:
         """Chunk rowid -> positive score, the best ``k`` chunks ``match`` finds among those whose document
-        is in ``sources`` and was updated in [since, until), from ``min_rowid`` on."""
-        where = self._where(match)
-        if where is None:
-            return {}
-        queries = where[1]
-        weights = self._idf(queries)
-        score = " + ".join(f"{w!r} * ts_rank(c.tsv, %s::tsquery, 1)" for w in weights)
-        parts, params = _filters(sources, since, until)
-        if min_rowid:
-            parts.append("c.rowid >= %s")
-            params.append(min_rowid)
-        join = " JOIN documents d ON d.rowid = c.doc" if sources is not None or since is not None or until is not None else ""
-        stmt = (f"SELECT c.rowid, ({score}) AS s FROM chunks c{join} WHERE {where[0]}"
-                + "".join(" AND " + p for p in parts) + " ORDER BY s DESC, c.rowid LIMIT %s")
-        rows = self.db.execute(stmt.encode("utf-8"), (*queries, *queries, *params, k))
-        return {int(r): float(s) for r, s in rows}
+        is in ``sources`` and was updated in [since, until), from ``min_rowid`` on: ``ts_rank`` weighted per
+        term by BM25's IDF, from the terms' chunk counts in ``df`` (counted here, up to 10,000, when absent)."""
+        terms = list(dict.fromkeys(match.terms))
+        return self._keyword(terms, match.operator, k, counts=[(df or {}).get(t) for t in terms],
+                             sources=sources, since=since, until=until, min_rowid=min_rowid)[1]
 
     # ---- checkpoints -------------------------------------------------------------------------
 
@@ -515,12 +590,7 @@ class PostgresStore:
                 (status, now, documents, _clean(error), source))
 
     def checkpoints(self) -> dict[str, dict[str, Any]]:
-        rows = self.db.execute("SELECT source, status, started_at, finished_at, documents, error FROM checkpoints")
-        return {
-            r[0]: {"status": r[1], "started_at": int(r[2]), "finished_at": None if r[3] is None else int(r[3]),
-                   "documents": int(r[4]), "error": r[5]}
-            for r in rows
-        }
+        return checkpoint_map(self.db.execute(f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints"))
 
 
     # ---- export / import (cairn.ctx.transfer) ------------------------------------------------------
@@ -548,9 +618,6 @@ class PostgresStore:
     def has_document(self, doc_id: str) -> bool:
         return self.db.execute("SELECT 1 FROM documents WHERE id = %s", (doc_id,)).fetchone() is not None
 
-    _EXPORTED = ("rowid, id, source, source_id, title, author, source_url, updated_at, fingerprint, content_hash,"
-                 " body, metadata")
-
     def chunks_after(self, rowid: int, limit: int) -> list[tuple[int, int, int, str, str, str]]:
         """Up to ``limit`` chunks whose rowid is above ``rowid``, by rowid: (rowid, document rowid, ordinal,
         hash, heading, text). A document's chunks are written together (one INSERT), so they come together."""
@@ -561,16 +628,16 @@ class PostgresStore:
     def documents_by_rowid(self, rowids: Sequence[int]) -> dict[int, tuple[Any, ...]]:
         """rowid -> (rowid, id, source, source_id, title, author, source_url, updated_at, fingerprint,
         content_hash, body, metadata JSON) of these documents."""
-        rows = self.db.execute(f"SELECT {self._EXPORTED} FROM documents WHERE rowid = ANY(%s)", (list(rowids),))
-        return {int(r[0]): (int(r[0]), *r[1:7], int(r[7]), *r[8:]) for r in rows}
+        rows = self.db.execute(f"SELECT {EXPORTED_COLUMNS} FROM documents WHERE rowid = ANY(%s)", (list(rowids),))
+        return {int(r[0]): exported_row(r) for r in rows}
 
     def chunkless_documents_after(self, rowid: int, limit: int) -> list[tuple[Any, ...]]:
         """Up to ``limit`` documents without chunks whose rowid is above ``rowid``, by rowid (the columns of
         :meth:`documents_by_rowid`)."""
-        rows = self.db.execute(f"SELECT {self._EXPORTED} FROM documents d WHERE d.rowid > %s AND NOT EXISTS"
+        rows = self.db.execute(f"SELECT {EXPORTED_COLUMNS} FROM documents d WHERE d.rowid > %s AND NOT EXISTS"
                                " (SELECT 1 FROM chunks c WHERE c.doc = d.rowid) ORDER BY d.rowid LIMIT %s",
                                (rowid, limit))
-        return [(int(r[0]), *r[1:7], int(r[7]), *r[8:]) for r in rows]
+        return [exported_row(r) for r in rows]
 
     def vectors_after(self, model: str, hash: str, limit: int) -> list[tuple[str, bytes]]:
         """Up to ``limit`` (hash, float32 vector blob) of ``model`` whose hash sorts after ``hash``, by hash
@@ -592,11 +659,11 @@ class _Guarded:
         self.conn = conn
         self.store = store
 
-    def execute(self, query: Any, params: Any = None) -> Any:
+    def execute(self, query: Any, params: Any = None, *, prepare: bool | None = None) -> Any:
         import psycopg
 
         try:
-            return self.conn.execute(query, params)
+            return self.conn.execute(query, params, prepare=prepare)
         except psycopg.OperationalError as exc:
             raise StorageError(
                 f"The knowledge base {self.store.label} did not answer: {self.store._reason(exc)}. Check that the "

@@ -10,21 +10,40 @@ import threading
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is kept off the stdio servers' start-up path
 if TYPE_CHECKING:
-    from typing import Any, Callable
-
-if TYPE_CHECKING:
-    from cairn.mcp.session import Session
+    from typing import Any, Callable, Protocol
 
 if TYPE_CHECKING:
     Sender = Callable[[dict[str, Any]], None]
 else:  # run time: no typing import
     from collections.abc import Callable as Sender
 
+if TYPE_CHECKING:
+    class Channel(Protocol):
+        """What a ``ToolContext`` needs from its session, and what a handler may read of it
+        (``ctx.session``); ``cairn.mcp.session.Session`` is one. A Protocol so that this module stays
+        below the session that imports it (tests/test_import_cycles.py)."""
+
+        @property
+        def client_info(self) -> dict[str, Any]: ...
+        @property
+        def client_capabilities(self) -> dict[str, Any]: ...
+        @property
+        def protocol_version(self) -> str | None: ...
+
+        def send_notification(self, method: str, params: dict[str, Any] | None, send: Sender | None,
+                              related: Any = None) -> None: ...
+
+        def log(self, level: str, data: Any, logger: str | None = None, send: Sender | None = None,
+                related: Any = None) -> None: ...
+
+        def send_request(self, method: str, params: dict[str, Any] | None, send: Sender | None,
+                         timeout: float = 60.0, related: Any = None) -> dict[str, Any]: ...
+
 
 class ToolContext:
     """Per-request context handed to tool handlers (and available to resource/prompt handlers)."""
 
-    def __init__(self, session: Session, request_id: Any, method: str, params: dict[str, Any],
+    def __init__(self, session: Channel, request_id: Any, method: str, params: dict[str, Any],
                  send: Sender | None) -> None:
         self.session = session
         self.request_id = request_id

@@ -22,7 +22,7 @@ from cairn.mcp.jsonrpc import JSON, RpcError
 from cairn.mcp.schema import SchemaError, validate
 
 if TYPE_CHECKING:
-    from cairn.mcp.session import Session
+    from cairn.mcp.protocols import SessionLike, ToolLike
 
 LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
@@ -39,7 +39,7 @@ def _await(value: Any) -> Any:
     return value
 
 
-def initialize(session: Session, params: JSON, ctx: ToolContext) -> JSON:
+def initialize(session: SessionLike, params: JSON, ctx: ToolContext) -> JSON:
     requested = params.get("protocolVersion")
     if not isinstance(requested, str):
         raise RpcError(rpc.INVALID_PARAMS, 'Invalid params: initialize needs "protocolVersion" (a string)')
@@ -64,7 +64,7 @@ def initialize(session: Session, params: JSON, ctx: ToolContext) -> JSON:
 
 # -- pagination ---------------------------------------------------------------------------------
 
-def page(session: Session, kind: str, items: list[JSON], params: JSON, key: str) -> JSON:
+def page(session: SessionLike, kind: str, items: list[JSON], params: JSON, key: str) -> JSON:
     cursor = params.get("cursor")
     start = 0
     if cursor is not None:
@@ -96,10 +96,10 @@ def decode_cursor(kind: str, cursor: Any) -> int:
 
 # -- tools --------------------------------------------------------------------------------------
 
-def tools_list(session: Session, params: JSON, ctx: ToolContext) -> JSON:
+def tools_list(session: SessionLike, params: JSON, ctx: ToolContext) -> JSON:
     return page(session, "tools", [t.describe() for t in session.server.tools.values()], params, "tools")
 
-def tools_call(session: Session, params: JSON, ctx: ToolContext) -> JSON:
+def tools_call(session: SessionLike, params: JSON, ctx: ToolContext) -> JSON:
     name = params.get("name")
     if not isinstance(name, str):
         raise RpcError(rpc.INVALID_PARAMS, 'Invalid params: tools/call needs "name" (a string)')
@@ -136,7 +136,7 @@ def tools_call(session: Session, params: JSON, ctx: ToolContext) -> JSON:
         return ToolResult([text(f"{type(exc).__name__}: {exc}")], is_error=True).to_dict()
     return tool_result(tool, value)
 
-def tool_result(tool: Any, value: Any) -> JSON:
+def tool_result(tool: ToolLike, value: Any) -> JSON:
     if isinstance(value, ToolResult):
         result = value
     elif isinstance(value, str):
@@ -164,13 +164,13 @@ def tool_result(tool: Any, value: Any) -> JSON:
 
 # -- resources ----------------------------------------------------------------------------------
 
-def resources_list(session: Session, params: JSON, ctx: ToolContext) -> JSON:
+def resources_list(session: SessionLike, params: JSON, ctx: ToolContext) -> JSON:
     return page(session, "resources", [r.describe() for r in session.server.resources.values()], params, "resources")
 
-def templates_list(session: Session, params: JSON, ctx: ToolContext) -> JSON:
+def templates_list(session: SessionLike, params: JSON, ctx: ToolContext) -> JSON:
     return page(session, "templates", [t.describe() for t in session.server.templates], params, "resourceTemplates")
 
-def resources_read(session: Session, params: JSON, ctx: ToolContext) -> JSON:
+def resources_read(session: SessionLike, params: JSON, ctx: ToolContext) -> JSON:
     uri = params.get("uri")
     if not isinstance(uri, str):
         raise RpcError(rpc.INVALID_PARAMS, 'Invalid params: resources/read needs "uri" (a string)')
@@ -193,14 +193,14 @@ def resources_read(session: Session, params: JSON, ctx: ToolContext) -> JSON:
         raise RpcError(rpc.INVALID_PARAMS, exc.message, {"uri": uri}) from None
     return {"contents": resource_contents(uri, value, mime)}
 
-def subscribe(session: Session, params: JSON, ctx: ToolContext) -> JSON:
+def subscribe(session: SessionLike, params: JSON, ctx: ToolContext) -> JSON:
     uri = params.get("uri")
     if not isinstance(uri, str):
         raise RpcError(rpc.INVALID_PARAMS, 'Invalid params: resources/subscribe needs "uri" (a string)')
     session.subscribe(uri)
     return {}
 
-def unsubscribe(session: Session, params: JSON, ctx: ToolContext) -> JSON:
+def unsubscribe(session: SessionLike, params: JSON, ctx: ToolContext) -> JSON:
     uri = params.get("uri")
     if not isinstance(uri, str):
         raise RpcError(rpc.INVALID_PARAMS, 'Invalid params: resources/unsubscribe needs "uri" (a string)')
@@ -209,10 +209,10 @@ def unsubscribe(session: Session, params: JSON, ctx: ToolContext) -> JSON:
 
 # -- prompts, completion, logging ---------------------------------------------------------------------
 
-def prompts_list(session: Session, params: JSON, ctx: ToolContext) -> JSON:
+def prompts_list(session: SessionLike, params: JSON, ctx: ToolContext) -> JSON:
     return page(session, "prompts", [p.describe() for p in session.server.prompts.values()], params, "prompts")
 
-def prompts_get(session: Session, params: JSON, ctx: ToolContext) -> JSON:
+def prompts_get(session: SessionLike, params: JSON, ctx: ToolContext) -> JSON:
     name = params.get("name")
     if not isinstance(name, str):
         raise RpcError(rpc.INVALID_PARAMS, 'Invalid params: prompts/get needs "name" (a string)')
@@ -246,7 +246,7 @@ def prompts_get(session: Session, params: JSON, ctx: ToolContext) -> JSON:
         result["description"] = prompt.description
     return result
 
-def complete(session: Session, params: JSON, ctx: ToolContext) -> JSON:
+def complete(session: SessionLike, params: JSON, ctx: ToolContext) -> JSON:
     handler = session.server.completion_handler
     if handler is None:
         raise RpcError(rpc.METHOD_NOT_FOUND, "Method not found: completion/complete (this server offers no completions)")
@@ -272,7 +272,7 @@ def complete(session: Session, params: JSON, ctx: ToolContext) -> JSON:
     values = [str(v) for v in value]
     return {"completion": {"values": values[:100], "total": len(values), "hasMore": len(values) > 100}}
 
-def set_level(session: Session, params: JSON, ctx: ToolContext) -> JSON:
+def set_level(session: SessionLike, params: JSON, ctx: ToolContext) -> JSON:
     level = params.get("level")
     if level not in LEVELS:
         raise RpcError(rpc.INVALID_PARAMS, f"Invalid params: level must be one of {', '.join(LEVELS)}")
@@ -302,7 +302,7 @@ def resource_contents(uri: str, value: Any, mime: str | None) -> list[JSON]:
     return [entry]
 
 
-METHODS: dict[str, Callable[[Session, JSON, ToolContext], JSON]] = {
+METHODS: dict[str, Callable[[SessionLike, JSON, ToolContext], JSON]] = {
     "initialize": initialize,
     "ping": lambda session, params, ctx: {},
     "tools/list": tools_list,

@@ -18,6 +18,7 @@ from cairn.mcp.content import ToolResult
 from cairn.mcp.context import ToolContext
 
 if TYPE_CHECKING:
+    from cairn.mcp.protocols import SessionLike
     from cairn.mcp.session import Session
 
 __all__ = ["Server", "ToolContext", "ToolResult", "Tool", "Resource", "ResourceTemplate", "Prompt"]
@@ -183,7 +184,7 @@ class Server:
         self.templates: list[ResourceTemplate] = []
         self.prompts: dict[str, Prompt] = {}
         self.completion_handler: Callable[[dict[str, Any], dict[str, Any], dict[str, Any] | None], Any] | None = None
-        self._sessions: weakref.WeakSet[Session] = weakref.WeakSet()
+        self._sessions: weakref.WeakSet[SessionLike] = weakref.WeakSet()
         self._lock = threading.Lock()
 
     # -- declarations -------------------------------------------------------------------------
@@ -325,11 +326,11 @@ class Server:
 
     # -- sessions and notifications -----------------------------------------------------------
 
-    def _attach(self, session: Session) -> None:
+    def _attach(self, session: SessionLike) -> None:
         with self._lock:
             self._sessions.add(session)
 
-    def sessions(self) -> list[Session]:
+    def sessions(self) -> list[SessionLike]:
         with self._lock:
             return list(self._sessions)
 

@@ -23,7 +23,7 @@ from cairn.mcp.jsonrpc import JSON, RpcError
 from cairn.mcp.methods import LEVELS, METHODS
 
 if TYPE_CHECKING:
-    from cairn.mcp.server import Server
+    from cairn.mcp.protocols import ServerLike
 
 BATCH_VERSIONS = ("2025-03-26", "2024-11-05")  # JSON-RPC batching was removed in 2025-06-18
 SLOW_METHODS = frozenset({"tools/call", "resources/read", "prompts/get", "completion/complete"})
@@ -52,7 +52,7 @@ class _Pending:
 class Session:
     """Protocol state of one client connection (stdio process, HTTP session, or one stateless POST)."""
 
-    def __init__(self, server: Server, *, stateless: bool = False, send: Sender | None = None) -> None:
+    def __init__(self, server: ServerLike, *, stateless: bool = False, send: Sender | None = None) -> None:
         self.server = server
         self.stateless = stateless
         self.initialized = stateless
