@@ -28,7 +28,10 @@ Text: react.dev's and Hono's llms files of the repository's test data (tests/dat
 into a temporary directory).
 
 Usage: .venv/bin/python benchmarks/ctx.py [--chunks 100000] [--files 10000] [--queries 300] [--documents 200]
-       [--only documents|transfer|startup] [--compare REF] [--rounds 20] [--provider minilm|e5]
+       [--only documents|transfer|startup|search] [--compare REF] [--rounds 20] [--provider minilm|e5]
+
+``--only search`` builds the knowledge base and measures search only (any provider). The query-vector cache
+(``cairn.ctx.retrieval.query_vector``) is emptied before every timed search, so each one embeds its query.
 
 ``--provider minilm`` (or ``e5``) measures search only, with that model's 384-dimension vectors: the
 knowledge base gets random unit vectors stored under the model's identity ("vectors already stored":
@@ -220,6 +223,7 @@ def build_kb(base: Path, n_chunks: int, provider: str = "local") -> Path:
 
 
 def bench_search(cfg: Path, queries: int) -> dict[str, object]:
+    from cairn.ctx.retrieval import forget_query_vectors
     from cairn.ctx.service import Service
 
     svc = Service.from_config(cfg)
@@ -239,10 +243,28 @@ def bench_search(cfg: Path, queries: int) -> dict[str, object]:
         for suffix, kwargs in variants.items():
             times = []
             for q in qs:
+                forget_query_vectors()  # every mode and variant embeds its query: distinct queries
                 t = time.perf_counter()
                 svc.search(q, mode, **kwargs)  # type: ignore[arg-type]
                 times.append(time.perf_counter() - t)
             out[mode + suffix] = ms(times)
+    # The parts of a semantic search: the query embedding, and the scan of the vectors (top 80).
+    from cairn.ctx import retrieval
+    from cairn.search.embed import embed_queries
+
+    embedder = svc.embedder()
+    matrix = retrieval.matrix_for(svc.store, embedder)
+    embed_s, scan_s = [], []
+    for q in qs:
+        t = time.perf_counter()
+        vector = embed_queries(embedder, [q])[0]
+        embed_s.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        matrix.index.search(vector, 80)
+        scan_s.append(time.perf_counter() - t)
+    out["query_embedding"] = ms(embed_s)
+    out["vector_scan_top80"] = ms(scan_s)
+    out["vector_scan_int8"] = matrix.index.scan is not None
     return out
 
 
@@ -437,7 +459,7 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=10_000)
     ap.add_argument("--queries", type=int, default=300)
     ap.add_argument("--documents", type=int, default=200, help="PDFs and DOCX files for the document sync")
-    ap.add_argument("--only", choices=["documents", "transfer", "startup"], help="run only this part")
+    ap.add_argument("--only", choices=["documents", "transfer", "startup", "search"], help="run only this part")
     ap.add_argument("--compare", metavar="REF",
                     help="transfer, startup: also measure search under REF's src (a git ref)")
     ap.add_argument("--rounds", type=int, default=20, help="startup: runs of each tree")
@@ -460,7 +482,7 @@ def main() -> None:
             result["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]  # type: ignore[index]
             print(json.dumps(result, indent=2))
             return
-        if args.provider == "local":
+        if args.provider == "local" and args.only != "search":
             result["documents"] = bench_documents(base, args.documents)
             if args.only:
                 print(json.dumps(result, indent=2))

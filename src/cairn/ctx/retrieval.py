@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import re
 import threading
+import weakref
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -186,9 +188,7 @@ def matrix_for(store: Store, embedder: "Embedder") -> VectorMatrix:
 def semantic(store: Store, embedder: "Embedder", text: str, filters: Filters, k: int) -> dict[int, float]:
     """Chunk rowid -> cosine similarity, best ``k`` among chunks that pass the filters."""
     if store.native_vectors:  # PostgreSQL: pgvector's HNSW index, filters in SQL
-        from cairn.search.embed import embed_queries
-
-        query = embed_queries(embedder, [text])[0]
+        query = query_vector(embedder, text)
         return store.vector_search(embedder.identity, query.astype("float32").tobytes(), k, sources=filters.sources,
                                    since=filters.since, until=filters.until)
     return semantic_in(matrix_for(store, embedder), embedder, text, filters, k)
@@ -198,11 +198,40 @@ def semantic_in(m: VectorMatrix, embedder: "Embedder", text: str, filters: Filte
     """:func:`semantic` over an already loaded matrix (no database access, so it can run in a thread)."""
     if m.index.size == 0:
         return {}
+    hits = m.index.search(query_vector(embedder, text), k, m.mask(filters))
+    return {int(m.chunk_rows[h.row]): max(0.0, min(1.0, h.score)) for h in hits}
+
+
+QUERY_CACHE_SIZE = 256  # query vectors kept per embedder (384 floats each: ~0.4 MB in all)
+_query_vectors: "weakref.WeakKeyDictionary[Any, OrderedDict[str, npt.NDArray[np.float32]]]" = weakref.WeakKeyDictionary()
+_query_lock = threading.Lock()
+
+
+def query_vector(embedder: "Embedder", text: str) -> "npt.NDArray[np.float32]":
+    """``text``'s query vector, from a small per-embedder LRU of the last :data:`QUERY_CACHE_SIZE` queries: the
+    same question asked again, or in another mode (semantic, then hybrid), skips the model (5-15 ms with
+    minilm). Held by the embedder object, so a new embedder (another provider or model) starts empty."""
     from cairn.search.embed import embed_queries
 
-    query = embed_queries(embedder, [text])
-    hits = m.index.search(query[0], k, m.mask(filters))
-    return {int(m.chunk_rows[h.row]): max(0.0, min(1.0, h.score)) for h in hits}
+    with _query_lock:
+        recent = _query_vectors.get(embedder)
+        if recent is not None and text in recent:
+            recent.move_to_end(text)
+            return recent[text]
+    vector: "npt.NDArray[np.float32]" = embed_queries(embedder, [text])[0]
+    vector.setflags(write=False)  # shared by every later hit
+    with _query_lock:
+        recent = _query_vectors.setdefault(embedder, OrderedDict())
+        recent[text] = vector
+        while len(recent) > QUERY_CACHE_SIZE:
+            recent.popitem(last=False)
+    return vector
+
+
+def forget_query_vectors() -> None:
+    """Empty the query-vector cache (benchmarks time the model on every query)."""
+    with _query_lock:
+        _query_vectors.clear()
 
 
 _pool: Any = None

@@ -535,6 +535,10 @@ class SqliteStore:
         if until is not None:
             parts.append("d.updated_at < ?")
             params.append(until)
+        if min_rowid and not parts:  # no join: it filters nothing here and cost up to 2x (100k chunks)
+            sql = ("SELECT rowid, -bm25(chunks_fts) AS s FROM chunks_fts WHERE chunks_fts MATCH ? AND rowid >= ?"
+                   " ORDER BY s DESC, rowid LIMIT ?")
+            return {int(r): float(s) for r, s in self.db.execute(sql, (match.fts5(), min_rowid, k))}
         if min_rowid:
             parts.append("f.rowid >= ?")
             params.append(min_rowid)

