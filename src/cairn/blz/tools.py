@@ -71,8 +71,11 @@ def public_result(value: dict[str, Any]) -> ToolResult:
     except ValueError:  # NaN or infinity: shown as the MCP core shows what JSON cannot carry
         scrubbed = public(value)
         return ToolResult([content_text(str(scrubbed))], structured=scrubbed)
+    from cairn.mcp.jsonrpc import JsonText
+
     cleaned = _hide_local_paths(scrub(text))
-    return ToolResult([content_text(cleaned)], structured=value if cleaned == text else json.loads(cleaned))
+    structured = value if cleaned == text else json.loads(cleaned)
+    return ToolResult([content_text(JsonText(cleaned, structured))], structured=structured)
 
 
 class _ScrubErrors:

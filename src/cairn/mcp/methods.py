@@ -146,9 +146,12 @@ def tool_result(tool: ToolLike, value: Any) -> JSON:
     else:
         try:
             body = json.dumps(value, ensure_ascii=False, allow_nan=False)
+            serialized = True
         except (TypeError, ValueError):
-            body = str(value)
+            body, serialized = str(value), False
         structured = value if isinstance(value, dict) and (tool.output_schema is not None or tool.structured) else None
+        if structured is not None and serialized:  # the transport splices body in: no second serialization
+            body = rpc.JsonText(body, structured)
         result = ToolResult([text(body)], structured=structured)
     if tool.output_schema is not None and not result.is_error:
         if result.structured is None:

@@ -35,21 +35,28 @@ _STOP = object()
 
 
 class _Writer:
-    """Serializes whole messages onto the protocol stream, one line each."""
+    """Serializes whole messages onto the protocol stream, one line each: with ``fd`` (the real
+    stdout's unbuffered descriptor) one ``os.write`` per line, else the stream's write + flush."""
 
-    def __init__(self, stream: IO[bytes]) -> None:
+    def __init__(self, stream: IO[bytes], fd: int | None = None) -> None:
         self._stream = stream
+        self._fd = fd
         self._lock = threading.Lock()
         self.broken = False
 
     def __call__(self, message: Any) -> None:
-        line = (rpc.dumps_safe(message) if isinstance(message, dict) else rpc.dumps(message)).encode("utf-8") + b"\n"
+        line = (rpc.encode_safe(message) if isinstance(message, dict) else rpc.encode(message)) + b"\n"
         with self._lock:
             if self.broken:
                 return
             try:
-                self._stream.write(line)
-                self._stream.flush()
+                if self._fd is None:
+                    self._stream.write(line)
+                    self._stream.flush()
+                    return
+                view = memoryview(line)
+                while view:  # a pipe takes a long line in parts
+                    view = view[os.write(self._fd, view):]
             except (BrokenPipeError, OSError, ValueError):
                 self.broken = True
 
@@ -153,7 +160,7 @@ def serve_stdio(server: Server, *, stdin: IO[bytes] | None = None, stdout: IO[by
     else:
         out = stdout  # type: ignore[assignment]
     inp = stdin if stdin is not None else sys.stdin.buffer
-    write = _Writer(out)
+    write = _Writer(out, out.fileno() if redirect else None)  # out is unbuffered when redirect
     session = server.open_session(send=write)
     pool = _Pool(max_workers)
     started = time.monotonic()
