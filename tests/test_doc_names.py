@@ -1,5 +1,5 @@
-"""The docs name nothing that is gone: every environment variable they mention is read by the code,
-and every ``cairn.…`` name they cite imports (a module, or an attribute of one)."""
+"""The docs name nothing that is gone: every environment variable they mention is read by the code
+(src, tests or benchmarks), and every ``cairn.…`` name they cite imports (a module, or an attribute of one)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = sorted((REPO / "docs").glob("*.md")) + [REPO / "README.md"]
-CODE = [p for folder in ("src", "tests") for p in (REPO / folder).rglob("*.py")]
+CODE = [p for folder in ("src", "tests", "benchmarks") for p in (REPO / folder).rglob("*.py")]
 
 
 def _mentions(pattern: str) -> set[str]:
