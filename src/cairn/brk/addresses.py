@@ -238,9 +238,16 @@ class _Seen:
         return found
 
     def save(self, durable: bool) -> None:
-        with atomic_file(self.path, durable=durable) as fh:
-            fh.write(self.covered.to_bytes(8, "little"))
-            fh.write(self.bits.data)
+        """Write the filter atomically; on a failed write the previous ``seen.bin`` (or none) stays, which
+        covers fewer ids and is extended on the next run."""
+        try:
+            with atomic_file(self.path, durable=durable) as fh:
+                fh.write(self.covered.to_bytes(8, "little"))
+                fh.write(self.bits.data)
+        except OSError as exc:
+            raise StorageError(f"Cannot write {self.path}: {exc.strerror or exc}. Free some space (or fix the "
+                               "permissions) and run the same command again: the address index is committed "
+                               "and this look-up filter is rebuilt from it.") from exc
 
 
 def update(out: Path, *, durable: bool = True, blocks_dir: Path | None = None) -> dict[str, Any] | None:
