@@ -305,9 +305,9 @@ def test_keyword_ranking_matches_the_previous_statements(tmp_path: Path, ctx_bac
         for words in ("kiwi", "harvest rain", "use-effect cleanup", '"kiwi orchard" season'):
             for budget in (10_000, 30):
                 ranked = retrieval.keyword(store, words, Filters(), 10, budget=budget)
-                match, min_rowid = retrieval.plan(store, words, budget)
-                assert match is not None
+                planned, min_rowid = retrieval.plan(store, words, budget)
+                assert planned is not None
                 where = " AND f.rowid >= ?" if min_rowid else ""
                 expected = store.sql(_PREVIOUS_JOINED.format(where=where),
-                                     (match.fts5(), *([min_rowid] if min_rowid else []), 10))
+                                     (planned.fts5(), *([min_rowid] if min_rowid else []), 10))
                 assert list(ranked.items()) == [(int(r), float(s)) for r, s in expected], (words, budget)
