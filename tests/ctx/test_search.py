@@ -253,3 +253,61 @@ def test_query_vectors_are_reused_across_modes_and_bounded(corpus: Path, monkeyp
     assert other not in retrieval._query_vectors
     retrieval.forget_query_vectors()
     assert embedder not in retrieval._query_vectors
+
+
+# The statements keyword search ranked with before h-kw (issue 19): ``ORDER BY rank`` with no filter, the join
+# to documents with one. The answers must stay exactly these: the same chunks, scores and order (score, then rowid).
+_PREVIOUS_PLAIN = "SELECT rowid, -rank FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY rank LIMIT ?"
+_PREVIOUS_JOINED = ("SELECT f.rowid, -bm25(chunks_fts) AS s FROM chunks_fts f JOIN chunks c ON c.rowid = f.rowid"
+                    " JOIN documents d ON d.rowid = c.doc WHERE chunks_fts MATCH ?{where} ORDER BY s DESC, f.rowid LIMIT ?")
+
+
+def test_keyword_ranking_matches_the_previous_statements(tmp_path: Path, ctx_backend: str) -> None:
+    import random
+
+    from cairn.ctx import retrieval
+    from cairn.ctx.retrieval import Filters
+    from cairn.ctx.store import Match
+
+    rng = random.Random(19)
+    vocab = ["harvest", "harvesting", "kiwi", "orchard", "use-effect", "cleanup", "bird", "report", "season", "rain"]
+    # Every chunk a different length, so no two chunks tie on a score and "the same order" is well defined.
+    notes = {f"n{i:03d}.md": f"# Note {i}\n\n" + " ".join(rng.choice(vocab) for _ in range(5 + i)) + "\n" for i in range(90)}
+    write(tmp_path / "notes", notes)
+    write(tmp_path / "wiki", {f"w{i}.md": f"# Wiki {i}\n\nkiwi orchard harvest {'report ' * i}season\n" for i in range(1, 12)})
+    os.utime(tmp_path / "wiki" / "w1.md", (946684800, 946684800))  # 2000-01-01: out of the `since` window
+    svc = make(tmp_path)
+    svc.sync("all")
+    store = svc.store
+    queries = [("kiwi",), ("harvest",), ("harvesting", "rain"), ("use-effect",), ("use-effect", "cleanup", "bird"),
+               ("orchard", "season", "report"), ("kiwi orchard",)]  # a hyphenated phrase, stems, a quoted phrase
+    matches = [Match(q) for q in queries] + [Match(("kiwi", "orchard"), "AND"), Match(("report", "rain", "bird"), "AND")]
+    since = 1_000_000_000
+    for match in matches:
+        full = store.fts_rank(match, 10_000)
+        assert full and list(full.values()) == sorted(full.values(), reverse=True), match
+        for k in (1, 5, 40):  # each top k is the first k of the whole ranking
+            assert list(store.fts_rank(match, k).items()) == list(full.items())[:k], (match, k)
+        if ctx_backend != "sqlite":
+            continue
+        previous = store.sql(_PREVIOUS_PLAIN, (match.fts5(), 10_000))
+        assert list(full.items()) == [(int(r), float(s)) for r, s in previous], match
+        for k in (1, 5, 40):
+            assert list(store.fts_rank(match, k).items()) == [(int(r), float(s)) for r, s in
+                                                              store.sql(_PREVIOUS_PLAIN, (match.fts5(), k))], (match, k)
+        for sources, where, params in (((["filesystem:wiki"]), " AND d.source IN (?)", ["filesystem:wiki"]),
+                                       (None, " AND d.updated_at >= ?", [since])):
+            joined = store.sql(_PREVIOUS_JOINED.format(where=where), (match.fts5(), *params, 40))
+            got = store.fts_rank(match, 40, sources=sources, since=since if sources is None else None)
+            assert list(got.items()) == [(int(r), float(s)) for r, s in joined], (match, where)
+    # Through keyword search (the try/plan path, large and small budgets): the same top k as the statements.
+    if ctx_backend == "sqlite":
+        for words in ("kiwi", "harvest rain", "use-effect cleanup", '"kiwi orchard" season'):
+            for budget in (10_000, 30):
+                ranked = retrieval.keyword(store, words, Filters(), 10, budget=budget)
+                planned, min_rowid = retrieval.plan(store, words, budget)
+                assert planned is not None
+                where = " AND f.rowid >= ?" if min_rowid else ""
+                expected = store.sql(_PREVIOUS_JOINED.format(where=where),
+                                     (planned.fts5(), *([min_rowid] if min_rowid else []), 10))
+                assert list(ranked.items()) == [(int(r), float(s)) for r, s in expected], (words, budget)

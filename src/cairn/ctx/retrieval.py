@@ -49,7 +49,7 @@ class Filters:
     until: int | None = None
 
 
-RANK_BUDGET = 8_000  # most chunks BM25 ranks per query (~1 us each): bounds keyword latency
+RANK_BUDGET = 8_000  # most chunks BM25 ranks per query (~1-3 us each): bounds keyword latency
 
 
 def keyword_terms(text: str) -> list[str]:
@@ -66,7 +66,7 @@ def plan(store: Store, text: str, budget: int = RANK_BUDGET,
          counts: dict[str, int] | None = None) -> tuple[Match | None, int]:
     """(keyword query, lowest rowid to rank) keeping the ranking work under ``budget`` chunks.
 
-    BM25 costs ~1 us per matching chunk, so a term found in most chunks would dominate latency
+    BM25 costs ~1-3 us per matching chunk, so a term found in most chunks would dominate latency
     while adding almost nothing to the ranking (its IDF is near zero). When the OR of all terms
     matches more than ``budget`` chunks, the most common terms are left out (rarest first, as long
     as they fit); if even the rarest term is over budget, the AND of all terms is used when it is

@@ -547,7 +547,10 @@ class SqliteStore:
                    " JOIN documents d ON d.rowid = c.doc WHERE chunks_fts MATCH ?"
                    + "".join(" AND " + p for p in parts) + " ORDER BY s DESC, f.rowid LIMIT ?")
         else:
-            sql = "SELECT rowid, -rank FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY rank LIMIT ?"
+            # Not ``ORDER BY rank``: FTS5 answers that from a nested statement that sorts every match before the
+            # LIMIT applies (~25% slower at 100k chunks); this is the same scores with SQLite's top-k sort, ties by rowid.
+            sql = ("SELECT rowid, -bm25(chunks_fts) AS s FROM chunks_fts WHERE chunks_fts MATCH ?"
+                   " ORDER BY s DESC, rowid LIMIT ?")
         return {int(r): float(s) for r, s in self.db.execute(sql, (match.fts5(), *params, k))}
 
     # ---- checkpoints -------------------------------------------------------------------------
