@@ -13,6 +13,7 @@ import shutil
 import tempfile
 import warnings
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -85,21 +86,29 @@ def drop_database(server_url: str, name: str) -> None:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def ctx_backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """The storage backend of this run: ``"sqlite"`` (the config's path) or ``"postgres"`` (a fresh
-    database of the session's server, through $CTX_DATABASE_URL)."""
-    monkeypatch.delenv("CTX_DATABASE_URL", raising=False)
+@contextmanager
+def _backend(request: pytest.FixtureRequest, mp: pytest.MonkeyPatch) -> Iterator[str]:
+    """Set $CTX_DATABASE_URL for ``request.param``: unset for ``"sqlite"``, a fresh database of the
+    session's server for ``"postgres"`` (dropped afterwards)."""
+    mp.delenv("CTX_DATABASE_URL", raising=False)
     if request.param == "sqlite":
         yield "sqlite"
         return
     server = request.getfixturevalue("pg_server")
     name, url = pg_database(server)
-    monkeypatch.setenv("CTX_DATABASE_URL", url)
+    mp.setenv("CTX_DATABASE_URL", url)
     try:
         yield "postgres"
     finally:
         drop_database(server, name)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def ctx_backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The storage backend of this run: ``"sqlite"`` (the config's path) or ``"postgres"`` (a fresh
+    database of the session's server, through $CTX_DATABASE_URL)."""
+    with _backend(request, monkeypatch) as backend:
+        yield backend
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
@@ -107,15 +116,5 @@ def ctx_module_backend(request: pytest.FixtureRequest) -> Iterator[str]:
     """:func:`ctx_backend` for modules whose knowledge base is a module fixture: the module's tests run
     on SQLite, then all of them again on a PostgreSQL database of their own ($CTX_DATABASE_URL is set
     for the whole run, so the ctx processes the tests start use it too)."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.delenv("CTX_DATABASE_URL", raising=False)
-        if request.param == "sqlite":
-            yield "sqlite"
-            return
-        server = request.getfixturevalue("pg_server")
-        name, url = pg_database(server)
-        mp.setenv("CTX_DATABASE_URL", url)
-        try:
-            yield "postgres"
-        finally:
-            drop_database(server, name)
+    with pytest.MonkeyPatch.context() as mp, _backend(request, mp) as backend:
+        yield backend
