@@ -67,13 +67,12 @@ def build_corpus(data: Path, out: Path) -> int:
     return n
 
 
-@pytest.fixture(scope="module")
-def kb(test_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Service:
-    base = tmp_path_factory.mktemp("quality")
+def _synced_kb(test_data: Path, base: Path, db: str) -> Service:
+    """The quality corpus under ``base``, synced and embedded into the database ``db`` names (a ``[db]`` line)."""
     assert build_corpus(test_data, base / "corpus") > 150
     (base / "ctx.toml").write_text(f"""
 [db]
-path = "kb.sqlite"
+{db}
 [embedding]
 provider = "local"
 [connectors.filesystem.docs]
@@ -83,6 +82,11 @@ root = "{base / 'corpus'}"
     summary = svc.sync("all")
     assert summary.embedding is not None and summary.embedding.pending == 0
     return svc
+
+
+@pytest.fixture(scope="module")
+def kb(test_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Service:
+    return _synced_kb(test_data, tmp_path_factory.mktemp("quality"), 'path = "kb.sqlite"')
 
 
 def recall_at_5(svc: Service, mode: str) -> tuple[float, list[str]]:
@@ -122,20 +126,8 @@ def test_reference_minmax_fusion_still_available(kb: Service, record_property: C
 def kb_pg(test_data: Path, tmp_path_factory: pytest.TempPathFactory, pg_server: str) -> Iterator[Service]:
     from .conftest import drop_database, pg_database
 
-    base = tmp_path_factory.mktemp("quality-pg")
-    assert build_corpus(test_data, base / "corpus") > 150
     name, url = pg_database(pg_server)
-    (base / "ctx.toml").write_text(f"""
-[db]
-url = "{url}"
-[embedding]
-provider = "local"
-[connectors.filesystem.docs]
-root = "{base / 'corpus'}"
-""")
-    svc = Service.from_config(base / "ctx.toml")
-    summary = svc.sync("all")
-    assert summary.embedding is not None and summary.embedding.pending == 0
+    svc = _synced_kb(test_data, tmp_path_factory.mktemp("quality-pg"), f'url = "{url}"')
     yield svc
     svc.close()
     drop_database(pg_server, name)
