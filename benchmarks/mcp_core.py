@@ -24,9 +24,11 @@ the ratio to the bare interpreter, plus the CPU time each used until it answered
 Interleaved with another checkout (issue 14: "start-up does not get worse"), e.g. the previous landing:
 
     git worktree add /tmp/base REV
-    env -u PYTHONDONTWRITEBYTECODE .venv/bin/python benchmarks/mcp_core.py --startup-only --startup-runs 30 \
-        --against /tmp/base
+    .venv/bin/python benchmarks/mcp_core.py --startup-only --startup-runs 30 --against /tmp/base
     git worktree remove /tmp/base
+
+Both trees' modules are compiled to bytecode first (``compileall``), so a ``PYTHONDONTWRITEBYTECODE``
+shell does not make every spawn recompile.
 
 Each round times ``python -c pass`` and every server under both checkouts (order alternating), both as
 ``PYTHONPATH=<checkout>/src`` with this interpreter, each on stores its own code made; it reports per
@@ -552,6 +554,10 @@ def startup_against(runs: int, against: str, instructions: bool = False) -> dict
     executes until its reply (:func:`instructions_against`; needs valgrind)."""
     load_before = os.getloadavg()
     sides = {"this": _src_dir(str(Path(__file__).resolve().parents[1])), "other": _src_dir(against)}
+    for src in sides.values():  # bytecode for both trees: a spawn without it recompiles every module it imports
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(src / "cairn")], check=True,
+                       env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
+                       stdout=subprocess.DEVNULL)
     with tempfile.TemporaryDirectory(prefix="cairn-startup-") as tmp:
         setups: Setups = {}
         for side, src in sides.items():
@@ -607,9 +613,6 @@ def main(argv: list[str] | None = None) -> int:
         _make_stores(Path(opts.make_stores))
         return 0
     if opts.against:
-        if "PYTHONDONTWRITEBYTECODE" in os.environ:
-            print("warning: PYTHONDONTWRITEBYTECODE is set: every spawn recompiles the modules that have no "
-                  ".pyc yet; run under `env -u PYTHONDONTWRITEBYTECODE`", file=sys.stderr)
         result = startup_against(opts.startup_runs, opts.against, opts.instructions)
         for name, row in result["commands"].items():
             this, other = row["this"], row["other"]
