@@ -311,3 +311,114 @@ def test_keyword_ranking_matches_the_previous_statements(tmp_path: Path, ctx_bac
                 expected = store.sql(_PREVIOUS_JOINED.format(where=where),
                                      (planned.fts5(), *([min_rowid] if min_rowid else []), 10))
                 assert list(ranked.items()) == [(int(r), float(s)) for r, s in expected], (words, budget)
+
+
+def test_split_ranking_gives_the_one_statement_answer(tmp_path: Path, ctx_backend: str,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """SQLite ranks a large keyword match as two halves (even and odd rowids) on two connections side by side
+    (issue 19): the answer must be the one statement's, the same chunks, scores and order, ties included."""
+    if ctx_backend != "sqlite":
+        pytest.skip("the split ranking is SQLite's: two connections to one database file")
+    import random
+    import sqlite3
+
+    from cairn.ctx import retrieval
+    from cairn.ctx import store as store_mod
+    from cairn.ctx.retrieval import Filters
+    from cairn.ctx.store import Match
+
+    rng = random.Random(7)
+    vocab = ["harvest", "harvesting", "kiwi", "orchard", "use-effect", "cleanup", "bird", "report", "season", "rain"]
+    notes = {f"n{i:03d}.md": f"# Note {i}\n\n" + " ".join(rng.choice(vocab) for _ in range(3 + i % 40)) + "\n"
+             for i in range(240)}
+    notes.update({f"t{i}.md": "# Twin\n\nkiwi orchard kiwi\n" for i in range(6)})  # equal scores: ties by rowid
+    write(tmp_path / "notes", notes)
+    write(tmp_path / "wiki", {f"w{i}.md": f"# Wiki {i}\n\nkiwi orchard harvest {'report ' * i}season\n" for i in range(1, 12)})
+    os.utime(tmp_path / "wiki" / "w1.md", (946684800, 946684800))
+    svc = make(tmp_path)
+    svc.sync("all")
+    store = svc.store
+    fetched: list[sqlite3.Connection] = []
+    timed = store_mod._timed_fetch
+
+    def recording(db: sqlite3.Connection, sql: str, params: tuple[object, ...]) -> tuple[list[object], float, float]:
+        fetched.append(db)
+        return timed(db, sql, params)
+
+    monkeypatch.setattr(store_mod, "_timed_fetch", recording)
+    monkeypatch.setitem(store_mod._split_state, "idle_until", 0.0)
+    monkeypatch.setattr(store_mod, "_starved", lambda wall, cpu: False)  # this test's VM may be busy
+
+    def both(match: Match, k: int, **kwargs: object) -> tuple[dict[int, float], dict[int, float]]:
+        df = {t: 10**6 for t in match.terms}
+        monkeypatch.setattr(store_mod, "SPLIT_MIN", 10**9)
+        one = store.fts_rank(match, k, df=df, **kwargs)  # type: ignore[arg-type]
+        monkeypatch.setattr(store_mod, "SPLIT_MIN", 1)
+        before = len(fetched)
+        split = store.fts_rank(match, k, df=df, **kwargs)  # type: ignore[arg-type]
+        assert len(fetched) == before + 2 and store._helper in fetched[-2:] and store.db in fetched[-2:]
+        return one, split
+
+    matches = [Match(("kiwi",)), Match(("harvesting", "rain")), Match(("use-effect", "cleanup", "bird")),
+               Match(("kiwi orchard",)), Match(("kiwi", "orchard"), "AND")]
+    newest = store.fts_newest_rowid(Match(("kiwi",)), 30)
+    for match in matches:
+        full = store.fts_rank(match, 10_000)
+        # bm25() of a row does not depend on which rows the statement reads: a rowid filter keeps the scores.
+        odd = store.sql("SELECT rowid, -bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ? AND rowid % 2 = 1",
+                        (match.fts5(),))
+        assert odd and all(full[int(r)] == float(s) for r, s in odd), match
+        for k in (1, 5, 40, 10_000):
+            for kwargs in ({}, {"min_rowid": newest}, {"sources": ["filesystem:notes"]}, {"since": 1_000_000_000},
+                           {"sources": ["filesystem:wiki"], "min_rowid": newest}):
+                one, split = both(match, k, **kwargs)
+                assert list(split.items()) == list(one.items()), (match, k, kwargs)
+        assert list(both(match, 10_000)[1].items()) == list(full.items())
+    # Through keyword search and the service: the try path, the budget's plan, filters.
+    for words in ("kiwi", "harvest rain", "use-effect cleanup bird", '"kiwi orchard" season'):
+        for budget in (10_000, 30):
+            monkeypatch.setattr(store_mod, "SPLIT_MIN", 10**9)
+            one_kw = retrieval.keyword(store, words, Filters(), 10, budget=budget)
+            one = svc.search(words, limit=20)
+            monkeypatch.setattr(store_mod, "SPLIT_MIN", 1)
+            assert retrieval.keyword(store, words, Filters(), 10, budget=budget) == one_kw
+            assert list(retrieval.keyword(store, words, Filters(), 10, budget=budget).items()) == list(one_kw.items())
+            assert svc.search(words, limit=20) == one and one, words
+    # Inside a transaction of the store's connection: one statement (the helper could not see its writes).
+    before = len(fetched)
+    with store.snapshot():
+        assert store.fts_rank(Match(("kiwi",)), 10, df={"kiwi": 10**6}) == store.fts_rank(Match(("kiwi",)), 10)
+    assert len(fetched) == before
+    # Another connection commits while the halves run: they are dropped, the answer is the new state's.
+    import threading
+
+    writer = sqlite3.connect(str(store.path), isolation_level=None, check_same_thread=False)
+    committed = threading.Event()
+
+    def committing(db: sqlite3.Connection, sql: str, params: tuple[object, ...]) -> tuple[list[object], float, float]:
+        if db is store.db:  # this half reads after the commit, the helper's before it
+            assert committed.wait(10)
+            return timed(db, sql, params)
+        try:
+            return timed(db, sql, params)
+        finally:
+            writer.execute("INSERT INTO chunks(doc, ordinal, hash, heading, text)"
+                           " SELECT doc, 99, 'h', 'x', 'kiwi kiwi kiwi' FROM chunks LIMIT 1")
+            committed.set()
+
+    monkeypatch.setattr(store_mod, "_timed_fetch", committing)
+    after = store.fts_rank(Match(("kiwi",)), 10_000, df={"kiwi": 10**6})
+    monkeypatch.setattr(store_mod, "_timed_fetch", recording)
+    monkeypatch.setattr(store_mod, "SPLIT_MIN", 10**9)
+    assert committed.is_set() and list(after.items()) == list(store.fts_rank(Match(("kiwi",)), 10_000).items())
+    assert max(after) == store.sql("SELECT max(rowid) FROM chunks")[0][0]  # the new, shortest chunk ranks first
+    writer.close()
+    # A split whose threads waited for a core: the next rankings are one statement for SPLIT_BACKOFF_S.
+    monkeypatch.setattr(store_mod, "SPLIT_MIN", 1)
+    monkeypatch.setattr(store_mod, "_starved", lambda wall, cpu: True)
+    before = len(fetched)
+    first = store.fts_rank(Match(("kiwi",)), 10, df={"kiwi": 10**6})
+    assert len(fetched) == before + 2
+    assert store.fts_rank(Match(("kiwi",)), 10, df={"kiwi": 10**6}) == first and len(fetched) == before + 2
+    store.close()
+    assert store._helper is None

@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -247,6 +248,7 @@ class SqliteStore:
 
     def __init__(self, path: Path, *, create: bool = False, migrate: bool = True) -> None:
         self.path = Path(path)
+        self._helper: sqlite3.Connection | None = None  # the second connection of a split ranking
         self.label = str(self.path)
         if not create and not self.path.exists():
             from cairn.core.errors import NotFound
@@ -320,6 +322,9 @@ class SqliteStore:
         raise NotImplementedError("SQLite vectors are searched in memory (cairn.ctx.retrieval.VectorMatrix)")
 
     def close(self) -> None:
+        helper, self._helper = self._helper, None
+        if helper is not None:
+            helper.close()
         self.db.close()
 
     @contextmanager
@@ -502,7 +507,8 @@ class SqliteStore:
         counts = [self.fts_count(Match((t,)), budget) for t in terms]
         if sum(counts) > budget:
             return counts, None
-        return counts, self.fts_rank(Match(tuple(terms)), k, sources=sources, since=since, until=until)
+        return counts, self.fts_rank(Match(tuple(terms)), k, sources=sources, since=since, until=until,
+                                     df=dict(zip(terms, counts)))
 
     def fts_count(self, match: Match, cap: int) -> int:
         """How many chunks the FTS5 query ``match`` finds, counting no further than ``cap + 1``."""
@@ -522,8 +528,11 @@ class SqliteStore:
     def fts_rank(self, match: Match, k: int, *, sources: Sequence[str] | None = None, since: int | None = None,
                  until: int | None = None, min_rowid: int = 0, df: Mapping[str, int] | None = None) -> dict[int, float]:
         """Chunk rowid -> positive BM25 score, the best ``k`` chunks ``match`` finds among those whose
-        document is in ``sources`` and was updated in [since, until), from ``min_rowid`` on. (``df``, the
-        terms' chunk counts when the caller has them, is for stores that weigh terms themselves; FTS5 knows.)"""
+        document is in ``sources`` and was updated in [since, until), from ``min_rowid`` on.
+
+        ``df``: the terms' chunk counts when the caller has them (FTS5 weighs the terms itself). They say how
+        much there is to rank: from :data:`SPLIT_MIN` matching chunks on, the ranking runs as two halves side by
+        side (:meth:`_split_rank`), with the same scores and order."""
         parts: list[str] = []
         params: list[Any] = []
         if sources is not None:
@@ -535,23 +544,73 @@ class SqliteStore:
         if until is not None:
             parts.append("d.updated_at < ?")
             params.append(until)
-        if min_rowid and not parts:  # no join: it filters nothing here and cost up to 2x (100k chunks)
-            sql = ("SELECT rowid, -bm25(chunks_fts) AS s FROM chunks_fts WHERE chunks_fts MATCH ? AND rowid >= ?"
-                   " ORDER BY s DESC, rowid LIMIT ?")
-            return {int(r): float(s) for r, s in self.db.execute(sql, (match.fts5(), min_rowid, k))}
-        if min_rowid:
-            parts.append("f.rowid >= ?")
-            params.append(min_rowid)
         if parts:
-            sql = ("SELECT f.rowid, -bm25(chunks_fts) AS s FROM chunks_fts f JOIN chunks c ON c.rowid = f.rowid"
-                   " JOIN documents d ON d.rowid = c.doc WHERE chunks_fts MATCH ?"
-                   + "".join(" AND " + p for p in parts) + " ORDER BY s DESC, f.rowid LIMIT ?")
+            rowid = "f.rowid"
+            head = ("SELECT f.rowid, -bm25(chunks_fts) AS s FROM chunks_fts f JOIN chunks c ON c.rowid = f.rowid"
+                    " JOIN documents d ON d.rowid = c.doc WHERE chunks_fts MATCH ?")
         else:
             # Not ``ORDER BY rank``: FTS5 answers that from a nested statement that sorts every match before the
-            # LIMIT applies (~25% slower at 100k chunks); this is the same scores with SQLite's top-k sort, ties by rowid.
-            sql = ("SELECT rowid, -bm25(chunks_fts) AS s FROM chunks_fts WHERE chunks_fts MATCH ?"
-                   " ORDER BY s DESC, rowid LIMIT ?")
-        return {int(r): float(s) for r, s in self.db.execute(sql, (match.fts5(), *params, k))}
+            # LIMIT applies (~25% slower at 100k chunks); this is the same scores with SQLite's top-k sort, ties by
+            # rowid. No join when only ``min_rowid`` filters: it filters nothing here and cost up to 2x (100k chunks).
+            rowid = "rowid"
+            head = "SELECT rowid, -bm25(chunks_fts) AS s FROM chunks_fts WHERE chunks_fts MATCH ?"
+        if min_rowid:
+            parts.append(f"{rowid} >= ?")
+            params.append(min_rowid)
+        where = head + "".join(" AND " + p for p in parts)
+        tail = f" ORDER BY s DESC, {rowid} LIMIT ?"
+        args = (match.fts5(), *params)
+        if df is not None and sum(df.get(t, 0) for t in dict.fromkeys(match.terms)) >= SPLIT_MIN:
+            halves = self._split_rank(f"{where} AND {rowid} % 2 = ?{tail}", args, k)
+            if halves is not None:
+                return halves
+        return {int(r): float(s) for r, s in self.db.execute(where + tail, (*args, k))}
+
+    def _split_rank(self, sql: str, args: tuple[Any, ...], k: int) -> dict[int, float] | None:
+        """The ranking ``sql`` (its last two parameters: a rowid's parity, the limit) as two halves, the even
+        rowids on this connection and the odd ones on a second connection in a helper thread (sqlite3 releases
+        the GIL), merged by score then rowid; None when it is not done (the caller ranks in one statement).
+
+        Exact: ``bm25()`` scores a row from the row and table-wide figures (each term's document count, the
+        row count, the average length), never from which rows the statement reads, so a row scores the same in
+        either half and the best ``k`` of the union are the best ``k`` of the whole. Both halves must read the
+        same committed state: ``PRAGMA data_version``, which moves when another connection commits, is read
+        before and after, and the halves are dropped if it moved. Not done inside a transaction of this
+        connection (its uncommitted state is not the other connection's), when the helper thread is busy with
+        another search of this process (one helper: no more busy threads than the 2 cores), nor for a while
+        after a split found no free core (see :func:`_starved`): then the halves cost more than the whole."""
+        if self.db.in_transaction or time.monotonic() < _split_state["idle_until"]:
+            return None
+        if not _split_slot.acquire(blocking=False):
+            return None
+        try:
+            from concurrent.futures import wait
+
+            helper = self._helper
+            if helper is None:
+                if not self.path.is_file():
+                    return None
+                helper = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
+                helper.execute("PRAGMA query_only = ON")
+                helper.execute("PRAGMA busy_timeout = 10000")
+                helper.execute("PRAGMA cache_size = -65536")
+                self._helper = helper
+            version = self.db.execute("PRAGMA data_version").fetchone()
+            theirs = _split_pool().submit(_timed_fetch, helper, sql, (*args, 1, k))
+            try:
+                mine = _timed_fetch(self.db, sql, (*args, 0, k))
+            finally:
+                wait([theirs])
+            other = theirs.result()
+            if _starved(mine[1], mine[2]) or _starved(other[1], other[2]):
+                _split_state["idle_until"] = time.monotonic() + SPLIT_BACKOFF_S
+            if self.db.execute("PRAGMA data_version").fetchone() != version:
+                return None  # another connection committed meanwhile: the halves may have read different states
+        finally:
+            _split_slot.release()
+        rows = mine[0] + other[0]
+        rows.sort(key=lambda r: (-r[1], r[0]))
+        return {int(r): float(s) for r, s in rows[:k]}
 
     # ---- checkpoints -------------------------------------------------------------------------
 
@@ -625,6 +684,41 @@ class SqliteStore:
 
 
 Store = SqliteStore  # the name callers used before the PostgreSQL backend (benchmarks/ctx.py)
+
+
+# From this many matching chunks (the terms' counts) on, a ranking is split over two connections (two cores): below
+# it the thread hop (~0.1 ms) and the second pass over each term's matches (its IDF) outweigh half the BM25 work.
+SPLIT_MIN = 2_000
+_split_slot = threading.BoundedSemaphore(1)  # one split ranking at a time in a process: one helper thread
+_split_executor: Any = None
+
+
+def _split_pool() -> Any:
+    """The helper thread of split rankings, started on first use."""
+    global _split_executor
+    if _split_executor is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _split_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctx-rank")
+    return _split_executor
+
+
+# After a split ranking whose threads waited for a core (other work on the machine), rank in one statement for this
+# long: two halves sharing one core cost more than the whole (the IDF pass runs in both), 20-40 % on a busy VM.
+SPLIT_BACKOFF_S = 2.0
+_split_state = {"idle_until": 0.0}
+
+
+def _timed_fetch(db: sqlite3.Connection, sql: str, params: tuple[Any, ...]) -> tuple[list[Any], float, float]:
+    """The statement's rows, its wall time and this thread's CPU time for it."""
+    wall, cpu = time.perf_counter(), time.thread_time()
+    rows = db.execute(sql, params).fetchall()
+    return rows, time.perf_counter() - wall, time.thread_time() - cpu
+
+
+def _starved(wall: float, cpu: float) -> bool:
+    """Whether a thread spent a quarter of its time (and over a millisecond) waiting, not computing: no free core."""
+    return wall - cpu > max(0.001, 0.25 * wall)
 
 
 def _split_sql(script: str) -> list[str]:
