@@ -338,6 +338,7 @@ def test_split_ranking_gives_the_one_statement_answer(tmp_path: Path, ctx_backen
     svc = make(tmp_path)
     svc.sync("all")
     store = svc.store
+    assert isinstance(store, store_mod.SqliteStore)
     fetched: list[sqlite3.Connection] = []
     timed = store_mod._timed_fetch
 
@@ -379,11 +380,11 @@ def test_split_ranking_gives_the_one_statement_answer(tmp_path: Path, ctx_backen
         for budget in (10_000, 30):
             monkeypatch.setattr(store_mod, "SPLIT_MIN", 10**9)
             one_kw = retrieval.keyword(store, words, Filters(), 10, budget=budget)
-            one = svc.search(words, limit=20)
+            found = svc.search(words, limit=20)
             monkeypatch.setattr(store_mod, "SPLIT_MIN", 1)
             assert retrieval.keyword(store, words, Filters(), 10, budget=budget) == one_kw
             assert list(retrieval.keyword(store, words, Filters(), 10, budget=budget).items()) == list(one_kw.items())
-            assert svc.search(words, limit=20) == one and one, words
+            assert svc.search(words, limit=20) == found and found, words
     # Inside a transaction of the store's connection: one statement (the helper could not see its writes).
     before = len(fetched)
     with store.snapshot():
