@@ -1,13 +1,14 @@
 """ctx keyword search at 100k chunks, this checkout's ranking against a baseline's, query by query (issue 19).
 
     .venv/bin/python benchmarks/ctx_keyword.py [--baseline /tmp/kmain/src] [--chunks 100000] [--queries 200]
-        [--rounds 3] [--budgets 8000,6000,4000]
+        [--rounds 3] [--budgets 8000,6000,4000] [--one-statement]
 
 Builds the knowledge base of ``benchmarks/ctx.py`` (the same words, documents, sources and dates; 384-dimension
 stored vectors that keyword search never reads), then, in one process, times ``Service.search(q, "keyword")``
 over the same queries with this tree's ``SqliteStore.fts_rank`` and with ``--baseline``'s (that tree's
 ``cairn/ctx/store.py`` loaded beside this one), alternating which goes first, unfiltered, with a source filter
-and with a ``since`` filter. Both answers of every search are compared (``same_results``). ``--budgets``: also
+and with a ``since`` filter. Both answers of every search are compared (``same_results``). ``--one-statement``: a
+third variant, this tree with the split ranking (two halves on two connections) off, also compared. ``--budgets``: also
 the latency by ranking budget and how many queries' top 10 documents differ from the first budget's (this tree
 only; the corpus is random words, so a changed answer is a change, not a measured loss). Prints one JSON document.
 """
@@ -47,9 +48,12 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--budgets", default="", help="comma-separated ranking budgets, the first the reference")
+    ap.add_argument("--one-statement", action="store_true",
+                    help="also time this tree with the split ranking off (SPLIT_MIN out of reach)")
     args = ap.parse_args()
 
     from cairn.ctx import retrieval
+    from cairn.ctx import store as store_module
     from cairn.ctx.service import Service
     from cairn.ctx.store import SqliteStore
 
@@ -64,6 +68,15 @@ def main() -> None:
         impl = {"this": SqliteStore.fts_rank}
         if args.baseline:
             impl["baseline"] = load_store(args.baseline).SqliteStore.fts_rank
+        if args.one_statement:  # this tree with the split ranking off: what the second core buys, paired
+            def one_statement(self: Any, *a: Any, **kw: Any) -> Any:
+                split_min, store_module.SPLIT_MIN = store_module.SPLIT_MIN, 1 << 62
+                try:
+                    return SqliteStore.fts_rank(self, *a, **kw)
+                finally:
+                    store_module.SPLIT_MIN = split_min
+
+            impl["this_one_statement"] = one_statement
         variants: dict[str, dict[str, Any]] = {"": {}, "_source_filter": {"source": "s1"},
                                                 "_since_filter": {"since": "2020-01-01"}}
         times: dict[str, list[float]] = {f"{n}{v}": [] for n in impl for v in variants}
@@ -83,6 +96,9 @@ def main() -> None:
         store.fts_rank = types.MethodType(SqliteStore.fts_rank, store)  # type: ignore[method-assign]
         out["keyword"] = {k: ctx.ms(v) for k, v in times.items()}
         out["same_results"] = same
+        state = getattr(store_module, "_split_state", None)
+        if state is not None:  # split rankings done, and how many of them found no free core (then 2 s of one statement)
+            out["split_rankings"] = {"done": state["splits"], "backed_off": state["backoffs"]}
         out["baseline"] = str(args.baseline) if args.baseline else None
         if args.budgets:
             budgets = [int(b) for b in args.budgets.split(",")]

@@ -602,8 +602,10 @@ class SqliteStore:
             finally:
                 wait([theirs])
             other = theirs.result()
+            _split_state["splits"] += 1
             if _starved(mine[1], mine[2]) or _starved(other[1], other[2]):
                 _split_state["idle_until"] = time.monotonic() + SPLIT_BACKOFF_S
+                _split_state["backoffs"] += 1
             if self.db.execute("PRAGMA data_version").fetchone() != version:
                 return None  # another connection committed meanwhile: the halves may have read different states
         finally:
@@ -706,7 +708,7 @@ def _split_pool() -> Any:
 # After a split ranking whose threads waited for a core (other work on the machine), rank in one statement for this
 # long: two halves sharing one core cost more than the whole (the IDF pass runs in both), 20-40 % on a busy VM.
 SPLIT_BACKOFF_S = 2.0
-_split_state = {"idle_until": 0.0}
+_split_state = {"idle_until": 0.0, "splits": 0, "backoffs": 0}  # (the counts for benchmarks/ctx_keyword.py)
 
 
 def _timed_fetch(db: sqlite3.Connection, sql: str, params: tuple[Any, ...]) -> tuple[list[Any], float, float]:
