@@ -423,3 +423,53 @@ def test_split_ranking_gives_the_one_statement_answer(tmp_path: Path, ctx_backen
     assert store.fts_rank(Match(("kiwi",)), 10, df={"kiwi": 10**6}) == first and len(fetched) == before + 2
     store.close()
     assert store._helper is None
+
+
+def test_keyword_counts_are_remembered_until_the_data_changes(tmp_path: Path, ctx_backend: str,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """SQLite keeps the plan's term counts and newest rowids (~0.5 ms each) while nothing changed: a write of
+    its own connection or a commit of another one (another process's sync) makes them counted again."""
+    if ctx_backend != "sqlite":
+        pytest.skip("PostgreSQL counts inside its one ranking statement")
+    import sqlite3
+
+    from cairn.ctx import store as store_mod
+    from cairn.ctx.store import Match
+
+    write(tmp_path / "notes", {f"c{i:03d}.md": f"# C{i}\n\ncommon word {'rare' if i % 10 == 0 else ''}" for i in range(60)})
+    write(tmp_path / "wiki", {"w.md": "# W\n\nnothing"})
+    svc = make(tmp_path)
+    svc.sync("all")
+    store = svc.store
+    assert isinstance(store, store_mod.SqliteStore)
+    statements: list[str] = []
+    store.db.set_trace_callback(statements.append)
+
+    def counted(match: Match, cap: int) -> tuple[int, int]:
+        before = sum("count(*)" in s for s in statements)
+        return store.fts_count(match, cap), sum("count(*)" in s for s in statements) - before
+
+    assert counted(Match(("common",)), 100) == (60, 1)
+    assert counted(Match(("common",)), 100) == (60, 0)  # remembered
+    assert counted(Match(("common",)), 10) == (11, 0)  # an exact count answers a lower cap
+    assert counted(Match(("rare",)), 3) == (4, 1)
+    assert counted(Match(("rare",)), 2) == (3, 0)  # past a lower cap too
+    assert counted(Match(("rare",)), 100) == (6, 1)  # a higher cap than counted: counted again
+    newest = store.fts_newest_rowid(Match(("common",)), 5)
+    assert store.fts_newest_rowid(Match(("common",)), 5) == newest and sum("OFFSET" in s for s in statements) == 1
+    # Another connection commits (another process's sync): counted again, the new chunk seen.
+    other = sqlite3.connect(str(store.path), isolation_level=None)
+    other.execute("INSERT INTO chunks(doc, ordinal, hash, heading, text) SELECT doc, 9, 'h', 'x', 'rare common' FROM chunks LIMIT 1")
+    other.close()
+    assert counted(Match(("rare",)), 100) == (7, 1) and counted(Match(("common",)), 100) == (61, 1)
+    assert store.fts_newest_rowid(Match(("common",)), 0) == store.sql("SELECT max(rowid) FROM chunks")[0][0]
+    # This connection's own write, committed or not.
+    with store.transaction():
+        store.db.execute("DELETE FROM chunks WHERE rowid = (SELECT max(rowid) FROM chunks)")
+        assert counted(Match(("rare",)), 100) == (6, 1)
+    assert counted(Match(("rare",)), 100) == (6, 0)
+    # Bounded: past FTS_KNOWN_MAX entries it starts again.
+    monkeypatch.setattr(store_mod, "FTS_KNOWN_MAX", 2)
+    store.fts_count(Match(("word",)), 100)
+    assert len(store._fts_found) <= 2
+    store.db.set_trace_callback(None)

@@ -249,6 +249,8 @@ class SqliteStore:
     def __init__(self, path: Path, *, create: bool = False, migrate: bool = True) -> None:
         self.path = Path(path)
         self._helper: sqlite3.Connection | None = None  # the second connection of a split ranking
+        self._fts_found: dict[tuple[Any, ...], tuple[int, int]] = {}  # see _fts_known
+        self._fts_state: tuple[int, int] | None = None
         self.label = str(self.path)
         if not create and not self.path.exists():
             from cairn.core.errors import NotFound
@@ -512,18 +514,42 @@ class SqliteStore:
 
     def fts_count(self, match: Match, cap: int) -> int:
         """How many chunks the FTS5 query ``match`` finds, counting no further than ``cap + 1``."""
+        known = self._fts_known()
+        expr = match.fts5()
+        counted = known.get(("count", expr))
+        if counted is not None:
+            count, upto = counted
+            if count <= upto or cap <= upto:  # exact, or already past this cap
+                return min(count, cap + 1)
         row = self.db.execute(
-            "SELECT count(*) FROM (SELECT 1 FROM chunks_fts WHERE chunks_fts MATCH ? LIMIT ?)", (match.fts5(), cap + 1)
+            "SELECT count(*) FROM (SELECT 1 FROM chunks_fts WHERE chunks_fts MATCH ? LIMIT ?)", (expr, cap + 1)
         ).fetchone()
+        known[("count", expr)] = (int(row[0]), cap)
         return int(row[0])
 
     def fts_newest_rowid(self, match: Match, offset: int) -> int:
         """The rowid of the ``offset``-th most recently indexed chunk ``match`` finds (0 when fewer)."""
+        known = self._fts_known()
+        expr = match.fts5()
+        found = known.get(("newest", expr, offset))
+        if found is not None:
+            return found[0]
         row = self.db.execute(
             "SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY rowid DESC LIMIT 1 OFFSET ?",
-            (match.fts5(), offset),
+            (expr, offset),
         ).fetchone()
+        known[("newest", expr, offset)] = (int(row[0]) if row else 0, offset)
         return int(row[0]) if row else 0
+
+    def _fts_known(self) -> dict[tuple[Any, ...], tuple[int, int]]:
+        """The counts and newest rowids found for keyword plans since the data last changed (~0.5 ms each to find,
+        a common term asked again costs nothing): kept while ``PRAGMA data_version`` (another connection's commits)
+        and this connection's ``total_changes`` (its own writes) stay the same, at most FTS_KNOWN_MAX entries."""
+        state = (self.db.execute("PRAGMA data_version").fetchone()[0], self.db.total_changes)
+        if state != self._fts_state or len(self._fts_found) >= FTS_KNOWN_MAX:
+            self._fts_found.clear()
+            self._fts_state = state
+        return self._fts_found
 
     def fts_rank(self, match: Match, k: int, *, sources: Sequence[str] | None = None, since: int | None = None,
                  until: int | None = None, min_rowid: int = 0, df: Mapping[str, int] | None = None) -> dict[int, float]:
@@ -687,6 +713,8 @@ class SqliteStore:
 
 Store = SqliteStore  # the name callers used before the PostgreSQL backend (benchmarks/ctx.py)
 
+
+FTS_KNOWN_MAX = 4096  # counts and newest rowids kept per store (SqliteStore._fts_known), ~100 bytes each
 
 # From this many matching chunks (the terms' counts) on, a ranking is split over two connections (two cores): below
 # it the thread hop (~0.1 ms) and the second pass over each term's matches (its IDF) outweigh half the BM25 work.
