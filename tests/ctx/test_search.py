@@ -349,6 +349,7 @@ def test_split_ranking_gives_the_one_statement_answer(tmp_path: Path, ctx_backen
     monkeypatch.setattr(store_mod, "_timed_fetch", recording)
     monkeypatch.setitem(store_mod._split_state, "idle_until", 0.0)
     monkeypatch.setattr(store_mod, "_starved", lambda wall, cpu: False)  # this test's VM may be busy
+    monkeypatch.setattr(store_mod, "FTS_KNOWN_MAX", 0)  # nothing remembered: every call ranks
 
     def both(match: Match, k: int, **kwargs: object) -> tuple[dict[int, float], dict[int, float]]:
         df = {t: 10**6 for t in match.terms}
@@ -468,8 +469,33 @@ def test_keyword_counts_are_remembered_until_the_data_changes(tmp_path: Path, ct
         store.db.execute("DELETE FROM chunks WHERE rowid = (SELECT max(rowid) FROM chunks)")
         assert counted(Match(("rare",)), 100) == (6, 1)
     assert counted(Match(("rare",)), 100) == (6, 0)
-    # Bounded: past FTS_KNOWN_MAX entries it starts again.
+    # Rankings too: the same statement with the same parameters, until the data changes.
+    def ranked(match: Match, k: int, **kwargs: object) -> tuple[list[tuple[int, float]], int]:
+        before = sum("bm25" in s for s in statements)
+        got = store.fts_rank(match, k, **kwargs)  # type: ignore[arg-type]
+        return list(got.items()), sum("bm25" in s for s in statements) - before
+
+    first, n = ranked(Match(("common", "rare")), 10)
+    assert n == 1 and len(first) == 10
+    assert ranked(Match(("common", "rare")), 10) == (first, 0)
+    assert ranked(Match(("common", "rare")), 5) == (first[:5], 1)  # another k: another statement
+    assert ranked(Match(("common", "rare")), 10, sources=["filesystem:notes"])[1] == 1
+    assert ranked(Match(("common", "rare")), 10, sources=["filesystem:notes"])[1] == 0
+    assert ranked(Match(("common", "rare")), 10, sources=["filesystem:wiki"]) == ([], 1)
+    store.fts_rank(Match(("common",)), 3).clear()  # a caller changing its answer changes nothing remembered
+    assert ranked(Match(("common",)), 3)[0] and ranked(Match(("common",)), 3)[1] == 0
+    with store.transaction():
+        store.db.execute("INSERT INTO chunks(doc, ordinal, hash, heading, text)"
+                         " SELECT doc, 8, 'h', 'x', 'rare common rare' FROM chunks LIMIT 1")
+    again, n = ranked(Match(("common", "rare")), 10)
+    assert n == 1 and again != first and again[0][0] == store.sql("SELECT max(rowid) FROM chunks")[0][0]
+    # Bounded: past FTS_KNOWN_MAX entries or FTS_KNOWN_ROWS ranked rows it starts again.
     monkeypatch.setattr(store_mod, "FTS_KNOWN_MAX", 2)
     store.fts_count(Match(("word",)), 100)
+    store.fts_count(Match(("rare",)), 100)
     assert len(store._fts_found) <= 2
+    monkeypatch.setattr(store_mod, "FTS_KNOWN_MAX", 4096)
+    monkeypatch.setattr(store_mod, "FTS_KNOWN_ROWS", 15)
+    assert ranked(Match(("common",)), 10)[1] == 1 and ranked(Match(("common",)), 10)[1] == 0
+    assert ranked(Match(("word",)), 10)[1] == 1 and ranked(Match(("common",)), 10)[1] == 1  # 20 rows: started again
     store.db.set_trace_callback(None)

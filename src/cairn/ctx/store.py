@@ -249,7 +249,8 @@ class SqliteStore:
     def __init__(self, path: Path, *, create: bool = False, migrate: bool = True) -> None:
         self.path = Path(path)
         self._helper: sqlite3.Connection | None = None  # the second connection of a split ranking
-        self._fts_found: dict[tuple[Any, ...], tuple[int, int]] = {}  # see _fts_known
+        self._fts_found: dict[tuple[Any, ...], Any] = {}  # see _fts_known
+        self._fts_rows = 0
         self._fts_state: tuple[int, int] | None = None
         self.label = str(self.path)
         if not create and not self.path.exists():
@@ -520,7 +521,7 @@ class SqliteStore:
         if counted is not None:
             count, upto = counted
             if count <= upto or cap <= upto:  # exact, or already past this cap
-                return min(count, cap + 1)
+                return min(int(count), cap + 1)
         row = self.db.execute(
             "SELECT count(*) FROM (SELECT 1 FROM chunks_fts WHERE chunks_fts MATCH ? LIMIT ?)", (expr, cap + 1)
         ).fetchone()
@@ -533,7 +534,7 @@ class SqliteStore:
         expr = match.fts5()
         found = known.get(("newest", expr, offset))
         if found is not None:
-            return found[0]
+            return int(found[0])
         row = self.db.execute(
             "SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY rowid DESC LIMIT 1 OFFSET ?",
             (expr, offset),
@@ -541,13 +542,17 @@ class SqliteStore:
         known[("newest", expr, offset)] = (int(row[0]) if row else 0, offset)
         return int(row[0]) if row else 0
 
-    def _fts_known(self) -> dict[tuple[Any, ...], tuple[int, int]]:
-        """The counts and newest rowids found for keyword plans since the data last changed (~0.5 ms each to find,
-        a common term asked again costs nothing): kept while ``PRAGMA data_version`` (another connection's commits)
-        and this connection's ``total_changes`` (its own writes) stay the same, at most FTS_KNOWN_MAX entries."""
+    def _fts_known(self) -> dict[tuple[Any, ...], Any]:
+        """What keyword search found since the data last changed: term counts and newest rowids (~0.5 ms each) and
+        rankings (up to tens of ms; queries over the budget share the plan of their rarest common term, so the
+        slowest rankings are the ones asked again). Kept while ``PRAGMA data_version`` (another connection's
+        commits) and this connection's ``total_changes`` (its own writes) stay the same, so an answer is always
+        the current data's; at most FTS_KNOWN_MAX entries and FTS_KNOWN_ROWS ranked rows, then it starts again."""
         state = (self.db.execute("PRAGMA data_version").fetchone()[0], self.db.total_changes)
-        if state != self._fts_state or len(self._fts_found) >= FTS_KNOWN_MAX:
-            self._fts_found.clear()
+        if (state != self._fts_state or len(self._fts_found) >= FTS_KNOWN_MAX
+                or self._fts_rows >= FTS_KNOWN_ROWS):
+            self._fts_found = {}
+            self._fts_rows = 0
             self._fts_state = state
         return self._fts_found
 
@@ -586,11 +591,19 @@ class SqliteStore:
         where = head + "".join(" AND " + p for p in parts)
         tail = f" ORDER BY s DESC, {rowid} LIMIT ?"
         args = (match.fts5(), *params)
+        known = self._fts_known()
+        key = ("rank", where, args, k)
+        ranked = known.get(key)
+        if ranked is not None:
+            return dict(ranked)
+        split = None
         if df is not None and sum(df.get(t, 0) for t in dict.fromkeys(match.terms)) >= SPLIT_MIN:
-            halves = self._split_rank(f"{where} AND {rowid} % 2 = ?{tail}", args, k)
-            if halves is not None:
-                return halves
-        return {int(r): float(s) for r, s in self.db.execute(where + tail, (*args, k))}
+            split = self._split_rank(f"{where} AND {rowid} % 2 = ?{tail}", args, k)
+        out = split if split is not None else {int(r): float(s) for r, s in self.db.execute(where + tail, (*args, k))}
+        if len(out) <= FTS_KNOWN_ROWS:  # (had the data changed meanwhile, the next call finds a new state: cleared)
+            known[key] = tuple(out.items())
+            self._fts_rows += len(out)
+        return out
 
     def _split_rank(self, sql: str, args: tuple[Any, ...], k: int) -> dict[int, float] | None:
         """The ranking ``sql`` (its last two parameters: a rowid's parity, the limit) as two halves, the even
@@ -714,7 +727,8 @@ class SqliteStore:
 Store = SqliteStore  # the name callers used before the PostgreSQL backend (benchmarks/ctx.py)
 
 
-FTS_KNOWN_MAX = 4096  # counts and newest rowids kept per store (SqliteStore._fts_known), ~100 bytes each
+FTS_KNOWN_MAX = 4096  # counts, newest rowids and rankings kept per store (SqliteStore._fts_known)
+FTS_KNOWN_ROWS = 50_000  # ranked rows kept per store, ~100 bytes each
 
 # From this many matching chunks (the terms' counts) on, a ranking is split over two connections (two cores): below
 # it the thread hop (~0.1 ms) and the second pass over each term's matches (its IDF) outweigh half the BM25 work.
