@@ -1,16 +1,19 @@
 """ctx keyword search at 100k chunks, this checkout's ranking against a baseline's, query by query (issue 19).
 
     .venv/bin/python benchmarks/ctx_keyword.py [--baseline /tmp/kmain/src] [--chunks 100000] [--queries 200]
-        [--rounds 3] [--budgets 8000,6000,4000] [--one-statement]
+        [--rounds 3] [--budgets 8000,6000,4000] [--one-statement] [--forget]
 
 Builds the knowledge base of ``benchmarks/ctx.py`` (the same words, documents, sources and dates; 384-dimension
 stored vectors that keyword search never reads), then, in one process, times ``Service.search(q, "keyword")``
 over the same queries with this tree's ``SqliteStore.fts_rank`` and with ``--baseline``'s (that tree's
 ``cairn/ctx/store.py`` loaded beside this one), alternating which goes first, unfiltered, with a source filter
 and with a ``since`` filter. Both answers of every search are compared (``same_results``). ``--one-statement``: a
-third variant, this tree with the split ranking (two halves on two connections) off, also compared. ``--budgets``: also
-the latency by ranking budget and how many queries' top 10 documents differ from the first budget's (this tree
-only; the corpus is random words, so a changed answer is a change, not a measured loss). Prints one JSON document.
+third variant, this tree with the split ranking (two halves on two connections) off, also compared. This tree keeps
+counts and rankings until the data changes (``SqliteStore._fts_known``): with ``--rounds`` over 1 every later round
+is answered from them, so compare with ``--rounds 1``, or ``--forget`` (nothing kept) to see the split alone (the
+baseline's ranking still uses this tree's counts: only ``fts_rank`` is swapped). ``--budgets``: also the latency by
+ranking budget and how many queries' top 10 documents differ from the first budget's (this tree only; the corpus
+is random words, so a changed answer is a change, not a measured loss). Prints one JSON document.
 """
 
 from __future__ import annotations
@@ -50,6 +53,8 @@ def main() -> None:
     ap.add_argument("--budgets", default="", help="comma-separated ranking budgets, the first the reference")
     ap.add_argument("--one-statement", action="store_true",
                     help="also time this tree with the split ranking off (SPLIT_MIN out of reach)")
+    ap.add_argument("--forget", action="store_true",
+                    help="this tree remembers no counts or rankings (FTS_KNOWN_MAX = 0): the split ranking alone")
     args = ap.parse_args()
 
     from cairn.ctx import retrieval
@@ -65,6 +70,8 @@ def main() -> None:
         rng = random.Random(3)  # the queries of benchmarks/ctx.py
         words = ctx.vocabulary()
         qs = [" ".join(rng.choice(words) for _ in range(rng.randint(1, 4))) for _ in range(args.queries)]
+        if args.forget:
+            store_module.FTS_KNOWN_MAX = 0  # type: ignore[attr-defined]
         impl = {"this": SqliteStore.fts_rank}
         if args.baseline:
             impl["baseline"] = load_store(args.baseline).SqliteStore.fts_rank
