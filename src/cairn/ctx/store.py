@@ -632,7 +632,7 @@ class SqliteStore:
                 helper = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
                 helper.execute("PRAGMA query_only = ON")
                 helper.execute("PRAGMA busy_timeout = 10000")
-                helper.execute("PRAGMA cache_size = -65536")
+                helper.execute("PRAGMA cache_size = -16384")  # 16 MiB: the FTS pages of a few terms (the main one: 64)
                 self._helper = helper
             version = self.db.execute("PRAGMA data_version").fetchone()
             theirs = _split_pool().submit(_timed_fetch, helper, sql, (*args, 1, k))
