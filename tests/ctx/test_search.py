@@ -415,6 +415,20 @@ def test_split_ranking_gives_the_one_statement_answer(tmp_path: Path, ctx_backen
     assert committed.is_set() and list(after.items()) == list(store.fts_rank(Match(("kiwi",)), 10_000).items())
     assert max(after) == store.sql("SELECT max(rowid) FROM chunks")[0][0]  # the new, shortest chunk ranks first
     writer.close()
+    # The helper cannot read (busy, an I/O error): the store's connection answers alone.
+    def failing(db: sqlite3.Connection, sql: str, params: tuple[object, ...]) -> tuple[list[object], float, float]:
+        fetched.append(db)
+        if db is not store.db:
+            raise sqlite3.OperationalError("database is locked")
+        return timed(db, sql, params)
+
+    monkeypatch.setattr(store_mod, "_timed_fetch", failing)
+    monkeypatch.setattr(store_mod, "SPLIT_MIN", 1)
+    before = len(fetched)
+    assert list(store.fts_rank(Match(("kiwi",)), 10_000, df={"kiwi": 10**6}).items()) == list(
+        store.fts_rank(Match(("kiwi",)), 10_000).items())
+    assert len(fetched) == before + 2
+    monkeypatch.setattr(store_mod, "_timed_fetch", recording)
     # A split whose threads waited for a core: the next rankings are one statement for SPLIT_BACKOFF_S.
     monkeypatch.setattr(store_mod, "SPLIT_MIN", 1)
     monkeypatch.setattr(store_mod, "_starved", lambda wall, cpu: True)

@@ -629,10 +629,13 @@ class SqliteStore:
             if helper is None:
                 if not self.path.is_file():
                     return None
-                helper = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
-                helper.execute("PRAGMA query_only = ON")
-                helper.execute("PRAGMA busy_timeout = 10000")
-                helper.execute("PRAGMA cache_size = -16384")  # 16 MiB: the FTS pages of a few terms (the main one: 64)
+                try:
+                    helper = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
+                    helper.execute("PRAGMA query_only = ON")
+                    helper.execute("PRAGMA busy_timeout = 10000")
+                    helper.execute("PRAGMA cache_size = -16384")  # 16 MiB: a few terms' FTS pages (the main one: 64)
+                except sqlite3.Error:
+                    return None  # one statement on the store's connection answers
                 self._helper = helper
             version = self.db.execute("PRAGMA data_version").fetchone()
             theirs = _split_pool().submit(_timed_fetch, helper, sql, (*args, 1, k))
@@ -640,7 +643,10 @@ class SqliteStore:
                 mine = _timed_fetch(self.db, sql, (*args, 0, k))
             finally:
                 wait([theirs])
-            other = theirs.result()
+            try:
+                other = theirs.result()
+            except sqlite3.Error:
+                return None  # the helper could not read (busy, I/O): one statement answers, or fails as before
             _split_state["splits"] += 1
             if _starved(mine[1], mine[2]) or _starved(other[1], other[2]):
                 _split_state["idle_until"] = time.monotonic() + SPLIT_BACKOFF_S
