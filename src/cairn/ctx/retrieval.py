@@ -291,13 +291,19 @@ def hybrid_candidates(store: Store, embedder: "Embedder", text: str, filters: Fi
     return kw, future.result()
 
 
-def snippet(text: str, query: str, width: int = 240) -> str:
-    """About ``width`` characters of ``text`` around the first query term, whitespace collapsed."""
+def snippet_terms(query: str) -> list[str]:
+    """The lower-cased terms :func:`snippet` looks for (stop words left out): computed once per search."""
+    return [t for t in (t.lower() for t in terms(query)) if t not in STOP_WORDS]
+
+
+def snippet(text: str, query: str, width: int = 240, *, needles: list[str] | None = None) -> str:
+    """About ``width`` characters of ``text`` around the first query term, whitespace collapsed.
+    ``needles``: :func:`snippet_terms` of ``query``, when the caller has it already."""
     flat = " ".join(text.split())  # the same as collapsing \s+ and stripping, several times faster
     if len(flat) <= width:
         return flat
     lowered = flat.lower()
-    positions = [lowered.find(t.lower()) for t in terms(query) if t.lower() not in STOP_WORDS]
+    positions = [lowered.find(t) for t in (snippet_terms(query) if needles is None else needles)]
     positions = [p for p in positions if p >= 0]
     start = max(0, min(positions) - width // 4) if positions else 0
     start = min(start, len(flat) - width)
