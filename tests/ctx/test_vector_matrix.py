@@ -7,11 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from cairn.ctx.chunk import Chunk, chunk_hash
 from cairn.ctx.retrieval import Filters, VectorMatrix
 from cairn.ctx.store import DocumentRecord, SqliteStore
+from cairn.ctx.service import Service
 from cairn.search.vectors import normalize
+
+from .conftest import config_file, write
 
 MODEL = "fake:unit:8"
 
@@ -95,3 +99,31 @@ def test_a_vector_of_the_wrong_size_is_an_error_not_a_wrong_matrix(tmp_path: Pat
         assert "5 dimensions, not 8" in str(exc)
     else:
         raise AssertionError("a 5-dimension vector was loaded into an 8-dimension matrix")
+
+
+@pytest.mark.usefixtures("ctx_backend")
+def test_both_backends_give_the_matrix_rows_the_join_gives(tmp_path: Path) -> None:
+    # vector_chunks + vector_blobs (what VectorMatrix.load reads) against vector_rows (the join), on SQLite and
+    # on PostgreSQL: the same chunks, filter columns and vector bytes. Some texts repeat (shared vectors).
+    write(tmp_path / "notes", {f"n{i:02d}.md": f"# Note {i % 5}\n\nkiwi report {i % 5}\n" for i in range(15)})
+    write(tmp_path / "wiki", {"kiwi.md": "# Kiwi\n\nA kiwi is a flightless bird.\n"})
+    svc = Service.from_config(config_file(tmp_path, """
+[db]
+path = "kb.sqlite"
+[embedding]
+provider = "local"
+[connectors.filesystem.notes]
+root = "notes"
+[connectors.filesystem.wiki]
+root = "wiki"
+"""))
+    svc.sync("all")
+    model = svc.embedder().identity
+    joined = svc.store.vector_rows(model)
+    blobs = dict(svc.store.vector_blobs(model))
+    with svc.store.snapshot():
+        chunks = svc.store.vector_chunks()
+    rebuilt = [(r, s, u, blobs[h]) for r, h, s, u in chunks if h in blobs]
+    assert len(joined) == 16 and len(blobs) < len(joined)  # shared texts: fewer vectors than chunks
+    assert rebuilt == joined
+    svc.close()

@@ -155,13 +155,14 @@ class VectorMatrix:
                     last[row[1]] = i
             del last
             matrix = np.zeros((len(chunks), dims), dtype=np.float32)
-            flat = memoryview(matrix.reshape(-1).view(np.uint8))  # bytes, even with 0 rows
+            flat = matrix.reshape(-1).view(np.uint8).data  # a memoryview of bytes, even with 0 rows
             width = dims * 4
             filled: list[int] = []
             for h, blob in store.vector_blobs(model):
-                i = first.get(h)
-                if i is None:
+                at = first.get(h)
+                if at is None:
                     continue  # a vector no chunk uses any more
+                i = at
                 if len(blob) != width:
                     raise ValueError(f"a stored {model} vector has {len(blob) // 4} dimensions, not {dims}")
                 flat[i * width : (i + 1) * width] = blob
