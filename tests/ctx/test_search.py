@@ -311,3 +311,14 @@ def test_keyword_ranking_matches_the_previous_statements(tmp_path: Path, ctx_bac
                 expected = store.sql(_PREVIOUS_JOINED.format(where=where),
                                      (planned.fts5(), *([min_rowid] if min_rowid else []), 10))
                 assert list(ranked.items()) == [(int(r), float(s)) for r, s in expected], (words, budget)
+
+
+def test_snippet_with_the_terms_computed_once_is_the_same_snippet() -> None:
+    # _group computes the query's snippet terms once per search instead of once per result.
+    from cairn.ctx.retrieval import snippet, snippet_terms
+
+    text = ("Intro words. " * 30) + "The Kiwi bird, which cannot fly, lives in New Zealand. " + ("Tail text here. " * 30)
+    for query in ("kiwi", "What is the KIWI", "the a of", "zealand kiwi", "nothing matches", "tail", "intro"):
+        for width in (40, 240, 10_000):
+            assert snippet(text, query, width, needles=snippet_terms(query)) == snippet(text, query, width)
+    assert snippet_terms("What is the KIWI bird") == ["kiwi", "bird"]
