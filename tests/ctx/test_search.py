@@ -513,3 +513,14 @@ def test_keyword_counts_are_remembered_until_the_data_changes(tmp_path: Path, ct
     assert ranked(Match(("common",)), 10)[1] == 1 and ranked(Match(("common",)), 10)[1] == 0
     assert ranked(Match(("word",)), 10)[1] == 1 and ranked(Match(("common",)), 10)[1] == 1  # 20 rows: started again
     store.db.set_trace_callback(None)
+
+
+def test_snippet_with_the_terms_computed_once_is_the_same_snippet() -> None:
+    # _group computes the query's snippet terms once per search instead of once per result.
+    from cairn.ctx.retrieval import snippet, snippet_terms
+
+    text = ("Intro words. " * 30) + "The Kiwi bird, which cannot fly, lives in New Zealand. " + ("Tail text here. " * 30)
+    for query in ("kiwi", "What is the KIWI", "the a of", "zealand kiwi", "nothing matches", "tail", "intro"):
+        for width in (40, 240, 10_000):
+            assert snippet(text, query, width, needles=snippet_terms(query)) == snippet(text, query, width)
+    assert snippet_terms("What is the KIWI bird") == ["kiwi", "bird"]

@@ -135,22 +135,58 @@ class VectorMatrix:
 
     @classmethod
     def load(cls, store: Store, model: str, dims: int) -> "VectorMatrix":
+        """Every chunk with a ``model`` vector, by chunk rowid. Two sequential reads in one snapshot (the
+        chunks with their filter columns; the model's vectors in table order), each vector copied into its
+        chunk's rows of one preallocated matrix: no per-row lookup in SQL, no list of 100k blobs."""
         import numpy as np
 
         from cairn.search.vectors import VectorIndex
 
         generation = store.generation()
-        rows = store.vector_rows(model)
-        names = sorted({r[1] for r in rows})
+        with store.snapshot():
+            chunks = store.vector_chunks()
+            first: dict[str, int] = {}  # hash -> its first chunk's position
+            more: dict[int, int] = {}  # position -> the next chunk's with the same hash (chunks sharing a text)
+            last: dict[str, int] = {}
+            for i, row in enumerate(chunks):
+                j = first.setdefault(row[1], i)
+                if j != i:
+                    more[last.get(row[1], j)] = i
+                    last[row[1]] = i
+            del last
+            matrix = np.zeros((len(chunks), dims), dtype=np.float32)
+            flat = matrix.reshape(-1).view(np.uint8).data  # a memoryview of bytes, even with 0 rows
+            width = dims * 4
+            filled: list[int] = []
+            for h, blob in store.vector_blobs(model):
+                at = first.get(h)
+                if at is None:
+                    continue  # a vector no chunk uses any more
+                i = at
+                if len(blob) != width:
+                    raise ValueError(f"a stored {model} vector has {len(blob) // 4} dimensions, not {dims}")
+                flat[i * width : (i + 1) * width] = blob
+                filled.append(i)
+                while i in more:
+                    i = more[i]
+                    flat[i * width : (i + 1) * width] = blob
+                    filled.append(i)
+        del first, more, flat
+        have = np.zeros(len(chunks), dtype=bool)
+        have[np.array(filled, dtype=np.intp)] = True
+        del filled
+        if not have.all():  # chunks still waiting for their vector
+            matrix = matrix[have]
+        kept = [row for row, ok in zip(chunks, have.tolist()) if ok]
+        del chunks
+        names = sorted({r[2] for r in kept})
         code = {n: i for i, n in enumerate(names)}
-        blob = b"".join(r[3] for r in rows)
-        matrix = np.frombuffer(blob, dtype=np.float32).reshape(len(rows), dims) if rows else np.zeros((0, dims), np.float32)
         return cls(
-            VectorIndex(matrix),
-            np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows)),
-            np.fromiter((code[r[1]] for r in rows), dtype=np.int32, count=len(rows)),
+            VectorIndex(matrix, owned=True),
+            np.fromiter((r[0] for r in kept), dtype=np.int64, count=len(kept)),
+            np.fromiter((code[r[2]] for r in kept), dtype=np.int32, count=len(kept)),
             names,
-            np.fromiter((r[2] for r in rows), dtype=np.int64, count=len(rows)),
+            np.fromiter((r[3] for r in kept), dtype=np.int64, count=len(kept)),
             generation,
         )
 
@@ -256,13 +292,19 @@ def hybrid_candidates(store: Store, embedder: "Embedder", text: str, filters: Fi
     return kw, future.result()
 
 
-def snippet(text: str, query: str, width: int = 240) -> str:
-    """About ``width`` characters of ``text`` around the first query term, whitespace collapsed."""
+def snippet_terms(query: str) -> list[str]:
+    """The lower-cased terms :func:`snippet` looks for (stop words left out): computed once per search."""
+    return [t for t in (t.lower() for t in terms(query)) if t not in STOP_WORDS]
+
+
+def snippet(text: str, query: str, width: int = 240, *, needles: list[str] | None = None) -> str:
+    """About ``width`` characters of ``text`` around the first query term, whitespace collapsed.
+    ``needles``: :func:`snippet_terms` of ``query``, when the caller has it already."""
     flat = " ".join(text.split())  # the same as collapsing \s+ and stripping, several times faster
     if len(flat) <= width:
         return flat
     lowered = flat.lower()
-    positions = [lowered.find(t.lower()) for t in terms(query) if t.lower() not in STOP_WORDS]
+    positions = [lowered.find(t) for t in (snippet_terms(query) if needles is None else needles)]
     positions = [p for p in positions if p >= 0]
     start = max(0, min(positions) - width // 4) if positions else 0
     start = min(start, len(flat) - width)

@@ -350,7 +350,7 @@ class Service:
     def _group(self, scored: list[tuple[int, float]], query: str, limit: int,
                explain: Callable[[int, float], dict[str, Any]] | None = None) -> list[SearchResult]:
         from cairn.ctx.chunk import location
-        from cairn.ctx.retrieval import snippet
+        from cairn.ctx.retrieval import snippet, snippet_terms
 
         if not scored:
             return []
@@ -366,13 +366,14 @@ class Service:
         winners = [cid for _, (_, cid) in ordered]
         meta = self.store.chunk_hits(winners)
         results = []
+        needles = snippet_terms(query)
         for doc_id, (score, cid) in ordered:
             if cid not in meta:
                 continue
             text, title, source, source_id, updated_at, source_url, heading = meta[cid]
             result = SearchResult(
                 id=doc_id, score=round(min(1.0, max(0.0, score)), 6), title=title, source=source,
-                source_id=source_id, updated_at=iso(updated_at), snippet=snippet(text, query),
+                source_id=source_id, updated_at=iso(updated_at), snippet=snippet(text, query, needles=needles),
                 source_url=scrub(source_url) if source_url else None, location=location(heading),
             )
             if explain is not None:

@@ -432,6 +432,17 @@ class PostgresStore:
             " JOIN vectors v ON v.hash = c.hash AND v.model = %s ORDER BY c.rowid", (model,))
         return [(int(r), s, int(u), np.asarray(v, dtype=np.float32).tobytes()) for r, s, u, v in rows]
 
+    def vector_chunks(self) -> list[tuple[int, str, str, int]]:
+        rows = self.db.execute("SELECT c.rowid, c.hash, d.source, d.updated_at FROM chunks c"
+                               " JOIN documents d ON d.rowid = c.doc ORDER BY c.rowid").fetchall()
+        return [(int(r), h, s, int(u)) for r, h, s, u in rows]
+
+    def vector_blobs(self, model: str) -> Iterator[tuple[str, bytes]]:
+        import numpy as np
+
+        for h, v in self.db.execute("SELECT hash, vec::real[] FROM vectors WHERE model = %s", (model,)).fetchall():
+            yield h, np.asarray(v, dtype=np.float32).tobytes()
+
     def vector_search(self, model: str, query: bytes, k: int, *, sources: Sequence[str] | None = None,
                       since: int | None = None, until: int | None = None) -> dict[int, float]:
         """Chunk rowid -> cosine similarity (clipped to [0, 1]) of the ``k`` chunks nearest ``query``
