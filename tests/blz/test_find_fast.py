@@ -7,9 +7,20 @@ the section reads, the cached source list.
 
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
+from typing import Any
 
+import pytest
+
+from cairn.blz import tools
 from cairn.blz.search import SNIPPET_CHARS, snippet
+from cairn.core import sanitize
+from cairn.core.sanitize import scrub
+from cairn.mcp.content import ToolResult
+from cairn.mcp.content import text as content_text
+from cairn.mcp.jsonrpc import JsonText
 
 
 def snippet_before(body: str, needles: list[str], width: int = SNIPPET_CHARS) -> str:
@@ -89,3 +100,78 @@ def test_snippet_edge_cases_match() -> None:
     for body, needles in cases:
         for width in (SNIPPET_CHARS, 41, 60, 500):
             assert snippet(body, needles, width) == snippet_before(body, needles, width), (body, needles, width)
+
+
+# -- public_result: the public form of each hit's sourceUrl, made once, leaves the scrub nothing to change --
+
+
+def public_result_before(value: dict[str, Any]) -> ToolResult:
+    """cairn.blz.tools.public_result as it was before h-blzfind (5eda24d)."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        scrubbed = tools.public(value)
+        return ToolResult([content_text(str(scrubbed))], structured=scrubbed)
+    cleaned = tools._hide_local_paths(scrub(text))
+    structured = value if cleaned == text else json.loads(cleaned)
+    return ToolResult([content_text(JsonText(cleaned, structured))], structured=structured)
+
+
+def _url(rng: random.Random, home: str, root: str) -> Any:
+    parts = ["docs", "llms.txt", "a b", "x\"y", "q'r", "<p>", "ü", "rootfs", "a\\b", "tab\tx", "@", "u:p@h",
+             home.strip("/"), root.strip("/"), "", ".", "-x"]
+    path = "/".join(rng.choice(parts) for _ in range(rng.randint(0, 4)))
+    return rng.choice([
+        f"file://{home}/{path}", f"file://{root}/{path}", f"file://{root}", f"file://{home}", f"file:///{path}",
+        f"file://{path}", f"https://user:secret@example.com/{path}", f"https://example.com/{path}",
+        f"{home}/{path}", f"{root}/{path}", f"http://127.0.0.1:8000/{path}", "file:///", "", f"file://<local>/{path}",
+        f"s3://tok@{path}", None, 5, f"file://{home}/{path}\n", f"file://{root}/{path} file://{home}/x",
+    ])
+
+
+def test_public_result_matches_the_code_it_replaced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = str(tmp_path / "home")
+    root = str(tmp_path / "data")
+    monkeypatch.setenv("HOME", home)
+    rng = random.Random(16)
+    try:
+        sanitize.register_root(root, "<blz-data>")
+        for n in range(2500):
+            if n == 2000:  # a secret is masked wherever it occurs, here across a URL's opening quote
+                sanitize.register_secret('"sourceUrl": "file://' + home[:4])
+            urls = [_url(rng, home, root) for _ in range(rng.randint(0, 3))]
+            hits: list[Any] = []
+            for _ in range(rng.randint(0, 6)):
+                hit: dict[str, Any] = {"alias": "react", "lines": "1-2", "snippet": rng.choice(
+                    ["plain", f"see {home}/notes", f"file://{root}/x", "a\"b"]), "score": 1.5}
+                if urls and rng.random() < 0.9:
+                    hit["sourceUrl"] = rng.choice(urls)
+                hits.append(hit if rng.random() < 0.95 else "not a hit")
+            value: dict[str, Any] = {"snippets": [], "hits": hits, "executed": {"searched": True}}
+            if rng.random() < 0.1:
+                value["correctedQuery"] = f"{home}/x"
+            try:
+                old = public_result_before(value)
+            except ValueError:  # the mask broke the JSON: so it does in the new code
+                with pytest.raises(ValueError):
+                    tools.public_result(value)
+                continue
+            new = tools.public_result(value)
+            assert new.structured == old.structured, (value, new.structured, old.structured)
+            assert str(new.content[0]["text"]) == str(old.content[0]["text"]), value
+            assert value["hits"] == hits  # the caller's result is not changed
+    finally:
+        sanitize.clear_secrets()
+        sanitize.clear_roots()
+
+
+def test_public_result_parses_nothing_again_for_local_sources(tmp_path: Path) -> None:
+    """The point of the change: a find over local files no longer re-parses its scrubbed text."""
+    url = (tmp_path / "docs" / "llms.txt").as_uri()
+    value = {"hits": [{"alias": "docs", "sourceUrl": url, "snippet": "x"}] * 10}
+    result = tools.public_result(value)
+    assert result.structured is not None
+    assert all(h["sourceUrl"] == "file://<local>/docs/llms.txt" for h in result.structured["hits"])
+    assert json.loads(str(result.content[0]["text"])) == result.structured
+    # Unchanged by the scrub: the structured value is the one serialized, not a re-parse of the text.
+    assert result.content[0]["text"].value is result.structured
