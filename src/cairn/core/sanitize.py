@@ -95,11 +95,29 @@ def mask_secrets(text: str) -> str:
     return text
 
 
+def _may_hold_credentials(text: str) -> bool:
+    """Whether ``_URL_CREDENTIALS`` can match in ``text``: a match holds no whitespace and has an "@"
+    after its "://", so some "://" must be followed by an "@" before the next whitespace (a few
+    ``find`` calls per URL instead of the regex trying a scheme at every letter)."""
+    find = text.find
+    at = find("://")
+    while at != -1:
+        space = _SPACE.search(text, at + 3)
+        end = space.start() if space is not None else len(text)
+        if find("@", at + 3, end) != -1:
+            return True
+        at = find("://", end)
+    return False
+
+
+_SPACE = re.compile(r"\s")
+
+
 def scrub(text: str) -> str:
     """``text`` with secrets and credentials in URLs masked, data roots replaced and ``$HOME`` shown as ``~``."""
     if _secrets:
         text = mask_secrets(text)
-    if "@" in text:  # no credential without one; skipping the regex halves scrub time on search results
+    if "@" in text and _may_hold_credentials(text):  # the regex costs ~60 instructions a character
         text = _URL_CREDENTIALS.sub(r"\1***@", text)
     # Longest roots first so a nested root wins over its parent.
     roots = _by_length  # one read: another thread may reset it meanwhile
