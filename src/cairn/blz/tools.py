@@ -81,7 +81,9 @@ def public_result(value: dict[str, Any]) -> ToolResult:
     from cairn.mcp.jsonrpc import JsonText
 
     cleaned = _hide_local_paths(scrub(text))
-    structured = value if cleaned == text else json.loads(cleaned)
+    if cleaned == text:
+        return ToolResult([content_text(JsonText(text, value, from_encoder=True))], structured=value)
+    structured = json.loads(cleaned)
     return ToolResult([content_text(JsonText(cleaned, structured))], structured=structured)
 
 
