@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from itertools import islice, repeat
 from typing import Any
 
 from cairn.blz.citation import check_alias
@@ -190,11 +189,16 @@ def _densest(low: str, needles: list[str], span: int) -> tuple[bool, int]:
     """``(any hit, start)``: the position of the first hit whose window ``[pos, pos + span)`` holds
     the most distinct needles (one sliding pass over the hits in position order)."""
     hits: list[tuple[int, int]] = []  # (position, needle index)
+    find = low.find
+    append = hits.append
     for k, word in enumerate(needles):
-        if word:  # the first 20 non-overlapping occurrences, found and collected in C
-            hits += zip(islice(map(_START, _needle(word).finditer(low)), 20), repeat(k))
-        else:  # find("") finds position 0 again and again
-            hits += [(0, k)] * 20
+        step = len(word)
+        pos = find(word)
+        count = 0
+        while pos != -1 and count < 20:
+            append((pos, k))
+            pos = find(word, pos + step)
+            count += 1
     if not hits:
         return False, 0
     hits.sort()
@@ -218,20 +222,6 @@ def _densest(low: str, needles: list[str], span: int) -> tuple[bool, int]:
         if not counts[k]:
             distinct -= 1
     return True, start
-
-
-_START = re.Match.start
-_NEEDLES: dict[str, re.Pattern[str]] = {}
-
-
-def _needle(word: str) -> re.Pattern[str]:
-    """``word`` as a literal pattern, compiled once per word (a few hundred kept at most)."""
-    found = _NEEDLES.get(word)
-    if found is None:
-        if len(_NEEDLES) >= 256:
-            _NEEDLES.clear()
-        found = _NEEDLES[word] = re.compile(re.escape(word))
-    return found
 
 
 def correct(store: Store, query: str) -> str | None:
