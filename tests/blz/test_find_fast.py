@@ -175,3 +175,39 @@ def test_public_result_parses_nothing_again_for_local_sources(tmp_path: Path) ->
     assert json.loads(str(result.content[0]["text"])) == result.structured
     # Unchanged by the scrub: the structured value is the one serialized, not a re-parse of the text.
     assert result.content[0]["text"].value is result.structured
+
+
+# -- Store.aliases_by_sid: kept while the database is unchanged, read again after any commit ------------
+
+
+def test_aliases_by_sid_sees_every_change_from_this_and_other_connections(tmp_path: Path) -> None:
+    from cairn.blz import sources
+    from cairn.blz.store import Store
+
+    doc = tmp_path / "llms.txt"
+    doc.write_text("# Title\n\n## Part\n\nSome text about hooks.\n", encoding="utf-8")
+    root = tmp_path / "data"
+    mine, other = Store(root), Store(root)  # two connections, as a server and a `blz add` process have
+
+    def fresh() -> dict[int, tuple[str, str]]:
+        return {sid: (alias, url) for alias, url, sid in mine.db.execute("SELECT alias, url, sid FROM sources")}
+
+    try:
+        assert mine.aliases_by_sid() == {} == fresh()
+        sources.add(other, "one", str(doc))  # another connection commits
+        assert [a for a, _u in mine.aliases_by_sid().values()] == ["one"]
+        sources.add(mine, "two", str(doc))  # this connection writes
+        assert sorted(a for a, _u in mine.aliases_by_sid().values()) == ["one", "two"]
+        assert mine.aliases_by_sid() is mine.aliases_by_sid()  # unchanged: kept, not read again
+        other.db.execute("UPDATE sources SET url = 'https://example.com/llms.txt' WHERE alias = 'one'")
+        assert mine.aliases_by_sid() == fresh() and "https://example.com/llms.txt" in str(mine.aliases_by_sid())
+        sources.remove(other, "two")
+        assert mine.aliases_by_sid() == fresh() and len(fresh()) == 1
+        mine.delete_source("one")
+        assert mine.aliases_by_sid() == {} == fresh()
+        mine.close()  # a new connection: its own change count starts again
+        sources.add(mine, "three", str(doc))
+        assert [a for a, _u in mine.aliases_by_sid().values()] == ["three"] and mine.aliases_by_sid() == fresh()
+    finally:
+        mine.close()
+        other.close()
