@@ -211,3 +211,28 @@ def test_aliases_by_sid_sees_every_change_from_this_and_other_connections(tmp_pa
     finally:
         mine.close()
         other.close()
+
+
+def test_sections_reads_what_the_fts_table_returns(tmp_path: Path) -> None:
+    """Store.sections reads the FTS5 content table directly: the same values as selecting from the table."""
+    from cairn.blz import sources
+    from cairn.blz.store import Store
+
+    rng = random.Random(16)
+    doc = tmp_path / "llms.txt"
+    doc.write_text("# Title\n\nIntro with ü and \u2026.\n\n" + "".join(
+        f"## Part {i}\n\n{'word ' * rng.randint(0, 50)}line {i}\n\n### Sub {i}\n\nmore\n\n" for i in range(60)),
+        encoding="utf-8")
+    store = Store(tmp_path / "data")
+    try:
+        sources.add(store, "one", str(doc))
+        sources.add(store, "two", str(doc))
+        rowids = [r for (r,) in store.db.execute("SELECT rowid FROM sections")]
+        assert len(rowids) > 200
+        for _ in range(200):
+            pick = rng.sample(rowids, rng.randint(2, 12))
+            expected = [store.db.execute("SELECT first_line, last_line, hpath, body FROM sections WHERE rowid = ?",
+                                         (r,)).fetchone() for r in pick]
+            assert store.sections(pick) == expected
+    finally:
+        store.close()

