@@ -161,17 +161,20 @@ def snippet(body: str, needles: list[str], width: int = SNIPPET_CHARS) -> str:
     needles (the first such hit), from 40 characters (and a word boundary) before it.
 
     Hits are the first 20 non-overlapping occurrences of each needle in ``body.lower()`` (positions
-    in the lowered text index ``body``). Runs once per hit shown, ten per warm find: one needle needs
-    one ``find``; several stop at the first window holding all of them."""
+    in the lowered text index ``body``). Runs once per hit shown, ten per warm find: usually the first
+    occurrence of each needle is all it looks at."""
     low = body.lower()
     start = 0
     span = width - 40
-    if len(needles) == 1 and span > 0:  # the first hit's window holds the one needle: nothing beats it
-        first = low.find(needles[0])
-        found = first != -1
-        start = first if found else 0
-    else:
-        found, start = _densest(low, needles, span)
+    find = low.find
+    firsts = [at for at in map(find, needles) if at != -1]
+    found = bool(firsts)
+    if found:
+        start = min(firsts)
+        # The first hit's window holds every needle that occurs (all first occurrences are in it):
+        # nothing beats it. Else look at every window.
+        if span <= 0 or max(firsts) >= start + span:
+            found, start = _densest(low, needles, span)
     if found:
         start = max(0, start - 40)
         if start:  # a space among the 19 characters before the start begins the snippet after it
