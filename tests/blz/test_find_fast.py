@@ -96,6 +96,9 @@ def test_snippet_edge_cases_match() -> None:
         ("y " * 300 + "x", ["x"]), ("y" * 300 + "x", ["x"]), ("a" * 10 + " " + "b" * 300 + "x", ["x", "b"]),
         (" " * 30 + "hook" + " " * 300, ["hook"]), ("İ" * 100 + " state", ["state"]), ("ab" * 400, ["ab", "ba"]),
         ("use " * 30 + "state " * 30, ["use", "state"]), ("word " * 100, ["word", "word"]),
+        # y exactly one window (200 characters) after the first x: the window starting at y holds more
+        ("x" + " " * 199 + "y" + " " * 49 + "x" + " " * 300, ["x", "y"]),
+        ("x" + " " * 198 + "y" + " " * 49 + "x" + " " * 300, ["x", "y"]),
     ]
     for body, needles in cases:
         for width in (SNIPPET_CHARS, 41, 60, 500):
