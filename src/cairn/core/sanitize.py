@@ -97,16 +97,14 @@ def mask_secrets(text: str) -> str:
 
 def _may_hold_credentials(text: str) -> bool:
     """Whether ``_URL_CREDENTIALS`` can match in ``text``: a match holds no whitespace and has an "@"
-    after its "://", so some "://" must be followed by an "@" before the next whitespace (a few
-    ``find`` calls per URL instead of the regex trying a scheme at every letter)."""
-    find = text.find
-    at = find("://")
+    after its "://", so some "@" must have a "://" before it with no whitespace between (the nearest
+    one decides). A few ``find`` calls per "@" instead of the regex trying a scheme at every letter."""
+    at = text.find("@")
     while at != -1:
-        space = _SPACE.search(text, at + 3)
-        end = space.start() if space is not None else len(text)
-        if find("@", at + 3, end) != -1:
+        scheme = text.rfind("://", 0, at)
+        if scheme != -1 and _SPACE.search(text, scheme + 3, at) is None:
             return True
-        at = find("://", end)
+        at = text.find("@", at + 1)
     return False
 
 

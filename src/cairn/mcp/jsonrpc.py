@@ -136,8 +136,13 @@ _MARK = "\x00\x01cairn-json-text\x01\x00"  # stands for the text block's text wh
 _MARK_JSON = json.dumps(_MARK)
 
 
+_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def _compact(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    """``json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)``, with the encoder
+    made once (json.dumps makes one per call when given options)."""
+    return _COMPACT.encode(value)
 
 
 def dumps(message: Any) -> str:
