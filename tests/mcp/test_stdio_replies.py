@@ -164,7 +164,9 @@ def test_spliced_replies_match_the_encoder_on_generated_messages() -> None:
             result["isError"] = False
         if rng.random() < 0.2:
             result["_meta"] = {"m": rng.choice(pieces)}
-        message = rpc.response(rng.choice([7, "id-\"x\"", rpc._MARK]), result)
+        ids: list[str | int] = [7, "id-\"x\"", rpc._MARK]
+        request_id = rng.choice(ids)
+        message = rpc.response(request_id, result)
         if rng.random() < 0.1:
             message = dict(reversed(message.items()))
         assert rpc.encode(message) == _encode_before(message), message
