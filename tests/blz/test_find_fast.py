@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +109,15 @@ def test_snippet_edge_cases_match() -> None:
 # -- public_result: the public form of each hit's sourceUrl, made once, leaves the scrub nothing to change --
 
 
+def _hide_local_paths_before(text: str) -> str:
+    """cairn.blz.tools._hide_local_paths as it was before h-blzfind (5eda24d)."""
+    def short(m: re.Match[str]) -> str:
+        parts = [p for p in m.group(1).split("/") if p]
+        return "file://<local>/" + "/".join(parts[-2:])
+
+    return re.sub(r"file://(/[^\s\"'<>]*)", short, text)
+
+
 def public_result_before(value: dict[str, Any]) -> ToolResult:
     """cairn.blz.tools.public_result as it was before h-blzfind (5eda24d)."""
     try:
@@ -115,7 +125,7 @@ def public_result_before(value: dict[str, Any]) -> ToolResult:
     except ValueError:
         scrubbed = tools.public(value)
         return ToolResult([content_text(str(scrubbed))], structured=scrubbed)
-    cleaned = tools._hide_local_paths(scrub(text))
+    cleaned = _hide_local_paths_before(scrub(text))
     structured = value if cleaned == text else json.loads(cleaned)
     return ToolResult([content_text(JsonText(cleaned, structured))], structured=structured)
 

@@ -47,7 +47,7 @@ def _hide_local_paths(text: str) -> str:
         parts = [p for p in m.group(1).split("/") if p]
         return "file://<local>/" + "/".join(parts[-2:])
 
-    return _FILE_URL.sub(short, text)
+    return _FILE_URL.sub(short, text) if "file:///" in text else text  # the check: a tenth of the regex's scan
 
 
 def public(value: Any) -> Any:
