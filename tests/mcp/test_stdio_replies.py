@@ -128,12 +128,16 @@ def _spliced_before(message: Any) -> str | None:
     rest = {k: v for k, v in result.items() if k != "structuredContent"}
     if not head or not rest:
         return None
-    compact = rpc._compact
+    compact = _compact_before
     return compact(head)[:-1] + ',"result":' + compact(rest)[:-1] + ',"structuredContent":' + text + "}}"
 
 
+def _compact_before(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def _encode_before(message: Any) -> bytes:
-    text = (_spliced_before(message) if type(message) is dict else None) or rpc._compact(message)
+    text = (_spliced_before(message) if type(message) is dict else None) or _compact_before(message)
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError:
@@ -146,6 +150,7 @@ def test_spliced_replies_match_the_encoder_on_generated_messages() -> None:
     control characters, non-ASCII, lone surrogates, and the splice's own marker elsewhere in the message."""
     import random
 
+    assert rpc._MARK_JSON == json.dumps(rpc._MARK) == _compact_before(rpc._MARK)
     rng = random.Random(16)
     pieces = ["a", "\"", "\\", "\\\"", "\n", "\t", "\x00", "\x1f", "\x7f", "é", "…", "\u2028", "😀", "\ud800", " ",
               "{", "}", ":", ",", rpc._MARK, "\\u0000"]

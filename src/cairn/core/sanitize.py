@@ -102,13 +102,10 @@ def _may_hold_credentials(text: str) -> bool:
     at = text.find("@")
     while at != -1:
         scheme = text.rfind("://", 0, at)
-        if scheme != -1 and _SPACE.search(text, scheme + 3, at) is None:
+        if scheme != -1 and re.compile(r"\s").search(text, scheme + 3, at) is None:  # re caches it
             return True
         at = text.find("@", at + 1)
     return False
-
-
-_SPACE = re.compile(r"\s")
 
 
 def scrub(text: str) -> str:
