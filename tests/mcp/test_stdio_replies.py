@@ -107,3 +107,72 @@ def test_loads_refuses_what_json_loads_refuses(data: str | bytes) -> None:
     with pytest.raises(RpcError) as info:
         rpc.loads(data)
     assert info.value.code == rpc.PARSE_ERROR and info.value.message.startswith("Parse error: ")
+
+
+def _spliced_before(message: Any) -> str | None:
+    """cairn.mcp.jsonrpc._spliced as it was before h-blzfind (5eda24d): the text block went through the encoder."""
+    result = message.get("result")
+    if type(result) is not dict:
+        return None
+    structured = result.get("structuredContent")
+    content = result.get("content")
+    if structured is None or type(content) is not list:
+        return None
+    for block in content:
+        text = block.get("text") if type(block) is dict else None
+        if type(text) is JsonText and text.value is structured:
+            break
+    else:
+        return None
+    head = {k: v for k, v in message.items() if k != "result"}
+    rest = {k: v for k, v in result.items() if k != "structuredContent"}
+    if not head or not rest:
+        return None
+    compact = _compact_before
+    return compact(head)[:-1] + ',"result":' + compact(rest)[:-1] + ',"structuredContent":' + text + "}}"
+
+
+def _compact_before(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _encode_before(message: Any) -> bytes:
+    text = (_spliced_before(message) if type(message) is dict else None) or _compact_before(message)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(message, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode("ascii")
+
+
+def test_spliced_replies_match_the_encoder_on_generated_messages() -> None:
+    """The text block's JSON string is made by escaping quotes and backslashes (from the UTF-8 bytes in
+    encode), not by the encoder: byte for byte what the encoder made, on texts with quotes, backslashes,
+    control characters, non-ASCII, lone surrogates, and the splice's own marker elsewhere in the message."""
+    import random
+
+    assert rpc._MARK_JSON == json.dumps(rpc._MARK) == _compact_before(rpc._MARK)
+    rng = random.Random(16)
+    pieces = ["a", "\"", "\\", "\\\"", "\n", "\t", "\x00", "\x1f", "\x7f", "é", "…", "\u2028", "😀", "\ud800", " ",
+              "{", "}", ":", ",", rpc._MARK, "\\u0000"]
+    for n in range(3000):
+        value: dict[str, Any] = {"s": "".join(rng.choice(pieces) for _ in range(rng.randint(0, 8))), "n": n}
+        body = json.dumps(value, ensure_ascii=False, allow_nan=False)
+        edited = rng.random() < 0.3
+        if edited:  # a JsonText whose text is not exactly the encoder's (a scrubbed one may differ)
+            body = body.replace("a", rng.choice(pieces))
+        # The encoder's own text is quoted without looking for control characters.
+        blocks: list[Any] = [{"type": "text", "text": JsonText(body, value, from_encoder=not edited and rng.random() < 0.7)}]
+        if rng.random() < 0.3:
+            blocks.insert(rng.randint(0, 1), {"type": "text", "text": rng.choice(pieces) * rng.randint(0, 3)})
+        result: dict[str, Any] = {"content": blocks, "structuredContent": value}
+        if rng.random() < 0.3:
+            result["isError"] = False
+        if rng.random() < 0.2:
+            result["_meta"] = {"m": rng.choice(pieces)}
+        ids: list[str | int] = [7, "id-\"x\"", rpc._MARK]
+        request_id = rng.choice(ids)
+        message = rpc.response(request_id, result)
+        if rng.random() < 0.1:
+            message = dict(reversed(message.items()))
+        assert rpc.encode(message) == _encode_before(message), message
+        assert rpc.dumps(message).encode() == _encode_before(message), message

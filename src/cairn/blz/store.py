@@ -135,6 +135,7 @@ class Store:
         self.root = root
         self._db: sqlite3.Connection | None = None
         self._offsets: dict[str, array[int]] = {}
+        self._by_sid: tuple[tuple[int, int], dict[int, tuple[str, str]]] | None = None
 
     # -- connection ---------------------------------------------------------------------------
 
@@ -174,6 +175,7 @@ class Store:
         if self._db is not None:
             self._db.close()
             self._db = None
+        self._by_sid = None  # a new connection counts its changes from 0 again
 
     # -- reads --------------------------------------------------------------------------------
 
@@ -188,8 +190,19 @@ class Store:
         return self.root / "sources" / row.alias / row.file
 
     def aliases_by_sid(self) -> dict[int, tuple[str, str]]:
-        """sid -> (alias, url) for every source."""
-        return {sid: (alias, url) for alias, url, sid in self.db.execute("SELECT alias, url, sid FROM sources")}
+        """sid -> (alias, url) for every source (callers must not change the dict).
+
+        Kept from the last call while the database is unchanged: ``PRAGMA data_version`` changes when
+        another connection commits, the connection's ``total_changes`` when this one writes a row
+        (every write to ``sources`` does). Checking costs a sixth of reading the table again, once per search."""
+        db = self.db
+        version = (db.execute("PRAGMA data_version").fetchone()[0], db.total_changes)
+        cached = self._by_sid
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        by_sid = {sid: (alias, url) for alias, url, sid in db.execute("SELECT alias, url, sid FROM sources")}
+        self._by_sid = (version, by_sid)
+        return by_sid
 
     def options(self, alias: str) -> dict[str, Any]:
         """What was chosen and left out when ``alias`` was indexed: ``allLanguages`` (bool) and,
@@ -289,9 +302,11 @@ class Store:
         of hits (ten lookups cost a warm find on react ~0.1 ms more)."""
         if len(rowids) <= 1:
             return [self.section(r) for r in rowids]
+        # Read from the FTS5 table's own content table (columns c0.. in declaration order: c3 first_line,
+        # c4 last_line, c5 hpath, c2 body): the same rows, without a virtual-table lookup per rowid
+        # (a third fewer instructions for a page of hits).
         found = {r[0]: r[1:] for r in self.db.execute(
-            f"SELECT rowid, first_line, last_line, hpath, body FROM sections WHERE rowid IN "
-            f"({','.join('?' * len(rowids))})", rowids)}
+            f"SELECT id, c3, c4, c5, c2 FROM sections_content WHERE id IN ({','.join('?' * len(rowids))})", rowids)}
         return [found[r] for r in rowids]
 
     def has_term(self, word: str) -> bool:

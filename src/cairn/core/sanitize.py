@@ -16,6 +16,8 @@ if TYPE_CHECKING:
 
 _roots: dict[str, str] = {}
 _secrets: dict[str, str] = {}
+_by_length: list[tuple[str, str]] | None = None  # _roots, longest first (made again after a change)
+_generation = 0  # bumped whenever what scrub() replaces changes
 # scheme://user:password@host or scheme://token@host -> scheme://***@host. The scheme is bounded so
 # a long run of letters costs linear time (unbounded, 200 KB of "a" took 28 s to scrub).
 _URL_CREDENTIALS = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]{0,31}://)[^/\s@:]+(?::[^/\s@]*)?@")
@@ -26,11 +28,30 @@ def register_root(path: str | os.PathLike[str], placeholder: str) -> None:
     resolved = os.path.realpath(os.fspath(path))
     _roots[resolved] = placeholder
     _roots[os.path.abspath(os.fspath(path))] = placeholder
+    _changed()
 
 
 def clear_roots() -> None:
     """Forget every registered root (tests)."""
     _roots.clear()
+    _changed()
+
+
+def _changed() -> None:
+    global _by_length, _generation
+    _by_length = None
+    _generation += 1
+
+
+def generation() -> int:
+    """A number that changes whenever a root or secret is registered or forgotten: what :func:`scrub`
+    makes of a string is the same while it (and ``$HOME``) stays the same (callers cache on it)."""
+    return _generation
+
+
+def has_secrets() -> bool:
+    """Whether any secret is registered (masked wherever it occurs, even across JSON values)."""
+    return bool(_secrets)
 
 
 # Secrets shorter than this are not masked in free text: "main" or "1" would mask unrelated words.
@@ -44,6 +65,7 @@ def register_secret(value: str, placeholder: str = "***") -> None:
     """Show ``value`` as ``placeholder`` in scrubbed output and log lines (if ``MIN_SECRET`` long)."""
     if len(value) >= MIN_SECRET:
         _secrets[value] = placeholder
+        _changed()
 
 
 def register_secret_env(name: str) -> None:
@@ -57,6 +79,7 @@ def register_secret_env(name: str) -> None:
 def clear_secrets() -> None:
     """Forget every registered secret (tests)."""
     _secrets.clear()
+    _changed()
 
 
 for _name in os.environ.get(SECRET_ENV, "").split(","):  # secrets our parent process registered
@@ -72,20 +95,39 @@ def mask_secrets(text: str) -> str:
     return text
 
 
+def _may_hold_credentials(text: str) -> bool:
+    """Whether ``_URL_CREDENTIALS`` can match in ``text``: a match holds no whitespace and has an "@"
+    after its "://", so some "@" must have a "://" before it with no whitespace between (the nearest
+    one decides). A few ``find`` calls per "@" instead of the regex trying a scheme at every letter."""
+    at = text.find("@")
+    while at != -1:
+        scheme = text.rfind("://", 0, at)
+        if scheme != -1 and re.compile(r"\s").search(text, scheme + 3, at) is None:  # re caches it
+            return True
+        at = text.find("@", at + 1)
+    return False
+
+
 def scrub(text: str) -> str:
     """``text`` with secrets and credentials in URLs masked, data roots replaced and ``$HOME`` shown as ``~``."""
     if _secrets:
         text = mask_secrets(text)
-    if "@" in text:  # no credential without one; skipping the regex halves scrub time on search results
+    if "@" in text and _may_hold_credentials(text):  # the regex costs ~60 instructions a character
         text = _URL_CREDENTIALS.sub(r"\1***@", text)
     # Longest roots first so a nested root wins over its parent.
-    for root in sorted(_roots, key=len, reverse=True):
-        if root and root != os.sep:
-            text = _replace_path(text, root, _roots[root])
+    roots = _by_length  # one read: another thread may reset it meanwhile
+    for root, placeholder in roots if roots is not None else _order_roots():
+        text = _replace_path(text, root, placeholder)
     home = os.path.expanduser("~")
     if home and home != os.sep:
         text = _replace_path(text, home, "~")
     return text
+
+
+def _order_roots() -> list[tuple[str, str]]:
+    global _by_length
+    _by_length = [(root, _roots[root]) for root in sorted(_roots, key=len, reverse=True) if root and root != os.sep]
+    return _by_length
 
 
 def _replace_path(text: str, path: str, placeholder: str) -> str:

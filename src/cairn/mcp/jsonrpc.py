@@ -6,6 +6,7 @@ Standard library only: this module is on the stdio start-up path.
 from __future__ import annotations
 
 import json
+import re
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is kept off the stdio servers' start-up path
 if TYPE_CHECKING:
@@ -73,19 +74,28 @@ class JsonText(str):
     """A text block's text that is ``json.dumps(value, ensure_ascii=False, allow_nan=False)`` of the
     ``structuredContent`` beside it (``value``, held by identity). :func:`dumps` splices it in as that
     member instead of serializing the same value a second time (a warm blz ``find`` reply is ~9 KB:
-    the second pass cost ~50-100 us of its stdio round trip). Whitespace differs, the JSON does not."""
+    the second pass cost ~50-100 us of its stdio round trip). Whitespace differs, the JSON does not.
+
+    ``from_encoder``: the text is the encoder's output as it came (not edited since), so it holds no
+    control character: the splice then quotes it without looking for one."""
 
     value: Any
+    from_encoder: bool
 
-    def __new__(cls, text: str, value: Any = None) -> JsonText:  # a copy (no value) is never spliced
-        self = super().__new__(cls, text)
+    def __new__(cls, text: str, value: Any = None, *, from_encoder: bool = False) -> JsonText:
+        self = super().__new__(cls, text)  # a copy (no value) is never spliced
         self.value = value
+        self.from_encoder = from_encoder
         return self
 
 
-def _spliced(message: Any) -> str | None:
-    """``message`` serialized with its result's structuredContent spliced from a :class:`JsonText`
-    (None when the message is not such a response)."""
+def _spliced(message: Any) -> tuple[str, bool, str, str] | None:
+    """``message`` serialized with its result's structuredContent spliced from a :class:`JsonText`, as
+    ``(before, quote, after, text)`` (None when the message is not such a response). The message is
+    ``before + after + text + "}}"``, or with ``quote``, ``before + <text as a JSON string> + after +
+    text + "}}"``: the text block's string then need not go through the encoder, which escapes
+    character by character; when ``text`` holds no control character (checked, unless it is the
+    encoder's own output), escaping its backslashes and quotes is all there is to it (:func:`_quoted`)."""
     result = message.get("result")
     if type(result) is not dict:
         return None
@@ -93,7 +103,7 @@ def _spliced(message: Any) -> str | None:
     content = result.get("content")
     if structured is None or type(content) is not list:
         return None
-    for block in content:
+    for index, block in enumerate(content):
         text = block.get("text") if type(block) is dict else None
         if type(text) is JsonText and text.value is structured:
             break
@@ -103,16 +113,45 @@ def _spliced(message: Any) -> str | None:
     rest = {k: v for k, v in result.items() if k != "structuredContent"}
     if not head or not rest:
         return None
-    return (_compact(head)[:-1] + ',"result":' + _compact(rest)[:-1] + ',"structuredContent":' + text + "}}")
+    start = _compact(head)[:-1] + ',"result":'
+    if text.from_encoder or re.search("[\x00-\x1f]", text) is None:  # ~10 instructions a character
+        blocks = list(content)
+        blocks[index] = {**block, "text": _MARK}
+        rest["content"] = blocks
+        body = _compact(rest)
+        at = body.find(_MARK_JSON)
+        if at != -1 and body.find(_MARK_JSON, at + 1) == -1:  # exactly once: the marker is ours
+            return start + body[:at], True, body[at + len(_MARK_JSON):-1] + ',"structuredContent":', text
+        rest["content"] = content
+    return start + _compact(rest)[:-1] + ',"structuredContent":', False, "", text
+
+
+def _quoted(text: str) -> str:
+    """``text`` (no control character in it) as a JSON string, as the encoder writes it."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+_MARK = "\x00\x01cairn-json-text\x01\x00"  # stands for the text block's text while the rest is serialized
+_MARK_JSON = '"\\u0000\\u0001cairn-json-text\\u0001\\u0000"'  # json.dumps(_MARK)
+
+
+_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def _compact(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    """``json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)``, with the encoder
+    made once (json.dumps makes one per call when given options)."""
+    return _COMPACT.encode(value)
 
 
 def dumps(message: Any) -> str:
     """Serialize one message compactly (one line, no NaN) as text that always encodes to UTF-8."""
-    text = (_spliced(message) if type(message) is dict else None) or _compact(message)
+    parts = _spliced(message) if type(message) is dict else None
+    if parts is None:
+        text = _compact(message)
+    else:
+        before, quote, after, spliced = parts
+        text = before + (_quoted(spliced) if quote else "") + after + spliced + "}}"
     if not text.isascii():
         try:
             text.encode("utf-8")
@@ -122,10 +161,17 @@ def dumps(message: Any) -> str:
 
 
 def encode(message: Any) -> bytes:
-    """:func:`dumps` as UTF-8 bytes, encoded once (a transport writes these)."""
-    text = (_spliced(message) if type(message) is dict else None) or _compact(message)
+    """:func:`dumps` as UTF-8 bytes, encoded once (a transport writes these): a spliced text is encoded
+    once, and its JSON string form made from those bytes (UTF-8 never puts a quote or a backslash
+    byte inside a multi-byte character)."""
+    parts = _spliced(message) if type(message) is dict else None
     try:
-        return text.encode("utf-8")
+        if parts is None:
+            return _compact(message).encode("utf-8")
+        before, quote, after, text = parts
+        data = text.encode("utf-8")
+        quoted = b'"' + data.replace(b"\\", b"\\\\").replace(b'"', b'\\"') + b'"' if quote else b""
+        return before.encode("utf-8") + quoted + after.encode("utf-8") + data + b"}}"
     except UnicodeEncodeError:  # a lone surrogate (a "\ud800" escape in the input, echoed back)
         return json.dumps(message, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode("ascii")
 

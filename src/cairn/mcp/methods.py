@@ -151,7 +151,7 @@ def tool_result(tool: ToolLike, value: Any) -> JSON:
             body, serialized = str(value), False
         structured = value if isinstance(value, dict) and (tool.output_schema is not None or tool.structured) else None
         if structured is not None and serialized:  # the transport splices body in: no second serialization
-            body = rpc.JsonText(body, structured)
+            body = rpc.JsonText(body, structured, from_encoder=True)
         result = ToolResult([text(body)], structured=structured)
     if tool.output_schema is not None and not result.is_error:
         if result.structured is None:
