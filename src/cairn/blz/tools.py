@@ -53,8 +53,6 @@ def _hide_local_paths(text: str) -> str:
 def public(value: Any) -> Any:
     """``value`` as a client may see it. Scrubbed as one JSON text (one pass over a few KB) rather
     than string by string: a find result holds ~100 strings, and per-string scrubbing cost 1 ms."""
-    import json
-
     if isinstance(value, str):
         return _hide_local_paths(scrub(value))
     text = json.dumps(value, ensure_ascii=False)
@@ -72,8 +70,6 @@ def public_result(value: dict[str, Any]) -> ToolResult:
     Search hits' ``sourceUrl`` values are put in their public form first (:func:`_public_url`, made
     once per URL): a local file's URL always changed in the scrubbed text, which then had to be
     parsed again; now the text usually comes out of the scrub unchanged and is used as it is."""
-    import json
-
     hits = value.get("hits")
     if type(hits) is list and hits and not has_secrets():
         value = {**value, "hits": _public_hits(hits)}
@@ -116,8 +112,6 @@ def _public_url(url: str, state: tuple[int, str | None]) -> str:
     checks: a secret is masked wherever it occurs, across values too), and the public form is a
     fixed point (scrubbing the text again leaves it as it is). Cached per URL and ``state`` (the
     sanitize generation and ``$HOME``, what scrub() depends on); a few hundred at most."""
-    import json
-
     key = (url, state)
     shown = _PUBLIC_URLS.get(key)
     if shown is None:
