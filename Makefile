@@ -36,7 +36,7 @@ browser:
 	else echo "note: chromium not installed; the browser test will skip"; fi
 
 demo: $(STAMP)
-	$(PY) -m cairn.demo
+	$(PY) -m cairn_servers.demo
 
 test: $(STAMP) $(NODE_STAMP) browser typecheck
 	$(PY) -m pytest -q
@@ -52,7 +52,7 @@ test-random: $(STAMP) $(NODE_STAMP) browser
 
 # Strict mypy over the package and the tests (settings in pyproject.toml [tool.mypy]).
 typecheck: $(STAMP)
-	$(PY) -m mypy src/cairn tests
+	$(PY) -m mypy src/cairn_servers tests
 
 stress: $(STAMP) $(NODE_STAMP)
 	CAIRN_STRESS=1 $(PY) -m pytest -q -m "not node" tests

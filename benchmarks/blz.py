@@ -38,7 +38,7 @@ from tests._data import data_dir  # noqa: E402 (after the path set-up)
 
 LLMS = data_dir() / "llms"
 REACT = LLMS / "react-dev" / "llms-full.txt"
-BLZ = [sys.executable, "-m", "cairn.blz.cli"]
+BLZ = [sys.executable, "-m", "cairn_servers.blz.cli"]
 QUERIES = ["hooks", "useState", "useEffect cleanup", "state variable", "render props", "context provider",
            "server components", "suspense", "memo", "ref", "\"state variable\"", "event handler", "forms",
            "reducer", "transition", "portal", "strict mode", "custom hook", "keys list", "hydration"]
@@ -59,8 +59,8 @@ def env_for(root: Path) -> dict[str, str]:
 
 
 def bench_add(tmp: Path) -> dict[str, Any]:
-    from cairn.blz import sources
-    from cairn.blz.store import Store
+    from cairn_servers.blz import sources
+    from cairn_servers.blz.store import Store
 
     times, cpu = [], []
     for i in range(5):
@@ -217,10 +217,10 @@ def main() -> None:
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="blz-bench-"))
     try:
-        import cairn
+        import cairn_servers
 
         out: dict[str, Any] = {"benchmark": "blz", "python": sys.version.split()[0],
-                               "code": str(Path(cairn.__file__).parents[1])}  # which src (PYTHONPATH runs main's)
+                               "code": str(Path(cairn_servers.__file__).parents[1])}  # which src (PYTHONPATH runs main's)
         if args.only in (None, "add"):
             out.update(bench_add(tmp))
         if args.only in (None, "cli"):

@@ -63,7 +63,7 @@ class Server(Rpc):  # type: ignore[misc]
         self.t0 = time.perf_counter()
         env = dict(os.environ, BLZ_DATA_DIR=str(root), PYTHONPATH=str(src))
         env.pop("BLZ_OUTPUT_FORMAT", None)
-        self.proc = subprocess.Popen([sys.executable, "-m", "cairn.blz.cli", "mcp"], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, "-m", "cairn_servers.blz.cli", "mcp"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
         self.next_id = 0
 
@@ -78,7 +78,7 @@ class Server(Rpc):  # type: ignore[misc]
 def add_sources(root: Path, src: Path) -> None:
     env = dict(os.environ, BLZ_DATA_DIR=str(root), PYTHONPATH=str(src))
     for alias, path in (("react", REACT), ("hono", HONO)):
-        subprocess.run([sys.executable, "-m", "cairn.blz.cli", "add", alias, str(path), "--json"], env=env,
+        subprocess.run([sys.executable, "-m", "cairn_servers.blz.cli", "add", alias, str(path), "--json"], env=env,
                        check=True, capture_output=True)
 
 
@@ -92,8 +92,8 @@ def in_process(src: Path, code: str) -> float:
 ADD = """
 import sys, tempfile, time
 from pathlib import Path
-from cairn.blz import sources
-from cairn.blz.store import Store
+from cairn_servers.blz import sources
+from cairn_servers.blz.store import Store
 store = Store(Path(tempfile.mkdtemp()) / "d")
 t0 = time.perf_counter(); sources.add(store, "react", sys.argv[1] if len(sys.argv) > 1 else {react!r})
 print(time.perf_counter() - t0)
@@ -110,7 +110,7 @@ def bench_add(srcs: dict[str, Path]) -> dict[str, Any]:
 
 def downgrade_to_schema_2(db_path: Path) -> None:
     """Rewrite a schema-3 store as schema 2 wrote it (section rowids without the level bits)."""
-    from cairn.blz.store import _SECTIONS
+    from cairn_servers.blz.store import _SECTIONS
 
     db = sqlite3.connect(db_path, isolation_level=None)
     try:
@@ -129,7 +129,7 @@ def downgrade_to_schema_2(db_path: Path) -> None:
 
 
 def bench_migrate(tmp: Path) -> dict[str, Any]:
-    from cairn.blz.store import Store
+    from cairn_servers.blz.store import Store
 
     base = tmp / "migrate-base"
     add_sources(base, SRC)
@@ -150,8 +150,8 @@ def bench_migrate(tmp: Path) -> dict[str, Any]:
 CPU = """
 import json, sys, time
 from pathlib import Path
-from cairn.blz.ops import OPS
-from cairn.blz.store import Store
+from cairn_servers.blz.ops import OPS
+from cairn_servers.blz.store import Store
 calls, rounds = json.loads(sys.argv[2]), int(sys.argv[3])
 store, op, out = Store(Path(sys.argv[1])), OPS["find"], {}
 for name, arglist in calls.items():

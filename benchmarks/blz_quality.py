@@ -4,8 +4,8 @@
 
 Each question in the data file (beside this script) names a corpus and the heading, or the tail of
 a heading path, whose section answers it. Every corpus is added through the service
-(cairn.blz.sources.add) into a fresh BLZ_DATA_DIR in a temporary directory; each question is then
-searched (cairn.blz.search.search, restricted to its corpus, 10 hits). A hit answers the question
+(cairn_servers.blz.sources.add) into a fresh BLZ_DATA_DIR in a temporary directory; each question is then
+searched (cairn_servers.blz.search.search, restricted to its corpus, 10 hits). A hit answers the question
 when its headingPath ends with the expected path, compared without Markdown link targets, backticks,
 case and extra spaces. Figures: recall@5 (share of questions answered in the top 5) and MRR@10
 (mean of 1/rank of the first answering hit, 0 when none in the top 10), overall and per corpus.
@@ -52,9 +52,9 @@ def main() -> int:
     spec = json.loads(args.questions.read_text(encoding="utf-8"))
     llms = data_dir() / "llms"
 
-    from cairn.blz import sources
-    from cairn.blz.search import search
-    from cairn.blz.store import Store
+    from cairn_servers.blz import sources
+    from cairn_servers.blz.search import search
+    from cairn_servers.blz.store import Store
 
     with tempfile.TemporaryDirectory(prefix="blz-quality-") as tmp:
         os.environ["BLZ_DATA_DIR"] = str(Path(tmp) / "blz-data")  # this run's data root, nothing else's

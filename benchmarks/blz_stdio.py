@@ -38,7 +38,7 @@ class Server(Rpc):  # type: ignore[misc]
     def __init__(self, root: Path, src: Path) -> None:
         self.t0 = time.perf_counter()
         env = dict(env_for(root), PYTHONPATH=str(src))
-        self.proc = subprocess.Popen([sys.executable, "-m", "cairn.blz.cli", "mcp"], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, "-m", "cairn_servers.blz.cli", "mcp"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
         self.next_id = 0
 

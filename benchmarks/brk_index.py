@@ -52,7 +52,7 @@ def _best(fn, repeat: int) -> float:  # type: ignore[no-untyped-def]
 
 
 def bench_parse(blocks: list[bytes], repeat: int) -> dict[str, object]:
-    from cairn.brk.blocks.parser import parse_block
+    from cairn_servers.brk.blocks.parser import parse_block
 
     total = sum(len(b) for b in blocks)
     ntx = sum(len(parse_block(b).txids) for b in blocks)
@@ -83,8 +83,8 @@ def bench_parse(blocks: list[bytes], repeat: int) -> dict[str, object]:
 def bench_index_large(blocks: list[bytes], repeat: int, tmp: Path) -> dict[str, object]:
     import numpy as np
 
-    from cairn.brk.blocks.parser import parse_block
-    from cairn.brk.indexer import Indexer, _Batch
+    from cairn_servers.brk.blocks.parser import parse_block
+    from cairn_servers.brk.indexer import Indexer, _Batch
 
     blocks_dir = tmp / "large_blocks"
     blocks_dir.mkdir()
@@ -124,7 +124,7 @@ def bench_index_large(blocks: list[bytes], repeat: int, tmp: Path) -> dict[str, 
 
 
 def bench_index_dir(blocks_dir: Path, out: Path) -> dict[str, object]:
-    from cairn.brk.indexer import index
+    from cairn_servers.brk.indexer import index
 
     t, c = time.perf_counter(), time.process_time()
     r = index(blocks_dir, out)
@@ -159,7 +159,7 @@ def main() -> None:
         mainnet.mkdir()
         shutil.copy(BTC / "hadoopcryptoledger" / "firstblocks.blk", mainnet / "blk00000.dat")
         report["index_mainnet_590"] = bench_index_dir(mainnet, tmp / "mainnet_out")
-        from cairn.brk.sample import write_sample
+        from cairn_servers.brk.sample import write_sample
 
         t = time.perf_counter()
         write_sample(tmp / "gen", args.blocks)

@@ -76,7 +76,7 @@ def _evict(path: Path) -> None:
 
 class RocksEngine:
     def __init__(self, path: Path, cache_mb: int) -> None:
-        from cairn.brk.rocks import open_rocksdb
+        from cairn_servers.brk.rocks import open_rocksdb
 
         self.db = open_rocksdb(path, memtable_mb=64, cache_mb=cache_mb)
 

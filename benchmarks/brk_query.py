@@ -59,7 +59,7 @@ def free_port() -> int:
 
 def start_server(out: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "cairn.brk.cli", "serve", "--out", str(out), "--bind",
+    proc = subprocess.Popen([sys.executable, "-m", "cairn_servers.brk.cli", "serve", "--out", str(out), "--bind",
                              f"127.0.0.1:{port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -105,8 +105,8 @@ async def concurrent(base: str, clients: int, seconds: float) -> dict[str, Any]:
 APPEND = """
 import sys, time
 from pathlib import Path
-from cairn.brk.indexer import Indexer
-from cairn.brk.compute import compute
+from cairn_servers.brk.indexer import Indexer
+from cairn_servers.brk.compute import compute
 blocks, out, step = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
 ix = Indexer(blocks, out)
 while ix.run(max_blocks=step).indexed_blocks:
@@ -123,11 +123,11 @@ def main() -> None:
     args = parser.parse_args()
     import httpx
 
-    from cairn.brk.compute import compute
-    from cairn.brk.indexer import Indexer
-    from cairn.brk.interface import Interface
-    from cairn.brk.ops import OPS, answer
-    from cairn.brk.sample import write_sample
+    from cairn_servers.brk.compute import compute
+    from cairn_servers.brk.indexer import Indexer
+    from cairn_servers.brk.interface import Interface
+    from cairn_servers.brk.ops import OPS, answer
+    from cairn_servers.brk.sample import write_sample
 
     result: dict[str, Any] = {"blocks": args.blocks, "cpus": os.cpu_count(), "load_avg_1m": os.getloadavg()[0]}
     with tempfile.TemporaryDirectory() as tmp:

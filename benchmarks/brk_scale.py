@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cairn.core.heap import memory_kib
+from cairn_servers.core.heap import memory_kib
 
 REPO = Path(__file__).resolve().parents[1]
 WARMUP_BLOCKS = 101  # the dense generator's coinbase-only blocks (coinbase maturity)
@@ -70,7 +70,7 @@ def brk(*args: str, timeout: float | None = None) -> dict[str, Any]:
     load0 = _load()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         t0 = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-m", "cairn.brk.cli", *args, "--format", "json"],
+        proc = subprocess.Popen([sys.executable, "-m", "cairn_servers.brk.cli", *args, "--format", "json"],
                                 stdout=out, stderr=err, env=env)
         hwm_kb = 0
         child_kb: dict[int, int] = {}  # the parsing process(es) brk index starts
@@ -137,7 +137,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="1e6,5e6,20e6", help="transaction counts, comma-separated")
     ap.add_argument("--txs-per-block", type=int, default=2500)
     ap.add_argument("--budget", type=float, default=600.0, help="seconds for the whole run (default 600)")
-    default_cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cairn" / "brk_scale"
+    default_cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cairn_servers" / "brk_scale"
     ap.add_argument("--cache", type=Path, default=default_cache, help=f"generated chains (default {default_cache})")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--no-compute", action="store_true", help="skip the computed datasets step")

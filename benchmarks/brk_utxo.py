@@ -2,9 +2,9 @@
 
 1. ``brk sample --blocks B --txs-per-block K`` (cached under ``--cache``, default a temporary directory);
 2. ``brk index --no-compute``: the raw indexing (wall, CPU, peak RSS);
-3. the computer alone (``cairn.brk.compute._Computer``), then ``cairn.brk.utxo.update`` (supply by type,
-   coin age, age bands), then ``cairn.brk.addresses.update`` (address index and counts), then, after
-   importing a synthetic daily price for every day of the chain, ``cairn.brk.utxo.update`` again: the
+3. the computer alone (``cairn_servers.brk.compute._Computer``), then ``cairn_servers.brk.utxo.update`` (supply by type,
+   coin age, age bands), then ``cairn_servers.brk.addresses.update`` (address index and counts), then, after
+   importing a synthetic daily price for every day of the chain, ``cairn_servers.brk.utxo.update`` again: the
    realized pass alone (realized cap, value destroyed, supply in profit / loss / breakeven), each in its
    own process (wall, CPU, peak RSS);
 4. ``brk index`` end to end into a fresh directory (indexing, computing and both analytics passes):
@@ -81,29 +81,29 @@ def main() -> None:
     cache = args.cache or work
     blocks = cache / f"dense-{args.blocks}x{args.txs_per_block}"
     if not (blocks / "blk00000.dat").exists():
-        run(["-m", "cairn.brk.cli", "sample", "--blocks", str(args.blocks), "--txs-per-block",
+        run(["-m", "cairn_servers.brk.cli", "sample", "--blocks", str(args.blocks), "--txs-per-block",
              str(args.txs_per_block), "--out", str(blocks)])
     out = work / "out"
     steps: dict[str, Any] = {}
-    steps["index"] = run(["-m", "cairn.brk.cli", "index", "--blocks-dir", str(blocks), "--out", str(out),
+    steps["index"] = run(["-m", "cairn_servers.brk.cli", "index", "--blocks-dir", str(blocks), "--out", str(out),
                           "--no-compute", "--progress", "none"])
     code = "import sys; from pathlib import Path; out = Path(sys.argv[1]); "
-    steps["compute"] = run(["-c", code + "from cairn.brk.compute import _Computer; _Computer(out, durable=True).run()",
+    steps["compute"] = run(["-c", code + "from cairn_servers.brk.compute import _Computer; _Computer(out, durable=True).run()",
                             str(out)])
-    steps["utxo"] = run(["-c", code + "from cairn.brk.utxo import update; update(out)", str(out)])
-    steps["addresses"] = run(["-c", code + "from cairn.brk.addresses import update; "
+    steps["utxo"] = run(["-c", code + "from cairn_servers.brk.utxo import update; update(out)", str(out)])
+    steps["addresses"] = run(["-c", code + "from cairn_servers.brk.addresses import update; "
                               "update(out, blocks_dir=Path(sys.argv[2]))", str(out), str(blocks)])
     # A daily close for every day of the chain (a random walk), then the realized pass alone.
     steps["prices"] = run(["-c", code + (
-        "import numpy as np; from cairn.brk import prices; from cairn.brk.reader import StoreReader; "
-        "from cairn.brk.layout import computed_dir; r = StoreReader(computed_dir(out)); r.refresh(); "
+        "import numpy as np; from cairn_servers.brk import prices; from cairn_servers.brk.reader import StoreReader; "
+        "from cairn_servers.brk.layout import computed_dir; r = StoreReader(computed_dir(out)); r.refresh(); "
         "days = int(r.read('height_to_dateindex', 0, r.length('height_to_dateindex')).max()) + 1; "
         "walk = 30000 * np.exp(np.cumsum(np.random.default_rng(1).normal(0, 0.03, days))); "
         "prices.save(out, [(d, c, c, c, c) for d, c in enumerate(walk.tolist())])"), str(out)])
-    steps["realized"] = run(["-c", code + "from cairn.brk.utxo import update; update(out)", str(out)])
+    steps["realized"] = run(["-c", code + "from cairn_servers.brk.utxo import update; update(out)", str(out)])
     full = work / "full"
     if not args.no_end_to_end:
-        steps["index_end_to_end"] = run(["-m", "cairn.brk.cli", "index", "--blocks-dir", str(blocks), "--out",
+        steps["index_end_to_end"] = run(["-m", "cairn_servers.brk.cli", "index", "--blocks-dir", str(blocks), "--out",
                                          str(full), "--progress", "none"])
     base_cpu = steps["index"]["cpu_s"] + steps["compute"]["cpu_s"]
     base_wall = steps["index"]["wall_s"] + steps["compute"]["wall_s"]

@@ -31,7 +31,7 @@ Usage: .venv/bin/python benchmarks/ctx.py [--chunks 100000] [--files 10000] [--q
        [--only documents|transfer|startup|search] [--compare REF] [--rounds 20] [--provider minilm|e5]
 
 ``--only search`` builds the knowledge base and measures search only (any provider). The query-vector cache
-(``cairn.ctx.retrieval.query_vector``) is emptied before every timed search, so each one embeds its query.
+(``cairn_servers.ctx.retrieval.query_vector``) is emptied before every timed search, so each one embeds its query.
 
 ``--provider minilm`` (or ``e5``) measures search only, with that model's 384-dimension vectors: the
 knowledge base gets random unit vectors stored under the model's identity ("vectors already stored":
@@ -87,7 +87,7 @@ def bench_sync(base: Path, files: int) -> dict[str, object]:
         (d / f"f{i:05d}.md").write_text(f"# File {i}\n\n{body}\n", encoding="utf-8")
     cfg = base / "sync.toml"
     cfg.write_text(f'[db]\npath = "sync.sqlite"\n[connectors.filesystem.files]\nroot = "{root}"\n')
-    cmd = [sys.executable, "-m", "cairn.ctx.cli", "sync", "all", "--config", str(cfg), "--json"]
+    cmd = [sys.executable, "-m", "cairn_servers.ctx.cli", "sync", "all", "--config", str(cfg), "--json"]
     env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
     t = time.perf_counter()
     first = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True, env=env).stdout)
@@ -128,7 +128,7 @@ def bench_documents(base: Path, n: int) -> dict[str, object]:
         size = sum(p.stat().st_size for p in root.iterdir())
         cfg = base / f"{kind}.toml"
         cfg.write_text(f'[db]\npath = "{kind}.sqlite"\n[connectors.filesystem.docs]\nroot = "{root}"\n')
-        cmd = [sys.executable, "-m", "cairn.ctx.cli", "sync", "all", "--config", str(cfg), "--json"]
+        cmd = [sys.executable, "-m", "cairn_servers.ctx.cli", "sync", "all", "--config", str(cfg), "--json"]
         t = time.perf_counter()
         report = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True, env=env).stdout)
         wall = time.perf_counter() - t
@@ -143,12 +143,12 @@ def bench_documents(base: Path, n: int) -> dict[str, object]:
         out[kind] = row
 
     # `ctx search` start-up on the PDF knowledge base: the extraction libraries must stay unloaded.
-    probe = ("import sys\nfrom cairn.ctx.cli import main\nsys.argv[1:] = sys.argv[2:]\nrc = main()\n"
-             "heavy = [m for m in ('pypdfium2', 'python_calamine', 'cairn.ctx.extract', 'html.parser') if m in sys.modules]\n"
+    probe = ("import sys\nfrom cairn_servers.ctx.cli import main\nsys.argv[1:] = sys.argv[2:]\nrc = main()\n"
+             "heavy = [m for m in ('pypdfium2', 'python_calamine', 'cairn_servers.ctx.extract', 'html.parser') if m in sys.modules]\n"
              "sys.stderr.write('HEAVY ' + ','.join(heavy) + '\\n')\nsys.exit(rc)\n")
     search = [sys.executable, "-c", probe, "--", "search", rng.choice(words), "--config", str(base / "pdf.toml"), "--json"]
     heavy = subprocess.run(search, capture_output=True, text=True, check=True, env=env).stderr.split("HEAVY ")[1].strip()
-    plain = [sys.executable, "-m", "cairn.ctx.cli"] + search[4:]
+    plain = [sys.executable, "-m", "cairn_servers.ctx.cli"] + search[4:]
     times, base_times = [], []
     for _ in range(9):
         t = time.perf_counter()
@@ -164,8 +164,8 @@ def bench_documents(base: Path, n: int) -> dict[str, object]:
 
 
 def bench_embed() -> dict[str, object]:
-    from cairn.ctx.chunk import chunk_text
-    from cairn.search.embed import EmbeddingSettings, create
+    from cairn_servers.ctx.chunk import chunk_text
+    from cairn_servers.search.embed import EmbeddingSettings, create
 
     text = (SHARED / "react-dev" / "llms-full.txt").read_text(encoding="utf-8")
     chunks = [c.text for c in chunk_text(text, 400, 40)]
@@ -180,9 +180,9 @@ def bench_embed() -> dict[str, object]:
 
 
 def build_kb(base: Path, n_chunks: int, provider: str = "local") -> Path:
-    from cairn.ctx.chunk import chunk_hash, Chunk
-    from cairn.ctx.store import DocumentRecord, Store
-    from cairn.search.embed import EmbeddingSettings, create
+    from cairn_servers.ctx.chunk import chunk_hash, Chunk
+    from cairn_servers.ctx.store import DocumentRecord, Store
+    from cairn_servers.search.embed import EmbeddingSettings, create
 
     rng = random.Random(2)
     words = vocabulary()
@@ -223,8 +223,8 @@ def build_kb(base: Path, n_chunks: int, provider: str = "local") -> Path:
 
 
 def bench_search(cfg: Path, queries: int) -> dict[str, object]:
-    from cairn.ctx.retrieval import forget_query_vectors
-    from cairn.ctx.service import Service
+    from cairn_servers.ctx.retrieval import forget_query_vectors
+    from cairn_servers.ctx.service import Service
 
     svc = Service.from_config(cfg)
     rng = random.Random(3)
@@ -249,8 +249,8 @@ def bench_search(cfg: Path, queries: int) -> dict[str, object]:
                 times.append(time.perf_counter() - t)
             out[mode + suffix] = ms(times)
     # The parts of a semantic search: the query embedding, and the scan of the vectors (top 80).
-    from cairn.ctx import retrieval
-    from cairn.search.embed import embed_queries
+    from cairn_servers.ctx import retrieval
+    from cairn_servers.search.embed import embed_queries
 
     embedder = svc.embedder()
     matrix = retrieval.matrix_for(svc.store, embedder)
@@ -271,7 +271,7 @@ def bench_search(cfg: Path, queries: int) -> dict[str, object]:
 # One process's search latency (run under either tree's src): p50 of keyword and hybrid over the queries.
 _LATENCY = """
 import json, random, sys, time
-from cairn.ctx.service import Service
+from cairn_servers.ctx.service import Service
 svc = Service.from_config(sys.argv[1])
 qs = json.loads(sys.argv[2])
 svc.search("warm up", "hybrid")
@@ -297,10 +297,10 @@ print(r.ru_utime + r.ru_stime, r.ru_maxrss)
 
 
 def bench_transfer(base: Path, cfg: Path, queries: int, compare: str | None) -> dict[str, object]:
-    from cairn.ctx.service import Service
+    from cairn_servers.ctx.service import Service
 
     env = dict(os.environ, PYTHONPATH=str(REPO / "src"), CTX_OUTPUT_FORMAT="")
-    ctx = [sys.executable, "-m", "cairn.ctx.cli"]
+    ctx = [sys.executable, "-m", "cairn_servers.ctx.cli"]
     out: dict[str, object] = {}
 
     def run(argv: list[str], **kw: object) -> tuple[float, float, int, str]:
@@ -354,7 +354,7 @@ def bench_transfer(base: Path, cfg: Path, queries: int, compare: str | None) -> 
         trees = {"this": str(REPO / "src"), compare: str(ref / "src")}
         latency: dict[str, list[dict[str, float]]] = {k: [] for k in trees}
         startup: dict[str, list[float]] = {k: [] for k in trees}
-        search = ["-m", "cairn.ctx.cli", "search", qs[0], "--config", str(cfg), "--json"]
+        search = ["-m", "cairn_servers.ctx.cli", "search", qs[0], "--config", str(cfg), "--json"]
         # Bytecode caches written for both trees first (as an installed package has them), else the tree
         # without them pays for compiling every module in each process.
         base_env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
@@ -384,7 +384,7 @@ def bench_transfer(base: Path, cfg: Path, queries: int, compare: str | None) -> 
 # A `ctx search` process that reports, on stderr after its answer, how many modules it imported.
 _MODULES = """
 import sys
-from cairn.ctx.cli import main
+from cairn_servers.ctx.cli import main
 rc = main(sys.argv[1:])
 sys.stderr.write(f"MODULES {len(sys.modules)}\\n")
 sys.exit(rc)
@@ -417,17 +417,17 @@ def bench_startup(base: Path, compare: str | None, rounds: int) -> dict[str, obj
         (kb / "ctx.toml").write_text(f'[db]\npath = "kb.sqlite"\n[embedding]\nprovider = "disabled"\n'
                                      f'[connectors.filesystem.pages]\nroot = "{pages}"\n')
         envs[name] = dict(base_env, PYTHONPATH=str(src), PYTHONHASHSEED="0")
-        subprocess.run([sys.executable, "-m", "cairn.ctx.cli", "sync", "--config", str(kb / "ctx.toml"), "--json"],
+        subprocess.run([sys.executable, "-m", "cairn_servers.ctx.cli", "sync", "--config", str(kb / "ctx.toml"), "--json"],
                        env=envs[name], capture_output=True, check=True)
         searches[name] = ["search", "hooks", "--config", str(kb / "ctx.toml"), "--json"]
-        hits = json.loads(subprocess.run([sys.executable, "-m", "cairn.ctx.cli", *searches[name]], env=envs[name],
+        hits = json.loads(subprocess.run([sys.executable, "-m", "cairn_servers.ctx.cli", *searches[name]], env=envs[name],
                                          capture_output=True, text=True, check=True).stdout)
         assert len(hits) >= 10, hits  # it searched (and the caches are written)
     cpu: dict[str, list[float]] = {k: [] for k in trees}
     bare: list[float] = []
     for round_ in range(rounds):
         for name in (list(trees) if round_ % 2 == 0 else list(reversed(trees))):
-            r = subprocess.run([sys.executable, "-c", _RUSAGE, sys.executable, "-m", "cairn.ctx.cli", *searches[name]],
+            r = subprocess.run([sys.executable, "-c", _RUSAGE, sys.executable, "-m", "cairn_servers.ctx.cli", *searches[name]],
                                env=envs[name], capture_output=True, text=True, check=True)
             cpu[name].append(float(r.stdout.split()[0]))
         r = subprocess.run([sys.executable, "-c", _RUSAGE, sys.executable, "-c", "pass"], capture_output=True,
@@ -443,7 +443,7 @@ def bench_startup(base: Path, compare: str | None, rounds: int) -> dict[str, obj
             "modules": int(probe.stderr.rsplit("MODULES ", 1)[1]), "instructions": None}
         if valgrind:
             r = subprocess.run([valgrind, "--tool=callgrind", f"--callgrind-out-file={base / 'callgrind.out'}",
-                                sys.executable, "-m", "cairn.ctx.cli", *searches[name]], env=envs[name],
+                                sys.executable, "-m", "cairn_servers.ctx.cli", *searches[name]], env=envs[name],
                                capture_output=True, text=True, check=True)
             row["instructions"] = int(re.findall(r"Collected : (\d+)", r.stderr)[-1])
         out[name] = row

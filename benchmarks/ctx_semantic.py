@@ -37,8 +37,8 @@ REPO = Path(__file__).resolve().parents[1]
 # One tree's worker: JSON commands on stdin, one JSON reply per line on stdout.
 _WORKER = r"""
 import json, sys, threading, time
-from cairn.ctx import retrieval
-from cairn.ctx.service import Service
+from cairn_servers.ctx import retrieval
+from cairn_servers.ctx.service import Service
 
 svc = Service.from_config(sys.argv[1])
 t = time.perf_counter()
@@ -69,7 +69,7 @@ for line in sys.stdin:
             th.join()
         print(json.dumps(time.perf_counter() - t), flush=True)
     elif cmd["op"] == "answers":
-        from cairn.ctx.retrieval import Filters
+        from cairn_servers.ctx.retrieval import Filters
         out = []
         emb = svc.embedder()
         r = svc.config.retrieval

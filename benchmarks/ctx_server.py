@@ -67,7 +67,7 @@ def setup(base: Path, db_url: str | None = None) -> Path:
     cfg.write_text(f'[db]\n{db}\n[connectors.filesystem.llms]\nroot = "{SHARED}"\n'
                    f'include_globs = ["**/*.txt", "**/*.md"]\n[tools.script.noop]\npath = "noop.lua"\ntimeout = 5\n')
     env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
-    subprocess.run([sys.executable, "-m", "cairn.ctx.cli", "sync", "all", "--config", str(cfg), "--json"],
+    subprocess.run([sys.executable, "-m", "cairn_servers.ctx.cli", "sync", "all", "--config", str(cfg), "--json"],
                    check=True, env=env, stdout=subprocess.DEVNULL)
     return cfg
 
@@ -81,7 +81,7 @@ def queries(n: int) -> list[str]:
 
 def start_server(cfg: Path, port: int) -> subprocess.Popen[bytes]:
     env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
-    cmd = [sys.executable, "-m", "cairn.ctx.cli", "serve", "mcp", "--config", str(cfg), "--bind", f"127.0.0.1:{port}"]
+    cmd = [sys.executable, "-m", "cairn_servers.ctx.cli", "serve", "mcp", "--config", str(cfg), "--bind", f"127.0.0.1:{port}"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -174,8 +174,8 @@ def http_latency(base: str, n: int) -> dict[str, float]:
 
 
 def lua_in_process(cfg: Path, n: int) -> dict[str, float]:
-    from cairn.ctx import config
-    from cairn.ctx.tools import Toolbox
+    from cairn_servers.ctx import config
+    from cairn_servers.ctx.tools import Toolbox
 
     box = Toolbox(config.load(cfg))
     for _ in range(100):

@@ -1,4 +1,4 @@
-"""Benchmark of the MCP protocol core (``cairn.mcp``); prints one JSON document on stdout.
+"""Benchmark of the MCP protocol core (``cairn_servers.mcp``); prints one JSON document on stdout.
 
 Measures, for a small stdio server on the core (one tool, one resource, one prompt):
 
@@ -59,8 +59,8 @@ INSTRUCTIONS = "Search local llms.txt docs; cite lines as alias:start-end."
 
 # The server under test, run with ``python -c``: what a Cairn stdio server imports and declares.
 CORE_SERVER = f"""
-from cairn.mcp.server import Server
-from cairn.mcp.stdio import serve_stdio
+from cairn_servers.mcp.server import Server
+from cairn_servers.mcp.stdio import serve_stdio
 server = Server(name="bench", version="0.1.0", instructions={INSTRUCTIONS!r})
 @server.tool(name="echo", description="Echo the text back.",
              input_schema={{"type": "object", "properties": {{"text": {{"type": "string"}}}}, "required": ["text"]}},
@@ -78,7 +78,7 @@ serve_stdio(server)
 
 CORE_HTTP_SERVER = CORE_SERVER.replace("serve_stdio(server)", """
 import sys, uvicorn
-from cairn.mcp.http import mcp_app
+from cairn_servers.mcp.http import mcp_app
 uvicorn.run(mcp_app(server, stateless=True), host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
 """)
 
@@ -119,7 +119,7 @@ def _line(msg: dict[str, Any]) -> bytes:
 
 def rss_kib(pid: int) -> int:
     """Resident set size of ``pid`` in KiB, from /proc/PID/status."""
-    from cairn.core.heap import memory_kib
+    from cairn_servers.core.heap import memory_kib
 
     kib = memory_kib(pid)
     if not kib:
@@ -381,22 +381,22 @@ def _first_reply(cmd: list[str], env: dict[str, str], rss: bool = False
 def _script(name: str) -> list[str]:
     """The console script beside this interpreter (how users start it), else ``python -m``."""
     path = Path(sys.executable).parent / name
-    return [str(path)] if path.exists() else [sys.executable, "-m", f"cairn.{name}.cli"]
+    return [str(path)] if path.exists() else [sys.executable, "-m", f"cairn_servers.{name}.cli"]
 
 
 def _make_stores(tmp: Path) -> None:
     """The small real stores the servers open: 100 regtest blocks for brk, a ``ctx init`` config (with
     the ``ctx`` of the ``cairn`` this process imports)."""
-    from cairn.brk.compute import compute
-    from cairn.brk.indexer import index
-    from cairn.brk.sample import write_sample
+    from cairn_servers.brk.compute import compute
+    from cairn_servers.brk.indexer import index
+    from cairn_servers.brk.sample import write_sample
 
     write_sample(tmp / "blocks", 100)
     index(tmp / "blocks", tmp / "brk")
     compute(tmp / "brk")
     (tmp / "docs").mkdir()
     (tmp / "docs" / "a.md").write_text("# Hello\n\nA document.\n")
-    subprocess.run([sys.executable, "-m", "cairn.ctx.cli", "init", "--config", str(tmp / "ctx.toml")], cwd=tmp,
+    subprocess.run([sys.executable, "-m", "cairn_servers.ctx.cli", "init", "--config", str(tmp / "ctx.toml")], cwd=tmp,
                    check=True, capture_output=True)
 
 
@@ -480,7 +480,7 @@ def startup(runs: int) -> dict[str, Any]:
 # is exactly the work before the first reply (``STOP`` then the server's own code, or ``run(app)``).
 STOP = """
 import os, sys
-import cairn.mcp.stdio as _stdio
+import cairn_servers.mcp.stdio as _stdio
 _write = _stdio._Writer.__call__
 def _stop_after_reply(self, message):
     _write(self, message)
@@ -489,7 +489,7 @@ def _stop_after_reply(self, message):
 _stdio._Writer.__call__ = _stop_after_reply
 def run(app):
     from importlib import import_module
-    sys.exit(import_module(f"cairn.{app}.cli").main())
+    sys.exit(import_module(f"cairn_servers.{app}.cli").main())
 """
 
 
@@ -539,7 +539,7 @@ def _src_dir(checkout: str) -> Path:
     """The directory holding the ``cairn`` package of a checkout (its root or its ``src``)."""
     path = Path(checkout).expanduser().resolve()
     for candidate in (path / "src", path):
-        if (candidate / "cairn" / "__init__.py").exists():
+        if (candidate / "cairn_servers" / "__init__.py").exists():
             return candidate
     raise SystemExit(f"--against {checkout}: no cairn package in it or in its src/")
 
@@ -555,7 +555,7 @@ def startup_against(runs: int, against: str, instructions: bool = False) -> dict
     load_before = os.getloadavg()
     sides = {"this": _src_dir(str(Path(__file__).resolve().parents[1])), "other": _src_dir(against)}
     for src in sides.values():  # bytecode for both trees: a spawn without it recompiles every module it imports
-        subprocess.run([sys.executable, "-m", "compileall", "-q", str(src / "cairn")], check=True,
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(src / "cairn_servers")], check=True,
                        env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
                        stdout=subprocess.DEVNULL)
     with tempfile.TemporaryDirectory(prefix="cairn-startup-") as tmp:

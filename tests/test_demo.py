@@ -7,7 +7,7 @@ import sys
 
 
 def test_demo_shows_each_server_answering() -> None:
-    done = subprocess.run([sys.executable, "-m", "cairn.demo"], capture_output=True, text=True, timeout=180)
+    done = subprocess.run([sys.executable, "-m", "cairn_servers.demo"], capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr
     out = done.stdout
     for banner in ("=== blz", "=== ctx", "=== brk"):

@@ -25,7 +25,7 @@ def test_every_variable_in_the_docs_is_read_by_the_code() -> None:
     assert sorted(v for v in named if v not in code) == []
 
 
-@pytest.mark.parametrize("name", sorted(_mentions(r"\bcairn(?:\.[A-Za-z_][A-Za-z0-9_]*)+")))
+@pytest.mark.parametrize("name", sorted(_mentions(r"\bcairn_servers(?:\.[A-Za-z_][A-Za-z0-9_]*)+")))
 def test_every_cairn_name_in_the_docs_exists(name: str) -> None:
     parts = name.split(".")
     for cut in range(len(parts), 0, -1):
@@ -41,8 +41,8 @@ def test_every_cairn_name_in_the_docs_exists(name: str) -> None:
 
 
 def test_every_source_and_test_file_the_docs_name_exists() -> None:
-    paths = _mentions(r"\b(?:src/)?cairn/[A-Za-z0-9_/]+\.py\b") | _mentions(r"\b(?:tests|benchmarks)/[A-Za-z0-9_/]+\.py\b")
-    assert "cairn/core/serve.py" in paths or "src/cairn/core/serve.py" in paths  # the patterns find them
+    paths = _mentions(r"\b(?:src/)?cairn_servers/[A-Za-z0-9_/]+\.py\b") | _mentions(r"\b(?:tests|benchmarks)/[A-Za-z0-9_/]+\.py\b")
+    assert "cairn_servers/core/serve.py" in paths or "src/cairn_servers/core/serve.py" in paths  # the patterns find them
     missing = [p for p in paths if not (REPO / p).exists() and not (REPO / "src" / p).exists()]
     assert sorted(missing) == []
 

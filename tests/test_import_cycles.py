@@ -1,4 +1,4 @@
-"""No import cycles in src/cairn: the import graph, read from the source's AST, has no cycle.
+"""No import cycles in src/cairn_servers: the import graph, read from the source's AST, has no cycle.
 
 Every ``import``/``from ... import`` of a cairn module is an edge, of one of three kinds, kept apart:
 
@@ -24,15 +24,15 @@ import functools
 import pkgutil
 from pathlib import Path
 
-import cairn
+import cairn_servers
 
-SRC = Path(cairn.__file__).resolve().parent
+SRC = Path(cairn_servers.__file__).resolve().parent
 KINDS = ("module", "function", "typing")
 Graph = dict[str, set[str]]
 
 # No cycle is tolerated, of any kind: the last ones (blz cli<->tools and brk cli<->cli_serve, removed by
 # the operations refactor, and the type-only Session <-> Server one in the MCP core, removed by
-# cairn/mcp/protocols.py) were listed as strict expected failures until they were gone.
+# cairn_servers/mcp/protocols.py) were listed as strict expected failures until they were gone.
 
 
 def _module_name(path: Path) -> str:
@@ -84,7 +84,7 @@ def _imports(module: str, path: Path) -> dict[str, frozenset[str]]:
                 continue
             if isinstance(child, (ast.Import, ast.ImportFrom)):
                 for name in names(child):
-                    target = _target(name) if name.startswith("cairn") else None
+                    target = _target(name) if name.startswith("cairn_servers") else None
                     if target and target != module:
                         found[inner].add(target)
             visit(child, inner)
@@ -153,23 +153,23 @@ def _describe(cycle: frozenset[str], graph: Graph) -> str:
 
 
 def test_the_graph_is_read_from_the_source() -> None:
-    found = _imports("cairn.ctx.service", MODULES["cairn.ctx.service"])
-    assert "cairn.ctx.sync" in found["module"] and "cairn.core.errors" in found["module"]
-    assert "cairn.search.embed" in found["function"]
-    assert "cairn.ctx.luaproc" in _imports("cairn.ctx.scripts", MODULES["cairn.ctx.scripts"])["typing"]
+    found = _imports("cairn_servers.ctx.service", MODULES["cairn_servers.ctx.service"])
+    assert "cairn_servers.ctx.sync" in found["module"] and "cairn_servers.core.errors" in found["module"]
+    assert "cairn_servers.search.embed" in found["function"]
+    assert "cairn_servers.ctx.luaproc" in _imports("cairn_servers.ctx.scripts", MODULES["cairn_servers.ctx.scripts"])["typing"]
     # a relative import inside a package, and a package importing its own submodule
-    assert "cairn.ctx.connectors.filesystem" in _imports(
-        "cairn.ctx.connectors", MODULES["cairn.ctx.connectors"])["function"]
+    assert "cairn_servers.ctx.connectors.filesystem" in _imports(
+        "cairn_servers.ctx.connectors", MODULES["cairn_servers.ctx.connectors"])["function"]
     assert len(MODULES) > 60
 
 
 def test_every_module_of_the_package_is_a_node() -> None:
     """The nodes are every module ``pkgutil`` finds in the package (the entry points' reach is not
     enough: a cycle among modules only a test or a server imports is still a cycle)."""
-    walked = {"cairn"} | {info.name for info in pkgutil.walk_packages(cairn.__path__, "cairn.")}
+    walked = {"cairn_servers"} | {info.name for info in pkgutil.walk_packages(cairn_servers.__path__, "cairn_servers.")}
     assert walked == set(MODULES)
-    assert {"cairn.brk.addresses", "cairn.ctx.connectors.git", "cairn.mcp.http", "cairn.search.embed",
-            "cairn.demo"} <= set(MODULES)
+    assert {"cairn_servers.brk.addresses", "cairn_servers.ctx.connectors.git", "cairn_servers.mcp.http", "cairn_servers.search.embed",
+            "cairn_servers.demo"} <= set(MODULES)
 
 
 def test_module_level_imports_have_no_cycle() -> None:
@@ -193,22 +193,22 @@ def test_type_only_imports_are_read() -> None:
     """The type-only edges are in the graph, including the ``TYPE_CHECKING = False`` idiom of the
     stdio start-up path: the MCP core's types point one way, session -> protocols -> context."""
     typing_of = {m: _imports(m, MODULES[m])["typing"] for m in (
-        "cairn.mcp.methods", "cairn.mcp.session", "cairn.mcp.server", "cairn.mcp.context")}
-    assert "cairn.mcp.protocols" in typing_of["cairn.mcp.methods"]
-    assert "cairn.mcp.protocols" in typing_of["cairn.mcp.session"]
-    assert {"cairn.mcp.protocols", "cairn.mcp.session"} <= typing_of["cairn.mcp.server"]
-    assert not typing_of["cairn.mcp.context"]  # its session is a Protocol of its own (Channel)
-    assert "cairn.mcp.context" in _imports("cairn.mcp.protocols", MODULES["cairn.mcp.protocols"])["module"]
+        "cairn_servers.mcp.methods", "cairn_servers.mcp.session", "cairn_servers.mcp.server", "cairn_servers.mcp.context")}
+    assert "cairn_servers.mcp.protocols" in typing_of["cairn_servers.mcp.methods"]
+    assert "cairn_servers.mcp.protocols" in typing_of["cairn_servers.mcp.session"]
+    assert {"cairn_servers.mcp.protocols", "cairn_servers.mcp.session"} <= typing_of["cairn_servers.mcp.server"]
+    assert not typing_of["cairn_servers.mcp.context"]  # its session is a Protocol of its own (Channel)
+    assert "cairn_servers.mcp.context" in _imports("cairn_servers.mcp.protocols", MODULES["cairn_servers.mcp.protocols"])["module"]
 
 
 def test_mcp_protocols_is_type_only() -> None:
-    """``cairn.mcp.protocols`` imports ``typing``: no module may import it where it runs (it would put
+    """``cairn_servers.mcp.protocols`` imports ``typing``: no module may import it where it runs (it would put
     typing on the stdio servers' start-up path, tests/mcp/test_startup.py)."""
-    runtime = sorted(m for m, p in MODULES.items() if "cairn.mcp.protocols" in
+    runtime = sorted(m for m, p in MODULES.items() if "cairn_servers.mcp.protocols" in
                      _imports(m, p)["module"] | _imports(m, p)["function"])
-    typed = sorted(m for m, p in MODULES.items() if "cairn.mcp.protocols" in _imports(m, p)["typing"])
+    typed = sorted(m for m, p in MODULES.items() if "cairn_servers.mcp.protocols" in _imports(m, p)["typing"])
     assert runtime == []
-    assert {"cairn.mcp.methods", "cairn.mcp.server", "cairn.mcp.session"} <= set(typed)
+    assert {"cairn_servers.mcp.methods", "cairn_servers.mcp.server", "cairn_servers.mcp.session"} <= set(typed)
 
 
 def _report() -> str:

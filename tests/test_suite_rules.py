@@ -77,11 +77,11 @@ def test_a_skip_for_missing_data_fails_the_run(tmp_path: Path) -> None:
 
 
 def test_the_tests_are_type_checked_strictly_too() -> None:
-    """Issue 14: `make typecheck` (and so `make test`) runs strict mypy over tests/ as well as src/cairn,
+    """Issue 14: `make typecheck` (and so `make test`) runs strict mypy over tests/ as well as src/cairn_servers,
     and no test module is exempt from strictness."""
     makefile = (REPO / "Makefile").read_text()
     rule = makefile[makefile.index("\ntypecheck:"):].split("\n\n")[0]
-    assert re.search(r"-m mypy src/cairn tests\b", rule), rule
+    assert re.search(r"-m mypy src/cairn_servers tests\b", rule), rule
     pyproject = (REPO / "pyproject.toml").read_text()
     mypy = pyproject[pyproject.index("[tool.mypy]"):]
     assert "strict = true" in mypy

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cairn.blz.store import Store
+from cairn_servers.blz.store import Store
 
 
 class _QuietServer(ThreadingHTTPServer):

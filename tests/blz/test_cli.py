@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from cairn.blz.cli import run
-from cairn.blz.schemas import SCHEMAS
+from cairn_servers.blz.cli import run
+from cairn_servers.blz.schemas import SCHEMAS
 
 DOC = "# Guide\n\nIntro words.\n\n## Hooks\n\nHooks let you use state.\nMore hooks text.\n"
 
@@ -125,7 +125,7 @@ def test_lookup_and_schema() -> None:
 def test_real_process_pipes_json_and_reports_exit_codes(doc: Path, data_root: Path) -> None:
     env = dict(os.environ, BLZ_DATA_DIR=str(data_root))
     env.pop("BLZ_OUTPUT_FORMAT", None)
-    cmd = [sys.executable, "-m", "cairn.blz.cli"]
+    cmd = [sys.executable, "-m", "cairn_servers.blz.cli"]
     done = subprocess.run([*cmd, "add", "guide", str(doc)], capture_output=True, text=True, env=env)
     assert done.returncode == 0 and json.loads(done.stdout)["alias"] == "guide"  # piped: JSON
     done = subprocess.run([*cmd, "search", "hooks", "-s", "guide"], capture_output=True, text=True, env=env)
@@ -133,8 +133,8 @@ def test_real_process_pipes_json_and_reports_exit_codes(doc: Path, data_root: Pa
     done = subprocess.run([*cmd, "get", "zzz:1-2"], capture_output=True, text=True, env=env)
     assert done.returncode == 3 and done.stdout == "" and "No source named 'zzz'" in done.stderr
     # The search path stays light: no HTTP client, no web framework, no numpy.
-    probe = ("import sys, io; from cairn.blz.cli import run; run(['search','hooks'], io.StringIO(), io.StringIO());"
-             "print(sorted(m for m in ('httpx','starlette','numpy','cairn.core.fetch','cairn.mcp.server','cairn.mcp.stdio') "
+    probe = ("import sys, io; from cairn_servers.blz.cli import run; run(['search','hooks'], io.StringIO(), io.StringIO());"
+             "print(sorted(m for m in ('httpx','starlette','numpy','cairn_servers.core.fetch','cairn_servers.mcp.server','cairn_servers.mcp.stdio') "
              "if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env)
     assert done.stdout.strip() == "[]", done.stderr

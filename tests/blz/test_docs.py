@@ -5,12 +5,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from cairn.blz import registry
-from cairn.blz.cli import build_parser
-from cairn.blz.limits import MAX_LIMIT, MAX_PADDING, WHITELIST
-from cairn.blz.schemas import SCHEMAS
-from cairn.blz.tools import build_server
-from cairn.core import errors
+from cairn_servers.blz import registry
+from cairn_servers.blz.cli import build_parser
+from cairn_servers.blz.limits import MAX_LIMIT, MAX_PADDING, WHITELIST
+from cairn_servers.blz.schemas import SCHEMAS
+from cairn_servers.blz.tools import build_server
+from cairn_servers.core import errors
 
 DOC = (Path(__file__).resolve().parents[2] / "docs" / "blz.md").read_text()
 

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from cairn.blz import llmstxt, service, sources, store as store_module
-from cairn.blz.cli import run
-from cairn.blz.search import heading_levels, search
-from cairn.blz.store import LEVEL_SHIFT, SID_SHIFT, Store
-from cairn.core.errors import InvalidInput, NotFound, StorageError
+from cairn_servers.blz import llmstxt, service, sources, store as store_module
+from cairn_servers.blz.cli import run
+from cairn_servers.blz.search import heading_levels, search
+from cairn_servers.blz.store import LEVEL_SHIFT, SID_SHIFT, Store
+from cairn_servers.core.errors import InvalidInput, NotFound, StorageError
 
 # Every section holds "marker"; each heading names its level. Beta2 is long enough to be indexed as
 # several windows (continuation sections, whose heading column is empty, keep Beta2's level). The
@@ -356,7 +356,7 @@ def test_level_bits_leave_room_for_every_section() -> None:
 def test_integer_valued_floats_are_integers(store: Store, tmp_path: Path) -> None:
     """Regression (found by tests/hardening/test_fuzz_tools.py): JSON Schema counts 2.0 as an integer;
     find with headingLevel 0.0 was an internal error, and so was linePadding 1.0 before issue 16."""
-    from cairn.blz.ops import OPS
+    from cairn_servers.blz.ops import OPS
 
     sources.add(store, "alpha", str(write(tmp_path, "a.txt", ALPHA)))
     got = OPS["find"].call(store, {"query": "widgets", "headingLevel": [2.0], "maxResults": 5.0,
@@ -379,8 +379,8 @@ def test_processes_opening_a_schema_2_store_at_once_migrate_it_once(data_root: P
     expected = search(store, "marker", None, 50, levels=(2,))["hits"]
     store.close()
     downgrade_to_schema_2(data_root)
-    code = ("import json, sys; from pathlib import Path; from cairn.blz.store import Store; "
-            "from cairn.blz.search import search; s = Store(Path(sys.argv[1])); "
+    code = ("import json, sys; from pathlib import Path; from cairn_servers.blz.store import Store; "
+            "from cairn_servers.blz.search import search; s = Store(Path(sys.argv[1])); "
             "print(json.dumps(search(s, 'marker', None, 50, levels=(2,))['hits']))")
     procs = [subprocess.Popen([sys.executable, "-c", code, str(data_root)], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(3)]

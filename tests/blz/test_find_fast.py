@@ -15,17 +15,17 @@ from typing import Any
 
 import pytest
 
-from cairn.blz import tools
-from cairn.blz.search import SNIPPET_CHARS, snippet
-from cairn.core import sanitize
-from cairn.core.sanitize import scrub
-from cairn.mcp.content import ToolResult
-from cairn.mcp.content import text as content_text
-from cairn.mcp.jsonrpc import JsonText
+from cairn_servers.blz import tools
+from cairn_servers.blz.search import SNIPPET_CHARS, snippet
+from cairn_servers.core import sanitize
+from cairn_servers.core.sanitize import scrub
+from cairn_servers.mcp.content import ToolResult
+from cairn_servers.mcp.content import text as content_text
+from cairn_servers.mcp.jsonrpc import JsonText
 
 
 def snippet_before(body: str, needles: list[str], width: int = SNIPPET_CHARS) -> str:
-    """cairn.blz.search.snippet as it was before h-blzfind (5eda24d)."""
+    """cairn_servers.blz.search.snippet as it was before h-blzfind (5eda24d)."""
     low = body.lower()
     hits: list[tuple[int, int]] = []  # (position, word index)
     for k, word in enumerate(needles):
@@ -110,7 +110,7 @@ def test_snippet_edge_cases_match() -> None:
 
 
 def _hide_local_paths_before(text: str) -> str:
-    """cairn.blz.tools._hide_local_paths as it was before h-blzfind (5eda24d)."""
+    """cairn_servers.blz.tools._hide_local_paths as it was before h-blzfind (5eda24d)."""
     def short(m: re.Match[str]) -> str:
         parts = [p for p in m.group(1).split("/") if p]
         return "file://<local>/" + "/".join(parts[-2:])
@@ -119,7 +119,7 @@ def _hide_local_paths_before(text: str) -> str:
 
 
 def public_result_before(value: dict[str, Any]) -> ToolResult:
-    """cairn.blz.tools.public_result as it was before h-blzfind (5eda24d)."""
+    """cairn_servers.blz.tools.public_result as it was before h-blzfind (5eda24d)."""
     try:
         text = json.dumps(value, ensure_ascii=False, allow_nan=False)
     except ValueError:
@@ -194,8 +194,8 @@ def test_public_result_parses_nothing_again_for_local_sources(tmp_path: Path) ->
 
 
 def test_aliases_by_sid_sees_every_change_from_this_and_other_connections(tmp_path: Path) -> None:
-    from cairn.blz import sources
-    from cairn.blz.store import Store
+    from cairn_servers.blz import sources
+    from cairn_servers.blz.store import Store
 
     doc = tmp_path / "llms.txt"
     doc.write_text("# Title\n\n## Part\n\nSome text about hooks.\n", encoding="utf-8")
@@ -228,8 +228,8 @@ def test_aliases_by_sid_sees_every_change_from_this_and_other_connections(tmp_pa
 
 def test_sections_reads_what_the_fts_table_returns(tmp_path: Path) -> None:
     """Store.sections reads the FTS5 content table directly: the same values as selecting from the table."""
-    from cairn.blz import sources
-    from cairn.blz.store import Store
+    from cairn_servers.blz import sources
+    from cairn_servers.blz.store import Store
 
     rng = random.Random(16)
     doc = tmp_path / "llms.txt"

@@ -1,4 +1,4 @@
-"""What an agent may make `blz mcp` read: the guard on MCP `source-add` (cairn.core.guard).
+"""What an agent may make `blz mcp` read: the guard on MCP `source-add` (cairn_servers.core.guard).
 
 Network: non-public addresses are refused on the resolved address of every connection, redirect
 hops included, unless BLZ_MCP_ALLOW_HOSTS lists them; proxy variables never stand in for the guard.
@@ -22,11 +22,11 @@ from typing import Any
 
 import pytest
 
-from cairn.blz import sources
-from cairn.blz.store import Store
-from cairn.blz.tools import build_server
-from cairn.core import fetch as fetching
-from cairn.core.errors import InvalidInput, NotFound
+from cairn_servers.blz import sources
+from cairn_servers.blz.store import Store
+from cairn_servers.blz.tools import build_server
+from cairn_servers.core import fetch as fetching
+from cairn_servers.core.errors import InvalidInput, NotFound
 
 from .conftest import DocServer
 
@@ -384,7 +384,7 @@ def test_fifos_and_folders_are_refused_without_blocking(roots: tuple[Path, Path]
 # -- run-command -----------------------------------------------------------------------------------
 
 def test_run_command_source_is_never_an_option(data_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from cairn.blz import render
+    from cairn_servers.blz import render
 
     # run-command never builds an argv: the checked operand goes to the operation as its one argument.
     seen: list[tuple[str, dict[str, Any]]] = []

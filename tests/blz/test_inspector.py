@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from cairn.blz import sources
-from cairn.blz.store import Store
+from cairn_servers.blz import sources
+from cairn_servers.blz.store import Store
 
 REPO = Path(__file__).resolve().parents[2]
 NODE_BIN = REPO / ".tools" / "node" / "node_modules" / ".bin"
@@ -28,7 +28,7 @@ pytestmark = [
 
 def inspector(data_root: Path, *args: str) -> Any:
     env = dict(os.environ, PATH=f"{NODE_BIN}{os.pathsep}{os.environ.get('PATH', '')}", BLZ_DATA_DIR=str(data_root))
-    cmd = [str(INSPECTOR), "--cli", "-e", f"BLZ_DATA_DIR={data_root}", sys.executable, "-m", "cairn.blz.cli", "mcp", *args]
+    cmd = [str(INSPECTOR), "--cli", "-e", f"BLZ_DATA_DIR={data_root}", sys.executable, "-m", "cairn_servers.blz.cli", "mcp", *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env, cwd=REPO)
     assert proc.returncode == 0, f"stdout: {proc.stdout}\nstderr: {proc.stderr}"
     return json.loads(proc.stdout)

@@ -14,12 +14,12 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from cairn.blz import service, sources
-from cairn.blz.cli import run
-from cairn.blz.lang import foreign_pages, page_language
-from cairn.blz.llmstxt import parse, split_lines
-from cairn.blz.search import search
-from cairn.blz.store import Store
+from cairn_servers.blz import service, sources
+from cairn_servers.blz.cli import run
+from cairn_servers.blz.lang import foreign_pages, page_language
+from cairn_servers.blz.llmstxt import parse, split_lines
+from cairn_servers.blz.search import search
+from cairn_servers.blz.store import Store
 
 TEXT = {
     "en": ("This guide shows how to install the library and create your first project. You can use the "
@@ -164,7 +164,7 @@ def test_mcp_source_add_all_languages(tmp_path: Path, data_root: Path) -> None:
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "llms-full.txt").write_text(multilingual(), encoding="utf-8")
-    params = StdioServerParameters(command=sys.executable, args=["-m", "cairn.blz.cli", "mcp"],
+    params = StdioServerParameters(command=sys.executable, args=["-m", "cairn_servers.blz.cli", "mcp"],
                                    env={"BLZ_DATA_DIR": str(data_root), "BLZ_MCP_FILE_ROOTS": str(docs)})
 
     async def go() -> tuple[Any, Any, Any]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-BLZ = Path(__file__).resolve().parents[2] / "src" / "cairn" / "blz"
+BLZ = Path(__file__).resolve().parents[2] / "src" / "cairn_servers" / "blz"
 
 
 def _tree(name: str) -> ast.Module:
@@ -17,7 +17,7 @@ def _tree(name: str) -> ast.Module:
 
 @pytest.mark.parametrize("module", ["service", "search", "sources", "ops", "render", "tools", "cli"])
 def test_only_the_store_touches_the_connection(module: str) -> None:
-    """No `.db`, `.execute` or `sqlite3` outside cairn/blz/store.py: services call named store methods."""
+    """No `.db`, `.execute` or `sqlite3` outside cairn_servers/blz/store.py: services call named store methods."""
     bad = [f"{module}.py:{node.lineno}: .{node.attr}" for node in ast.walk(_tree(module))
            if isinstance(node, ast.Attribute) and node.attr in ("db", "execute", "executemany", "executescript")]
     bad += [f"{module}.py:{node.lineno}: import sqlite3" for node in ast.walk(_tree(module))
@@ -26,16 +26,16 @@ def test_only_the_store_touches_the_connection(module: str) -> None:
 
 
 def _imports(module: str) -> set[str]:
-    """Every cairn.blz module ``module`` imports, at module level or inside a function."""
+    """Every cairn_servers.blz module ``module`` imports, at module level or inside a function."""
     out = set()
     for node in ast.walk(_tree(module)):
         if isinstance(node, ast.ImportFrom) and node.module:
-            if node.module == "cairn.blz":
+            if node.module == "cairn_servers.blz":
                 out |= {a.name for a in node.names}
-            elif node.module.startswith("cairn.blz."):
+            elif node.module.startswith("cairn_servers.blz."):
                 out.add(node.module.split(".")[2])
         elif isinstance(node, ast.Import):
-            out |= {a.name.split(".")[2] for a in node.names if a.name.startswith("cairn.blz.")}
+            out |= {a.name.split(".")[2] for a in node.names if a.name.startswith("cairn_servers.blz.")}
     return out
 
 
@@ -55,10 +55,10 @@ def test_no_import_cycle_between_blz_modules() -> None:
 
 def test_mcp_handlers_are_plain_functions(tmp_path: Path, data_root: Path) -> None:
     """A tool's handler is called directly, no server or closure: the same answer and refusal as over MCP."""
-    from cairn.blz import sources, tools
-    from cairn.blz.ops import OPS
-    from cairn.blz.store import Store
-    from cairn.core.errors import InvalidInput, NotFound
+    from cairn_servers.blz import sources, tools
+    from cairn_servers.blz.ops import OPS
+    from cairn_servers.blz.store import Store
+    from cairn_servers.core.errors import InvalidInput, NotFound
 
     doc = tmp_path / "guide.txt"
     doc.write_text("# Guide\n\n## Hooks\n\nHooks text.\n")

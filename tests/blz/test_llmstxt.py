@@ -7,7 +7,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cairn.blz.llmstxt import enclosing, parse, split_lines
+from cairn_servers.blz.llmstxt import enclosing, parse, split_lines
 
 DOC = """preamble line
 # Title

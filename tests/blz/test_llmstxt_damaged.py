@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from cairn.blz.llmstxt import parse_lines, split_lines
+from cairn_servers.blz.llmstxt import parse_lines, split_lines
 
 _FENCE = re.compile(r" {0,3}(`{3,}|~{3,})(.*)$")
 COMMENTS = ("# install the dependencies first", "## build step", "#   indented comment text")

@@ -14,8 +14,8 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
-from cairn.blz import sources
-from cairn.blz.store import Store
+from cairn_servers.blz import sources
+from cairn_servers.blz.store import Store
 
 from .conftest import DocServer
 
@@ -32,7 +32,7 @@ def seeded(tmp_path: Path, data_root: Path) -> StdioServerParameters:
     store = Store(data_root)
     sources.add(store, "guide", str(doc))
     store.close()
-    return StdioServerParameters(command=sys.executable, args=["-m", "cairn.blz.cli", "mcp"],
+    return StdioServerParameters(command=sys.executable, args=["-m", "cairn_servers.blz.cli", "mcp"],
                                  env={"BLZ_DATA_DIR": str(data_root), "BLZ_MCP_ALLOW_HOSTS": "127.0.0.1"})
 
 

@@ -1,6 +1,6 @@
 """Issue 14: every blz operation gives the same answer and the same error message on the CLI and over MCP.
 
-Driven from the registry (cairn.blz.ops.OPS): each operation has cases below, written once as wire
+Driven from the registry (cairn_servers.blz.ops.OPS): each operation has cases below, written once as wire
 arguments; the CLI argv is derived from the declaration (positional arguments, flags), the MCP call
 goes through the official SDK client to a real `blz mcp` over stdio. How MCP reaches an operation:
 
@@ -30,12 +30,12 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
-from cairn.blz.cli import run
-from cairn.blz.limits import WHITELIST
-from cairn.blz.ops import OPS
-from cairn.blz.store import Store
-from cairn.core.errors import CairnError
-from cairn.core.ops import Op
+from cairn_servers.blz.cli import run
+from cairn_servers.blz.limits import WHITELIST
+from cairn_servers.blz.ops import OPS
+from cairn_servers.blz.store import Store
+from cairn_servers.core.errors import CairnError
+from cairn_servers.core.ops import Op
 
 from .conftest import DocServer
 
@@ -308,7 +308,7 @@ def test_cli_and_mcp_agree_on_every_operation(tmp_path: Path, data_root: Path, d
     doc_server.files["/notes/llms.txt"] = NOTES
     assert cli(["add", "guide", doc_server.url("/guide/llms.txt"), "--exact", "--json"])[0] == 0
     assert cli(["add", "notes", doc_server.url("/notes/llms.txt"), "--exact", "--json"])[0] == 0
-    params = StdioServerParameters(command=sys.executable, args=["-m", "cairn.blz.cli", "mcp"],
+    params = StdioServerParameters(command=sys.executable, args=["-m", "cairn_servers.blz.cli", "mcp"],
                                    env={"BLZ_DATA_DIR": str(data_root), "BLZ_MCP_ALLOW_HOSTS": "127.0.0.1"})
     compared = asyncio.run(asyncio.wait_for(check_all(params, doc_server.url("/lib/llms.txt"), data_root), 150))
     assert compared == sum(len(cases) for _route, cases in CASES.values()) + len(RUN_COMMAND_EXTRA)

@@ -23,9 +23,9 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
-from cairn.blz import registry, sources
-from cairn.blz.cli import run
-from cairn.blz.store import Store
+from cairn_servers.blz import registry, sources
+from cairn_servers.blz.cli import run
+from cairn_servers.blz.store import Store
 
 from .conftest import DocServer
 from .test_lang import multilingual
@@ -127,7 +127,7 @@ def test_lookup_says_which_entries_are_installed(tmp_path: Path, data_root: Path
 
 def test_lookup_over_mcp(data_root: Path) -> None:
     async def main() -> None:
-        params = StdioServerParameters(command=sys.executable, args=["-m", "cairn.blz.cli", "mcp"],
+        params = StdioServerParameters(command=sys.executable, args=["-m", "cairn_servers.blz.cli", "mcp"],
                                        env={"BLZ_DATA_DIR": str(data_root)})
         async with Client(params, cache=None) as client:
             tools = {t.name: t for t in (await client.list_tools()).tools}
@@ -217,7 +217,7 @@ def test_add_domain_refuses_what_is_not_one(tmp_path: Path, data_root: Path, mon
 def test_an_agents_domain_goes_through_the_guard(tls_server: DocServer, store: Store,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """MCP source-add(alias="DOMAIN"): loopback and link-local hosts are refused before connecting."""
-    from cairn.core.errors import InvalidInput
+    from cairn_servers.core.errors import InvalidInput
 
     for name in (sources.MCP_HOSTS_ENV, sources.MCP_ROOTS_ENV, sources.MCP_NETWORK_ENV):
         monkeypatch.delenv(name, raising=False)
@@ -314,7 +314,7 @@ def test_dry_run_over_mcp_writes_nothing(doc_server: DocServer, data_root: Path)
     before = snapshot(data_root)
 
     async def main() -> dict[str, Any]:
-        params = StdioServerParameters(command=sys.executable, args=["-m", "cairn.blz.cli", "mcp"],
+        params = StdioServerParameters(command=sys.executable, args=["-m", "cairn_servers.blz.cli", "mcp"],
                                        env={"BLZ_DATA_DIR": str(data_root), "BLZ_MCP_ALLOW_HOSTS": "127.0.0.1"})
         async with Client(params, cache=None) as client:
             res = await client.call_tool("source-add", {"alias": "lib", "url": doc_server.url("/lib/llms.txt"),

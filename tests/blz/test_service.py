@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from cairn.blz import search as searching
-from cairn.blz import service, sources
-from cairn.blz.citation import check_alias, parse_citation
-from cairn.blz.store import Store
-from cairn.core.errors import Conflict, InvalidInput, NotFound, StorageError
+from cairn_servers.blz import search as searching
+from cairn_servers.blz import service, sources
+from cairn_servers.blz.citation import check_alias, parse_citation
+from cairn_servers.blz.store import Store
+from cairn_servers.core.errors import Conflict, InvalidInput, NotFound, StorageError
 
 ALPHA = """# Alpha Guide
 
@@ -362,7 +362,7 @@ def test_citation_heading_paths_read_only_the_enclosing_headings(store: Store, t
     whole outline gives: checked at every line of a paged file and at 600 lines of react."""
     import random
 
-    from cairn.blz import llmstxt
+    from cairn_servers.blz import llmstxt
 
     path = test_data / "llms/react-dev/llms-full.txt" if corpus == "react" else write(tmp_path, "p.txt", PAGES)
     total = sources.add(store, "doc", str(path))["lines"]

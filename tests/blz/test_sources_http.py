@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from cairn.blz import search as searching
-from cairn.blz import service, sources
-from cairn.blz.store import Store
-from cairn.core.errors import NotFound, TooLarge
+from cairn_servers.blz import search as searching
+from cairn_servers.blz import service, sources
+from cairn_servers.blz.store import Store
+from cairn_servers.core.errors import NotFound, TooLarge
 
 from .conftest import LAST_MODIFIED, DocServer
 

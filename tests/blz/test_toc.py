@@ -17,10 +17,10 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
-from cairn.blz import sources
-from cairn.blz.cli import build_parser, run
-from cairn.blz.schemas import SCHEMAS
-from cairn.blz.store import Store
+from cairn_servers.blz import sources
+from cairn_servers.blz.cli import build_parser, run
+from cairn_servers.blz.schemas import SCHEMAS
+from cairn_servers.blz.store import Store
 
 pytestmark = [pytest.mark.filterwarnings("ignore:.*(removed|deprecated) as of 2026"), pytest.mark.timeout(120)]
 
@@ -120,7 +120,7 @@ def test_text_and_tree_rendering(lib: Path) -> None:
 def test_bad_input_and_unknown_alias(lib: Path) -> None:
     code, _, err = blz("toc", "ghost")
     assert code == 3 and err == "blz: error: No source named 'ghost'. Installed: lib. Add it with `blz add ghost`.\n"
-    # One message per parameter on every surface (cairn.core.ops): it names the wire name (maxDepth for
+    # One message per parameter on every surface (cairn_servers.core.ops): it names the wire name (maxDepth for
     # -d, maxResults for -n) and the rule.
     for argv, word in ((["-d", "0"], "maxDepth: 0 is less than the minimum of 1"),
                        (["-d", "7"], "maxDepth: 7 is greater than the maximum of 6"),
@@ -143,7 +143,7 @@ def test_reads_the_stored_outline_not_the_file(lib: Path, data_root: Path) -> No
 def test_cli_process(lib: Path, data_root: Path) -> None:
     env = dict(os.environ, BLZ_DATA_DIR=str(data_root))
     env.pop("BLZ_OUTPUT_FORMAT", None)
-    cmd = [sys.executable, "-m", "cairn.blz.cli", "toc"]
+    cmd = [sys.executable, "-m", "cairn_servers.blz.cli", "toc"]
     done = subprocess.run([*cmd, "lib", "--depth", "2", "--filter", "hooks"], capture_output=True, text=True,
                           env=env, timeout=60)
     assert done.returncode == 0, done.stderr
@@ -164,7 +164,7 @@ def _data(res: t.CallToolResult) -> Any:
 
 
 def test_mcp_toc_over_stdio(lib: Path, data_root: Path) -> None:
-    params = StdioServerParameters(command=sys.executable, args=["-m", "cairn.blz.cli", "mcp"],
+    params = StdioServerParameters(command=sys.executable, args=["-m", "cairn_servers.blz.cli", "mcp"],
                                    env={"BLZ_DATA_DIR": str(data_root)})
 
     async def go() -> None:
@@ -204,7 +204,7 @@ def test_mcp_toc_over_stdio(lib: Path, data_root: Path) -> None:
 
 def test_tool_lists_name_every_tool(data_root: Path) -> None:
     """`blz --help` (the mcp line), the README's `blz mcp` line and learn-blz list the same tools as the server."""
-    from cairn.blz.tools import build_server
+    from cairn_servers.blz.tools import build_server
 
     tools = set(build_server().tools)
     assert "toc" in tools

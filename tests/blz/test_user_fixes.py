@@ -24,8 +24,8 @@ import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
-from cairn.blz import sources
-from cairn.blz.store import Store
+from cairn_servers.blz import sources
+from cairn_servers.blz.store import Store
 
 from .conftest import DocServer
 from .test_mcp import data, seeded
@@ -40,7 +40,7 @@ def blz(data_root: Path, *argv: str) -> tuple[int, Any, str]:
     """``blz ARGV --json`` as a user runs it: a separate process; returns (exit code, JSON or None, stderr)."""
     env = dict(os.environ, BLZ_DATA_DIR=str(data_root))
     env.pop("BLZ_OUTPUT_FORMAT", None)
-    done = subprocess.run([sys.executable, "-m", "cairn.blz.cli", *argv, "--json"], capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "cairn_servers.blz.cli", *argv, "--json"], capture_output=True,
                           text=True, env=env, timeout=60)
     return done.returncode, json.loads(done.stdout) if done.stdout.strip() else None, done.stderr
 
@@ -234,8 +234,8 @@ def test_add_folder_takes_llms_small_after_full_and_index(data_root: Path, tmp_p
 
 
 def test_docs_and_help_describe_the_fixes(data_root: Path) -> None:
-    from cairn.blz.cli import build_parser
-    from cairn.blz.tools import build_server
+    from cairn_servers.blz.cli import build_parser
+    from cairn_servers.blz.tools import build_server
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "blz.md").read_text()
     row = next(line for line in doc.splitlines() if line.startswith("| `source-add` |"))

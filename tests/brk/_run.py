@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cairn.core.heap import memory_kib
+from cairn_servers.core.heap import memory_kib
 
 
 @dataclass
@@ -24,10 +24,10 @@ class Run:
 
 
 def run_brk(*args: str, env: dict[str, str] | None = None, timeout: float = 120, **popen: Any) -> Run:
-    """``python -m cairn.brk.cli ARGS`` with stdout/stderr to files; peak RSS from ``wait4``."""
+    """``python -m cairn_servers.brk.cli ARGS`` with stdout/stderr to files; peak RSS from ``wait4``."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         t0 = time.monotonic()
-        proc = subprocess.Popen([sys.executable, "-m", "cairn.brk.cli", *args], stdout=out, stderr=err,
+        proc = subprocess.Popen([sys.executable, "-m", "cairn_servers.brk.cli", *args], stdout=out, stderr=err,
                                 env=env, **popen)
         deadline = t0 + timeout
         hwm_kb = 0
@@ -68,7 +68,7 @@ def vec_bytes(out: Path) -> dict[str, bytes]:
     # The transaction index is a RocksDB directory whose files (logs, table numbers) differ from run to
     # run; its contents are what must match: the transaction count and every key with its txindexes.
     if (out / "txindex").is_dir():
-        from cairn.brk.txindex import TxIndex
+        from cairn_servers.brk.txindex import TxIndex
 
         txi = TxIndex(out / "txindex")
         try:

@@ -1,4 +1,4 @@
-"""The address pass's vectorised parts (cairn.brk.addresses): the key de-duplication against
+"""The address pass's vectorised parts (cairn_servers.brk.addresses): the key de-duplication against
 ``numpy.unique``, and identical figures whatever the block grouping, with or without XOR-obfuscated
 block files. The figures themselves are checked against a recount from the raw blocks in test_utxo.py."""
 
@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cairn.brk import addresses
-from cairn.brk.blocks.files import unxor
-from cairn.brk.indexer import index, open_store
-from cairn.brk.sample import write_sample
+from cairn_servers.brk import addresses
+from cairn_servers.brk.blocks.files import unxor
+from cairn_servers.brk.indexer import index, open_store
+from cairn_servers.brk.sample import write_sample
 
 
 def _numpy_unique(mat: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from cairn.brk.blocks.chain import HeaderInfo, best_chain, pow_ok
-from cairn.brk.blocks.parser import NULL_HASH
+from cairn_servers.brk.blocks.chain import HeaderInfo, best_chain, pow_ok
+from cairn_servers.brk.blocks.parser import NULL_HASH
 
 
 def _h(name: str) -> bytes:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cairn.brk.cli import main
+from cairn_servers.brk.cli import main
 
 
 def test_sample_index_status(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -41,10 +41,10 @@ def test_errors_state_fact_and_fix(tmp_path: Path, capsys: pytest.CaptureFixture
 
 
 def test_help_does_not_import_numpy_or_the_parser() -> None:
-    code = ("import sys; from cairn.brk.cli import main; "
+    code = ("import sys; from cairn_servers.brk.cli import main; "
             "import contextlib, io\n"
             "with contextlib.redirect_stdout(io.StringIO()): main([])\n"
-            "print(sorted(m for m in ('numpy', 'cairn.brk.blocks.parser', 'cairn.brk.indexer') if m in sys.modules))")
+            "print(sorted(m for m in ('numpy', 'cairn_servers.brk.blocks.parser', 'cairn_servers.brk.indexer') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -52,14 +52,14 @@ def test_help_does_not_import_numpy_or_the_parser() -> None:
 def test_watch_picks_up_appended_blocks(mainnet_blocks: Path, tmp_path: Path) -> None:
     import time
 
-    from cairn.brk.vecs import read_manifest
+    from cairn_servers.brk.vecs import read_manifest
 
     data = (mainnet_blocks / "blk00000.dat").read_bytes()
     blocks = tmp_path / "node"
     blocks.mkdir()
     (blocks / "blk00000.dat").write_bytes(data[:50_000])
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "cairn.brk.cli", "index", "--watch", "--interval", "0.2",
+    proc = subprocess.Popen([sys.executable, "-m", "cairn_servers.brk.cli", "index", "--watch", "--interval", "0.2",
                              "--blocks-dir", str(blocks), "--out", str(out), "--format", "jsonl"],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:

@@ -9,18 +9,18 @@ from pathlib import Path
 
 import numpy as np
 
-from cairn.brk import compute as computer
-from cairn.brk.compute import compute, computed_dir, specs
-from cairn.brk.dates import (
+from cairn_servers.brk import compute as computer
+from cairn_servers.brk.compute import compute, computed_dir, specs
+from cairn_servers.brk.dates import (
     date_of_dateindex,
     dateindex_of_date,
     first_day_of_period,
     format_days,
     period_of_dateindex,
 )
-from cairn.brk.indexer import Indexer, index
-from cairn.brk.sample import write_sample
-from cairn.brk.vecs import VecStore
+from cairn_servers.brk.indexer import Indexer, index
+from cairn_servers.brk.sample import write_sample
+from cairn_servers.brk.vecs import VecStore
 
 
 def _store(out: Path) -> VecStore:

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from cairn.brk.indexer import SPECS, index, open_store
-from cairn.brk.sample import write_sample
-from cairn.brk.txindex import TxIndex, expected_entries
+from cairn_servers.brk.indexer import SPECS, index, open_store
+from cairn_servers.brk.sample import write_sample
+from cairn_servers.brk.txindex import TxIndex, expected_entries
 
 STRESS = bool(os.environ.get("CAIRN_STRESS"))
 KILLS = 60 if STRESS else 20
@@ -100,7 +100,7 @@ def test_random_sigkills_leave_a_consistent_store(tmp_path: Path) -> None:
     index(blocks, ref, durable=False)
     out = tmp_path / "out"
     rng = random.Random(11)
-    cmd = [sys.executable, "-m", "cairn.brk.cli", "index", "--blocks-dir", str(blocks), "--out", str(out),
+    cmd = [sys.executable, "-m", "cairn_servers.brk.cli", "index", "--blocks-dir", str(blocks), "--out", str(out),
            "--commit-every", "10", "--format", "json"]
     kills = 0
     progress = []
@@ -140,7 +140,7 @@ def test_kills_between_the_vecs_and_the_index(tmp_path: Path) -> None:
     ref = tmp_path / "ref"
     index(blocks, ref, durable=False)
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "cairn.brk.cli", "index", "--blocks-dir", str(blocks), "--out", str(out),
+    cmd = [sys.executable, "-m", "cairn_servers.brk.cli", "index", "--blocks-dir", str(blocks), "--out", str(out),
            "--commit-every", "25", "--no-compute", "--format", "json"]
     rng = random.Random(3)
     kills = 0
@@ -187,7 +187,7 @@ def test_sigkills_during_a_deep_reorg(tmp_path: Path) -> None:
     out = tmp_path / "out"
     index(node, out)
     (node / "blk00001.dat").write_bytes((new_dir / "blk00000.dat").read_bytes())  # the fork arrives
-    cmd = [sys.executable, "-m", "cairn.brk.cli", "index", "--blocks-dir", str(node), "--out", str(out),
+    cmd = [sys.executable, "-m", "cairn_servers.brk.cli", "index", "--blocks-dir", str(node), "--out", str(out),
            "--commit-every", "10", "--format", "json"]
     rng = random.Random(5)
     kills = 0
@@ -273,7 +273,7 @@ def test_sigkills_while_the_index_is_written_on_a_dense_chain(tmp_path: Path) ->
     ref = tmp_path / "ref"
     index(blocks, ref, durable=False)
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "cairn.brk.cli", "index", "--blocks-dir", str(blocks), "--out", str(out),
+    cmd = [sys.executable, "-m", "cairn_servers.brk.cli", "index", "--blocks-dir", str(blocks), "--out", str(out),
            "--commit-every", "2", "--no-compute", "--format", "json"]
     env = dict(os.environ, CAIRN_BRK_PARSE_PROCESS="1")
     rng = random.Random(17)
@@ -321,7 +321,7 @@ def test_sigkills_during_a_reorg_of_a_dense_chain(tmp_path: Path) -> None:
     index(node, out)
     old_txs = open_store(out).lengths["txindex_to_txid"]
     (node / "blk00001.dat").write_bytes((new_dir / "blk00000.dat").read_bytes())  # the fork arrives
-    cmd = [sys.executable, "-m", "cairn.brk.cli", "index", "--blocks-dir", str(node), "--out", str(out),
+    cmd = [sys.executable, "-m", "cairn_servers.brk.cli", "index", "--blocks-dir", str(node), "--out", str(out),
            "--commit-every", "2", "--no-compute", "--format", "json"]
     env = dict(os.environ, CAIRN_BRK_PARSE_PROCESS="1")
     # A kill right after the engine forgot the rolled-back transactions, before the vecs shrink.

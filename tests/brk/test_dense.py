@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cairn.brk.blocks.files import iter_blocks
-from cairn.brk.blocks.parser import OUTPUT_TYPES, P2TR, P2WPKH, P2WSH, parse_block
-from cairn.brk.dense import VAULT_CAP, DenseChain
-from cairn.brk.indexer import index, open_store
-from cairn.brk.sample import COIN, HALVING, write_sample
+from cairn_servers.brk.blocks.files import iter_blocks
+from cairn_servers.brk.blocks.parser import OUTPUT_TYPES, P2TR, P2WPKH, P2WSH, parse_block
+from cairn_servers.brk.dense import VAULT_CAP, DenseChain
+from cairn_servers.brk.indexer import index, open_store
+from cairn_servers.brk.sample import COIN, HALVING, write_sample
 
 K = 300
 
@@ -95,7 +95,7 @@ def test_generator_memory_is_bounded(tmp_path: Path) -> None:
 
 
 def test_cli_sample_dense(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "cairn.brk.cli", "sample", "--blocks", "103", "--txs-per-block", "20",
+    cmd = [sys.executable, "-m", "cairn_servers.brk.cli", "sample", "--blocks", "103", "--txs-per-block", "20",
            "--out", str(tmp_path / "b"), "--format", "json"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -153,7 +153,7 @@ def test_ctrl_c_with_the_parsing_process(tmp_path: Path) -> None:
     write_sample(blocks, 240, seed=21, txs_per_block=250, max_file_bytes=8_000_000)
     index(blocks, tmp_path / "ref", durable=False)
     env = dict(os.environ, CAIRN_BRK_PARSE_PROCESS="1")
-    cmd = [sys.executable, "-m", "cairn.brk.cli", "index", "--blocks-dir", str(blocks), "--out",
+    cmd = [sys.executable, "-m", "cairn_servers.brk.cli", "index", "--blocks-dir", str(blocks), "--out",
            str(tmp_path / "out"), "--format", "json", "--commit-every", "2", "--no-compute", "--progress", "json"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)

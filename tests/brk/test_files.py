@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cairn.brk.blocks.files import (
+from cairn_servers.brk.blocks.files import (
     MAGICS,
     MAX_BLOCK_BYTES,
     BlockFile,
@@ -21,9 +21,9 @@ from cairn.brk.blocks.files import (
     scan,
     unxor,
 )
-from cairn.brk.blocks.parser import hash_hex, parse_block
-from cairn.brk.sample import write_sample
-from cairn.core.errors import InvalidInput, NotFound
+from cairn_servers.brk.blocks.parser import hash_hex, parse_block
+from cairn_servers.brk.sample import write_sample
+from cairn_servers.core.errors import InvalidInput, NotFound
 
 from ._run import clean_env, run_brk, vec_bytes
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cairn.brk.blocks.parser import OUTPUT_TYPES, hash_hex
-from cairn.brk.indexer import NO_OUTPUT, index, open_store
+from cairn_servers.brk.blocks.parser import OUTPUT_TYPES, hash_hex
+from cairn_servers.brk.indexer import NO_OUTPUT, index, open_store
 
 from .conftest import btc_file
 
@@ -32,7 +32,7 @@ def test_mainnet_0_to_589_exact(mainnet_blocks: Path, tmp_path: Path, test_data:
     assert result.tip == first["last"]["hash"]
     # Heights 1..11 against btcd's independent header list.
     lines = (test_data / "btc" / "btcd" / "blockheaders-mainnet-1-11.txt").read_text().split()
-    from cairn.brk.blocks.parser import parse_header
+    from cairn_servers.brk.blocks.parser import parse_header
 
     assert [hash_hex(parse_header(bytes.fromhex(h)).hash) for h in lines] == hashes[1:12]
     assert int(s.read("height_to_tx_count").sum()) == first["total_tx"] == 605
@@ -170,8 +170,8 @@ def test_multiblock_and_unrelated_blocks_do_not_crash(test_data: Path, tmp_path:
 
 
 def test_network_mismatch_is_refused(mainnet_blocks: Path, tmp_path: Path) -> None:
-    from cairn.brk.sample import write_sample
-    from cairn.core.errors import InvalidInput
+    from cairn_servers.brk.sample import write_sample
+    from cairn_servers.core.errors import InvalidInput
 
     index(mainnet_blocks, tmp_path / "out")
     write_sample(tmp_path / "rt", 3)
@@ -188,7 +188,7 @@ def _overspend_tip(blocks: Path) -> tuple[int, int] | None:
     import hashlib
     import struct
 
-    from cairn.brk.blocks.parser import merkle_root, parse_block, read_varint
+    from cairn_servers.brk.blocks.parser import merkle_root, parse_block, read_varint
 
     path = blocks / "blk00000.dat"
     data = path.read_bytes()
@@ -227,7 +227,7 @@ def _overspend_tip(blocks: Path) -> tuple[int, int] | None:
 
 
 def test_overspending_block_is_reported_and_skipped(tmp_path: Path) -> None:
-    from cairn.brk.sample import write_sample
+    from cairn_servers.brk.sample import write_sample
 
     for n in range(400, 440):  # the first chain length whose tip holds a non-segwit spend
         write_sample(tmp_path / "b", n)

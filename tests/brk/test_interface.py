@@ -13,21 +13,21 @@ from typing import Any
 
 import pytest
 
-from cairn.brk import interface as iface_mod
-from cairn.brk import prices
-from cairn.brk.cli import main
-from cairn.brk.compute import compute
-from cairn.brk.indexer import index
-from cairn.brk.interface import Interface
-from cairn.brk.ops import OPS, render_vecs
-from cairn.core.errors import InvalidInput, NetworkError, NotFound, TooLarge
+from cairn_servers.brk import interface as iface_mod
+from cairn_servers.brk import prices
+from cairn_servers.brk.cli import main
+from cairn_servers.brk.compute import compute
+from cairn_servers.brk.indexer import index
+from cairn_servers.brk.interface import Interface
+from cairn_servers.brk.ops import OPS, render_vecs
+from cairn_servers.core.errors import InvalidInput, NetworkError, NotFound, TooLarge
 
 BTC = 100_000_000
 
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from cairn.brk.sample import write_mainnet_sample
+    from cairn_servers.brk.sample import write_mainnet_sample
 
     base = tmp_path_factory.mktemp("brk_iface")
     write_mainnet_sample(base / "blocks")
@@ -190,12 +190,12 @@ def test_opening_keeps_names_not_readers(out: Path, q: Interface) -> None:
 
 def test_opening_a_store_leaves_archive_modules_out(out: Path) -> None:
     """`brk mcp` opens its store as `_ready` + `Interface` do: neither keeps shutil (and the bz2 and lzma it
-    imports, 0.5 MiB) in the process (regression: cairn.brk.addresses imported it at module level)."""
+    imports, 0.5 MiB) in the process (regression: cairn_servers.brk.addresses imported it at module level)."""
     import subprocess
     import sys
 
-    code = ("import sys; from pathlib import Path; from cairn.brk.cli_serve import _ready; "
-            "from cairn.brk.interface import Interface; q = Interface(_ready(Path(sys.argv[1]))); "
+    code = ("import sys; from pathlib import Path; from cairn_servers.brk.cli_serve import _ready; "
+            "from cairn_servers.brk.interface import Interface; q = Interface(_ready(Path(sys.argv[1]))); "
             "assert q.get_vecid_count() > 1000; print(sorted({'shutil', 'bz2', 'lzma'} & set(sys.modules)))")
     done = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

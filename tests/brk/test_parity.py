@@ -1,7 +1,7 @@
 """Parity (issue 14): every brk operation through the CLI (`brk` with its argv), MCP (the official SDK client
 over stdio, a real `brk mcp`) and HTTP (the app on a real server on 127.0.0.1), with the same valid and
 invalid inputs: identical answers, identical error messages, and the same error class (HTTP status and CLI
-exit code). Driven from ``cairn.brk.ops.OPS``: the argv, the query string and the tool call are built from
+exit code). Driven from ``cairn_servers.brk.ops.OPS``: the argv, the query string and the tool call are built from
 each operation's declaration, and an operation declared without cases fails
 ``test_every_operation_has_cases``."""
 
@@ -19,15 +19,15 @@ from typing import Any, NamedTuple
 import httpx
 import pytest
 
-from cairn.brk.cli import main
-from cairn.brk.compute import compute
-from cairn.brk.http import create_app, openapi
-from cairn.brk.indexer import index
-from cairn.brk.interface import Interface
-from cairn.brk.ops import OPS
-from cairn.brk.sample import write_mainnet_sample
-from cairn.core.errors import InvalidInput, NotFound
-from cairn.core.ops import Op
+from cairn_servers.brk.cli import main
+from cairn_servers.brk.compute import compute
+from cairn_servers.brk.http import create_app, openapi
+from cairn_servers.brk.indexer import index
+from cairn_servers.brk.interface import Interface
+from cairn_servers.brk.ops import OPS
+from cairn_servers.brk.sample import write_mainnet_sample
+from cairn_servers.core.errors import InvalidInput, NotFound
+from cairn_servers.core.ops import Op
 
 from ..mcp._http import serving
 
@@ -175,7 +175,7 @@ async def run_mcp(out: Path, calls: list[tuple[str, dict[str, Any]]]) -> list[Ou
     from mcp.client.stdio import StdioServerParameters
     from mcp.shared.exceptions import MCPError
 
-    server = StdioServerParameters(command=sys.executable, args=["-m", "cairn.brk.cli", "mcp", "--out", str(out)])
+    server = StdioServerParameters(command=sys.executable, args=["-m", "cairn_servers.brk.cli", "mcp", "--out", str(out)])
     outcomes: list[Outcome] = []
     async with Client(server, cache=None) as client:
         listed = {t.name for t in (await client.list_tools()).tools}
@@ -220,7 +220,7 @@ def outcomes(out: Path) -> dict[tuple[str, int, str], Outcome]:
 def test_every_operation_has_cases() -> None:
     """A new operation fails here until it has parity cases: an answer on every surface it has (or stands
     for), and at least one refused input."""
-    assert set(CASES) == set(OPS.ops), "give every operation in cairn.brk.ops parity cases"
+    assert set(CASES) == set(OPS.ops), "give every operation in cairn_servers.brk.ops parity cases"
     for name, cases in CASES.items():
         op = OPS[name]
         has = [s for s in SURFACES if getattr(op, s) is not None or (name in SAME_AS and s != "cli")]
@@ -276,7 +276,7 @@ def test_every_declared_route_and_tool_is_served(out: Path) -> None:
         assert names == [n for p in op.params_for("http") for n in (p.wire, *p.aliases)]
     assert [p["name"] for p in spec["/api/vecs/query"]["get"]["parameters"]] == [
         "index", "i", "ids", "v", "from", "f", "to", "t", "count", "c", "format"]
-    from cairn.brk.cli import build_parser
+    from cairn_servers.brk.cli import build_parser
 
     usage = build_parser().format_help()
     for op in OPS.on("cli"):

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cairn.brk.blocks.parser import (
+from cairn_servers.brk.blocks.parser import (
     OUTPUT_TYPES,
     MalformedBlock,
     bip34_height,

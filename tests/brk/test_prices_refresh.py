@@ -17,10 +17,10 @@ from typing import Any
 import httpx
 import pytest
 
-from cairn.brk.interface import Interface
-from cairn.brk.ops import OPS
-from cairn.brk.prices import Refresher
-from cairn.brk.vecs import read_manifest
+from cairn_servers.brk.interface import Interface
+from cairn_servers.brk.ops import OPS
+from cairn_servers.brk.prices import Refresher
+from cairn_servers.brk.vecs import read_manifest
 
 from ..mcp._http import free_port, sse_messages
 from ..mcp.test_conformance import wait_listening
@@ -50,7 +50,7 @@ def _close(out: Path) -> Any:
 
 def _watch(blocks: Path, out: Path, err: Path, url: str, interval: str) -> subprocess.Popen[str]:
     env = dict(os.environ, BRK_PRICES="kraken", BRK_PRICE_URL=url, BRK_PRICE_INTERVAL=interval)
-    return subprocess.Popen([sys.executable, "-m", "cairn.brk.cli", "index", "--watch", "--interval", "0.2",
+    return subprocess.Popen([sys.executable, "-m", "cairn_servers.brk.cli", "index", "--watch", "--interval", "0.2",
                              "--blocks-dir", str(blocks), "--out", str(out), "--format", "jsonl",
                              "--progress", "none"],
                             stdout=subprocess.PIPE, stderr=err.open("w"), text=True, env=env)
@@ -159,7 +159,7 @@ def test_run_fetches_prices_and_serves_them(mainnet_blocks: Path, tmp_path: Path
     log = tmp_path / "run.log"
     with kraken(BODY) as (url, seen):
         env = dict(os.environ, BRK_PRICES="kraken", BRK_PRICE_URL=url, BRK_PRICE_INTERVAL="3600")
-        cmd = [sys.executable, "-m", "cairn.brk.cli", "run", "--blocks-dir", str(mainnet_blocks), "--out", str(out),
+        cmd = [sys.executable, "-m", "cairn_servers.brk.cli", "run", "--blocks-dir", str(mainnet_blocks), "--out", str(out),
                "--bind", f"127.0.0.1:{port}", "--interval", "0.2", "--log-level", "info"]
         with log.open("wb") as fh:
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT, env=env)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from cairn.brk.progress import Progress
-from cairn.brk.sample import write_sample
+from cairn_servers.brk.progress import Progress
+from cairn_servers.brk.sample import write_sample
 
 from ._run import clean_env, run_brk, vec_bytes
 
@@ -52,7 +52,7 @@ def uninterrupted(dense: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
 def test_a_signal_stops_at_a_committed_height_and_the_rerun_resumes(
         dense: Path, uninterrupted: dict[str, bytes], tmp_path: Path, signals: list[int], code: int) -> None:
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "cairn.brk.cli", "index", "--blocks-dir", str(dense), "--out", str(out),
+    cmd = [sys.executable, "-m", "cairn_servers.brk.cli", "index", "--blocks-dir", str(dense), "--out", str(out),
            "--format", "json", "--commit-every", "2"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env())
     assert proc.stderr is not None
@@ -87,7 +87,7 @@ def test_a_signal_stops_at_a_committed_height_and_the_rerun_resumes(
 
 def test_a_terminal_gets_a_progress_bar(dense: Path, tmp_path: Path) -> None:
     master, slave = pty.openpty()
-    cmd = [sys.executable, "-m", "cairn.brk.cli", "index", "--blocks-dir", str(dense), "--out", str(tmp_path / "o"),
+    cmd = [sys.executable, "-m", "cairn_servers.brk.cli", "index", "--blocks-dir", str(dense), "--out", str(tmp_path / "o"),
            "--no-compute", "--format", "json", "--commit-every", "20"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=slave, env=clean_env())
     os.close(slave)

@@ -14,11 +14,11 @@ from typing import Any
 import httpx
 import pytest
 
-from cairn.brk.compute import compute
-from cairn.brk.http import create_app, none_match
-from cairn.brk.indexer import index
-from cairn.brk.interface import Interface, suggest
-from cairn.brk.sample import write_mainnet_sample
+from cairn_servers.brk.compute import compute
+from cairn_servers.brk.http import create_app, none_match
+from cairn_servers.brk.indexer import index
+from cairn_servers.brk.interface import Interface, suggest
+from cairn_servers.brk.sample import write_mainnet_sample
 
 from ..mcp._http import serving
 
@@ -35,7 +35,7 @@ def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _brk(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cairn.brk.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "cairn_servers.brk.cli", *args], capture_output=True, text=True,
                           timeout=120)
 
 
@@ -85,7 +85,7 @@ def _rpc(proc: subprocess.Popen[bytes], msg: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_mcp_get_vecs_suggestions_and_markdown(out: Path) -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "cairn.brk.cli", "mcp", "--out", str(out)],
+    proc = subprocess.Popen([sys.executable, "-m", "cairn_servers.brk.cli", "mcp", "--out", str(out)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         init = _rpc(proc, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {

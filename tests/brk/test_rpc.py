@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from cairn.brk.blocks.parser import hash_hex, parse_block
-from cairn.brk.blocks.rpc import RpcClient, mirror
-from cairn.brk.indexer import index, open_store
-from cairn.core.errors import NetworkError, Unauthorized
+from cairn_servers.brk.blocks.parser import hash_hex, parse_block
+from cairn_servers.brk.blocks.rpc import RpcClient, mirror
+from cairn_servers.brk.indexer import index, open_store
+from cairn_servers.core.errors import NetworkError, Unauthorized
 
 from .conftest import btc_file
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
-from cairn.brk.blocks.files import iter_blocks
-from cairn.brk.blocks.parser import OUTPUT_TYPES, parse_block
-from cairn.brk.indexer import index, open_store
-from cairn.brk.sample import COIN, HALVING, write_sample
+from cairn_servers.brk.blocks.files import iter_blocks
+from cairn_servers.brk.blocks.parser import OUTPUT_TYPES, parse_block
+from cairn_servers.brk.indexer import index, open_store
+from cairn_servers.brk.sample import COIN, HALVING, write_sample
 
 
 def test_deterministic(tmp_path: Path) -> None:

@@ -17,11 +17,11 @@ from typing import Any
 import httpx
 import pytest
 
-from cairn.brk.compute import compute
-from cairn.brk.http import create_app
-from cairn.brk.indexer import Indexer, index
-from cairn.brk.interface import Interface
-from cairn.brk.sample import write_mainnet_sample, write_sample
+from cairn_servers.brk.compute import compute
+from cairn_servers.brk.http import create_app
+from cairn_servers.brk.indexer import Indexer, index
+from cairn_servers.brk.interface import Interface
+from cairn_servers.brk.sample import write_mainnet_sample, write_sample
 
 from ..mcp._http import free_port, serving
 from ..mcp.test_conformance import CONFORMANCE, NODE_BIN, node_env, parse_results, wait_listening
@@ -137,7 +137,7 @@ def test_sdk_client_over_http(base_url: str) -> None:
 def test_sdk_client_over_stdio(out: Path) -> None:
     from mcp.client.stdio import StdioServerParameters
 
-    params = StdioServerParameters(command=sys.executable, args=["-m", "cairn.brk.cli", "mcp", "--out", str(out)])
+    params = StdioServerParameters(command=sys.executable, args=["-m", "cairn_servers.brk.cli", "mcp", "--out", str(out)])
     asyncio.run(asyncio.wait_for(_every_tool(params), 60))
 
 
@@ -148,7 +148,7 @@ def test_sdk_client_over_stdio(out: Path) -> None:
 def test_conformance_generic_scenarios(out: Path, tmp_path: Path) -> None:
     port = free_port()
     log = tmp_path / "server.log"
-    cmd = [sys.executable, "-m", "cairn.brk.cli", "serve", "--out", str(out), "--bind", f"127.0.0.1:{port}"]
+    cmd = [sys.executable, "-m", "cairn_servers.brk.cli", "serve", "--out", str(out), "--bind", f"127.0.0.1:{port}"]
     with log.open("wb") as fh:
         server = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT, cwd=REPO)
     try:
@@ -221,7 +221,7 @@ def test_brk_run_indexes_serves_and_follows(tmp_path: Path) -> None:
     write_sample(blocks, 150, seed=9, spread_blocks=400)
     port = free_port()
     log = tmp_path / "run.log"
-    cmd = [sys.executable, "-m", "cairn.brk.cli", "run", "--blocks-dir", str(blocks), "--out", str(out),
+    cmd = [sys.executable, "-m", "cairn_servers.brk.cli", "run", "--blocks-dir", str(blocks), "--out", str(out),
            "--bind", f"127.0.0.1:{port}", "--interval", "0.2"]
     with log.open("wb") as fh:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT, cwd=REPO)

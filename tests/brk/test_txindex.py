@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cairn.brk.indexer import SPECS, Indexer, index, open_store
-from cairn.brk.sample import write_sample
-from cairn.brk.txindex import TxIndex, expected_entries
-from cairn.core.errors import StorageError
+from cairn_servers.brk.indexer import SPECS, Indexer, index, open_store
+from cairn_servers.brk.sample import write_sample
+from cairn_servers.brk.txindex import TxIndex, expected_entries
+from cairn_servers.core.errors import StorageError
 
 
 def _reader(txids: list[bytes]):  # type: ignore[no-untyped-def]
@@ -174,10 +174,10 @@ def test_a_small_recent_map_gives_the_same_vecs(tmp_path: Path) -> None:
 
 def test_one_place_opens_rocksdb() -> None:
     """The transaction index and the address index open RocksDB with one set of settings
-    (cairn.brk.rocks); they had a copy each."""
-    import cairn
+    (cairn_servers.brk.rocks); they had a copy each."""
+    import cairn_servers
 
-    src = Path(cairn.__file__).resolve().parent
+    src = Path(cairn_servers.__file__).resolve().parent
     offenders = [str(p.relative_to(src)) for p in src.rglob("*.py")
                  if p.name != "rocks.py" and "BlockBasedOptions" in p.read_text(encoding="utf-8")]
     assert offenders == []

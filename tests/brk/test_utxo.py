@@ -1,4 +1,4 @@
-"""On-chain analytics (cairn.brk.utxo): invariants on generated chains, an independent recomputation of
+"""On-chain analytics (cairn_servers.brk.utxo): invariants on generated chains, an independent recomputation of
 mainnet 0..589 with python-bitcoinlib, realized value with prices, and identical figures after a
 reorg, incremental runs and SIGKILLs."""
 
@@ -17,14 +17,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from cairn.brk import addresses, prices, utxo
-from cairn.brk.compute import OUTPUT_TYPES, compute, computed_dir, specs
-from cairn.brk.indexer import index, open_store
-from cairn.brk.interface import Interface
-from cairn.brk.ops import OPS, render_vecs
-from cairn.brk.sample import write_sample
-from cairn.brk.vecs import VecStore
-from cairn.core.errors import NotFound
+from cairn_servers.brk import addresses, prices, utxo
+from cairn_servers.brk.compute import OUTPUT_TYPES, compute, computed_dir, specs
+from cairn_servers.brk.indexer import index, open_store
+from cairn_servers.brk.interface import Interface
+from cairn_servers.brk.ops import OPS, render_vecs
+from cairn_servers.brk.sample import write_sample
+from cairn_servers.brk.vecs import VecStore
+from cairn_servers.core.errors import NotFound
 
 
 def _vecs(iface: Interface, **args: Any) -> Any:
@@ -401,7 +401,7 @@ def test_mainnet_sample_against_an_independent_recomputation(mainnet_blocks: Pat
     assert _vecs(q, index="height", ids="empty_address_count", **{"from": -1}) == len(balance) - holders[-1]
 
 
-SCRIPT = ("import sys; from pathlib import Path; from cairn.brk.compute import compute; "
+SCRIPT = ("import sys; from pathlib import Path; from cairn_servers.brk.compute import compute; "
           "compute(Path(sys.argv[1]), blocks_dir=Path(sys.argv[2]))")
 
 

@@ -1,4 +1,4 @@
-"""supply_in_profit / supply_in_loss / supply_breakeven (cairn.brk.utxo's realized pass): invariants, a
+"""supply_in_profit / supply_in_loss / supply_breakeven (cairn_servers.brk.utxo's realized pass): invariants, a
 brute-force recount from the raw vecs, absent (not zero) without a close, and the same bytes after a
 price change, a reorg and a kill between the state checkpoint and the commit."""
 
@@ -15,13 +15,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from cairn.brk import prices, utxo
-from cairn.brk.compute import OUTPUT_TYPES, compute, computed_dir, specs
-from cairn.brk.indexer import index, open_store
-from cairn.brk.interface import Interface
-from cairn.brk.ops import OPS
-from cairn.brk.sample import write_sample
-from cairn.brk.vecs import VecStore
+from cairn_servers.brk import prices, utxo
+from cairn_servers.brk.compute import OUTPUT_TYPES, compute, computed_dir, specs
+from cairn_servers.brk.indexer import index, open_store
+from cairn_servers.brk.interface import Interface
+from cairn_servers.brk.ops import OPS
+from cairn_servers.brk.sample import write_sample
+from cairn_servers.brk.vecs import VecStore
 
 OPRETURN = OUTPUT_TYPES.index("opreturn")
 PROFIT = ("supply_in_profit", "supply_in_loss", "supply_breakeven")
@@ -173,7 +173,7 @@ def test_price_change_reorg_and_kill_equal_a_fresh_run(tmp_path: Path, monkeypat
     write_sample(blocks, 400, seed=4, fork_at=200, fork_seed=44, spread_blocks=400, first_file=1)
     index(blocks, out)
     env = dict(os.environ, CAIRN_BRK_UTXO_CHUNK="300", CAIRN_BRK_FAULT="realized-state:1")
-    code = "import sys; from pathlib import Path; from cairn.brk.compute import compute; compute(Path(sys.argv[1]))"
+    code = "import sys; from pathlib import Path; from cairn_servers.brk.compute import compute; compute(Path(sys.argv[1]))"
     proc = subprocess.run([sys.executable, "-c", code, str(out)], env=env, capture_output=True)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     compute(out)

@@ -1,4 +1,4 @@
-"""Every vec family through every surface (issue 15): a sample id of each family (cairn.brk.families)
+"""Every vec family through every surface (issue 15): a sample id of each family (cairn_servers.brk.families)
 through all ten MCP tools (official SDK client over Streamable HTTP), the /api/vecs routes and `brk query`
 / `brk ids` / `brk vecid-indexes`; the families described on the web page, in the MCP instructions and in
 `brk ids --help`; the seed's price example before and after prices on the three surfaces; and the
@@ -18,16 +18,16 @@ from typing import Any
 import httpx
 import pytest
 
-from cairn.brk.dates import DATE_INDEXES, HEIGHT_INDEXES
-from cairn.brk.compute import compute
-from cairn.brk.families import FAMILIES
-from cairn.brk.http import create_app
-from cairn.brk.indexer import index
-from cairn.brk.interface import Interface
-from cairn.brk.ops import OPS
-from cairn.brk.sample import write_mainnet_sample
-from cairn.brk.tools import INSTRUCTIONS
-from cairn.core.errors import NotFound
+from cairn_servers.brk.dates import DATE_INDEXES, HEIGHT_INDEXES
+from cairn_servers.brk.compute import compute
+from cairn_servers.brk.families import FAMILIES
+from cairn_servers.brk.http import create_app
+from cairn_servers.brk.indexer import index
+from cairn_servers.brk.interface import Interface
+from cairn_servers.brk.ops import OPS
+from cairn_servers.brk.sample import write_mainnet_sample
+from cairn_servers.brk.tools import INSTRUCTIONS
+from cairn_servers.core.errors import NotFound
 
 from ..mcp._http import serving
 from ._prices import kraken, kraken_body
@@ -42,7 +42,7 @@ SEED: dict[str, Any] = {"index": "date", "ids": "close", "from": -1}  # the seed
 
 
 def _brk(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cairn.brk.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "cairn_servers.brk.cli", *args], capture_output=True, text=True,
                           timeout=120)
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cairn.brk.vecs import VecSpec, VecStore, read_manifest
-from cairn.core.errors import StorageError
+from cairn_servers.brk.vecs import VecSpec, VecStore, read_manifest
+from cairn_servers.core.errors import StorageError
 
 SPECS = [VecSpec("height_to_x", "height", "<u4"), VecSpec("height_to_h", "height", "u1", 4)]
 

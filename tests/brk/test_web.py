@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from cairn.brk.compute import compute
-from cairn.brk.http import create_app
-from cairn.brk.indexer import index
-from cairn.brk.interface import Interface
-from cairn.brk.sample import write_mainnet_sample
+from cairn_servers.brk.compute import compute
+from cairn_servers.brk.http import create_app
+from cairn_servers.brk.indexer import index
+from cairn_servers.brk.interface import Interface
+from cairn_servers.brk.sample import write_mainnet_sample
 
 from ..mcp._http import serving
 

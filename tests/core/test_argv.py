@@ -1,4 +1,4 @@
-"""cairn.core.argv: the plain command lines the stdio servers read without argparse, and everything
+"""cairn_servers.core.argv: the plain command lines the stdio servers read without argparse, and everything
 that must still go to argparse."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import argparse
 
 import pytest
 
-from cairn.core.argv import plain_flags
+from cairn_servers.core.argv import plain_flags
 
 OPTIONS = {"--out": "out", "--log-level": "log_level"}
 SWITCHES = {"--stdio": "stdio"}
@@ -52,8 +52,8 @@ def test_anything_else_is_left_to_argparse(args: list[str]) -> None:
 
 
 def test_brk_mcp_and_ctx_stdio_use_it() -> None:
-    from cairn.brk.cli import _fast_mcp
-    from cairn.ctx.cli import _fast_stdio
+    from cairn_servers.brk.cli import _fast_mcp
+    from cairn_servers.ctx.cli import _fast_stdio
 
     brk = _fast_mcp(["mcp", "--out", "d"])
     assert brk is not None and (brk.out, brk.log_level) == ("d", None)

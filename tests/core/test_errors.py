@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from cairn.core.errors import CairnError, InvalidInput, NotFound, envelope, public_error, raise_errors
-from cairn.core import sanitize
-from cairn.core.sanitize import register_root
+from cairn_servers.core.errors import CairnError, InvalidInput, NotFound, envelope, public_error, raise_errors
+from cairn_servers.core import sanitize
+from cairn_servers.core.sanitize import register_root
 
 HOME = os.path.expanduser("~")
 
@@ -35,8 +35,8 @@ def test_public_error_is_the_scrubbed_dict(data_root: Any) -> None:
 
 
 def test_brk_and_ctx_http_answer_the_same_envelope(data_root: Any) -> None:
-    from cairn.brk.http import _error
-    from cairn.ctx.http import error_body
+    from cairn_servers.brk.http import _error
+    from cairn_servers.ctx.http import error_body
 
     exc = InvalidInput(f"{data_root}/manifest.json is damaged", details={"parameter": "from"})
     brk = _error(exc, {})
@@ -46,7 +46,7 @@ def test_brk_and_ctx_http_answer_the_same_envelope(data_root: Any) -> None:
 
 
 def test_the_host_guard_answers_the_same_envelope() -> None:
-    from cairn.core.serve import HostGuard
+    from cairn_servers.core.serve import HostGuard
 
     sent: list[dict[str, Any]] = []
 
@@ -68,7 +68,7 @@ def test_the_host_guard_answers_the_same_envelope() -> None:
 
 
 def test_an_mcp_tool_error_shows_the_public_message(data_root: Any) -> None:
-    from cairn.mcp.server import Server, Tool
+    from cairn_servers.mcp.server import Server, Tool
 
     def handler(args: dict[str, Any], ctx: Any) -> Any:
         raise NotFound(f"No document {data_root}/secret.md under {HOME}")
@@ -103,7 +103,7 @@ def test_one_re_raise_switch(monkeypatch: pytest.MonkeyPatch, value: str | None,
 
 def test_brk_cli_uses_the_same_switch(tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
                                       capsys: pytest.CaptureFixture[str]) -> None:
-    from cairn.brk.cli import main
+    from cairn_servers.brk.cli import main
 
     monkeypatch.setenv("CAIRN_RAISE_ERRORS", "0")  # "0" means off, as for blz and ctx (brk re-raised on any value)
     assert main(["status", "--out", str(tmp_path / "empty")]) == 7

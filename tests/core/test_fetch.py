@@ -1,4 +1,4 @@
-"""cairn.core.fetch against a real HTTP server on 127.0.0.1: caps, timeouts, redirects, 304s."""
+"""cairn_servers.core.fetch against a real HTTP server on 127.0.0.1: caps, timeouts, redirects, 304s."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from cairn.core import fetch
-from cairn.core.errors import InvalidInput, NetworkError, NotFound, Timeout, TooLarge
+from cairn_servers.core import fetch
+from cairn_servers.core.errors import InvalidInput, NetworkError, NotFound, Timeout, TooLarge
 
 BODY = b"hello world\n" * 100
 

@@ -1,4 +1,4 @@
-"""cairn.core.files: the one atomic-write helper (temp in the same directory, fsync, replace, fsync dir)."""
+"""cairn_servers.core.files: the one atomic-write helper (temp in the same directory, fsync, replace, fsync dir)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cairn.core.files import TEMP_PREFIX, atomic_file, replace_file, write_atomic
+from cairn_servers.core.files import TEMP_PREFIX, atomic_file, replace_file, write_atomic
 
 
 def test_write_atomic_replaces_the_content_and_leaves_no_temp_file(tmp_path: Path) -> None:
@@ -52,7 +52,7 @@ def test_the_rule_fsyncs_the_file_then_the_directory_after_the_rename(tmp_path: 
         calls.append("replace")
         real_replace(src, dst)
 
-    monkeypatch.setattr(os, "fsync", fsync)  # cairn.core.files calls os.fsync / os.replace
+    monkeypatch.setattr(os, "fsync", fsync)  # cairn_servers.core.files calls os.fsync / os.replace
     monkeypatch.setattr(os, "replace", replace)
     write_atomic(tmp_path / "a", b"x")
     if os.path.isdir("/proc/self/fd"):
@@ -105,9 +105,9 @@ def test_replace_file_syncs_a_file_written_in_place_then_renames_it(tmp_path: Pa
 
 
 def test_only_core_files_replaces_files() -> None:
-    import cairn
+    import cairn_servers
 
-    src = Path(cairn.__file__).resolve().parent
+    src = Path(cairn_servers.__file__).resolve().parent
     # the one exception renames a finished git clone (a directory) into place
     offenders = [str(p.relative_to(src)) for p in src.rglob("*.py")
                  if p.name != "files.py" and "os.replace(" in p.read_text(encoding="utf-8")

@@ -1,4 +1,4 @@
-"""cairn.core.heap: the one copy of the glibc memory helpers (malloc arenas, malloc_trim, mmap threshold)."""
+"""cairn_servers.core.heap: the one copy of the glibc memory helpers (malloc arenas, malloc_trim, mmap threshold)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-import cairn
+import cairn_servers
 
-SRC = Path(cairn.__file__).resolve().parent
+SRC = Path(cairn_servers.__file__).resolve().parent
 
 
 def test_only_core_heap_talks_to_malloc() -> None:
@@ -22,7 +22,7 @@ def test_only_core_heap_talks_to_malloc() -> None:
 
 
 def test_the_helpers_run_in_a_server_like_process() -> None:
-    code = ("from cairn.core import heap; heap.one_arena(); heap.return_large_buffers(); "
+    code = ("from cairn_servers.core import heap; heap.one_arena(); heap.return_large_buffers(); "
             "b = [bytes(300_000) for _ in range(20)]; del b; heap.trim_heap(); heap.trim_heap(min_interval=60); "
             "print('ok')")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -33,7 +33,7 @@ def test_memory_kib_reads_a_process_s_own_figures() -> None:
     """One reader of /proc/PID/status for the tests and benchmarks (brk's peak-RSS runs used two copies)."""
     import time
 
-    from cairn.core.heap import memory_kib
+    from cairn_servers.core.heap import memory_kib
 
     rss, peak = memory_kib(), memory_kib("self", "VmHWM")
     assert 0 < rss <= peak
@@ -56,7 +56,7 @@ def test_memory_kib_reads_a_process_s_own_figures() -> None:
 def test_the_helpers_reach_glibc_without_importing_ctypes() -> None:
     """The three malloc calls are made from _ctypes directly: `import ctypes` (and struct) kept ~0.25 MiB
     more resident in every stdio server (issue 14: blz mcp's RSS after tools/list)."""
-    code = ("import sys; from cairn.core import heap; "
+    code = ("import sys; from cairn_servers.core import heap; "
             "assert heap._libc('mallopt') is not None and heap._libc('malloc_trim') is not None; "
             "assert heap._libc('mallopt')(-3, 256 * 1024) == 1; "  # mallopt answers 1 on success
             "heap.return_large_buffers(); heap.one_arena(); heap.trim_heap(); "
@@ -74,7 +74,7 @@ def test_the_stdio_worker_pool_runs_jobs_in_order_and_drains() -> None:
     import threading
     from functools import partial
 
-    from cairn.mcp.stdio import _Pool
+    from cairn_servers.mcp.stdio import _Pool
 
     pool = _Pool(1)
     done: list[int] = []

@@ -1,4 +1,4 @@
-"""cairn.core.ops: one declaration gives the schema, the validation message, the CLI and OpenAPI."""
+"""cairn_servers.core.ops: one declaration gives the schema, the validation message, the CLI and OpenAPI."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any, Literal
 
 import pytest
 
-from cairn.core.errors import InvalidInput
-from cairn.core.ops import Registry, add_subcommand, annotation_schema, cli_args, mcp_tool, openapi_paths, query_args
+from cairn_servers.core.errors import InvalidInput
+from cairn_servers.core.ops import Registry, add_subcommand, annotation_schema, cli_args, mcp_tool, openapi_paths, query_args
 
 OPS = Registry("test")
 
@@ -221,7 +221,7 @@ SCRIPT_SCHEMA: dict[str, Any] = {
 
 
 def _script_op(**declaration: Any) -> Any:
-    from cairn.core.ops import Op
+    from cairn_servers.core.ops import Op
 
     def run(shelf: Shelf, args: dict[str, Any], *, note: str = "") -> dict[str, Any]:
         hits = [b for b in shelf.books if (b == args["term"] if args.get("exact") else args["term"] in b)]
@@ -269,7 +269,7 @@ def test_an_explicit_schema_op_is_served_like_a_declared_one() -> None:
 
 
 def test_an_explicit_schema_must_be_an_object_schema_without_params() -> None:
-    from cairn.core.ops import Op
+    from cairn_servers.core.ops import Op
 
     with pytest.raises(TypeError, match="object schema"):
         Op(lambda t, a: a, name="x", schema={"type": "string"})
@@ -289,7 +289,7 @@ def test_error_details_can_be_the_servers_own() -> None:
     with pytest.raises(InvalidInput) as exc:
         op.bind([1])
     assert exc.value.details == {"tool": "mentions"}
-    from cairn.core.ops import Op
+    from cairn_servers.core.ops import Op
 
     since = {"filters": {"properties": {"since": {"type": "string"}}}}
     with pytest.raises(InvalidInput) as exc:

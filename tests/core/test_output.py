@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from cairn.core import output
-from cairn.core.errors import InvalidInput
+from cairn_servers.core import output
+from cairn_servers.core.errors import InvalidInput
 
 ROWS = [{"id": "a", "n": 1}, {"id": "b,c", "n": 2, "extra": True}]
 
@@ -76,7 +76,7 @@ def test_render_takes_dataclasses_without_importing_dataclasses_for_plain_data()
     import subprocess
     import sys
 
-    code = ("import sys; from cairn.core import output; "
+    code = ("import sys; from cairn_servers.core import output; "
             "print(output.render({'a': [1, {'b': None}]}, 'json')); "
             "assert 'dataclasses' not in sys.modules and 'typing' not in sys.modules, sorted(sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

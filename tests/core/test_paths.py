@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from cairn.core import paths
+from cairn_servers.core import paths
 
 
 def test_override_env_wins(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

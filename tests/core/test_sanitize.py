@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from cairn.core import sanitize
+from cairn_servers.core import sanitize
 
 
 @pytest.fixture(autouse=True)
@@ -50,7 +50,7 @@ def test_registered_secrets_are_masked_here_and_in_child_processes(monkeypatch: 
         sanitize.register_secret_env("CAIRN_T_SECRET")
         assert sanitize.scrub("short key s3cr3t-value-xyz!") == "short key ***!"
         assert os.environ[sanitize.SECRET_ENV] == "CAIRN_T_SECRET"  # the name travels, not the value
-        code = "from cairn.core.sanitize import scrub; print(scrub('got s3cr3t-value-xyz'))"
+        code = "from cairn_servers.core.sanitize import scrub; print(scrub('got s3cr3t-value-xyz'))"
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
         assert out == "got ***\n"
     finally:

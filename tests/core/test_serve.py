@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from cairn.core.errors import InvalidInput
-from cairn.core.serve import is_loopback, parse_bind, serve
+from cairn_servers.core.errors import InvalidInput
+from cairn_servers.core.serve import is_loopback, parse_bind, serve
 
 
 @pytest.mark.parametrize(
@@ -50,7 +50,7 @@ def test_sigterm_and_sigint_stop_a_server_cleanly(tmp_path: Path) -> None:
         port = s.getsockname()[1]
     code = (
         "from starlette.applications import Starlette\n"
-        "from cairn.core.serve import serve\n"
+        "from cairn_servers.core.serve import serve\n"
         f"serve(Starlette(), '127.0.0.1', {port}, name='t')\n"
     )
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -20,12 +20,12 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
-from cairn.core.errors import CairnError, ExtensionError, InvalidInput, NotFound, Timeout
-from cairn.ctx import config as cfg
-from cairn.ctx.agents import Agents
-from cairn.ctx.http import create_app
-from cairn.ctx.ops import OPS
-from cairn.ctx.service import Service
+from cairn_servers.core.errors import CairnError, ExtensionError, InvalidInput, NotFound, Timeout
+from cairn_servers.ctx import config as cfg
+from cairn_servers.ctx.agents import Agents
+from cairn_servers.ctx.http import create_app
+from cairn_servers.ctx.ops import OPS
+from cairn_servers.ctx.service import Service
 
 from .conftest import config_file, serving, write
 
@@ -380,7 +380,7 @@ def test_mcp_prompts_over_streamable_http(base: str, agents: Agents) -> None:
 
 def test_mcp_prompts_over_stdio(kb: Path, agents: Agents) -> None:
     params = StdioServerParameters(command=sys.executable, env=_env(),
-                                   args=["-m", "cairn.ctx.cli", "serve", "mcp", "--stdio", "--config", str(kb)])
+                                   args=["-m", "cairn_servers.ctx.cli", "serve", "mcp", "--stdio", "--config", str(kb)])
     asyncio.run(asyncio.wait_for(_prompts(params, agents), 60))
 
 
@@ -403,7 +403,7 @@ def test_no_agents_no_prompts_capability(tmp_path: Path) -> None:
 
 
 def _ctx(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cairn.ctx.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "cairn_servers.ctx.cli", *args], capture_output=True, text=True,
                           env=_env(), timeout=60)
 
 
@@ -453,7 +453,7 @@ def _inspect(kb: Path, *args: str) -> subprocess.CompletedProcess[str]:
     url = os.environ.get("CTX_DATABASE_URL")  # the Inspector passes the server only the variables given
     cmd = [str(INSPECTOR), "--cli", "-e", f"CTX_CONFIG={kb}", "-e", f"PYTHONPATH={REPO / 'src'}",
            *(["-e", f"CTX_DATABASE_URL={url}"] if url else []), sys.executable,
-           "-m", "cairn.ctx.cli", "serve", "mcp", "--stdio", *args]
+           "-m", "cairn_servers.ctx.cli", "serve", "mcp", "--stdio", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env, cwd=REPO)
 
 

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from cairn.core.errors import StorageError
-from cairn.ctx import config as cfgmod
-from cairn.ctx.service import Service
-from cairn.ctx.store import SCHEMA_VERSION, DocumentRecord
-from cairn.ctx.stores import open_store
-from cairn.ctx.chunk import chunk_text
+from cairn_servers.core.errors import StorageError
+from cairn_servers.ctx import config as cfgmod
+from cairn_servers.ctx.service import Service
+from cairn_servers.ctx.store import SCHEMA_VERSION, DocumentRecord
+from cairn_servers.ctx.stores import open_store
+from cairn_servers.ctx.chunk import chunk_text
 
 from .conftest import config_file, write
 
@@ -34,7 +34,7 @@ root = "{root}"
 
 
 def _ctx(*args: str) -> list[str]:
-    return [sys.executable, "-m", "cairn.ctx.cli", *args]
+    return [sys.executable, "-m", "cairn_servers.ctx.cli", *args]
 
 
 def _integrity(cfg: Path) -> tuple[int, int]:
@@ -99,12 +99,12 @@ def test_searches_are_answered_during_a_sync(tmp_path: Path) -> None:
 
 
 def test_a_database_from_the_previous_schema_is_upgraded(tmp_path: Path) -> None:
-    from cairn.ctx.store import SqliteStore
+    from cairn_servers.ctx.store import SqliteStore
 
     cfg = _config(tmp_path, tmp_path / "docs")
     db = cfgmod.load(cfg).db
     if db.url:
-        from cairn.ctx.store_pg import PostgresStore
+        from cairn_servers.ctx.store_pg import PostgresStore
 
         old: SqliteStore | PostgresStore = PostgresStore(db.url, migrate=False)
     else:

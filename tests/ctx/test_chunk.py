@@ -5,7 +5,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cairn.ctx.chunk import blocks, chunk_text, title_of
+from cairn_servers.ctx.chunk import blocks, chunk_text, title_of
 
 
 def test_headings_start_chunks_and_carry_their_path() -> None:

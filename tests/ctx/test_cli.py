@@ -14,7 +14,7 @@ PY = sys.executable
 
 
 def ctx(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([PY, "-m", "cairn.ctx.cli", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([PY, "-m", "cairn_servers.ctx.cli", *args], cwd=cwd, capture_output=True, text=True,
                           env=dict(os.environ, **(env or {})), timeout=60)
 
 
@@ -80,7 +80,7 @@ def test_errors_exit_codes_and_messages(tmp_path: Path) -> None:
 
 
 def test_help_is_fast_to_import() -> None:
-    code = "import sys, cairn.ctx.cli; print(sorted(m for m in ('numpy','httpx','wordllama','sqlite3') if m in sys.modules))"
+    code = "import sys, cairn_servers.ctx.cli; print(sorted(m for m in ('numpy','httpx','wordllama','sqlite3') if m in sys.modules))"
     out = subprocess.run([PY, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]"
 
@@ -89,9 +89,9 @@ def test_help_is_fast_to_import() -> None:
 def test_sqlite_search_never_imports_the_postgres_driver(tmp_path: Path) -> None:
     write(tmp_path / "docs", {"a.md": "# A\n\nheron"})
     path = config_file(tmp_path, f'[db]\npath = "kb.sqlite"\n[connectors.filesystem.docs]\nroot = "{tmp_path / "docs"}"\n')
-    code = ("import sys; from cairn.ctx.cli import main; main(['sync', '--config', sys.argv[1], '--json']);"
+    code = ("import sys; from cairn_servers.ctx.cli import main; main(['sync', '--config', sys.argv[1], '--json']);"
             " main(['search', 'heron', '--config', sys.argv[1], '--json']);"
-            " print([m for m in ('psycopg', 'cairn.ctx.store_pg') if m in sys.modules])")
+            " print([m for m in ('psycopg', 'cairn_servers.ctx.store_pg') if m in sys.modules])")
     env = {k: v for k, v in os.environ.items() if k != "CTX_DATABASE_URL"}
     out = subprocess.run([PY, "-c", code, str(path)], capture_output=True, text=True, check=True, env=env).stdout
     assert '"source_id": "a.md"' in out  # it searched
@@ -124,7 +124,7 @@ def test_progress_bar_only_on_a_terminal(tmp_path: Path) -> None:
     write(tmp_path / "docs", {f"f{i}.md": f"# F{i}\n\nbody {i}" for i in range(100)})
     path = config_file(tmp_path, f'[db]\npath = "kb.sqlite"\n[connectors.filesystem.docs]\nroot = "{tmp_path / "docs"}"\n')
     master, slave = pty.openpty()
-    proc = subprocess.run([PY, "-m", "cairn.ctx.cli", "sync", "--config", str(path), "--json"], cwd=tmp_path,
+    proc = subprocess.run([PY, "-m", "cairn_servers.ctx.cli", "sync", "--config", str(path), "--json"], cwd=tmp_path,
                           stdout=subprocess.PIPE, stderr=slave, timeout=60)
     os.close(slave)
     drawn = os.read(master, 65536).decode()

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from cairn.ctx import cli
+from cairn_servers.ctx import cli
 
 from .conftest import config_file, write
 
@@ -103,10 +103,10 @@ def test_a_search_loads_the_agent_records_only_when_the_config_has_agents(tmp_pa
                          'arguments = [{ name = "topic", required = true }]\n', "agents.toml")
     bad = config_file(tmp_path, plain.read_text() + '[agents.inline.writer]\nsystem_prompt = "Write about {{topic}}."\n',
                       "bad.toml")
-    code = ("import sys; from cairn.ctx.cli import main; rc = main(['search', 'heron', '--config', sys.argv[1], '--json']);"
-            " sys.stderr.write(f'AGENTS {\"cairn.ctx.agent_config\" in sys.modules} {rc}\\n')")
+    code = ("import sys; from cairn_servers.ctx.cli import main; rc = main(['search', 'heron', '--config', sys.argv[1], '--json']);"
+            " sys.stderr.write(f'AGENTS {\"cairn_servers.ctx.agent_config\" in sys.modules} {rc}\\n')")
     env = {k: v for k, v in os.environ.items() if k not in ("CTX_DATABASE_URL", "CTX_CONFIG")}
-    subprocess.run([sys.executable, "-m", "cairn.ctx.cli", "sync", "--config", str(plain), "--json"], env=env,
+    subprocess.run([sys.executable, "-m", "cairn_servers.ctx.cli", "sync", "--config", str(plain), "--json"], env=env,
                    capture_output=True, check=True)
 
     def search(path: Path) -> tuple[str, str]:

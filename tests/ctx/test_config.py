@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from cairn.core.errors import InvalidInput, NotFound
-from cairn.ctx import config as cfg
-from cairn.ctx.interpolate import expand_document
-from cairn.ctx.service import init
+from cairn_servers.core.errors import InvalidInput, NotFound
+from cairn_servers.ctx import config as cfg
+from cairn_servers.ctx.interpolate import expand_document
+from cairn_servers.ctx.service import init
 
 from .conftest import config_file
 
@@ -167,7 +167,7 @@ def test_effective_config_round_trips_through_toml(tmp_path: Path, monkeypatch: 
 def test_the_embedding_section_is_the_providers_one_settings_type(tmp_path: Path) -> None:
     import dataclasses
 
-    from cairn.search.embed import EmbeddingSettings
+    from cairn_servers.search.embed import EmbeddingSettings
 
     c = cfg.load(config_file(tmp_path, """
 [embedding]

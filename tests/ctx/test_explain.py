@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from cairn.ctx.service import ExplainedResult, SearchResult, Service
-from cairn.search.fusion import RRF_K
+from cairn_servers.ctx.service import ExplainedResult, SearchResult, Service
+from cairn_servers.search.fusion import RRF_K
 
 from .conftest import config_file, write
 
@@ -199,7 +199,7 @@ def test_hybrid_explain_with_minmax_fusion(corpus: Path) -> None:
 def test_cli_explain_text_and_json(corpus: Path) -> None:
     svc = make(corpus)
     svc.sync("all")
-    argv = [sys.executable, "-m", "cairn.ctx.cli", "search", "largest flightless", "--explain", "--limit", "2",
+    argv = [sys.executable, "-m", "cairn_servers.ctx.cli", "search", "largest flightless", "--explain", "--limit", "2",
             "--config", str(corpus / "ctx.toml")]
     env = {"PYTHONPATH": SRC, "CTX_OUTPUT_FORMAT": "", "PATH": "/usr/bin:/bin",
            **{k: v for k, v in os.environ.items() if k == "CTX_DATABASE_URL"}}

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from cairn.ctx import extract
-from cairn.ctx.service import Service
+from cairn_servers.ctx import extract
+from cairn_servers.ctx.service import Service
 
 from ._docs import encrypted_pdf, pdf_bytes, write_docx, write_pptx, write_xlsx
 from .conftest import config_file, git, write
@@ -131,20 +131,20 @@ def test_the_cli_prints_locations_and_warnings(tmp_path: Path) -> None:
     (root / "broken.pdf").write_bytes(b"%PDF-1.4\nthis is not really a PDF")
     cfg = config_file(tmp_path, f'[db]\npath = "kb.sqlite"\n[connectors.filesystem.docs]\nroot = "{root}"\n')
     env = dict(os.environ, PYTHONPATH=SRC)
-    sync = subprocess.run([PY, "-m", "cairn.ctx.cli", "sync", "--config", str(cfg), "--text"],
+    sync = subprocess.run([PY, "-m", "cairn_servers.ctx.cli", "sync", "--config", str(cfg), "--text"],
                           capture_output=True, text=True, env=env, timeout=120)
     assert sync.returncode == 0, sync.stderr
     assert "7 added" in sync.stdout and "1 skipped" in sync.stdout
     assert "  warning: broken.pdf: skipped: corrupt or not a PDF file" in sync.stdout
-    as_json = subprocess.run([PY, "-m", "cairn.ctx.cli", "sync", "--config", str(cfg), "--json"],
+    as_json = subprocess.run([PY, "-m", "cairn_servers.ctx.cli", "sync", "--config", str(cfg), "--json"],
                              capture_output=True, text=True, env=env, timeout=120)
     warnings = json.loads(as_json.stdout)["sources"][0]["warnings"]
     assert len(warnings) == 1 and warnings[0].startswith("broken.pdf: skipped: corrupt or not a PDF file")
-    found = subprocess.run([PY, "-m", "cairn.ctx.cli", "search", "zebra migration", "--config", str(cfg), "--json"],
+    found = subprocess.run([PY, "-m", "cairn_servers.ctx.cli", "search", "zebra migration", "--config", str(cfg), "--json"],
                            capture_output=True, text=True, env=env, timeout=120)
     hit = json.loads(found.stdout)[0]
     assert (hit["source_id"], hit["location"]) == ("report.pdf", "Page 2")
-    text = subprocess.run([PY, "-m", "cairn.ctx.cli", "search", "zebra migration", "--config", str(cfg), "--text"],
+    text = subprocess.run([PY, "-m", "cairn_servers.ctx.cli", "search", "zebra migration", "--config", str(cfg), "--text"],
                           capture_output=True, text=True, env=env, timeout=120)
     assert "filesystem:docs report.pdf, Page 2" in text.stdout
 
@@ -259,7 +259,7 @@ def test_a_reader_that_crashes_or_hangs_costs_one_file_not_the_sync(tmp_path: Pa
 
 
 def test_pages_slides_and_sheets_never_share_a_chunk(tmp_path: Path) -> None:
-    from cairn.ctx.chunk import chunk_text
+    from cairn_servers.ctx.chunk import chunk_text
 
     # Ten tiny pages: Markdown rules would merge them; pages stay apart, so each chunk cites one page.
     pdf = extract.extract(pdf_bytes([[f"page {i} word{i}"] for i in range(1, 11)]), "p.pdf", "pdf")
@@ -278,7 +278,7 @@ def test_pages_slides_and_sheets_never_share_a_chunk(tmp_path: Path) -> None:
 
 def test_extracted_text_cannot_pose_as_markdown_structure() -> None:
     pdf = extract.extract(pdf_bytes([["# include <stdio.h>", "```", "still page one"], ["page two"]]), "c.pdf", "pdf")
-    from cairn.ctx.chunk import chunk_text
+    from cairn_servers.ctx.chunk import chunk_text
 
     chunks = chunk_text(pdf.body, 400, 40, sections=1)
     assert [c.heading for c in chunks] == ["# Page 1", "# Page 2"]
@@ -483,20 +483,20 @@ def test_search_start_up_does_not_load_the_extraction_libraries(tmp_path: Path) 
     one_of_each(root)
     cfg = config_file(tmp_path, f'[db]\npath = "kb.sqlite"\n[connectors.filesystem.docs]\nroot = "{root}"\n')
     env = dict(os.environ, PYTHONPATH=SRC)
-    probe = ("import sys\nfrom cairn.ctx.cli import main\nsys.argv[1:] = sys.argv[2:]\nrc = main()\n"
+    probe = ("import sys\nfrom cairn_servers.ctx.cli import main\nsys.argv[1:] = sys.argv[2:]\nrc = main()\n"
              "sys.stderr.write('MODULES ' + ' '.join(sorted(sys.modules)) + '\\n')\nsys.exit(rc)\n")
     sync = subprocess.run([PY, "-c", probe, "--", "sync", "--config", str(cfg), "--json"], capture_output=True,
                           text=True, env=env, timeout=120)
     assert sync.returncode == 0, sync.stderr
     synced = set(sync.stderr.split("MODULES ")[1].split())
-    assert {"cairn.ctx.extract", "html.parser"} <= synced  # the probe does see them (PDFium: in the worker)
+    assert {"cairn_servers.ctx.extract", "html.parser"} <= synced  # the probe does see them (PDFium: in the worker)
     search = subprocess.run([PY, "-c", probe, "--", "search", "zebra", "--config", str(cfg), "--json"],
                             capture_output=True, text=True, env=env, timeout=120)
     assert search.returncode == 0, search.stderr
     assert json.loads(search.stdout)[0]["location"] == "Page 2"
     loaded = set(search.stderr.split("MODULES ")[1].split())
-    heavy = {"pypdfium2", "pypdfium2_raw", "python_calamine", "cairn.ctx.extract", "xml.etree.ElementTree",
-             "html.parser", "zipfile", "cairn.ctx.connectors"}
+    heavy = {"pypdfium2", "pypdfium2_raw", "python_calamine", "cairn_servers.ctx.extract", "xml.etree.ElementTree",
+             "html.parser", "zipfile", "cairn_servers.ctx.connectors"}
     if os.environ.get("CTX_DATABASE_URL"):  # psycopg-binary's version module reads importlib.metadata (zipfile)
         heavy.discard("zipfile")
     assert not heavy & loaded, heavy & loaded
@@ -518,7 +518,7 @@ def test_html_charset_and_pdf_header_offset() -> None:
 
 
 def test_warnings_are_listed_up_to_a_limit_then_counted() -> None:
-    from cairn.ctx.connectors import MAX_WARNINGS, Skips
+    from cairn_servers.ctx.connectors import MAX_WARNINGS, Skips
 
     skips = Skips()
     for i in range(MAX_WARNINGS + 50):

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from cairn.ctx.connectors.git import web_url
-from cairn.ctx.service import Service
+from cairn_servers.ctx.connectors.git import web_url
+from cairn_servers.ctx.service import Service
 
 from .conftest import config_file, git, make_repo, write
 

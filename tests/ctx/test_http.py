@@ -19,9 +19,9 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from cairn.core.errors import InvalidInput
-from cairn.ctx import config
-from cairn.ctx.http import create_app
+from cairn_servers.core.errors import InvalidInput
+from cairn_servers.ctx import config
+from cairn_servers.ctx.http import create_app
 
 from .conftest import free_port, serving
 
@@ -40,7 +40,7 @@ def example_kb(base: Path) -> Path:
     (root / "tools" / "spin.lua").write_text(SLOW_TOOL)
     cfg = root / "ctx.toml"
     cfg.write_text(cfg.read_text() + '\n[tools.script.spin]\npath = "tools/spin.lua"\ntimeout = 0.3\n')
-    from cairn.ctx.service import Service
+    from cairn_servers.ctx.service import Service
 
     svc = Service.from_config(cfg)
     assert all(r.ok for r in svc.sync("all").sources)
@@ -296,7 +296,7 @@ def test_token_from_the_environment_wins(kb: Path, monkeypatch: pytest.MonkeyPat
 
 
 def test_internal_errors_hide_the_traceback(kb: Path, capfd: pytest.CaptureFixture[str]) -> None:
-    from cairn.core.ops import Op
+    from cairn_servers.core.ops import Op
 
     app = create_app(config.load(kb))
 
@@ -345,7 +345,7 @@ def test_concurrent_requests_each_get_their_answer(url: str) -> None:
 
 
 def _ctx(*args: str) -> list[str]:
-    return [sys.executable, "-m", "cairn.ctx.cli", *args]
+    return [sys.executable, "-m", "cairn_servers.ctx.cli", *args]
 
 
 def _env() -> dict[str, str]:
@@ -390,8 +390,8 @@ def test_remote_binds_need_the_flag_and_a_token(kb: Path) -> None:
 
 
 def test_semantic_and_hybrid_run_in_the_pool_and_reuse_the_vector_matrix(tmp_path: Path) -> None:
-    from cairn.ctx import retrieval
-    from cairn.ctx.service import Service
+    from cairn_servers.ctx import retrieval
+    from cairn_servers.ctx.service import Service
 
     root = tmp_path / "example"
     shutil.copytree(EXAMPLE, root, ignore=shutil.ignore_patterns("data"))
@@ -424,7 +424,7 @@ def test_semantic_and_hybrid_run_in_the_pool_and_reuse_the_vector_matrix(tmp_pat
 def test_docs_cover_every_route_error_code_and_server_key(kb: Path) -> None:
     from dataclasses import fields
 
-    from cairn.ctx.config import ServerConfig
+    from cairn_servers.ctx.config import ServerConfig
 
     text = (REPO / "docs" / "ctx.md").read_text()
     app = create_app(config.load(kb))

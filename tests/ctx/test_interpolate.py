@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from cairn.core import sanitize
-from cairn.core.errors import InvalidInput
-from cairn.ctx import config as cfg
-from cairn.ctx.interpolate import expand_document
+from cairn_servers.core import sanitize
+from cairn_servers.core.errors import InvalidInput
+from cairn_servers.ctx import config as cfg
+from cairn_servers.ctx.interpolate import expand_document
 
 from .conftest import config_file
 
@@ -135,7 +135,7 @@ def test_a_token_variable_set_to_empty_is_refused(tmp_path: Path, monkeypatch: p
 
 def test_expanded_secrets_are_scrubbed_from_messages_and_logs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
-    from cairn.core import log
+    from cairn_servers.core import log
 
     monkeypatch.setenv("CTX_GIT_SECRET", SECRET)
     monkeypatch.setenv("CTX_NOTES_DIR", str(tmp_path / "notes-folder"))

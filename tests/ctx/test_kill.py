@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from cairn.ctx import config as cfgmod
-from cairn.ctx.service import Service
-from cairn.ctx.store import Match
-from cairn.ctx.stores import open_store
+from cairn_servers.ctx import config as cfgmod
+from cairn_servers.ctx.service import Service
+from cairn_servers.ctx.store import Match
+from cairn_servers.ctx.stores import open_store
 
 from .conftest import config_file, write
 
@@ -71,7 +71,7 @@ root = "{root}"
     assert check(cfg, base) == 300
 
     extra = [f"extra/e{i:04d}.md" for i in range(2500)]
-    sync = [sys.executable, "-m", "cairn.ctx.cli", "sync", "all", "--config", str(cfg)]
+    sync = [sys.executable, "-m", "cairn_servers.ctx.cli", "sync", "all", "--config", str(cfg)]
 
     def fresh_work(round_: int) -> None:
         # New and rewritten files, some base files edited (they must survive).

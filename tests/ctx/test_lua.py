@@ -1,6 +1,6 @@
 """The Lua sandbox: escape attempts end in clean errors, budgets hold inside pcall and coroutines.
 
-Direct tests on ``cairn.ctx.lua.Sandbox`` (one fresh Lua 5.4 state per run), then the same attacks
+Direct tests on ``cairn_servers.ctx.lua.Sandbox`` (one fresh Lua 5.4 state per run), then the same attacks
 as Lua tools behind the real HTTP server: each answers 400/408/500 with the error envelope and the
 server keeps serving.
 """
@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
-from cairn.core.errors import CairnError, ExtensionError, NotFound, Timeout
-from cairn.ctx.lua import Sandbox, wrap_host
+from cairn_servers.core.errors import CairnError, ExtensionError, NotFound, Timeout
+from cairn_servers.ctx.lua import Sandbox, wrap_host
 
 from .conftest import config_file, serving
 
@@ -90,7 +90,7 @@ def test_python_objects_expose_no_attributes() -> None:
 
 
 def test_precompiled_bytecode_is_refused(tmp_path: Path) -> None:
-    from cairn.ctx.lua import read_script
+    from cairn_servers.ctx.lua import read_script
 
     script = tmp_path / "x.luac"
     script.write_bytes(b"\x1bLua\x54\x00" + b"\x00" * 20)
@@ -183,8 +183,8 @@ ATTACKS: dict[str, tuple[str, int, str]] = {
 @pytest.fixture(scope="module")
 def attack_server(tmp_path_factory: pytest.TempPathFactory, ctx_module_backend: str) -> Any:
     """A server of attack tools over a knowledge base on each storage backend in turn."""
-    from cairn.ctx import config
-    from cairn.ctx.http import create_app
+    from cairn_servers.ctx import config
+    from cairn_servers.ctx.http import create_app
 
     base = tmp_path_factory.mktemp("attacks")
     (base / "docs").mkdir()
@@ -197,7 +197,7 @@ def attack_server(tmp_path_factory: pytest.TempPathFactory, ctx_module_backend: 
         budget = 10 if name == "memory" else BUDGET  # the memory cap, not the clock, must stop it
         body += f'[tools.script.{name}]\npath = "{name}.lua"\ntimeout = {budget}\n'
     cfg = config.load(config_file(base, body))
-    from cairn.ctx.service import Service
+    from cairn_servers.ctx.service import Service
 
     svc = Service(cfg)
     svc.sync("all")

@@ -23,8 +23,8 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
-from cairn.ctx import config
-from cairn.ctx.http import create_app
+from cairn_servers.ctx import config
+from cairn_servers.ctx.http import create_app
 
 from .conftest import free_port, serving
 from .test_http import REPO, example_kb
@@ -166,7 +166,7 @@ def test_root_url_needs_the_token(kb: Path) -> None:
 
 def test_sdk_client_over_stdio(base: str, kb: Path) -> None:
     tools, search = _http_views(base)
-    params = StdioServerParameters(command=sys.executable, args=["-m", "cairn.ctx.cli", "serve", "mcp", "--stdio",
+    params = StdioServerParameters(command=sys.executable, args=["-m", "cairn_servers.ctx.cli", "serve", "mcp", "--stdio",
                                                                  "--config", str(kb)], env=_env())
     asyncio.run(asyncio.wait_for(_exercise(params, tools, search), 60))
 
@@ -179,7 +179,7 @@ def test_stdio_stdout_carries_only_json_rpc(kb: Path) -> None:
         {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "find_mentions",
                                                                       "arguments": {"term": "deploy"}}},
     ]
-    proc = subprocess.run([sys.executable, "-m", "cairn.ctx.cli", "serve", "mcp", "--stdio", "--config", str(kb)],
+    proc = subprocess.run([sys.executable, "-m", "cairn_servers.ctx.cli", "serve", "mcp", "--stdio", "--config", str(kb)],
                           input="".join(json.dumps(m) + "\n" for m in lines), capture_output=True, text=True,
                           env=_env(), timeout=60)
     assert proc.returncode == 0, proc.stderr
@@ -202,7 +202,7 @@ def test_conformance_generic_scenarios_against_ctx(kb: Path, tmp_path: Path, pat
     port = free_port()
     log = tmp_path / "server.log"
     with log.open("wb") as fh:
-        server = subprocess.Popen([sys.executable, "-m", "cairn.ctx.cli", "serve", "mcp", "--config", str(kb),
+        server = subprocess.Popen([sys.executable, "-m", "cairn_servers.ctx.cli", "serve", "mcp", "--config", str(kb),
                                    "--bind", f"127.0.0.1:{port}"], stdout=fh, stderr=subprocess.STDOUT, env=_env())
     env = dict(os.environ, PATH=f"{NODE_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
     try:

@@ -1,6 +1,6 @@
 """Parity (issue 14): every ctx operation gives the same result and the same message on every surface.
 
-For each operation of the registry (cairn/ctx/ops.py: search, get, sources; agent_list and agent_show at
+For each operation of the registry (cairn_servers/ctx/ops.py: search, get, sources; agent_list and agent_show at
 the end of this file) and each Lua tool of the
 configuration (an operation built from its script's schema), the same inputs, valid and invalid, go
 through:
@@ -36,12 +36,12 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
-from cairn.core.ops import Op
-from cairn.ctx import config
-from cairn.ctx.http import create_app
-from cairn.ctx.ops import OPS
-from cairn.ctx.store import document_id
-from cairn.ctx.tools import Toolbox
+from cairn_servers.core.ops import Op
+from cairn_servers.ctx import config
+from cairn_servers.ctx.http import create_app
+from cairn_servers.ctx.ops import OPS
+from cairn_servers.ctx.store import document_id
+from cairn_servers.ctx.tools import Toolbox
 
 from .conftest import serving
 
@@ -150,7 +150,7 @@ def _env() -> dict[str, str]:
 
 
 def _ctx(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cairn.ctx.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "cairn_servers.ctx.cli", *args], capture_output=True, text=True,
                           env=_env(), timeout=60)
 
 
@@ -283,7 +283,7 @@ ALL = [(name, case) for name, cases in CASES.items() for case in cases]
 @pytest.fixture(scope="module")
 def mcp_answers(kb: Path, base: str) -> dict[str, list[Answer]]:
     stdio = StdioServerParameters(command=sys.executable, env=_env(),
-                                  args=["-m", "cairn.ctx.cli", "serve", "mcp", "--stdio", "--config", str(kb)])
+                                  args=["-m", "cairn_servers.ctx.cli", "serve", "mcp", "--stdio", "--config", str(kb)])
 
     async def both() -> dict[str, list[Answer]]:
         return {"stdio": await _via_mcp(stdio, ALL), "http": await _via_mcp(f"{base}/mcp", ALL)}
@@ -389,7 +389,7 @@ async def _agents_via_mcp(server: Any) -> tuple[list[dict[str, Any]], list[Answe
 @pytest.fixture(scope="module")
 def mcp_agent_answers(kb: Path, base: str) -> dict[str, tuple[list[dict[str, Any]], list[Answer]]]:
     stdio = StdioServerParameters(command=sys.executable, env=_env(),
-                                  args=["-m", "cairn.ctx.cli", "serve", "mcp", "--stdio", "--config", str(kb)])
+                                  args=["-m", "cairn_servers.ctx.cli", "serve", "mcp", "--stdio", "--config", str(kb)])
 
     async def both() -> dict[str, tuple[list[dict[str, Any]], list[Answer]]]:
         return {"stdio": await _agents_via_mcp(stdio), "http": await _agents_via_mcp(f"{base}/mcp")}

@@ -8,8 +8,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from cairn.core.errors import StorageError
-from cairn.ctx.service import Service
+from cairn_servers.core.errors import StorageError
+from cairn_servers.ctx.service import Service
 
 from .conftest import config_file, drop_database, pg_database, write
 
@@ -59,7 +59,7 @@ def test_vectors_get_an_hnsw_index_per_model(pg_kb: Service) -> None:
 def test_a_keyword_search_is_one_statement(pg_kb: Service, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The terms' counts (ranking budget), their IDF weights and the ranking go in one round trip; it was
     eight. Over the budget, the plan takes a second statement (and the rarest-term fallback a third)."""
-    from cairn.ctx import retrieval, store_pg
+    from cairn_servers.ctx import retrieval, store_pg
 
     statements: list[str] = []
     execute = store_pg._Guarded.execute

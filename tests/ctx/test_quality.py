@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cairn.ctx.service import Service
+from cairn_servers.ctx.service import Service
 
 # question -> acceptable answer titles
 QUESTIONS: dict[str, set[str]] = {

@@ -11,7 +11,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from cairn.ctx.service import Service
+from cairn_servers.ctx.service import Service
 
 from .conftest import config_file
 from .test_http import EXAMPLE

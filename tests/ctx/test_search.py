@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from cairn.core.errors import InvalidInput, NotFound
-from cairn.ctx.service import Service
+from cairn_servers.core.errors import InvalidInput, NotFound
+from cairn_servers.ctx.service import Service
 
 from .conftest import config_file, write
 
@@ -184,8 +184,8 @@ def test_stats(corpus: Path) -> None:
 
 
 def test_ranking_budget_prefers_rare_terms(tmp_path: Path) -> None:
-    from cairn.ctx import retrieval
-    from cairn.ctx.store import Match
+    from cairn_servers.ctx import retrieval
+    from cairn_servers.ctx.store import Match
 
     files = {f"c{i:03d}.md": f"# C{i}\n\ncommon word here {'rare' if i == 7 else ''} {'pair' if i % 50 == 0 else ''}"
              for i in range(200)}
@@ -226,7 +226,7 @@ def test_ranking_budget_prefers_rare_terms(tmp_path: Path) -> None:
 def test_query_vectors_are_reused_across_modes_and_bounded(corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same question in semantic then hybrid mode (or asked again) embeds once; the cache is the
     embedder's own, holds at most QUERY_CACHE_SIZE queries, and answers stay the same."""
-    from cairn.ctx import retrieval
+    from cairn_servers.ctx import retrieval
 
     svc = make(corpus, 'provider = "local"')
     svc.sync("all")
@@ -265,9 +265,9 @@ _PREVIOUS_JOINED = ("SELECT f.rowid, -bm25(chunks_fts) AS s FROM chunks_fts f JO
 def test_keyword_ranking_matches_the_previous_statements(tmp_path: Path, ctx_backend: str) -> None:
     import random
 
-    from cairn.ctx import retrieval
-    from cairn.ctx.retrieval import Filters
-    from cairn.ctx.store import Match
+    from cairn_servers.ctx import retrieval
+    from cairn_servers.ctx.retrieval import Filters
+    from cairn_servers.ctx.store import Match
 
     rng = random.Random(19)
     vocab = ["harvest", "harvesting", "kiwi", "orchard", "use-effect", "cleanup", "bird", "report", "season", "rain"]
@@ -322,10 +322,10 @@ def test_split_ranking_gives_the_one_statement_answer(tmp_path: Path, ctx_backen
     import random
     import sqlite3
 
-    from cairn.ctx import retrieval
-    from cairn.ctx import store as store_mod
-    from cairn.ctx.retrieval import Filters
-    from cairn.ctx.store import Match
+    from cairn_servers.ctx import retrieval
+    from cairn_servers.ctx import store as store_mod
+    from cairn_servers.ctx.retrieval import Filters
+    from cairn_servers.ctx.store import Match
 
     rng = random.Random(7)
     vocab = ["harvest", "harvesting", "kiwi", "orchard", "use-effect", "cleanup", "bird", "report", "season", "rain"]
@@ -448,8 +448,8 @@ def test_keyword_counts_are_remembered_until_the_data_changes(tmp_path: Path, ct
         pytest.skip("PostgreSQL counts inside its one ranking statement")
     import sqlite3
 
-    from cairn.ctx import store as store_mod
-    from cairn.ctx.store import Match
+    from cairn_servers.ctx import store as store_mod
+    from cairn_servers.ctx.store import Match
 
     write(tmp_path / "notes", {f"c{i:03d}.md": f"# C{i}\n\ncommon word {'rare' if i % 10 == 0 else ''}" for i in range(60)})
     write(tmp_path / "wiki", {"w.md": "# W\n\nnothing"})
@@ -517,7 +517,7 @@ def test_keyword_counts_are_remembered_until_the_data_changes(tmp_path: Path, ct
 
 def test_snippet_with_the_terms_computed_once_is_the_same_snippet() -> None:
     # _group computes the query's snippet terms once per search instead of once per result.
-    from cairn.ctx.retrieval import snippet, snippet_terms
+    from cairn_servers.ctx.retrieval import snippet, snippet_terms
 
     text = ("Intro words. " * 30) + "The Kiwi bird, which cannot fly, lives in New Zealand. " + ("Tail text here. " * 30)
     for query in ("kiwi", "What is the KIWI", "the a of", "zealand kiwi", "nothing matches", "tail", "intro"):

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from cairn.ctx.service import Service
-from cairn.ctx.store import document_id
+from cairn_servers.ctx.service import Service
+from cairn_servers.ctx.store import document_id
 
 from .conftest import config_file, write
 
@@ -142,7 +142,7 @@ root = "{other}"
     assert {r.source_id for r in svc.search("kiwi", source="filesystem:docs")} == {"k.md"}
     counts = {s.source: s.doc_count for s in svc.sources()}
     assert counts == {"filesystem:docs": 4, "filesystem:other": 1}
-    from cairn.core.errors import NotFound
+    from cairn_servers.core.errors import NotFound
 
     with pytest.raises(NotFound, match="No connector matches 'nope'. Configured: filesystem:docs, filesystem:other"):
         svc.sync("nope")
@@ -170,9 +170,9 @@ def test_a_script_connector_with_a_missing_script_fails_alone(tmp_path: Path, do
 
 def test_extension_point_registers_a_connector_type(tmp_path: Path, docs_tree: Path) -> None:
     """Script connectors (next part) plug in exactly like this: register a factory for the type."""
-    from cairn.ctx import connectors
-    from cairn.ctx.config import ConnectorConfig
-    from cairn.ctx.connectors import Entry, Item
+    from cairn_servers.ctx import connectors
+    from cairn_servers.ctx.config import ConnectorConfig
+    from cairn_servers.ctx.connectors import Entry, Item
 
     class Static:
         skipped = 0
@@ -200,6 +200,6 @@ def test_extension_point_registers_a_connector_type(tmp_path: Path, docs_tree: P
         assert hits[0].source_url == "https://***@tickets.example.org/T-0"  # credentials scrubbed
         assert svc.get(hits[0].id).author == "bot"
     finally:
-        from cairn.ctx.connectors.base import _TYPES
+        from cairn_servers.ctx.connectors.base import _TYPES
 
         _TYPES.pop("script", None)

@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from cairn.core.errors import CairnError, ExtensionError, InvalidInput, NotFound
-from cairn.ctx import config
-from cairn.ctx.tools import Toolbox
+from cairn_servers.core.errors import CairnError, ExtensionError, InvalidInput, NotFound
+from cairn_servers.ctx import config
+from cairn_servers.ctx.tools import Toolbox
 
 from .conftest import config_file
 from .test_http import REPO, example_kb
 
 
 def ctx(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cairn.ctx.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "cairn_servers.ctx.cli", *args], capture_output=True, text=True,
                           env=dict(os.environ, PYTHONPATH=str(REPO / "src")), timeout=60)
 
 

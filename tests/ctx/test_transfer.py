@@ -24,11 +24,11 @@ from typing import Any
 
 import pytest
 
-from cairn.core.errors import InvalidInput, StorageError
-from cairn.ctx import transfer
-from cairn.ctx.chunk import chunk_hash
-from cairn.ctx.service import Service
-from cairn.ctx.store import SCHEMA_VERSION
+from cairn_servers.core.errors import InvalidInput, StorageError
+from cairn_servers.ctx import transfer
+from cairn_servers.ctx.chunk import chunk_hash
+from cairn_servers.ctx.service import Service
+from cairn_servers.ctx.store import SCHEMA_VERSION
 
 from ._docs import pdf_bytes
 from .conftest import config_file, drop_database, pg_database, write
@@ -97,7 +97,7 @@ def corpus(tmp_path: Path) -> Path:
 
 def ctx(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
     env = dict(os.environ, PYTHONPATH=SRC, CTX_OUTPUT_FORMAT="")
-    return subprocess.run([sys.executable, "-m", "cairn.ctx.cli", *args], capture_output=True, env=env, timeout=120,
+    return subprocess.run([sys.executable, "-m", "cairn_servers.ctx.cli", *args], capture_output=True, env=env, timeout=120,
                           input=stdin)
 
 
@@ -241,7 +241,7 @@ def _good_file() -> list[bytes]:
 
 
 def transfer_id(source: str, source_id: str) -> str:
-    from cairn.ctx.store import document_id
+    from cairn_servers.ctx.store import document_id
 
     return document_id(source, source_id)
 
@@ -327,8 +327,8 @@ def _fresh_config(tmp_path: Path, fresh_db: Fresh, name: str) -> Path:
 
 
 def test_sigkill_during_import_leaves_the_database_as_it_was(tmp_path: Path, fresh_db: Fresh) -> None:
-    from cairn.ctx import config as cfgmod
-    from cairn.ctx.stores import open_store
+    from cairn_servers.ctx import config as cfgmod
+    from cairn_servers.ctx.stores import open_store
 
     big = tmp_path / "big.jsonl"
     _big_export(big, 6000)
@@ -342,7 +342,7 @@ def test_sigkill_during_import_leaves_the_database_as_it_was(tmp_path: Path, fre
     killed_mid_run = 0
     for attempt in range(8):  # the kill lands at a random share of a timed run; under load a run may end first
         cfg = _fresh_config(tmp_path, fresh_db, f"kb{attempt}")
-        proc = subprocess.Popen([sys.executable, "-m", "cairn.ctx.cli", "import", str(big), "--config", str(cfg)],
+        proc = subprocess.Popen([sys.executable, "-m", "cairn_servers.ctx.cli", "import", str(big), "--config", str(cfg)],
                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(rng.uniform(0.3, 0.85) * full)
         killed_mid_run += proc.poll() is None
@@ -411,7 +411,7 @@ def test_export_into_a_pipe_closed_early_ends_quietly(tmp_path: Path, fresh_db: 
     svc = Service.from_config(cfg)
     transfer.import_file(svc, str(big))
     svc.close()
-    proc = subprocess.Popen([sys.executable, "-m", "cairn.ctx.cli", "export", "--config", str(cfg)],
+    proc = subprocess.Popen([sys.executable, "-m", "cairn_servers.ctx.cli", "export", "--config", str(cfg)],
                             env=dict(os.environ, PYTHONPATH=SRC), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None and proc.stderr is not None
     assert proc.stdout.read(100).startswith(b'{"type":"header"')
@@ -475,7 +475,7 @@ def test_an_export_moves_a_knowledge_base_from_sqlite_to_postgresql_and_back(tmp
 
 def test_export_reads_one_snapshot_while_another_connection_writes(tmp_path: Path, corpus: Path,
                                                                    fresh_db: Fresh) -> None:
-    from cairn.ctx.store import DocumentRecord, document_id
+    from cairn_servers.ctx.store import DocumentRecord, document_id
 
     cfg = conf(tmp_path / "a", corpus, db=fresh_db())
     reader, writer = Service.from_config(cfg), Service.from_config(cfg)

@@ -1,4 +1,4 @@
-"""The in-memory vector matrix of SQLite knowledge bases (:class:`cairn.ctx.retrieval.VectorMatrix`), loaded with
+"""The in-memory vector matrix of SQLite knowledge bases (:class:`cairn_servers.ctx.retrieval.VectorMatrix`), loaded with
 two sequential reads instead of one SQL join per vector, holds exactly what the join gave: the same chunks in the
 same order, the same filter columns and the same normalised vectors."""
 
@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cairn.ctx.chunk import Chunk, chunk_hash
-from cairn.ctx.retrieval import Filters, VectorMatrix
-from cairn.ctx.store import DocumentRecord, SqliteStore
-from cairn.ctx.service import Service
-from cairn.search.vectors import normalize
+from cairn_servers.ctx.chunk import Chunk, chunk_hash
+from cairn_servers.ctx.retrieval import Filters, VectorMatrix
+from cairn_servers.ctx.store import DocumentRecord, SqliteStore
+from cairn_servers.ctx.service import Service
+from cairn_servers.search.vectors import normalize
 
 from .conftest import config_file, write
 

@@ -43,7 +43,7 @@ def free_port() -> int:
 
 def rss_kb(pid: int) -> int:
     """Resident set size of process ``pid`` in KiB (``VmRSS`` from /proc)."""
-    from cairn.core.heap import memory_kib
+    from cairn_servers.core.heap import memory_kib
 
     kib = memory_kib(pid)
     if not kib:
@@ -107,8 +107,8 @@ def server_env(workdir: Path, **extra: str) -> dict[str, str]:
 
 def prepare_blz(root: Path, llms: Path) -> Path:
     """A blz data root holding real llms.txt sources from ``llms`` (the test data's ``llms`` folder)."""
-    from cairn.blz import sources
-    from cairn.blz.store import Store
+    from cairn_servers.blz import sources
+    from cairn_servers.blz.store import Store
 
     root.mkdir(parents=True, exist_ok=True)
     store = Store(root)
@@ -122,9 +122,9 @@ def prepare_blz(root: Path, llms: Path) -> Path:
 
 def prepare_brk(base: Path) -> Path:
     """A brk output directory indexed and computed from the bundled mainnet heights 0..589."""
-    from cairn.brk.compute import compute
-    from cairn.brk.indexer import index
-    from cairn.brk.sample import write_mainnet_sample
+    from cairn_servers.brk.compute import compute
+    from cairn_servers.brk.indexer import index
+    from cairn_servers.brk.sample import write_mainnet_sample
 
     out = base / "out"
     if not (out / "computed").exists():
@@ -353,7 +353,7 @@ class HttpServer(_Proc):
 
 
 def _cli(app: str, *args: str) -> list[str]:
-    return [sys.executable, "-m", f"cairn.{app}.cli", *args]
+    return [sys.executable, "-m", f"cairn_servers.{app}.cli", *args]
 
 
 def spawn_blz_stdio(data_root: Path, workdir: Path, **env: str) -> StdioServer:

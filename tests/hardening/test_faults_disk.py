@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from cairn.brk.sample import write_sample
+from cairn_servers.brk.sample import write_sample
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -100,9 +100,9 @@ def _run(module: str, env: dict[str, str], *args: str, limit: int | None = None)
 # -- blz -----------------------------------------------------------------------------------------
 
 def _blz_state(env: dict[str, str]) -> str:
-    val = _run("cairn.blz.cli", env, "validate", "--json")
+    val = _run("cairn_servers.blz.cli", env, "validate", "--json")
     assert val.returncode == 0 and json.loads(val.stdout)["ok"], val.stdout + val.stderr
-    shown = _run("cairn.blz.cli", env, "inspect", "d", "--json")
+    shown = _run("cairn_servers.blz.cli", env, "inspect", "d", "--json")
     assert shown.returncode == 0, shown.stderr
     return str(json.loads(shown.stdout)["metadata"]["sha256"])
 
@@ -113,13 +113,13 @@ def _blz_round(env: dict[str, str], data: Path, src: Path, version: int, committ
     returns (failed, committed sha)."""
     body = _doc(version)
     src.write_bytes(body)
-    res = _run("cairn.blz.cli", env, "update", "d", "--json", limit=limit)
+    res = _run("cairn_servers.blz.cli", env, "update", "d", "--json", limit=limit)
     if res.returncode != 0:
         assert res.returncode == 7, (res.returncode, res.stderr)
         assert res.stderr.startswith("blz: error: ") and any(w in res.stderr for w in SPACE_WORDS), res.stderr
         assert "Traceback" not in res.stderr
         # Reads may work on the full disk or fail the same clear way (SQLite's WAL needs a -shm file).
-        val = _run("cairn.blz.cli", env, "validate", "--json")
+        val = _run("cairn_servers.blz.cli", env, "validate", "--json")
         if val.returncode:
             assert val.returncode == 7 and any(w in val.stderr for w in SPACE_WORDS), val.stderr
     if filler is not None:
@@ -130,7 +130,7 @@ def _blz_round(env: dict[str, str], data: Path, src: Path, version: int, committ
         return False, sha
     assert _blz_state(env) == committed  # the previous version, whole
     assert [p.name for p in (data / "sources" / "d").iterdir()] == [f"{committed[:16]}.txt"]
-    hit = _run("cairn.blz.cli", env, "search", f"versiontoken{version - 1}", "--json")
+    hit = _run("cairn_servers.blz.cli", env, "search", f"versiontoken{version - 1}", "--json")
     assert hit.returncode == 0 and json.loads(hit.stdout)["hits"], hit.stdout
     return True, committed
 
@@ -140,7 +140,7 @@ def test_blz_on_a_full_file_system(small_fs: Path, tmp_path: Path) -> None:
     env = {**os.environ, "BLZ_DATA_DIR": str(data)}
     src = tmp_path / "llms.txt"
     src.write_bytes(_doc(0))
-    assert _run("cairn.blz.cli", env, "add", "d", str(src), "--exact").returncode == 0
+    assert _run("cairn_servers.blz.cli", env, "add", "d", str(src), "--exact").returncode == 0
     committed = _blz_state(env)
     failures = 0
     for version, leave in enumerate(BLZ_LEAVE, start=1):
@@ -157,7 +157,7 @@ def test_blz_injected_write_error(tmp_path: Path) -> None:
     env = {**os.environ, "BLZ_DATA_DIR": str(data)}
     src = tmp_path / "llms.txt"
     src.write_bytes(_doc(0))
-    assert _run("cairn.blz.cli", env, "add", "d", str(src), "--exact").returncode == 0
+    assert _run("cairn_servers.blz.cli", env, "add", "d", str(src), "--exact").returncode == 0
     committed = _blz_state(env)
     size = len(_doc(1))
     for version, limit in enumerate([40_000, size // 2, size - 1], start=1):
@@ -175,7 +175,7 @@ def chain(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     base = tmp_path_factory.mktemp("chain")
     blocks, ref = base / "blocks", base / "ref"
     write_sample(blocks, 3000, seed=5)
-    res = _run("cairn.brk.cli", dict(os.environ), "index", "--blocks-dir", str(blocks), "--out", str(ref),
+    res = _run("cairn_servers.brk.cli", dict(os.environ), "index", "--blocks-dir", str(blocks), "--out", str(ref),
                "--format", "json")
     assert res.returncode == 0, res.stderr
     return blocks, ref
@@ -200,7 +200,7 @@ def _same_as(out: Path, ref: Path) -> None:
 
 
 def _brk_status(env: dict[str, str], out: Path) -> int:
-    res = _run("cairn.brk.cli", env, "status", "--out", str(out), "--format", "json")
+    res = _run("cairn_servers.brk.cli", env, "status", "--out", str(out), "--format", "json")
     assert res.returncode == 0, res.stderr
     return int(json.loads(res.stdout)["height"])
 
@@ -223,14 +223,14 @@ def test_brk_index_on_a_full_file_system(small_fs: Path, chain: tuple[Path, Path
     failures, heights = 0, []
     for leave in BRK_LEAVE:
         filler = _fill(small_fs, leave)
-        failed = _brk_fail_or_finish(_run("cairn.brk.cli", env, *cmd))
+        failed = _brk_fail_or_finish(_run("cairn_servers.brk.cli", env, *cmd))
         failures += failed
         if out.joinpath("manifest.json").exists():
             heights.append(_brk_status(env, out))  # readable and consistent while the disk is full
         filler.unlink()
     assert failures >= 3, failures
     assert heights == sorted(heights)  # never lost committed blocks
-    assert not _brk_fail_or_finish(_run("cairn.brk.cli", env, *cmd))
+    assert not _brk_fail_or_finish(_run("cairn_servers.brk.cli", env, *cmd))
     assert _brk_status(env, out) == 2999
     _same_as(out, ref)
 
@@ -242,17 +242,17 @@ def test_brk_injected_write_error(tmp_path: Path, chain: tuple[Path, Path]) -> N
     cmd = ["index", "--blocks-dir", str(blocks), "--out", str(out), "--commit-every", "200", "--format", "json",
            "--progress", "none"]  # stderr holds only the error
     for limit in [20_000, 60_000, 150_000]:
-        assert _brk_fail_or_finish(_run("cairn.brk.cli", env, *cmd, limit=limit))
+        assert _brk_fail_or_finish(_run("cairn_servers.brk.cli", env, *cmd, limit=limit))
         if out.joinpath("manifest.json").exists():
             _brk_status(env, out)
-    assert not _brk_fail_or_finish(_run("cairn.brk.cli", env, *cmd))
+    assert not _brk_fail_or_finish(_run("cairn_servers.brk.cli", env, *cmd))
     _same_as(out, ref)
 
 
 def test_brk_follow_recovers_after_the_disk_fills(small_fs: Path, chain: tuple[Path, Path]) -> None:
     """`brk run` keeps polling after a failed commit; once space is back, it must resume from the last
     commit (not from where the failed run had got to in memory) and end equal to the reference."""
-    from cairn.brk.cli_serve import follow
+    from cairn_servers.brk.cli_serve import follow
 
     blocks, ref = chain
     out = small_fs / "brk"
@@ -293,7 +293,7 @@ def _ctx_setup(tmp_path: Path, db: Path) -> tuple[Path, Path, dict[str, str]]:
     cfg.write_text(f'[db]\npath = "{db}"\n[embedding]\nprovider = "disabled"\n'
                    f'[connectors.filesystem.docs]\nroot = "{root}"\n')
     env = {**os.environ, "CTX_OUTPUT_FORMAT": "json"}
-    res = _run("cairn.ctx.cli", env, "sync", "all", "--config", str(cfg))
+    res = _run("cairn_servers.ctx.cli", env, "sync", "all", "--config", str(cfg))
     assert res.returncode == 0, res.stderr
     return root, cfg, env
 
@@ -311,7 +311,7 @@ def _ctx_check(env: dict[str, str], cfg: Path, db: Path, expect_docs: int | None
     assert {f"base{i:03d}.md" for i in range(200)} <= ids  # nothing previously indexed was lost
     if expect_docs is not None:
         assert len(ids) == expect_docs
-    hit = _run("cairn.ctx.cli", env, "search", "basetoken7", "--config", str(cfg))
+    hit = _run("cairn_servers.ctx.cli", env, "search", "basetoken7", "--config", str(cfg))
     assert hit.returncode == 0 and "base007.md" in hit.stdout, hit.stdout + hit.stderr
     return len(ids)
 
@@ -320,7 +320,7 @@ def _ctx_round(env: dict[str, str], cfg: Path, db: Path, root: Path, n: int, lim
                filler: Path | None = None, words: tuple[str, ...] = SPACE_WORDS) -> bool:
     for i in range(60):
         (root / f"round{n}-{i:02d}.md").write_text(f"# Round {n} {i}\n\nroundtoken{n}x{i}\n" + f"words{i} " * 500)
-    res = _run("cairn.ctx.cli", env, "sync", "all", "--config", str(cfg), limit=limit)
+    res = _run("cairn_servers.ctx.cli", env, "sync", "all", "--config", str(cfg), limit=limit)
     if res.returncode:
         assert res.returncode == 7, (res.returncode, res.stderr)
         assert "ctx: error: " in res.stderr and any(w in res.stderr for w in words), res.stderr

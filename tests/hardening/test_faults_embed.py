@@ -121,7 +121,7 @@ def _stats(cfg: Path) -> dict[str, object]:
     """`ctx stats` in-process (the command's own numbers, without paying a process start each time)."""
     from dataclasses import asdict
 
-    from cairn.ctx.service import Service
+    from cairn_servers.ctx.service import Service
 
     svc = Service.from_config(cfg)
     try:
@@ -132,7 +132,7 @@ def _stats(cfg: Path) -> dict[str, object]:
 
 def _service_run(cfg: Path, what: str) -> str | None:
     """`ctx sync all` / `ctx embed pending` in-process; returns the embedding error, if any."""
-    from cairn.ctx.service import Service
+    from cairn_servers.ctx.service import Service
 
     svc = Service.from_config(cfg)
     try:
@@ -167,7 +167,7 @@ def test_misbehaving_embedding_endpoint(mode: str, endpoint: Endpoint, tmp_path:
     code, words = CASES[mode]
     endpoint.sent = 0
     started = time.monotonic()
-    res = subprocess.run([sys.executable, "-m", "cairn.ctx.cli", "embed", "pending", "--config", str(cfg)], env=env,
+    res = subprocess.run([sys.executable, "-m", "cairn_servers.ctx.cli", "embed", "pending", "--config", str(cfg)], env=env,
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == code, (res.returncode, res.stderr)
     assert "ctx: error: " in res.stderr and words in res.stderr and "Traceback" not in res.stderr, res.stderr

@@ -42,7 +42,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 
 def _blz(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cairn.blz.cli", *args, "--json"], env=env,
+    return subprocess.run([sys.executable, "-m", "cairn_servers.blz.cli", *args, "--json"], env=env,
                           capture_output=True, text=True, timeout=60)
 
 
@@ -81,7 +81,7 @@ def test_sigkill_during_blz_add_and_update(tmp_path: Path) -> None:
         new = hashlib.sha256(body).hexdigest()
         _write_atomic(src, body)
         cmd = ["update", "d"] if version % 2 else ["add", "d", str(src), "--exact", "--force"]
-        proc = subprocess.Popen([sys.executable, "-m", "cairn.blz.cli", *cmd, "--json"], env=env,
+        proc = subprocess.Popen([sys.executable, "-m", "cairn_servers.blz.cli", *cmd, "--json"], env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(rng.uniform(0.05, 0.9) * duration)  # anywhere from start-up to the final commit
         hit = proc.poll() is None

@@ -116,7 +116,7 @@ class Node:
 
 @pytest.fixture(scope="module")
 def chain(tmp_path_factory: pytest.TempPathFactory) -> list[bytes]:
-    from cairn.brk.sample import write_sample
+    from cairn_servers.brk.sample import write_sample
 
     blocks = tmp_path_factory.mktemp("rpc-chain")
     write_sample(blocks, 150, seed=8)
@@ -147,7 +147,7 @@ def node(chain: list[bytes]) -> Iterator[Node]:
 
 def _fetch(url: str, blocks: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "BRK_RPC_PASSWORD": "pw"}
-    return subprocess.run([sys.executable, "-m", "cairn.brk.cli", "fetch", "--rpc-url", url, "--rpc-user", "u",
+    return subprocess.run([sys.executable, "-m", "cairn_servers.brk.cli", "fetch", "--rpc-url", url, "--rpc-user", "u",
                            "--blocks-dir", str(blocks), "--network", "regtest", "--timeout", "5", "--format", "json",
                            *extra], env=env, capture_output=True, text=True, timeout=120)
 
@@ -202,7 +202,7 @@ def test_rpc_url_must_be_http(tmp_path: Path) -> None:
 def test_credentials_never_shown(node: Node, tmp_path: Path) -> None:
     node.mode = "garbage"
     env = {**os.environ, "BRK_RPC_PASSWORD": "hunter2-rpc"}
-    res = subprocess.run([sys.executable, "-m", "cairn.brk.cli", "fetch", "--rpc-url", node.url, "--rpc-user", "u",
+    res = subprocess.run([sys.executable, "-m", "cairn_servers.brk.cli", "fetch", "--rpc-url", node.url, "--rpc-user", "u",
                           "--blocks-dir", str(tmp_path / "b"), "--timeout", "5"], env=env, capture_output=True,
                          text=True, timeout=60)
     assert res.returncode == 5 and "hunter2-rpc" not in res.stdout + res.stderr

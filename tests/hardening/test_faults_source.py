@@ -158,7 +158,7 @@ def bad_server() -> Iterator[BadServer]:
 
 
 def _blz(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cairn.blz.cli", *args], env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "cairn_servers.blz.cli", *args], env=env, capture_output=True,
                           text=True, timeout=120)
 
 

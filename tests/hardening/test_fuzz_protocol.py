@@ -479,7 +479,7 @@ class HttpRun:
         kind = r.headers.get("content-type", "")
         replies: list[Any] = []
         if kind.startswith("application/json") and r.status_code == 403 and "jsonrpc" not in r.json():
-            # The loopback Host guard in front of every route (cairn.core.serve) refuses a foreign
+            # The loopback Host guard in front of every route (cairn_servers.core.serve) refuses a foreign
             # Host before MCP sees the request, with the API's documented error envelope.
             assert r.json()["error"]["code"] == "forbidden" and host not in (None, "[::1]", "localhost:1"), r.text
         elif kind.startswith("application/json"):

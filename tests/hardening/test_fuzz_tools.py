@@ -205,7 +205,7 @@ def test_lone_surrogate_arguments_are_invalid_params(ctx_stdio: StdioServer, ctx
                                       (ctx_stdio, "get", {"id": "\udfff"}, "id"),
                                       (blz_stdio, "find", {"query": "ok", "snippets": ["a\ud800:1-2"]}, "snippets[0]")):
         reply = server.request("tools/call", {"name": tool, "arguments": args})
-        # an operation's one message (cairn.core.ops) names the tool first: "Invalid parameter for 'search': ..."
+        # an operation's one message (cairn_servers.core.ops) names the tool first: "Invalid parameter for 'search': ..."
         message = reply["error"]["message"].removeprefix(f"Invalid parameter for {tool!r}: ")
         assert reply["error"]["code"] == -32602 and message.startswith(f"{field}: contains a lone"), reply
     r = httpx.post(ctx_http.url + "/tools/search", content=b'{"query": "x\\ud800y"}',

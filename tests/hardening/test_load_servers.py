@@ -62,8 +62,8 @@ def test_finished_lua_runs_are_freed_without_the_cyclic_gc(ctx_config: Any) -> N
     so every finished run's Lua heap stayed until a rare full collection. Now they go by refcount."""
     import gc
 
-    from cairn.ctx.config import load
-    from cairn.ctx.tools import Toolbox
+    from cairn_servers.ctx.config import load
+    from cairn_servers.ctx.tools import Toolbox
 
     def runtimes() -> int:
         return sum(1 for o in gc.get_objects() if type(o).__name__ == "LuaRuntime")

@@ -29,10 +29,10 @@ from typing import Any
 import httpx
 import pytest
 
-from cairn.core.errors import CairnError, ExtensionError, Timeout
-from cairn.ctx.lua import Sandbox
-from cairn.ctx.luaproc import LuaPool
-from cairn.ctx.scripts import Hosts
+from cairn_servers.core.errors import CairnError, ExtensionError, Timeout
+from cairn_servers.ctx.lua import Sandbox
+from cairn_servers.ctx.luaproc import LuaPool
+from cairn_servers.ctx.scripts import Hosts
 
 from ._servers import STRESS, HttpServer, _cli, server_env, spawn_ctx_http
 

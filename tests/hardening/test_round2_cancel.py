@@ -228,7 +228,7 @@ def _in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
 
 
 def test_pool_cancel_kills_the_worker_and_frees_its_slot() -> None:
-    from cairn.ctx.luaproc import Cancelled, LuaPool
+    from cairn_servers.ctx.luaproc import Cancelled, LuaPool
 
     stop = threading.Event()
     with LuaPool(1) as pool:
@@ -260,7 +260,7 @@ def test_pool_cancel_kills_the_worker_and_frees_its_slot() -> None:
 def test_pool_cancel_during_a_context_call_drops_its_answer() -> None:
     """The cancellation arrives while the server answers a ``context.search``: the answer is never
     sent, the worker is killed, and the pool goes on."""
-    from cairn.ctx.luaproc import Cancelled, LuaPool
+    from cairn_servers.ctx.luaproc import Cancelled, LuaPool
 
     stop = threading.Event()
     calls: list[str] = []

@@ -23,9 +23,9 @@ from typing import Any
 
 import pytest
 
-from cairn.blz import sources
-from cairn.blz.store import Store
-from cairn.core.errors import InvalidInput
+from cairn_servers.blz import sources
+from cairn_servers.blz.store import Store
+from cairn_servers.core.errors import InvalidInput
 
 pytestmark = [pytest.mark.filterwarnings("ignore:.*(removed|deprecated) as of 2026"), pytest.mark.timeout(120)]
 
@@ -82,7 +82,7 @@ def test_bad_aliases_on_the_command_line(tmp_path: Path) -> None:
     doc.write_bytes(DOC)
     env = {**os.environ, "BLZ_DATA_DIR": str(tmp_path / "data")}
     for alias in [a for a in BAD_ALIASES if "\u0000" not in a and not a.startswith("-")]:
-        res = subprocess.run([sys.executable, "-m", "cairn.blz.cli", "add", alias, str(doc)], env=env,
+        res = subprocess.run([sys.executable, "-m", "cairn_servers.blz.cli", "add", alias, str(doc)], env=env,
                              capture_output=True, text=True, timeout=30)
         assert res.returncode == 2, (alias, res.stderr)
         assert res.stderr.startswith("blz: error: Invalid alias"), res.stderr
@@ -97,7 +97,7 @@ def test_cli_refuses_other_url_schemes(tmp_path: Path) -> None:
                        ("gopher://example.com/1", "Unsupported URL scheme 'gopher'"),
                        ("file://evil.example/etc/passwd", "only local files (file:///path)"),
                        ("ssh://git@example.com/x", "Unsupported URL scheme 'ssh'")]:
-        res = subprocess.run([sys.executable, "-m", "cairn.blz.cli", "add", "x", url], env=env,
+        res = subprocess.run([sys.executable, "-m", "cairn_servers.blz.cli", "add", "x", url], env=env,
                              capture_output=True, text=True, timeout=30, cwd=tmp_path)
         assert res.returncode == 2, (url, res.stderr)
         assert words in res.stderr and "Traceback" not in res.stderr, res.stderr
@@ -109,11 +109,11 @@ def test_cli_may_add_any_local_file_even_without_a_dot(tmp_path: Path) -> None:
     plain = tmp_path / "NOTES"
     plain.write_bytes(DOC)
     env = {**os.environ, "BLZ_DATA_DIR": str(tmp_path / "data")}
-    res = subprocess.run([sys.executable, "-m", "cairn.blz.cli", "add", "notes", str(plain), "--json"],
+    res = subprocess.run([sys.executable, "-m", "cairn_servers.blz.cli", "add", "notes", str(plain), "--json"],
                          env=env, capture_output=True, text=True, timeout=30)
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["lines"] == DOC.count(b"\n")
-    nodir = subprocess.run([sys.executable, "-m", "cairn.blz.cli", "add", "x", str(plain / "llms.txt")],
+    nodir = subprocess.run([sys.executable, "-m", "cairn_servers.blz.cli", "add", "x", str(plain / "llms.txt")],
                            env=env, capture_output=True, text=True, timeout=30)
     assert nodir.returncode == 3 and "Traceback" not in nodir.stderr, nodir.stderr
 
@@ -126,7 +126,7 @@ def test_cli_output_hides_home_and_credentials(tmp_path: Path, cred_server: tupl
     env = {**os.environ, "HOME": str(home), "BLZ_DATA_DIR": str(home / ".local" / "share" / "blz")}
 
     def blz(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "cairn.blz.cli", *args], env=env, capture_output=True,
+        return subprocess.run([sys.executable, "-m", "cairn_servers.blz.cli", *args], env=env, capture_output=True,
                               text=True, timeout=30)
 
     outputs = [blz("add", "mine", str(home / "docs" / "llms.txt"), "--json"),
@@ -148,7 +148,7 @@ async def _mcp_session(env: dict[str, str], calls: list[tuple[str, dict[str, Any
     from mcp.client.stdio import StdioServerParameters
     from mcp.shared.exceptions import MCPError
 
-    params = StdioServerParameters(command=sys.executable, args=["-m", "cairn.blz.cli", "mcp"], env=env)
+    params = StdioServerParameters(command=sys.executable, args=["-m", "cairn_servers.blz.cli", "mcp"], env=env)
     out: list[tuple[bool, str]] = []
     async with Client(params, cache=None) as client:
         for name, args in calls:
@@ -260,7 +260,7 @@ def test_agent_cannot_make_blz_fetch_loopback_private_or_metadata_addresses(
     assert not find[0] and json.loads(find[1])["hits"] == []
     assert seen == [] and not (tmp_path / "data" / "sources").exists()
 
-    cli = subprocess.run([sys.executable, "-m", "cairn.blz.cli", "add", "local", f"http://127.0.0.1:{port}/llms.txt",
+    cli = subprocess.run([sys.executable, "-m", "cairn_servers.blz.cli", "add", "local", f"http://127.0.0.1:{port}/llms.txt",
                           "--exact", "--json"], env=env, capture_output=True, text=True, timeout=30)
     assert cli.returncode == 0 and json.loads(cli.stdout)["lines"] == DOC.count(b"\n"), cli.stderr
     assert len(seen) == 1

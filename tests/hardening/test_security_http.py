@@ -81,14 +81,14 @@ def _start(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> sub
 def test_non_loopback_binds_need_allow_remote(ctx_config: Path, brk_out: Path, tmp_path: Path) -> None:
     env = server_env(tmp_path)
     env.pop("CTX_AUTH_TOKEN", None)
-    for argv in ([sys.executable, "-m", "cairn.brk.cli", "serve", "--out", str(brk_out), "--bind", "0.0.0.0:0"],
-                 [sys.executable, "-m", "cairn.ctx.cli", "serve", "mcp", "--config", str(ctx_config), "--bind", "0.0.0.0:0"],
-                 [sys.executable, "-m", "cairn.ctx.cli", "serve", "mcp", "--config", str(ctx_config), "--bind", "[::]:0"]):
+    for argv in ([sys.executable, "-m", "cairn_servers.brk.cli", "serve", "--out", str(brk_out), "--bind", "0.0.0.0:0"],
+                 [sys.executable, "-m", "cairn_servers.ctx.cli", "serve", "mcp", "--config", str(ctx_config), "--bind", "0.0.0.0:0"],
+                 [sys.executable, "-m", "cairn_servers.ctx.cli", "serve", "mcp", "--config", str(ctx_config), "--bind", "[::]:0"]):
         res = _start(argv, env)
         assert res.returncode == 2, (argv, res.returncode, res.stderr)
         assert "not a loopback address" in res.stderr and "--allow-remote" in res.stderr, res.stderr
     # --allow-remote without a token: ctx refuses (its knowledge base is private).
-    res = _start([sys.executable, "-m", "cairn.ctx.cli", "serve", "mcp", "--config", str(ctx_config),
+    res = _start([sys.executable, "-m", "cairn_servers.ctx.cli", "serve", "mcp", "--config", str(ctx_config),
                   "--bind", "0.0.0.0:0", "--allow-remote"], env)
     assert res.returncode == 2 and "without an auth token" in res.stderr, res.stderr
 
@@ -97,7 +97,7 @@ def test_ctx_beyond_loopback_requires_the_bearer_token(ctx_config: Path, tmp_pat
     token = "tok-" + os.urandom(12).hex()
     port = free_port()
     env = server_env(tmp_path, CTX_AUTH_TOKEN=token, CAIRN_RAISE_ERRORS="1")
-    argv = [sys.executable, "-m", "cairn.ctx.cli", "serve", "mcp", "--config", str(ctx_config),
+    argv = [sys.executable, "-m", "cairn_servers.ctx.cli", "serve", "mcp", "--config", str(ctx_config),
             "--bind", f"0.0.0.0:{port}", "--allow-remote"]
     server = HttpServer(argv, env, port, tmp_path / "ctx-remote", "/health")
     try:

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from cairn.core.errors import CairnError, ExtensionError, InvalidInput, Timeout
-from cairn.ctx.lua import Sandbox
+from cairn_servers.core.errors import CairnError, ExtensionError, InvalidInput, Timeout
+from cairn_servers.ctx.lua import Sandbox
 
 pytestmark = pytest.mark.timeout(120)
 BUDGET = 0.3
@@ -149,8 +149,8 @@ end
 
 
 def _toolbox(tmp_path: Path, allow_hosts: list[str]) -> Any:
-    from cairn.ctx.config import load
-    from cairn.ctx.tools import Toolbox
+    from cairn_servers.ctx.config import load
+    from cairn_servers.ctx.tools import Toolbox
 
     for name, body in (("fetch", FETCH_TOOL), ("envy", ENV_TOOL), ("counter", STATE_TOOL)):
         (tmp_path / f"{name}.lua").write_text(body)

@@ -26,14 +26,14 @@ BAD_NAMES = [n for n in TRAVERSAL if n not in ("nul",)]  # 'nul' is a plain lowe
 
 
 def _ctx(cfg: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cairn.ctx.cli", *args, "--config", str(cfg), "--json"],
+    return subprocess.run([sys.executable, "-m", "cairn_servers.ctx.cli", *args, "--config", str(cfg), "--json"],
                           capture_output=True, text=True, timeout=60)
 
 
 @pytest.mark.parametrize("kind", ["connector", "tool"])
 def test_ctx_config_names_that_are_not_names_are_refused(kind: str, tmp_path: Path) -> None:
-    from cairn.core.errors import InvalidInput
-    from cairn.ctx.config import load
+    from cairn_servers.core.errors import InvalidInput
+    from cairn_servers.ctx.config import load
 
     (tmp_path / "docs").mkdir()
     (tmp_path / "t.lua").write_text('tool = {name = "t", description = "d", parameters = {}}\n'
@@ -129,7 +129,7 @@ def test_brk_index_and_vec_names(brk_http: HttpServer, brk_stdio: StdioServer) -
 
 
 def test_brk_out_paths(tmp_path: Path) -> None:
-    from cairn.brk.sample import write_sample
+    from cairn_servers.brk.sample import write_sample
 
     blocks = tmp_path / "blocks"
     write_sample(blocks, 50, seed=2)
@@ -137,7 +137,7 @@ def test_brk_out_paths(tmp_path: Path) -> None:
     a_file.write_text("not a folder")
     cases = {str(a_file): 7, str(a_file / "sub"): 7, "/proc/brk-out": 7}
     for out, code in cases.items():
-        res = subprocess.run([sys.executable, "-m", "cairn.brk.cli", "index", "--blocks-dir", str(blocks),
+        res = subprocess.run([sys.executable, "-m", "cairn_servers.brk.cli", "index", "--blocks-dir", str(blocks),
                               "--out", out], capture_output=True, text=True, timeout=60)
         assert res.returncode == code, (out, res.returncode, res.stderr)
         assert res.stderr.startswith("brk: Cannot use") and "Traceback" not in res.stderr, res.stderr
@@ -145,7 +145,7 @@ def test_brk_out_paths(tmp_path: Path) -> None:
     # Odd but legal folder names work and stay where they were asked to be.
     for name in ["CON", "aux.txt", "a b", "caf\u00e9", "-dash", "x/../y"]:
         odd = tmp_path / "outs" / name
-        res = subprocess.run([sys.executable, "-m", "cairn.brk.cli", "index", "--blocks-dir", str(blocks),
+        res = subprocess.run([sys.executable, "-m", "cairn_servers.brk.cli", "index", "--blocks-dir", str(blocks),
                               "--out", str(odd), "--format", "json"], capture_output=True, text=True, timeout=60)
         assert res.returncode == 0, (name, res.stderr)
         assert (Path(os.path.normpath(odd)) / "manifest.json").is_file()

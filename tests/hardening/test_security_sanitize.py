@@ -38,7 +38,7 @@ def _leaks(text: str, home: Path) -> list[str]:
 def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A home directory holding a ctx knowledge base (with a failing git remote that carries a token
     and a failing Lua tool) and a brk output directory."""
-    from cairn.brk.sample import write_sample
+    from cairn_servers.brk.sample import write_sample
 
     home = tmp_path_factory.mktemp("home")
     kb = home / "kb"
@@ -65,14 +65,14 @@ def _run(home: Path, argv: list[str], **extra: str) -> subprocess.CompletedProce
 
 def test_ctx_cli_output_and_errors(home: Path) -> None:
     cfg = str(home / "kb" / "ctx.toml")
-    runs = [_run(home, ["cairn.ctx.cli", "sync", "all", "--config", cfg, "--json"]),
-            _run(home, ["cairn.ctx.cli", "sources", "--config", cfg, "--json"]),
-            _run(home, ["cairn.ctx.cli", "stats", "--config", cfg, "--json"]),
-            _run(home, ["cairn.ctx.cli", "search", "deploy", "--config", cfg, "--json"]),
-            _run(home, ["cairn.ctx.cli", "get", "0" * 32, "--config", cfg, "--json"]),
-            _run(home, ["cairn.ctx.cli", "tool", "test", "boom", "--config", cfg, "--json"]),
-            _run(home, ["cairn.ctx.cli", "sources", "--config", str(home / "kb" / "missing.toml")]),
-            _run(home, ["cairn.ctx.cli", "sources", "--config", cfg, "--text"])]
+    runs = [_run(home, ["cairn_servers.ctx.cli", "sync", "all", "--config", cfg, "--json"]),
+            _run(home, ["cairn_servers.ctx.cli", "sources", "--config", cfg, "--json"]),
+            _run(home, ["cairn_servers.ctx.cli", "stats", "--config", cfg, "--json"]),
+            _run(home, ["cairn_servers.ctx.cli", "search", "deploy", "--config", cfg, "--json"]),
+            _run(home, ["cairn_servers.ctx.cli", "get", "0" * 32, "--config", cfg, "--json"]),
+            _run(home, ["cairn_servers.ctx.cli", "tool", "test", "boom", "--config", cfg, "--json"]),
+            _run(home, ["cairn_servers.ctx.cli", "sources", "--config", str(home / "kb" / "missing.toml")]),
+            _run(home, ["cairn_servers.ctx.cli", "sources", "--config", cfg, "--text"])]
     assert [r.returncode for r in runs] == [5, 0, 0, 0, 3, 8, 3, 0], [r.stderr for r in runs]
     assert "https://***@127.0.0.1:9" in runs[0].stdout  # the failing remote is reported, masked
     assert "~/kb/private/notes.txt" in runs[5].stderr
@@ -83,7 +83,7 @@ def test_ctx_cli_output_and_errors(home: Path) -> None:
 def test_ctx_http_mcp_and_logs(home: Path) -> None:
     cfg = str(home / "kb" / "ctx.toml")
     port = free_port()
-    server = HttpServer([sys.executable, "-m", "cairn.ctx.cli", "serve", "mcp", "--config", cfg, "--bind",
+    server = HttpServer([sys.executable, "-m", "cairn_servers.ctx.cli", "serve", "mcp", "--config", cfg, "--bind",
                          f"127.0.0.1:{port}"], _env(home, CTX_AUTH_TOKEN=TOKEN), port, home / "work" / "ctx-http",
                         "/health", cwd=home)
     auth = {"Authorization": f"Bearer {TOKEN}"}
@@ -106,7 +106,7 @@ def test_ctx_http_mcp_and_logs(home: Path) -> None:
     for text in seen:
         assert not _leaks(text, home), text[-800:]
 
-    stdio = StdioServer([sys.executable, "-m", "cairn.ctx.cli", "serve", "mcp", "--stdio", "--config", cfg],
+    stdio = StdioServer([sys.executable, "-m", "cairn_servers.ctx.cli", "serve", "mcp", "--stdio", "--config", cfg],
                         _env(home), home / "work" / "ctx-stdio", cwd=home)
     try:
         stdio.initialize()
@@ -122,13 +122,13 @@ def test_ctx_http_mcp_and_logs(home: Path) -> None:
 def test_brk_cli_http_mcp_and_logs(home: Path) -> None:
     out = home / "brk-out"
     blocks = home / "blocks"
-    runs = [_run(home, ["cairn.brk.cli", "index", "--blocks-dir", str(blocks), "--out", str(out), "--format", "json"]),
-            _run(home, ["cairn.brk.cli", "status", "--out", str(out), "--format", "json"]),
-            _run(home, ["cairn.brk.cli", "index", "--blocks-dir", str(home / "nope"), "--out", str(out)]),
-            _run(home, ["cairn.brk.cli", "index", "--blocks-dir", str(blocks), "--out", str(home / "kb" / "ctx.toml")]),
-            _run(home, ["cairn.brk.cli", "fetch", "--rpc-url", f"http://bob:{RPC_SECRET}@127.0.0.1:9/",
+    runs = [_run(home, ["cairn_servers.brk.cli", "index", "--blocks-dir", str(blocks), "--out", str(out), "--format", "json"]),
+            _run(home, ["cairn_servers.brk.cli", "status", "--out", str(out), "--format", "json"]),
+            _run(home, ["cairn_servers.brk.cli", "index", "--blocks-dir", str(home / "nope"), "--out", str(out)]),
+            _run(home, ["cairn_servers.brk.cli", "index", "--blocks-dir", str(blocks), "--out", str(home / "kb" / "ctx.toml")]),
+            _run(home, ["cairn_servers.brk.cli", "fetch", "--rpc-url", f"http://bob:{RPC_SECRET}@127.0.0.1:9/",
                         "--blocks-dir", str(home / "fetched"), "--timeout", "2"]),
-            _run(home, ["cairn.brk.cli", "status", "--out", str(home / "empty")])]
+            _run(home, ["cairn_servers.brk.cli", "status", "--out", str(home / "empty")])]
     assert runs[0].returncode == 0 and runs[1].returncode == 0, [r.stderr for r in runs]
     assert all(r.returncode != 0 for r in runs[2:]), [(r.returncode, r.stderr) for r in runs]
     assert '"~/brk-out"' in runs[1].stdout
@@ -136,7 +136,7 @@ def test_brk_cli_http_mcp_and_logs(home: Path) -> None:
         assert "Traceback" not in r.stderr and not _leaks(r.stdout + r.stderr, home), (r.args, r.stdout[-300:], r.stderr)
 
     port = free_port()
-    server = HttpServer([sys.executable, "-m", "cairn.brk.cli", "serve", "--out", str(out), "--bind",
+    server = HttpServer([sys.executable, "-m", "cairn_servers.brk.cli", "serve", "--out", str(out), "--bind",
                          f"127.0.0.1:{port}"], _env(home), port, home / "work" / "brk-http", "/health", cwd=home)
     seen: list[str] = []
     try:
@@ -155,7 +155,7 @@ def test_brk_cli_http_mcp_and_logs(home: Path) -> None:
     for text in seen:
         assert not _leaks(text, home), text[-800:]
 
-    stdio = StdioServer([sys.executable, "-m", "cairn.brk.cli", "mcp", "--out", str(out)], _env(home),
+    stdio = StdioServer([sys.executable, "-m", "cairn_servers.brk.cli", "mcp", "--out", str(out)], _env(home),
                         home / "work" / "brk-stdio", cwd=home)
     try:
         stdio.initialize()

@@ -14,9 +14,9 @@ from typing import Any
 if __name__ == "__main__":  # runnable as a file from the repo root without installing
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
-from cairn.core.errors import InvalidInput, NotFound
-from cairn.mcp import content
-from cairn.mcp.server import Server, ToolContext, ToolResult
+from cairn_servers.core.errors import InvalidInput, NotFound
+from cairn_servers.mcp import content
+from cairn_servers.mcp.server import Server, ToolContext, ToolResult
 
 PNG_1PX = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
 WAV_B64 = "UklGRiQAAABXQVZFZm10IBAAAAABAAEAQB8AAEAfAAABAAgAZGF0YQAAAAA="
@@ -150,13 +150,13 @@ def main(argv: list[str]) -> int:
     if "--http" in argv:
         import uvicorn
 
-        from cairn.mcp.http import mcp_app
+        from cairn_servers.mcp.http import mcp_app
 
         port = int(argv[argv.index("--http") + 1])
         app = mcp_app(build(), stateless="--stateless" in argv)
         uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
         return 0
-    from cairn.mcp.stdio import serve_stdio
+    from cairn_servers.mcp.stdio import serve_stdio
 
     return serve_stdio(build())
 

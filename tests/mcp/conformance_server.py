@@ -1,4 +1,4 @@
-"""A fixture server on ``cairn.mcp`` declaring every fixture the official conformance suite expects.
+"""A fixture server on ``cairn_servers.mcp`` declaring every fixture the official conformance suite expects.
 
 The tool, resource and prompt names and payloads follow the scenario descriptions of
 ``@modelcontextprotocol/conformance`` 0.1.16 (``conformance list --server`` names the scenarios;
@@ -23,9 +23,9 @@ import sys
 import time
 from typing import Any
 
-from cairn.core.errors import CairnError, InvalidInput, NotFound
-from cairn.mcp import content
-from cairn.mcp.server import Server, ToolContext, ToolResult
+from cairn_servers.core.errors import CairnError, InvalidInput, NotFound
+from cairn_servers.mcp import content
+from cairn_servers.mcp.server import Server, ToolContext, ToolResult
 
 # A 1x1 red PNG.
 RED_PIXEL_PNG = (
@@ -276,7 +276,7 @@ def build_server() -> Server:
 def _serve_http(server: Server, port: int, stateless: bool) -> None:
     import uvicorn
 
-    from cairn.mcp.http import mcp_app
+    from cairn_servers.mcp.http import mcp_app
 
     app = mcp_app(server, stateless=stateless)
     # Open SSE streams (a client's GET stream) never finish on their own, and uvicorn waits for every
@@ -294,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     opts = parser.parse_args(argv)
     server = build_server()
     if opts.transport == "stdio":
-        from cairn.mcp.stdio import serve_stdio
+        from cairn_servers.mcp.stdio import serve_stdio
 
         serve_stdio(server)
     else:

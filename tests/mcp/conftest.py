@@ -10,9 +10,9 @@ import pytest
 @pytest.fixture(scope="session")
 def brk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small indexed and computed brk store (20 regtest blocks) for the servers to open."""
-    from cairn.brk.compute import compute
-    from cairn.brk.indexer import index
-    from cairn.brk.sample import write_sample
+    from cairn_servers.brk.compute import compute
+    from cairn_servers.brk.indexer import index
+    from cairn_servers.brk.sample import write_sample
 
     base = tmp_path_factory.mktemp("brk_mcp")
     write_sample(base / "blocks", 20)

@@ -1,5 +1,5 @@
 """The official MCP conformance suite (@modelcontextprotocol/conformance 0.1.16) against the fixture
-server on ``cairn.mcp`` served over streamable HTTP (stateful, so server-to-client requests work).
+server on ``cairn_servers.mcp`` served over streamable HTTP (stateful, so server-to-client requests work).
 
 Every server scenario the suite lists runs in one ``conformance server --suite all`` invocation: the
 active suite plus the two 0.1.16 keeps pending (json-schema-2020-12, server-sse-polling), which the

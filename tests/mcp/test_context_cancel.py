@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from cairn.mcp.context import ToolContext
+from cairn_servers.mcp.context import ToolContext
 
 
 class _Channel:

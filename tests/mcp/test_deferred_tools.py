@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from cairn.mcp.server import Server, Tool, ToolContext
-from cairn.mcp.stdio import serve_stdio
+from cairn_servers.mcp.server import Server, Tool, ToolContext
+from cairn_servers.mcp.stdio import serve_stdio
 
 INIT = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
 

@@ -21,8 +21,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cairn.mcp import jsonrpc as rpc
-from cairn.mcp.http import mcp_app
+from cairn_servers.mcp import jsonrpc as rpc
+from cairn_servers.mcp.http import mcp_app
 
 from ._demo_server import build
 from ._http import serving, sse_messages

@@ -10,8 +10,8 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from cairn.mcp.http import mcp_app
-from cairn.mcp.server import Server
+from cairn_servers.mcp.http import mcp_app
+from cairn_servers.mcp.server import Server
 
 from ._demo_server import build
 from ._http import serving, sse_events, sse_messages

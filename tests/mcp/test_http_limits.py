@@ -18,8 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
-from cairn.mcp.http import MAX_BODY, mcp_app
-from cairn.mcp.server import Server, ToolContext
+from cairn_servers.mcp.http import MAX_BODY, mcp_app
+from cairn_servers.mcp.server import Server, ToolContext
 
 from ._http import serving
 

@@ -1,5 +1,5 @@
 """The official MCP Inspector CLI (@modelcontextprotocol/inspector 2.12.0 ``--cli``) against a stdio
-server on ``cairn.mcp`` (the conformance fixture server), asserting the JSON the Inspector prints."""
+server on ``cairn_servers.mcp`` (the conformance fixture server), asserting the JSON the Inspector prints."""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ def ctx_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.mktemp("ctx_log")
     (base / "docs").mkdir()
     (base / "docs" / "a.md").write_text("# Deploy\n\nBlue-green releases.\n")
-    subprocess.run([sys.executable, "-m", "cairn.ctx.cli", "init", "--config", str(base / "ctx.toml")],
+    subprocess.run([sys.executable, "-m", "cairn_servers.ctx.cli", "init", "--config", str(base / "ctx.toml")],
                    check=True, capture_output=True, cwd=base, timeout=60)
     return base / "ctx.toml"
 
@@ -39,9 +39,9 @@ def _servers(brk_out: Path, ctx_config: Path, tmp_path: Path) -> dict[str, tuple
     """server -> (command, env variable, a read-only tool to call)."""
     py = [sys.executable, "-m"]
     return {
-        "blz": ([*py, "cairn.blz.cli", "mcp"], "BLZ_LOG", "list-sources"),
-        "ctx": ([*py, "cairn.ctx.cli", "serve", "mcp", "--stdio", "--config", str(ctx_config)], "CTX_LOG", "sources"),
-        "brk": ([*py, "cairn.brk.cli", "mcp", "--out", str(brk_out)], "BRK_LOG", "get_index_count"),
+        "blz": ([*py, "cairn_servers.blz.cli", "mcp"], "BLZ_LOG", "list-sources"),
+        "ctx": ([*py, "cairn_servers.ctx.cli", "serve", "mcp", "--stdio", "--config", str(ctx_config)], "CTX_LOG", "sources"),
+        "brk": ([*py, "cairn_servers.brk.cli", "mcp", "--out", str(brk_out)], "BRK_LOG", "get_index_count"),
     }
 
 
@@ -110,11 +110,11 @@ def _mcp_post(url: str, msg: dict[str, Any], session: str | None = None) -> http
 def test_http_servers_log_requests_at_debug(server: str, brk_out: Path, ctx_config: Path) -> None:
     port = free_port()
     if server == "brk":
-        cmd = [sys.executable, "-m", "cairn.brk.cli", "serve", "--out", str(brk_out), "--bind", f"127.0.0.1:{port}",
+        cmd = [sys.executable, "-m", "cairn_servers.brk.cli", "serve", "--out", str(brk_out), "--bind", f"127.0.0.1:{port}",
                "--log-level", "debug"]
         tool = "get_index_count"
     else:
-        cmd = [sys.executable, "-m", "cairn.ctx.cli", "serve", "mcp", "--config", str(ctx_config), "--bind",
+        cmd = [sys.executable, "-m", "cairn_servers.ctx.cli", "serve", "mcp", "--config", str(ctx_config), "--bind",
                f"127.0.0.1:{port}"]
         tool = "sources"
     env = dict(os.environ, CTX_LOG="debug")
@@ -140,7 +140,7 @@ def test_http_servers_log_requests_at_debug(server: str, brk_out: Path, ctx_conf
 
 
 def test_http_server_bad_level_is_a_clear_error(brk_out: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "cairn.brk.cli", "serve", "--out", str(brk_out), "--bind",
+    proc = subprocess.run([sys.executable, "-m", "cairn_servers.brk.cli", "serve", "--out", str(brk_out), "--bind",
                            f"127.0.0.1:{free_port()}", "--log-level", "chatty"], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 2 and "Unknown log level 'chatty'" in proc.stderr and "Traceback" not in proc.stderr

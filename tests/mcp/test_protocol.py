@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from cairn.mcp import jsonrpc as rpc
-from cairn.mcp.schema import SchemaError, validate
-from cairn.mcp.server import Server, ToolContext
-from cairn.mcp.session import Session
+from cairn_servers.mcp import jsonrpc as rpc
+from cairn_servers.mcp.schema import SchemaError, validate
+from cairn_servers.mcp.server import Server, ToolContext
+from cairn_servers.mcp.session import Session
 
 from ._demo_server import COLORS, build
 
@@ -342,8 +342,8 @@ def test_prompts_list_get_and_errors() -> None:
 def test_prompt_validate_hook_gives_the_servers_own_message() -> None:
     """A prompt may check its arguments itself (ctx's agents do, with the message their CLI and HTTP
     surfaces give): its InvalidInput is a -32602 error carrying that message, before the handler runs."""
-    from cairn.core.errors import InvalidInput
-    from cairn.mcp.server import Prompt
+    from cairn_servers.core.errors import InvalidInput
+    from cairn_servers.mcp.server import Prompt
 
     ran: list[dict[str, Any]] = []
 

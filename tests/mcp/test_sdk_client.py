@@ -17,7 +17,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
-from cairn.mcp.http import mcp_app
+from cairn_servers.mcp.http import mcp_app
 
 from ._demo_server import build
 from ._http import serving

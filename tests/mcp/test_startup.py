@@ -19,7 +19,7 @@ import pytest
 # the initialize reply goes out (the spy itself imports nothing new).
 SPY = """
 import sys
-import cairn.mcp.stdio as stdio
+import cairn_servers.mcp.stdio as stdio
 seen = []
 real = stdio._Writer.__call__
 def spy(self, message):
@@ -28,7 +28,7 @@ def spy(self, message):
         sys.stderr.write("MODULES " + " ".join(sorted(sys.modules)) + "\\n")
     real(self, message)
 stdio._Writer.__call__ = spy
-from cairn.{server}.cli import main
+from cairn_servers.{server}.cli import main
 sys.argv[1:] = sys.argv[2:]
 sys.exit(main())
 """
@@ -41,17 +41,17 @@ LIST = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
 SLOW = {"traceback", "base64", "ctypes", "importlib.metadata", "numpy", "sqlite3"}
 LEAN_TYPING = {"typing"}  # blz and brk: no typing before the reply either
 LEAN = {"dataclasses", "inspect", "ast", "argparse", "shutil", "bz2", "lzma"}  # blz and brk only
-EXTRA = {"blz": {"pathlib", "urllib.parse", "cairn.blz.store", "cairn.blz.search"},
+EXTRA = {"blz": {"pathlib", "urllib.parse", "cairn_servers.blz.store", "cairn_servers.blz.search"},
          # ctx must read its TOML config first (tomllib, dataclasses, pathlib and typing stay), but not
          # open the service: store, retrieval, SQLite, or the Lua sandbox when no Lua tool is declared.
-         "ctx": {"cairn.ctx.service", "cairn.ctx.store", "cairn.ctx.retrieval", "cairn.ctx.sync",
-                 "cairn.ctx.scripts", "cairn.ctx.lua", "lupa", "cairn.ctx.stores", "cairn.ctx.store_pg", "psycopg",
+         "ctx": {"cairn_servers.ctx.service", "cairn_servers.ctx.store", "cairn_servers.ctx.retrieval", "cairn_servers.ctx.sync",
+                 "cairn_servers.ctx.scripts", "cairn_servers.ctx.lua", "lupa", "cairn_servers.ctx.stores", "cairn_servers.ctx.store_pg", "psycopg",
                  # `serve mcp --stdio` is parsed without argparse (the whole CLI's parser, derived from the
                  # operations, would cost its first reply more than any other step but the config)
                  "argparse", "shutil", "bz2", "lzma"},
          # the operations' tools are declared after the reply (Server.defer_tools)
-         "brk": {"pathlib", "urllib.parse", "cairn.brk.catalog", "cairn.brk.compute", "cairn.brk.reader",
-                 "cairn.core.ops", "cairn.brk.ops", "cairn.brk.interface"}}
+         "brk": {"pathlib", "urllib.parse", "cairn_servers.brk.catalog", "cairn_servers.brk.compute", "cairn_servers.brk.reader",
+                 "cairn_servers.core.ops", "cairn_servers.brk.ops", "cairn_servers.brk.interface"}}
 
 
 def _modules_at_initialize(server: str, args: list[str], env: dict[str, str]) -> tuple[set[str], list[dict[str, Any]]]:
@@ -66,7 +66,7 @@ def _modules_at_initialize(server: str, args: list[str], env: dict[str, str]) ->
 @pytest.fixture(scope="module")
 def ctx_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.mktemp("ctx_startup")
-    subprocess.run([sys.executable, "-m", "cairn.ctx.cli", "init", "--config", str(base / "ctx.toml")],
+    subprocess.run([sys.executable, "-m", "cairn_servers.ctx.cli", "init", "--config", str(base / "ctx.toml")],
                    check=True, capture_output=True, cwd=base, timeout=60)
     return base / "ctx.toml"
 
@@ -78,7 +78,7 @@ def test_initialize_is_answered_before_heavy_imports(server: str, brk_out: Path,
             "ctx": ["serve", "mcp", "--stdio", "--config", str(ctx_config)]}[server]
     env = dict(os.environ, BLZ_DATA_DIR=str(tmp_path / "blz"))
     modules, replies = _modules_at_initialize(server, args, env)
-    assert "cairn.mcp.session" in modules  # the spy saw the real server
+    assert "cairn_servers.mcp.session" in modules  # the spy saw the real server
     lean = LEAN | LEAN_TYPING if server != "ctx" else set()
     assert sorted(modules & (SLOW | EXTRA[server] | lean)) == []
     # ...and the server still works once the deferred set-up ran: tools are listed.
@@ -86,9 +86,9 @@ def test_initialize_is_answered_before_heavy_imports(server: str, brk_out: Path,
 
 
 def test_ctx_tools_are_its_operations() -> None:
-    """ctx's MCP tools are its operations (cairn/ctx/ops.py), declared without importing the service:
+    """ctx's MCP tools are its operations (cairn_servers/ctx/ops.py), declared without importing the service:
     the descriptions are the operations' docstrings, the schemas their declarations."""
-    from cairn.ctx.ops import OPS
+    from cairn_servers.ctx.ops import OPS
 
     assert [op.mcp for op in OPS.on("mcp")] == ["search", "get", "sources"]
     # the agent operations are CLI and HTTP only: over MCP the agents are prompts
@@ -105,7 +105,7 @@ def test_ctx_tools_are_its_operations() -> None:
 ])
 def test_ctx_stdio_fast_path_parses_as_argparse_does(argv: list[str]) -> None:
     """`ctx serve mcp --stdio` skips argparse; what it hands the command is what the parser would."""
-    from cairn.ctx.cli import _fast_stdio, _parser
+    from cairn_servers.ctx.cli import _fast_stdio, _parser
 
     fast, slow = _fast_stdio(argv), _parser().parse_args(argv)
     assert fast is not None
@@ -125,14 +125,14 @@ def test_ctx_stdio_fast_path_parses_as_argparse_does(argv: list[str]) -> None:
     ["search", "q"],
 ])
 def test_ctx_anything_else_goes_to_argparse(argv: list[str]) -> None:
-    from cairn.ctx.cli import _fast_stdio
+    from cairn_servers.ctx.cli import _fast_stdio
 
     assert _fast_stdio(argv) is None
 
 
 def test_blz_mcp_search_path_stays_lean(tmp_path: Path) -> None:
     """Issue 14 (RSS of `blz mcp`): once its warm-up has run and a find is answered, the server holds
-    the search path only: not the parser (cairn.blz.llmstxt, whose dataclasses import inspect/ast/dis:
+    the search path only: not the parser (cairn_servers.blz.llmstxt, whose dataclasses import inspect/ast/dis:
     ~1.5 MiB), the registry, or the ctypes / queue modules the malloc helpers and the worker pool
     used to load (~0.45 MiB)."""
     code = SPY.replace("{server}", "blz").replace('message.get("id") == 1', 'message.get("id") == 3')
@@ -144,8 +144,8 @@ def test_blz_mcp_search_path_stays_lean(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     line = next(x for x in proc.stderr.splitlines() if x.startswith("MODULES "))
     modules = set(line.split()[1:])
-    assert {"cairn.blz.search", "cairn.blz.service", "cairn.blz.store", "sqlite3"} <= modules
-    heavy = {"cairn.blz.llmstxt", "cairn.blz.registry", "cairn.blz.lang", "dataclasses", "inspect", "ast",
+    assert {"cairn_servers.blz.search", "cairn_servers.blz.service", "cairn_servers.blz.store", "sqlite3"} <= modules
+    heavy = {"cairn_servers.blz.llmstxt", "cairn_servers.blz.registry", "cairn_servers.blz.lang", "dataclasses", "inspect", "ast",
              "ctypes", "struct", "queue"}  # (heapq: difflib, which the typo fallback of this empty store loads)
     assert sorted(modules & heavy) == []
     answer = json.loads(proc.stdout.splitlines()[-1])

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from cairn.mcp import jsonrpc as rpc
-from cairn.mcp.jsonrpc import JsonText, RpcError
+from cairn_servers.mcp import jsonrpc as rpc
+from cairn_servers.mcp.jsonrpc import JsonText, RpcError
 
 SERVER = r'''
 import sys
-from cairn.mcp.server import Server
-from cairn.mcp.stdio import serve_stdio
+from cairn_servers.mcp.server import Server
+from cairn_servers.mcp.stdio import serve_stdio
 
 server = Server(name="big", version="1.0.0")
 
@@ -110,7 +110,7 @@ def test_loads_refuses_what_json_loads_refuses(data: str | bytes) -> None:
 
 
 def _spliced_before(message: Any) -> str | None:
-    """cairn.mcp.jsonrpc._spliced as it was before h-blzfind (5eda24d): the text block went through the encoder."""
+    """cairn_servers.mcp.jsonrpc._spliced as it was before h-blzfind (5eda24d): the text block went through the encoder."""
     result = message.get("result")
     if type(result) is not dict:
         return None

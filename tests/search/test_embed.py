@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from cairn.core.errors import NetworkError
-from cairn.search import embed
-from cairn.search.embed import EmbeddingSettings, EmbeddingsDisabled
+from cairn_servers.core.errors import NetworkError
+from cairn_servers.search import embed
+from cairn_servers.search.embed import EmbeddingSettings, EmbeddingsDisabled
 
 
 def _vector(text: str, dims: int) -> list[float]:

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cairn.search.fusion import blend, fuse, minmax, rrf
+from cairn_servers.search.fusion import blend, fuse, minmax, rrf
 
 scores = st.dictionaries(st.integers(0, 50), st.floats(-1e6, 1e6, allow_nan=False), max_size=30)
 

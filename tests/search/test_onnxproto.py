@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime
 
-from cairn.search.onnxproto import matmul_integer
+from cairn_servers.search.onnxproto import matmul_integer
 
 
 def test_matmul_integer_multiplies_exactly() -> None:

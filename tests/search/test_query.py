@@ -5,7 +5,7 @@ import sqlite3
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cairn.search.query import fts_match, terms
+from cairn_servers.search.query import fts_match, terms
 
 
 def _db() -> sqlite3.Connection:

@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cairn.search.vectors import VectorIndex, normalize
+from cairn_servers.search.vectors import VectorIndex, normalize
 
 
 def test_normalize_unit_rows_and_zero_rows() -> None:
@@ -78,7 +78,7 @@ def test_int8_scores_are_close_to_the_cosines() -> None:
 
 def test_owned_matrix_is_normalised_in_place_to_the_same_values() -> None:
     # More rows than one block of normalize_in_place, zero rows and non-unit rows: bit for bit normalize's values.
-    from cairn.search.vectors import BUILD_ROWS, normalize_in_place
+    from cairn_servers.search.vectors import BUILD_ROWS, normalize_in_place
 
     rng = np.random.default_rng(11)
     data = (rng.normal(size=(BUILD_ROWS * 2 + 37, 48)) * rng.uniform(0.1, 30, size=(BUILD_ROWS * 2 + 37, 1))).astype(np.float32)

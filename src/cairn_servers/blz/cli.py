@@ -1,0 +1,144 @@
+"""blz: local llms.txt documentation search with exact line citations.
+
+Output is text on a terminal and JSON when piped; --json, --jsonl and --text override
+(or set BLZ_OUTPUT_FORMAT). Data lives in $BLZ_DATA_DIR, else $XDG_DATA_HOME/blz.
+
+Exit codes: 0 ok, 1 internal error, 2 invalid input or usage, 3 not found, 4 conflict (already
+exists), 5 network error, 6 timeout, 7 storage error (or validation found problems),
+9 download too large.
+"""
+
+from __future__ import annotations
+
+import sys
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is kept off the stdio servers' start-up path
+if TYPE_CHECKING:
+    from typing import Any, TextIO
+
+from cairn_servers.core.errors import CairnError, raise_errors
+
+if TYPE_CHECKING:
+    import argparse  # imported by build_parser: `blz mcp` starts without it
+
+# Only these imports are paid on every call; everything else is imported by the command using it.
+
+def _store() -> Any:
+    from cairn_servers.blz.store import Store
+    from cairn_servers.core.paths import data_dir
+
+    return Store(data_dir("blz", "BLZ_DATA_DIR"))
+
+
+def _help_line(summary: str) -> str:
+    """An operation's summary as a command list line: ``Totals over all sources.`` -> ``totals over all sources``."""
+    line = summary.rstrip(".")
+    return line if line[1:2].isupper() else line[:1].lower() + line[1:]
+
+
+def _parser_class(out: TextIO, err: TextIO) -> type[argparse.ArgumentParser]:
+    """An ArgumentParser printing help to ``out`` and usage errors to ``err`` (not sys.*), so that
+    blz can run in-process (tests, benchmarks) and capture everything."""
+    import argparse
+
+    class Parser(argparse.ArgumentParser):
+        def _print_message(self, message: str, file: Any = None) -> None:
+            if message:
+                (err if file is sys.stderr else out).write(message)
+
+    return Parser
+
+
+def build_parser(out: TextIO | None = None, err: TextIO | None = None,
+                 only: str | None = None) -> argparse.ArgumentParser:
+    """``blz``'s parser: one sub-command per operation of :data:`cairn_servers.blz.ops.OPS` with a CLI name
+    (arguments, flags and help from the declaration), plus ``mcp``. With ``only``, that sub-command
+    alone: argparse builds a whole parser per sub-command, and ``blz search`` needs one of fifteen."""
+    import argparse
+
+    from cairn_servers.blz.ops import OPS
+    from cairn_servers.core.ops import add_subcommand
+
+    P = _parser_class(out or sys.stdout, err or sys.stderr)
+    fmt = P(add_help=False)
+    g = fmt.add_argument_group("output")
+    g.add_argument("--json", dest="format", action="store_const", const="json", help="JSON output")
+    g.add_argument("--jsonl", dest="format", action="store_const", const="jsonl", help="JSON lines output")
+    g.add_argument("--text", dest="format", action="store_const", const="text", help="human-readable output")
+    g.add_argument("--format", dest="format", choices=("json", "jsonl", "text"), help=argparse.SUPPRESS)
+
+    p = P(prog="blz", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                parents=[fmt])
+    p.add_argument("--version", action="version", version="blz (cairn) 0.1.0")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=P)
+    for op in OPS.on("cli"):
+        if only is None or op.cli == only:
+            add_subcommand(sub, op, parents=[fmt], help=op.extra.get("help") or _help_line(op.summary))
+    if only is not None and only != "mcp":
+        return p
+    m = sub.add_parser("mcp", help="serve the MCP tools over stdio: find, toc, list-sources, lookup, "
+                       "source-add, run-command, learn-blz")
+    m.add_argument("--log-level", metavar="LEVEL",
+                   help="diagnostics on stderr: error, warn (default), info, debug, off (or $BLZ_LOG)")
+    return p
+
+
+def _mcp(log_level: str | None, err: TextIO) -> int:
+    """``blz mcp [--log-level LEVEL]``: serve over stdio until stdin closes."""
+    from cairn_servers.core import log
+
+    try:
+        log.configure(log_level, "BLZ_LOG", "blz")
+    except CairnError as exc:
+        err.write(f"blz: error: {exc.message}\n")
+        return exc.exit_code
+    from cairn_servers.blz.tools import serve
+
+    serve()
+    return 0
+
+
+def run(argv: list[str], out: TextIO, err: TextIO) -> int:
+    """Run blz with ``argv``, writing to ``out``/``err``; returns the exit code (no sys.exit)."""
+    if argv == ["mcp"]:  # the server's start-up path: skip building the parser
+        return _mcp(None, err)
+    from cairn_servers.blz.ops import OPS
+
+    command = argv[0] if argv and OPS.by_surface_name("cli", argv[0]) is not None else None
+    parser = build_parser(out, err, only=command)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: --help/--version (0) or a usage error (2)
+        return int(exc.code or 0)
+    if not args.command:
+        parser.print_help(out)
+        return 0
+    if args.command == "mcp":
+        return _mcp(args.log_level, err)
+    from cairn_servers.blz.render import run_op
+    from cairn_servers.core.ops import cli_args
+
+    fmt = getattr(args, "format", None)
+    if not fmt:
+        from cairn_servers.core.output import choose_format
+
+        try:
+            fmt = choose_format(None, "BLZ_OUTPUT_FORMAT", out)
+        except CairnError as exc:
+            if raise_errors():
+                raise
+            from cairn_servers.core.sanitize import scrub
+
+            err.write(f"blz: error: {scrub(exc.message)}\n")
+            return exc.exit_code
+    try:
+        return run_op(args.op, _store(), cli_args(args.op, args), fmt, out, err)
+    except KeyboardInterrupt:
+        return 130
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(sys.argv[1:] if argv is None else argv, sys.stdout, sys.stderr)
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,239 @@
+"""Running one blz operation for a command line and writing its answer: text renderings per operation,
+``--json``/``--jsonl``/csv/tsv/md, error lines and exit codes.
+
+Shared by ``blz`` (:mod:`cairn_servers.blz.cli`) and the MCP ``run-command`` tool (:mod:`cairn_servers.blz.tools`),
+which runs the read-only commands in-process: neither imports the other. Operations return data
+(:mod:`cairn_servers.blz.ops`); everything a terminal shows is decided here.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: run-command imports this module in `blz mcp`
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any, TextIO
+
+    from cairn_servers.core.errors import CairnError
+    from cairn_servers.core.ops import Op
+
+# With --jsonl, the list inside a result (hits, snippets, sources, ...) is streamed one object a line.
+_STREAMED = ("hits", "snippets", "sources", "results", "events", "entries")
+
+
+def run_op(op: Op, target: Any, args: dict[str, Any], fmt: str, out: TextIO, err: TextIO) -> int:
+    """Run ``op`` on ``target`` with CLI arguments (wire names, coerced), write its answer in ``fmt``
+    to ``out`` (errors to ``err`` as ``blz: error: ...``); return the exit code."""
+    from cairn_servers.core.errors import CairnError, raise_errors
+
+    failed: list[int] = []
+
+    def report(name: str, exc: CairnError) -> None:  # blz update --all: one source failed, go on
+        from cairn_servers.core.sanitize import scrub
+
+        err.write(f"blz: {name}: {scrub(exc.message)}\n")
+        failed.append(exc.exit_code)
+
+    context = {"on_error": report} if any(p.name == "on_error" for p in op.params) else {}
+    try:
+        data = op.call(target, args, "cli", **context)
+    except CairnError as exc:
+        if raise_errors():
+            raise
+        from cairn_servers.core.sanitize import scrub
+
+        err.write(f"blz: error: {scrub(exc.message)}\n")
+        return exc.exit_code
+    code = failed[0] if failed else EXIT.get(op.name, _ok)(data)
+    rendered = render(op.name, data, fmt)
+    if rendered:
+        if op.name != "get":  # `get` prints the cited lines exactly; nothing else may show $HOME
+            from cairn_servers.core.sanitize import scrub  # or URL credentials
+
+            rendered = scrub(rendered)
+        out.write(rendered + "\n")
+    return code
+
+
+def render(name: str, data: Any, fmt: str) -> str:
+    """Operation ``name``'s result as ``fmt``: text (its own rendering), json, jsonl, csv, tsv or md."""
+    if name == "toc" and fmt != "json":  # nested entries are for JSON; the others list headings flat
+        data = {**data, "entries": flat(data["entries"])}
+    if fmt == "text":
+        text = TEXT.get(name)
+        if text is not None:
+            return text(data)
+        from cairn_servers.core.output import render as generic
+
+        return generic(data, "text")
+    if fmt == "jsonl" and isinstance(data, dict):
+        for key in _STREAMED:
+            if isinstance(data.get(key), list):
+                data = data[key]
+                break
+    if fmt in ("json", "jsonl"):
+        # Operations return plain dicts, so this is exactly cairn_servers.core.output.render's JSON, without
+        # importing it (and dataclasses) on `blz search --json`, the path that must start fastest.
+        import json
+
+        if fmt == "json":
+            return json.dumps(data, indent=2, ensure_ascii=False, default=str)
+        rows = data if isinstance(data, list) else [data]
+        return "\n".join(json.dumps(r, ensure_ascii=False, separators=(",", ":"), default=str) for r in rows)
+    from cairn_servers.core.output import render as generic  # csv, tsv, md: every cairn format
+
+    if name == "toc":  # one row per heading
+        data = [{**e, "headingPath": " > ".join(e["headingPath"])} for e in data["entries"]]
+    elif name == "lookup":  # one row per registry entry
+        data = data["results"]
+    return generic(data, fmt)
+
+
+def flat(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Outline entries in file order, ``children`` unfolded (and dropped)."""
+    out: list[dict[str, Any]] = []
+    for e in entries:
+        children = e.get("children")
+        out.append({k: v for k, v in e.items() if k != "children"})
+        if children:
+            out += flat(children)
+    return out
+
+
+def _ok(data: Any) -> int:
+    return 0
+
+
+def _validate_exit(data: Any) -> int:
+    return 0 if data["ok"] else 7  # a damaged source or index: the storage error's code
+
+
+# -- text renderings ----------------------------------------------------------------------------
+
+def search_text(data: dict[str, Any]) -> str:
+    if not data["hits"]:
+        return f"No results for {data['query']!r}."
+    out = []
+    if data.get("fallback") == "corrected":
+        out.append(f"(no exact match; showing results for {data['correctedQuery']!r})")
+    out += _hits(data["hits"])
+    if data.get("hasMore"):
+        out.append(f"(more: --page {data['page'] + 1})")
+    return "\n".join(out)
+
+
+def _hits(hits: list[dict[str, Any]]) -> list[str]:
+    return [f"{h['alias']}:{h['lines']}  [{h['score']:.1f}]  {' > '.join(h['headingPath'])}\n    {h['snippet']}"
+            for h in hits]
+
+
+def get_text(data: dict[str, Any]) -> str:
+    parts = []
+    for s in data["snippets"]:
+        head = f"--- {s['alias']}:{s['lines']}"
+        if s["headingPath"]:
+            head += "  " + " > ".join(s["headingPath"])
+        if s.get("truncated"):
+            head += f"  (truncated; the rest: {s['remaining']})" if s.get("remaining") else "  (truncated)"
+        parts.append(head + "\n" + s["content"])
+    return "\n".join(parts)
+
+
+def find_text(data: dict[str, Any]) -> str:
+    """Hits as `blz search` shows them, then the snippets as `blz get` does."""
+    out = []
+    if data["executed"]["searched"]:
+        if data.get("fallback") == "corrected":
+            out.append(f"(no exact match; showing results for {data['correctedQuery']!r})")
+        out += _hits(data["hits"]) or ["No results."]
+    if data["executed"]["retrievedSnippets"]:
+        out.append(get_text(data))
+    return "\n".join(out)
+
+
+def toc_text(data: dict[str, Any]) -> str:
+    """``blz toc`` on a terminal: one heading a line with its citation; with ``tree``, indented by
+    level (relative to the shallowest level shown) instead of showing the heading path."""
+    entries = data["entries"]
+    if not entries:
+        what = f" matching {data['filter']!r}" if data.get("filter") else ""
+        where = f" on page {data['page']}" if data["total"] else ""
+        return f"No headings{what} in {data['alias']}{where} ({data['total']} in all)."
+    out = []
+    if data.get("tree"):
+        top = min(e["level"] for e in entries)
+        for e in entries:
+            out.append(f"{'  ' * (e['level'] - top)}{'#' * e['level']} {e['text']}  {e['citation']}")
+    else:
+        width = max(len(e["citation"]) for e in entries)
+        for e in entries:
+            out.append(f"{e['citation']:<{width}}  {' > '.join(e['headingPath'])}")
+    first = (data["page"] - 1) * data["limit"] + 1
+    footer = f"({first}-{first + len(entries) - 1} of {data['total']} headings"
+    out.append(footer + (f"; more: --page {data['page'] + 1})" if data.get("hasMore") else ")"))
+    return "\n".join(out)
+
+
+def list_text(data: dict[str, Any]) -> str:
+    if not data["sources"]:
+        return "No sources yet. Add one: blz add react (see blz lookup), or blz add ALIAS URL."
+    lines = []
+    for s in data["sources"]:
+        if s["kind"] == "installed":
+            skipped = s["metadata"].get("skippedLines")
+            lines.append(f"{s['alias']:<20} {s['metadata']['totalLines']:>8,} lines  "
+                         f"{s['metadata']['headings']:>6,} headings  {s['url']}"
+                         + (f"  ({skipped:,} lines in other languages not indexed)" if skipped else ""))
+        else:
+            lines.append(f"{s['alias']:<20} {'(registry)':>30}  {s['url']}")
+    return "\n".join(lines)
+
+
+def stats_text(data: dict[str, Any]) -> str:
+    return (f"Total sources: {data['sources']}\nTotal indexed lines: {data['totalLines']:,}\n"
+            f"Total headings: {data['totalHeadings']:,}\nTotal sections: {data['totalSections']:,}\n"
+            f"Stored bytes: {data['totalBytes']:,}\nIndex bytes: {data['indexBytes']:,}")
+
+
+def add_text(data: dict[str, Any]) -> str:
+    """One source: its message. A manifest: one line per entry, then the totals."""
+    if "results" not in data:
+        return str(data["message"])
+    out = []
+    for r in data["results"]:
+        out.append(f"{r['alias']}: " + (f"failed: {r['error']}" if r["status"] == "failed" else r["message"]))
+    out.append(data["message"])
+    return "\n".join(out)
+
+
+def lookup_text(data: dict[str, Any]) -> str:
+    """``blz lookup``: one entry a block (alias, category, description, URL, installed or the add
+    command), then the categories to filter by."""
+    cats = ", ".join(f"{name} ({n})" for name, n in data["categories"].items() if n)
+    if not data["results"]:
+        what = f" for {data['query']!r}" if data["query"] else ""
+        if data["category"]:
+            what += f" in category {data['category']}"
+        return (f"No registry entries{what}. Categories: {cats}.\n"
+                "Any site's llms.txt can be added: blz add DOMAIN (e.g. blz add hono.dev), or blz add ALIAS URL.")
+    width = max(len(r["alias"]) for r in data["results"])
+    cw = max(len(r["category"]) for r in data["results"]) + 2
+    out = []
+    for r in data["results"]:
+        state = "installed" if r["installed"] else r["suggestedCommand"]
+        out.append(f"{r['alias']:<{width}}  {'[' + r['category'] + ']':<{cw}}  {r['description']}\n"
+                   f"{'':<{width}}  {r['url']}  ({state})")
+    out.append(f"({len(data['results'])} entries; categories: {cats}; filter with -c CATEGORY)")
+    return "\n".join(out)
+
+
+def _add_exit(data: Any) -> int:
+    """A manifest with failures: the first failure's exit code is set by the error reporter; this is
+    the fallback when none was reported (never 0 with a failure)."""
+    return 1 if data.get("failed") else 0
+
+
+TEXT: dict[str, Callable[[dict[str, Any]], str]] = {
+    "search": search_text, "get": get_text, "find": find_text, "toc": toc_text, "list-sources": list_text,
+    "stats": stats_text, "source-add": add_text,
+    "lookup": lookup_text}
+EXIT: dict[str, Callable[[Any], int]] = {"validate": _validate_exit, "source-add": _add_exit}

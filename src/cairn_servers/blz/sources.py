@@ -1,0 +1,486 @@
+"""Adding and refreshing sources: resolve where to fetch, fetch, parse, store (the write side)."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+from urllib.parse import urlsplit, urlunsplit
+
+from cairn_servers.blz import llmstxt, registry
+from cairn_servers.blz.citation import check_alias
+from cairn_servers.blz.store import SourceRow, Store, now_iso, sha256_hex
+from cairn_servers.core import fetch as fetching
+from cairn_servers.core.errors import CairnError, Conflict, InvalidInput, NotFound
+
+if TYPE_CHECKING:  # imported by agent_guard(): the CLI never pays for socket and ipaddress
+    from cairn_servers.core.guard import Guard
+
+Progress = Callable[[int, int | None], None]
+
+# "ftp:", "data:", "javascript:" ... (a single letter is a Windows drive, not a scheme)
+_SCHEME = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]+):")
+MCP_ROOTS_ENV = "BLZ_MCP_FILE_ROOTS"
+MCP_HOSTS_ENV = "BLZ_MCP_ALLOW_HOSTS"
+MCP_NETWORK_ENV = "BLZ_MCP_NETWORK"
+
+
+# What a folder or site is searched for, best first: the complete text, the index, the abridged text.
+CONVENTIONAL = ("llms-full.txt", "llms.txt", "llms-small.txt")
+
+
+def candidates(location: str, exact: bool = False) -> list[str]:
+    """Where to look, best first. For ``…/llms.txt``: its ``llms-full.txt`` sibling, then the URL
+    given. For a folder or site: the :data:`CONVENTIONAL` names in it. Otherwise, or with ``exact``
+    (but for a local folder, which has no one file to fetch): the location given, alone. A
+    substituted URL never carries the given URL's query string or fragment (``?token=…`` was meant
+    for the URL given, not for a sibling).
+
+    ``location`` is an http(s) or file URL, or a local path (made absolute and turned into a file URL).
+    """
+    try:
+        return _candidates(location, exact)
+    except (OSError, ValueError, RuntimeError) as exc:  # a name too long, a symlink loop, a NUL byte...
+        shown = location if len(location) <= 100 else location[:97] + "..."
+        # Never str(exc) of a resolve(): it names where a symlink led, maybe outside the allowed folders.
+        reason = (exc.strerror if isinstance(exc, OSError) and exc.strerror else
+                  "a symlink loop" if isinstance(exc, RuntimeError) else str(exc))
+        raise InvalidInput(f"Cannot use {shown!r} as a path or URL: {reason}. "
+                           "Give an http(s):// or file:// URL, or an existing local path.") from None
+
+
+def _candidates(location: str, exact: bool) -> list[str]:
+    if not fetching.is_url(location):
+        scheme = _SCHEME.match(location)
+        if scheme and not Path(location).exists():
+            raise InvalidInput(f"Unsupported URL scheme {scheme.group(1).lower()!r} in {location!r}: use an "
+                               "http://, https:// or file:// URL, or a local path.")
+        local = Path(location).expanduser().resolve()
+        if local.is_dir():  # a folder has no exact file to fetch: look inside it (even with exact)
+            return [(local / n).as_uri() for n in CONVENTIONAL]
+        location = local.as_uri()
+    if exact:
+        return [location]
+    parts = urlsplit(location)
+    path = parts.path or "/"
+    name = path.rsplit("/", 1)[-1]
+
+    def sibling(new_path: str) -> str:  # the same scheme and host; not the query or fragment
+        return urlunsplit(parts._replace(path=new_path, query="", fragment=""))
+
+    if name == "llms.txt":
+        return [sibling(path[: -len(name)] + "llms-full.txt"), location]
+    if parts.scheme.lower() == "file" and name and fetching.file_url_path(location).is_file():
+        return [location]  # an existing local file is what was asked for, whatever its name
+    if name == "" or "." not in name:  # a site or folder: look for the conventional files in it
+        base = path if path.endswith("/") else path + "/"
+        return [sibling(base + n) for n in CONVENTIONAL]
+    return [location]
+
+
+def allowed_roots() -> list[Path]:
+    """Folders an MCP client may add local files from: ``$BLZ_MCP_FILE_ROOTS`` (os.pathsep-separated)."""
+    raw = os.environ.get(MCP_ROOTS_ENV, "")
+    return [Path(p).expanduser().resolve() for p in raw.split(os.pathsep) if p.strip()]
+
+
+def agent_guard() -> Guard:
+    """What an agent over MCP may make blz fetch, from the environment ``blz mcp`` started with:
+    local files inside ``$BLZ_MCP_FILE_ROOTS``; public internet addresses, plus the hosts, IPs and
+    CIDR blocks in ``$BLZ_MCP_ALLOW_HOSTS`` (with ``BLZ_MCP_NETWORK=allowlist``: only those)."""
+    from cairn_servers.core.guard import Guard
+
+    names, nets = Guard.parse_hosts(os.environ.get(MCP_HOSTS_ENV, ""), MCP_HOSTS_ENV)
+    mode = os.environ.get(MCP_NETWORK_ENV, "public").strip().lower() or "public"
+    if mode not in ("public", "allowlist"):
+        raise InvalidInput(f"{MCP_NETWORK_ENV}={mode!r}: use public (the default: public internet addresses "
+                           f"and the hosts in {MCP_HOSTS_ENV}) or allowlist (only the hosts in {MCP_HOSTS_ENV}).")
+    return Guard(file_roots=tuple(allowed_roots()), allow_names=names, allow_nets=nets, public=mode == "public",
+                 file_refusal=_FILE_REFUSAL, hosts_env=MCP_HOSTS_ENV,
+                 hint="Or add it from the command line: blz add ALIAS URL.")
+
+
+_FILE_REFUSAL = (f"Local files cannot be added over MCP: this path is outside the folders allowed by "
+                 f"{MCP_ROOTS_ENV}. Add it from the command line (blz add ALIAS PATH), or start `blz mcp` "
+                 f"with {MCP_ROOTS_ENV}=/folder/with/docs.")
+
+
+def check_agent_location(location: str, exact: bool = False, guard: Guard | None = None) -> None:
+    """Refuse early what an agent must not add: any URL but http(s), and local files outside the
+    allowed roots (after ``..`` and symlinks). The CLI user may add any file; an agent over MCP could
+    otherwise read /etc/passwd or ~/.ssh through ``source-add`` + ``find``.
+
+    This is the early, friendly check; the binding one is made again on what is opened (the file
+    descriptor, the connected address) by the guard passed to :func:`add`. The refusal never names
+    the resolved path: it may be a symlink's target outside the allowed folders.
+    """
+    guard = guard or agent_guard()
+    for url in candidates(location, exact):
+        if urlsplit(url).scheme.lower() != "file":
+            continue
+        try:
+            real = fetching.file_url_path(url).resolve()
+        except (OSError, RuntimeError):  # a symlink loop
+            raise guard.refuse_file() from None
+        if not guard.inside(real):
+            raise guard.refuse_file()
+
+
+def _fetch_first(urls: list[str], given: str, *, max_bytes: int, timeout: float, progress: Progress | None,
+                 guard: Guard | None, missing: str | None = None) -> tuple[str, fetching.FetchResult, list[str]]:
+    """The first of ``urls`` that exists: (its URL, what was fetched, the URLs before it that were not
+    found). Only "not found" moves on to the next; any other failure is reported as it is.
+    ``missing``: the message when none exists (else one naming them all)."""
+    last: CairnError | None = None
+    for i, url in enumerate(urls):
+        try:
+            return url, fetching.fetch(url, max_bytes=max_bytes, timeout=timeout, progress=progress,
+                                       guard=guard), urls[:i]
+        except NotFound as exc:  # try the next variant
+            last = exc
+    assert last is not None
+    if missing is not None:
+        raise NotFound(missing)
+    if len(urls) > 1:
+        hint = "Check the URL."
+        if given not in urls and fetching.is_url(given):  # a site or folder URL: it was not fetched itself
+            hint = "Check the URL, or fetch exactly the URL given (blz add --exact; over MCP, exact: true)."
+        raise NotFound(f"Nothing found at {' or '.join(urls)}. {hint}")
+    raise last
+
+
+# -- a bare domain: `blz add bun.sh` ---------------------------------------------------------------
+
+_HOST = re.compile(r"(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.?"
+                   r"(?::(\d{1,5}))?/?\Z")
+# Hosting suffixes under which the project's own name is the label before them.
+_HOSTING = ("github.io", "gitlab.io", "pages.dev", "netlify.app", "vercel.app", "readthedocs.io", "web.app")
+# Leading labels that name a part of a site, not the project (docs.astro.build -> astro).
+_SUBSITES = frozenset({"www", "docs", "doc", "developers", "developer", "dev", "api", "learn", "help", "en"})
+# Second-level names under a country code (example.co.uk, example.com.au).
+_SECOND_LEVEL = frozenset({"co", "com", "org", "net", "ac", "gov", "edu"})
+# Top-level names that are file extensions, not domains: `blz add notes.txt` is a missing file.
+_FILE_SUFFIXES = frozenset({"txt", "md", "markdown", "mdx", "html", "htm", "json", "toml", "xml", "rst"})
+# What a site is asked for, in order: the complete text, then the index.
+DOMAIN_FILES = ("llms-full.txt", "llms.txt")
+
+
+def is_domain(text: str) -> bool:
+    """``bun.sh``, ``docs.astro.build``, ``127.0.0.1:8443``: a host (with a dot or a port, so never
+    an alias) and no scheme or path."""
+    text = text.strip().lower()
+    if "://" in text or not ("." in text or ":" in text):
+        return False
+    m = _HOST.match(text)
+    return m is not None and (m.group(1) is None or 0 < int(m.group(1)) < 65536)
+
+
+def domain_alias(domain: str) -> str:
+    """The alias a domain is added under: the project's name in it (``bun.sh`` -> ``bun``,
+    ``docs.astro.build`` -> ``astro``, ``orm.drizzle.team`` -> ``drizzle``,
+    ``langchain-ai.github.io`` -> ``langchain-ai``; an IP address with dashes)."""
+    host = domain.strip().lower().rstrip("/").split(":", 1)[0].rstrip(".")
+    labels = host.split(".")
+    if all(label.isdigit() for label in labels):  # an IPv4 address
+        return "-".join(labels)
+    for suffix in _HOSTING:
+        if host.endswith("." + suffix):
+            labels = labels[: -len(suffix.split("."))]
+            break
+    else:
+        if len(labels) > 1:
+            labels = labels[:-1]  # the top-level domain
+            if len(labels) > 1 and labels[-1] in _SECOND_LEVEL:
+                labels = labels[:-1]  # example.co.uk
+    named = [label for label in labels if label not in _SUBSITES] or labels
+    return check_alias(named[-1][:64])
+
+
+def _domain(text: str, exact: bool, agent: bool = False) -> tuple[str, list[str]]:
+    """``(alias, URLs to try)`` for ``blz add DOMAIN``; a clear error when ``text`` is not one.
+    ``agent``: an MCP client, who is not told which files exist in the server's folder."""
+    shown = text if len(text) <= 100 else text[:97] + "..."
+    if not agent and Path(text).expanduser().exists():  # a file here: never fetched from the web by surprise
+        raise InvalidInput(f"{shown!r} is a local file or folder. Name the source: blz add ALIAS {shown}")
+    if not is_domain(text):
+        raise InvalidInput(f"{shown!r} is neither an alias (a-z, 0-9, '_', '-') nor a domain such as bun.sh. "
+                           "Give a registry name (blz lookup), a domain, or an alias and a URL: blz add ALIAS URL.")
+    host = text.strip().lower().rstrip("/")
+    if host.rsplit(":", 1)[0].rsplit(".", 1)[-1] in _FILE_SUFFIXES:
+        raise InvalidInput(f"There is no file {shown!r} here, and it is not a domain. Check the path, or name "
+                           f"the source: blz add ALIAS PATH.")
+    if exact:
+        raise InvalidInput(f"--exact (exact: true) fetches one URL; a domain is looked into. Give the URL: "
+                           f"blz add {domain_alias(host)} https://{host}/llms.txt --exact")
+    return domain_alias(host), [f"https://{host}/{name}" for name in DOMAIN_FILES]
+
+
+def add(store: Store, alias: str, location: str | None = None, *, force: bool = False,
+        exact: bool = False, max_bytes: int = fetching.DEFAULT_MAX_BYTES,
+        timeout: float = fetching.DEFAULT_TIMEOUT, progress: Progress | None = None,
+        guard: Guard | None = None, all_languages: bool = False, dry_run: bool = False) -> dict[str, Any]:
+    """Fetch and index a source under ``alias``. Without ``location``, ``alias`` is a registry name
+    (its URL; for a ``…/llms-full.txt`` entry, ``llms.txt`` beside it when that is gone) or a bare
+    domain (``bun.sh``: ``https://bun.sh/llms-full.txt``, then ``https://bun.sh/llms.txt``, added
+    under the name in it, ``bun``). The message says which URL was used when it was not the one given.
+
+    ``guard`` (set for agents: :func:`agent_guard`) limits which files and addresses are read; the
+    command-line user's own requests have none. Pages that are copies in another language than
+    English are stored but not indexed unless ``all_languages`` (:mod:`cairn_servers.blz.lang`); the
+    choice is kept for `blz update`. ``dry_run`` fetches and parses, and reports what would be
+    added (lines, headings, lines in other languages left out) without writing anything.
+    """
+    started = time.perf_counter()
+    missing: str | None = None
+    derived = False  # the URL was not given: say which one was fetched
+    if not location and ("." in alias or ":" in alias):  # a domain (an alias has neither)
+        alias, urls = _domain(alias, exact, agent=guard is not None)
+        host = urls[0].split("/")[2]
+        missing = (f"Neither {urls[0]} nor {urls[1]} exists (HTTP 404). If {host} keeps its llms.txt "
+                   f"elsewhere, give that URL: blz add {alias} URL.")
+        derived = True
+    alias = check_alias(alias)
+    existing = store.source(alias)
+    if existing and not force:
+        raise Conflict(f"Source {alias!r} already exists. Use --force to replace it, or "
+                       f"`blz update {alias}` to refresh it.")
+    if not derived:
+        if not location:
+            entry = registry.get(alias)
+            if entry is None:
+                raise NotFound(f"{alias!r} is not in the built-in registry. Give its URL: blz add {alias} URL "
+                               f"(see `blz lookup {alias}`), or its site's domain: blz add example.com.")
+            location, derived = entry.url, True
+            urls = candidates(location, exact)
+            if not exact and location.endswith("/llms-full.txt"):  # the registry's fallback: the index
+                urls.append(location[: -len("llms-full.txt")] + "llms.txt")
+        else:
+            urls = candidates(location, exact)
+    url, result, absent = _fetch_first(urls, location or urls[0], max_bytes=max_bytes, timeout=timeout,
+                                       progress=progress, guard=guard, missing=missing)
+    assert result.body is not None
+    action = "add" if not existing else "replace"
+    if dry_run:
+        info = {"alias": alias, **_parse(url, result, all_languages)[1], "sha256": sha256_hex(result.body)}
+    else:
+        info = _ingest(store, alias, url, result, action, added_at=existing.added_at if existing else None,
+                       all_languages=all_languages)
+    info["elapsedMs"] = round((time.perf_counter() - started) * 1000, 1)
+    where = ""
+    if derived or absent:
+        where = f" from {url}" + (f" ({', '.join(absent)}: not found)" if absent else "")
+    counts = f"({info['headings']:,} headings, {info['lines']:,} lines)"
+    if dry_run:
+        info["dryRun"] = True
+        verb = "replace" if existing else "add"
+        info["message"] = f"Dry run: would {verb} {alias} {counts}{where or f' from {url}'}; nothing was written"
+    else:
+        info["message"] = f"Added {alias} {counts} in {info['elapsedMs']:.0f}ms{where}"
+    if info["skippedLines"]:
+        langs = ", ".join(sorted(info["skippedLanguages"]))
+        info["message"] += (f"; {info['skippedLines']:,} lines in other languages ({langs}) "
+                            + ("would be stored but not indexed" if dry_run else "stored but not indexed")
+                            + " (--all-languages indexes them)")
+    return info
+
+
+def update(store: Store, alias: str, *, max_bytes: int = fetching.DEFAULT_MAX_BYTES,
+           timeout: float = fetching.DEFAULT_TIMEOUT, progress: Progress | None = None,
+           all_languages: bool | None = None) -> dict[str, Any]:
+    """Refresh one source with a conditional request; a 304 or identical bytes change nothing.
+
+    The stored file and index are checked first (as `blz validate` does). If either is damaged, the
+    request is unconditional and the source is written and indexed again even when its content is
+    unchanged upstream: status ``repaired``. This is the fix `blz validate` suggests.
+    ``all_languages`` (None: as chosen when the source was added) changes whether pages in other
+    languages are indexed; a change re-indexes the source even when its content is unchanged."""
+    from cairn_servers.blz.service import source_problems
+
+    alias = check_alias(alias)
+    row = store.source(alias)
+    if row is None:
+        raise NotFound(f"No source named {alias!r}. See `blz list`, or add it with `blz add {alias} URL`.")
+    kept = bool(store.options(alias).get("allLanguages"))
+    if all_languages is None:
+        all_languages = kept
+    problems = source_problems(store, row)
+    if problems or all_languages != kept:  # a 304 would keep the damage: ask for the content itself
+        result = fetching.fetch(row.url, max_bytes=max_bytes, timeout=timeout, progress=progress)
+    else:
+        result = fetching.fetch(row.url, etag=row.etag, last_modified=row.last_modified,
+                                max_bytes=max_bytes, timeout=timeout, progress=progress)
+        if result.not_modified:
+            store.touch(alias, etag=result.etag, last_modified=result.last_modified, detail="304 Not Modified")
+            store.tidy(row)
+            return {"alias": alias, "status": "unchanged", "reason": "not modified (304)", "url": row.url}
+        assert result.body is not None
+        if sha256_hex(result.body) == row.sha256:
+            store.touch(alias, etag=result.etag, last_modified=result.last_modified, detail="same content")
+            store.tidy(row)
+            return {"alias": alias, "status": "unchanged", "reason": "same content", "url": row.url}
+    detail = "repaired: " + "; ".join(problems) if problems else ""
+    info = _ingest(store, alias, row.url, result, "update", added_at=row.added_at, detail=detail,
+                   all_languages=all_languages)
+    info["status"] = "repaired" if problems else "updated"
+    if problems:
+        info["reason"] = "; ".join(problems)
+    elif all_languages != kept:
+        info["reason"] = "indexed again with " + ("all languages" if all_languages else "English pages only")
+    return info
+
+
+def _parse(url: str, result: fetching.FetchResult,
+           all_languages: bool) -> tuple[llmstxt.Document, dict[str, Any]]:
+    """The fetched file parsed, and what adding it reports: url, title, lines, headings, sections,
+    bytes, the lines and languages left out. Writes nothing."""
+    body = result.body or b""
+    if b"\x00" in body[:8192]:
+        raise InvalidInput(f"{url} looks binary (it contains NUL bytes), not an llms.txt text file.")
+    doc = llmstxt.parse_lines(llmstxt.decode_lines(body), all_languages=all_languages)
+    languages: dict[str, int] = {}
+    for _start, _end, lang in doc.skipped:
+        languages[lang] = languages.get(lang, 0) + 1
+    return doc, {"url": url, "title": doc.title, "lines": len(doc.lines), "headings": len(doc.headings),
+                 "sections": len(doc.sections), "bytes": len(body), "skippedLines": doc.skipped_lines,
+                 "skippedLanguages": languages}
+
+
+def _ingest(store: Store, alias: str, url: str, result: fetching.FetchResult, action: str,
+            added_at: str | None, detail: str = "", all_languages: bool = False) -> dict[str, Any]:
+    body = result.body or b""
+    doc, report = _parse(url, result, all_languages)
+    languages = report["skippedLanguages"]
+    options: dict[str, Any] = {"allLanguages": all_languages}
+    if doc.skipped:
+        options.update(skippedLines=doc.skipped_lines, skippedPages=len(doc.skipped), skippedLanguages=languages)
+    name, sha = store.write_file(alias, body)
+    stamp = now_iso()
+    row = SourceRow(alias=alias, url=url, title=doc.title, file=name, sha256=sha, bytes=len(body),
+                    lines=len(doc.lines), headings=len(doc.headings), sections=len(doc.sections),
+                    etag=result.etag, last_modified=result.last_modified, fetched_at=stamp,
+                    added_at=added_at or stamp, checked_at=stamp)
+    try:
+        store.replace_source(row, doc, action, detail, options)
+    except BaseException:
+        current = store.source(alias)
+        if current is None or current.file != name:  # the new file is not in use: drop it
+            (store.root / "sources" / alias / name).unlink(missing_ok=True)
+        raise
+    return {"alias": alias, "url": url, "title": doc.title, "lines": row.lines, "headings": row.headings,
+            "sections": row.sections, "bytes": row.bytes, "sha256": sha,
+            "skippedLines": doc.skipped_lines, "skippedLanguages": languages}
+
+
+# -- several at once: `blz add --manifest FILE` -----------------------------------------------------
+
+# Keys of a manifest entry: what to add, and per-entry options.
+MANIFEST_KEYS = frozenset({"alias", "url", "path", "exact", "allLanguages"})
+# Upstream BLZ's descriptive keys: accepted (so its manifests load) and not used.
+_UPSTREAM_KEYS = frozenset({"name", "description", "category", "tags", "aliases", "notes", "_notes"})
+
+
+def read_manifest(path: str) -> tuple[Path, list[Any]]:
+    """``(the manifest's folder, its [[source]] entries)`` from a TOML file (upstream BLZ's format:
+    an array of tables ``[[source]]``, each with ``alias`` and ``url`` or ``path``). The file as a
+    whole must parse; the entries are checked one by one when they are added."""
+    import tomllib
+
+    file = Path(path).expanduser()
+    try:
+        data = tomllib.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise NotFound(f"No manifest at {path}. Check the path.") from None
+    except IsADirectoryError:
+        raise InvalidInput(f"{path} is a folder. Give the manifest's TOML file.") from None
+    except UnicodeDecodeError:
+        raise InvalidInput(f"{path} is not UTF-8 text. A manifest is a TOML file.") from None
+    except OSError as exc:
+        raise InvalidInput(f"Cannot read the manifest {path}: {exc.strerror or exc}.") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidInput(f"{path} is not valid TOML: {exc}.") from None
+    entries = data.get("source")
+    if not isinstance(entries, list) or not entries:
+        raise InvalidInput(f"{path} lists no sources. Write one [[source]] table per source, e.g.\n"
+                           '[[source]]\nalias = "bun"\n\n[[source]]\nalias = "mine"\nurl = "https://example.com/llms.txt"')
+    return file.resolve().parent, entries
+
+
+def _manifest_entry(entry: Any, n: int, folder: Path) -> tuple[str, str | None, bool, bool]:
+    """``(alias, location or None, exact, allLanguages)`` of entry ``n`` (1-based), or InvalidInput."""
+    if not isinstance(entry, dict):
+        raise InvalidInput(f"source #{n} is not a table: write it as [[source]] with alias = \"...\".")
+    unknown = sorted(set(entry) - MANIFEST_KEYS - _UPSTREAM_KEYS)
+    if unknown:
+        raise InvalidInput(f"source #{n}: unknown key {unknown[0]!r}; a source takes alias, url or path, "
+                           "exact, allLanguages.")
+    alias = entry.get("alias")
+    if not isinstance(alias, str) or not alias.strip():
+        raise InvalidInput(f"source #{n} has no alias: give alias = \"name\" (a registry name or a domain "
+                           "alone, or with url or path).")
+    for key in ("url", "path"):
+        if key in entry and (not isinstance(entry[key], str) or not entry[key].strip()):
+            raise InvalidInput(f"source {alias!r}: {key} must be a non-empty string.")
+    for key in ("exact", "allLanguages"):
+        if key in entry and not isinstance(entry[key], bool):
+            raise InvalidInput(f"source {alias!r}: {key} must be true or false.")
+    if "url" in entry and "path" in entry:
+        raise InvalidInput(f"source {alias!r} has both url and path: give one.")
+    location: str | None = entry.get("url") or entry.get("path")
+    if location is not None and not fetching.is_url(location) and not _SCHEME.match(location):
+        location = str(folder / Path(location).expanduser())  # a relative path is the manifest's neighbour
+    return alias, location, bool(entry.get("exact")), bool(entry.get("allLanguages"))
+
+
+def add_manifest(store: Store, path: str, *, force: bool = False, exact: bool = False,
+                 all_languages: bool = False, dry_run: bool = False, only: list[str] | None = None,
+                 on_error: Callable[[str, CairnError], None] | None = None, **net: Any) -> dict[str, Any]:
+    """Add every source a manifest lists (:func:`read_manifest`), each as :func:`add` would, in
+    file order. One that fails (a bad entry, a fetch, a conflict) is reported through ``on_error``
+    and in the results, and the others are still added; ``failed`` counts them. The options given
+    apply to every entry (``exact`` and ``allLanguages`` may also be set per entry). ``only``
+    (aliases, each item possibly comma-separated) keeps the entries of those aliases."""
+    folder, entries = read_manifest(path)
+    if only is not None:
+        wanted = {a.strip().lower() for item in only for a in item.split(",") if a.strip()}
+        named = [str(e["alias"]) for e in entries if isinstance(e, dict) and isinstance(e.get("alias"), str)]
+        entries = [e for e in entries if isinstance(e, dict) and str(e.get("alias", "")).strip().lower() in wanted]
+        if not entries:
+            raise InvalidInput(f"No entry of {path} has an alias in --only {','.join(sorted(wanted))}. "
+                               f"Its aliases: {', '.join(named) or 'none'}.")
+    results: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for n, entry in enumerate(entries, 1):
+        name = entry.get("alias") if isinstance(entry, dict) and isinstance(entry.get("alias"), str) else f"#{n}"
+        try:
+            alias, location, entry_exact, entry_all = _manifest_entry(entry, n, folder)
+            key = alias.strip().lower()
+            if key in seen:
+                raise InvalidInput(f"{alias!r} appears twice in the manifest; the first one is used.")
+            seen.add(key)
+            info = add(store, alias, location, force=force, exact=exact or entry_exact, dry_run=dry_run,
+                       all_languages=all_languages or entry_all, **net)
+        except CairnError as exc:
+            if on_error is not None:
+                on_error(str(name), exc)
+            results.append({"alias": name, "status": "failed", "error": exc.message, "code": exc.code})
+            continue
+        info["status"] = "dry-run" if dry_run else "added"
+        results.append(info)
+    failed = sum(r["status"] == "failed" for r in results)
+    done = len(results) - failed
+    verb = "would add" if dry_run else "added"
+    message = f"{path}: {verb} {done} of {len(results)} sources" + (f"; {failed} failed" if failed else "")
+    if dry_run:
+        message += "; nothing was written"
+    return {"manifest": path, "dryRun": dry_run, "added": 0 if dry_run else done, "failed": failed,
+            "message": message, "results": results}
+
+
+def remove(store: Store, alias: str) -> dict[str, Any]:
+    alias = check_alias(alias)
+    if store.source(alias) is None:
+        raise NotFound(f"No source named {alias!r}. See `blz list`.")
+    store.delete_source(alias)
+    return {"alias": alias, "removed": True}

@@ -1,0 +1,44 @@
+"""The families of vec ids, described once for discovery: the MCP instructions (``cairn_servers.brk.tools``),
+``brk ids --help`` and the web page's list (tested to agree with the catalog and with each other).
+
+Standard library only and no imports: ``brk mcp`` builds its instructions from this on start-up.
+"""
+
+from __future__ import annotations
+
+# (family, example ids, what it holds). Every example id exists on height and on every date index
+# (the dollar ones once prices are stored).
+FAMILIES: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("blocks", ("block_count", "block_size", "tx_count", "fee_rate", "hash_rate", "difficulty"),
+     "block statistics and their _sum/_avg/_min/_max/_median/_p10.._p90/_cumulative per period"),
+    ("supply and the UTXO set", ("supply_btc", "utxo_count", "supply_p2tr", "utxo_count_p2wpkh",
+                                 "unspendable_supply"),
+     "supply and UTXO count in all and by output type: supply_<type>, utxo_count_<type>"),
+    ("coin age", ("coindays_destroyed", "coinblocks_destroyed", "liveliness", "vaultedness"),
+     "coin-days and coin-blocks destroyed and created, with _cumulative sums"),
+    ("HODL waves", ("supply_age_lt_1d", "supply_age_1y_2y", "supply_age_gt_10y"),
+     "spendable supply by age band, lt_1d .. gt_10y, summing to supply"),
+    ("addresses", ("address_count", "address_count_p2tr", "new_address_count", "empty_address_count",
+                   "address_count_balance_1_10"),
+     "addresses holding coins, by type and by balance band in BTC, new and emptied addresses"),
+    ("prices", ("close", "market_cap", "supply_usd"),
+     "daily BTC/USD open/high/low/close and dollar values, after `brk price import` or `brk price fetch` "
+     "(`brk run` and `brk index --watch` fetch them by themselves when online)"),
+    ("realized value", ("realized_cap", "realized_price", "mvrv", "nupl", "sopr", "supply_in_profit",
+                        "supply_in_loss", "supply_breakeven"),
+     "coins valued at the close of their creation day, supply in profit, in loss and at breakeven; needs prices"),
+)
+
+
+def sentence() -> str:
+    """One sentence per family, for the MCP instructions."""
+    return " ".join(f"{name[0].upper()}{name[1:]}: {', '.join(ids)}; {what}." for name, ids, what in FAMILIES)
+
+
+def help_text() -> str:
+    """The families as an indented list, for ``brk ids --help``."""
+    lines = ["families of ids (examples; every one is on height and on every date index):"]
+    for name, ids, what in FAMILIES:
+        lines.append(f"  {name}: {', '.join(ids)}")
+        lines.append(f"      {what}")
+    return "\n".join(lines)

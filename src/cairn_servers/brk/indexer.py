@@ -1,0 +1,816 @@
+"""The indexer: best-chain blocks in, raw vecs per height / tx / input / output out.
+
+One run: scan blk files for new records (headers go to the ``blockpos`` vecs, so the next run does
+not rescan), select the best chain by cumulative work, roll the store back to the fork height if the
+chain changed, then parse and append blocks from there in batches, committing each batch. A block
+that fails to parse, or spends an output that does not exist, is reported with its file and offset,
+marked invalid (it and its descendants are never chosen again), and chain selection runs again.
+
+Prevouts resolve through the transaction index (``cairn_servers.brk.txindex``: txid -> txindex in an
+embedded RocksDB under ``<out>/txindex``, then ``txindex_to_first_outputindex`` and
+``txindex_to_output_count`` from the vecs), so input values, spends and fees are exact while memory
+stays bounded: blocks are parsed in chunks of a few MB, each chunk's prevouts are looked up at once,
+and only the current batch's own transactions are kept in memory.
+
+The vecs and the index commit as one: the vecs first (their manifest is the commit point), then the
+index in one atomic batch recording how many transactions it holds. A rollback removes the rolled-back
+transactions from the index before the vecs shrink. So the index never holds more than the vecs, and
+opening re-inserts the few it may lack (a kill between the two writes) from ``txindex_to_txid``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cairn_servers.brk.blocks.chain import HeaderInfo, best_chain, pow_ok
+from cairn_servers.brk.blocks.files import MAGICS, blk_files, detect_network, read_xor_key, scan, unxor
+from cairn_servers.brk.blocks.worker import ParseWorker
+from cairn_servers.brk.blocks.parser import (
+    COINBASE_VOUT,
+    NULL_HASH,
+    Block,
+    MalformedBlock,
+    difficulty,
+    hash_hex,
+    parse_block,
+    parse_header,
+)
+from cairn_servers.brk.faults import fault as _fault
+from cairn_servers.brk.txindex import DEFAULT_CACHE_MB, TxIndex
+from cairn_servers.brk.vecs import VecSpec, VecStore
+from cairn_servers.core.errors import InvalidInput, StorageError
+from cairn_servers.core.heap import trim_heap
+
+
+def _hash_vec(name: str, index: str) -> VecSpec:
+    """A vec of 32-byte hashes (internal byte order), stored as 32 x u1 per row."""
+    return VecSpec(name, index, "u1", 32)
+
+NO_OUTPUT = (1 << 64) - 1  # inputindex_to_outputindex of a coinbase input
+_OUT_SHIFT = 24  # txid map value: first_outputindex << 24 | output_count
+# Random reads of committed vecs go through short-lived memory maps of at most this many rows each:
+# the pages a map touches count in the process's resident size until it is unmapped, so one map over
+# a whole look-up (hundreds of thousands of random rows of a file of many GB) would grow with the chain.
+_GATHER_ROWS = 4096
+_TXID_STEP = 1 << 16  # transactions re-inserted into (or removed from) the index per engine batch
+
+SPECS: list[VecSpec] = [
+    _hash_vec("height_to_blockhash", "height"),
+    VecSpec("height_to_timestamp", "height", "<u4"),
+    VecSpec("height_to_bits", "height", "<u4"),
+    VecSpec("height_to_difficulty", "height", "<f8"),
+    VecSpec("height_to_version", "height", "<i4"),
+    VecSpec("height_to_size", "height", "<u4"),
+    VecSpec("height_to_weight", "height", "<u4"),
+    VecSpec("height_to_tx_count", "height", "<u4"),
+    VecSpec("height_to_fee", "height", "<u8"),
+    VecSpec("height_to_first_txindex", "height", "<u8"),
+    VecSpec("height_to_first_inputindex", "height", "<u8"),
+    VecSpec("height_to_first_outputindex", "height", "<u8"),
+    _hash_vec("txindex_to_txid", "txindex"),
+    VecSpec("txindex_to_height", "txindex", "<u4"),
+    VecSpec("txindex_to_version", "txindex", "<i4"),
+    VecSpec("txindex_to_locktime", "txindex", "<u4"),
+    VecSpec("txindex_to_size", "txindex", "<u4"),
+    VecSpec("txindex_to_weight", "txindex", "<u4"),
+    VecSpec("txindex_to_vsize", "txindex", "<u4"),
+    VecSpec("txindex_to_input_count", "txindex", "<u4"),
+    VecSpec("txindex_to_output_count", "txindex", "<u4"),
+    VecSpec("txindex_to_first_inputindex", "txindex", "<u8"),
+    VecSpec("txindex_to_first_outputindex", "txindex", "<u8"),
+    VecSpec("txindex_to_fee", "txindex", "<u8"),
+    VecSpec("inputindex_to_outputindex", "inputindex", "<u8"),
+    VecSpec("outputindex_to_value", "outputindex", "<u8"),
+    VecSpec("outputindex_to_type", "outputindex", "u1"),
+    # The scan cache: every framed block found in the files, in discovery order.
+    _hash_vec("blockpos_to_hash", "blockpos"),
+    _hash_vec("blockpos_to_prevhash", "blockpos"),
+    VecSpec("blockpos_to_bits", "blockpos", "<u4"),
+    VecSpec("blockpos_to_file", "blockpos", "<u4"),
+    VecSpec("blockpos_to_offset", "blockpos", "<u8"),
+    VecSpec("blockpos_to_length", "blockpos", "<u4"),
+]
+
+
+@dataclass
+class IndexResult:
+    """What one ``index`` run did."""
+
+    network: str
+    height: int  # tip height after the run (-1: empty)
+    tip: str  # tip hash (display order), "" when empty
+    indexed_blocks: int = 0
+    indexed_bytes: int = 0
+    rolled_back_from: int | None = None  # previous tip height when a reorg rolled the store back
+    fork_height: int | None = None
+    invalid: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+class _BlockReader:
+    """One blk file read with ``pread``: unlike a memory map, nothing read stays in the process."""
+
+    def __init__(self, path: Path, key: bytes) -> None:
+        self.path = path
+        self.key = key
+        self._fd = os.open(path, os.O_RDONLY)
+
+    def read(self, offset: int, length: int) -> bytes:
+        data = os.pread(self._fd, length, offset)
+        if len(data) != length:
+            raise InvalidInput(f"{self.path}: record at offset {offset} (+{length} bytes) runs past the end of the file")
+        return unxor(data, self.key, offset)
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+def open_store(out: Path, *, durable: bool = True) -> VecStore:
+    """The vec store of an output directory, truncated to its last committed state."""
+    return VecStore(out, SPECS, durable=durable)
+
+
+def _hashes(raw: bytes) -> list[bytes]:
+    return [raw[i:i + 32] for i in range(0, len(raw), 32)]
+
+
+class _Batch:
+    """Rows of the blocks parsed since the last commit (typed arrays; hashes and headers as lists)."""
+
+    def __init__(self) -> None:
+        from array import array
+
+        self.h: dict[str, list[Any]] = {k: [] for k in ("hash", "time", "bits", "diff", "version", "size",
+                                                        "weight", "ntx")}
+        self.txids: list[bytes] = []
+        # Typed arrays, not lists: 1-8 bytes a value instead of ~36 (a pointer and an int object), so
+        # a batch of 64 MB of blocks holds ~25 MB of columns instead of ~120 MB.
+        self.tx_height = array("I")
+        self.tx_version = array("i")
+        self.tx_locktime = array("I")
+        self.tx_size = array("I")
+        self.tx_weight = array("I")
+        self.tx_inputs = array("I")
+        self.tx_outputs = array("I")
+        self.spent = array("Q")
+        self.out_value = array("Q")
+        self.out_type = array("B")
+        self.pos: list[int] = []  # blockpos of each block, to report where a bad one lives
+        self.bytes = 0
+        # txid -> first_outputindex << 24 | output_count: this batch's own txs (latest wins) ...
+        self.txmap: dict[bytes, int] = {}
+        # ... and the committed txs the current chunk spends (looked up in the index at once).
+        self.committed: dict[bytes, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.h["hash"])
+
+    def truncate(self, blocks: int, txs: int, inputs: int, outputs: int) -> None:
+        """Keep only the first ``blocks`` blocks (and their txs, inputs and outputs)."""
+        for col in self.h.values():
+            del col[blocks:]
+        del self.pos[blocks:]
+        del self.txids[txs:]
+        for arr in (self.tx_height, self.tx_version, self.tx_locktime, self.tx_size, self.tx_weight, self.tx_inputs,
+                    self.tx_outputs):
+            del arr[txs:]
+        del self.spent[inputs:]
+        del self.out_value[outputs:]
+        del self.out_type[outputs:]
+
+
+class Indexer:
+    """Index one blocks directory into one output directory (see the module docstring)."""
+
+    def __init__(self, blocks_dir: Path, out: Path, *, durable: bool = True, commit_blocks: int = 10_000,
+                 commit_bytes: int = 64 << 20, commit_seconds: float = 3.0,
+                 log: Callable[[str], None] | None = None, progress: Callable[..., None] | None = None,
+                 cache_mb: int = DEFAULT_CACHE_MB, chunk_bytes: int = 4 << 20, prefix_bytes: int = 8,
+                 recent_txs: int = 400_000, worker_min_bytes: int = 16 << 20) -> None:
+        self.blocks_dir = blocks_dir
+        self.out = out
+        self.commit_blocks = max(1, commit_blocks)
+        # The batch's rows live in Python lists until the commit: bounded by bytes of block data.
+        self.commit_bytes = commit_bytes
+        self.chunk_bytes = chunk_bytes  # blocks parsed before their prevouts are looked up at once
+        # With this much block data to index (and two cores), blocks are read and parsed in a second
+        # process (cairn_servers.brk.blocks.worker) while this one resolves and writes.
+        self.worker_min_bytes = worker_min_bytes
+        self.cache_mb = cache_mb
+        self.prefix_bytes = prefix_bytes
+        # The txid maps of the last committed batches, up to ``recent_txs`` transactions: most inputs
+        # spend recent outputs, and a dict hit costs a tenth of a microsecond against several for the
+        # engine. Bounded, so memory does not grow with the chain; dropped on rollback.
+        self.recent_txs = recent_txs
+        # One dict for all of them (one probe per prevout), and per batch its txids and the end of its
+        # outputs, to drop the oldest batch's entries unless a later batch re-used the txid.
+        self._recent: dict[bytes, int] = {}
+        self._recent_batches: deque[tuple[list[bytes], int]] = deque()
+        self._recent_n = 0
+        # Each commit fsyncs ~30 files (~80 ms here), so batches are bounded by time as well as size.
+        self.commit_seconds = commit_seconds
+        self.log = log or (lambda msg: print(f"brk: {msg}", file=sys.stderr))
+        # progress(event, **figures): "scan" per blk file, "start" before indexing, "block" per block, "commit"
+        # per committed batch (see cairn_servers.brk.progress).
+        self.progress = progress
+        # Set (e.g. by a signal handler) to stop at the next block: the batch so far is committed.
+        self.stop_requested = False
+        self.store = open_store(out, durable=durable)
+        self.meta: dict[str, Any] = dict(self.store.meta)
+        self.key = read_xor_key(blocks_dir)
+        network = detect_network(blocks_dir)
+        if self.meta.get("network", network) != network:
+            raise InvalidInput(
+                f"{out} indexes {self.meta['network']} but {blocks_dir} holds {network} blocks. "
+                f"Use a different --out directory."
+            )
+        self.meta["network"] = network
+        self.meta.setdefault("scanned", {})
+        self.meta.setdefault("invalid", [])
+        self._files: dict[int, _BlockReader] = {}
+        # The indexed chain (one hash a height). The block headers (the blockpos scan cache) are
+        # loaded only when chain selection needs them: a run that finds no new block in the files and
+        # an index already at the best tip it selected last time loads none (opening stays O(1) in
+        # the number of blocks).
+        self.chain: list[bytes] = _hashes(self.store.read("height_to_blockhash").tobytes())
+        self._headers_loaded = False
+        self._txi: TxIndex | None = None
+        self._reconcile()
+        self._close_txindex()
+
+    # -- state rebuilt from committed vecs ------------------------------------------------------
+    def _load_headers(self) -> None:
+        if self._headers_loaded:
+            return
+        self._headers_loaded = True
+        s = self.store
+        hashes = _hashes(s.read("blockpos_to_hash").tobytes())
+        prevs = _hashes(s.read("blockpos_to_prevhash").tobytes())
+        bits = s.read("blockpos_to_bits").tolist()
+        self.headers: dict[bytes, HeaderInfo] = {}
+        for i, (h, p, b) in enumerate(zip(hashes, prevs, bits)):
+            self.headers[h] = HeaderInfo(h, p, b, i)
+        self.pos_of: dict[bytes, int] = {h: i for i, h in enumerate(hashes)}
+        self.pos_hash: list[bytes] = hashes
+        self.pos_file: list[int] = s.read("blockpos_to_file").tolist()
+        self.pos_offset: list[int] = s.read("blockpos_to_offset").tolist()
+        self.pos_length: list[int] = s.read("blockpos_to_length").tolist()
+
+    # -- the transaction index ------------------------------------------------------------------
+    @property
+    def txindex(self) -> TxIndex:
+        """The transaction index, opened on first use (closed after each run, so others may open it)."""
+        if self._txi is None:
+            self._txi = TxIndex(self.out / "txindex", cache_mb=self.cache_mb, prefix_bytes=self.prefix_bytes)
+        return self._txi
+
+    def _close_txindex(self) -> None:
+        txi, self._txi = self._txi, None
+        if txi is not None:
+            txi.close()
+
+    def _reconcile(self) -> None:
+        """Bring the index to the vecs' committed transactions (normally nothing to do: O(1))."""
+        n = self.store.lengths["txindex_to_txid"]
+        txi = self.txindex
+        if txi.count > n:  # only when the vecs were reset (a format change) or replaced by hand
+            self.log(f"the transaction index is ahead of the vecs ({txi.count} > {n} transactions); rebuilding it")
+            txi.destroy()
+            self._txi = None
+            txi = self.txindex
+        if txi.count < n:
+            if n - txi.count > 100_000:
+                self.log(f"transaction index: re-inserting {n - txi.count} transactions from the vecs")
+            while txi.count < n:
+                lo, hi = txi.count, min(n, txi.count + _TXID_STEP)
+                txi.insert(lo, _hashes(self.store.read("txindex_to_txid")[lo:hi].tobytes()))
+
+    def _gather(self, name: str, rows: Any) -> Any:
+        """``vec[rows]`` of a committed vec, through maps of at most ``_GATHER_ROWS`` rows' pages each."""
+        import numpy as np
+
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.shape[0] <= _GATHER_ROWS:
+            return self.store.read(name)[rows]
+        parts = []
+        for a in range(0, rows.shape[0], _GATHER_ROWS):
+            view = self.store.read(name)
+            parts.append(view[rows[a:a + _GATHER_ROWS]])
+            del view  # unmapped here: its pages leave the resident set
+        return np.concatenate(parts)
+
+    def _read_txids(self, txindexes: Any) -> Any:
+        return self._gather("txindex_to_txid", txindexes)
+
+    def _resolve(self, txids: list[bytes]) -> dict[bytes, int]:
+        """txid -> first_outputindex << 24 | output_count of the committed ones among ``txids``."""
+        import numpy as np
+
+        if not txids:
+            return {}
+        found = self.txindex.lookup(txids, self._read_txids)
+        hit = [i for i, t in enumerate(found) if t >= 0]
+        if not hit:
+            return {}
+        idx = np.array([found[i] for i in hit], dtype=np.int64)
+        firsts = self._gather("txindex_to_first_outputindex", idx).tolist()
+        counts = self._gather("txindex_to_output_count", idx).tolist()
+        return {txids[i]: (f << _OUT_SHIFT) | c for i, f, c in zip(hit, firsts, counts)}
+
+    def _prefetch(self, blocks: list[Block], batch: _Batch) -> None:
+        """Look up, at once, the committed transactions a chunk of blocks spends."""
+        own: set[bytes] = set()
+        want: set[bytes] = set()
+        for b in blocks:
+            own.update(b.txids)
+            want.update(b.in_prev_txid)
+        want.discard(NULL_HASH)
+        want -= own  # spent within the chunk (a rare earlier duplicate is looked up one by one)
+        want.difference_update(batch.txmap)
+        recent = self._recent  # a repeated txid holds its latest there
+        found = {t: recent[t] for t in want if t in recent}
+        want.difference_update(found)
+        found.update(self._resolve(sorted(want)))
+        batch.committed = found
+
+    def _remember(self, txmap: dict[bytes, int], out_end: int) -> None:
+        """Keep a committed batch's txid map (its outputs end at ``out_end``) among the recent ones."""
+        recent = self._recent
+        recent.update(txmap)
+        self._recent_batches.append((list(txmap), out_end))
+        self._recent_n += len(txmap)
+        while self._recent_batches and self._recent_n > self.recent_txs:
+            keys, end = self._recent_batches.popleft()
+            self._recent_n -= len(keys)
+            for t in keys:
+                v = recent.get(t)
+                if v is not None and v >> _OUT_SHIFT < end:  # not re-used by a later batch
+                    del recent[t]
+
+    # -- scanning -------------------------------------------------------------------------------
+    def scan_files(self) -> int:
+        """Record every new framed block in the blk files; returns how many were found."""
+        magic = MAGICS[self.meta["network"]]
+        scanned: dict[str, int] = self.meta["scanned"]
+        found = 0
+        files = blk_files(self.blocks_dir)
+        for n_file, (file_no, path) in enumerate(files):
+            if self.stop_requested:
+                break
+            if self.progress:
+                self.progress("scan", file=n_file, files=len(files), found=found)
+            start = scanned.get(str(file_no), 0)
+            if path.stat().st_size <= start:
+                continue
+            records, resume = scan(path, self.key, magic, start)
+            if records:
+                self._load_headers()  # before anything new is queued: it reads the committed rows
+            hashes, prevs, bits, offs, lens = [], [], [], [], []
+            for rec in records:
+                head = parse_header(rec.header)
+                if head.hash in self.headers:
+                    continue  # the same block stored twice
+                if not pow_ok(head.hash, head.bits):
+                    self.log(f"ignoring block {hash_hex(head.hash)} in {path.name} at offset {rec.offset}: "
+                             f"its hash does not meet its own target")
+                    continue
+                seq = len(self.pos_file)
+                self.headers[head.hash] = HeaderInfo(head.hash, head.prev, head.bits, seq)
+                self.pos_of[head.hash] = seq
+                self.pos_hash.append(head.hash)
+                self.pos_file.append(file_no)
+                self.pos_offset.append(rec.offset)
+                self.pos_length.append(rec.length)
+                hashes.append(head.hash)
+                prevs.append(head.prev)
+                bits.append(head.bits)
+                offs.append(rec.offset)
+                lens.append(rec.length)
+            if hashes:
+                import numpy as np
+
+                s = self.store
+                s.append_bytes("blockpos_to_hash", b"".join(hashes), len(hashes))
+                s.append_bytes("blockpos_to_prevhash", b"".join(prevs), len(prevs))
+                s.append("blockpos_to_bits", np.array(bits, dtype=np.uint32))
+                s.append("blockpos_to_file", np.full(len(hashes), file_no, dtype=np.uint32))
+                s.append("blockpos_to_offset", np.array(offs, dtype=np.uint64))
+                s.append("blockpos_to_length", np.array(lens, dtype=np.uint32))
+            scanned[str(file_no)] = resume
+            found += len(hashes)
+        return found
+
+    # -- the run --------------------------------------------------------------------------------
+    def run(self, *, max_blocks: int | None = None) -> IndexResult:
+        """Scan, select, roll back if needed, and index up to ``max_blocks`` new blocks."""
+        from cairn_servers.core.heap import return_large_buffers
+
+        # Batches are columns of tens of MB, freed at each commit: with glibc's sliding mmap threshold
+        # they would come from the heap and, fragmented, keep the resident size creeping up.
+        return_large_buffers()
+        try:
+            result = self._run(max_blocks)
+        except BaseException:
+            self._close_files()
+            try:
+                self._close_txindex()
+            except StorageError:
+                pass  # the error already on its way out is the one to report
+            raise
+        self._close_files()
+        self._close_txindex()
+        return result
+
+    def _run(self, max_blocks: int | None) -> IndexResult:
+        t0 = time.perf_counter()
+        found = self.scan_files()
+        result = IndexResult(self.meta["network"], -1, "")
+        tip = hash_hex(self.chain[-1]) if self.chain else ""
+        if not found and self.meta.get("best") == tip and not self.stop_requested:
+            # Nothing new in the files, and the index is at the tip chosen last time: up to date.
+            self.store.commit(self._meta())
+            result.height, result.tip = len(self.chain) - 1, tip
+            result.seconds = time.perf_counter() - t0
+            return result
+        self._load_headers()
+        budget = max_blocks
+        while True:
+            invalid = {bytes.fromhex(e["hash"])[::-1] for e in self.meta["invalid"]}
+            chain = best_chain(self.headers, exclude=invalid, prefer=set(self.chain))
+            self.meta["best"] = hash_hex(chain[-1]) if chain else ""
+            fork = 0
+            limit = min(len(chain), len(self.chain))
+            while fork < limit and chain[fork] == self.chain[fork]:
+                fork += 1
+            if fork < len(self.chain):
+                if result.rolled_back_from is None:
+                    result.rolled_back_from = len(self.chain) - 1
+                result.fork_height = fork
+                self.rollback(fork)
+            todo = chain[fork:]
+            if budget is not None:
+                todo = todo[:budget]
+            done, bad = self._index_blocks(todo, result)
+            if budget is not None:
+                budget -= done
+            if bad is None or self.stop_requested:
+                break
+        result.height = len(self.chain) - 1
+        result.tip = hash_hex(self.chain[-1]) if self.chain else ""
+        result.seconds = time.perf_counter() - t0
+        return result
+
+    def rollback(self, height: int) -> None:
+        """Truncate every chain vec to ``height`` blocks (a reorg), the transaction index first."""
+        s = self.store
+        s.commit(self._meta())  # make the scan durable first; nothing else is pending here
+        if height >= s.lengths["height_to_blockhash"]:
+            return
+        lengths = {
+            "height": height,
+            "txindex": int(s.read("height_to_first_txindex")[height]),
+            "inputindex": int(s.read("height_to_first_inputindex")[height]),
+            "outputindex": int(s.read("height_to_first_outputindex")[height]),
+        }
+        self.log(f"reorg: rolling back from height {len(self.chain) - 1} to {height - 1}")
+        # The index forgets the rolled-back transactions before the vecs shrink (they name them), so
+        # a kill in between leaves the index behind the vecs, which opening repairs.
+        txi = self.txindex
+        cut = lengths["txindex"]
+        while txi.count > cut:
+            lo = max(cut, txi.count - _TXID_STEP)
+            txi.remove_from(lo, _hashes(s.read("txindex_to_txid")[lo:txi.count].tobytes()))
+        _fault("rollback-vecs")
+        self.chain = self.chain[:height]
+        self._recent.clear()
+        self._recent_batches.clear()
+        self._recent_n = 0
+        s.truncate({spec.name: lengths[spec.index] for spec in SPECS if spec.index in lengths}, self._meta())
+
+    def _meta(self) -> dict[str, Any]:
+        meta = dict(self.meta)
+        meta["height"] = len(self.chain) - 1
+        meta["tip"] = hash_hex(self.chain[-1]) if self.chain else ""
+        return meta
+
+    def _file(self, file_no: int) -> _BlockReader:
+        bf = self._files.get(file_no)
+        if bf is None:
+            for no, path in blk_files(self.blocks_dir):
+                if no == file_no:
+                    bf = _BlockReader(path, self.key)
+                    break
+            else:
+                raise InvalidInput(f"blk{file_no:05d}.dat disappeared from {self.blocks_dir}")
+            # Blocks are read in chain order, nearly file after file: two open files are plenty.
+            while len(self._files) >= 2:
+                self._files.pop(next(iter(self._files))).close()
+            self._files[file_no] = bf
+        return bf
+
+    def _close_files(self) -> None:
+        for bf in self._files.values():
+            bf.close()
+        self._files.clear()
+
+    def _index_blocks(self, todo: list[bytes], result: IndexResult) -> tuple[int, bytes | None]:
+        batch = _Batch()
+        done = 0
+        started = time.monotonic()
+        progress = self.progress
+        if progress:
+            total = result.indexed_bytes + sum(self.pos_length[self.pos_of[h]] for h in todo)
+            progress("start", height=len(self.chain) - 1, target_height=len(self.chain) - 1 + len(todo),
+                     blocks=result.indexed_blocks, bytes=result.indexed_bytes, total_bytes=total)
+        worker = self._start_worker(todo)
+        chunks = self._chunks(todo, worker)
+        try:
+            return self._index_chunks(chunks, batch, result, started)
+        finally:
+            if worker is not None:
+                worker.close()
+
+    def _plan(self, todo: list[bytes]) -> Iterator[list[tuple[bytes, int]]]:
+        """Chunks of ``todo`` as (hash, blockpos): up to ``chunk_bytes`` of blocks, ending where a batch
+        of ``commit_blocks`` blocks or ``commit_bytes`` would end (commits by time may come earlier)."""
+        chunk: list[tuple[bytes, int]] = []
+        size = n_batch = batch_bytes = 0
+        for h in todo:
+            pos = self.pos_of[h]
+            chunk.append((h, pos))
+            size += self.pos_length[pos]
+            n_batch += 1
+            batch_bytes += self.pos_length[pos]
+            full = n_batch >= self.commit_blocks or batch_bytes >= self.commit_bytes
+            if full:
+                n_batch = batch_bytes = 0
+            if full or size >= self.chunk_bytes:
+                yield chunk
+                chunk, size = [], 0
+        if chunk:
+            yield chunk
+
+    def _start_worker(self, todo: list[bytes]) -> ParseWorker | None:
+        """A parsing process when there is enough to do (or ``CAIRN_BRK_PARSE_PROCESS`` says so)."""
+        force = os.environ.get("CAIRN_BRK_PARSE_PROCESS", "")
+        if force in ("0", "1"):
+            use = force == "1"
+        else:
+            use = (os.cpu_count() or 1) >= 2 and \
+                sum(self.pos_length[self.pos_of[h]] for h in todo) >= self.worker_min_bytes
+        return ParseWorker(self.key) if use and todo else None
+
+    def _chunks(self, todo: list[bytes], worker: ParseWorker | None
+                ) -> Iterator[list[tuple[bytes, int, Block | Exception]]]:
+        """Each chunk's blocks, read and parsed (by ``worker`` when there is one), in chain order."""
+        plan = self._plan(todo)
+        if worker is None:
+            for part in plan:
+                chunk: list[tuple[bytes, int, Block | Exception]] = []
+                for h, pos in part:
+                    try:
+                        raw = self._file(self.pos_file[pos]).read(self.pos_offset[pos], self.pos_length[pos])
+                        chunk.append((h, pos, parse_block(raw)))
+                    except (MalformedBlock, InvalidInput) as exc:
+                        chunk.append((h, pos, exc))
+                        break
+                yield chunk
+            return
+        paths = {no: str(path) for no, path in blk_files(self.blocks_dir)}
+        parts: deque[list[tuple[bytes, int]]] = deque()
+
+        def reads() -> Iterator[list[tuple[str, int, int]]]:
+            for part in plan:
+                parts.append(part)
+                yield [(paths.get(self.pos_file[pos], str(self.blocks_dir / f"blk{self.pos_file[pos]:05d}.dat")),
+                        self.pos_offset[pos], self.pos_length[pos]) for _, pos in part]
+
+        for answer in worker.chunks(reads()):
+            part = parts.popleft()
+            yield [(h, pos, block) for (h, pos), block in zip(part, answer)]
+
+    def _index_chunks(self, chunks: Iterator[list[tuple[bytes, int, Block | Exception]]], batch: _Batch,
+                      result: IndexResult, started: float) -> tuple[int, bytes | None]:
+        done = 0
+        progress = self.progress
+        for chunk in chunks:
+            if self.stop_requested:
+                break
+            self._prefetch([b for _, _, b in chunk if isinstance(b, Block)], batch)
+            for h, pos, block in chunk:
+                if self.stop_requested:  # Ctrl-C: the blocks added so far are committed below
+                    break
+                try:
+                    if isinstance(block, Exception):
+                        raise block
+                    self._add_block(batch, block, len(self.chain))
+                except (MalformedBlock, InvalidInput) as exc:
+                    self._mark_invalid(pos, str(exc), result)
+                    bad = self._flush(batch, result)
+                    return done, h if bad is None else bad
+                batch.pos.append(pos)
+                done += 1
+                result.indexed_blocks += 1
+                result.indexed_bytes += self.pos_length[pos]
+                batch.bytes += self.pos_length[pos]
+                if progress:
+                    progress("block", height=len(self.chain) - 1, blocks=result.indexed_blocks,
+                             bytes=result.indexed_bytes)
+            if len(batch) >= self.commit_blocks or batch.bytes >= self.commit_bytes \
+                    or time.monotonic() - started >= self.commit_seconds:
+                bad = self._flush(batch, result)
+                if bad is not None:
+                    return done, bad
+                if progress:
+                    progress("commit", height=len(self.chain) - 1, blocks=result.indexed_blocks,
+                             bytes=result.indexed_bytes)
+                batch = _Batch()
+                started = time.monotonic()
+        bad = self._flush(batch, result)
+        if progress and bad is None:
+            progress("commit", height=len(self.chain) - 1, blocks=result.indexed_blocks, bytes=result.indexed_bytes)
+        return done, bad
+
+    def _mark_invalid(self, pos: int, error: str, result: IndexResult) -> None:
+        """Remember a bad block (reported with its file and offset); it is never chosen again."""
+        name = f"blk{self.pos_file[pos]:05d}.dat"
+        entry = {"hash": hash_hex(self._pos_hash(pos)), "file": name, "offset": self.pos_offset[pos], "error": error}
+        self.log(f"invalid block {entry['hash']} in {name} at offset {entry['offset']}: {error}")
+        self.meta["invalid"].append(entry)
+        result.invalid.append(entry)
+
+    def _pos_hash(self, pos: int) -> bytes:
+        return self.pos_hash[pos]
+
+    def _add_block(self, batch: _Batch, block: Block, height: int) -> None:
+        """Resolve the block's prevouts and queue its rows; on error nothing of it is kept."""
+        txmap = batch.txmap
+        committed = batch.committed
+        out_base = self.store.pending_length("outputindex_to_value") + len(batch.out_value)
+        spent: list[int] = []
+        inserted: list[tuple[bytes, int | None]] = []
+        in_txids = block.in_prev_txid
+        in_vouts = block.in_prev_vout
+        i = 0
+        try:
+            for t, (txid, n_in, n_out) in enumerate(zip(block.txids, block.tx_inputs, block.tx_outputs)):
+                if t == 0:
+                    if n_in != 1 or in_vouts[0] != COINBASE_VOUT or in_txids[0] != NULL_HASH:
+                        raise InvalidInput("the first transaction is not a coinbase")
+                    spent.append(NO_OUTPUT)
+                    i = 1
+                else:
+                    for j in range(i, i + n_in):
+                        v = txmap.get(in_txids[j])
+                        if v is None:
+                            v = committed.get(in_txids[j])
+                            if v is None:  # spent within its own chunk before a later duplicate
+                                v = self._resolve([in_txids[j]]).get(in_txids[j])
+                        vout = in_vouts[j]
+                        if v is None or vout >= (v & 0xFFFFFF):
+                            raise InvalidInput(
+                                f"transaction {hash_hex(txid)} spends {hash_hex(in_txids[j])}:{vout}, "
+                                f"which is not an earlier output of this chain"
+                            )
+                        spent.append((v >> _OUT_SHIFT) + vout)
+                    i += n_in
+                inserted.append((txid, txmap.get(txid)))
+                txmap[txid] = (out_base << _OUT_SHIFT) | n_out
+                out_base += n_out
+        except InvalidInput:
+            for txid, old in reversed(inserted):
+                if old is None:
+                    del txmap[txid]
+                else:
+                    txmap[txid] = old
+            raise
+        hd = block.header
+        bh = batch.h
+        bh["hash"].append(block.hash)
+        bh["time"].append(hd.time)
+        bh["bits"].append(hd.bits)
+        bh["diff"].append(difficulty(hd.bits))
+        bh["version"].append(hd.version)
+        bh["size"].append(block.size)
+        bh["weight"].append(block.weight)
+        bh["ntx"].append(len(block.txids))
+        n = len(block.txids)
+        batch.txids.extend(block.txids)
+        batch.tx_height.extend([height] * n)
+        batch.tx_version.extend(block.tx_version)
+        batch.tx_locktime.extend(block.tx_locktime)
+        batch.tx_size.extend(block.tx_size)
+        batch.tx_weight.extend(block.tx_weight)
+        batch.tx_inputs.extend(block.tx_inputs)
+        batch.tx_outputs.extend(block.tx_outputs)
+        batch.spent.extend(spent)
+        batch.out_value.extend(block.out_value)
+        batch.out_type.extend(block.out_type)
+        self.chain.append(block.hash)
+
+    def _flush(self, batch: _Batch, result: IndexResult | None = None) -> bytes | None:
+        """Turn the batch into columns (fees computed vectorised), append, and commit.
+
+        A transaction spending more than its inputs hold makes its block invalid: the batch is cut
+        before that block, the rest committed, and the bad block's hash returned.
+        """
+        import numpy as np
+
+        s = self.store
+        if len(batch) == 0:
+            s.commit(self._meta())
+            return None
+        tx0 = s.lengths["txindex_to_txid"]
+        in0 = s.lengths["inputindex_to_outputindex"]
+        out0 = s.lengths["outputindex_to_value"]
+        n_in = np.array(batch.tx_inputs, dtype=np.uint64)
+        n_out = np.array(batch.tx_outputs, dtype=np.uint64)
+        first_in = np.concatenate(([0], np.cumsum(n_in)[:-1])).astype(np.uint64)
+        first_out = np.concatenate(([0], np.cumsum(n_out)[:-1])).astype(np.uint64)
+        spent = np.array(batch.spent, dtype=np.uint64)
+        values = np.array(batch.out_value, dtype=np.uint64)
+        # Input values: committed outputs come from the memory-mapped vec, this batch's from memory.
+        in_val = np.zeros(spent.shape[0], dtype=np.uint64)
+        real = spent != NO_OUTPUT
+        old = real & (spent < out0)
+        new = real & ~old
+        if old.any():
+            in_val[old] = self._gather("outputindex_to_value", spent[old].astype(np.int64))
+        in_val[new] = values[(spent[new] - out0).astype(np.int64)]
+        in_sum = np.add.reduceat(in_val, first_in.astype(np.int64))
+        out_sum = np.add.reduceat(values, first_out.astype(np.int64))
+        ntx = np.array(batch.h["ntx"], dtype=np.uint64)
+        tx_first = np.concatenate(([0], np.cumsum(ntx)[:-1])).astype(np.int64)
+        coinbase = np.zeros(len(batch.txids), dtype=bool)
+        coinbase[tx_first] = True
+        fee = np.where(coinbase, 0, in_sum.astype(np.int64) - out_sum.astype(np.int64))
+        if (fee < 0).any():
+            bad_tx = int(np.argmax(fee < 0))
+            k = int(np.searchsorted(tx_first, bad_tx, "right")) - 1
+            bad_hash: bytes = batch.h["hash"][k]
+            self._mark_invalid(batch.pos[k], f"transaction {hash_hex(batch.txids[bad_tx])} spends more than "
+                                             f"its inputs hold", result or IndexResult("", -1, ""))
+            cut_tx = int(tx_first[k])
+            if result is not None:
+                result.indexed_blocks -= len(ntx) - k
+                result.indexed_bytes -= sum(self.pos_length[p] for p in batch.pos[k:])
+            batch.truncate(k, cut_tx, int(first_in[cut_tx]), int(first_out[cut_tx]))
+            del self.chain[len(self.chain) - (len(ntx) - k):]
+            batch.txmap = {}  # it names txs of the dropped blocks: not remembered
+            self._flush(batch)
+            return bad_hash
+        fee_u = fee.astype(np.uint64)
+        block_fee = np.add.reduceat(fee_u, tx_first)
+        weight = np.array(batch.tx_weight, dtype=np.uint64)
+
+        s.append_bytes("height_to_blockhash", b"".join(batch.h["hash"]), len(batch))
+        s.append("height_to_timestamp", np.array(batch.h["time"], dtype=np.uint32))
+        s.append("height_to_bits", np.array(batch.h["bits"], dtype=np.uint32))
+        s.append("height_to_difficulty", np.array(batch.h["diff"], dtype=np.float64))
+        s.append("height_to_version", np.array(batch.h["version"], dtype=np.int32))
+        s.append("height_to_size", np.array(batch.h["size"], dtype=np.uint32))
+        s.append("height_to_weight", np.array(batch.h["weight"], dtype=np.uint32))
+        s.append("height_to_tx_count", ntx)
+        s.append("height_to_fee", block_fee)
+        s.append("height_to_first_txindex", tx_first.astype(np.uint64) + tx0)
+        s.append("height_to_first_inputindex", first_in[tx_first] + in0)
+        s.append("height_to_first_outputindex", first_out[tx_first] + out0)
+        s.append_bytes("txindex_to_txid", b"".join(batch.txids), len(batch.txids))
+        s.append("txindex_to_height", np.array(batch.tx_height, dtype=np.uint32))
+        s.append("txindex_to_version", np.array(batch.tx_version, dtype=np.int32))
+        s.append("txindex_to_locktime", np.array(batch.tx_locktime, dtype=np.uint32))
+        s.append("txindex_to_size", np.array(batch.tx_size, dtype=np.uint32))
+        s.append("txindex_to_weight", weight)
+        s.append("txindex_to_vsize", (weight + 3) // 4)
+        s.append("txindex_to_input_count", n_in)
+        s.append("txindex_to_output_count", n_out)
+        s.append("txindex_to_first_inputindex", first_in + in0)
+        s.append("txindex_to_first_outputindex", first_out + out0)
+        s.append("txindex_to_fee", fee_u)
+        s.append("inputindex_to_outputindex", spent)
+        s.append("outputindex_to_value", values)
+        s.append("outputindex_to_type", np.array(batch.out_type, dtype=np.uint8))
+        s.commit(self._meta())
+        _fault("commit-index")
+        # Second, the index (one atomic batch). A kill before it leaves the index behind the vecs;
+        # opening re-inserts these transactions from txindex_to_txid.
+        self.txindex.insert(tx0, batch.txids)
+        self._remember(batch.txmap, s.lengths["outputindex_to_value"])
+        trim_heap(min_interval=1.0)  # the batch's freed objects go back to the OS, not to a growing heap
+        return None
+
+
+def index(blocks_dir: Path, out: Path, **options: Any) -> IndexResult:
+    """Index new blocks of ``blocks_dir`` into ``out`` (resuming, and rolling back on reorgs)."""
+    max_blocks = options.pop("max_blocks", None)
+    return Indexer(blocks_dir, out, **options).run(max_blocks=max_blocks)

@@ -1,0 +1,507 @@
+"""ctx: a knowledge base over files and git repositories, searched by keyword, meaning, or both."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+from cairn_servers.core.errors import CairnError, raise_errors
+
+if TYPE_CHECKING:
+    import argparse  # imported by _parser; `ctx serve mcp --stdio` starts without it
+    from collections.abc import Callable
+
+FORMAT_ENV = "CTX_OUTPUT_FORMAT"
+# The sub-commands, in the order `ctx --help` lists them.
+COMMANDS = ("init", "sources", "stats", "migrate", "sync", "search", "get", "embed", "export", "import", "serve",
+            "config", "agent", "tool")
+# The options every command takes (``common`` below) that may come before the sub-command's name.
+_VALUE_OPTIONS = ("--config", "--format")
+_FLAG_OPTIONS = ("--json", "--jsonl", "--text")
+
+
+def _command(argv: list[str]) -> str | None:
+    """The sub-command ``argv`` runs, when that is plain without argparse: its first word that is not one
+    of the common options (written out in full) or their value. Anything else (``--help``, an
+    abbreviated option, an unknown word) is None: the whole parser, whose messages list every command."""
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if word in _VALUE_OPTIONS:
+            i += 2
+        elif word in _FLAG_OPTIONS or word.startswith(tuple(f"{o}=" for o in _VALUE_OPTIONS)):
+            i += 1
+        else:
+            return word if word in COMMANDS else None
+    return None
+
+
+def _parser(only: str | None = None) -> argparse.ArgumentParser:
+    """``ctx``'s parser. With ``only`` (a name in :data:`COMMANDS`), that sub-command alone: argparse
+    builds a whole parser per sub-command (several from the operations' declarations), and ``ctx
+    search`` needs one of fourteen. Its help, usage and errors are the same as the whole parser's."""
+    import argparse
+
+    from cairn_servers.core.ops import add_subcommand
+    from cairn_servers.ctx.ops import OPS
+
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", default=argparse.SUPPRESS, metavar="PATH",
+                        help="config file (default: $CTX_CONFIG, else ./config/ctx.toml)")
+    fmt = common.add_mutually_exclusive_group()
+    for name in ("json", "jsonl", "text"):
+        fmt.add_argument(f"--{name}", dest="format", action="store_const", const=name, default=argparse.SUPPRESS,
+                         help=f"output {name}")
+    fmt.add_argument("--format", dest="format", default=argparse.SUPPRESS,
+                     choices=["json", "jsonl", "text", "csv", "tsv", "md"],
+                     help=f"output format (default: ${FORMAT_ENV}, else text on a terminal, json when piped)")
+
+    parser = argparse.ArgumentParser(prog="ctx", description=__doc__, parents=[common])
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    wanted = COMMANDS if only is None else (only,)
+
+    if "init" in wanted:
+        sub.add_parser("init", parents=[common], help="write a commented starter config and create the database")
+    if "sources" in wanted:
+        add_subcommand(sub, OPS["sources"], parents=[common])
+    if "stats" in wanted:
+        sub.add_parser("stats", parents=[common], help="document, chunk and vector counts")
+    if "migrate" in wanted:
+        sub.add_parser("migrate", parents=[common], help="apply pending schema migrations to the database "
+                       "(SQLite or PostgreSQL) and report its version")
+
+    if "sync" in wanted:
+        p = sub.add_parser("sync", parents=[common], help="index new and changed documents, drop deleted ones")
+        p.add_argument("target", nargs="?", default="all", help="connector name, type, type:name, or all (default)")
+        p.add_argument("--full", action="store_true", help="re-read and re-chunk every document")
+        p.add_argument("--dry-run", action="store_true", help="report what would change without writing")
+
+    # search, get: generated from their declarations (cairn_servers/ctx/ops.py), as MCP and HTTP are
+    if "search" in wanted:
+        add_subcommand(sub, OPS["search"], parents=[common])
+    if "get" in wanted:
+        add_subcommand(sub, OPS["get"], parents=[common])
+
+    if "embed" in wanted:
+        p = sub.add_parser("embed", parents=[common], help="compute embeddings")
+        p.add_argument("action", choices=["pending", "rebuild"], help="pending: missing vectors only; rebuild: all")
+
+    if "export" in wanted:
+        p = sub.add_parser("export", parents=[common],
+                           help="write the documents and chunks (and vectors) as JSON Lines",
+                           description="Write the knowledge base as JSON Lines: a header line, then each document "
+                           "followed by its chunks, then (--vectors) the vectors. Streams; for another tool, a "
+                           "static site, or `ctx import`. See docs/ctx.md, Export and import.")
+        p.add_argument("-o", "--out", metavar="FILE",
+                       help="write to FILE, replaced only when complete (default: stdout)")
+        p.add_argument("--vectors", action="store_true", help="include the configured embedding model's vectors")
+
+    if "import" in wanted:
+        p = sub.add_parser("import", parents=[common], help="read a `ctx export` file into an empty knowledge base",
+                           description="Read a `ctx export` file (- for stdin) into the knowledge base, in one "
+                           "transaction: a bad line (reported with its number) or an interrupted import changes "
+                           "nothing. The knowledge base must be empty unless --merge is given.")
+        p.add_argument("file", metavar="FILE", help="the JSON Lines file, or - for stdin")
+        p.add_argument("--merge", action="store_true",
+                       help="import into a knowledge base that has documents: one with the same source and "
+                            "source_id is replaced")
+
+    if "serve" in wanted:
+        p = sub.add_parser("serve", parents=[common],
+                           help="serve the HTTP API and MCP (at / and /mcp, or over stdio)")
+        p.add_argument("what", choices=["mcp"],
+                       help="mcp: the tools over HTTP (/tools/*, MCP at / and /mcp) or --stdio")
+        p.add_argument("--stdio", action="store_true", help="speak MCP on stdin/stdout instead of HTTP")
+        p.add_argument("--bind", metavar="HOST:PORT", help="listen address (default: [server] bind, 127.0.0.1:7331)")
+        p.add_argument("--allow-remote", action="store_true",
+                       help="allow a non-loopback bind address (requires [server] auth_token or $CTX_AUTH_TOKEN)")
+        p.add_argument("--log-level", metavar="LEVEL",
+                       help="diagnostics on stderr: error, warn (default), info, debug, off (or $CTX_LOG)")
+
+    if "config" in wanted:
+        p = sub.add_parser("config", parents=[common], help="show the configuration in force (secrets masked)")
+        csub = p.add_subparsers(dest="config_command", metavar="ACTION", required=True)
+        csub.add_parser("show", parents=[common], help="the effective config, defaults filled in and ${VAR} "
+                        "expanded, as TOML (text) or JSON; values from the environment and tokens read ***")
+
+    # agent list, agent show: generated from their declarations (cairn_servers/ctx/ops.py), as HTTP is
+    if "agent" in wanted:
+        p = sub.add_parser("agent", parents=[common], help="list the agents (prompts) or show one's prompt")
+        asub = p.add_subparsers(dest="agent_command", metavar="ACTION", required=True)
+        add_subcommand(asub, OPS["agent_list"], parents=[common])
+        show = add_subcommand(asub, OPS["agent_show"], parents=[common])
+        show.add_argument("--arg", dest="agent_args", action="append", default=[], metavar="KEY=VALUE",
+                          help="an argument of the agent (repeatable); VALUE is text")
+
+    if "tool" in wanted:
+        p = sub.add_parser("tool", parents=[common], help="list the tools or run one once")
+        tsub = p.add_subparsers(dest="tool_command", metavar="ACTION", required=True)
+        tsub.add_parser("list", parents=[common], help="built-in and Lua tools with their parameters")
+        t = tsub.add_parser("test", parents=[common], help="run a tool with parameters, print its result")
+        t.add_argument("name", help="tool name")
+        t.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                       help="a parameter (repeatable); VALUE is read as JSON when it parses, else as text")
+    return parser
+
+
+def _fast_stdio(argv: list[str]) -> argparse.Namespace | None:
+    """``ctx serve mcp --stdio [--config PATH] [--log-level L]`` (in any order after ``serve mcp``) parsed
+    without argparse (``cairn_servers.core.argv``): building the whole parser, with the sub-commands derived from
+    the operations' declarations, would delay the stdio server's first reply. Anything else (``--help``,
+    another flag, a repeated one) returns None: the real parser."""
+    if argv[:2] != ["serve", "mcp"]:
+        return None
+    from cairn_servers.core.argv import plain_flags
+
+    found = plain_flags(argv[2:], {"--config": "config", "--log-level": "log_level"}, {"--stdio": "stdio"})
+    if found is None or not found.pop("stdio", False):
+        return None
+    import types
+
+    found.setdefault("log_level", None)  # --config stays absent unless given, as with argparse.SUPPRESS
+    return types.SimpleNamespace(command="serve", what="mcp", stdio=True, bind=None, allow_remote=False,
+                                 **found)  # type: ignore[return-value]
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = _fast_stdio(argv)
+    if args is None:
+        parser = _parser(only=_command(argv))
+        args = parser.parse_args(argv)
+        if not args.command:
+            parser.print_help()
+            return 0
+    try:
+        from cairn_servers.core.output import choose_format
+
+        fmt = choose_format(getattr(args, "format", None), FORMAT_ENV)
+        data, text, status = _run(args)
+    except CairnError as exc:
+        if raise_errors():
+            raise
+        from cairn_servers.core.sanitize import scrub
+
+        sys.stderr.write(f"ctx: error: {scrub(exc.message)}\n")
+        return exc.exit_code
+    except KeyboardInterrupt:
+        sys.stderr.write("ctx: interrupted\n")
+        return 130
+    if args.command == "serve" or args.command == "export" and not args.out:
+        return status  # stdout belonged to the protocol (stdio), to the export, or to nobody
+    from cairn_servers.core.output import render
+
+    out = text() if (fmt == "text" and text is not None) else render(data, fmt)
+    if out:
+        sys.stdout.write(out + "\n")
+    return status
+
+
+def _exit_code(code: str | None) -> int:
+    from cairn_servers.core.errors import ALL_ERRORS
+
+    return next((e.exit_code for e in ALL_ERRORS if e.code == code), 1)
+
+
+def _run(args: argparse.Namespace) -> tuple[Any, Any, int]:
+    """(data to render, optional custom text renderer, exit status) for the command."""
+    if args.command in ("serve", "tool", "config"):  # first: `serve mcp --stdio` need not import the service
+        return _run_tools(args)
+    if args.command == "agent":
+        return _run_agent(args)
+    from cairn_servers.ctx import service
+
+    config = getattr(args, "config", None)
+    if args.command == "init":
+        report = service.init(config)
+        verb = "Wrote" if report.created_config else "Kept existing"
+        return report, lambda: f"{verb} {report.config_path}\nDatabase: {report.db_path}", 0
+
+    svc = service.Service.from_config(config)
+    try:
+        op = getattr(args, "op", None)
+        if op is not None:  # search, get, sources: checked by the declaration, as over MCP and HTTP
+            from cairn_servers.core.ops import cli_args
+
+            data = op.call(svc, cli_args(op, args), "cli")
+            text = TEXT.get(op.name)
+            return data, (lambda: text(data)) if text else None, 0
+        if args.command == "stats":
+            return svc.stats(), None, 0
+        if args.command == "migrate":
+            m = svc.migrate()
+            return m, lambda: (f"{m.database}: schema version {m.version}"
+                               + (f" (migrated from {m.previous})" if m.previous != m.version else " (up to date)")), 0
+        if args.command == "sync":
+            from cairn_servers.core.output import ProgressBar
+
+            summary = svc.sync(args.target, full=args.full, dry_run=args.dry_run, progress=ProgressBar())
+            failed = [r for r in summary.sources if not r.ok]
+            if failed:
+                _warn_failures(summary)
+            # The other sources synced; the exit status still says that one did not.
+            return summary, lambda: _sync_text(summary), _exit_code(failed[0].error_code) if failed else 0
+        if args.command == "embed":
+            from cairn_servers.core.output import ProgressBar
+
+            embedded = svc.embed_rebuild(progress=ProgressBar()) if args.action == "rebuild" else svc.embed_pending(
+                progress=ProgressBar())
+            if embedded.error:
+                from cairn_servers.core.sanitize import scrub
+
+                sys.stderr.write(f"ctx: error: embedding stopped: {scrub(embedded.error)}\n")
+            return embedded, None, _exit_code(embedded.error_code) if embedded.error else 0
+        if args.command in ("export", "import"):
+            return _transfer(svc, args)
+    finally:
+        svc.close()
+    raise AssertionError(args.command)
+
+
+def _transfer(svc: Any, args: argparse.Namespace) -> tuple[Any, Any, int]:
+    from cairn_servers.ctx import transfer
+
+    if args.command == "export":
+        try:
+            report = transfer.export_file(svc, args.out, vectors=args.vectors)
+        except BrokenPipeError:  # the reader went away (`ctx export | head`): no traceback, 128 + SIGPIPE
+            import os
+
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the flush at exit cannot fail
+            args.out = None
+            return None, None, 141
+        summary = (f"Exported {report.documents} documents, {report.chunks} chunks, {report.vectors} vectors "
+                   f"({report.bytes} bytes) in {report.seconds} s")
+        if not args.out or args.out == "-":  # stdout carries the export: the summary goes to stderr
+            sys.stderr.write(f"ctx: {summary}\n")
+            args.out = None
+            return None, None, 0
+        return report, lambda: f"{summary} to {report.path}", 0
+    imported = transfer.import_file(svc, args.file, merge=args.merge)
+    for note in imported.notes:
+        sys.stderr.write(f"ctx: note: {note}\n")
+    return imported, lambda: (f"Imported {imported.documents} documents, {imported.chunks} chunks, "
+                              f"{imported.vectors} vectors in {imported.seconds} s"), 0
+
+
+def _run_tools(args: argparse.Namespace) -> tuple[Any, Any, int]:
+    from cairn_servers.ctx import config as cfg
+
+    if args.command == "serve":
+        from cairn_servers.core import log
+
+        log.configure(args.log_level, "CTX_LOG", "ctx")
+    conf = cfg.load(getattr(args, "config", None))
+    if args.command == "config":  # show: the only action
+        shown = cfg.effective(conf)
+        header = (f"ctx: the configuration in force, from {conf.path.resolve()}\n"
+                  "Values from the environment (${VAR}) and secrets are masked as ***.")
+        return shown, lambda: cfg.to_toml(shown, header), 0
+    if args.command == "serve":
+        if args.stdio:
+            from cairn_servers.ctx.tools import Toolbox, mcp_server
+            from cairn_servers.mcp.stdio import serve_stdio
+
+            box = Toolbox(conf)
+            try:
+                return None, lambda: "", serve_stdio(mcp_server(box))
+            finally:
+                box.close()
+        from cairn_servers.ctx.http import serve
+
+        serve(conf, bind=args.bind, allow_remote=args.allow_remote)
+        return None, lambda: "", 0
+    from cairn_servers.ctx.tools import Toolbox
+
+    box = Toolbox(conf)
+    try:
+        if args.tool_command == "list":
+            tools = box.list()
+            return tools, lambda: _tools_text(tools), 0
+        params = _params(args.param, box.op(args.name).input_schema("mcp"))
+        result = box.call(args.name, params)
+        return result, None, 0
+    finally:
+        box.close()
+
+
+def _run_agent(args: argparse.Namespace) -> tuple[Any, Any, int]:
+    """``ctx agent list|show``: the declared operations on the configuration's agents (a Lua agent's
+    ``context.search`` opens the knowledge base on its first call)."""
+    from cairn_servers.core.errors import InvalidInput
+    from cairn_servers.core.ops import cli_args
+    from cairn_servers.ctx import config as cfg
+    from cairn_servers.ctx.agents import Agents
+
+    conf = cfg.load(getattr(args, "config", None))
+    opened: list[Any] = []
+
+    def service() -> Any:
+        if not opened:
+            from cairn_servers.ctx.service import Service
+
+            opened.append(Service(conf))
+        return opened[0]
+
+    agents = Agents(conf, service)
+    try:
+        op = args.op
+        extra: dict[str, Any] = {}
+        if op.name == "agent_show":
+            values: dict[str, str] = {}
+            for pair in args.agent_args:
+                key, sep, value = pair.partition("=")
+                if not sep or not key:
+                    raise InvalidInput(f"--arg {pair!r}: use KEY=VALUE.")
+                if key in values:
+                    raise InvalidInput(f"Agent argument {key!r} is given more than once; give it once.")
+                values[key] = value
+            extra["arguments"] = values
+        data = op.call(agents, cli_args(op, args), "cli", **extra)
+        text = TEXT.get(op.name)
+        return data, (lambda: text(data)) if text else None, 0
+    finally:
+        agents.close()
+        for svc in opened:
+            svc.close()
+
+
+def _params(pairs: list[str], schema: dict[str, Any]) -> dict[str, Any]:
+    """``k=v`` pairs; a value is JSON when it parses (numbers, booleans, lists), except for string parameters."""
+    import json
+
+    from cairn_servers.core.errors import InvalidInput
+
+    props = schema.get("properties", {})
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise InvalidInput(f"--param {pair!r}: use KEY=VALUE.")
+        value: Any = raw
+        if (props.get(key) or {}).get("type") != "string":
+            try:
+                value = json.loads(raw)
+            except ValueError:
+                value = raw
+            except RecursionError:
+                raise InvalidInput(f"--param {key}: the value is nested too deeply to be parsed.") from None
+        out[key] = value
+    return out
+
+
+def _tools_text(tools: list[dict[str, Any]]) -> str:
+    lines = []
+    for t in tools:
+        kind = "built-in" if t["builtin"] else "lua"
+        lines.append(f"{t['name']}  ({kind})  {t['description']}")
+        required = set(t["parameters"].get("required", []))
+        for name, prop in t["parameters"].get("properties", {}).items():
+            ptype = prop.get("type") or "any"
+            ptype = "|".join(ptype) if isinstance(ptype, list) else ptype
+            flag = " (required)" if name in required else ""
+            desc = f"  {prop['description']}" if prop.get("description") else ""
+            lines.append(f"    {name}: {ptype}{flag}{desc}")
+    return "\n".join(lines)
+
+
+def _warn_failures(summary: Any) -> None:
+    from cairn_servers.core.sanitize import scrub
+
+    for r in summary.sources:
+        if not r.ok:
+            sys.stderr.write(f"ctx: warning: {r.source} was not synced: {scrub(r.error or '')}\n")
+
+
+def _search_text(results: list[Any]) -> str:
+    if not results:
+        return "No results."
+    lines = []
+    for i, r in enumerate(results, 1):
+        lines.append(f"{i}. {r.title}  [{r.score:.3f}]")
+        lines.append(f"   {r.source} {r.source_id}" + (f", {r.location}" if r.location else "") + f"  (updated {r.updated_at})")
+        lines.append(f"   {r.snippet}")
+        lines.append(f"   id: {r.id}" + (f"  {r.source_url}" if r.source_url else ""))
+        explain = getattr(r, "explain", None)
+        if explain is not None:
+            lines.append(f"   why: {_explain_text(explain)}")
+    return "\n".join(lines)
+
+
+def _explain_text(e: dict[str, Any]) -> str:
+    """``search --explain`` in one line: ``keyword #2 bm25 7.31 · vector #5 cosine 0.612 · fused 0.9836 (rrf ...)``."""
+    kw, vec, fusion = e.get("keyword"), e.get("vector"), e.get("fusion")
+    parts = [f"keyword #{kw['rank']} bm25 {kw['bm25']:.4g}" if kw else "keyword -" if fusion else "",
+             f"vector #{vec['rank']} cosine {vec['cosine']:.4f}" if vec else "vector -" if fusion else ""]
+    parts = [p for p in parts if p]
+    if fusion:
+        params = ", ".join(f"{k} {v}" for k, v in fusion.items() if k != "method")
+        parts.append(f"fused {e['fused']:.6f} ({fusion['method']}, {params})")
+    return " · ".join(parts)
+
+
+def _doc_text(doc: Any) -> str:
+    head = [f"# {doc.title}", f"id: {doc.id}", f"source: {doc.source} {doc.source_id}", f"updated: {doc.updated_at}"]
+    if doc.author:
+        head.append(f"author: {doc.author}")
+    if doc.source_url:
+        head.append(f"url: {doc.source_url}")
+    head.append(f"chunks: {len(doc.chunks)}")
+    return "\n".join(head) + "\n\n" + str(doc.body)
+
+
+def _agents_text(agents: list[dict[str, Any]]) -> str:
+    if not agents:
+        return "No agents. Add [agents.inline.NAME] (description, system_prompt, tools, arguments) to ctx.toml."
+    lines = []
+    for a in agents:
+        lines.append(f"{a['name']}  ({a['kind']})  {a['description']}")
+        if a["tools"]:
+            lines.append(f"    tools: {', '.join(a['tools'])}")
+        for arg in a["arguments"]:
+            flag = " (required)" if arg["required"] else (f" (default {arg['default']!r})" if "default" in arg else "")
+            lines.append(f"    {arg['name']}{flag}" + (f"  {arg['description']}" if arg["description"] else ""))
+    return "\n".join(lines)
+
+
+def _agent_text(agent: dict[str, Any]) -> str:
+    search = agent["search"]
+    where = f", sources {', '.join(search['sources'])}" if search["sources"] else ""
+    limit = f", limit {search['limit']}" if search["limit"] else ""
+    lines = [f"Agent: {agent['name']} ({agent['kind']})"]
+    if agent["description"]:
+        lines.append(f"Description: {agent['description']}")
+    lines += [f"Tools: {', '.join(agent['tools']) or 'none listed'}", f"Search: {search['mode']}{where}{limit}", "",
+              "System prompt:", agent["system"]]
+    for m in agent["messages"]:
+        lines += ["", f"[{m['role']}]", m["content"]]
+    return "\n".join(lines)
+
+
+# The text (``--text``, a terminal) of an operation's data; the others print it as --format says.
+TEXT: dict[str, Callable[[Any], str]] = {"search": _search_text, "get": _doc_text, "agent_list": _agents_text,
+                                         "agent_show": _agent_text}
+
+
+def _sync_text(summary: Any) -> str:
+    lines = []
+    for r in summary.sources:
+        if not r.ok:
+            lines.append(f"{r.source}: FAILED ({r.error})")
+            continue
+        prefix = "would: " if r.dry_run else ""
+        lines.append(
+            f"{r.source}: {prefix}{r.added} added, {r.updated} updated, {r.deleted} deleted, "
+            f"{r.unchanged} unchanged, {r.skipped} skipped, {r.chunks} chunks written ({r.seconds:.2f} s)"
+            + ("  [resumed an interrupted sync]" if r.resumed else "")
+        )
+        lines.extend(f"  warning: {w}" for w in r.warnings)
+    e = summary.embedding
+    if e is not None:
+        lines.append(f"embeddings ({e.model}): {e.embedded} embedded, {e.pending} pending ({e.seconds:.2f} s)"
+                     + (f"  error: {e.error}" if e.error else ""))
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,422 @@
+"""``ctx serve mcp``: the HTTP API (``/tools/*``, ``/agents``, ``/health``, ``/openapi.json``) and MCP at ``/mcp`` and ``/``.
+
+Routes are thin: read the JSON body (capped, content type checked), call the toolbox (which validates
+against the same declarations MCP uses), and answer JSON. Every failure, routing ones included, is one
+envelope ``{"error": {"code", "message"}}`` (``cairn_servers.core.errors.envelope``) with the status of the error's class (400 validation, 401
+auth, 404 unknown tool/document/route, 405, 408 Lua timeout, 413 body too large, 415 content type,
+499 Lua call cancelled by a client that disconnected (nobody reads it),
+500 internal). Unexpected exceptions are logged to stderr with their traceback; the client only
+learns their type. Tool calls run in the thread pool, each worker thread on its own SQLite connection.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import sys
+import traceback
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
+
+from cairn_servers.core.errors import CairnError, InvalidInput, NotFound, TooLarge, Unauthorized, envelope
+
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.types import ASGIApp, Receive, Scope, Send
+
+    from cairn_servers.core.ops import Op
+    from cairn_servers.ctx.config import Config
+    from cairn_servers.ctx.tools import Toolbox
+
+MAX_BODY = 1 << 20  # bytes of a request body
+
+
+class UnsupportedMediaType(InvalidInput):
+    """The request body is not JSON."""
+
+    code = "unsupported_media_type"
+    http_status = 415
+
+
+class MethodNotAllowed(InvalidInput):
+    """The route exists but not for this method."""
+
+    code = "method_not_allowed"
+    http_status = 405
+
+
+def _dumps(data: Any) -> bytes:
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def error_body(exc: CairnError) -> bytes:
+    return _dumps(envelope(exc))
+
+
+def error_response(exc: CairnError, headers: dict[str, str] | None = None) -> "Response":
+    from starlette.responses import Response
+
+    return Response(error_body(exc), status_code=exc.http_status, media_type="application/json", headers=headers)
+
+
+def internal_error(exc: BaseException) -> "Response":
+    traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+    return error_response(CairnError(f"Internal error ({type(exc).__name__}). The server log has the details."))
+
+
+async def read_json(request: "Request") -> Any:
+    """The JSON body (an empty body is ``{}``); 413 past ``MAX_BODY``, 415 for other media, 400 when malformed."""
+    length = request.headers.get("content-length")
+    if length and length.isdigit() and int(length) > MAX_BODY:
+        raise TooLarge(f"The request body is {length} bytes; the limit is {MAX_BODY}.")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY:
+            raise TooLarge(f"The request body is over the limit of {MAX_BODY} bytes.")
+    if not body.strip():
+        return {}
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media != "application/json" and not media.endswith("+json"):
+        raise UnsupportedMediaType(
+            f"The request body must be JSON (Content-Type: application/json), not {media or 'unspecified'!r}.")
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        reason = "a number has more than 4300 digits" if "integer string conversion" in str(exc) else str(exc)
+        raise InvalidInput(f"The request body is not valid JSON: {reason}.") from None
+    except RecursionError:
+        raise InvalidInput("The request body is nested too deeply to be parsed.") from None
+
+
+def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token: str | None = None,
+               cors_origins: list[str] | None = None) -> "Starlette":
+    """The ASGI app for ``config``; ``auth_token``/``cors_origins`` default to the config's ``[server]``."""
+    import asyncio
+    import threading
+    from contextlib import asynccontextmanager
+
+    from starlette.applications import Starlette
+    from starlette.concurrency import run_in_threadpool
+    from starlette.exceptions import HTTPException
+    from starlette.middleware import Middleware
+    from starlette.middleware.cors import CORSMiddleware
+    from starlette.requests import ClientDisconnect
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    from cairn_servers.core.ops import query_args
+    from cairn_servers.ctx.ops import OPS
+    from cairn_servers.ctx.tools import Toolbox, mcp_server
+    from cairn_servers.mcp.http import _disconnected as disconnected, mcp_app
+
+    box = toolbox if toolbox is not None else Toolbox(config)
+    token = auth_token if auth_token is not None else config.server.auth_token
+    origins = cors_origins if cors_origins is not None else list(config.server.cors_origins)
+
+    def ok(data: Any) -> Response:
+        return Response(_dumps(data), media_type="application/json")
+
+    def endpoint(fn: Callable[["Request"], Awaitable[Any]]) -> Callable[["Request"], Awaitable[Response]]:
+        async def run(request: "Request") -> Response:
+            try:
+                return ok(await fn(request))
+            except ClientDisconnect:  # gone while sending its body: nobody reads the answer
+                return Response(status_code=400)
+            except CairnError as exc:
+                # A refused upload is not read further: close the connection rather than drain it.
+                return error_response(exc, headers={"connection": "close"} if exc.http_status == 413 else None)
+            except Exception as exc:  # never a traceback in the body
+                return internal_error(exc)
+
+        return run
+
+    async def call(name: str, request: "Request") -> Any:
+        params = await read_json(request)
+        op = box.op(name)  # 404 before any work
+        if not op.extra.get("lua") and (name != "search" or isinstance(params, dict)
+                                        and params.get("mode", "keyword") == "keyword"):
+            # Bounded SQLite work (keyword ranking is capped at a few ms): answering on the event loop
+            # beats a thread hop, which under 20 concurrent clients cost a third of the throughput.
+            return box.call(name, params)
+        return await run_while_connected(request, name, params)
+
+    async def run_while_connected(request: "Request", name: str, params: Any) -> Any:
+        """``box.call`` in the thread pool; if the client disconnects first, a Lua tool is stopped
+        (its worker killed, ``Cancelled``: 499, which nobody reads) instead of running to its timeout."""
+        return await run_cancellable(request, lambda cancelled: box.call(name, params, cancelled))
+
+    async def run_cancellable(request: "Request", work_fn: Callable[[Callable[[], bool]], Any]) -> Any:
+        """``work_fn(cancelled)`` in the thread pool, ``cancelled()`` turning true once the client is gone."""
+        gone = threading.Event()
+        work = asyncio.ensure_future(run_in_threadpool(work_fn, gone.is_set))
+        watch = asyncio.ensure_future(disconnected(request))
+        try:
+            await asyncio.wait((work, watch), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watch.cancel()
+        gone.set()  # also when the work finished first: the flag is only read while it runs
+        return await work  # a built-in tool finishes its (bounded) work; a Lua tool stops within 50 ms
+
+    def route(op: "Op") -> Route:
+        """The operation's own route (``POST /tools/search``, ``GET /tools/sources``, a Lua tool's
+        ``POST /tools/NAME``): a JSON body, or the query string for GET."""
+        assert op.http is not None
+        method, path = op.http
+        if method == "GET":
+            async def answer(request: "Request") -> Any:
+                return box.call(op.name, query_args(op, request.query_params))
+        else:
+            async def answer(request: "Request") -> Any:
+                return await call(op.name, request)
+        return Route(path, endpoint(answer), methods=[method])
+
+    def agent_route(op: "Op") -> Route:
+        """``GET /agents`` and ``GET /agents/{name}``: the path parameter and, for one agent, every query
+        parameter as one of its arguments (``?topic=deploys``)."""
+        assert op.http is not None
+        method, path = op.http
+
+        async def answer(request: "Request") -> Any:
+            from cairn_servers.ctx.ops import to_json
+
+            args = dict(request.path_params)
+            if "name" not in args:  # the list
+                args.update(query_args(op, request.query_params))
+                return to_json(op, op.call(box.agents, args, "http"))
+            query = request.query_params
+            repeated = [k for k in query.keys() if len(query.getlist(k)) > 1]
+            if repeated:
+                raise InvalidInput(f"Agent argument {repeated[0]!r} is given more than once; give it once.")
+            arguments = dict(query)
+            # in the thread pool; a Lua agent stops (its worker killed) if the client goes away, as a Lua tool does
+            value = await run_cancellable(
+                request, lambda cancelled: op.call(box.agents, args, "http", arguments=arguments, cancelled=cancelled))
+            return to_json(op, value)
+
+        return Route(path, endpoint(answer), methods=[method])
+
+    @endpoint
+    async def tool(request: "Request") -> Any:
+        return await call(request.path_params["name"], request)
+
+    @endpoint
+    async def tools_list(request: "Request") -> Any:
+        return {"tools": box.list()}
+
+    @endpoint
+    async def health(request: "Request") -> Any:
+        return {"status": "ok"}
+
+    mcp = mcp_app(mcp_server(box), stateless=True,
+                  allowed_origins=[o for o in origins if o != "*" and not o.endswith(":*")])
+    routes = [
+        Route("/health", health, methods=["GET"]),
+        Route("/openapi.json", endpoint(lambda r: _async(openapi(box))), methods=["GET"]),
+        Route("/tools/list", tools_list, methods=["GET"]),
+        *(route(op) for op in box.ops.values() if op.http is not None and not op.extra.get("lua")),
+        # Any tool by name: the Lua tools' routes (POST /tools/NAME, in the OpenAPI document from their
+        # declarations), and the built-in ones too (POST /tools/sources); 404 for an unknown name.
+        Route("/tools/{name}", tool, methods=["POST"]),
+        *(agent_route(op) for op in OPS if op.extra.get("agents")),
+        Route("/mcp", mcp),
+        # The seed's client configuration points at the server's root URL: the same app answers there.
+        Route("/", RootMcp(mcp)),
+    ]
+
+    async def http_error(request: "Request", exc: Exception) -> Response:
+        status = getattr(exc, "status_code", 500)
+        if status == 404:
+            return error_response(NotFound(f"No route {request.method} {request.url.path}. See GET /openapi.json."))
+        if status == 405:
+            allow = getattr(exc, "headers", None) or {}
+            return error_response(MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}."),
+                                  headers=dict(allow))
+        return error_response(InvalidInput(str(getattr(exc, "detail", "Bad request"))))
+
+    @asynccontextmanager
+    async def lifespan(app: Any) -> Any:
+        yield
+        box.close()
+
+    middleware = []
+    if origins:
+        exact, pattern = cors_rules(origins)
+        middleware.append(Middleware(CORSMiddleware, allow_origins=exact, allow_origin_regex=pattern,
+                                     allow_methods=["GET", "POST", "OPTIONS"], allow_headers=["*"],
+                                     expose_headers=["Mcp-Session-Id"], max_age=600))
+    if token:
+        middleware.append(Middleware(BearerAuth, token=token))
+    app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan,
+                    exception_handlers={HTTPException: http_error})
+    app.state.toolbox = box
+    return app
+
+
+def cors_rules(origins: list[str]) -> tuple[list[str], str | None]:
+    """``[server] cors_origins`` as CORSMiddleware's exact origins and one regex for the ``host:*`` entries
+    (any port, or none). ``"*"`` stays in the exact list, where it means every origin."""
+    import re
+
+    exact = [o.rstrip("/") for o in origins if not o.endswith(":*")]
+    wild = [re.escape(o[:-2]) + r"(?::\d{1,5})?" for o in origins if o.endswith(":*")]
+    return exact, ("|".join(wild) or None)
+
+
+async def _async(value: Any) -> Any:
+    return value
+
+
+INDEX = {
+    "name": "ctx",
+    "mcp": "POST / or POST /mcp: MCP Streamable HTTP (stateless)",
+    "openapi": "/openapi.json",
+    "tools": "/tools/list",
+    "agents": "/agents",
+    "health": "/health",
+}
+
+
+class RootMcp:
+    """``/``: the MCP app mounted at ``/mcp`` (the same instance, so the same Host/Origin guard, body limit
+    and session handling; the auth middleware wraps both). A browser's plain ``GET /`` (no
+    ``Accept: text/event-stream``, so not an MCP stream request) gets a short JSON index of the routes."""
+
+    def __init__(self, mcp: "ASGIApp") -> None:
+        self.mcp = mcp
+
+    async def __call__(self, scope: "Scope", receive: "Receive", send: "Send") -> None:
+        if scope["type"] == "http" and scope["method"] in ("GET", "HEAD"):
+            accept = b",".join(v for k, v in scope["headers"] if k == b"accept")
+            if b"text/event-stream" not in accept:
+                from starlette.responses import Response
+
+                await Response(_dumps(INDEX), media_type="application/json")(scope, receive, send)
+                return
+        await self.mcp(scope, receive, send)
+
+
+class BearerAuth:
+    """``Authorization: Bearer <token>`` on every route but ``/health`` and CORS preflights (constant-time compare)."""
+
+    def __init__(self, app: "ASGIApp", token: str) -> None:
+        self.app = app
+        self.token = token.encode("utf-8")
+
+    async def __call__(self, scope: "Scope", receive: "Receive", send: "Send") -> None:
+        if scope["type"] == "http" and scope["method"] != "OPTIONS" and scope["path"] != "/health":
+            header = b""
+            for key, value in scope["headers"]:
+                if key == b"authorization":
+                    header = value
+                    break
+            scheme, _, given = header.partition(b" ")
+            if not (scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), self.token)):
+                response = error_response(
+                    Unauthorized("Missing or wrong bearer token. Send `Authorization: Bearer <token>` "
+                                 "(the server's [server] auth_token or $CTX_AUTH_TOKEN)."),
+                    headers={"WWW-Authenticate": "Bearer"})
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def openapi(box: "Toolbox") -> dict[str, Any]:
+    """OpenAPI 3.1 for every route: the operations' own routes from their declarations
+    (:func:`cairn_servers.core.ops.openapi_paths`: request bodies are their input schemas), plus the rest."""
+    from cairn_servers.core.ops import openapi_paths
+
+    err = {"$ref": "#/components/schemas/Error"}
+
+    def errors(*codes: int) -> dict[str, Any]:
+        reasons = {400: "invalid parameters or malformed JSON", 401: "missing or wrong bearer token",
+                   404: "unknown tool, document or agent", 408: "a Lua tool or agent ran past its timeout",
+                   413: "request body too large", 415: "body is not JSON", 500: "internal or script error"}
+        return {str(c): {"description": reasons[c], "content": {"application/json": {"schema": err}}} for c in codes}
+
+    def body(schema: dict[str, Any]) -> dict[str, Any]:
+        return {"required": False, "content": {"application/json": {"schema": schema}}}
+
+    def reply(description: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
+        return {"description": description, "content": {"application/json": {"schema": schema or {"type": "object"}}}}
+
+    ops = list(box.ops.values())
+    paths: dict[str, Any] = {
+        "/health": {"get": {"summary": "Health check", "responses": {"200": reply("ok", {
+            "type": "object", "properties": {"status": {"const": "ok"}}})}}},
+        "/openapi.json": {"get": {"summary": "This document", "responses": {"200": reply("OpenAPI 3.1")}}},
+        "/tools/list": {"get": {"summary": "Every tool (built-in and Lua) with its parameter schema",
+                                "responses": {"200": reply("tools"), **errors(401, 500)}}},
+    }
+    for path, methods in openapi_paths(ops).items():
+        for method, entry in methods.items():
+            op = box.ops[entry["operationId"]]
+            lua = bool(op.extra.get("lua"))
+            codes: tuple[int, ...] = (400, 401, 500)
+            if method == "post":
+                entry["requestBody"]["required"] = False  # an empty body is {}
+                codes = (400, 401, 408, 413, 415, 500) if lua else (400, 401, 404, 413, 415, 500)
+            key = op.extra.get("key")
+            entry["summary"] = entry["summary"] or f"Lua tool {op.name}"
+            entry["responses"] = {"200": reply("{\"result\": ...}" if lua else f"{{\"{key}\": [...]}}" if key
+                                               else "the tool's result"), **errors(*codes)}
+        paths[path] = methods
+    from cairn_servers.ctx.ops import OPS
+
+    for path, methods in openapi_paths([op for op in OPS if op.extra.get("agents")]).items():
+        entry = methods["get"]
+        if path == "/agents/{name}":
+            # Every query parameter is an argument of the agent (its names: GET /agents)
+            entry["parameters"].append({"name": "arguments", "in": "query", "style": "form", "explode": True,
+                                        "description": "the agent's arguments, e.g. ?topic=deploys",
+                                        "schema": {"type": "object", "additionalProperties": {"type": "string"}}})
+        entry["responses"] = {"200": reply("the agent and its resolved prompt" if "{" in path
+                                           else '{"agents": [...]}'),
+                              **errors(*((400, 401, 404, 408, 500) if "{" in path else (401, 500)))}
+        paths[path] = methods
+    paths["/tools/{name}"] = {"post": {
+        "summary": "Call any tool by name; Lua tools answer {\"result\": ...}",
+        "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string",
+                                                                                     "enum": list(box.ops)}}],
+        "requestBody": body({"type": "object"}),
+        "responses": {"200": reply("the tool's result"), **errors(400, 401, 404, 408, 413, 415, 500)}}}
+    mcp = {"summary": "MCP Streamable HTTP (stateless JSON-RPC 2.0): the same tools",
+           "requestBody": {"required": True, "content": {"application/json": {"schema": {"type": "object"}}}},
+           "responses": {"200": reply("JSON-RPC response (or an SSE stream)"),
+                         "202": {"description": "notification accepted"}, **errors(401)}}
+    paths["/mcp"] = {"post": mcp}
+    paths["/"] = {"post": {**mcp, "summary": "MCP at the root URL, exactly as /mcp"},
+                  "get": {"summary": "Without Accept: text/event-stream, an index of these routes",
+                          "responses": {"200": reply("index"), **errors(401)}}}
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "ctx knowledge base", "version": "1"},
+        "paths": paths,
+        "components": {
+            "schemas": {"Error": {"type": "object", "required": ["error"], "properties": {"error": {
+                "type": "object", "required": ["code", "message"],
+                "properties": {"code": {"type": "string"}, "message": {"type": "string"}, "details": {"type": "object"}}}}}},
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+    }
+
+
+def serve(config: "Config", *, bind: str | None = None, allow_remote: bool = False) -> None:
+    """Run the server until SIGINT/SIGTERM on ``bind`` (default ``[server] bind``)."""
+    from cairn_servers.core.serve import is_loopback, parse_bind
+    from cairn_servers.core.serve import serve as run
+
+    host, port = parse_bind(bind or config.server.bind, 7331)
+    if not is_loopback(host) and allow_remote and not config.server.auth_token:
+        raise InvalidInput(f"Refusing to serve on {host} without an auth token: set [server] auth_token "
+                           "or $CTX_AUTH_TOKEN so only your clients can call it.")
+    app = create_app(config)
+    import gc
+
+    # A long-running server: start-up objects (modules, schemas, the app) never become garbage, so
+    # freeze them out of the collector's scans and collect young objects less often.
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 50, 100)
+    run(app, host, port, name="ctx", allow_remote=allow_remote)

@@ -1,0 +1,413 @@
+"""The ctx service: one method per capability, plain data in, dataclasses out.
+
+The operations (:mod:`cairn_servers.ctx.ops`: search, get, sources) call these methods for every surface (MCP,
+HTTP, the CLI) after checking their parameters against one declaration; the CLI calls the others
+(sync, embed, stats) directly, and Lua tools reach search/get/sources through ``context.*``. Adapters
+render what these return. SQL stays in the store's named methods
+(:class:`~cairn_servers.ctx.store.KnowledgeStore`: SQLite or PostgreSQL).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cairn_servers.core.errors import InvalidInput, NotFound
+from cairn_servers.core.files import write_atomic
+from cairn_servers.core.sanitize import scrub
+from cairn_servers.ctx import config as cfg
+from cairn_servers.ctx.times import iso, parse_time
+from cairn_servers.ctx.retrieval import Filters
+from cairn_servers.ctx.store import KnowledgeStore
+from cairn_servers.ctx.stores import open_store
+from cairn_servers.ctx.sync import EmbedReport, Progress, SyncReport
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from cairn_servers.search.embed import Embedder
+
+
+@dataclass
+class SearchResult:
+    """One document hit; ``score`` is in [0, 1]."""
+
+    id: str
+    score: float
+    title: str
+    source: str
+    source_id: str
+    updated_at: str
+    snippet: str
+    source_url: str | None
+    location: str = ""  # the best chunk's heading path, a citation: "Page 12", "Slide 3: Budget", "Guide > Install"
+
+
+@dataclass
+class ExplainedResult(SearchResult):
+    """A search result with how it was scored (``search --explain``): ``explain`` holds, for the document's
+    best chunk, ``keyword`` (``rank``, ``bm25``) and ``vector`` (``rank``, ``cosine``), each null when that
+    list did not have the chunk among its candidates, and in hybrid mode ``fused`` (the score before
+    rounding) with ``fusion`` (``method``, ``alpha``, and ``k`` for rrf)."""
+
+    explain: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ChunkView:
+    ordinal: int
+    hash: str
+    heading: str
+    text: str
+
+
+@dataclass
+class Document:
+    """A full document with its chunks."""
+
+    id: str
+    source: str
+    source_id: str
+    title: str
+    body: str
+    source_url: str | None
+    updated_at: str
+    author: str | None
+    metadata: dict[str, Any]
+    chunks: list[ChunkView] = field(default_factory=list)
+
+
+@dataclass
+class SourceStatus:
+    """A configured (or formerly configured) source and its health."""
+
+    name: str
+    type: str
+    source: str
+    configured: bool
+    healthy: bool
+    doc_count: int
+    last_sync: str | None
+    error: str | None
+
+
+@dataclass
+class Stats:
+    db_path: str
+    documents: int
+    chunks: int
+    distinct_chunks: int
+    vectors: int
+    pending_embeddings: int
+    embedding_model: str | None
+    db_bytes: int
+    sources: dict[str, int]
+
+
+@dataclass
+class SyncSummary:
+    sources: list[SyncReport]
+    embedding: EmbedReport | None
+
+
+@dataclass
+class MigrateReport:
+    database: str  # the path, or the URL with its password masked
+    backend: str  # sqlite or postgres
+    previous: int  # the schema version found (0: a new database)
+    version: int  # the schema version now
+
+
+@dataclass
+class InitReport:
+    config_path: str
+    db_path: str
+    created_config: bool
+
+
+def init(config_path: str | os.PathLike[str] | None = None) -> InitReport:
+    """Write a commented starter ``ctx.toml`` (unless one exists) and create its database."""
+    path = cfg.resolve_path(config_path)
+    created = False
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, cfg.STARTER.encode("utf-8"), mode=0o600)
+        created = True
+    config = cfg.load(path)
+    open_store(config.db, create=True).close()
+    return InitReport(config_path=str(path), db_path=config.db.label, created_config=created)
+
+
+class Service:
+    """The knowledge base behind every adapter; cheap to create, opens the database on first use."""
+
+    def __init__(self, config: cfg.Config) -> None:
+        self.config = config
+        self._store: KnowledgeStore | None = None
+        self._embedder: Embedder | None = None
+
+    @classmethod
+    def from_config(cls, path: str | os.PathLike[str] | None = None) -> "Service":
+        return cls(cfg.load(path))
+
+    @property
+    def store(self) -> KnowledgeStore:
+        if self._store is None:
+            self._store = open_store(self.config.db, create=True)
+        return self._store
+
+    def migrate(self) -> MigrateReport:
+        """Open the database, applying any pending schema migrations (every open does), and report."""
+        store = self.store
+        return MigrateReport(scrub(store.label), "postgres" if self.config.db.url else "sqlite",
+                             store.migrated_from, store.schema_version())
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    def embedder(self) -> "Embedder":
+        """The configured embedder; raises ``embeddings_disabled`` when there is none."""
+        if self._embedder is None:
+            from cairn_servers.search import embed
+
+            self._embedder = embed.create(self.config.embedding)
+        return self._embedder
+
+    # ---- sources -----------------------------------------------------------------------------
+
+    def _select(self, target: str) -> list[cfg.ConnectorConfig]:
+        conns = self.config.connectors
+        if target == "all":
+            chosen = conns
+        else:
+            chosen = [c for c in conns if target in (c.source, c.type, c.name)]
+        if not chosen:
+            names = ", ".join(c.source for c in conns) or "none configured"
+            raise NotFound(f"No connector matches {target!r}. Configured: {names}. Use a name, a type, or all.")
+        return chosen
+
+    def resolve_sources(self, source: str | list[str] | None) -> tuple[str, ...] | None:
+        """Source filter values (``type:name``, a type, or a name) as exact source labels."""
+        if source is None or source == "" or source == []:
+            return None
+        wanted = [source] if isinstance(source, str) else list(source)
+        labels: list[str] = []
+        stored = self.store.source_labels()
+        for w in wanted:
+            found = [c.source for c in self.config.connectors if w in (c.source, c.type, c.name)]
+            if not found and w in stored:
+                found = [w]
+            if not found:
+                known = sorted({c.source for c in self.config.connectors} | stored)
+                raise NotFound(f"Unknown source {w!r}. Known sources: {', '.join(known) or 'none'}.")
+            labels.extend(found)
+        return tuple(sorted(set(labels)))
+
+    def sources(self) -> list[SourceStatus]:
+        """Configured sources with their health (last sync result) and document counts."""
+        counts = self.store.document_counts()
+        checkpoints = self.store.checkpoints()
+        out: list[SourceStatus] = []
+        for c in self.config.connectors:
+            cp = checkpoints.get(c.source)
+            healthy, error = self._health(c)
+            if cp and cp["status"] == "error":
+                healthy, error = False, cp["error"]
+            out.append(SourceStatus(
+                name=c.name, type=c.type, source=c.source, configured=True, healthy=healthy,
+                doc_count=int(counts.get(c.source, 0)),
+                last_sync=iso(cp["finished_at"]) if cp and cp["finished_at"] else None,
+                error=scrub(error) if error else None,
+            ))
+        for label in sorted(set(counts) - {c.source for c in self.config.connectors}):
+            ctype, _, name = label.partition(":")
+            out.append(SourceStatus(name, ctype, label, False, False, int(counts[label]), None,
+                                    "no longer configured; its documents stay until removed"))
+        return out
+
+    def _health(self, c: cfg.ConnectorConfig) -> tuple[bool, str | None]:
+        if c.type == "filesystem":
+            root = Path(c.options["root"])
+            return (True, None) if root.is_dir() else (False, f"root {root} is not a directory")
+        if c.type == "script":
+            p = Path(c.options["path"])
+            return (True, None) if p.is_file() else (False, f"script {p} does not exist")
+        return True, None
+
+    # ---- sync & embeddings -------------------------------------------------------------------
+
+    def sync(self, target: str = "all", *, full: bool = False, dry_run: bool = False,
+             progress: Progress | None = None) -> SyncSummary:
+        """Sync the connectors matching ``target`` (a name, a type, ``type:name`` or ``all``), then embed."""
+        from cairn_servers.ctx.sync import sync_source
+
+        reports = [
+            sync_source(self.store, c, self.config.chunking, full=full, dry_run=dry_run, progress=progress)
+            for c in self._select(target)
+        ]
+        with self.store.transaction():
+            if not dry_run and self.store.drop_orphan_vectors():
+                self.store.bump()
+        embedding = None
+        if not dry_run and self.config.embedding.provider != "disabled":
+            embedding = self.embed_pending(progress=progress)
+        return SyncSummary(reports, embedding)
+
+    def embed_pending(self, *, progress: Progress | None = None) -> EmbedReport:
+        """Embed every chunk that has no vector for the configured model yet."""
+        from cairn_servers.ctx.sync import embed_pending
+
+        try:
+            embedder = self.embedder()
+        except InvalidInput:
+            raise
+        except Exception as exc:  # the provider could not even start: chunks stay pending
+            model = f"{self.config.embedding.provider}:{self.config.embedding.model}"
+            return EmbedReport(model=model, pending=-1, error=scrub(str(getattr(exc, "message", exc))),
+                               error_code=getattr(exc, "code", "internal"))
+        return embed_pending(self.store, embedder, self.config.embedding.batch_size, progress=progress)
+
+    def embed_rebuild(self, *, progress: Progress | None = None) -> EmbedReport:
+        """Drop every stored vector and embed all chunks again with the configured model."""
+        self.embedder()
+        with self.store.transaction():
+            self.store.clear_vectors()
+            self.store.bump()
+        return self.embed_pending(progress=progress)
+
+    # ---- search & get ------------------------------------------------------------------------
+
+    def search(self, query: str, mode: str = "keyword", *, source: str | list[str] | None = None,
+               since: str | int | None = None, until: str | int | None = None,
+               limit: int | None = None, explain: bool = False) -> list[SearchResult]:
+        """Search indexed documents by keyword, semantic, or hybrid query.
+
+        The ``search`` operation (:mod:`cairn_servers.ctx.ops`) documents the parameters and checks them for
+        every surface; this checks them again for callers that are not one (a Lua tool's ``context.search``).
+        The query is never passed raw to the index. ``explain``: :class:`ExplainedResult` items, which
+        say how each was scored.
+        """
+        from cairn_servers.ctx import retrieval
+        from cairn_servers.search.embed import hybrid_defaults
+        from cairn_servers.search.fusion import fuse
+
+        if not isinstance(query, str) or not query.strip():
+            raise InvalidInput("The query is empty. Pass some words to search for.")
+        if mode not in cfg.MODES:
+            raise InvalidInput(f"Unknown search mode {mode!r}. Use one of: {', '.join(cfg.MODES)}.")
+        r = self.config.retrieval
+        limit = r.final_limit if limit is None else limit
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+            raise InvalidInput(f"limit must be an integer from 1 to 1000, not {limit!r}.")
+        embedder = self.embedder() if mode != "keyword" else None  # embeddings_disabled, before any work
+        filters = Filters(self.resolve_sources(source), parse_time(since, "since"), parse_time(until, "until"))
+        store = self.store
+        kw: dict[int, float] = {}
+        vec: dict[int, float] = {}
+        k_kw, k_vec = max(r.candidate_k_keyword, limit), max(r.candidate_k_vector, limit)
+        if mode == "keyword":
+            kw = retrieval.keyword(store, query, filters, k_kw)
+        elif mode == "semantic" and embedder is not None:
+            vec = retrieval.semantic(store, embedder, query, filters, k_vec)
+        elif embedder is not None:
+            kw, vec = retrieval.hybrid_candidates(store, embedder, query, filters, k_kw, k_vec)
+        if mode == "keyword":
+            top = max(kw.values(), default=0.0)
+            scored = [(cid, s / top if top > 0 else 0.0) for cid, s in kw.items()]
+        elif mode == "semantic":
+            scored = list(vec.items())
+        else:
+            scored = fuse(r.fusion, kw, vec, r.hybrid_alpha, hybrid_defaults(self.config.embedding.provider)[1])
+        return self._group(scored, query, limit, self._explainer(mode, kw, vec) if explain else None)
+
+    def _explainer(self, mode: str, kw: dict[int, float], vec: dict[int, float]) -> Callable[[int, float], dict[str, Any]]:
+        """The ``explain`` of a result from its best chunk (rowid) and that chunk's score: its place and score in
+        each candidate list, ranked as :func:`cairn_servers.search.fusion.rrf` ranks them (score desc, then rowid)."""
+        from cairn_servers.search.embed import hybrid_defaults
+        from cairn_servers.search.fusion import ranks
+
+        r = self.config.retrieval
+        kw_rank, vec_rank = ranks(kw), ranks(vec)
+        fusion: dict[str, Any] | None = None
+        if mode == "hybrid":
+            k = hybrid_defaults(self.config.embedding.provider)[1]  # the RRF constant search used
+            fusion = {"method": r.fusion, "alpha": r.hybrid_alpha, **({"k": k} if r.fusion == "rrf" else {})}
+
+        def explain(cid: int, score: float) -> dict[str, Any]:
+            return {
+                "keyword": {"rank": kw_rank[cid], "bm25": kw[cid]} if cid in kw_rank else None,
+                "vector": {"rank": vec_rank[cid], "cosine": vec[cid]} if cid in vec_rank else None,
+                "fused": score if fusion is not None else None,
+                "fusion": fusion,
+            }
+
+        return explain
+
+    def _group(self, scored: list[tuple[int, float]], query: str, limit: int,
+               explain: Callable[[int, float], dict[str, Any]] | None = None) -> list[SearchResult]:
+        from cairn_servers.ctx.chunk import location
+        from cairn_servers.ctx.retrieval import snippet, snippet_terms
+
+        if not scored:
+            return []
+        doc_of = self.store.chunk_documents([cid for cid, _ in scored])
+        best: dict[str, tuple[float, int]] = {}
+        for cid, score in scored:
+            doc = doc_of.get(cid)
+            if doc is None:
+                continue  # removed since the candidates were taken
+            if doc not in best or score > best[doc][0] or (score == best[doc][0] and cid < best[doc][1]):
+                best[doc] = (score, cid)
+        ordered = sorted(best.items(), key=lambda kv: (-kv[1][0], kv[0]))[:limit]
+        winners = [cid for _, (_, cid) in ordered]
+        meta = self.store.chunk_hits(winners)
+        results = []
+        needles = snippet_terms(query)
+        for doc_id, (score, cid) in ordered:
+            if cid not in meta:
+                continue
+            text, title, source, source_id, updated_at, source_url, heading = meta[cid]
+            result = SearchResult(
+                id=doc_id, score=round(min(1.0, max(0.0, score)), 6), title=title, source=source,
+                source_id=source_id, updated_at=iso(updated_at), snippet=snippet(text, query, needles=needles),
+                source_url=scrub(source_url) if source_url else None, location=location(heading),
+            )
+            if explain is not None:
+                result = ExplainedResult(**result.__dict__, explain=explain(cid, score))
+            results.append(result)
+        return results
+
+    def get(self, id: str) -> Document:
+        """A document by id, with its full body and its chunks in order."""
+        if not isinstance(id, str) or not id.strip():
+            raise InvalidInput("The document id is empty. Use an id from search results.")
+        row = self.store.document(id.strip())
+        if row is None:
+            raise NotFound(f"No document with id {id!r}. Ids come from `ctx search`; run `ctx sync` if it was just added.")
+        import json
+
+        chunks = [ChunkView(o, h, hd, t) for o, h, hd, t in self.store.document_chunks(row[0])]
+        return Document(
+            id=row[1], source=row[2], source_id=row[3], title=row[4], body=row[5],
+            source_url=scrub(row[6]) if row[6] else None, updated_at=iso(row[7]), author=row[8],
+            metadata=json.loads(row[9] or "{}"), chunks=chunks,
+        )
+
+    def stats(self) -> Stats:
+        """Counts of documents, chunks, vectors and pending embeddings, and the database size."""
+        docs, chunks, distinct = self.store.counts()
+        model = None
+        vectors = pending = 0
+        if self.config.embedding.provider != "disabled":
+            try:
+                model = self.embedder().identity
+                vectors = self.store.vector_count(model)
+                pending = self.store.pending_count(model)
+            except Exception:
+                model = None
+        return Stats(scrub(self.store.label), docs, chunks, distinct, vectors, pending, model,
+                     self.store.size_bytes(), self.store.document_counts())

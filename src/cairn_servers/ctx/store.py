@@ -1,0 +1,804 @@
+"""The knowledge base's storage: the :class:`KnowledgeStore` interface and its SQLite implementation.
+
+Two implementations with the same behaviour, chosen at start by :func:`cairn_servers.ctx.stores.open_store`: this module's
+:class:`SqliteStore` (one SQLite file, WAL, FTS5; the embedded default) and
+:class:`cairn_servers.ctx.store_pg.PostgresStore` (PostgreSQL + pgvector, ``[db] url``, imported only when
+configured). They are the only places that run SQL; everything else calls their named methods.
+
+SQLite: one database (WAL) with documents, chunks, FTS5, vectors, checkpoints.
+
+Every change happens inside a transaction, so a process killed at any moment leaves the last
+committed state intact and searchable. Chunks are stored with their content hash; vectors are keyed
+by (hash, model), so a chunk whose text did not change keeps its vector across syncs, and two
+identical chunks share one vector. The ``generation`` counter in ``meta`` moves on every commit that
+changes chunks or vectors, which tells in-memory caches (the vector matrix) to reload.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ContextManager, Protocol
+
+from cairn_servers.core.errors import StorageError
+from cairn_servers.ctx.chunk import Chunk
+
+# Versioned schema migrations, applied in order at open (and by `ctx migrate`); ``meta.schema_version``
+# records the last one applied. Version 1 is the original schema; never edit a released step, add one.
+_V1 = """
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS documents(
+    rowid INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    source TEXT NOT NULL,
+    source_id TEXT NOT NULL,
+    title TEXT NOT NULL,
+    author TEXT,
+    source_url TEXT,
+    updated_at INTEGER NOT NULL,
+    fingerprint TEXT NOT NULL,
+    content_hash TEXT NOT NULL,
+    body TEXT NOT NULL,
+    metadata TEXT NOT NULL DEFAULT '{}',
+    indexed_at INTEGER NOT NULL,
+    UNIQUE(source, source_id)
+);
+CREATE INDEX IF NOT EXISTS documents_updated ON documents(updated_at);
+CREATE TABLE IF NOT EXISTS chunks(
+    rowid INTEGER PRIMARY KEY,
+    doc INTEGER NOT NULL REFERENCES documents(rowid) ON DELETE CASCADE,
+    ordinal INTEGER NOT NULL,
+    hash TEXT NOT NULL,
+    heading TEXT NOT NULL,
+    text TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS chunks_doc ON chunks(doc, ordinal);
+CREATE INDEX IF NOT EXISTS chunks_hash ON chunks(hash);
+CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(
+    heading, text, content='chunks', content_rowid='rowid', tokenize='porter unicode61 remove_diacritics 2'
+);
+CREATE TRIGGER IF NOT EXISTS chunks_ai AFTER INSERT ON chunks BEGIN
+    INSERT INTO chunks_fts(rowid, heading, text) VALUES (new.rowid, new.heading, new.text);
+END;
+CREATE TRIGGER IF NOT EXISTS chunks_ad AFTER DELETE ON chunks BEGIN
+    INSERT INTO chunks_fts(chunks_fts, rowid, heading, text) VALUES ('delete', old.rowid, old.heading, old.text);
+END;
+CREATE TABLE IF NOT EXISTS vectors(
+    hash TEXT NOT NULL,
+    model TEXT NOT NULL,
+    vec BLOB NOT NULL,
+    PRIMARY KEY(hash, model)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS checkpoints(
+    source TEXT PRIMARY KEY,
+    status TEXT NOT NULL,
+    started_at INTEGER NOT NULL,
+    finished_at INTEGER,
+    documents INTEGER NOT NULL DEFAULT 0,
+    error TEXT
+);
+"""
+_V2 = """
+CREATE INDEX IF NOT EXISTS documents_source_updated ON documents(source, updated_at);
+"""
+# Version 3 folds accents in PostgreSQL's keyword index; FTS5 (remove_diacritics 2) always did: nothing to do.
+_V3 = ""
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def document_id(source: str, source_id: str) -> str:
+    """Stable document id: sha256 of ``source`` and ``source_id`` (32 hex digits)."""
+    return hashlib.sha256(f"{source}\x00{source_id}".encode("utf-8")).hexdigest()[:32]
+
+
+@dataclass
+class DocumentRecord:
+    """A document as the sync engine writes it."""
+
+    source: str
+    source_id: str
+    title: str
+    body: str
+    updated_at: int
+    fingerprint: str
+    content_hash: str
+    author: str | None = None
+    source_url: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        return document_id(self.source, self.source_id)
+
+
+@dataclass(frozen=True)
+class Known:
+    """What the store remembers about a document, for change detection."""
+
+    rowid: int
+    fingerprint: str
+    content_hash: str
+
+
+_FULL_FIX = "The disk is full: free some space and run the command again; nothing indexed was lost."
+
+
+def _disk_full(path: Path, exc: BaseException) -> bool:
+    """Whether a SQLite error comes from a full disk (which SQLite may report as a disk I/O error)."""
+    if "full" in str(exc):
+        return True
+    import shutil
+
+    try:
+        return shutil.disk_usage(path.parent).free < (1 << 20)
+    except OSError:
+        return False
+
+
+# The rows both stores return in one shape (the PostgreSQL store imports these).
+CHECKPOINT_COLUMNS = "source, status, started_at, finished_at, documents, error"
+EXPORTED_COLUMNS = ("rowid, id, source, source_id, title, author, source_url, updated_at, fingerprint, content_hash,"
+                    " body, metadata")
+
+
+def checkpoint_map(rows: Iterable[Sequence[Any]]) -> dict[str, dict[str, Any]]:
+    """source -> its last sync (``status``, ``started_at``, ``finished_at``, ``documents``, ``error``), from
+    rows of :data:`CHECKPOINT_COLUMNS`."""
+    return {
+        r[0]: {"status": r[1], "started_at": int(r[2]), "finished_at": None if r[3] is None else int(r[3]),
+               "documents": int(r[4]), "error": r[5]}
+        for r in rows
+    }
+
+
+def exported_row(r: Sequence[Any]) -> tuple[Any, ...]:
+    """A row of :data:`EXPORTED_COLUMNS` with its rowid and updated_at as ints."""
+    return (int(r[0]), *r[1:7], int(r[7]), *r[8:])
+
+
+@dataclass(frozen=True)
+class Match:
+    """A keyword query as the stores take it: the user's terms (quoted phrases kept whole) joined
+    with ``AND`` or ``OR``. Each store builds its own syntax from it (FTS5 ``MATCH``, a ``tsquery``),
+    so raw user text never reaches the index."""
+
+    terms: tuple[str, ...]
+    operator: str = "OR"
+
+    def fts5(self) -> str:
+        """The FTS5 ``MATCH`` expression: every term an FTS5 string literal (its tokenizer splits
+        ``use-effect`` into the phrase ``use effect``)."""
+        from cairn_servers.search.query import literal
+
+        return f" {self.operator} ".join(literal(t) for t in dict.fromkeys(self.terms))
+
+
+class KnowledgeStore(Protocol):
+    """What the service, sync, retrieval and tools need from the knowledge base's storage.
+
+    Writes happen inside :meth:`transaction`; ``rowid``s of documents and chunks are stable integers
+    (a chunk's rowid orders chunks by indexing time). Both implementations pass one test suite
+    (tests/ctx, parametrised over ``sqlite`` and ``postgres``).
+    """
+
+    label: str  # where the data lives, safe to print (a path, or a URL with its password masked)
+    native_vectors: bool  # True: :meth:`vector_search` ranks in the database; False: retrieval's in-memory matrix
+    migrated_from: int  # the schema version found at open (0: new); migrations up to SCHEMA_VERSION then ran
+
+    def close(self) -> None: ...
+    def transaction(self) -> ContextManager[object]: ...
+    def source_lock(self, source: str) -> ContextManager[None]: ...
+    def bump(self) -> None: ...
+    def generation(self) -> int: ...
+    def schema_version(self) -> int: ...
+    def known(self, source: str) -> dict[str, Known]: ...
+    def upsert(self, doc: DocumentRecord, chunks: Sequence[Chunk]) -> None: ...
+    def document(self, doc_id: str) -> tuple[Any, ...] | None: ...
+    def document_chunks(self, rowid: int) -> list[tuple[int, str, str, str]]: ...
+    def chunk_documents(self, chunk_rowids: Sequence[int]) -> dict[int, str]: ...
+    def chunk_hits(self, chunk_rowids: Sequence[int]) -> dict[int, tuple[str, str, str, str, int, str | None, str]]: ...
+    def source_labels(self) -> set[str]: ...
+    def document_counts(self) -> dict[str, int]: ...
+    def counts(self) -> tuple[int, int, int]: ...
+    def size_bytes(self) -> int: ...
+    def set_fingerprint(self, rowid: int, fingerprint: str, updated_at: int) -> None: ...
+    def delete(self, rowids: Sequence[int]) -> None: ...
+    def drop_orphan_vectors(self) -> int: ...
+    def pending(self, model: str, limit: int) -> list[tuple[str, str, str]]: ...
+    def pending_count(self, model: str) -> int: ...
+    def put_vectors(self, model: str, hashes: Sequence[str], blobs: Sequence[bytes]) -> None: ...
+    def vector_count(self, model: str) -> int: ...
+    def clear_vectors(self) -> None: ...
+    def vector_rows(self, model: str) -> list[tuple[int, str, int, bytes]]: ...
+    def vector_chunks(self) -> list[tuple[int, str, str, int]]: ...
+    def vector_blobs(self, model: str) -> Iterator[tuple[str, bytes]]: ...
+    def vector_search(self, model: str, query: bytes, k: int, *, sources: Sequence[str] | None = None,
+                      since: int | None = None, until: int | None = None) -> dict[int, float]: ...
+    def fts_try_rank(self, terms: Sequence[str], k: int, budget: int, *, sources: Sequence[str] | None = None,
+                     since: int | None = None, until: int | None = None) -> tuple[list[int], dict[int, float] | None]: ...
+    def fts_count(self, match: Match, cap: int) -> int: ...
+    def fts_newest_rowid(self, match: Match, offset: int) -> int: ...
+    def fts_rank(self, match: Match, k: int, *, sources: Sequence[str] | None = None, since: int | None = None,
+                 until: int | None = None, min_rowid: int = 0,
+                 df: Mapping[str, int] | None = None) -> dict[int, float]: ...
+    def checkpoint(self, source: str, status: str, *, documents: int = 0, error: str | None = None) -> None: ...
+    def checkpoints(self) -> dict[str, dict[str, Any]]: ...
+    def sql(self, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
+    # export / import (cairn_servers.ctx.transfer): a consistent read, and batches in rowid (hash) order
+    def snapshot(self) -> ContextManager[None]: ...
+    def has_documents(self) -> bool: ...
+    def has_document(self, doc_id: str) -> bool: ...
+    def chunks_after(self, rowid: int, limit: int) -> list[tuple[int, int, int, str, str, str]]: ...
+    def documents_by_rowid(self, rowids: Sequence[int]) -> dict[int, tuple[Any, ...]]: ...
+    def chunkless_documents_after(self, rowid: int, limit: int) -> list[tuple[Any, ...]]: ...
+    def vectors_after(self, model: str, hash: str, limit: int) -> list[tuple[str, bytes]]: ...
+
+
+class SqliteStore:
+    """One connection to the knowledge base's SQLite database."""
+
+    native_vectors = False
+
+    def __init__(self, path: Path, *, create: bool = False, migrate: bool = True) -> None:
+        self.path = Path(path)
+        self._helper: sqlite3.Connection | None = None  # the second connection of a split ranking
+        self._fts_found: dict[tuple[Any, ...], Any] = {}  # see _fts_known
+        self._fts_rows = 0
+        self._fts_state: tuple[int, int] | None = None
+        self.label = str(self.path)
+        if not create and not self.path.exists():
+            from cairn_servers.core.errors import NotFound
+
+            raise NotFound(f"No knowledge base at {self.path}. Run `ctx init` (or `ctx sync all`) first.")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
+            self.db.execute("PRAGMA busy_timeout = 10000")
+            self.db.execute("PRAGMA journal_mode = WAL")
+            self.db.execute("PRAGMA synchronous = NORMAL")
+            self.db.execute("PRAGMA foreign_keys = ON")
+            self.db.execute("PRAGMA cache_size = -65536")
+            self.migrated_from = self.migrate() if migrate else self._version()
+        except sqlite3.DatabaseError as exc:
+            if _disk_full(self.path, exc):
+                raise StorageError(f"Cannot open the knowledge base {self.path}: {exc}. {_FULL_FIX}") from exc
+            raise StorageError(f"Cannot open the knowledge base {self.path}: {exc}. Move it aside and run `ctx sync all --full`.") from exc
+
+    def migrate(self, target: int = SCHEMA_VERSION) -> int:
+        """Apply the migrations after the database's version up to ``target``, in one transaction;
+        returns the version found (0 for a new database)."""
+        if self._version() == target:
+            return target  # the common case: no write transaction at all
+        with self.transaction():
+            self.db.execute("CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            found = self._version()
+            if found > SCHEMA_VERSION:
+                raise StorageError(
+                    f"The knowledge base {self.path} has schema version {found}, newer than this ctx knows "
+                    f"({SCHEMA_VERSION}). Upgrade cairn.")
+            for step in MIGRATIONS[found:target]:
+                for statement in _split_sql(step):
+                    self.db.execute(statement)
+            self.db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', ?)",
+                            (str(max(found, target)),))
+            self.db.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('generation', '0')")
+        return found
+
+    def _version(self) -> int:
+        try:
+            row = self.db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        except sqlite3.OperationalError:  # no meta table: a new database
+            return 0
+        return int(row[0]) if row else 0
+
+    def schema_version(self) -> int:
+        return self._version()
+
+    @contextmanager
+    def source_lock(self, source: str) -> Iterator[None]:
+        """Held while one process syncs ``source``: a second sync of it waits. SQLite serialises
+        writers itself (BEGIN IMMEDIATE) and upserts by (source, source_id), so this only saves the
+        second sync from repeating the first one's work: an advisory lock on a file beside the database."""
+        import fcntl
+
+        lock = self.path.parent / f".{self.path.name}.sync-{hashlib.sha256(source.encode()).hexdigest()[:16]}.lock"
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def sql(self, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Rows of an ad-hoc read (``?`` placeholders), for tests and diagnostics only."""
+        return [tuple(r) for r in self.db.execute(statement, tuple(params)).fetchall()]
+
+    def vector_search(self, model: str, query: bytes, k: int, *, sources: Sequence[str] | None = None,
+                      since: int | None = None, until: int | None = None) -> dict[int, float]:
+        raise NotImplementedError("SQLite vectors are searched in memory (cairn_servers.ctx.retrieval.VectorMatrix)")
+
+    def close(self) -> None:
+        helper, self._helper = self._helper, None
+        if helper is not None:
+            helper.close()
+        self.db.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any exception."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.db
+            self.db.execute("COMMIT")
+        except BaseException as exc:
+            if self.db.in_transaction:  # SQLite has already rolled back after SQLITE_FULL / IOERR
+                self.db.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.OperationalError):  # full disk, I/O error, locked too long
+                fix = _FULL_FIX if _disk_full(self.path, exc) else (
+                    "Check free space and the file's permissions, then run the command again; nothing "
+                    "indexed was lost.")
+                raise StorageError(f"Cannot write the knowledge base {self.path}: {exc}. {fix}") from exc
+            raise
+
+    def bump(self) -> None:
+        """Advance the generation counter (call inside the transaction that changed data)."""
+        self.db.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'")
+
+    def generation(self) -> int:
+        row = self.db.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
+        return int(row[0]) if row else 0
+
+    # ---- documents ---------------------------------------------------------------------------
+
+    def known(self, source: str) -> dict[str, Known]:
+        rows = self.db.execute(
+            "SELECT source_id, rowid, fingerprint, content_hash FROM documents WHERE source = ?", (source,)
+        )
+        return {sid: Known(rowid, fp, ch) for sid, rowid, fp, ch in rows}
+
+    def upsert(self, doc: DocumentRecord, chunks: Sequence[Chunk]) -> None:
+        """Replace the document and its chunks (inside the caller's transaction)."""
+        now = int(time.time())
+        row = self.db.execute(
+            "SELECT rowid FROM documents WHERE source = ? AND source_id = ?", (doc.source, doc.source_id)
+        ).fetchone()
+        values = (
+            doc.title, doc.author, doc.source_url, doc.updated_at, doc.fingerprint, doc.content_hash,
+            doc.body, json.dumps(doc.metadata, sort_keys=True, default=str), now,
+        )
+        if row:
+            rowid = int(row[0])
+            self.db.execute("DELETE FROM chunks WHERE doc = ?", (rowid,))
+            self.db.execute(
+                "UPDATE documents SET title=?, author=?, source_url=?, updated_at=?, fingerprint=?, content_hash=?,"
+                " body=?, metadata=?, indexed_at=? WHERE rowid = ?",
+                (*values, rowid),
+            )
+        else:
+            cur = self.db.execute(
+                "INSERT INTO documents(id, source, source_id, title, author, source_url, updated_at, fingerprint,"
+                " content_hash, body, metadata, indexed_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                (doc.id, doc.source, doc.source_id, *values),
+            )
+            rowid = int(cur.lastrowid or 0)
+        self.db.executemany(
+            "INSERT INTO chunks(doc, ordinal, hash, heading, text) VALUES (?,?,?,?,?)",
+            [(rowid, c.ordinal, c.hash, c.heading, c.text) for c in chunks],
+        )
+
+    def document(self, doc_id: str) -> tuple[Any, ...] | None:
+        """(rowid, id, source, source_id, title, body, source_url, updated_at, author, metadata JSON) of
+        the document ``doc_id``, or None."""
+        row = self.db.execute(
+            "SELECT rowid, id, source, source_id, title, body, source_url, updated_at, author, metadata"
+            " FROM documents WHERE id = ?", (doc_id,)
+        ).fetchone()
+        return tuple(row) if row is not None else None
+
+    def document_chunks(self, rowid: int) -> list[tuple[int, str, str, str]]:
+        """(ordinal, hash, heading, text) of a document's chunks, in order."""
+        rows = self.db.execute("SELECT ordinal, hash, heading, text FROM chunks WHERE doc = ? ORDER BY ordinal",
+                               (rowid,))
+        return [(o, h, hd, t) for o, h, hd, t in rows]
+
+    def chunk_documents(self, chunk_rowids: Sequence[int]) -> dict[int, str]:
+        """The document id of each chunk rowid still stored (batches of 500 bound variables)."""
+        out: dict[int, str] = {}
+        for s in range(0, len(chunk_rowids), 500):
+            part = list(chunk_rowids[s : s + 500])
+            out.update(self.db.execute(
+                "SELECT c.rowid, d.id FROM chunks c JOIN documents d ON d.rowid = c.doc"
+                f" WHERE c.rowid IN ({','.join('?' * len(part))})", part).fetchall())
+        return out
+
+    def chunk_hits(self, chunk_rowids: Sequence[int]) -> dict[int, tuple[str, str, str, str, int, str | None, str]]:
+        """For search results: chunk rowid -> (chunk text, title, source, source_id, updated_at, source_url,
+        the chunk's heading path)."""
+        out: dict[int, tuple[str, str, str, str, int, str | None, str]] = {}
+        for s in range(0, len(chunk_rowids), 500):
+            part = list(chunk_rowids[s : s + 500])
+            for row in self.db.execute(
+                    "SELECT c.rowid, c.text, d.title, d.source, d.source_id, d.updated_at, d.source_url, c.heading"
+                    f" FROM chunks c JOIN documents d ON d.rowid = c.doc WHERE c.rowid IN ({','.join('?' * len(part))})", part):
+                out[row[0]] = row[1:]
+        return out
+
+    def source_labels(self) -> set[str]:
+        """Every source label that has documents."""
+        return {r[0] for r in self.db.execute("SELECT DISTINCT source FROM documents")}
+
+    def document_counts(self) -> dict[str, int]:
+        """Documents per source label."""
+        return {s: int(n) for s, n in self.db.execute("SELECT source, COUNT(*) FROM documents GROUP BY source")}
+
+    def counts(self) -> tuple[int, int, int]:
+        """(documents, chunks, distinct chunk texts)."""
+        docs = self.db.execute("SELECT COUNT(*) FROM documents").fetchone()[0]
+        chunks, distinct = self.db.execute("SELECT COUNT(*), COUNT(DISTINCT hash) FROM chunks").fetchone()
+        return int(docs), int(chunks), int(distinct)
+
+    def size_bytes(self) -> int:
+        """The database's size on disk, its WAL and shared-memory files included."""
+        return sum(p.stat().st_size for p in self.path.parent.glob(self.path.name + "*") if p.is_file())
+
+    def set_fingerprint(self, rowid: int, fingerprint: str, updated_at: int) -> None:
+        self.db.execute(
+            "UPDATE documents SET fingerprint = ?, updated_at = ? WHERE rowid = ?", (fingerprint, updated_at, rowid)
+        )
+
+    def delete(self, rowids: Sequence[int]) -> None:
+        for rowid in rowids:
+            self.db.execute("DELETE FROM chunks WHERE doc = ?", (rowid,))
+            self.db.execute("DELETE FROM documents WHERE rowid = ?", (rowid,))
+
+    def drop_orphan_vectors(self) -> int:
+        cur = self.db.execute("DELETE FROM vectors WHERE hash NOT IN (SELECT hash FROM chunks)")
+        return cur.rowcount
+
+    # ---- vectors -----------------------------------------------------------------------------
+
+    def pending(self, model: str, limit: int) -> list[tuple[str, str, str]]:
+        """Up to ``limit`` distinct (hash, heading, text) chunks without a vector for ``model``."""
+        rows = self.db.execute(
+            "SELECT c.hash, c.heading, c.text FROM chunks c WHERE NOT EXISTS"
+            " (SELECT 1 FROM vectors v WHERE v.hash = c.hash AND v.model = ?) GROUP BY c.hash ORDER BY c.hash LIMIT ?",
+            (model, limit),
+        )
+        return [(h, hd, t) for h, hd, t in rows]
+
+    def pending_count(self, model: str) -> int:
+        row = self.db.execute(
+            "SELECT COUNT(DISTINCT hash) FROM chunks c WHERE NOT EXISTS"
+            " (SELECT 1 FROM vectors v WHERE v.hash = c.hash AND v.model = ?)",
+            (model,),
+        ).fetchone()
+        return int(row[0])
+
+    def put_vectors(self, model: str, hashes: Sequence[str], blobs: Sequence[bytes]) -> None:
+        self.db.executemany(
+            "INSERT OR REPLACE INTO vectors(hash, model, vec) VALUES (?,?,?)",
+            [(h, model, b) for h, b in zip(hashes, blobs)],
+        )
+
+    def vector_count(self, model: str) -> int:
+        return int(self.db.execute("SELECT COUNT(*) FROM vectors WHERE model = ?", (model,)).fetchone()[0])
+
+    def clear_vectors(self) -> None:
+        self.db.execute("DELETE FROM vectors")
+
+    def vector_rows(self, model: str) -> list[tuple[int, str, int, bytes]]:
+        """(chunk rowid, source, updated_at, vector blob) of every chunk with a ``model`` vector, by rowid."""
+        return self.db.execute(
+            "SELECT c.rowid, d.source, d.updated_at, v.vec FROM chunks c JOIN documents d ON d.rowid = c.doc"
+            " JOIN vectors v ON v.hash = c.hash AND v.model = ? ORDER BY c.rowid",
+            (model,),
+        ).fetchall()
+
+    def vector_chunks(self) -> list[tuple[int, str, str, int]]:
+        """(chunk rowid, chunk hash, source, updated_at) of every chunk, by rowid: what the in-memory
+        vector matrix (:class:`cairn_servers.ctx.retrieval.VectorMatrix`) keeps per row, without the vectors."""
+        return self.db.execute(
+            "SELECT c.rowid, c.hash, d.source, d.updated_at FROM chunks c JOIN documents d ON d.rowid = c.doc"
+            " ORDER BY c.rowid").fetchall()
+
+    def vector_blobs(self, model: str) -> Iterator[tuple[str, bytes]]:
+        """(hash, vector blob) of every ``model`` vector, in the table's own order: one sequential read
+        (joined to the chunks in SQL, each vector was a B-tree lookup: ~4-9 s at 100k chunks, against ~0.6 s)."""
+        cursor = self.db.execute("SELECT hash, vec FROM vectors WHERE model = ?", (model,))
+        while rows := cursor.fetchmany(4096):
+            yield from rows
+
+    # ---- full-text search ----------------------------------------------------------------------
+
+    def fts_try_rank(self, terms: Sequence[str], k: int, budget: int, *, sources: Sequence[str] | None = None,
+                     since: int | None = None, until: int | None = None) -> tuple[list[int], dict[int, float] | None]:
+        """Each term's chunk count (up to ``budget + 1``) and, when they add up to at most ``budget``, what
+        :meth:`fts_rank` answers for the OR of the terms (else None, nothing ranked)."""
+        counts = [self.fts_count(Match((t,)), budget) for t in terms]
+        if sum(counts) > budget:
+            return counts, None
+        return counts, self.fts_rank(Match(tuple(terms)), k, sources=sources, since=since, until=until,
+                                     df=dict(zip(terms, counts)))
+
+    def fts_count(self, match: Match, cap: int) -> int:
+        """How many chunks the FTS5 query ``match`` finds, counting no further than ``cap + 1``."""
+        known = self._fts_known()
+        expr = match.fts5()
+        counted = known.get(("count", expr))
+        if counted is not None:
+            count, upto = counted
+            if count <= upto or cap <= upto:  # exact, or already past this cap
+                return min(int(count), cap + 1)
+        row = self.db.execute(
+            "SELECT count(*) FROM (SELECT 1 FROM chunks_fts WHERE chunks_fts MATCH ? LIMIT ?)", (expr, cap + 1)
+        ).fetchone()
+        known[("count", expr)] = (int(row[0]), cap)
+        return int(row[0])
+
+    def fts_newest_rowid(self, match: Match, offset: int) -> int:
+        """The rowid of the ``offset``-th most recently indexed chunk ``match`` finds (0 when fewer)."""
+        known = self._fts_known()
+        expr = match.fts5()
+        found = known.get(("newest", expr, offset))
+        if found is not None:
+            return int(found[0])
+        row = self.db.execute(
+            "SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY rowid DESC LIMIT 1 OFFSET ?",
+            (expr, offset),
+        ).fetchone()
+        known[("newest", expr, offset)] = (int(row[0]) if row else 0, offset)
+        return int(row[0]) if row else 0
+
+    def _fts_known(self) -> dict[tuple[Any, ...], Any]:
+        """What keyword search found since the data last changed: term counts and newest rowids (~0.5 ms each) and
+        rankings (up to tens of ms; queries over the budget share the plan of their rarest common term, so the
+        slowest rankings are the ones asked again). Kept while ``PRAGMA data_version`` (another connection's
+        commits) and this connection's ``total_changes`` (its own writes) stay the same, so an answer is always
+        the current data's; at most FTS_KNOWN_MAX entries and FTS_KNOWN_ROWS ranked rows, then it starts again."""
+        state = (self.db.execute("PRAGMA data_version").fetchone()[0], self.db.total_changes)
+        if (state != self._fts_state or len(self._fts_found) >= FTS_KNOWN_MAX
+                or self._fts_rows >= FTS_KNOWN_ROWS):
+            self._fts_found = {}
+            self._fts_rows = 0
+            self._fts_state = state
+        return self._fts_found
+
+    def fts_rank(self, match: Match, k: int, *, sources: Sequence[str] | None = None, since: int | None = None,
+                 until: int | None = None, min_rowid: int = 0, df: Mapping[str, int] | None = None) -> dict[int, float]:
+        """Chunk rowid -> positive BM25 score, the best ``k`` chunks ``match`` finds among those whose
+        document is in ``sources`` and was updated in [since, until), from ``min_rowid`` on.
+
+        ``df``: the terms' chunk counts when the caller has them (FTS5 weighs the terms itself). They say how
+        much there is to rank: from :data:`SPLIT_MIN` matching chunks on, the ranking runs as two halves side by
+        side (:meth:`_split_rank`), with the same scores and order."""
+        parts: list[str] = []
+        params: list[Any] = []
+        if sources is not None:
+            parts.append(f"d.source IN ({','.join('?' * len(sources))})")
+            params.extend(sources)
+        if since is not None:
+            parts.append("d.updated_at >= ?")
+            params.append(since)
+        if until is not None:
+            parts.append("d.updated_at < ?")
+            params.append(until)
+        if parts:
+            rowid = "f.rowid"
+            head = ("SELECT f.rowid, -bm25(chunks_fts) AS s FROM chunks_fts f JOIN chunks c ON c.rowid = f.rowid"
+                    " JOIN documents d ON d.rowid = c.doc WHERE chunks_fts MATCH ?")
+        else:
+            # Not ``ORDER BY rank``: FTS5 answers that from a nested statement that sorts every match before the
+            # LIMIT applies (~25% slower at 100k chunks); this is the same scores with SQLite's top-k sort, ties by
+            # rowid. No join when only ``min_rowid`` filters: it filters nothing here and cost up to 2x (100k chunks).
+            rowid = "rowid"
+            head = "SELECT rowid, -bm25(chunks_fts) AS s FROM chunks_fts WHERE chunks_fts MATCH ?"
+        if min_rowid:
+            parts.append(f"{rowid} >= ?")
+            params.append(min_rowid)
+        where = head + "".join(" AND " + p for p in parts)
+        tail = f" ORDER BY s DESC, {rowid} LIMIT ?"
+        args = (match.fts5(), *params)
+        known = self._fts_known()
+        key = ("rank", where, args, k)
+        ranked = known.get(key)
+        if ranked is not None:
+            return dict(ranked)
+        split = None
+        if df is not None and sum(df.get(t, 0) for t in dict.fromkeys(match.terms)) >= SPLIT_MIN:
+            split = self._split_rank(f"{where} AND {rowid} % 2 = ?{tail}", args, k)
+        out = split if split is not None else {int(r): float(s) for r, s in self.db.execute(where + tail, (*args, k))}
+        if len(out) <= FTS_KNOWN_ROWS:  # (had the data changed meanwhile, the next call finds a new state: cleared)
+            known[key] = tuple(out.items())
+            self._fts_rows += len(out)
+        return out
+
+    def _split_rank(self, sql: str, args: tuple[Any, ...], k: int) -> dict[int, float] | None:
+        """The ranking ``sql`` (its last two parameters: a rowid's parity, the limit) as two halves, the even
+        rowids on this connection and the odd ones on a second connection in a helper thread (sqlite3 releases
+        the GIL), merged by score then rowid; None when it is not done (the caller ranks in one statement).
+
+        Exact: ``bm25()`` scores a row from the row and table-wide figures (each term's document count, the
+        row count, the average length), never from which rows the statement reads, so a row scores the same in
+        either half and the best ``k`` of the union are the best ``k`` of the whole. Both halves must read the
+        same committed state: ``PRAGMA data_version``, which moves when another connection commits, is read
+        before and after, and the halves are dropped if it moved. Not done inside a transaction of this
+        connection (its uncommitted state is not the other connection's), when the helper thread is busy with
+        another search of this process (one helper: no more busy threads than the 2 cores), nor for a while
+        after a split found no free core (see :func:`_starved`): then the halves cost more than the whole."""
+        if self.db.in_transaction or time.monotonic() < _split_state["idle_until"]:
+            return None
+        if not _split_slot.acquire(blocking=False):
+            return None
+        try:
+            from concurrent.futures import wait
+
+            helper = self._helper
+            if helper is None:
+                if not self.path.is_file():
+                    return None
+                try:
+                    helper = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
+                    helper.execute("PRAGMA query_only = ON")
+                    helper.execute("PRAGMA busy_timeout = 10000")
+                    helper.execute("PRAGMA cache_size = -16384")  # 16 MiB: a few terms' FTS pages (the main one: 64)
+                except sqlite3.Error:
+                    return None  # one statement on the store's connection answers
+                self._helper = helper
+            version = self.db.execute("PRAGMA data_version").fetchone()
+            theirs = _split_pool().submit(_timed_fetch, helper, sql, (*args, 1, k))
+            try:
+                mine = _timed_fetch(self.db, sql, (*args, 0, k))
+            finally:
+                wait([theirs])
+            try:
+                other = theirs.result()
+            except sqlite3.Error:
+                return None  # the helper could not read (busy, I/O): one statement answers, or fails as before
+            _split_state["splits"] += 1
+            if _starved(mine[1], mine[2]) or _starved(other[1], other[2]):
+                _split_state["idle_until"] = time.monotonic() + SPLIT_BACKOFF_S
+                _split_state["backoffs"] += 1
+            if self.db.execute("PRAGMA data_version").fetchone() != version:
+                return None  # another connection committed meanwhile: the halves may have read different states
+        finally:
+            _split_slot.release()
+        rows = mine[0] + other[0]
+        rows.sort(key=lambda r: (-r[1], r[0]))
+        return {int(r): float(s) for r, s in rows[:k]}
+
+    # ---- checkpoints -------------------------------------------------------------------------
+
+    def checkpoint(self, source: str, status: str, *, documents: int = 0, error: str | None = None) -> None:
+        now = int(time.time())
+        if status == "running":
+            self.db.execute(
+                "INSERT INTO checkpoints(source, status, started_at) VALUES (?, 'running', ?)"
+                " ON CONFLICT(source) DO UPDATE SET status='running', started_at=excluded.started_at, error=NULL",
+                (source, now),
+            )
+        else:
+            self.db.execute(
+                "UPDATE checkpoints SET status = ?, finished_at = ?, documents = ?, error = ? WHERE source = ?",
+                (status, now, documents, error, source),
+            )
+
+    def checkpoints(self) -> dict[str, dict[str, Any]]:
+        return checkpoint_map(self.db.execute(f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints"))
+
+    # ---- export / import (cairn_servers.ctx.transfer) ------------------------------------------------------
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """A read transaction: every query inside sees the same committed state (writers are not blocked).
+        Inside a transaction already open on this connection, that transaction is the snapshot."""
+        if self.db.in_transaction:
+            yield
+            return
+        self.db.execute("BEGIN")
+        try:
+            yield
+        finally:
+            self.db.execute("COMMIT")
+
+    def has_documents(self) -> bool:
+        """Whether any document or vector is stored."""
+        return (self.db.execute("SELECT 1 FROM documents LIMIT 1").fetchone() is not None
+                or self.db.execute("SELECT 1 FROM vectors LIMIT 1").fetchone() is not None)
+
+    def has_document(self, doc_id: str) -> bool:
+        return self.db.execute("SELECT 1 FROM documents WHERE id = ?", (doc_id,)).fetchone() is not None
+
+    def chunks_after(self, rowid: int, limit: int) -> list[tuple[int, int, int, str, str, str]]:
+        """Up to ``limit`` chunks whose rowid is above ``rowid``, by rowid: (rowid, document rowid, ordinal,
+        hash, heading, text). A document's chunks are written together, so they come together."""
+        rows = self.db.execute("SELECT rowid, doc, ordinal, hash, heading, text FROM chunks WHERE rowid > ?"
+                               " ORDER BY rowid LIMIT ?", (rowid, limit))
+        return [(r, d, o, h, hd, t) for r, d, o, h, hd, t in rows]
+
+    def documents_by_rowid(self, rowids: Sequence[int]) -> dict[int, tuple[Any, ...]]:
+        """rowid -> (rowid, id, source, source_id, title, author, source_url, updated_at, fingerprint,
+        content_hash, body, metadata JSON) of these documents (batches of 500 bound variables)."""
+        out: dict[int, tuple[Any, ...]] = {}
+        for s in range(0, len(rowids), 500):
+            part = list(rowids[s : s + 500])
+            for row in self.db.execute(f"SELECT {EXPORTED_COLUMNS} FROM documents"
+                                       f" WHERE rowid IN ({','.join('?' * len(part))})", part):
+                out[row[0]] = exported_row(row)
+        return out
+
+    def chunkless_documents_after(self, rowid: int, limit: int) -> list[tuple[Any, ...]]:
+        """Up to ``limit`` documents without chunks whose rowid is above ``rowid``, by rowid (the columns of
+        :meth:`documents_by_rowid`)."""
+        rows = self.db.execute(f"SELECT {EXPORTED_COLUMNS} FROM documents d WHERE d.rowid > ? AND NOT EXISTS"
+                               " (SELECT 1 FROM chunks c WHERE c.doc = d.rowid) ORDER BY d.rowid LIMIT ?",
+                               (rowid, limit))
+        return [exported_row(r) for r in rows]
+
+    def vectors_after(self, model: str, hash: str, limit: int) -> list[tuple[str, bytes]]:
+        """Up to ``limit`` (hash, vector blob) of ``model`` whose hash sorts after ``hash``, by hash."""
+        rows = self.db.execute("SELECT hash, vec FROM vectors WHERE model = ? AND hash > ? ORDER BY hash LIMIT ?",
+                               (model, hash, limit))
+        return [(h, bytes(v)) for h, v in rows]
+
+
+Store = SqliteStore  # the name callers used before the PostgreSQL backend (benchmarks/ctx.py)
+
+
+FTS_KNOWN_MAX = 4096  # counts, newest rowids and rankings kept per store (SqliteStore._fts_known)
+FTS_KNOWN_ROWS = 50_000  # ranked rows kept per store, ~100 bytes each
+
+# From this many matching chunks (the terms' counts) on, a ranking is split over two connections (two cores): below
+# it the thread hop (~0.1 ms) and the second pass over each term's matches (its IDF) outweigh half the BM25 work.
+SPLIT_MIN = 2_000
+_split_slot = threading.BoundedSemaphore(1)  # one split ranking at a time in a process: one helper thread
+_split_executor: Any = None
+
+
+def _split_pool() -> Any:
+    """The helper thread of split rankings, started on first use."""
+    global _split_executor
+    if _split_executor is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _split_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctx-rank")
+    return _split_executor
+
+
+# After a split ranking whose threads waited for a core (other work on the machine), rank in one statement for this
+# long: two halves sharing one core cost more than the whole (the IDF pass runs in both), 20-40 % on a busy VM.
+SPLIT_BACKOFF_S = 2.0
+_split_state = {"idle_until": 0.0, "splits": 0, "backoffs": 0}  # (the counts for benchmarks/ctx_keyword.py)
+
+
+def _timed_fetch(db: sqlite3.Connection, sql: str, params: tuple[Any, ...]) -> tuple[list[Any], float, float]:
+    """The statement's rows, its wall time and this thread's CPU time for it."""
+    wall, cpu = time.perf_counter(), time.thread_time()
+    rows = db.execute(sql, params).fetchall()
+    return rows, time.perf_counter() - wall, time.thread_time() - cpu
+
+
+def _starved(wall: float, cpu: float) -> bool:
+    """Whether a thread spent a quarter of its time (and over a millisecond) waiting, not computing: no free core."""
+    return wall - cpu > max(0.001, 0.25 * wall)
+
+
+def _split_sql(script: str) -> list[str]:
+    """Statements of ``script``; trigger bodies (BEGIN ... END;) stay whole."""
+    out: list[str] = []
+    buf: list[str] = []
+    for line in script.strip().splitlines():
+        buf.append(line)
+        joined = "\n".join(buf).strip()
+        if joined.endswith(";") and sqlite3.complete_statement(joined):
+            out.append(joined)
+            buf = []
+    return out

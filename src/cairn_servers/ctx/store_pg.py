@@ -1,0 +1,703 @@
+"""The knowledge base on PostgreSQL + pgvector: the same behaviour as the SQLite store, shared by replicas.
+
+Selected by ``[db] url = "postgresql://..."`` or ``$CTX_DATABASE_URL`` (:func:`cairn_servers.ctx.stores.open_store`);
+this module, and the driver (psycopg 3), are imported only then.
+
+* **Keyword search**: ``chunks.tsv`` is a generated ``tsvector`` column (GIN index) over the heading
+  and the text with accents folded and punctuation turned into spaces (:func:`_folded`), in the
+  ``cairn`` text search configuration (the English Snowball stemmer without a stop-word list: like
+  SQLite's ``porter unicode61 remove_diacritics 2``, every word is searchable and "cafe" finds "café").
+  Each query term becomes a ``phraseto_tsquery`` of the same folded text, so ``use-effect`` finds "use
+  effect" and "use-effect" as FTS5 does. Ranking is ``ts_rank`` weighted per term by the BM25 inverse
+  document frequency, which ``ts_rank`` lacks. A search is one statement (the terms' counts for the
+  ranking budget, the weights and the ranking together; :meth:`PostgresStore.fts_try_rank`).
+* **Vectors**: ``vectors.vec`` is a pgvector ``vector``; each model gets a partial HNSW index
+  (cosine) on ``vec::vector(dims)``, created with its first vector (``[db] vector_index = "exact"``
+  leaves it out: an exact scan, for small bases or while an index would be rebuilt too often). Filters are SQL conditions and
+  ``hnsw.iterative_scan`` keeps scanning until ``k`` rows pass them.
+* **Several writers**: every write is a transaction; a sync holds a session advisory lock on its
+  source (:meth:`PostgresStore.source_lock`), so two syncs of one source run one after the other and
+  a killed one releases it with its connection; schema migrations run under a transaction-level
+  advisory lock, so replicas starting together apply them once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from cairn_servers.core.errors import StorageError
+from cairn_servers.ctx.chunk import Chunk
+from cairn_servers.ctx.config import mask_url
+from cairn_servers.ctx.store import (CHECKPOINT_COLUMNS, EXPORTED_COLUMNS, DocumentRecord, Known, Match, checkpoint_map,
+                              exported_row)
+
+# The text search configuration: English Snowball stems, no stop words (created by migration 1).
+TS_CONFIG = "cairn"
+# The tsvector input: punctuation (hyphens, slashes, dots, underscores) becomes a space on both sides.
+_PUNCT_SQL = "'[[:punct:]]+'"
+# Accents: the combining marks U+0300-U+036F of a canonical decomposition (the characters themselves).
+_MARKS_SQL = "'[\u0300-\u036f]+'"
+
+
+def _folded(expr: str) -> str:
+    """SQL for the text ``expr`` as it is indexed and queried (migration 3 on): accents folded as FTS5's
+    ``remove_diacritics`` folds them (decompose, drop the combining marks, recompose: "café" -> "cafe"),
+    then punctuation turned into spaces. Built-in immutable functions only, so a generated column can
+    use it and no extension (``unaccent``) is needed. ASCII text (as many bytes as characters) skips
+    the folding: it has nothing to fold, and the two normalisations cost more than the tsvector itself."""
+    folded = f"normalize(regexp_replace(normalize({expr}, NFD), {_MARKS_SQL}, '', 'g'), NFC)"
+    return (f"regexp_replace(CASE WHEN octet_length({expr}) = char_length({expr}) THEN {expr} ELSE {folded} END,"
+            f" {_PUNCT_SQL}, ' ', 'g')")
+
+
+def _q(j: int) -> str:
+    """SQL: query term ``j`` (the parameter ``t<j>``) as a phrase query of its folded words."""
+    return f"phraseto_tsquery('{TS_CONFIG}', {_folded(f'%(t{j})s::text')})"
+
+
+def _joined(n: int, operator: str) -> str:
+    """SQL: the phrase queries of terms 1..n joined with OR (``||``) or AND (``&&``); a term without a
+    word drops out."""
+    return "(" + (" || " if operator == "OR" else " && ").join(_q(j) for j in range(1, n + 1)) + ")"
+
+
+def _term_params(terms: Sequence[str]) -> dict[str, Any]:
+    return {f"t{j}": _clean(t) or "" for j, t in enumerate(terms, 1)}
+
+
+_V1 = f"""
+CREATE EXTENSION IF NOT EXISTS vector;
+CREATE TEXT SEARCH DICTIONARY cairn_stem (TEMPLATE = snowball, Language = english);
+CREATE TEXT SEARCH CONFIGURATION {TS_CONFIG} (COPY = pg_catalog.english);
+ALTER TEXT SEARCH CONFIGURATION {TS_CONFIG} ALTER MAPPING FOR asciiword, asciihword, hword_asciipart, word, hword,
+    hword_part WITH cairn_stem;
+CREATE TABLE IF NOT EXISTS documents(
+    rowid BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    source TEXT NOT NULL,
+    source_id TEXT NOT NULL,
+    title TEXT NOT NULL,
+    author TEXT,
+    source_url TEXT,
+    updated_at BIGINT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    content_hash TEXT NOT NULL,
+    body TEXT NOT NULL,
+    metadata TEXT NOT NULL DEFAULT '{{}}',
+    indexed_at BIGINT NOT NULL,
+    UNIQUE(source, source_id)
+);
+CREATE INDEX IF NOT EXISTS documents_updated ON documents(updated_at);
+CREATE TABLE IF NOT EXISTS chunks(
+    rowid BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    doc BIGINT NOT NULL REFERENCES documents(rowid) ON DELETE CASCADE,
+    ordinal INTEGER NOT NULL,
+    hash TEXT NOT NULL,
+    heading TEXT NOT NULL,
+    text TEXT NOT NULL,
+    tsv TSVECTOR GENERATED ALWAYS AS (
+        to_tsvector('{TS_CONFIG}', regexp_replace(heading, {_PUNCT_SQL}, ' ', 'g'))
+        || to_tsvector('{TS_CONFIG}', regexp_replace(text, {_PUNCT_SQL}, ' ', 'g'))
+    ) STORED
+);
+CREATE INDEX IF NOT EXISTS chunks_doc ON chunks(doc, ordinal);
+CREATE INDEX IF NOT EXISTS chunks_hash ON chunks(hash);
+CREATE INDEX IF NOT EXISTS chunks_tsv ON chunks USING gin(tsv);
+CREATE TABLE IF NOT EXISTS vectors(
+    hash TEXT NOT NULL,
+    model TEXT NOT NULL,
+    vec vector NOT NULL,
+    PRIMARY KEY(hash, model)
+);
+CREATE TABLE IF NOT EXISTS checkpoints(
+    source TEXT PRIMARY KEY,
+    status TEXT NOT NULL,
+    started_at BIGINT NOT NULL,
+    finished_at BIGINT,
+    documents INTEGER NOT NULL DEFAULT 0,
+    error TEXT
+);
+"""
+_V2 = """
+CREATE INDEX IF NOT EXISTS documents_source_updated ON documents(source, updated_at);
+"""
+# Accents folded as SQLite's FTS5 folds them ("cafe" finds "café"): the tsvector is recomputed for every
+# chunk (a table rewrite; run `ctx migrate` before rolling a new version out to the servers).
+_V3 = f"""
+ALTER TABLE chunks DROP COLUMN tsv;
+ALTER TABLE chunks ADD COLUMN tsv TSVECTOR GENERATED ALWAYS AS (
+    to_tsvector('{TS_CONFIG}', {_folded('heading')}) || to_tsvector('{TS_CONFIG}', {_folded('text')})
+) STORED;
+CREATE INDEX chunks_tsv ON chunks USING gin(tsv);
+"""
+# Same numbering as cairn_servers.ctx.store.MIGRATIONS: version N means the same schema on both backends.
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+_MIGRATE_LOCK = 0x63616972_6E000001  # "cairn" + 1: the advisory lock migrations run under
+_DF_CAP = 10_000  # document frequencies for the IDF weights are counted up to this
+
+
+def _lock_key(text: str) -> int:
+    """A signed 64-bit advisory lock key for ``text``."""
+    return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "big", signed=True)
+
+
+def _clean(text: str | None) -> str | None:
+    """PostgreSQL text cannot hold NUL; SQLite can. NULs carry nothing searchable, so they go."""
+    return text.replace("\x00", "") if text and "\x00" in text else text
+
+
+def _vector_text(blob: bytes) -> str:
+    import numpy as np
+
+    return "[" + ",".join(repr(x) for x in np.frombuffer(blob, dtype=np.float32).tolist()) + "]"
+
+
+class PostgresStore:
+    """One connection to a PostgreSQL knowledge base (autocommit outside :meth:`transaction`)."""
+
+    native_vectors = True
+
+    def __init__(self, url: str, *, migrate: bool = True, vector_index: str = "hnsw") -> None:
+        import psycopg
+
+        self.url = url
+        self.vector_index = vector_index
+        self.label = mask_url(url)
+        self._indexed: set[str] = set()  # models whose HNSW index exists
+        self._ef = 0
+        self._total: tuple[int, float] = (-1, 0.0)  # (generation, chunk count) of the last keyword search
+        self._mutex = threading.RLock()
+        self._closed = False
+        self._conn = self._connect()
+        self.migrated_from = self.migrate() if migrate else self._version()
+
+    def _connect(self) -> Any:
+        import psycopg
+
+        try:
+            conn = psycopg.connect(self.url, autocommit=True, connect_timeout=10, application_name="ctx")
+        except psycopg.Error as exc:
+            raise StorageError(
+                f"Cannot connect to the knowledge base {self.label}: {self._reason(exc)}. Check [db] url "
+                "(or $CTX_DATABASE_URL) and that the server is running.") from None
+        try:
+            conn.execute("SET hnsw.iterative_scan = relaxed_order")  # pgvector >= 0.8: filters keep k rows
+        except psycopg.Error:
+            pass
+        self._ef = 0
+        return conn
+
+    @property
+    def db(self) -> "_Guarded":
+        """The connection; a lost one (server restart, failover) is replaced on the next use, so a
+        long-running server recovers after one failed request (which fails with a StorageError)."""
+        if self._conn.closed and not self._closed:
+            self._conn = self._connect()
+        return _Guarded(self._conn, self)
+
+    def _reason(self, exc: BaseException) -> str:
+        from cairn_servers.core.sanitize import scrub
+
+        return scrub(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+
+    def close(self) -> None:
+        self._closed = True
+        self._conn.close()
+
+    # ---- schema ------------------------------------------------------------------------------
+
+    def _version(self) -> int:
+        row = self.db.execute("SELECT to_regclass('meta') IS NOT NULL").fetchone()
+        if not row or not row[0]:
+            return 0
+        row = self.db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        return int(row[0]) if row else 0
+
+    def schema_version(self) -> int:
+        return self._version()
+
+    def migrate(self, target: int = SCHEMA_VERSION) -> int:
+        """Apply the migrations after the database's version up to ``target`` in one transaction,
+        under an advisory lock (replicas starting together apply them once); returns the version found."""
+        import psycopg
+
+        if self._version() == target:
+            return target
+        try:
+            with self.db.transaction():
+                self.db.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATE_LOCK,))
+                self.db.execute("CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+                found = self._version()
+                if found > SCHEMA_VERSION:
+                    raise StorageError(
+                        f"The knowledge base {self.label} has schema version {found}, newer than this ctx "
+                        f"knows ({SCHEMA_VERSION}). Upgrade cairn.")
+                for step in MIGRATIONS[found:target]:
+                    self.db.execute(step.encode("utf-8"))
+                self.db.execute(
+                    "INSERT INTO meta(key, value) VALUES ('schema_version', %s)"
+                    " ON CONFLICT(key) DO UPDATE SET value = excluded.value", (str(max(found, target)),))
+                self.db.execute("INSERT INTO meta(key, value) VALUES ('generation', '0') ON CONFLICT DO NOTHING")
+        except psycopg.Error as exc:
+            raise StorageError(
+                f"Cannot prepare the knowledge base {self.label}: {self._reason(exc)}. The role needs to create "
+                "tables and the pgvector extension (CREATE EXTENSION vector) in this database.") from None
+        return found
+
+    # ---- transactions and locks ------------------------------------------------------------
+
+    @contextmanager
+    def transaction(self) -> Iterator[Any]:
+        """BEGIN ... COMMIT, or ROLLBACK on any exception; a lost server is a StorageError."""
+        import psycopg
+
+        try:
+            with self._mutex, self.db.transaction():
+                yield self._conn
+        except psycopg.OperationalError as exc:
+            raise StorageError(
+                f"Cannot write the knowledge base {self.label}: {self._reason(exc)}. Nothing committed was lost; "
+                "run the command again.") from None
+
+    @contextmanager
+    def source_lock(self, source: str) -> Iterator[None]:
+        """A session advisory lock on ``source`` for a sync: a second sync of it waits; a killed one
+        releases it when its connection ends."""
+        key = _lock_key("cairn_servers.ctx.sync\x00" + source)
+        self.db.execute("SELECT pg_advisory_lock(%s)", (key,))
+        try:
+            yield
+        finally:
+            if not self._conn.closed:  # a lost connection took the lock with it
+                self._conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
+    def bump(self) -> None:
+        self.db.execute("UPDATE meta SET value = (value::bigint + 1)::text WHERE key = 'generation'")
+
+    def generation(self) -> int:
+        row = self.db.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
+        return int(row[0]) if row else 0
+
+    def sql(self, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Rows of an ad-hoc read (``?`` placeholders, as for SQLite), for tests and diagnostics only."""
+        cur = self.db.execute(statement.replace("?", "%s").encode("utf-8"), tuple(params) or None)
+        return [tuple(r) for r in cur.fetchall()] if cur.description is not None else []
+
+    # ---- documents ---------------------------------------------------------------------------
+
+    def known(self, source: str) -> dict[str, Known]:
+        rows = self.db.execute(
+            "SELECT source_id, rowid, fingerprint, content_hash FROM documents WHERE source = %s", (source,))
+        return {sid: Known(int(rowid), fp, ch) for sid, rowid, fp, ch in rows}
+
+    def upsert(self, doc: DocumentRecord, chunks: Sequence[Chunk]) -> None:
+        """Replace the document and its chunks (inside the caller's transaction)."""
+        now = int(time.time())
+        row = self.db.execute(
+            "INSERT INTO documents(id, source, source_id, title, author, source_url, updated_at, fingerprint,"
+            " content_hash, body, metadata, indexed_at) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"
+            " ON CONFLICT (source, source_id) DO UPDATE SET title=excluded.title, author=excluded.author,"
+            " source_url=excluded.source_url, updated_at=excluded.updated_at, fingerprint=excluded.fingerprint,"
+            " content_hash=excluded.content_hash, body=excluded.body, metadata=excluded.metadata,"
+            " indexed_at=excluded.indexed_at RETURNING rowid",
+            (doc.id, doc.source, doc.source_id, _clean(doc.title), _clean(doc.author), _clean(doc.source_url),
+             doc.updated_at, doc.fingerprint, doc.content_hash, _clean(doc.body),
+             _clean(json.dumps(doc.metadata, sort_keys=True, default=str)), now),
+        ).fetchone()
+        assert row is not None
+        rowid = int(row[0])
+        self.db.execute("DELETE FROM chunks WHERE doc = %s", (rowid,))
+        if chunks:
+            with self.db.cursor() as cur:
+                cur.executemany(
+                    "INSERT INTO chunks(doc, ordinal, hash, heading, text) VALUES (%s,%s,%s,%s,%s)",
+                    [(rowid, c.ordinal, c.hash, _clean(c.heading), _clean(c.text)) for c in chunks])
+
+    def document(self, doc_id: str) -> tuple[Any, ...] | None:
+        row = self.db.execute(
+            "SELECT rowid, id, source, source_id, title, body, source_url, updated_at, author, metadata"
+            " FROM documents WHERE id = %s", (doc_id,)).fetchone()
+        return tuple(row) if row is not None else None
+
+    def document_chunks(self, rowid: int) -> list[tuple[int, str, str, str]]:
+        rows = self.db.execute("SELECT ordinal, hash, heading, text FROM chunks WHERE doc = %s ORDER BY ordinal",
+                               (rowid,))
+        return [(o, h, hd, t) for o, h, hd, t in rows]
+
+    def chunk_documents(self, chunk_rowids: Sequence[int]) -> dict[int, str]:
+        rows = self.db.execute(
+            "SELECT c.rowid, d.id FROM chunks c JOIN documents d ON d.rowid = c.doc WHERE c.rowid = ANY(%s)",
+            (list(chunk_rowids),))
+        return {int(r): d for r, d in rows}
+
+    def chunk_hits(self, chunk_rowids: Sequence[int]) -> dict[int, tuple[str, str, str, str, int, str | None, str]]:
+        rows = self.db.execute(
+            "SELECT c.rowid, c.text, d.title, d.source, d.source_id, d.updated_at, d.source_url, c.heading"
+            " FROM chunks c JOIN documents d ON d.rowid = c.doc WHERE c.rowid = ANY(%s)", (list(chunk_rowids),))
+        return {int(r[0]): (r[1], r[2], r[3], r[4], int(r[5]), r[6], r[7]) for r in rows}
+
+    def source_labels(self) -> set[str]:
+        return {r[0] for r in self.db.execute("SELECT DISTINCT source FROM documents")}
+
+    def document_counts(self) -> dict[str, int]:
+        return {s: int(n) for s, n in self.db.execute("SELECT source, COUNT(*) FROM documents GROUP BY source")}
+
+    def counts(self) -> tuple[int, int, int]:
+        docs = self.db.execute("SELECT COUNT(*) FROM documents").fetchone()
+        row = self.db.execute("SELECT COUNT(*), COUNT(DISTINCT hash) FROM chunks").fetchone()
+        assert docs is not None and row is not None
+        return int(docs[0]), int(row[0]), int(row[1])
+
+    def size_bytes(self) -> int:
+        """The knowledge base's tables with their indexes and TOAST data."""
+        row = self.db.execute(
+            "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c"
+            " WHERE c.oid IN (to_regclass('meta'), to_regclass('documents'), to_regclass('chunks'),"
+            " to_regclass('vectors'), to_regclass('checkpoints'))").fetchone()
+        return int(row[0]) if row else 0
+
+    def set_fingerprint(self, rowid: int, fingerprint: str, updated_at: int) -> None:
+        self.db.execute("UPDATE documents SET fingerprint = %s, updated_at = %s WHERE rowid = %s",
+                        (fingerprint, updated_at, rowid))
+
+    def delete(self, rowids: Sequence[int]) -> None:
+        self.db.execute("DELETE FROM documents WHERE rowid = ANY(%s)", (list(rowids),))  # chunks cascade
+
+    def drop_orphan_vectors(self) -> int:
+        cur = self.db.execute(
+            "DELETE FROM vectors v WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE c.hash = v.hash)")
+        return int(cur.rowcount)
+
+    # ---- vectors -----------------------------------------------------------------------------
+
+    def pending(self, model: str, limit: int) -> list[tuple[str, str, str]]:
+        rows = self.db.execute(
+            "SELECT DISTINCT ON (c.hash) c.hash, c.heading, c.text FROM chunks c WHERE NOT EXISTS"
+            " (SELECT 1 FROM vectors v WHERE v.hash = c.hash AND v.model = %s) ORDER BY c.hash, c.rowid LIMIT %s",
+            (model, limit))
+        return [(h, hd, t) for h, hd, t in rows]
+
+    def pending_count(self, model: str) -> int:
+        row = self.db.execute(
+            "SELECT COUNT(DISTINCT hash) FROM chunks c WHERE NOT EXISTS"
+            " (SELECT 1 FROM vectors v WHERE v.hash = c.hash AND v.model = %s)", (model,)).fetchone()
+        return int(row[0]) if row else 0
+
+    def put_vectors(self, model: str, hashes: Sequence[str], blobs: Sequence[bytes]) -> None:
+        if not hashes:
+            return
+        self._ensure_index(model, len(blobs[0]) // 4)
+        with self.db.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO vectors(hash, model, vec) VALUES (%s, %s, %s::vector)"
+                " ON CONFLICT (hash, model) DO UPDATE SET vec = excluded.vec",
+                [(h, model, _vector_text(b)) for h, b in zip(hashes, blobs)])
+
+    def _index_name(self, model: str) -> str:
+        return "vectors_hnsw_" + hashlib.sha256(model.encode("utf-8")).hexdigest()[:16]
+
+    def _ensure_index(self, model: str, dims: int) -> None:
+        """The partial HNSW index (cosine) over ``model``'s vectors, created with its first vector."""
+        from psycopg import sql
+
+        if model in self._indexed or self.vector_index != "hnsw":
+            return
+        self.db.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATE_LOCK,))
+        self.db.execute(sql.SQL(
+            "CREATE INDEX IF NOT EXISTS {} ON vectors USING hnsw ((vec::vector({})) vector_cosine_ops)"
+            " WHERE model = {}").format(sql.Identifier(self._index_name(model)), sql.Literal(dims),
+                                        sql.Literal(model)))
+        self._indexed.add(model)
+
+    def vector_count(self, model: str) -> int:
+        row = self.db.execute("SELECT COUNT(*) FROM vectors WHERE model = %s", (model,)).fetchone()
+        return int(row[0]) if row else 0
+
+    def clear_vectors(self) -> None:
+        self.db.execute("DELETE FROM vectors")
+
+    def vector_rows(self, model: str) -> list[tuple[int, str, int, bytes]]:
+        import numpy as np
+
+        rows = self.db.execute(
+            "SELECT c.rowid, d.source, d.updated_at, v.vec::real[] FROM chunks c JOIN documents d ON d.rowid = c.doc"
+            " JOIN vectors v ON v.hash = c.hash AND v.model = %s ORDER BY c.rowid", (model,))
+        return [(int(r), s, int(u), np.asarray(v, dtype=np.float32).tobytes()) for r, s, u, v in rows]
+
+    def vector_chunks(self) -> list[tuple[int, str, str, int]]:
+        rows = self.db.execute("SELECT c.rowid, c.hash, d.source, d.updated_at FROM chunks c"
+                               " JOIN documents d ON d.rowid = c.doc ORDER BY c.rowid").fetchall()
+        return [(int(r), h, s, int(u)) for r, h, s, u in rows]
+
+    def vector_blobs(self, model: str) -> Iterator[tuple[str, bytes]]:
+        import numpy as np
+
+        for h, v in self.db.execute("SELECT hash, vec::real[] FROM vectors WHERE model = %s", (model,)).fetchall():
+            yield h, np.asarray(v, dtype=np.float32).tobytes()
+
+    def vector_search(self, model: str, query: bytes, k: int, *, sources: Sequence[str] | None = None,
+                      since: int | None = None, until: int | None = None) -> dict[int, float]:
+        """Chunk rowid -> cosine similarity (clipped to [0, 1]) of the ``k`` chunks nearest ``query``
+        among those passing the filters, through the model's HNSW index."""
+        from psycopg import sql
+
+        dims = len(query) // 4
+        if k <= 0 or dims == 0:
+            return {}
+        ef = min(1000, max(40, k))
+        if ef != self._ef:
+            self.db.execute("SELECT set_config('hnsw.ef_search', %s, false)", (str(ef),))
+            self._ef = ef
+        parts, params = _filters(sources, since, until)
+        vec = _vector_text(query)
+        cast = sql.SQL("vector({})").format(sql.Literal(dims))
+        stmt = sql.SQL(
+            "SELECT c.rowid, 1 - ((v.vec::{cast}) <=> %s::{cast}) FROM vectors v JOIN chunks c ON c.hash = v.hash"
+            " JOIN documents d ON d.rowid = c.doc WHERE v.model = {model}{filters}"
+            " ORDER BY (v.vec::{cast}) <=> %s::{cast} LIMIT %s").format(
+                cast=cast, model=sql.Literal(model), filters=sql.SQL("".join(" AND " + p for p in parts)))
+        rows = self.db.execute(stmt, (vec, *params, vec, k))
+        return {int(r): max(0.0, min(1.0, float(s))) for r, s in rows}
+
+    # ---- full-text search ----------------------------------------------------------------------
+    # A keyword statement takes the query's terms as parameters and turns each into a phrase query of its
+    # folded words in SQL, as the index folded the chunks: one round trip per search, with the terms'
+    # counts, the IDF weights and the ranking in it.
+
+    def _keyword(self, terms: Sequence[str], operator: str, k: int, *, budget: int | None = None,
+                 counts: Sequence[int | None] = (), sources: Sequence[str] | None = None, since: int | None = None,
+                 until: int | None = None, min_rowid: int = 0) -> tuple[list[int], dict[int, float]]:
+        """(each term's chunk count, chunk rowid -> score of the best ``k`` chunks the terms joined with
+        ``operator`` find among those passing the filters), in one statement and one pass over the
+        matching chunks.
+
+        With ``budget`` (the first try of a search), that pass stops after ``budget + 1`` chunks and ranks
+        nothing when the terms' counts add up to more than ``budget``; a term's count then comes from its
+        own scan, up to ``budget + 1``. Without it, counts come from ``counts`` where given, else from
+        the term's own scan up to 10,000 (the IDF weights need no more).
+
+        The terms are parameters the SQL folds and parses inline, so the planner sees the query as a
+        constant and estimates its rows from the ``tsvector`` statistics (a rare term: the GIN index);
+        the statement is therefore never prepared (a generic plan would not know the query)."""
+        n = len(terms)
+        if n == 0:
+            return [], {}
+        js = range(1, n + 1)
+        params: dict[str, Any] = {**_term_params(terms), "k": k, "budget": budget, "gen": self._total[0],
+                                  "total": self._total[1], "cap": _DF_CAP if budget is None else budget + 1}
+        for j, c in zip(js, list(counts) or [None] * n):
+            params[f"n{j}"] = c
+        conds = []
+        if sources is not None:
+            conds.append("d.source = ANY(%(sources)s)")
+            params["sources"] = list(sources)
+        if since is not None:
+            conds.append("d.updated_at >= %(since)s")
+            params["since"] = since
+        if until is not None:
+            conds.append("d.updated_at < %(until)s")
+            params["until"] = until
+        if min_rowid:
+            params["min_rowid"] = min_rowid
+        join = " JOIN documents d ON d.rowid = m.doc" if conds else ""
+        query = _joined(n, operator)
+        own_count = "(SELECT count(*) FROM (SELECT 1 FROM chunks WHERE tsv @@ q.q{j} LIMIT %(cap)s) AS x)"
+        if budget is not None:  # complete pass: its counts; cut short: each term's own (over budget anyway)
+            conds.append(f"(SELECT {' + '.join(f'n{j}' for j in js)} FROM df) <= %(budget)s")
+            df = ("tally AS MATERIALIZED (SELECT count(*) AS n, " + ", ".join(
+                f"count(*) FILTER (WHERE m{j}) AS c{j}" for j in js) + " FROM m), df AS MATERIALIZED (SELECT " + ", ".join(
+                f"CASE WHEN q.q{j} IS NULL THEN 0 WHEN tally.n <= %(budget)s THEN tally.c{j} ELSE "
+                + own_count.format(j=j) + f" END AS n{j}" for j in js) + " FROM tally, q)")
+        else:
+            df = "df AS MATERIALIZED (SELECT " + ", ".join(
+                f"CASE WHEN q.q{j} IS NULL THEN 0 ELSE COALESCE(%(n{j})s::bigint, " + own_count.format(j=j)
+                + f") END AS n{j}" for j in js) + " FROM q)"
+        single = "(" + " + ".join(f"(q.q{j} IS NOT NULL)::int" for j in js) + ") = 1"
+        stmt = (
+            # Each term's phrase query, NULL for a term without a word (it then matches and weighs nothing).
+            "WITH q AS MATERIALIZED (SELECT " + ", ".join(
+                f"CASE WHEN numnode({_q(j)}) > 0 THEN {_q(j)} END AS q{j}" for j in js) + "), "
+            # The one pass: every matching chunk, each term's ts_rank, and which terms it has (a one-word
+            # term: its rank is positive; a phrase needs its own match, as ts_rank ignores word order).
+            "m AS MATERIALIZED (SELECT rowid, doc, " + ", ".join(
+                f"CASE WHEN numnode(q{j}) = 1 THEN r{j} > 0 ELSE tsv @@ q{j} END AS m{j}" for j in js) + ", "
+            + ", ".join(f"r{j}" for j in js) + " FROM (SELECT c.rowid, c.doc, c.tsv, "
+            + ", ".join(f"q.q{j}, ts_rank(c.tsv, q.q{j}, 1) AS r{j}" for j in js)
+            + f" FROM chunks c, q WHERE numnode({query}) > 0 AND c.tsv @@ {query}"
+            + (" AND c.rowid >= %(min_rowid)s" if min_rowid else "")
+            + (" LIMIT %(cap)s" if budget is not None else " OFFSET 0") + f") AS found), {df}, "
+            # The chunk count for the IDF weights: this process's copy while the generation has not moved.
+            "total AS MATERIALIZED (SELECT g.gen, CASE WHEN g.gen = %(gen)s THEN %(total)s::float8 ELSE (SELECT CASE"
+            " WHEN reltuples >= 100000 THEN reltuples::float8 ELSE (SELECT count(*) FROM chunks)::float8 END"
+            " FROM pg_class WHERE oid = to_regclass('chunks')) END AS n"
+            " FROM (SELECT value::bigint AS gen FROM meta WHERE key = 'generation') AS g), "
+            # BM25's inverse document frequency per term (ts_rank has none); one term: 1.0, the weight is moot.
+            "w AS MATERIALIZED (SELECT " + ", ".join(
+                f"CASE WHEN {single} THEN 1.0::float8 ELSE ln((total.n - df.n{j} + 0.5) / (df.n{j} + 0.5) + 1.0) END"
+                f" AS w{j}" for j in js) + " FROM df, total, q), "
+            "hits AS (SELECT m.rowid, (" + " + ".join(f"COALESCE(w.w{j} * m.r{j}, 0)" for j in js)
+            + f") AS s FROM m CROSS JOIN w{join}" + (" WHERE " + " AND ".join(conds) if conds else "")
+            + " ORDER BY s DESC, m.rowid LIMIT %(k)s) "
+            f"SELECT 0, NULL::bigint, NULL::float8, ARRAY[{', '.join(f'df.n{j}' for j in js)}]::bigint[], total.gen,"
+            " total.n FROM df, total UNION ALL SELECT 1, rowid, s, NULL, NULL, NULL FROM hits ORDER BY 1, 3 DESC, 2")
+        rows = self.db.execute(stmt.encode("utf-8"), params, prepare=False).fetchall()
+        if not rows or rows[0][0] != 0:  # no generation row: a database migrate() has not finished
+            return [0] * n, {}
+        head = rows[0]
+        self._total = (int(head[4]), float(head[5]))
+        return [int(c) for c in head[3]], {int(r[1]): float(r[2]) for r in rows[1:]}
+
+    def fts_try_rank(self, terms: Sequence[str], k: int, budget: int, *, sources: Sequence[str] | None = None,
+                     since: int | None = None, until: int | None = None) -> tuple[list[int], dict[int, float] | None]:
+        """Each term's chunk count (up to ``budget + 1``) and, when they add up to at most ``budget``, what
+        :meth:`fts_rank` answers for the OR of the terms (else None): one statement."""
+        counts, scores = self._keyword(terms, "OR", k, budget=budget, sources=sources, since=since, until=until)
+        return counts, scores if sum(counts) <= budget else None
+
+    def fts_count(self, match: Match, cap: int) -> int:
+        terms = list(dict.fromkeys(match.terms))
+        stmt = (f"SELECT count(*) FROM (SELECT 1 FROM chunks c WHERE c.tsv @@ {_joined(len(terms), match.operator)}"
+                " LIMIT %(cap)s) AS m")
+        row = self.db.execute(stmt.encode("utf-8"), {**_term_params(terms), "cap": cap + 1}, prepare=False).fetchone()
+        return int(row[0]) if row else 0
+
+    def fts_newest_rowid(self, match: Match, offset: int) -> int:
+        terms = list(dict.fromkeys(match.terms))
+        stmt = (f"SELECT c.rowid FROM chunks c WHERE c.tsv @@ {_joined(len(terms), match.operator)}"
+                " ORDER BY c.rowid DESC LIMIT 1 OFFSET %(offset)s")
+        row = self.db.execute(stmt.encode("utf-8"), {**_term_params(terms), "offset": offset},
+                              prepare=False).fetchone()
+        return int(row[0]) if row else 0
+
+    def fts_rank(self, match: Match, k: int, *, sources: Sequence[str] | None = None, since: int | None = None,
+                 until: int | None = None, min_rowid: int = 0, df: Mapping[str, int] | None = None) -> dict[int, float]:
+        """Chunk rowid -> positive score, the best ``k`` chunks ``match`` finds among those whose document
+        is in ``sources`` and was updated in [since, until), from ``min_rowid`` on: ``ts_rank`` weighted per
+        term by BM25's IDF, from the terms' chunk counts in ``df`` (counted here, up to 10,000, when absent)."""
+        terms = list(dict.fromkeys(match.terms))
+        return self._keyword(terms, match.operator, k, counts=[(df or {}).get(t) for t in terms],
+                             sources=sources, since=since, until=until, min_rowid=min_rowid)[1]
+
+    # ---- checkpoints -------------------------------------------------------------------------
+
+    def checkpoint(self, source: str, status: str, *, documents: int = 0, error: str | None = None) -> None:
+        now = int(time.time())
+        if status == "running":
+            self.db.execute(
+                "INSERT INTO checkpoints(source, status, started_at) VALUES (%s, 'running', %s)"
+                " ON CONFLICT(source) DO UPDATE SET status='running', started_at=excluded.started_at, error=NULL",
+                (source, now))
+        else:
+            self.db.execute(
+                "UPDATE checkpoints SET status = %s, finished_at = %s, documents = %s, error = %s WHERE source = %s",
+                (status, now, documents, _clean(error), source))
+
+    def checkpoints(self) -> dict[str, dict[str, Any]]:
+        return checkpoint_map(self.db.execute(f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints"))
+
+
+    # ---- export / import (cairn_servers.ctx.transfer) ------------------------------------------------------
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """A read-only REPEATABLE READ transaction: every query inside sees the same committed state
+        (writers are not blocked), as SQLite's read transaction does; a lost server is a StorageError."""
+        import psycopg
+
+        try:
+            with self._mutex, self.db.transaction():
+                self.db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                yield
+        except psycopg.OperationalError as exc:
+            raise StorageError(
+                f"Cannot read the knowledge base {self.label}: {self._reason(exc)}. Check that the database server "
+                "is running, and run the command again.") from None
+
+    def has_documents(self) -> bool:
+        """Whether any document or vector is stored."""
+        row = self.db.execute("SELECT EXISTS (SELECT 1 FROM documents) OR EXISTS (SELECT 1 FROM vectors)").fetchone()
+        return bool(row and row[0])
+
+    def has_document(self, doc_id: str) -> bool:
+        return self.db.execute("SELECT 1 FROM documents WHERE id = %s", (doc_id,)).fetchone() is not None
+
+    def chunks_after(self, rowid: int, limit: int) -> list[tuple[int, int, int, str, str, str]]:
+        """Up to ``limit`` chunks whose rowid is above ``rowid``, by rowid: (rowid, document rowid, ordinal,
+        hash, heading, text). A document's chunks are written together (one INSERT), so they come together."""
+        rows = self.db.execute("SELECT rowid, doc, ordinal, hash, heading, text FROM chunks WHERE rowid > %s"
+                               " ORDER BY rowid LIMIT %s", (rowid, limit))
+        return [(int(r), int(d), int(o), h, hd, t) for r, d, o, h, hd, t in rows]
+
+    def documents_by_rowid(self, rowids: Sequence[int]) -> dict[int, tuple[Any, ...]]:
+        """rowid -> (rowid, id, source, source_id, title, author, source_url, updated_at, fingerprint,
+        content_hash, body, metadata JSON) of these documents."""
+        rows = self.db.execute(f"SELECT {EXPORTED_COLUMNS} FROM documents WHERE rowid = ANY(%s)", (list(rowids),))
+        return {int(r[0]): exported_row(r) for r in rows}
+
+    def chunkless_documents_after(self, rowid: int, limit: int) -> list[tuple[Any, ...]]:
+        """Up to ``limit`` documents without chunks whose rowid is above ``rowid``, by rowid (the columns of
+        :meth:`documents_by_rowid`)."""
+        rows = self.db.execute(f"SELECT {EXPORTED_COLUMNS} FROM documents d WHERE d.rowid > %s AND NOT EXISTS"
+                               " (SELECT 1 FROM chunks c WHERE c.doc = d.rowid) ORDER BY d.rowid LIMIT %s",
+                               (rowid, limit))
+        return [exported_row(r) for r in rows]
+
+    def vectors_after(self, model: str, hash: str, limit: int) -> list[tuple[str, bytes]]:
+        """Up to ``limit`` (hash, float32 vector blob) of ``model`` whose hash sorts after ``hash``, by hash
+        (byte order, as SQLite compares them)."""
+        import numpy as np
+
+        rows = self.db.execute('SELECT hash, vec::real[] FROM vectors WHERE model = %s AND hash COLLATE "C" > %s'
+                               ' ORDER BY hash COLLATE "C" LIMIT %s', (model, hash, limit))
+        return [(h, np.asarray(v, dtype=np.float32).tobytes()) for h, v in rows]
+
+
+class _Guarded:
+    """A connection whose ``execute`` reports a lost server as a :class:`StorageError` (exit 7, HTTP 500
+    with the ``storage`` code and a fix) instead of a driver exception."""
+
+    __slots__ = ("conn", "store")
+
+    def __init__(self, conn: Any, store: PostgresStore) -> None:
+        self.conn = conn
+        self.store = store
+
+    def execute(self, query: Any, params: Any = None, *, prepare: bool | None = None) -> Any:
+        import psycopg
+
+        try:
+            return self.conn.execute(query, params, prepare=prepare)
+        except psycopg.OperationalError as exc:
+            raise StorageError(
+                f"The knowledge base {self.store.label} did not answer: {self.store._reason(exc)}. Check that the "
+                "database server is running; the next request connects again.") from None
+
+    def cursor(self) -> Any:
+        return self.conn.cursor()
+
+    def transaction(self) -> Any:
+        return self.conn.transaction()
+
+
+def _filters(sources: Sequence[str] | None, since: int | None, until: int | None) -> tuple[list[str], list[Any]]:
+    """SQL conditions on ``d`` (documents) for the source and time filters, with their parameters."""
+    parts: list[str] = []
+    params: list[Any] = []
+    if sources is not None:
+        parts.append("d.source = ANY(%s)")
+        params.append(list(sources))
+    if since is not None:
+        parts.append("d.updated_at >= %s")
+        params.append(since)
+    if until is not None:
+        parts.append("d.updated_at < %s")
+        params.append(until)
+    return parts, params

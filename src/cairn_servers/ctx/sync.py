@@ -1,0 +1,249 @@
+"""Incremental sync of one connector into the store, and embedding of pending chunks.
+
+Per source: list entries (cheap), skip those whose fingerprint is unchanged, load and re-chunk the
+rest, and commit in batches. Documents no longer listed are deleted only after a *complete* scan,
+so a source that fails halfway never loses documents. A sync killed at any point leaves the last
+committed batch searchable; the next run skips whatever was already committed (same fingerprints)
+and carries on. Embedding runs afterwards in its own batches; its failure leaves chunks pending.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from cairn_servers.core.errors import CairnError
+from cairn_servers.core.sanitize import scrub
+from cairn_servers.ctx.chunk import chunk_text
+from cairn_servers.ctx.config import ChunkingConfig, ConnectorConfig
+from cairn_servers.ctx.store import DocumentRecord
+from cairn_servers.ctx.store import KnowledgeStore as Store
+
+if TYPE_CHECKING:
+    from cairn_servers.search.embed import Embedder
+
+BATCH_DOCS = 500
+BATCH_SECONDS = 1.0
+
+Progress = Callable[[str, int, int], None]  # (label, done, total); the CLI draws cairn_servers.core.output.ProgressBar
+
+
+@dataclass
+class SyncReport:
+    """What one sync of one source did."""
+
+    source: str
+    ok: bool = True
+    dry_run: bool = False
+    scanned: int = 0
+    unchanged: int = 0
+    added: int = 0
+    updated: int = 0
+    deleted: int = 0
+    skipped: int = 0
+    warnings: list[str] = field(default_factory=list)  # "path: skipped: reason" (corrupt, encrypted, too big)
+    chunks: int = 0
+    embedded: int = 0
+    pending: int = 0
+    resumed: bool = False
+    error: str | None = None
+    error_code: str | None = None  # the error taxonomy's code when the source failed
+    seconds: float = 0.0
+    would_add: list[str] = field(default_factory=list)
+    would_update: list[str] = field(default_factory=list)
+    would_delete: list[str] = field(default_factory=list)
+
+
+def sync_source(
+    store: Store,
+    config: ConnectorConfig,
+    chunking: ChunkingConfig,
+    *,
+    full: bool = False,
+    dry_run: bool = False,
+    progress: Progress | None = None,
+) -> SyncReport:
+    """Bring ``config``'s documents in the store up to date; never raises for source failures.
+
+    Holds the store's lock on the source throughout (:meth:`KnowledgeStore.source_lock`): a second
+    sync of the same source, from any process, waits and then finds the work done.
+    """
+    if dry_run:
+        return _sync_source(store, config, chunking, full=full, dry_run=dry_run, progress=progress)
+    with store.source_lock(config.source):
+        return _sync_source(store, config, chunking, full=full, dry_run=dry_run, progress=progress)
+
+
+def _sync_source(store: Store, config: ConnectorConfig, chunking: ChunkingConfig, *, full: bool, dry_run: bool,
+                 progress: Progress | None) -> SyncReport:
+    from cairn_servers.ctx import connectors
+
+    started = time.monotonic()
+    report = SyncReport(source=config.source, dry_run=dry_run)
+    known = store.known(config.source)
+    previous = store.checkpoints().get(config.source)
+    report.resumed = bool(previous and previous["status"] == "running")
+    try:
+        connector = connectors.create(config)
+        if not dry_run:
+            with store.transaction():
+                store.checkpoint(config.source, "running")
+        entries = list(connector.scan())
+    except CairnError as exc:
+        report.error_code = exc.code
+        return _failed(store, report, exc.message, dry_run, started)
+    except OSError as exc:
+        report.error_code = "storage"
+        return _failed(store, report, f"{config.source}: {exc}", dry_run, started)
+
+    report.scanned = len(entries)
+    seen: set[str] = set()
+    batch: list[tuple[DocumentRecord, list]] = []  # type: ignore[type-arg]
+    touches: list[tuple[int, str, int]] = []
+    last_commit = time.monotonic()
+
+    def flush() -> None:
+        nonlocal batch, touches, last_commit
+        if (batch or touches) and not dry_run:
+            with store.transaction():
+                for doc, chunks in batch:
+                    store.upsert(doc, chunks)
+                for rowid, fp, ts in touches:
+                    store.set_fingerprint(rowid, fp, ts)
+                if batch:
+                    store.bump()
+        batch, touches, last_commit = [], [], time.monotonic()
+
+    total = len(entries)
+    for i, entry in enumerate(entries):
+        if progress and (i % 64 == 0):
+            progress(config.source, i, total)
+        old = known.get(entry.source_id)
+        if old is not None and old.fingerprint == entry.fingerprint and not full:
+            seen.add(entry.source_id)
+            report.unchanged += 1
+            continue
+        try:
+            item = entry.load()
+        except CairnError as exc:
+            report.error = exc.message
+            item = None
+        if item is None:
+            continue  # skipped by policy (binary, vanished): not seen, so removed if indexed before
+        seen.add(entry.source_id)
+        content_hash = hashlib.sha256(item.body.encode("utf-8")).hexdigest()
+        updated_at = int(item.updated_at or time.time())
+        if old is not None and old.content_hash == content_hash and not full:
+            report.unchanged += 1
+            touches.append((old.rowid, entry.fingerprint, updated_at))
+            continue
+        if dry_run:
+            (report.would_update if old else report.would_add).append(entry.source_id)
+        doc = DocumentRecord(
+            source=config.source,
+            source_id=item.source_id,
+            title=item.title or item.source_id,
+            body=item.body,
+            updated_at=updated_at,
+            fingerprint=entry.fingerprint,
+            content_hash=content_hash,
+            author=item.author,
+            source_url=scrub(item.source_url) if item.source_url else None,
+            metadata=item.metadata,
+        )
+        chunks = chunk_text(item.body, chunking.max_tokens, chunking.overlap_tokens, sections=item.sections)
+        report.chunks += len(chunks)
+        if old:
+            report.updated += 1
+        else:
+            report.added += 1
+        batch.append((doc, chunks))
+        if len(batch) >= BATCH_DOCS or time.monotonic() - last_commit > BATCH_SECONDS:
+            flush()
+    flush()
+    report.skipped = connector.skipped
+    report.warnings = [scrub(w) for w in getattr(connector, "warnings", [])]
+
+    gone = [(sid, k.rowid) for sid, k in known.items() if sid not in seen]
+    report.deleted = len(gone)
+    if dry_run:
+        report.would_delete = sorted(sid for sid, _ in gone)
+    else:
+        with store.transaction():
+            if gone:
+                store.delete([rowid for _, rowid in gone])
+                store.bump()
+            store.checkpoint(config.source, "ok", documents=len(seen), error=report.error)
+    if progress:
+        progress(config.source, total, total)
+    report.seconds = round(time.monotonic() - started, 3)
+    return report
+
+
+def _failed(store: Store, report: SyncReport, message: str, dry_run: bool, started: float) -> SyncReport:
+    report.ok = False
+    report.error = scrub(message)
+    if not dry_run:
+        with store.transaction():
+            store.checkpoint(report.source, "running")
+            store.checkpoint(report.source, "error", documents=len(store.known(report.source)), error=report.error)
+    report.seconds = round(time.monotonic() - started, 3)
+    return report
+
+
+@dataclass
+class EmbedReport:
+    """What one embedding run did."""
+
+    model: str
+    embedded: int = 0
+    pending: int = 0
+    error: str | None = None
+    error_code: str | None = None
+    seconds: float = 0.0
+
+
+def embed_pending(
+    store: Store, embedder: "Embedder", batch_size: int, *, progress: Progress | None = None, limit: int | None = None
+) -> EmbedReport:
+    """Embed chunks that have no vector for ``embedder``; a failure stops early and leaves them pending."""
+    started = time.monotonic()
+    report = EmbedReport(model=embedder.identity)
+    total = store.pending_count(embedder.identity)
+    # Commit a few batches at a time: fewer fsyncs, and a kill loses at most one group's work.
+    group = max(batch_size, 1024)
+    while limit is None or report.embedded < limit:
+        rows = store.pending(embedder.identity, group)
+        if not rows:
+            break
+        try:
+            vectors = []
+            for s in range(0, len(rows), batch_size):
+                part = rows[s : s + batch_size]
+                vectors.append(embedder.embed([_embed_text(h, t) for _, h, t in part]))
+        except CairnError as exc:
+            report.error, report.error_code = scrub(exc.message), exc.code
+            break
+        except Exception as exc:  # a provider bug must not fail the sync
+            report.error, report.error_code = scrub(f"{type(exc).__name__}: {exc}"), "internal"
+            break
+        import numpy as np
+
+        matrix = np.concatenate(vectors).astype(np.float32, copy=False)
+        with store.transaction():
+            store.put_vectors(embedder.identity, [h for h, _, _ in rows], [row.tobytes() for row in matrix])
+            store.bump()
+        report.embedded += len(rows)
+        if progress:
+            progress("embedding", report.embedded, total)
+    report.pending = store.pending_count(embedder.identity)
+    report.seconds = round(time.monotonic() - started, 3)
+    return report
+
+
+def _embed_text(heading: str, text: str) -> str:
+    # The heading path gives short chunks their topic.
+    return f"{heading}\n{text}" if heading and not text.startswith(heading.rsplit(" > ", 1)[-1]) else text
