@@ -321,7 +321,7 @@ def test_same_result_and_message_on_every_surface(index: int, box: Toolbox, kb: 
 # ---- agents: agent_list, agent_show (MCP prompts, not tools) ------------------------------------
 #
 # ``ctx agent list|show`` (argv from the declaration, ``--arg k=v``), ``GET /agents`` and
-# ``GET /agents/{name}?k=v`` give the same JSON and messages; MCP ``prompts/list`` and ``prompts/get``
+# ``POST /agents/{name}`` (the arguments as the JSON body) give the same JSON and messages; MCP ``prompts/list`` and ``prompts/get``
 # (the SDK client, stdio and HTTP) give the same agents, prompt and argument messages. Cases are
 # ``{"name": ..., "arguments": {...}}`` for agent_show.
 
@@ -358,10 +358,12 @@ def _agent_cli(op: Op, case: Case, kb: Path) -> Answer | None:
 
 
 def _agent_http(base: str, op: Op, case: Case) -> Answer:
-    assert op.http is not None and op.http[0] == "GET"
+    assert op.http is not None
     if "name" in case.args:
-        r = httpx.get(f"{base}/agents/{case.args['name']}", params=case.args.get("arguments") or {}, timeout=30)
+        assert op.http == ("POST", "/agents/{name}")
+        r = httpx.post(f"{base}/agents/{case.args['name']}", json=case.args.get("arguments") or {}, timeout=30)
     else:
+        assert op.http[0] == "GET"
         r = httpx.get(f"{base}{op.http[1]}", params=case.args, timeout=30)
     assert r.headers["content-type"].startswith("application/json") and "Traceback" not in r.text
     if r.status_code == 200:

@@ -216,7 +216,9 @@ def lookup(query: str, category: str | None = None, store: Store | None = None) 
     ``category`` only when given; each says whether it is ``installed`` (an installed source of
     that alias, when ``store`` is given). ``categories``: every category with its entry count."""
     from cairn_servers.blz import registry
+    from cairn_servers.search.query import check_terms
 
+    check_terms(query)  # each word is compared with every entry
     if category is not None:
         if category not in registry.CATEGORIES:
             raise InvalidInput(f"Unknown category {category!r}. Categories: {', '.join(registry.CATEGORIES)}.")

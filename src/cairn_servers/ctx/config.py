@@ -752,7 +752,7 @@ max_document_bytes = 50000000     # the same for PDF, DOCX, PPTX and XLSX files
 # allow_hosts = []                 # hosts `http.get/post` may reach; none by default
 # allow_env = []                   # variables `env.get` may read; none by default
 
-# [agents.inline.reviewer]         # an MCP prompt (prompts/get), GET /agents/reviewer, `ctx agent show reviewer`
+# [agents.inline.reviewer]         # an MCP prompt (prompts/get), POST /agents/reviewer, `ctx agent show reviewer`
 # description = "Reviews a change against the docs' conventions"
 # tools = ["search", "get"]        # tools it should use: search, get, sources or a [tools.script.*] name
 # search_mode = "keyword"          # and the search it should prefer: mode, search_sources, search_limit

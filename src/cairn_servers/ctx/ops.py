@@ -114,7 +114,7 @@ def agent_list(agents: Agents) -> list[dict[str, Any]]:
     return agents.describe_all()
 
 
-@OPS.op(name="agent_show", cli="agent show", http="GET /agents/{name}", extra={"agents": True},
+@OPS.op(name="agent_show", cli="agent show", http="POST /agents/{name}", extra={"agents": True},
         params={"name": {"positional": True, "minLength": 1, "metavar": "NAME"},
                 "arguments": {"surfaces": ()}, "cancelled": {"surfaces": ()}})
 def agent_show(agents: Agents, name: str, arguments: dict[str, Any] | None = None,
@@ -123,7 +123,7 @@ def agent_show(agents: Agents, name: str, arguments: dict[str, Any] | None = Non
     system prompt (`{{argument}}` filled in; a Lua agent builds it, e.g. from a search) and messages.
 
     :param name: an agent name (see agent list)
-    :param arguments: the agent's arguments (strings): `--arg KEY=VALUE` on the CLI, the query string
+    :param arguments: the agent's arguments (strings): `--arg KEY=VALUE` on the CLI, the JSON body
         over HTTP, the prompt arguments over MCP
     :param cancelled: true once the caller gave up (its HTTP client went away): a Lua agent stops
     """

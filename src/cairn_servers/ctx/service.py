@@ -294,9 +294,11 @@ class Service:
         from cairn_servers.ctx import retrieval
         from cairn_servers.search.embed import hybrid_defaults
         from cairn_servers.search.fusion import fuse
+        from cairn_servers.search.query import check_terms
 
         if not isinstance(query, str) or not query.strip():
             raise InvalidInput("The query is empty. Pass some words to search for.")
+        check_terms(query)  # at most MAX_TERMS distinct words: bounded work on every surface
         if mode not in cfg.MODES:
             raise InvalidInput(f"Unknown search mode {mode!r}. Use one of: {', '.join(cfg.MODES)}.")
         r = self.config.retrieval
