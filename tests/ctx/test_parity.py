@@ -81,6 +81,10 @@ CASES: dict[str, list[Case]] = {
         Case({"query": "deploy", "mode": "fuzzy"},
              _invalid("search", 'mode: "fuzzy" is not one of "keyword", "semantic", "hybrid"')),
         Case({"query": ""}, _invalid("search", 'query: "" is shorter than 1 characters')),
+        # at most 256 distinct words (bounded work); the limit itself is answered
+        Case({"query": " ".join(f"w{i}" for i in range(300))},
+             "The query has 300 distinct words; the limit is 256. Keep the words that matter."),
+        Case({"query": " ".join(f"w{i}" for i in range(255)) + " deploy", "limit": 2}),
         Case({"query": "deploy", "mode": "semantic"},
              'Embeddings are disabled. Set [embedding] provider = "local" (or openai/ollama) in ctx.toml, then run '
              "`ctx embed pending`.", "embeddings_disabled"),
