@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from cairn_servers.ctx.tools import Toolbox
 
 MAX_BODY = 1 << 20  # bytes of a request body
+TOOL_THREADS = 4  # threads answering built-in tools (search, get, sources)
 
 
 class UnsupportedMediaType(InvalidInput):
@@ -96,6 +97,7 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
     """The ASGI app for ``config``; ``auth_token``/``cors_origins`` default to the config's ``[server]``."""
     import asyncio
     import threading
+    from concurrent.futures import ThreadPoolExecutor
     from contextlib import asynccontextmanager
 
     from starlette.applications import Starlette
@@ -141,8 +143,16 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
             # In the thread pool, never on the event loop: a search's time depends on its terms and the
             # backend (a PostgreSQL round trip), and /health and every other request must not wait for it.
             # Bounded work (a query has at most MAX_TERMS terms, ranking a budget of chunks): it finishes.
-            return await run_in_threadpool(box.call, name, params)
+            return await off_loop(box.call, name, params)
         return await run_while_connected(request, name, params)
+
+    # Built-in tools run on a few threads of their own: each thread keeps a service (a database connection
+    # and its caches of term counts and rankings), so few threads find their caches warm; Lua tools, which
+    # mostly wait for their worker process, use the larger shared pool.
+    tool_threads = ThreadPoolExecutor(max_workers=TOOL_THREADS, thread_name_prefix="ctx-tool")
+
+    async def off_loop(fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(tool_threads, fn, *args)
 
     async def run_while_connected(request: "Request", name: str, params: Any) -> Any:
         """``box.call`` in the thread pool; if the client disconnects first, a Lua tool is stopped
@@ -168,7 +178,7 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
         method, path = op.http
         if method == "GET":
             async def answer(request: "Request") -> Any:
-                return await run_in_threadpool(box.call, op.name, query_args(op, request.query_params))
+                return await off_loop(box.call, op.name, query_args(op, request.query_params))
         else:
             async def answer(request: "Request") -> Any:
                 return await call(op.name, request)
@@ -253,6 +263,7 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
     @asynccontextmanager
     async def lifespan(app: Any) -> Any:
         yield
+        tool_threads.shutdown(wait=False, cancel_futures=True)
         box.close()
 
     middleware = []
