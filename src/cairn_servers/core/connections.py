@@ -111,47 +111,56 @@ def protocol(limits: Limits) -> type:
 
     class BoundedH11Protocol(H11Protocol):
         """One connection; ``phase`` is what it is waiting for: ``idle`` (a request), ``header`` (the rest
-        of a request's headers), ``body`` (the rest of its body), or None (the application is answering)."""
+        of a request's headers), ``body`` (the rest of its body), or None (the application is answering).
+
+        Between requests uvicorn's own keep-alive timer, set to the idle timeout, closes a silent
+        connection; this class arms a timer of its own only before the first request and while a
+        request is incomplete, so a request that arrives whole costs no extra timer."""
 
         phase: str | None = None
         since = 0.0  # loop time the phase began
         timer: Any = None
 
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.timeout_keep_alive = idle_after  # type: ignore[assignment]  # seconds, may be fractional
+
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
-            self._track()
+            self._set("idle", idle_after)  # until its first byte
             if len(self.connections) > cap:
                 self._make_room()
 
         def data_received(self, data: bytes) -> None:
             super().data_received(data)
-            self._track(received=True)
+            self._track()
 
         def on_response_complete(self) -> None:
-            super().on_response_complete()  # may start the next (pipelined) request
-            self._unset_keepalive_if_required()  # the idle timer below replaces uvicorn's keep-alive timer
-            self._track()
+            super().on_response_complete()  # arms the keep-alive timer; may start a pipelined request
+            if not self.transport.is_closing() and self.phase != "closed" and self.conn.their_state is h11.IDLE:
+                self._set("idle", None)  # uvicorn's keep-alive timer bounds it
+            else:
+                self._track()
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._set(None)
             self.phase = "closed"
             super().connection_lost(exc)
 
-        def _track(self, received: bool = False) -> None:
-            """Arm the timer of the phase the connection is now in (a phase's deadline never moves)."""
+        def _track(self) -> None:
+            """After bytes arrived: the phase the request is in (a phase's deadline never moves)."""
             if self.transport.is_closing() or self.phase == "closed":
                 self._set(None)
                 return
             state = self.conn.their_state
-            if state is h11.IDLE:
-                partial = received or self.phase == "header" or bool(self.conn.trailing_data[0])
-                self._set("header" if partial else "idle")
+            if state is h11.IDLE:  # bytes, but not yet a whole header
+                self._set("header", read_within)
             elif state is h11.SEND_BODY:
-                self._set("body")
+                self._set("body", read_within)
             else:
                 self._set(None)
 
-        def _set(self, phase: str | None) -> None:
+        def _set(self, phase: str | None, timeout: float | None = None) -> None:
             if phase == self.phase:
                 return
             if self.timer is not None:
@@ -159,8 +168,8 @@ def protocol(limits: Limits) -> type:
                 self.timer = None
             self.phase = phase
             self.since = self.loop.time()
-            if phase is not None:
-                self.timer = self.loop.call_later(idle_after if phase == "idle" else read_within, self._expire)
+            if timeout is not None:
+                self.timer = self.loop.call_later(timeout, self._expire)
 
         def _expire(self) -> None:
             self.timer = None

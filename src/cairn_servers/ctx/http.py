@@ -6,8 +6,9 @@ envelope ``{"error": {"code", "message"}}`` (``cairn_servers.core.errors.envelop
 auth, 403 a request from a web page of another site or for another host (without a token), 404 unknown tool/document/route, 405, 408 Lua timeout, 413 body too large, 415 content type,
 499 Lua call cancelled by a client that disconnected (nobody reads it),
 500 internal). Unexpected exceptions are logged to stderr with their traceback; the client only
-learns their type. Tool calls run in the thread pool, never on the event loop, each worker thread on its
-own SQLite connection. A GET never runs a Lua tool or agent.
+learns their type. Tool calls run on worker threads, never on the event loop (built-in tools on
+``TOOL_THREADS`` threads of their own, Lua tools and agents on the shared pool), each worker thread with its
+own service. A GET never runs a Lua tool or agent.
 """
 
 from __future__ import annotations
