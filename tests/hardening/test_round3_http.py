@@ -10,6 +10,8 @@
   other connections; a query of more words than the cap is a clear 400 on REST and MCP at once (the
   audit's 100,000 words took 43 s), and a blz ``find`` of 40,000 words is refused as quickly.
 
+* **brk runs nothing for another site**: its API is GET only; ``/mcp`` refuses a foreign ``Origin``.
+
 Large counts (thousands of idle connections against the default cap) run under ``CAIRN_STRESS=1``.
 """
 
@@ -304,3 +306,19 @@ def test_blz_find_past_the_term_cap_is_refused_at_once(blz_stdio: StdioServer, b
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-500:])
     assert "The query has 15,000 distinct words; the limit is 256. Keep the words that matter." in proc.stderr
     assert took < 10, took
+
+
+def test_brk_runs_nothing_for_another_site(brk_http: HttpServer) -> None:
+    """brk's API is read-only (GET only, CORS open); its /mcp, the one route that takes a POST, refuses a
+    page of another site and serves this machine's pages and clients without an Origin."""
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "get_indexes", "arguments": {}}}
+    headers = {"accept": "application/json", "mcp-protocol-version": "2025-06-18"}
+    for origin in ("https://evil.example", "http://localhost.evil.example", "null"):
+        r = httpx.post(brk_http.url + "/mcp", json=call, headers={**headers, "origin": origin}, timeout=30)
+        assert r.status_code == 403 and "Origin" in r.json()["error"]["message"], (origin, r.text)
+    for extra in ({}, {"origin": "http://127.0.0.1:8080"}):
+        r = httpx.post(brk_http.url + "/mcp", json=call, headers={**headers, **extra}, timeout=30)
+        assert r.status_code == 200 and not r.json()["result"].get("isError"), (extra, r.text)
+    for path in ("/api/vecs/query?index=height&ids=close", "/health", "/"):
+        r = httpx.post(brk_http.url + path, headers={"origin": "https://evil.example"}, timeout=30)
+        assert r.status_code == 405, (path, r.status_code)
