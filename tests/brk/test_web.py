@@ -162,7 +162,7 @@ def test_one_row_is_readable(site: str, browser: Browser, tmp_path: Path, width:
                            " plot.bbox.width / uPlot.pxRatio, plot.bbox.height / uPlot.pxRatio]")
     assert abs(pos[0] - pos[2] / 2) < 2 and 0.2 * pos[3] < pos[1] < 0.8 * pos[3], pos  # in the middle
     assert browser.evaluate("plot.series[1].points.size") >= 7
-    assert "29,500" in m["legend"]  # the value is written out, not only drawn
+    assert "29,500" in m["legend"] and "2009-01-15" in m["legend"]  # the row is written out, not only drawn
     assert m["status"] == "rendered 1 row of supply_btc on dateindex"
 
 
@@ -183,7 +183,8 @@ def test_errors_in_user_words(site: str, browser: Browser, tmp_path: Path) -> No
     text = browser.evaluate(f"{status}.textContent")
     assert text.startswith("Unknown vec id 'nope' on height. Did you mean: open?"), text
     assert text.endswith("Type in the vec ids box to see the ids on this index, or pick an example below."), text
-    assert "get_" not in text and "/api/" not in text
+    assert "get_" not in text and "/api/" not in text and "`" not in text  # commands are shown as code
+    assert browser.evaluate("document.querySelectorAll('#status code').length") >= 1
     assert browser.evaluate(f"{status}.className") == "error"
     assert browser.evaluate("document.querySelector('#chart .uplot')") is None  # no stale chart under it
     browser.screenshot(tmp_path / "error-420.png")
@@ -216,3 +217,31 @@ def test_errors_in_user_words_too_large_and_server_gone(tmp_path: Path, browser:
     browser.evaluate("document.body.dataset.rendered = ''; draw()")
     assert browser.wait_for("document.body.dataset.rendered") == "error"
     assert browser.evaluate(status) == "The brk server did not answer; is brk serve still running?"
+
+
+@pytest.mark.timeout(180)
+def test_tick_labels_stay_short_and_distinct(site: str, browser: Browser) -> None:
+    browser.viewport(1280, 900)
+    browser.open(site + "/?index=height&ids=difficulty&rows=10")
+    def labels(splits: list[float], incr: float) -> list[str]:
+        out: list[str] = browser.evaluate(f"tickLabels(plot, {splits}, 1, 30, {incr})")
+        return out
+    assert labels([0, 5000, 10000], 5000) == ["0", "5,000", "10,000"]
+    assert labels([1e20, 1.05e20, 1.1e20], 5e18) == ["100E", "105E", "110E"]  # hash rates: units, not 21 digits
+    assert labels([19000000, 19001000, 19002000], 1000) == ["19.000M", "19.001M", "19.002M"]
+    assert labels([0.1, 0.15, 0.2], 0.05) == ["0.10", "0.15", "0.20"]
+    assert labels([-2e6, 0, 2e6], 2e6) == ["-2M", "0", "2M"]
+
+
+@pytest.mark.timeout(180)
+def test_missing_periods_become_null_rows(site: str, browser: Browser) -> None:
+    browser.viewport(1280, 900)
+    browser.open(site + "/?index=dateindex&ids=block_count&rows=3")
+    jan, apr = 1230768000, 1238544000  # 2009-01-01 and 2009-04-01, UTC
+    filled = browser.evaluate(f"fillPeriods('monthindex', [{jan}, {apr}], [[1, 2], [3, 4]])")
+    assert filled == {"x": [jan, 1233446400, 1235865600, apr], "cols": [[1, None, None, 2], [3, None, None, 4]],
+                      "added": 2}
+    # Past MAX_FILL empty periods, each further gap still gets one null row: a gap, never a line across.
+    many = browser.evaluate("(() => { const f = fillPeriods('dateindex', [0, 86400 * 300000, 86400 * 300002],"
+                            " [[1, 2, 3]]); return [f.added, f.x.length, f.cols[0].slice(-3)]; })()")
+    assert many == [200001, 200004, [2, None, 3]], many

@@ -10,9 +10,11 @@ const MAX_FILL = 200000;  // at most this many empty periods are added as gaps; 
 const measure = document.createElement("canvas").getContext("2d");
 let plot = null;
 
+// The status line; `commands` in a message are shown as code.
 function status(text, error) {
   const el = $("status");
-  el.textContent = text;
+  el.replaceChildren(...String(text).split("`").map((part, i) =>
+    (i % 2 ? Object.assign(document.createElement("code"), { textContent: part }) : document.createTextNode(part))));
   el.className = error ? "error" : "";
 }
 
@@ -55,12 +57,12 @@ async function loadIds(index) {
   list.replaceChildren(...ids.map((id) => Object.assign(document.createElement("option"), { value: id })));
 }
 
-// The start of the period after t (seconds at UTC midnight) on a dated index.
-function nextPeriod(index, t) {
-  if (index === "dateindex") return t + DAY;
-  if (index === "weekindex") return t + 7 * DAY;
+// The start of the period k periods after (k < 0: before) t, seconds at UTC midnight, on a dated index.
+function shiftPeriod(index, t, k = 1) {
+  if (index === "dateindex") return t + k * DAY;
+  if (index === "weekindex") return t + k * 7 * DAY;
   const d = new Date(t * 1000);
-  return Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + MONTHS[index], d.getUTCDate()) / 1000;
+  return Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + k * MONTHS[index], d.getUTCDate()) / 1000;
 }
 
 // Dated rows exist only for periods with blocks: put the missing periods back as null rows, so uPlot
@@ -71,13 +73,13 @@ function fillPeriods(index, x, cols) {
   let added = 0;
   for (let i = 0; i < x.length; i++) {
     if (i > 0) {
-      let t = nextPeriod(index, x[i - 1]);
+      let t = shiftPeriod(index, x[i - 1]);
       while (t < x[i]) {
         outX.push(t);
         outCols.forEach((c) => c.push(null));
         added++;
         if (added >= MAX_FILL) break;  // a gap is still a gap with one null row in it
-        t = nextPeriod(index, t);
+        t = shiftPeriod(index, t);
       }
     }
     outX.push(x[i]);
@@ -102,10 +104,12 @@ function tickLabels(u, splits, axisIdx, space, incr) {
   const top = Math.max(...splits.map((v) => Math.abs(v)));
   const tier = top >= 1e6 ? Math.min(UNITS.length - 1, Math.floor(Math.log10(top) / 3)) : 0;
   const scale = 10 ** (3 * tier);
+  // The fewest decimals that write the step exactly (0.25 → 2), so 6.25M is not shown as 6.3M.
   const step = incr / scale;
-  const decimals = step > 0 ? Math.min(12, Math.max(0, Math.ceil(-Math.log10(step) - 1e-9))) : 0;
+  let decimals = 0;
+  while (decimals < 12 && Math.abs(Math.round(step * 10 ** decimals) - step * 10 ** decimals) > 1e-6) decimals++;
   const fmt = new Intl.NumberFormat(undefined, { minimumFractionDigits: decimals, maximumFractionDigits: decimals });
-  return splits.map((v) => (v == null ? "" : fmt.format(v / scale) + UNITS[tier]));
+  return splits.map((v) => (v == null ? "" : v === 0 ? "0" : fmt.format(v / scale) + UNITS[tier]));
 }
 
 // The width of a y axis: its ticks, the gap and its widest label, measured in the axis font. uPlot's fixed
@@ -143,6 +147,9 @@ const YR = 365 * DAY;
 const TIME_INCRS = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 15].map((d) => d * DAY)
   .concat([1, 2, 3, 4, 6].map((m) => m * MO), [1, 2, 5, 10, 25, 50, 100].map((y) => y * YR));
 
+const WHOLE_INCRS = [];
+for (let e = 0; e < 16; e++) for (const m of [1, 2, 5]) WHOLE_INCRS.push(m * 10 ** e);
+
 function period(index) {
   if (index === "dateindex") return DAY;
   if (index === "weekindex") return 7 * DAY;
@@ -151,8 +158,9 @@ function period(index) {
 
 function build(index, ids, x, cols) {
   const dated = DATED.has(index);
-  const step = dated ? period(index) : 1;
-  const series = [{ label: dated ? "date" : index }];
+  // The legend's x: the period's start date (UTC) on dated indexes, not a time of day.
+  const day = (u, t) => (t == null ? "--" : new Date(t * 1000).toISOString().slice(0, 10));
+  const series = [dated ? { label: "date", value: day } : { label: index }];
   ids.forEach((id, i) => {
     const color = COLORS[i % COLORS.length];
     const lone = loneRows(cols[i]);
@@ -162,12 +170,17 @@ function build(index, ids, x, cols) {
     });
   });
   const yAxis = (scale) => ({ scale, size: axisSize, values: tickLabels });
-  const xAxis = dated ? { incrs: TIME_INCRS.filter((incr) => incr >= step * 0.95) } : {};
+  const xAxis = dated ? { incrs: TIME_INCRS.filter((incr) => incr >= period(index) * 0.95) }
+    : { incrs: WHOLE_INCRS, space: 60 };  // heights and positions are whole numbers
   const axes = [xAxis, yAxis("y")];
   if (ids.length > 1) axes.push({ ...yAxis("y2"), side: 1, grid: { show: false } });
   const scales = {
     // One row: one period on either side, so the point sits in the middle between readable ticks.
-    x: { time: dated, range: (u, min, max) => (x.length === 1 ? [x[0] - step, x[0] + step] : [min, max]) },
+    x: {
+      time: dated,
+      range: (u, min, max) => (x.length > 1 ? [min, max]
+        : dated ? [shiftPeriod(index, x[0], -1), shiftPeriod(index, x[0], 1)] : [x[0] - 1, x[0] + 1]),
+    },
     y: { range: yRange },
     y2: { range: yRange },
   };
