@@ -42,10 +42,12 @@ class Browser:
                 "--disable-component-update", "--no-first-run", "--disable-dev-shm-usage", "--hide-scrollbars",
                 "--disable-extensions", "--mute-audio", f"--user-data-dir={profile}", "--remote-debugging-pipe",
                 "about:blank"]
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", _TRAMPOLINE, str(to_chrome_r), str(from_chrome_w), *args],
-            pass_fds=(to_chrome_r, from_chrome_w), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL)
+        profile.mkdir(parents=True, exist_ok=True)
+        self.log = profile / "chromium.log"
+        with self.log.open("wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", _TRAMPOLINE, str(to_chrome_r), str(from_chrome_w), *args],
+                pass_fds=(to_chrome_r, from_chrome_w), stdin=subprocess.DEVNULL, stdout=log, stderr=log)
         os.close(to_chrome_r)
         os.close(from_chrome_w)
         self._buffer = b""
@@ -77,14 +79,20 @@ class Browser:
         while b"\0" not in self._buffer:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([self._from_chrome], [], [], left)[0]:
-                raise BrowserError("Chromium did not answer in time")
+                raise BrowserError(f"Chromium did not answer in time; its log ends: {self._log_tail()}")
             chunk = os.read(self._from_chrome, 1 << 20)
             if not chunk:
-                raise BrowserError("Chromium closed the pipe")
+                raise BrowserError(f"Chromium closed the pipe; its log ends: {self._log_tail()}")
             self._buffer += chunk
         raw, _, self._buffer = self._buffer.partition(b"\0")
         message: dict[str, Any] = json.loads(raw)
         return message
+
+    def _log_tail(self) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-1500:]
+        except OSError:
+            return "(no log)"
 
     # -- page helpers -----------------------------------------------------------------------------------
     def viewport(self, width: int, height: int) -> None:

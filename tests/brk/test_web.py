@@ -63,19 +63,25 @@ MEASURE = """(() => {
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The mainnet sample (blocks on 2009-01-03, then none until 2009-01-09), indexed, computed and served."""
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The mainnet sample (blocks on 2009-01-03, then none until 2009-01-09), indexed and computed."""
     tmp = tmp_path_factory.mktemp("brk-web")
     write_mainnet_sample(tmp / "blocks")
     index(tmp / "blocks", tmp / "out")
     compute(tmp / "out")
-    with serving(create_app(Interface(tmp / "out"))) as url:
+    return tmp / "out"
+
+
+@pytest.fixture(scope="module")
+def site(store: Path) -> Iterator[str]:
+    with serving(create_app(Interface(store))) as url:
         yield url.removesuffix("/mcp")
 
 
-@pytest.fixture()
-def browser(tmp_path: Path) -> Iterator[Browser]:
-    with Browser(tmp_path / "profile") as b:
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
+    """One Chromium for the module (a launch costs about a second of both cores); each test sets its viewport."""
+    with Browser(tmp_path_factory.mktemp("chromium-profile")) as b:
         yield b
 
 
@@ -199,12 +205,9 @@ def test_errors_in_user_words(site: str, browser: Browser, tmp_path: Path) -> No
 
 
 @pytest.mark.timeout(180)
-def test_errors_in_user_words_too_large_and_server_gone(tmp_path: Path, browser: Browser) -> None:
-    write_mainnet_sample(tmp_path / "blocks")
-    index(tmp_path / "blocks", tmp_path / "out")
-    compute(tmp_path / "out")
+def test_errors_in_user_words_too_large_and_server_gone(store: Path, browser: Browser) -> None:
     status = "document.getElementById('status').textContent"
-    with serving(create_app(Interface(tmp_path / "out", max_cells=50))) as url:
+    with serving(create_app(Interface(store, max_cells=50))) as url:
         base = url.removesuffix("/mcp")
         browser.viewport(1280, 900)
         assert browser.open(base + "/?index=height&ids=hash_rate&rows=100") == "error"
