@@ -1,6 +1,6 @@
 """The web page at / in headless Chromium: it loads the bundled uPlot, queries the API and draws a chart.
 
-The page is driven over the DevTools protocol (``tests/brk/_browser.py``) at 1280 and 420 px wide; each test
+The page is driven over the DevTools protocol (``tests/brk/_browser.py``) at 1280 and 420 px (and 400) wide; each test
 measures the page as drawn (the chart's axis labels, the document's width) and saves a screenshot under the
 test's tmp_path. Needs the Debian package ``chromium`` (/usr/bin/chromium, ``make browser``); skipped with a
 reason where it is absent.
@@ -128,6 +128,9 @@ def test_chart_follows_the_window(site: str, browser: Browser, tmp_path: Path) -
     narrow = browser.wait_for("plot.width < 420 && plot.width")
     assert wide > 1000 and narrow <= 404, (wide, narrow)
     assert_fits(measured(browser, tmp_path / "resized-420.png"), tmp_path / "resized-420.png")
+    browser.viewport(400, 900)  # the narrowest width the page is made for
+    browser.wait_for("plot.width < 390 && plot.width")
+    assert_fits(measured(browser, tmp_path / "resized-400.png"), tmp_path / "resized-400.png")
     browser.viewport(1280, 900)
     assert browser.wait_for("plot.width > 1000 && plot.width") == wide
 
