@@ -1,8 +1,8 @@
 """The web page at / in headless Chromium: it loads the bundled uPlot, queries the API and draws a chart.
 
-The page is driven over the DevTools protocol (``tests/brk/_browser.py``) at 1280 and 420 px (and 400) wide; each test
-measures the page as drawn (the chart's axis labels, the document's width) and saves a screenshot under the
-test's tmp_path. Needs the Debian package ``chromium`` (/usr/bin/chromium, ``make browser``); skipped with a
+The page is driven over the DevTools protocol (``tests/brk/_browser.py``) at 1280, 420 and 400 px wide; each
+test measures the page as drawn (the chart's axis labels, the document's width) and saves a screenshot under
+the test's tmp_path. Needs the Debian package ``chromium`` (/usr/bin/chromium, ``make browser``); skipped with a
 reason where it is absent.
 """
 
@@ -23,8 +23,8 @@ from cairn_servers.brk.sample import write_mainnet_sample
 from ..mcp._http import serving
 from ._browser import CHROMIUM, Browser
 
-pytestmark = pytest.mark.skipif(not CHROMIUM.exists(),
-                                reason="headless Chromium is not installed (make browser, or apt-get install -y chromium)")
+pytestmark = pytest.mark.skipif(
+    not CHROMIUM.exists(), reason="headless Chromium is not installed (make browser, or apt-get install -y chromium)")
 
 PAIR = "/?index=dateindex&ids=block_count,supply_btc&rows=1000"  # 8 days: 2009-01-03, then 01-09 .. 01-15
 WIDTHS = (1280, 420)
@@ -55,7 +55,8 @@ MEASURE = """(() => {
   const doc = document.documentElement;
   return {
     labels, width: u.width, height: u.height, rootRight: root.right,
-    scrollWidth: doc.scrollWidth, clientWidth: doc.clientWidth, chartWidth: document.getElementById("chart").clientWidth,
+    scrollWidth: doc.scrollWidth, clientWidth: doc.clientWidth,
+    chartWidth: document.getElementById("chart").clientWidth,
     status: document.getElementById("status").textContent,
     legend: u.root.querySelector(".u-legend").textContent,
   };
@@ -149,7 +150,8 @@ def test_days_without_blocks_are_gaps(site: str, browser: Browser) -> None:
     assert len(gaps) == 1 and gaps[0][1] - gaps[0][0] > 300, gaps
     # 2009-01-03 has no neighbour: it is drawn as a point even where points are off for density.
     assert browser.evaluate("plot.series[1].points.filter(plot, 1, false, null)") == [0]
-    assert "(5 periods without blocks left as gaps)" in browser.evaluate("document.getElementById('status').textContent")
+    text = browser.evaluate("document.getElementById('status').textContent")
+    assert "(5 periods without blocks left as gaps)" in text, text
     # Weeks: 2008-12-29, 2009-01-05, 2009-01-12 are consecutive, so nothing is added.
     browser.open(site + "/?index=weekindex&ids=block_count&rows=1000")
     assert browser.evaluate("plot.data") == [[1230508800, 1231113600, 1231718400], [1, 168, 421]]

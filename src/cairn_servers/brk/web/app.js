@@ -195,7 +195,8 @@ async function draw() {
   const index = $("index").value;
   const ids = $("ids").value.split(/[\s,]+/).filter(Boolean);
   const rows = Math.max(1, parseInt($("rows").value, 10) || 1000);
-  history.replaceState(null, "", `?index=${encodeURIComponent(index)}&ids=${encodeURIComponent(ids.join(","))}&rows=${rows}`);
+  const here = new URLSearchParams({ index, ids: ids.join(","), rows: String(rows) });
+  history.replaceState(null, "", `?${here}`);
   if (!ids.length) {
     status("Type at least one vec id, or pick an example below.", true);
     document.body.dataset.rendered = "error";
@@ -258,7 +259,9 @@ async function main() {
   $("form").addEventListener("submit", (e) => { e.preventDefault(); draw(); });
   await loadIds(select.value);
   await draw();
-  if (select.value !== asked) status(`There is no index “${asked}”; showing ${select.value}. Pick one from the index menu.`, true);
+  if (select.value !== asked) {
+    status(`There is no index “${asked}”; showing ${select.value}. Pick one from the index menu.`, true);
+  }
 }
 
 main().catch((err) => {
