@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -192,3 +193,23 @@ def test_init_starter_config_is_owner_only(tmp_path: Path, monkeypatch: pytest.M
     init(None)
     assert (tmp_path / "config" / "ctx.toml").stat().st_mode & 0o777 == 0o600  # as before the atomic-write helper
     assert not [p.name for p in (tmp_path / "config").iterdir() if p.name.startswith(".tmp-")]
+
+
+@pytest.mark.parametrize("url", ["host=x password=S3cretPW", "host=x password='S3cret PW'",
+                                 "postgresql://u:S3cret@PW@127.0.0.1:1/db", "postgresql://u:S3cret/PW@127.0.0.1:1/db"])
+@pytest.mark.parametrize("command", [["config", "show"], ["stats"], ["serve", "mcp", "--stdio"],
+                                     ["serve", "mcp", "--bind", "127.0.0.1:0"]])
+def test_a_database_url_is_never_printed_with_its_password(tmp_path: Path, url: str, command: list[str]) -> None:
+    """libpq's keyword form, and a raw "@" or "/" in the password: a clear config error (exit 2) on
+    the CLI and at server start, no part of the password in it, and no connection tried."""
+    import subprocess
+    import sys
+
+    (tmp_path / "ctx.toml").write_text("")
+    env = {**os.environ, "CTX_DATABASE_URL": url, "CTX_CONFIG": str(tmp_path / "ctx.toml")}
+    proc = subprocess.run([sys.executable, "-m", "cairn_servers.ctx.cli", *command], env=env, input="",
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "S3cret" not in proc.stderr + proc.stdout and "PW" not in proc.stderr + proc.stdout
+    assert proc.stderr.startswith("ctx: error: ") and "[db] url" in proc.stderr
+    assert "Traceback" not in proc.stderr
