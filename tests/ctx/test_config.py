@@ -213,3 +213,22 @@ def test_a_database_url_is_never_printed_with_its_password(tmp_path: Path, url: 
     assert "S3cret" not in proc.stderr + proc.stdout and "PW" not in proc.stderr + proc.stdout
     assert proc.stderr.startswith("ctx: error: ") and "[db] url" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_effective_config_masks_passwords_inside_urls_written_in_the_file(tmp_path: Path) -> None:
+    c = cfg.load(config_file(tmp_path, """
+[embedding]
+provider = "openai"
+model = "m"
+dims = 3
+url = "https://u:S3cretPW@127.0.0.1:1/v1"
+[tools.script.t]
+path = "t.lua"
+upstream = "http://bot:pa@ss@wiki.internal/api"
+dsn = "host=db password='S3cret PW' dbname=x"
+"""))
+    shown = cfg.effective(c)
+    assert shown["embedding"]["url"] == "https://u:***@127.0.0.1:1/v1"
+    assert shown["tools"]["script"]["t"]["upstream"] == "http://bot:***@wiki.internal/api"
+    assert shown["tools"]["script"]["t"]["dsn"] == "host=db password=*** dbname=x"
+    assert "S3cret" not in cfg.to_toml(shown, "h") and "pa@ss" not in cfg.to_toml(shown, "h")

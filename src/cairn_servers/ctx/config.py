@@ -587,7 +587,8 @@ _SECRET_WORDS = ("token", "secret", "password", "passwd", "api_key", "apikey", "
 def effective(conf: Config) -> dict[str, Any]:
     """The configuration in force, defaults filled in and paths resolved, shaped like ``ctx.toml``.
     Every value that came from the environment, the auth token and string values under secret-looking
-    keys (``token``, ``password``, ...) read ``"***"``: this is safe to print or paste."""
+    keys (``token``, ``password``, ...) read ``"***"``, and passwords inside URLs or connection strings
+    anywhere are masked: this is safe to print or paste."""
     data: dict[str, Any] = {
         "db": {"path": str(conf.db.path),
                **({"url": mask_url(conf.db.url), "vector_index": conf.db.vector_index} if conf.db.url else {})},
@@ -656,6 +657,10 @@ def _mask_secret_keys(value: Any, key: str = "") -> Any:
     if (isinstance(value, str) and value and not lowered.endswith("_env")
             and any(word in lowered for word in _SECRET_WORDS)):
         return MASK
+    if isinstance(value, str) and ("@" in value or "password" in value.lower()):
+        from cairn_servers.core.sanitize import mask_dsn
+
+        return mask_dsn(value)  # a password in a URL anywhere: [embedding] url, a tool's options
     return value
 
 
