@@ -117,8 +117,8 @@ class RpcClient:
                 raw = _read_capped(resp, self.url)
         except urllib.error.HTTPError as exc:
             if exc.code == 401:
-                raise Unauthorized(f"bitcoind at {self.url} rejected the credentials. "
-                                   f"Pass --rpc-cookie or --rpc-user with $BRK_RPC_PASSWORD.") from exc
+                raise Unauthorized(f"bitcoind at {self.url} rejected the credentials. Pass --rpc-cookie, "
+                                   "--rpc-user with $BRK_RPC_PASSWORD, or user:password@ in --rpc-url.") from exc
             try:
                 payload = json.loads(_read_capped(exc, self.url))  # RPC errors come as HTTP 404/500 + body
             except (ValueError, NetworkError):
