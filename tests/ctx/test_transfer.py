@@ -569,3 +569,29 @@ def test_cli_bad_input_is_a_clear_error_not_a_traceback(tmp_path: Path, line: by
     r = ctx("import", str(bad), "--config", str(cfg))
     err = r.stderr.decode()
     assert r.returncode == 2 and err.startswith(f"ctx: error: {bad}: {message}") and "Traceback" not in err, err
+
+
+def test_vectors_past_one_batch_find_the_last_documents_chunks(tmp_path: Path) -> None:
+    """Vectors are checked against the stored chunks a batch at a time: the last document (whose
+    chunks are written when the next line that is not a chunk arrives) must be stored first."""
+    n = transfer.BATCH + 100
+    header = b'{"type":"header","format":"ctx-export","version":1,"embedding":{"model":"m:x:2","dims":2}}'
+    out = [header]
+    texts = [f"chunk number {i}" for i in range(n)]
+    for i, text in enumerate(texts):
+        out.append(json.dumps({"type": "document", "source": "filesystem:x", "source_id": f"d{i}.md",
+                               "updated_at": 1}).encode())
+        out.append(json.dumps({"type": "chunk", "document": transfer_id("filesystem:x", f"d{i}.md"), "ordinal": 0,
+                               "text": text}).encode())
+    for text in reversed(texts):  # the last document's vector first
+        out.append(json.dumps({"type": "vector", "hash": chunk_hash("", text), "vector": [0.6, 0.8]}).encode())
+    svc = Service.from_config(config_file(tmp_path, '[db]\npath = "a.sqlite"\n'))
+    report = transfer.load(svc, io.BytesIO(b"\n".join(out) + b"\n"), "kb.jsonl")
+    assert (report.documents, report.chunks, report.vectors) == (n, n, n)
+    assert svc.store.vector_count("m:x:2") == n
+    svc.close()
+    late = out[:3] + [out[-1], out[4]]  # a chunk line after a vector line
+    svc = Service.from_config(config_file(tmp_path, '[db]\npath = "b.sqlite"\n', "b.toml"))
+    with pytest.raises(InvalidInput, match="line 5: a chunk after vector lines: chunks follow their document's line"):
+        transfer.load(svc, io.BytesIO(b"\n".join(late) + b"\n"), "kb.jsonl")
+    svc.close()

@@ -361,6 +361,7 @@ def load(svc: Service, stream: IO[bytes], name: str, *, merge: bool = False) -> 
         hashes: list[str] = []
         blobs: list[bytes] = []
         numbers: list[int] = []  # the line of each vector in ``hashes``
+        vectors_seen = False
 
         def flush() -> None:
             if record is not None:
@@ -417,7 +418,8 @@ def load(svc: Service, stream: IO[bytes], name: str, *, merge: bool = False) -> 
                     raise lines.error(f"document {source} {source_id!r} appears a second time")
             elif kind == "chunk":
                 if record is None:
-                    raise lines.error("a chunk before any document line")
+                    raise lines.error("a chunk after vector lines: chunks follow their document's line, and "
+                                      "vectors come last" if vectors_seen else "a chunk before any document line")
                 owner = _get(lines, obj, "document", str)
                 if owner != record.id:
                     raise lines.error(f"chunk of document {owner!r} does not follow that document's line "
@@ -438,6 +440,10 @@ def load(svc: Service, stream: IO[bytes], name: str, *, merge: bool = False) -> 
             elif kind == "vector":
                 if model is None:
                     raise lines.error("a vector line, but the header names no embedding model")
+                if record is not None:  # the last document's chunks: stored before its vectors are checked
+                    flush()
+                    record, chunks = None, []
+                vectors_seen = True
                 hash_ = _get(lines, obj, "hash", str)
                 values = _get(lines, obj, "vector", list)
                 try:
