@@ -237,7 +237,7 @@ class _Lines:
             if not isinstance(obj, dict):
                 raise self.error(f"expected a JSON object, got {type(obj).__name__}")
             # A "\ud800" escape decodes to a lone surrogate, which no database can store as text.
-            if (b"\\ud" in raw or b"\\uD" in raw) and not _encodable(obj):
+            if b"\\u" in raw and (b"\\ud" in raw or b"\\uD" in raw) and not _encodable(obj):
                 raise self.error("a string holds a lone UTF-16 surrogate (such as \\ud800), which is not text")
             yield obj
 
