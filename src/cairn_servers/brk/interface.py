@@ -14,7 +14,6 @@ and the store has no prices yet.
 from __future__ import annotations
 
 import math
-
 import threading
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is kept off the stdio servers' start-up path
