@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from cairn_servers.ctx.agents import Agents
     from cairn_servers.ctx.luaproc import CancelCheck, LuaPool
-    from cairn_servers.ctx.scripts import LuaTool
+    from cairn_servers.ctx.scripts import KnowledgeBase, LuaTool
     from cairn_servers.ctx.service import Document, SearchResult, Service, SourceStatus
 
 
@@ -148,7 +148,7 @@ def lua_op(tool: LuaTool, pool: LuaPool) -> Op:
     stops (killing its worker) once the surface's ``cancelled()`` is true."""
     from cairn_servers.ctx.scripts import run_tool
 
-    def run(svc: Service, params: dict[str, Any], *, cancelled: CancelCheck | None = None) -> Any:
+    def run(svc: KnowledgeBase, params: dict[str, Any], *, cancelled: CancelCheck | None = None) -> Any:
         return {"result": run_tool(tool, params, svc, pool, cancelled)}
 
     return Op(run, name=tool.name, mcp=tool.name, http=f"POST /tools/{tool.name}", schema=tool.schema,

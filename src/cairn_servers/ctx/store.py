@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, ContextManager, Protocol
 
 from cairn_servers.core.errors import StorageError
+from cairn_servers.ctx import deadline
 from cairn_servers.ctx.chunk import Chunk
 
 # Versioned schema migrations, applied in order at open (and by `ctx migrate`); ``meta.schema_version``
@@ -267,6 +268,8 @@ class SqliteStore:
             self.db.execute("PRAGMA synchronous = NORMAL")
             self.db.execute("PRAGMA foreign_keys = ON")
             self.db.execute("PRAGMA cache_size = -65536")
+            # A statement past its thread's deadline (a Lua tool's context.search) stops: "interrupted".
+            self.db.set_progress_handler(deadline.passed, PROGRESS_EVERY)
             self.migrated_from = self.migrate() if migrate else self._version()
         except sqlite3.DatabaseError as exc:
             if _disk_full(self.path, exc):
@@ -650,11 +653,12 @@ class SqliteStore:
                     helper.execute("PRAGMA query_only = ON")
                     helper.execute("PRAGMA busy_timeout = 10000")
                     helper.execute("PRAGMA cache_size = -16384")  # 16 MiB: a few terms' FTS pages (the main one: 64)
+                    helper.set_progress_handler(deadline.passed, PROGRESS_EVERY)
                 except sqlite3.Error:
                     return None  # one statement on the store's connection answers
                 self._helper = helper
             version = self.db.execute("PRAGMA data_version").fetchone()
-            theirs = _split_pool().submit(_timed_fetch, helper, sql, (*args, 1, k))
+            theirs = _split_pool().submit(_timed_fetch, helper, sql, (*args, 1, k), deadline.at())
             try:
                 mine = _timed_fetch(self.db, sql, (*args, 0, k))
             finally:
@@ -753,6 +757,7 @@ class SqliteStore:
 Store = SqliteStore  # the name callers used before the PostgreSQL backend (benchmarks/ctx.py)
 
 
+PROGRESS_EVERY = 10_000  # SQLite VM steps between deadline checks (~0.1 ms of work; a Python call each)
 FTS_KNOWN_MAX = 4096  # counts, newest rowids and rankings kept per store (SqliteStore._fts_known)
 FTS_KNOWN_ROWS = 50_000  # ranked rows kept per store, ~100 bytes each
 
@@ -779,10 +784,16 @@ SPLIT_BACKOFF_S = 2.0
 _split_state = {"idle_until": 0.0, "splits": 0, "backoffs": 0}  # (the counts for benchmarks/ctx_keyword.py)
 
 
-def _timed_fetch(db: sqlite3.Connection, sql: str, params: tuple[Any, ...]) -> tuple[list[Any], float, float]:
-    """The statement's rows, its wall time and this thread's CPU time for it."""
+def _timed_fetch(db: sqlite3.Connection, sql: str, params: tuple[Any, ...],
+                 until: float | None = None) -> tuple[list[Any], float, float]:
+    """The statement's rows, its wall time and this thread's CPU time for it; ``until``: the deadline of the
+    thread that asked (the helper thread runs its half under it)."""
     wall, cpu = time.perf_counter(), time.thread_time()
-    rows = db.execute(sql, params).fetchall()
+    if until is None:
+        rows = db.execute(sql, params).fetchall()
+    else:
+        with deadline.bounded(until, "The search"):
+            rows = db.execute(sql, params).fetchall()
     return rows, time.perf_counter() - wall, time.thread_time() - cpu
 
 

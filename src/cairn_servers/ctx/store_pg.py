@@ -32,6 +32,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from cairn_servers.core.errors import StorageError
+from cairn_servers.ctx import deadline
 from cairn_servers.ctx.chunk import Chunk
 from cairn_servers.ctx.config import mask_url
 from cairn_servers.ctx.store import (CHECKPOINT_COLUMNS, EXPORTED_COLUMNS, DocumentRecord, Known, Match, checkpoint_map,
@@ -176,6 +177,7 @@ class PostgresStore:
         self._total: tuple[int, float] = (-1, 0.0)  # (generation, chunk count) of the last keyword search
         self._mutex = threading.RLock()
         self._closed = False
+        self._statement_ms = 0  # the statement_timeout this store SET on its session (0: the role's own; -1: unsure)
         self._conn = self._connect()
         self.migrated_from = self.migrate() if migrate else self._version()
 
@@ -193,6 +195,7 @@ class PostgresStore:
         except psycopg.Error:
             pass
         self._ef = 0
+        self._statement_ms = 0
         return conn
 
     @property
@@ -202,6 +205,50 @@ class PostgresStore:
         if self._conn.closed and not self._closed:
             self._conn = self._connect()
         return _Guarded(self._conn, self)
+
+    def _bound_statement(self, conn: Any) -> None:
+        """Before a statement: under a deadline (:mod:`cairn_servers.ctx.deadline`, a Lua tool's context.search)
+        the session's ``statement_timeout`` is the time left, so PostgreSQL cancels the statement there;
+        outside one it is back to the role's own (``RESET``)."""
+        left = deadline.remaining()
+        if left is None:
+            if self._statement_ms:
+                conn.execute("RESET statement_timeout")
+                self._statement_ms = 0
+            return
+        if left <= 0:
+            raise deadline.expired()
+        self._statement_ms = max(1, int(left * 1000))
+        conn.execute(f"SET statement_timeout = {self._statement_ms}")
+
+    def _error(self, exc: BaseException) -> StorageError:
+        """A driver error as a storage error (exit 7, HTTP 500 with the ``storage`` code) whose message says
+        what happened and what to do; never the driver's exception and traceback."""
+        import psycopg
+        from psycopg import errors
+
+        reason = self._reason(exc)
+        if isinstance(exc, errors.ReadOnlySqlTransaction):
+            return StorageError(
+                f"The knowledge base {self.label} is read-only ({reason}): it is a standby, or the role or database "
+                "has default_transaction_read_only = on. Searches work there; run `ctx sync`, `ctx embed` and "
+                "`ctx import` against the primary (a [db] url whose role may write).")
+        if isinstance(exc, errors.InsufficientPrivilege):
+            return StorageError(f"The knowledge base {self.label} refused this: {reason}. Grant the role the "
+                                "privileges it needs on the ctx tables, or use the role that created them.")
+        if isinstance(exc, errors.QueryCanceled):
+            return StorageError(f"The knowledge base {self.label} cancelled a statement: {reason}. Raise the role's "
+                                "statement_timeout, or ask for less (fewer terms, a smaller limit).")
+        if isinstance(exc, (errors.DiskFull, errors.OutOfMemory, errors.TooManyConnections,
+                            errors.ConfigurationLimitExceeded)):
+            return StorageError(f"The knowledge base {self.label} is out of a resource: {reason}. Nothing committed "
+                                "was lost; free it (disk space, max_connections) and run the command again.")
+        if isinstance(exc, psycopg.OperationalError):
+            return StorageError(
+                f"The knowledge base {self.label} did not answer: {reason}. Check that the database server is "
+                "running; the next request connects again.")
+        return StorageError(f"The knowledge base {self.label} refused a statement: {reason}. Nothing was changed "
+                            "by it; check the database's state with `ctx migrate` and its server log.")
 
     def _reason(self, exc: BaseException) -> str:
         from cairn_servers.core.sanitize import scrub
@@ -232,21 +279,24 @@ class PostgresStore:
         if self._version() == target:
             return target
         try:
-            with self.db.transaction():
-                self.db.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATE_LOCK,))
-                self.db.execute("CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            with self.db.transaction():  # statements on the bare connection: the driver's error is judged below
+                conn = self._conn
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATE_LOCK,))
+                conn.execute("CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)")
                 found = self._version()
                 if found > SCHEMA_VERSION:
                     raise StorageError(
                         f"The knowledge base {self.label} has schema version {found}, newer than this ctx "
                         f"knows ({SCHEMA_VERSION}). Upgrade cairn.")
                 for step in MIGRATIONS[found:target]:
-                    self.db.execute(step.encode("utf-8"))
-                self.db.execute(
+                    conn.execute(step.encode("utf-8"))
+                conn.execute(
                     "INSERT INTO meta(key, value) VALUES ('schema_version', %s)"
                     " ON CONFLICT(key) DO UPDATE SET value = excluded.value", (str(max(found, target)),))
-                self.db.execute("INSERT INTO meta(key, value) VALUES ('generation', '0') ON CONFLICT DO NOTHING")
+                conn.execute("INSERT INTO meta(key, value) VALUES ('generation', '0') ON CONFLICT DO NOTHING")
         except psycopg.Error as exc:
+            if isinstance(exc, (psycopg.errors.ReadOnlySqlTransaction, psycopg.OperationalError)):
+                raise self._error(exc) from None
             raise StorageError(
                 f"Cannot prepare the knowledge base {self.label}: {self._reason(exc)}. The role needs to create "
                 "tables and the pgvector extension (CREATE EXTENSION vector) in this database.") from None
@@ -263,9 +313,16 @@ class PostgresStore:
             with self._mutex, self.db.transaction():
                 yield self._conn
         except psycopg.OperationalError as exc:
+            self._statement_ms = -1  # a SET inside the transaction was rolled back with it
             raise StorageError(
                 f"Cannot write the knowledge base {self.label}: {self._reason(exc)}. Nothing committed was lost; "
                 "run the command again.") from None
+        except psycopg.Error as exc:  # e.g. a read-only standby, a missing privilege (executemany is not guarded)
+            self._statement_ms = -1
+            raise self._error(exc) from None
+        except BaseException:
+            self._statement_ms = -1
+            raise
 
     @contextmanager
     def source_lock(self, source: str) -> Iterator[None]:
@@ -276,8 +333,13 @@ class PostgresStore:
         try:
             yield
         finally:
-            if not self._conn.closed:  # a lost connection took the lock with it
-                self._conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+            import psycopg
+
+            try:
+                if not self._conn.closed:  # a lost connection took the lock with it
+                    self._conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+            except psycopg.Error:  # the connection broke meanwhile: the lock went with it
+                pass
 
     def bump(self) -> None:
         self.db.execute("UPDATE meta SET value = (value::bigint + 1)::text WHERE key = 'generation'")
@@ -616,7 +678,9 @@ class PostgresStore:
             with self._mutex, self.db.transaction():
                 self.db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                 yield
-        except psycopg.OperationalError as exc:
+        except psycopg.Error as exc:
+            if not isinstance(exc, psycopg.OperationalError):
+                raise self._error(exc) from None
             raise StorageError(
                 f"Cannot read the knowledge base {self.label}: {self._reason(exc)}. Check that the database server "
                 "is running, and run the command again.") from None
@@ -674,11 +738,10 @@ class _Guarded:
         import psycopg
 
         try:
+            self.store._bound_statement(self.conn)
             return self.conn.execute(query, params, prepare=prepare)
-        except psycopg.OperationalError as exc:
-            raise StorageError(
-                f"The knowledge base {self.store.label} did not answer: {self.store._reason(exc)}. Check that the "
-                "database server is running; the next request connects again.") from None
+        except psycopg.Error as exc:
+            raise self.store._error(exc) from None
 
     def cursor(self) -> Any:
         return self.conn.cursor()
