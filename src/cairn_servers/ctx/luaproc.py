@@ -14,7 +14,7 @@ script run (a tool's declaration, a tool call, a connector scan) happens in a wo
   kills the worker (SIGKILL), reports the timeout, and the next job starts a fresh worker. A worker
   that dies (a Lua panic, the OOM killer) is an :class:`ExtensionError` for that call only.
 * the job's ``timeout`` covers the ``context.*`` calls the parent answers for it: each runs under the
-  job's deadline (:mod:`cairn_servers.ctx.deadline`: its database statements stop there, a pooled
+  job's deadline (:mod:`cairn_servers.core.deadline`: its database statements stop there, a pooled
   connection is awaited no longer) and one that ends past it is a :class:`Timeout` for the whole call,
   its worker killed; so a tool answers within its timeout plus a statement's interruption, and frees
   its server thread then.
@@ -302,8 +302,8 @@ class LuaPool:
 
 def _answer(call: Callback | None, msg: dict[str, Any], at: float, what: str) -> dict[str, Any]:
     """The reply to a ``context.*`` call, computed under the run's deadline ``at``: past it, the call's
-    work stops (:mod:`cairn_servers.ctx.deadline`) and :class:`Timeout` ends the run (its worker is killed)."""
-    from cairn_servers.ctx import deadline
+    work stops (:mod:`cairn_servers.core.deadline`) and :class:`Timeout` ends the run (its worker is killed)."""
+    from cairn_servers.core import deadline
 
     if call is None:
         return {"ok": False, "error": {"class": "ExtensionError", "message": "context is not available here"}}

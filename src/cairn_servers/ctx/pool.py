@@ -28,7 +28,7 @@ class ServicePool:
     Threads come and go (an idle worker thread of the HTTP server is replaced after 10 s), connections do
     not: the process never holds more than ``[db] pool_size`` of them, however many threads ran. A
     request finding them all busy waits up to :data:`POOL_WAIT` s (never past its own deadline, see
-    :mod:`cairn_servers.ctx.deadline`), then fails with a storage error that names the setting."""
+    :mod:`cairn_servers.core.deadline`), then fails with a storage error that names the setting."""
 
     def __init__(self, config: "Config", size: int | None = None, *, wait: float = POOL_WAIT) -> None:
         self.config = config
@@ -44,7 +44,7 @@ class ServicePool:
     def lease(self) -> Iterator["Service"]:
         """A service for this block's work, then back to the pool (never closed while the pool is open)."""
         from cairn_servers.core.sanitize import scrub
-        from cairn_servers.ctx import deadline
+        from cairn_servers.core import deadline
 
         left = deadline.remaining()
         if not self._slots.acquire(timeout=self.wait if left is None else min(self.wait, left)):

@@ -291,7 +291,8 @@ class Service:
         The query is never passed raw to the index. ``explain``: :class:`ExplainedResult` items, which
         say how each was scored.
         """
-        from cairn_servers.ctx import deadline, retrieval
+        from cairn_servers.core import deadline
+        from cairn_servers.ctx import retrieval
         from cairn_servers.search.embed import hybrid_defaults
         from cairn_servers.search.fusion import fuse
 

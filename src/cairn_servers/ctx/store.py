@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ContextManager, Protocol
 
-from cairn_servers.core.errors import StorageError
-from cairn_servers.ctx import deadline
+from cairn_servers.core import deadline
+from cairn_servers.core.errors import StorageError, Timeout
 from cairn_servers.ctx.chunk import Chunk
 
 # Versioned schema migrations, applied in order at open (and by `ctx migrate`); ``meta.schema_version``
@@ -658,13 +658,15 @@ class SqliteStore:
                     return None  # one statement on the store's connection answers
                 self._helper = helper
             version = self.db.execute("PRAGMA data_version").fetchone()
-            theirs = _split_pool().submit(_timed_fetch, helper, sql, (*args, 1, k), deadline.at())
+            theirs = _split_pool().submit(_under, deadline.at(), _timed_fetch, helper, sql, (*args, 1, k))
             try:
                 mine = _timed_fetch(self.db, sql, (*args, 0, k))
             finally:
                 wait([theirs])
             try:
                 other = theirs.result()
+            except Timeout:  # the helper's half passed this thread's deadline: this thread's own error
+                raise deadline.expired() from None
             except sqlite3.Error:
                 return None  # the helper could not read (busy, I/O): one statement answers, or fails as before
             _split_state["splits"] += 1
@@ -784,17 +786,19 @@ SPLIT_BACKOFF_S = 2.0
 _split_state = {"idle_until": 0.0, "splits": 0, "backoffs": 0}  # (the counts for benchmarks/ctx_keyword.py)
 
 
-def _timed_fetch(db: sqlite3.Connection, sql: str, params: tuple[Any, ...],
-                 until: float | None = None) -> tuple[list[Any], float, float]:
-    """The statement's rows, its wall time and this thread's CPU time for it; ``until``: the deadline of the
-    thread that asked (the helper thread runs its half under it)."""
+def _timed_fetch(db: sqlite3.Connection, sql: str, params: tuple[Any, ...]) -> tuple[list[Any], float, float]:
+    """The statement's rows, its wall time and this thread's CPU time for it."""
     wall, cpu = time.perf_counter(), time.thread_time()
-    if until is None:
-        rows = db.execute(sql, params).fetchall()
-    else:
-        with deadline.bounded(until, "The search"):
-            rows = db.execute(sql, params).fetchall()
+    rows = db.execute(sql, params).fetchall()
     return rows, time.perf_counter() - wall, time.thread_time() - cpu
+
+
+def _under(until: float | None, fn: Any, *args: Any) -> Any:
+    """``fn(*args)`` in the helper thread under ``until``, the deadline of the thread that asked (or none)."""
+    if until is None:
+        return fn(*args)
+    with deadline.bounded(until, "The search"):
+        return fn(*args)
 
 
 def _starved(wall: float, cpu: float) -> bool:
