@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -222,7 +223,7 @@ class PostgresStore:
             return
         if left <= 0:
             raise deadline.expired()
-        self._statement_ms = max(1, int(left * 1000))
+        self._statement_ms = max(1, math.ceil(left * 1000))
         conn.execute(f"SET statement_timeout = {self._statement_ms}")
 
     def _error(self, exc: BaseException) -> StorageError:
