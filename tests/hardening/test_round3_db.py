@@ -426,3 +426,37 @@ def test_overlapping_syncs_embed_each_chunk_once(ctx_backend: str, endpoint: End
     assert stats.distinct_chunks == 120 and stats.vectors == 120 and stats.pending_embeddings == 0
     assert sorted(embedded) == [0, 120], embedded
     assert endpoint.texts == 120 and len(set(endpoint.hashes)) == 120
+
+
+# ---- a long keyword query on PostgreSQL ----------------------------------------------------------------
+
+def test_many_term_keyword_queries_rank_as_the_inline_statement(pg_server: str, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``INLINE_TERMS`` terms the keyword statement ORs the terms once instead of planning them inline
+    (200 terms over 20,000 chunks: 3.3 s -> 0.63 s of backend CPU, with each chunk's tsvector read once):
+    the same chunks and scores as the inline statement, under the budget and over it (the plan's second
+    statement), with filters and without."""
+    from .._pg import drop_database, pg_database
+    from cairn_servers.ctx import config as cfg
+    from cairn_servers.ctx import retrieval, store_pg
+    from cairn_servers.ctx.service import Service
+
+    name, url = pg_database(pg_server)
+    monkeypatch.setenv("CTX_DATABASE_URL", url)
+    try:
+        svc = Service(cfg.load(make_kb(tmp_path, 300)))
+        words = [f"runbook r{i}" for i in range(0, 300, 7)] + ["deploy", "rotate", "incident", "week", "s3", "key"]
+        try:
+            for query, budget, sources in ((" ".join(words[:12]), 8000, None), (" ".join(words), 8000, None),
+                                           (" ".join(words), 40, None), (" ".join(words), 8000, ("filesystem:docs",))):
+                answers = []
+                for inline in (1000, store_pg.INLINE_TERMS):
+                    monkeypatch.setattr(store_pg, "INLINE_TERMS", inline)
+                    answers.append(retrieval.keyword(svc.store, query, retrieval.Filters(sources=sources), 20,
+                                                     budget=budget))
+                assert answers[0] and answers[0].keys() == answers[1].keys(), (query[:40], budget)
+                assert all(abs(answers[0][r] - answers[1][r]) < 1e-9 for r in answers[0])
+        finally:
+            svc.close()
+    finally:
+        drop_database(pg_server, name)
