@@ -399,6 +399,39 @@ def test_sync_against_a_read_only_database_is_a_storage_error(pg_server: str, tm
         drop_database(pg_server, name)
 
 
+def test_a_role_without_privileges_is_a_storage_error(pg_server: str, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A role that may connect but not read the ctx tables: `ctx search` exits 7 with what to grant, not a
+    driver traceback."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+
+    from .._pg import _url, drop_database, pg_database
+
+    name, url = pg_database(pg_server)
+    monkeypatch.setenv("CTX_DATABASE_URL", url)
+    role = f"ctx_noaccess_{os.getpid()}"
+    try:
+        cfg = make_kb(tmp_path, 3)
+        with psycopg.connect(pg_server, autocommit=True) as conn:
+            conn.execute(f'DROP ROLE IF EXISTS "{role}"')
+            conn.execute(f'CREATE ROLE "{role}" LOGIN')
+        params = conninfo_to_dict(url)
+        params["user"] = role
+        from psycopg.conninfo import make_conninfo
+
+        env = server_env(tmp_path, CTX_DATABASE_URL=_url(make_conninfo("", **params)))
+        done = subprocess.run(_cli("ctx", "search", "deploy", "--config", str(cfg)), env=env, capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 7 and "Traceback" not in done.stderr, (done.returncode, done.stderr)
+        assert "refused this: permission denied" in done.stderr and "Grant the role the privileges" in done.stderr, \
+            done.stderr
+    finally:
+        drop_database(pg_server, name)
+        with psycopg.connect(pg_server, autocommit=True) as conn:
+            conn.execute(f'DROP ROLE IF EXISTS "{role}"')
+
+
 # ---- embedding under a lock ----------------------------------------------------------------------------
 
 def test_overlapping_syncs_embed_each_chunk_once(ctx_backend: str, endpoint: Endpoint, tmp_path: Path) -> None:
