@@ -59,7 +59,8 @@ class Endpoint:
                     return
                 data += got
             head, body = data.split(b"\r\n\r\n", 1)
-            length = int(next(ln.split(b":")[1] for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length")))
+            length = int(next(ln.split(b":")[1] for ln in head.split(b"\r\n")
+                              if ln.lower().startswith(b"content-length")))
             while len(body) < length:
                 body += conn.recv(65536)
             texts = json.loads(body)["input"]

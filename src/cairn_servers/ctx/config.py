@@ -355,8 +355,10 @@ def _parse(data: dict[str, Any], file: Path, templated: dict[KeyPath, str]) -> C
     pool_size = r.int("pool_size", DbConfig.pool_size, lo=1, hi=POOL_SIZE_MAX)
     env_pool = os.environ.get("CTX_DB_POOL_SIZE", "").strip()
     if env_pool:
-        if not (env_pool.isascii() and env_pool.isdigit() and len(env_pool) <= 4 and 1 <= int(env_pool) <= POOL_SIZE_MAX):
-            raise InvalidInput(f"$CTX_DB_POOL_SIZE must be an integer from 1 to {POOL_SIZE_MAX}, not {env_pool[:40]!r}.")
+        if not (env_pool.isascii() and env_pool.isdigit() and len(env_pool) <= 4
+                and 1 <= int(env_pool) <= POOL_SIZE_MAX):
+            raise InvalidInput(
+                f"$CTX_DB_POOL_SIZE must be an integer from 1 to {POOL_SIZE_MAX}, not {env_pool[:40]!r}.")
         pool_size = int(env_pool)
     db = DbConfig(path=r.path("path", "data/ctx.sqlite", base), url=url, vector_index=vector_index,
                   pool_size=pool_size)
