@@ -444,8 +444,13 @@ def test_overlapping_syncs_embed_each_chunk_once(ctx_backend: str, endpoint: End
     cfg = make_kb(tmp_path, 120, embedding=emb, sync=False)
     procs = [subprocess.Popen(_cli("ctx", "sync", "all", "--config", str(cfg), "--json"), env=server_env(tmp_path),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    peak = 0  # each sync holds one connection (PostgreSQL: sampled while they run)
+    while ctx_backend == "postgres" and any(p.poll() is None for p in procs):
+        peak = max(peak, pg_connections(os.environ["CTX_DATABASE_URL"]))
+        time.sleep(0.05)
     outs = [p.communicate(timeout=180) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
+    assert ctx_backend == "sqlite" or 1 <= peak <= 2, peak
     embedded = [json.loads(out)["embedding"]["embedded"] for out, _ in outs]
     from cairn_servers.ctx import config as config_mod
     from cairn_servers.ctx.service import Service
@@ -456,7 +461,7 @@ def test_overlapping_syncs_embed_each_chunk_once(ctx_backend: str, endpoint: End
     finally:
         svc.close()
     print(f"{ctx_backend}: endpoint embedded {endpoint.texts} texts for {stats.distinct_chunks} chunks; "
-          f"the syncs reported {embedded}")
+          f"the syncs reported {embedded}; peak sessions {peak}")
     assert stats.distinct_chunks == 120 and stats.vectors == 120 and stats.pending_embeddings == 0
     assert sorted(embedded) == [0, 120], embedded
     assert endpoint.texts == 120 and len(set(endpoint.hashes)) == 120
