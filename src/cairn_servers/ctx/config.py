@@ -713,6 +713,7 @@ STARTER = '''# ctx.toml: the knowledge base's configuration. Relative paths reso
 [db]
 path = "data/ctx.sqlite"          # one SQLite file: documents, chunks, full-text index, vectors
 # url = "postgresql://ctx@db.internal/kb"   # PostgreSQL + pgvector instead: a base a team shares (docs/ctx.md)
+# pool_size = 8                 # connections a server process holds at most, shared by its threads
 
 [chunking]
 max_tokens = 400                  # tokens = whitespace-separated words
