@@ -433,6 +433,32 @@ def test_a_role_without_privileges_is_a_storage_error(pg_server: str, tmp_path: 
             conn.execute(f'DROP ROLE IF EXISTS "{role}"')
 
 
+def test_a_sqlite_write_lock_held_past_the_busy_timeout_is_a_storage_error(tmp_path: Path) -> None:
+    """Another process holds the SQLite write lock past the busy timeout: the write fails with a storage
+    error (exit 7) that says what to check, not a driver exception escaping ``BEGIN IMMEDIATE``."""
+    import sqlite3
+
+    from cairn_servers.core.errors import StorageError
+    from cairn_servers.ctx.store import SqliteStore
+
+    store = SqliteStore(tmp_path / "kb.sqlite", create=True)
+    other = sqlite3.connect(tmp_path / "kb.sqlite", isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        store.db.execute("PRAGMA busy_timeout = 100")
+        with pytest.raises(StorageError, match=r"Cannot write the knowledge base .*kb\.sqlite: database is locked\. "
+                                               r"Check that no other process holds it for long"):
+            with store.transaction():
+                store.bump()
+        other.execute("ROLLBACK")
+        with store.transaction():
+            store.bump()
+        assert store.generation() == 1
+    finally:
+        other.close()
+        store.close()
+
+
 # ---- embedding under a lock ----------------------------------------------------------------------------
 
 def test_overlapping_syncs_embed_each_chunk_once(ctx_backend: str, endpoint: Endpoint, tmp_path: Path) -> None:

@@ -338,7 +338,12 @@ class SqliteStore:
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any exception."""
-        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:  # locked past busy_timeout, read-only file, full disk
+            raise StorageError(f"Cannot write the knowledge base {self.path}: {exc}. Check that no other process "
+                               "holds it for long and that the file is writable, then run the command again; "
+                               "nothing indexed was lost.") from exc
         try:
             yield self.db
             self.db.execute("COMMIT")
