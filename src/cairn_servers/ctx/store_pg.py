@@ -558,8 +558,8 @@ class PostgresStore:
 
         Cost: each matching chunk's ``tsvector`` is read once (not once per term, which decompressed it
         again for every ``ts_rank``), and a first try over its budget ranks nothing. A 200-term query over
-        20,000 chunks went from 3.26 s to 0.58 s of backend CPU (benchmarks/ctx_pg_keyword.py); what is left grows with chunks x terms (a
-        ``ts_rank`` per pair), so the number of terms is what bounds it."""
+        20,000 chunks went from 3.26 s to 0.58 s of backend CPU (benchmarks/ctx_pg_keyword.py); what is
+        left grows with chunks x terms (a ``ts_rank`` per pair), so the number of terms is what bounds it."""
         n = len(terms)
         if n == 0:
             return [], {}
