@@ -61,7 +61,7 @@ greeting = "hi"
 @pytest.mark.parametrize(
     "body, message",
     [
-        ("[db]\npath = 'x'\ncolour = 1\n", "[db] colour: unknown key. Known keys: path, url, vector_index."),
+        ("[db]\npath = 'x'\ncolour = 1\n", "[db] colour: unknown key. Known keys: path, url, vector_index, pool_size."),
         ("[retrieval]\nhybrid_alpha = 1.5\n", "[retrieval] hybrid_alpha: must be between 0.0 and 1.0, not 1.5"),
         ("[retrieval]\nfinal_limit = 'ten'\n", "[retrieval] final_limit: must be an integer, not 'ten'"),
         ("[embedding]\nprovider = 'magic'\n", "[embedding] provider: must be one of disabled, local, minilm, e5, openai, ollama, not 'magic'"),

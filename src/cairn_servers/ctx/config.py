@@ -42,6 +42,9 @@ class DbConfig:
     # PostgreSQL only: "hnsw" (pgvector's HNSW index per model, cosine) or "exact" (no vector index: an
     # exact scan, fine up to ~100k chunks, and for servers whose pgvector build cannot run HNSW).
     vector_index: str = "hnsw"
+    # Database connections a server process holds at most, shared by all its threads (``[db] pool_size`` or
+    # $CTX_DB_POOL_SIZE; :class:`cairn_servers.ctx.service.ServicePool`). The CLI's commands hold one.
+    pool_size: int = 8
 
     @property
     def label(self) -> str:
@@ -56,6 +59,8 @@ def mask_url(url: str) -> str:
 
     return mask_dsn(url)
 
+
+POOL_SIZE_MAX = 1000  # [db] pool_size: a typo such as 80000 would exhaust any server's max_connections
 
 # Patterns are compiled where used (re caches them): compiling is start-up time a search need not pay.
 _PG_URL = r"(?i)postgres(ql)?://"
@@ -345,7 +350,7 @@ def _parse(data: dict[str, Any], file: Path, templated: dict[KeyPath, str]) -> C
     del top
 
     r = _Reader(file, "db", data.get("db", {}))
-    r.check_keys(["path", "url", "vector_index"])
+    r.check_keys(["path", "url", "vector_index", "pool_size"])
     url = os.environ.get("CTX_DATABASE_URL") or r.text("url", "") or None
     if url is not None and not re.match(_PG_URL, url):
         r.fail("url", f"must be a postgresql:// URL, not {mask_url(url)!r} (for SQLite set path instead)")
@@ -357,7 +362,16 @@ def _parse(data: dict[str, Any], file: Path, templated: dict[KeyPath, str]) -> C
     vector_index = os.environ.get("CTX_VECTOR_INDEX") or r.text("vector_index", "hnsw")
     if vector_index not in VECTOR_INDEXES:
         r.fail("vector_index", f"must be one of {', '.join(VECTOR_INDEXES)}, not {vector_index!r}")
-    db = DbConfig(path=r.path("path", "data/ctx.sqlite", base), url=url, vector_index=vector_index)
+    pool_size = r.int("pool_size", DbConfig.pool_size, lo=1, hi=POOL_SIZE_MAX)
+    env_pool = os.environ.get("CTX_DB_POOL_SIZE", "").strip()
+    if env_pool:
+        if not (env_pool.isascii() and env_pool.isdigit() and len(env_pool) <= 4
+                and 1 <= int(env_pool) <= POOL_SIZE_MAX):
+            raise InvalidInput(
+                f"$CTX_DB_POOL_SIZE must be an integer from 1 to {POOL_SIZE_MAX}, not {env_pool[:40]!r}.")
+        pool_size = int(env_pool)
+    db = DbConfig(path=r.path("path", "data/ctx.sqlite", base), url=url, vector_index=vector_index,
+                  pool_size=pool_size)
 
     r = _Reader(file, "chunking", data.get("chunking", {}))
     r.check_keys(["max_tokens", "overlap_tokens"])
@@ -591,7 +605,8 @@ def effective(conf: Config) -> dict[str, Any]:
     anywhere are masked: this is safe to print or paste."""
     data: dict[str, Any] = {
         "db": {"path": str(conf.db.path),
-               **({"url": mask_url(conf.db.url), "vector_index": conf.db.vector_index} if conf.db.url else {})},
+               **({"url": mask_url(conf.db.url), "vector_index": conf.db.vector_index} if conf.db.url else {}),
+               "pool_size": conf.db.pool_size},
         "chunking": _fields(conf.chunking),
         "retrieval": _fields(conf.retrieval),
         "embedding": _fields(conf.embedding),
@@ -721,6 +736,7 @@ STARTER = '''# ctx.toml: the knowledge base's configuration. Relative paths reso
 [db]
 path = "data/ctx.sqlite"          # one SQLite file: documents, chunks, full-text index, vectors
 # url = "postgresql://ctx@db.internal/kb"   # PostgreSQL + pgvector instead: a base a team shares (docs/ctx.md)
+# pool_size = 8                 # connections a server process holds at most, shared by its threads
 
 [chunking]
 max_tokens = 400                  # tokens = whitespace-separated words
