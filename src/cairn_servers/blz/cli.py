@@ -94,8 +94,7 @@ def _mcp(log_level: str | None, err: TextIO) -> int:
         return exc.exit_code
     from cairn_servers.blz.tools import serve
 
-    serve()
-    return 0
+    return serve()
 
 
 def run(argv: list[str], out: TextIO, err: TextIO) -> int:

@@ -7,8 +7,8 @@ auth, 403 a request from a web page of another site or for another host (without
 499 Lua call cancelled by a client that disconnected (nobody reads it),
 500 internal). Unexpected exceptions are logged to stderr with their traceback; the client only
 learns their type. Tool calls run on worker threads, never on the event loop (built-in tools on
-``TOOL_THREADS`` threads of their own, Lua tools and agents on the shared pool), each worker thread with its
-own service. A GET never runs a Lua tool or agent.
+``TOOL_THREADS`` threads of their own, Lua tools and agents on the shared pool), each call on a service
+leased from the toolbox's pool. A GET never runs a Lua tool or agent.
 """
 
 from __future__ import annotations
@@ -147,9 +147,9 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
             return await off_loop(box.call, name, params)
         return await run_while_connected(request, name, params)
 
-    # Built-in tools run on a few threads of their own: each thread keeps a service (a database connection
-    # and its caches of term counts and rankings), so few threads find their caches warm; Lua tools, which
-    # mostly wait for their worker process, use the larger shared pool.
+    # Built-in tools run on a few threads of their own: a few threads contend less for the GIL and reuse the
+    # pool's services (their caches of term counts and rankings) more than anyio's 40 would; Lua tools,
+    # which mostly wait for their worker process, use the larger shared pool.
     tool_threads = ThreadPoolExecutor(max_workers=TOOL_THREADS, thread_name_prefix="ctx-tool")
 
     async def off_loop(fn: Callable[..., Any], *args: Any) -> Any:
