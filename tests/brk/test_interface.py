@@ -318,7 +318,7 @@ def test_cli(out: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["indexes", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["halvingepoch"] == ["halving", "halvingepoch"]
     assert main(["query", "--out", str(out), "-i", "h", "-v", "clos"]) == 3
-    assert capsys.readouterr().err == ("brk: Unknown vec id 'clos' on height. Did you mean: close? Dollar prices "
+    assert capsys.readouterr().err == ("brk: error: Unknown vec id 'clos' on height. Did you mean: close? Dollar prices "
                                        "appear after `brk price import FILE.csv` (a daily CSV) or `brk price fetch` "
                                        "(downloads them from Kraken); `brk run` and `brk index --watch` fetch them "
                                        "by themselves when online. List them with get_index_to_vecids.\n")

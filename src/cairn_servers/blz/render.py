@@ -30,7 +30,7 @@ def run_op(op: Op, target: Any, args: dict[str, Any], fmt: str, out: TextIO, err
     def report(name: str, exc: CairnError) -> None:  # blz update --all: one source failed, go on
         from cairn_servers.core.sanitize import scrub
 
-        err.write(f"blz: {name}: {scrub(exc.message)}\n")
+        err.write(f"blz: error: {name}: {scrub(exc.message)}\n")
         failed.append(exc.exit_code)
 
     context = {"on_error": report} if any(p.name == "on_error" for p in op.params) else {}
@@ -65,7 +65,7 @@ def render(name: str, data: Any, fmt: str) -> str:
         from cairn_servers.core.output import render as generic
 
         return generic(data, "text")
-    if fmt == "jsonl" and isinstance(data, dict):
+    if fmt != "json" and isinstance(data, dict):  # jsonl, csv, tsv, md: one row per hit, snippet, source
         for key in _STREAMED:
             if isinstance(data.get(key), list):
                 data = data[key]
@@ -81,11 +81,10 @@ def render(name: str, data: Any, fmt: str) -> str:
         return "\n".join(json.dumps(r, ensure_ascii=False, separators=(",", ":"), default=str) for r in rows)
     from cairn_servers.core.output import render as generic  # csv, tsv, md: every cairn format
 
-    if name == "toc":  # one row per heading
-        data = [{**e, "headingPath": " > ".join(e["headingPath"])} for e in data["entries"]]
-    elif name == "lookup":  # one row per registry entry
-        data = data["results"]
-    return generic(data, fmt)
+    if isinstance(data, list):  # a heading path is one cell: "Hooks > useEffect"
+        data = [{**r, "headingPath": " > ".join(r["headingPath"])} if isinstance(r, dict)
+                and isinstance(r.get("headingPath"), list) else r for r in data]
+    return generic(data, fmt, COLUMNS.get(name))
 
 
 def flat(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -236,4 +235,11 @@ TEXT: dict[str, Callable[[dict[str, Any]], str]] = {
     "search": search_text, "get": get_text, "find": find_text, "toc": toc_text, "list-sources": list_text,
     "stats": stats_text, "source-add": add_text,
     "lookup": lookup_text}
+# The header of an empty table (csv, tsv, md: a search with no hits still names its columns).
+COLUMNS: dict[str, list[str]] = {
+    "search": ["alias", "lines", "score", "headingPath", "snippet", "sourceUrl"],
+    "list-sources": ["alias", "kind", "url"],
+    "lookup": ["alias", "category", "description", "url", "installed", "suggestedCommand"],
+    "toc": ["level", "text", "citation", "headingPath"],
+}
 EXIT: dict[str, Callable[[Any], int]] = {"validate": _validate_exit, "source-add": _add_exit}

@@ -13,7 +13,7 @@ Commands:
   brk ids    [--index INDEX] [--page N]              vec ids (1,000 per page)
   brk indexes                                        indexes and the names they accept
   brk vecid-indexes ID                               the indexes one vec id is on
-  brk index-count | id-count | vec-count | version   counts and the version (as the MCP tools)
+  brk index-count | id-count | vec-count | version   counts and the version
   brk price  import FILE.csv | fetch --source kraken  daily BTC/USD prices
 """
 
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 from cairn_servers.brk.cli_common import format_arg, out_arg, out_dir, print_data
-from cairn_servers.core.errors import CairnError, raise_errors
+from cairn_servers.core.errors import CairnError
 
 if TYPE_CHECKING:
     import argparse  # imported by build_parser; `brk mcp` starts without it
@@ -169,8 +169,11 @@ def _cmd_status(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="brk", description=__doc__,
+    from cairn_servers.core.cli import EXIT_CODES, add_version, parser_class
+
+    parser = parser_class()(prog="brk", description=__doc__, epilog=EXIT_CODES,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_version(parser, "brk")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("index", help="index new blocks from a blocks/ directory",
@@ -257,7 +260,12 @@ def _fast_mcp(argv: list[str]) -> argparse.Namespace | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    from cairn_servers.core.cli import guard
+
+    return guard(lambda: _main(sys.argv[1:] if argv is None else argv))
+
+
+def _main(argv: list[str]) -> int:
     args = _fast_mcp(argv)
     if args is None:
         parser = build_parser()
@@ -269,14 +277,9 @@ def main(argv: list[str] | None = None) -> int:
         code: int = args.func(args)
         return code
     except CairnError as exc:
-        if raise_errors():
-            raise
-        from cairn_servers.core.sanitize import scrub
+        from cairn_servers.core.cli import fail
 
-        print(f"brk: {scrub(exc.message)}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        return 130
+        return fail("brk", exc)
 
 
 if __name__ == "__main__":

@@ -152,7 +152,8 @@ def get_vecs(iface: Interface, index: str, ids: str | list[str], from_: int | st
     return result
 
 
-@OPS.op(mcp="get_version", cli="version", http="GET /version", extra=_NO_STORE)
+@OPS.op(mcp="get_version", cli="version", http="GET /version",
+        extra={**_NO_STORE, "cli_value": lambda v: v.removeprefix("v")})  # the CLI says 0.1.0, as --version
 def get_version(iface: Interface | None) -> str:
     """The running version of brk."""
     return version()

@@ -39,17 +39,20 @@ def env_format(env_var: str) -> str | None:
     return None
 
 
-def choose_format(flag: str | None, env_var: str | None = None, stream: TextIO | None = None) -> str:
-    """The output format: the flag, else ``$env_var`` (or an older name), else text on a TTY and json when piped."""
-    for candidate in (flag, env_format(env_var) if env_var else None):
+def choose_format(flag: str | None, env_var: str | None = None, stream: TextIO | None = None,
+                  formats: tuple[str, ...] = FORMATS) -> str:
+    """The output format: the flag, else ``$env_var`` (or an older name), else text on a TTY and json when
+    piped. A value outside ``formats`` is refused, from the flag or the variable alike (naming which)."""
+    for candidate, origin in ((flag, None), (env_format(env_var) if env_var else None, env_var)):
         if candidate:
             fmt = candidate.lower()
             fmt = FORMAT_ALIASES.get(fmt, fmt)
-            if fmt not in FORMATS:
+            if fmt not in formats:
                 from cairn_servers.core.errors import InvalidInput
 
-                raise InvalidInput(f"Unknown output format {candidate!r}. "
-                                   f"Use one of: {', '.join(FORMATS)} (markdown = md).")
+                where = f" in ${origin}" if origin else ""
+                raise InvalidInput(f"Unknown output format {candidate!r}{where}. "
+                                   f"Use one of: {', '.join(formats)} (markdown = md).")
             return fmt
     stream = stream or sys.stdout
     return "text" if stream.isatty() else "json"
@@ -66,8 +69,9 @@ def plain(value: Any) -> Any:
     return value
 
 
-def render(data: Any, fmt: str) -> str:
-    """``data`` rendered as ``fmt``; the result ends without a trailing newline."""
+def render(data: Any, fmt: str, columns: list[str] | None = None) -> str:
+    """``data`` rendered as ``fmt``; the result ends without a trailing newline. ``columns``: the header of
+    a table (csv, tsv, md) when ``data`` has no rows to take it from."""
     data = plain(data)
     if fmt == "json":
         return json.dumps(data, indent=2, ensure_ascii=False, default=str)
@@ -78,6 +82,8 @@ def render(data: Any, fmt: str) -> str:
         return _text(data)
     if fmt in ("csv", "tsv", "md"):
         header, rows = _table(data)
+        if not rows and columns:
+            header = list(columns)
         if fmt == "md":
             return _markdown(header, rows)
         return _delimited(header, rows, "," if fmt == "csv" else "\t")
@@ -117,6 +123,7 @@ def _table(data: Any) -> tuple[list[str], list[list[Any]]]:
     if not isinstance(data, list):
         return ["value"], [[data]]
     if data and all(isinstance(r, dict) for r in data):
+        data = [_flat(r) for r in data]
         header: list[str] = []
         for row in data:
             for key in row:
@@ -126,6 +133,19 @@ def _table(data: Any) -> tuple[list[str], list[list[Any]]]:
     if data and all(isinstance(r, (list, tuple)) for r in data):
         return [str(h) for h in data[0]], [list(r) for r in data[1:]]
     return ["value"], [[v] for v in data]
+
+
+def _flat(row: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A row with nested objects spread into ``parent.child`` columns (a table cell holds one value)."""
+    if not any(isinstance(v, dict) for v in row.values()):
+        return row if not prefix else {f"{prefix}{k}": v for k, v in row.items()}
+    out: dict[str, Any] = {}
+    for key, value in row.items():
+        if isinstance(value, dict) and value:
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 def _delimited(header: list[str], rows: list[list[Any]], sep: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-from cairn_servers.core.errors import CairnError, raise_errors
+from cairn_servers.core.errors import CairnError
 
 if TYPE_CHECKING:
     import argparse  # imported by _parser; `ctx serve mcp --stdio` starts without it
@@ -45,18 +45,16 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     from cairn_servers.core.ops import add_subcommand
     from cairn_servers.ctx.ops import OPS
 
+    from cairn_servers.core.cli import EXIT_CODES, add_format, add_version, parser_class
+
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", default=argparse.SUPPRESS, metavar="PATH",
                         help="config file (default: $CTX_CONFIG, else ./config/ctx.toml)")
-    fmt = common.add_mutually_exclusive_group()
-    for name in ("json", "jsonl", "text"):
-        fmt.add_argument(f"--{name}", dest="format", action="store_const", const=name, default=argparse.SUPPRESS,
-                         help=f"output {name}")
-    fmt.add_argument("--format", dest="format", default=argparse.SUPPRESS,
-                     choices=["json", "jsonl", "text", "csv", "tsv", "md"],
-                     help=f"output format (default: ${FORMAT_ENV}, else text on a terminal, json when piped)")
+    add_format(common, "ctx", suppress=True)
 
-    parser = argparse.ArgumentParser(prog="ctx", description=__doc__, parents=[common])
+    parser = parser_class()(prog="ctx", description=__doc__, parents=[common], epilog=EXIT_CODES,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_version(parser, "ctx")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     wanted = COMMANDS if only is None else (only,)
 
@@ -109,7 +107,7 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     if "serve" in wanted:
         p = sub.add_parser("serve", parents=[common],
                            help="serve the HTTP API and MCP (at / and /mcp, or over stdio)")
-        p.add_argument("what", choices=["mcp"],
+        p.add_argument("what", choices=["mcp"], nargs="?",
                        help="mcp: the tools over HTTP (/tools/*, MCP at / and /mcp) or --stdio")
         p.add_argument("--stdio", action="store_true", help="speak MCP on stdin/stdout instead of HTTP")
         p.add_argument("--bind", metavar="HOST:PORT", help="listen address (default: [server] bind, 127.0.0.1:7331)")
@@ -164,7 +162,12 @@ def _fast_stdio(argv: list[str]) -> argparse.Namespace | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    from cairn_servers.core.cli import guard
+
+    return guard(lambda: _main(sys.argv[1:] if argv is None else argv))
+
+
+def _main(argv: list[str]) -> int:
     args = _fast_stdio(argv)
     if args is None:
         parser = _parser(only=_command(argv))
@@ -172,18 +175,20 @@ def main(argv: list[str] | None = None) -> int:
         if not args.command:
             parser.print_help()
             return 0
+        if args.command == "serve" and args.what is None:
+            sys.stderr.write("ctx: error: say what to serve: `ctx serve mcp` serves the HTTP API and MCP on "
+                             "127.0.0.1:7331 (--bind HOST:PORT to change it); `ctx serve mcp --stdio` speaks "
+                             "MCP on stdin/stdout for a client that starts it.\n")
+            return 2
     try:
         from cairn_servers.core.output import choose_format
 
         fmt = choose_format(getattr(args, "format", None), FORMAT_ENV)
         data, text, status = _run(args)
     except CairnError as exc:
-        if raise_errors():
-            raise
-        from cairn_servers.core.sanitize import scrub
+        from cairn_servers.core.cli import fail
 
-        sys.stderr.write(f"ctx: error: {scrub(exc.message)}\n")
-        return exc.exit_code
+        return fail("ctx", exc)
     except KeyboardInterrupt:
         sys.stderr.write("ctx: interrupted\n")
         return 130
@@ -191,10 +196,22 @@ def main(argv: list[str] | None = None) -> int:
         return status  # stdout belonged to the protocol (stdio), to the export, or to nobody
     from cairn_servers.core.output import render
 
-    out = text() if (fmt == "text" and text is not None) else render(data, fmt)
+    op = getattr(args, "op", None)
+    out = text() if (fmt == "text" and text is not None) else render(data, fmt, _columns(op))
     if out:
         sys.stdout.write(out + "\n")
     return status
+
+
+def _columns(op: Any) -> list[str] | None:
+    """The header of an empty table of ``op``'s results (``ctx search x --format tsv`` with no hits)."""
+    if op is None or op.name != "search":
+        return None
+    import dataclasses
+
+    from cairn_servers.ctx.service import SearchResult
+
+    return [f.name for f in dataclasses.fields(SearchResult)]
 
 
 def _exit_code(code: str | None) -> int:
