@@ -44,6 +44,9 @@ def run_op(op: Op, target: Any, args: dict[str, Any], fmt: str, out: TextIO, err
         err.write(f"blz: error: {scrub(exc.message)}\n")
         return exc.exit_code
     code = failed[0] if failed else EXIT.get(op.name, _ok)(data)
+    if fmt not in ("json", "text") and isinstance(data, dict) and fallback_note(data):
+        # jsonl, csv, tsv and md carry the hits alone: the fallback is told beside them
+        err.write(f"blz: note: {fallback_note(data)}\n")
     rendered = render(op.name, data, fmt)
     if rendered:
         if op.name != "get":  # `get` prints the cited lines exactly; nothing else may show $HOME
@@ -108,12 +111,23 @@ def _validate_exit(data: Any) -> int:
 
 # -- text renderings ----------------------------------------------------------------------------
 
+def fallback_note(data: dict[str, Any]) -> str | None:
+    """What a fallback search did, in words: the hits do not match the query as written."""
+    if data.get("fallback") == "corrected":
+        return f"no exact match; showing results for {data['correctedQuery']!r}"
+    if data.get("fallback") == "any-term":
+        return (f"nothing matches all of {data['query']!r} (as a phrase or every word); "
+                "showing sections with any of its words")
+    return None
+
+
 def search_text(data: dict[str, Any]) -> str:
     if not data["hits"]:
         return f"No results for {data['query']!r}."
     out = []
-    if data.get("fallback") == "corrected":
-        out.append(f"(no exact match; showing results for {data['correctedQuery']!r})")
+    note = fallback_note(data)
+    if note:
+        out.append(f"({note})")
     out += _hits(data["hits"])
     if data.get("hasMore"):
         out.append(f"(more: --page {data['page'] + 1})")
@@ -141,8 +155,9 @@ def find_text(data: dict[str, Any]) -> str:
     """Hits as `blz search` shows them, then the snippets as `blz get` does."""
     out = []
     if data["executed"]["searched"]:
-        if data.get("fallback") == "corrected":
-            out.append(f"(no exact match; showing results for {data['correctedQuery']!r})")
+        note = fallback_note(data)
+        if note:
+            out.append(f"({note})")
         out += _hits(data["hits"]) or ["No results."]
     if data["executed"]["retrievedSnippets"]:
         out.append(get_text(data))
