@@ -82,8 +82,8 @@ CASES: dict[str, list[Case]] = {
              _invalid("search", 'mode: "fuzzy" is not one of "keyword", "semantic", "hybrid"')),
         Case({"query": ""}, _invalid("search", 'query: "" is shorter than 1 characters')),
         Case({"query": "deploy", "mode": "semantic"},
-             'Embeddings are disabled. Set [embedding] provider = "local" (or openai/ollama) in ctx.toml, then run '
-             "`ctx embed pending`.", "embeddings_disabled"),
+             'Embeddings are disabled. Set [embedding] provider = "minilm" (offline, the default of `ctx init`; or '
+             '"local", "e5", "openai", "ollama") in ctx.toml, then run `ctx embed pending`.', "embeddings_disabled"),
         Case({"query": "deploy", "source": "nowhere"},
              "Unknown source 'nowhere'. Known sources: filesystem:handbook, script:faq.", "not_found"),
         Case({"query": "deploy", "filters": {"since": "yesterday"}}, f"since 'yesterday' is not a date. {HINT}",
@@ -95,8 +95,8 @@ CASES: dict[str, list[Case]] = {
         Case({"query": "deploy", "explain": "yes"}, _invalid("search", "explain: expected boolean, got string"),
              cli=[]),
         Case({"query": "deploy", "explain": True, "mode": "hybrid"},
-             'Embeddings are disabled. Set [embedding] provider = "local" (or openai/ollama) in ctx.toml, then run '
-             "`ctx embed pending`.", "embeddings_disabled", cli=["search", "deploy", "--explain", "--mode", "hybrid"]),
+             'Embeddings are disabled. Set [embedding] provider = "minilm" (offline, the default of `ctx init`; or '
+             '"local", "e5", "openai", "ollama") in ctx.toml, then run `ctx embed pending`.', "embeddings_disabled", cli=["search", "deploy", "--explain", "--mode", "hybrid"]),
     ],
     "get": [
         Case({"id": DEPLOY}),
@@ -127,6 +127,8 @@ def kb(tmp_path_factory: pytest.TempPathFactory, ctx_module_backend: str) -> Pat
     """The example knowledge base, on each storage backend in turn (``ctx_module_backend``)."""
     root = tmp_path_factory.mktemp("parity") / "example"
     shutil.copytree(REPO / "examples" / "ctx", root, ignore=shutil.ignore_patterns("data"))
+    cfg = root / "ctx.toml"  # keyword only: the cases include the answer without embeddings
+    cfg.write_text(cfg.read_text().replace('provider = "minilm"', 'provider = "disabled"', 1))
     r = _ctx("sync", "all", "--config", str(root / "ctx.toml"))
     assert r.returncode == 0, r.stderr
     return root / "ctx.toml"

@@ -56,7 +56,7 @@ def build_parser(out: TextIO | None = None, err: TextIO | None = None,
     from cairn_servers.blz.ops import OPS
     from cairn_servers.core.ops import add_subcommand
 
-    from cairn_servers.core.cli import EXIT_CODES, add_format, add_version
+    from cairn_servers.core.cli import EXIT_CODES, add_completion, add_format, add_version
 
     P = _parser_class(out or sys.stdout, err or sys.stderr)
     fmt = P(add_help=False)
@@ -71,6 +71,7 @@ def build_parser(out: TextIO | None = None, err: TextIO | None = None,
             add_subcommand(sub, op, parents=[fmt], help=op.extra.get("help") or _help_line(op.summary))
     if only is not None and only != "mcp":
         return p
+    add_completion(sub, "blz")
     m = sub.add_parser("mcp", help="serve the MCP tools over stdio: find, toc, list-sources, lookup, "
                        "source-add, run-command, learn-blz")
     m.add_argument("--log-level", metavar="LEVEL",
@@ -111,6 +112,11 @@ def run(argv: list[str], out: TextIO, err: TextIO) -> int:
         return 0
     if args.command == "mcp":
         return _mcp(args.log_level, err)
+    if args.command == "completion":
+        from cairn_servers.core.cli import completion_script
+
+        out.write(completion_script(build_parser(out, err), args.shell))
+        return 0
     from cairn_servers.blz.render import run_op
     from cairn_servers.core.ops import cli_args
 

@@ -15,6 +15,7 @@ Commands:
   brk vecid-indexes ID                               the indexes one vec id is on
   brk index-count | id-count | vec-count | version   counts and the version
   brk price  import FILE.csv | fetch --source kraken  daily BTC/USD prices
+  brk completion bash|zsh|fish                        a shell completion script
 """
 
 from __future__ import annotations
@@ -238,7 +239,18 @@ def build_parser() -> argparse.ArgumentParser:
     from cairn_servers.brk.cli_serve import add_commands
 
     add_commands(sub)
+    from cairn_servers.core.cli import add_completion
+
+    add_completion(sub, "brk")
+    sub.choices["completion"].set_defaults(func=_cmd_completion)
     return parser
+
+
+def _cmd_completion(args: argparse.Namespace) -> int:
+    from cairn_servers.core.cli import completion_script
+
+    sys.stdout.write(completion_script(build_parser(), args.shell))
+    return 0
 
 
 def _fast_mcp(argv: list[str]) -> argparse.Namespace | None:

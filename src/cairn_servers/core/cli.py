@@ -8,6 +8,7 @@
 * every error is one line on stderr, ``<command>: error: <message>`` (:func:`fail`), with the exit
   code of its kind (:data:`EXIT_CODES`); a search or query with no results is not an error: exit 0
   and an empty answer (``[]``, a header row, ``No results.``);
+* ``completion bash|zsh|fish`` prints a completion script generated from the parser (:func:`add_completion`);
 * a reader that goes away (``brk status | head -1``) ends the command quietly with exit 141, 128 +
   SIGPIPE, as a C tool killed by the signal would (:func:`guard`).
 
@@ -94,6 +95,30 @@ def add_format(parser: argparse.ArgumentParser | Any, command: str, *, formats: 
     for name in ("json", "jsonl", "text"):
         group.add_argument(f"--{name}", dest=dest, action="store_const", const=name, default=default,
                            help=f"same as --format {name}")
+
+
+SHELLS = ("bash", "zsh", "fish")
+
+
+def add_completion(subparsers: Any, prog: str) -> None:
+    """The ``completion SHELL`` sub-command: a completion script generated from the parser by shtab."""
+    p = subparsers.add_parser(
+        "completion", help="print the shell completion script (bash, zsh or fish)",
+        description=f"Print a completion script for {prog}, generated from its parser. Install it with, e.g.:\n"
+                    f"  bash: {prog} completion bash > ~/.local/share/bash-completion/completions/{prog}\n"
+                    f"  zsh:  {prog} completion zsh > \"${{fpath[1]}}/_{prog}\"\n"
+                    f"  fish: {prog} completion fish > ~/.config/fish/completions/{prog}.fish")
+    p.add_argument("shell", choices=SHELLS, help="bash, zsh or fish")
+    import argparse
+
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+
+
+def completion_script(parser: argparse.ArgumentParser, shell: str) -> str:
+    """``parser``'s completion script for ``shell`` (shtab; imported here, never at start-up)."""
+    import shtab
+
+    return str(shtab.complete(parser, shell=shell))
 
 
 def fail(prog: str, exc: CairnError, err: TextIO | None = None) -> int:

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 FORMAT_ENV = "CTX_OUTPUT_FORMAT"
 # The sub-commands, in the order `ctx --help` lists them.
 COMMANDS = ("init", "sources", "stats", "migrate", "sync", "search", "get", "embed", "export", "import", "serve",
-            "config", "agent", "tool")
+            "config", "agent", "tool", "completion")
 # The options every command takes (``common`` below) that may come before the sub-command's name.
 _VALUE_OPTIONS = ("--config", "--format")
 _FLAG_OPTIONS = ("--json", "--jsonl", "--text")
@@ -45,7 +45,7 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     from cairn_servers.core.ops import add_subcommand
     from cairn_servers.ctx.ops import OPS
 
-    from cairn_servers.core.cli import EXIT_CODES, add_format, add_version, parser_class
+    from cairn_servers.core.cli import EXIT_CODES, add_completion, add_format, add_version, parser_class
 
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", default=argparse.SUPPRESS, metavar="PATH",
@@ -139,6 +139,8 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
         t.add_argument("name", help="tool name")
         t.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                        help="a parameter (repeatable); VALUE is read as JSON when it parses, else as text")
+    if "completion" in wanted:
+        add_completion(sub, "ctx")
     return parser
 
 
@@ -174,6 +176,11 @@ def _main(argv: list[str]) -> int:
         args = parser.parse_args(argv)
         if not args.command:
             parser.print_help()
+            return 0
+        if args.command == "completion":  # of the whole parser, every sub-command
+            from cairn_servers.core.cli import completion_script
+
+            sys.stdout.write(completion_script(_parser(), args.shell))
             return 0
         if args.command == "serve" and args.what is None:
             sys.stderr.write("ctx: error: say what to serve: `ctx serve mcp` serves the HTTP API and MCP on "
