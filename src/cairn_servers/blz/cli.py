@@ -68,7 +68,13 @@ def build_parser(out: TextIO | None = None, err: TextIO | None = None,
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=P)
     for op in OPS.on("cli"):
         if only is None or op.cli == only:
-            add_subcommand(sub, op, parents=[fmt], help=op.extra.get("help") or _help_line(op.summary))
+            sp = add_subcommand(sub, op, parents=[fmt], help=op.extra.get("help") or _help_line(op.summary))
+            if any(p.name == "progress" for p in op.params):  # blz add: the download
+                from cairn_servers.core.output import PROGRESS_MODES
+
+                sp.add_argument("--progress", choices=PROGRESS_MODES, default="auto",
+                                help="download progress on stderr: auto (a bar on a terminal, else JSON lines), "
+                                     "bar, json or none")
     if only is not None and only != "mcp":
         return p
     add_completion(sub, "blz")
@@ -130,8 +136,14 @@ def run(argv: list[str], out: TextIO, err: TextIO) -> int:
             from cairn_servers.core.cli import fail
 
             return fail("blz", exc, err)
+    progress = None
+    if getattr(args, "progress", None):
+        from cairn_servers.core.output import ProgressBar
+
+        bar = ProgressBar(err, mode=args.progress)
+        progress = (lambda got, total: bar("download", got, total or 0)) if bar.enabled else None
     try:
-        return run_op(args.op, _store(), cli_args(args.op, args), fmt, out, err)
+        return run_op(args.op, _store(), cli_args(args.op, args), fmt, out, err, progress=progress)
     except KeyboardInterrupt:
         return 130
 

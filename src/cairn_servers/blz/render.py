@@ -20,9 +20,11 @@ if TYPE_CHECKING:
 _STREAMED = ("hits", "snippets", "sources", "results", "events", "entries")
 
 
-def run_op(op: Op, target: Any, args: dict[str, Any], fmt: str, out: TextIO, err: TextIO) -> int:
+def run_op(op: Op, target: Any, args: dict[str, Any], fmt: str, out: TextIO, err: TextIO,
+           progress: Callable[[int, int | None], None] | None = None) -> int:
     """Run ``op`` on ``target`` with CLI arguments (wire names, coerced), write its answer in ``fmt``
-    to ``out`` (errors to ``err`` as ``blz: error: ...``); return the exit code."""
+    to ``out`` (errors to ``err`` as ``blz: error: ...``); return the exit code. ``progress``: the
+    download's, for an operation that reports one (``blz add``)."""
     from cairn_servers.core.errors import CairnError, raise_errors
 
     failed: list[int] = []
@@ -33,7 +35,9 @@ def run_op(op: Op, target: Any, args: dict[str, Any], fmt: str, out: TextIO, err
         err.write(f"blz: error: {name}: {scrub(exc.message)}\n")
         failed.append(exc.exit_code)
 
-    context = {"on_error": report} if any(p.name == "on_error" for p in op.params) else {}
+    context: dict[str, Any] = {"on_error": report} if any(p.name == "on_error" for p in op.params) else {}
+    if progress is not None and any(p.name == "progress" for p in op.params):
+        context["progress"] = progress
     try:
         data = op.call(target, args, "cli", **context)
     except CairnError as exc:

@@ -194,27 +194,62 @@ def _markdown(header: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(lines)
 
 
+PROGRESS_MODES = ("auto", "bar", "json", "none")
+
+
 class ProgressBar:
-    """A one-line progress bar on stderr, drawn only when stderr is a terminal: a CLI's ``progress``
-    callback ``(label, done, total)`` for a long service call (ctx sync and embed)."""
+    """Progress of a long command on stderr, as ``brk index`` reports it: a bar on a terminal, JSON lines
+    when stderr is piped (``mode`` auto), or either, or nothing (``bar``, ``json``, ``none``). A CLI's
+    ``progress`` callback ``(label, done, total)``: ``ctx sync`` and ``ctx embed`` (per stage: a source,
+    ``embedding``), ``blz add`` and ``blz update`` (``download``, bytes; total 0 when unknown).
 
-    def __init__(self, stream: TextIO | None = None) -> None:
-        self.stream = stream or sys.stderr
-        self.enabled = self.stream.isatty()
-        self.last = 0.0
+    JSON lines: ``{"event": "progress" | "done", "stage": label, "done": n, "total": m, "elapsed_s": s,
+    "per_s": rate}``, at most one a second per stage, and always the one that completes a stage
+    (``event: done``). An in-process stream without a file descriptor (a test's StringIO) gets nothing
+    in auto mode."""
 
-    def __call__(self, label: str, done: int, total: int) -> None:
+    def __init__(self, stream: TextIO | None = None, mode: str = "auto") -> None:
         import time
 
+        self.stream = stream or sys.stderr
+        if mode == "auto":
+            mode = "bar" if self.stream.isatty() else "json" if _has_fd(self.stream) else "none"
+        self.mode = mode
+        self.enabled = mode != "none"
+        self.last = 0.0
+        self.started: dict[str, float] = {}
+        self.clock = time.monotonic
+
+    def __call__(self, label: str, done: int, total: int) -> None:
         if not self.enabled:
             return
-        now = time.monotonic()
-        if done < total and now - self.last < 0.1:
+        now = self.clock()
+        start = self.started.setdefault(label, now)
+        finished = total > 0 and done >= total
+        if not finished and now - self.last < (0.1 if self.mode == "bar" else 1.0):
             return
         self.last = now
+        if self.mode == "json":
+            elapsed = now - start
+            self.stream.write(json.dumps({"event": "done" if finished else "progress", "stage": label, "done": done,
+                                          "total": total, "elapsed_s": round(elapsed, 2),
+                                          "per_s": round(done / elapsed, 1) if elapsed > 0 else None}) + "\n")
+            self.stream.flush()
+            return
         width = 30
-        filled = int(width * done / total) if total else width
-        self.stream.write(f"\r{label[:30]:<30} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
-        if done >= total:
+        if total > 0:
+            filled = min(width, int(width * done / total))
+            self.stream.write(f"\r{label[:30]:<30} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
+        else:
+            self.stream.write(f"\r{label[:30]:<30} {done:,}")
+        if finished:
             self.stream.write("\n")
         self.stream.flush()
+
+
+def _has_fd(stream: TextIO) -> bool:
+    try:
+        stream.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError and a ValueError
+        return False
+    return True

@@ -73,6 +73,7 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
         p.add_argument("target", nargs="?", default="all", help="connector name, type, type:name, or all (default)")
         p.add_argument("--full", action="store_true", help="re-read and re-chunk every document")
         p.add_argument("--dry-run", action="store_true", help="report what would change without writing")
+        _progress_arg(p)
 
     # search, get: generated from their declarations (cairn_servers/ctx/ops.py), as MCP and HTTP are
     if "search" in wanted:
@@ -83,6 +84,7 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     if "embed" in wanted:
         p = sub.add_parser("embed", parents=[common], help="compute embeddings")
         p.add_argument("action", choices=["pending", "rebuild"], help="pending: missing vectors only; rebuild: all")
+        _progress_arg(p)
 
     if "export" in wanted:
         p = sub.add_parser("export", parents=[common],
@@ -142,6 +144,13 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     if "completion" in wanted:
         add_completion(sub, "ctx")
     return parser
+
+
+def _progress_arg(p: argparse.ArgumentParser) -> None:
+    from cairn_servers.core.output import PROGRESS_MODES
+
+    p.add_argument("--progress", choices=PROGRESS_MODES, default="auto",
+                   help="progress on stderr: auto (a bar on a terminal, else JSON lines), bar, json or none")
 
 
 def _fast_stdio(argv: list[str]) -> argparse.Namespace | None:
@@ -259,7 +268,8 @@ def _run(args: argparse.Namespace) -> tuple[Any, Any, int]:
         if args.command == "sync":
             from cairn_servers.core.output import ProgressBar
 
-            summary = svc.sync(args.target, full=args.full, dry_run=args.dry_run, progress=ProgressBar())
+            summary = svc.sync(args.target, full=args.full, dry_run=args.dry_run,
+                               progress=ProgressBar(mode=args.progress))
             failed = [r for r in summary.sources if not r.ok]
             if failed:
                 _warn_failures(summary)
@@ -268,8 +278,8 @@ def _run(args: argparse.Namespace) -> tuple[Any, Any, int]:
         if args.command == "embed":
             from cairn_servers.core.output import ProgressBar
 
-            embedded = svc.embed_rebuild(progress=ProgressBar()) if args.action == "rebuild" else svc.embed_pending(
-                progress=ProgressBar())
+            bar = ProgressBar(mode=args.progress)
+            embedded = svc.embed_rebuild(progress=bar) if args.action == "rebuild" else svc.embed_pending(progress=bar)
             if embedded.error:
                 from cairn_servers.core.sanitize import scrub
 
