@@ -149,9 +149,12 @@ def run(argv: list[str], out: TextIO, err: TextIO) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args == ["mcp"]:  # the stdio server's start-up path: nothing more to import before serving
+        return _mcp(None, sys.stderr)
     from cairn_servers.core.cli import guard
 
-    return guard(lambda: run(sys.argv[1:] if argv is None else argv, sys.stdout, sys.stderr))
+    return guard(lambda: run(args, sys.stdout, sys.stderr))
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -272,16 +272,16 @@ def _fast_mcp(argv: list[str]) -> argparse.Namespace | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    fast = _fast_mcp(argv)  # the stdio server's start-up path: nothing more to import before serving
+    if fast is not None:
+        return _run(fast)
     from cairn_servers.core.cli import guard
 
-    return guard(lambda: _main(sys.argv[1:] if argv is None else argv))
+    return guard(lambda: _run(build_parser().parse_args(argv)))
 
 
-def _main(argv: list[str]) -> int:
-    args = _fast_mcp(argv)
-    if args is None:
-        parser = build_parser()
-        args = parser.parse_args(argv)
+def _run(args: argparse.Namespace) -> int:
     if not getattr(args, "func", None):
         build_parser().print_help()
         return 0
@@ -292,6 +292,8 @@ def _main(argv: list[str]) -> int:
         from cairn_servers.core.cli import fail
 
         return fail("brk", exc)
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":

@@ -173,13 +173,16 @@ def _fast_stdio(argv: list[str]) -> argparse.Namespace | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    fast = _fast_stdio(argv)  # the stdio server's start-up path: nothing more to import before serving
+    if fast is not None:
+        return _main(argv, fast)
     from cairn_servers.core.cli import guard
 
-    return guard(lambda: _main(sys.argv[1:] if argv is None else argv))
+    return guard(lambda: _main(argv, None))
 
 
-def _main(argv: list[str]) -> int:
-    args = _fast_stdio(argv)
+def _main(argv: list[str], args: argparse.Namespace | None) -> int:
     if args is None:
         parser = _parser(only=_command(argv))
         args = parser.parse_args(argv)
