@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import io
 import json
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -156,7 +157,10 @@ def run_cli(out: Path, op: Op, args: dict[str, Any]) -> Outcome:
         return Outcome(value)
     assert stdout.getvalue() == "" and stderr.getvalue().startswith("brk: error: "), stderr.getvalue()
     kind = next(k for k, cls in ERRORS.items() if cls.exit_code == code)
-    return Outcome(error=stderr.getvalue().removeprefix("brk: error: ").removesuffix("\n"), code=kind)
+    error = stderr.getvalue().removeprefix("brk: error: ").removesuffix("\n")
+    # The CLI names its own command where MCP and HTTP name the tool: the rest of the message is the same
+    error = re.sub(r"List them with `brk ids --index [^`]+`\.$", "List them with get_index_to_vecids.", error)
+    return Outcome(error=error, code=kind)
 
 
 def run_http(client: httpx.Client, op: Op, args: dict[str, Any]) -> Outcome:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 from cairn_servers.brk.cli_common import format_arg, out_arg, out_dir, print_data
+from cairn_servers.core.errors import CairnError
 
 DEFAULT_BIND = "127.0.0.1:3110"
 QUERY_FORMAT_HELP = ("json, jsonl (one object per row), text (= md), csv, tsv or md (markdown = md; default: "
@@ -176,6 +177,8 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
     return serve_stdio(build_server(interface), after_first=interface.open)  # type: ignore[arg-type]
 
 
+# The end of an unknown-id message, as MCP and HTTP clients read it (cairn_servers.brk.interface)
+MCP_LISTING = "List them with get_index_to_vecids."
 # Indexes whose rows are periods of time: a table (csv, tsv, md) of them starts with a date column.
 DATE_INDEXES = ("dateindex", "weekindex", "monthindex", "quarterindex", "semesterindex", "yearindex", "decadeindex")
 
@@ -232,7 +235,13 @@ def _cmd_op(args: argparse.Namespace) -> int:
         if fmt in ("csv", "tsv", "md") and not getattr(args, "no_date", False):
             _with_date(op, wire)
     target = _interface(args) if op.extra.get("store", True) else None
-    result = op.call(target, wire, "cli")
+    try:
+        result = op.call(target, wire, "cli")
+    except CairnError as exc:  # a message naming an MCP tool, in command-line words
+        index = wire.get("index") or wire.get("i")
+        exc.message = exc.message.replace(MCP_LISTING, f"List them with `brk ids --index {index}`."
+                                          if isinstance(index, str) else "List them with `brk ids --index INDEX`.")
+        raise
     if jsonl:  # one object per row: {"date": ..., "tx_count": ...}
         import json
 
