@@ -70,7 +70,7 @@ def build_parser(out: TextIO | None = None, err: TextIO | None = None,
         if only is None or op.cli == only:
             sp = add_subcommand(sub, op, parents=[fmt], help=op.extra.get("help") or _help_line(op.summary))
             if any(p.name == "progress" for p in op.params):  # blz add: the download
-                from cairn_servers.core.output import PROGRESS_MODES
+                from cairn_servers.core.cli import PROGRESS_MODES
 
                 sp.add_argument("--progress", choices=PROGRESS_MODES, default="auto",
                                 help="download progress on stderr: auto (a bar on a terminal, else JSON lines), "

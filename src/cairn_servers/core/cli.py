@@ -40,6 +40,17 @@ exit codes:
 
 BROKEN_PIPE = 141  # 128 + SIGPIPE
 
+# The output formats of every command (rendered by cairn_servers.core.output), here with the flags so
+# that building a parser does not import the renderers (and json).
+FORMATS = ("json", "jsonl", "text", "csv", "tsv", "md")
+FORMAT_ALIASES = {"markdown": "md"}
+PROGRESS_MODES = ("auto", "bar", "json", "none")  # --progress (cairn_servers.core.output.ProgressBar)
+
+
+def format_env(command: str) -> str:
+    """The variable holding ``command``'s default output format: ``BLZ_OUTPUT_FORMAT`` for ``blz``."""
+    return f"{command.upper()}_OUTPUT_FORMAT"
+
 
 def version_text(prog: str) -> str:
     """What ``<prog> --version`` prints: ``blz 0.1.0``."""
@@ -70,8 +81,6 @@ def parser_class(base: type[argparse.ArgumentParser] | None = None) -> type[argp
 
 def format_value(text: str) -> str:
     """An argparse ``type`` for ``--format``: lower-cased, ``markdown`` read as ``md``."""
-    from cairn_servers.core.output import FORMAT_ALIASES
-
     value = text.lower()
     return FORMAT_ALIASES.get(value, value)
 
@@ -82,8 +91,6 @@ def add_format(parser: argparse.ArgumentParser | Any, command: str, *, formats: 
     ``parser`` (a parser or an argument group). ``suppress``: leave ``dest`` unset when not given (for
     options a parent parser shares with its sub-commands)."""
     import argparse
-
-    from cairn_servers.core.output import FORMATS, format_env
 
     formats = formats or FORMATS
     default = argparse.SUPPRESS if suppress else None

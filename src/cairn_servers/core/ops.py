@@ -397,13 +397,13 @@ def cli_words(op: Op) -> Callable[[str], str]:
         flag = next((f for f in names if f.startswith("--")), names[0])
         for wire in (param.wire, *param.aliases):
             flags[wire] = flag
-    if not flags:
-        return lambda text: text
-    boolean = "|".join(re.escape(w) for w in flags)
-    camel = "|".join(re.escape(w) for w in flags if w != w.lower())
-    pattern = re.compile(rf"\b(?:({boolean}): true\b" + (rf"|({camel})\b" if camel else "") + ")")
-
     def words(text: str) -> str:
+        named = [w for w in flags if w in text]  # most texts name none: no pattern to build (start-up)
+        if not named:
+            return text
+        boolean = "|".join(re.escape(w) for w in named)
+        camel = "|".join(re.escape(w) for w in named if w != w.lower())
+        pattern = re.compile(rf"\b(?:({boolean}): true\b" + (rf"|({camel})\b" if camel else "") + ")")
         return pattern.sub(lambda m: flags[m.group(1) or m.group(2)], text)
 
     return words

@@ -19,15 +19,13 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: `blz search --json` renders w
 if TYPE_CHECKING:
     from typing import Any, TextIO
 
-FORMATS = ("json", "jsonl", "text", "csv", "tsv", "md")
-FORMAT_ALIASES = {"markdown": "md"}
+from cairn_servers.core.cli import FORMAT_ALIASES as FORMAT_ALIASES  # declared with the flags (core.cli)
+from cairn_servers.core.cli import FORMATS as FORMATS
+from cairn_servers.core.cli import PROGRESS_MODES as PROGRESS_MODES
+from cairn_servers.core.cli import format_env as format_env
+
 # Older names of the format variables, still read when the new name is unset.
 OLD_FORMAT_ENV = {"BRK_OUTPUT_FORMAT": ("BRK_FORMAT",)}
-
-
-def format_env(command: str) -> str:
-    """The variable holding ``command``'s default output format: ``BLZ_OUTPUT_FORMAT`` for ``blz``."""
-    return f"{command.upper()}_OUTPUT_FORMAT"
 
 
 def env_format(env_var: str) -> str | None:
@@ -192,9 +190,6 @@ def _markdown(header: list[str], rows: list[list[Any]]) -> str:
     lines = ["| " + " | ".join(cell(h) for h in header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows]
     return "\n".join(lines)
-
-
-PROGRESS_MODES = ("auto", "bar", "json", "none")
 
 
 class ProgressBar:

@@ -147,7 +147,7 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def _progress_arg(p: argparse.ArgumentParser) -> None:
-    from cairn_servers.core.output import PROGRESS_MODES
+    from cairn_servers.core.cli import PROGRESS_MODES
 
     p.add_argument("--progress", choices=PROGRESS_MODES, default="auto",
                    help="progress on stderr: auto (a bar on a terminal, else JSON lines), bar, json or none")
