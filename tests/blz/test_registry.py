@@ -445,6 +445,11 @@ def test_manifest_dry_run_writes_nothing(tmp_path: Path, doc_server: DocServer, 
     ("[[source]\nalias = 1", 2, "{path} is not valid TOML: "),
     ('title = "nothing"\n', 2, "{path} lists no sources. Write one [[source]] table per source"),
     ("source = 3\n", 2, "{path} lists no sources."),
+    # A RecursionError traceback in tomllib: nested arrays, inline tables, both 100,000 deep.
+    ("x = " + "[" * 100_000 + "]" * 100_000 + "\n", 2,
+     "{path} nests arrays or tables too deeply to be a manifest. A manifest is a list of [[source]] tables."),
+    ("x = " + "{a = " * 5_000 + "1" + "}" * 5_000 + "\n", 2, "{path} nests arrays or tables too deeply"),
+    ("# " + "x" * (5 << 20) + "\n", 2, "{path} is over 4 MiB; a manifest lists sources in a few KB."),
 ])
 def test_bad_manifest_files(tmp_path: Path, data_root: Path, content: str | None, code: int, message: str) -> None:
     path = tmp_path / "m.toml"
@@ -473,3 +478,24 @@ def test_manifest_entry_checks(tmp_path: Path, data_root: Path) -> None:
         "source 'a' has both url and path: give one.",
         "source 'b': exact must be true or false.",
         "source 'c': url must be a non-empty string."]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "symlink to a fifo"])
+def test_a_manifest_that_is_not_a_regular_file_is_refused_at_once(tmp_path: Path, data_root: Path, kind: str) -> None:
+    """A FIFO used to hang `blz add --manifest` (waiting for a writer that never comes)."""
+    import os
+    import time
+
+    path = tmp_path / "m.toml"
+    if kind == "device":
+        path = Path("/dev/zero")
+    else:
+        os.mkfifo(tmp_path / "fifo")
+        if kind == "fifo":
+            path = tmp_path / "fifo"
+        else:
+            path.symlink_to(tmp_path / "fifo")
+    t0 = time.monotonic()
+    got, out, err = blz("add", "--manifest", str(path))
+    assert (got, out, err) == (2, "", f"blz: error: {path} is not a regular file. Give the manifest's TOML file.\n")
+    assert time.monotonic() - t0 < 5

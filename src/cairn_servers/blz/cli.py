@@ -97,8 +97,7 @@ def _mcp(log_level: str | None, err: TextIO) -> int:
         return fail("blz", exc, err)
     from cairn_servers.blz.tools import serve
 
-    serve()
-    return 0
+    return serve()
 
 
 def run(argv: list[str], out: TextIO, err: TextIO) -> int:

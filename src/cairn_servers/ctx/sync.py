@@ -212,7 +212,18 @@ class EmbedReport:
 def embed_pending(
     store: Store, embedder: "Embedder", batch_size: int, *, progress: Progress | None = None, limit: int | None = None
 ) -> EmbedReport:
-    """Embed chunks that have no vector for ``embedder``; a failure stops early and leaves them pending."""
+    """Embed chunks that have no vector for ``embedder``; a failure stops early and leaves them pending.
+
+    Under the store's embedding lock for the model (:meth:`KnowledgeStore.source_lock` on a name no source
+    can have), as indexing is under its source's: a second sync or ``ctx embed`` (from any process) waits,
+    then finds the chunks embedded, so overlapping runs never embed a chunk twice."""
+    with store.source_lock(f"\x00embedding {embedder.identity}"):
+        return _embed_pending(store, embedder, batch_size, progress=progress, limit=limit)
+
+
+def _embed_pending(
+    store: Store, embedder: "Embedder", batch_size: int, *, progress: Progress | None = None, limit: int | None = None
+) -> EmbedReport:
     started = time.monotonic()
     report = EmbedReport(model=embedder.identity)
     total = store.pending_count(embedder.identity)
