@@ -226,7 +226,7 @@ def after_op_name(message: str) -> str:
 
 def added(result: dict[str, Any]) -> dict[str, Any]:
     """A source-add answer without what differs between two adds (the time they took)."""
-    return {k: re.sub(r" in \d+ms$", "", v) if k == "message" else v for k, v in result.items() if k != "elapsedMs"}
+    return {k: re.sub(r" in \d+ms\b", "", v) if k == "message" else v for k, v in result.items() if k != "elapsedMs"}
 
 
 async def check_all(params: StdioServerParameters, url: str, root: Path) -> int:

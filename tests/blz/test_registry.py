@@ -380,8 +380,8 @@ path = "docs/local.txt"
     assert data["results"][3]["error"] == ("source #4: unknown key 'ulr'; a source takes alias, url or path, "
                                            "exact, allLanguages.")
     assert data["results"][5]["error"] == "'one' appears twice in the manifest; the first one is used."
-    assert err.splitlines() == [f"blz: gone: {data['results'][1]['error']}", f"blz: typo: {data['results'][3]['error']}",
-                                f"blz: one: {data['results'][5]['error']}"]
+    assert err.splitlines() == [f"blz: error: gone: {data['results'][1]['error']}", f"blz: error: typo: {data['results'][3]['error']}",
+                                f"blz: error: one: {data['results'][5]['error']}"]
     code, listed, _ = blz_json("list")
     assert sorted((s["alias"], s["metadata"]["totalLines"]) for s in listed["sources"]) == [
         ("127-0-0-1", 7), ("local", 5), ("one", 9)]
@@ -389,7 +389,7 @@ path = "docs/local.txt"
     assert "## Notes" in text
     # again: every entry now exists (conflicts) but for --force, which replaces them
     code, _, err = blz("add", "--manifest", str(manifest), "--force", "--text")
-    assert code == 3 and "blz: gone:" in err and "blz: one: 'one' appears twice" in err
+    assert code == 3 and "blz: error: gone:" in err and "blz: error: one: 'one' appears twice" in err
 
 
 def test_manifest_text_output_and_all_good_exit_code(tmp_path: Path, doc_server: DocServer, data_root: Path) -> None:
@@ -432,7 +432,7 @@ def test_manifest_dry_run_writes_nothing(tmp_path: Path, doc_server: DocServer, 
     open_store(data_root)
     before = snapshot(data_root)
     code, out, err = blz("add", "--manifest", str(manifest), "--dry-run", "--json")
-    assert code == 3 and "blz: b: Nothing found at" in err
+    assert code == 3 and "blz: error: b: Nothing found at" in err
     data = json.loads(out)
     assert data["dryRun"] is True and data["added"] == 0 and data["failed"] == 1
     assert data["results"][0]["status"] == "dry-run" and data["results"][0]["lines"] == 9

@@ -121,7 +121,7 @@ def test_xor_dat_is_read_bounded(tmp_path: Path, kind: str) -> None:
         read_xor_key(blocks)
     assert exc.value.message == expected
     r = run_brk("index", "--blocks-dir", str(blocks), "--out", str(tmp_path / "out"), env=clean_env(), timeout=30)
-    assert (r.code, r.err) == (2, f"brk: {expected}\n")
+    assert (r.code, r.err) == (2, f"brk: error: {expected}\n")
     assert r.peak_mb < 200 and r.seconds < 20  # /dev/zero used to take 14 GB in 7 s
 
 
@@ -295,7 +295,7 @@ def test_blocks_dir_discovery_says_where_it_looked(tmp_path: Path) -> None:
     assert r.code == 3
     looked = [f"{base}/{sub}blocks" for base in ("~/.bitcoin", "~/Library/Application Support/Bitcoin")
               for sub in ("", "testnet3/", "testnet4/", "signet/", "regtest/")]
-    assert r.err == (f"brk: No Bitcoin Core blocks directory found. Looked in: {', '.join(looked)}. "
+    assert r.err == (f"brk: error: No Bitcoin Core blocks directory found. Looked in: {', '.join(looked)}. "
                      f"Pass --blocks-dir DIR (or set BRK_BLOCKS_DIR).\n")  # home shown as ~
 
 
@@ -320,7 +320,7 @@ def test_blocks_dir_discovery_with_several_networks(tmp_path: Path) -> None:
     env = clean_env(HOME=str(home))
     r = run_brk("index", "--out", str(tmp_path / "o1"), env=env, timeout=30)
     assert r.code == 2
-    assert r.err == ("brk: Found blocks of several networks: signet (~/.bitcoin/signet/blocks), regtest "
+    assert r.err == ("brk: error: Found blocks of several networks: signet (~/.bitcoin/signet/blocks), regtest "
                      "(~/.bitcoin/regtest/blocks). Choose one with --network.\n")
     r = run_brk("index", "--network", "regtest", "--out", str(tmp_path / "o2"), "--no-compute", "--format", "json",
                 "--progress", "none", env=env, timeout=60)
@@ -328,10 +328,10 @@ def test_blocks_dir_discovery_with_several_networks(tmp_path: Path) -> None:
     r = run_brk("index", "--network", "testnet4", "--blocks-dir", str(home / ".bitcoin/regtest/blocks"),
                 "--out", str(tmp_path / "o3"), env=env, timeout=30)
     assert r.code == 2
-    assert r.err == ("brk: ~/.bitcoin/regtest/blocks holds regtest blocks, not testnet4. Drop --network or "
+    assert r.err == ("brk: error: ~/.bitcoin/regtest/blocks holds regtest blocks, not testnet4. Drop --network or "
                      "point --blocks-dir at the testnet4 blocks.\n")
     r = run_brk("index", "--network", "moon", "--out", str(tmp_path / "o4"), env=env, timeout=30)
-    assert (r.code, r.err) == (2, "brk: Unknown network 'moon'. Use one of: mainnet, testnet, testnet4, signet, "
+    assert (r.code, r.err) == (2, "brk: error: Unknown network 'moon'. Use one of: mainnet, testnet, testnet4, signet, "
                                   "regtest.\n")
 
 

@@ -88,7 +88,7 @@ def test_a_bad_csv_is_refused_naming_the_line_and_nothing_is_stored(
     bad.write_bytes(data)
     assert main(["price", "import", str(bad), "--out", str(out)]) == 2
     captured = capsys.readouterr()
-    assert captured.err.startswith(f"brk: {bad} {message}"), captured.err
+    assert captured.err.startswith(f"brk: error: {bad} {message}"), captured.err
     assert captured.out == "" and "Traceback" not in captured.err
     assert {p.name: p.read_bytes() for p in sorted((out / "prices").iterdir()) if p.is_file()} == before
 
@@ -98,7 +98,7 @@ def test_a_bad_csv_gives_no_traceback_from_the_real_command(out: Path, tmp_path:
     bad.write_bytes(HEADER + b"2009-01-13,3,4,2," + b"9" * 300_000 + b"\n")
     r = subprocess.run([sys.executable, "-m", "cairn_servers.brk.cli", "price", "import", str(bad), "--out", str(out)],
                        capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2 and r.stderr == f"brk: {bad} line 2: field larger than field limit (131072). " \
+    assert r.returncode == 2 and r.stderr == f"brk: error: {bad} line 2: field larger than field limit (131072). " \
                                              "Is this a CSV of daily prices?\n", r.stderr
 
 
@@ -106,7 +106,7 @@ def test_a_csv_over_the_size_cap_is_refused(out: Path, tmp_path: Path, capsys: p
     big = tmp_path / "big.csv"
     big.write_bytes(HEADER + b"# padding\n" * (2 << 20))
     assert main(["price", "import", str(big), "--out", str(out)]) == 2
-    assert capsys.readouterr().err.startswith(f"brk: {big} is over 16 MiB;")
+    assert capsys.readouterr().err.startswith(f"brk: error: {big} is over 16 MiB;")
 
 
 def test_fetched_candles_are_held_to_the_same_rules(out: Path) -> None:

@@ -39,7 +39,8 @@ def example_kb(base: Path) -> Path:
     shutil.copytree(EXAMPLE, root, ignore=shutil.ignore_patterns("data"))
     (root / "tools" / "spin.lua").write_text(SLOW_TOOL)
     cfg = root / "ctx.toml"
-    cfg.write_text(cfg.read_text() + '\n[tools.script.spin]\npath = "tools/spin.lua"\ntimeout = 0.3\n')
+    cfg.write_text(cfg.read_text().replace('provider = "minilm"', 'provider = "disabled"', 1)  # keyword only
+                   + '\n[tools.script.spin]\npath = "tools/spin.lua"\ntimeout = 0.3\n')
     from cairn_servers.ctx.service import Service
 
     svc = Service.from_config(cfg)

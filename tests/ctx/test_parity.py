@@ -86,8 +86,8 @@ CASES: dict[str, list[Case]] = {
              "The query has 300 distinct words; the limit is 256. Keep the words that matter."),
         Case({"query": " ".join(f"w{i}" for i in range(255)) + " deploy", "limit": 2}),
         Case({"query": "deploy", "mode": "semantic"},
-             'Embeddings are disabled. Set [embedding] provider = "local" (or openai/ollama) in ctx.toml, then run '
-             "`ctx embed pending`.", "embeddings_disabled"),
+             'Embeddings are disabled. Set [embedding] provider = "minilm" (offline, the default of `ctx init`; or '
+             '"local", "e5", "openai", "ollama") in ctx.toml, then run `ctx embed pending`.', "embeddings_disabled"),
         Case({"query": "deploy", "source": "nowhere"},
              "Unknown source 'nowhere'. Known sources: filesystem:handbook, script:faq.", "not_found"),
         Case({"query": "deploy", "filters": {"since": "yesterday"}}, f"since 'yesterday' is not a date. {HINT}",
@@ -99,8 +99,8 @@ CASES: dict[str, list[Case]] = {
         Case({"query": "deploy", "explain": "yes"}, _invalid("search", "explain: expected boolean, got string"),
              cli=[]),
         Case({"query": "deploy", "explain": True, "mode": "hybrid"},
-             'Embeddings are disabled. Set [embedding] provider = "local" (or openai/ollama) in ctx.toml, then run '
-             "`ctx embed pending`.", "embeddings_disabled", cli=["search", "deploy", "--explain", "--mode", "hybrid"]),
+             'Embeddings are disabled. Set [embedding] provider = "minilm" (offline, the default of `ctx init`; or '
+             '"local", "e5", "openai", "ollama") in ctx.toml, then run `ctx embed pending`.', "embeddings_disabled", cli=["search", "deploy", "--explain", "--mode", "hybrid"]),
     ],
     "get": [
         Case({"id": DEPLOY}),
@@ -131,6 +131,8 @@ def kb(tmp_path_factory: pytest.TempPathFactory, ctx_module_backend: str) -> Pat
     """The example knowledge base, on each storage backend in turn (``ctx_module_backend``)."""
     root = tmp_path_factory.mktemp("parity") / "example"
     shutil.copytree(REPO / "examples" / "ctx", root, ignore=shutil.ignore_patterns("data"))
+    cfg = root / "ctx.toml"  # keyword only: the cases include the answer without embeddings
+    cfg.write_text(cfg.read_text().replace('provider = "minilm"', 'provider = "disabled"', 1))
     r = _ctx("sync", "all", "--config", str(root / "ctx.toml"))
     assert r.returncode == 0, r.stderr
     return root / "ctx.toml"

@@ -271,6 +271,10 @@ def add(store: Store, alias: str, location: str | None = None, *, force: bool = 
     where = ""
     if derived or absent:
         where = f" from {url}" + (f" ({', '.join(absent)}: not found)" if absent else "")
+    elif len(urls) == 2 and url == urls[0] and urls[1].rsplit("/", 1)[-1] == "llms.txt":
+        # asked for …/llms.txt, took the complete text beside it: say so, and how to get the one asked for
+        where = f" from {url}, the complete text beside the llms.txt given (--exact adds {urls[1]} itself)"
+        info["substituted"] = {"asked": urls[1], "used": url}
     counts = f"({info['headings']:,} headings, {info['lines']:,} lines)"
     if dry_run:
         info["dryRun"] = True

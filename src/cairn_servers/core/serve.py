@@ -312,6 +312,7 @@ def serve(app: Any, host: str, port: int, *, name: str, allow_remote: bool = Fal
     )
     server = uvicorn.Server(config)
     shown = f"[{host}]" if ":" in host else host
+    check_free(host, port, name)  # before "listening on": uvicorn would print it, then a raw [Errno 98]
     print(f"{name} listening on http://{shown}:{port}", file=sys.stderr, flush=True)
     # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal against the handler
     # that was installed before it started: with Python's defaults that is a KeyboardInterrupt
@@ -332,3 +333,26 @@ def serve(app: Any, host: str, port: int, *, name: str, allow_remote: bool = Fal
 
 def _exit_cleanly(signum: int, frame: object) -> None:
     raise SystemExit(0)
+
+
+def check_free(host: str, port: int, name: str) -> None:
+    """Raise :class:`Conflict` with a ``--bind`` hint when ``host:port`` cannot be listened on because
+    something holds it (bound the way uvicorn binds, ``SO_REUSEADDR`` included, then released)."""
+    import errno
+    import socket
+
+    from cairn_servers.core.errors import Conflict
+
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            shown = f"[{host}]" if ":" in host else host
+            raise Conflict(f"Cannot listen on {shown}:{port}: the port is in use (another program, or a {name} "
+                           f"server already running). Stop it, or choose another port: --bind {shown}:PORT.") from None

@@ -98,8 +98,8 @@ def create(settings: EmbeddingSettings) -> Embedder:
     """The embedder for ``settings``; raises :class:`EmbeddingsDisabled` for ``disabled``."""
     if settings.provider == "disabled":
         raise EmbeddingsDisabled(
-            'Embeddings are disabled. Set [embedding] provider = "local" (or openai/ollama) in ctx.toml, '
-            "then run `ctx embed pending`."
+            'Embeddings are disabled. Set [embedding] provider = "minilm" (offline, the default of `ctx init`; '
+            'or "local", "e5", "openai", "ollama") in ctx.toml, then run `ctx embed pending`.'
         )
     factory = _PROVIDERS.get(settings.provider)
     if factory is None:
