@@ -97,101 +97,71 @@ def normalize_format(value: str) -> str | None:
     return found
 
 
-class Reader:
-    """Reads PDF and Office files in a worker process (forked on first use, reused, restarted as needed).
+def __getattr__(name: str) -> Any:
+    if name == "Reader":  # the worker lives in cairn_servers.ctx.reader; kept importable from here
+        from cairn_servers.ctx.reader import Reader
 
-    HTML and text are read in process. A worker that dies while reading (a segfault in a native
-    parser, the OOM killer) or is still busy :data:`KILL_AFTER` seconds past :data:`MAX_SECONDS`
-    is killed and the file is :class:`Skipped` with that reason; the next file gets a fresh worker.
-    An idle worker exits by itself after :data:`IDLE_SECONDS`, or when its parent is gone. Where
-    ``fork`` is unavailable everything is read in process.
-    """
-
-    def __init__(self) -> None:
-        self._proc: Any = None
-        self._conn: Any = None
-
-    def extract(self, data: bytes, name: str, fmt: str) -> Extracted:
-        import multiprocessing
-
-        if fmt not in BINARY_FORMATS or "fork" not in multiprocessing.get_all_start_methods():
-            return extract(data, name, fmt)
-        if self._proc is None or not self._proc.is_alive():
-            self._start()
-        try:
-            self._conn.send((data, name, fmt))
-            answered = self._conn.poll(MAX_SECONDS + KILL_AFTER)
-        except (OSError, EOFError):
-            answered = True  # the worker went away: recv below says so
-        if not answered:
-            self.stop()
-            raise Skipped(f"extraction did not finish within {MAX_SECONDS + KILL_AFTER:.0f} s; its worker was killed")
-        try:
-            kind, value = self._conn.recv()
-        except (OSError, EOFError):
-            proc = self._proc
-            proc.join(2)
-            code = proc.exitcode
-            self.stop()
-            how = f"signal {-code}" if code is not None and code < 0 else f"exit status {code}"
-            raise Skipped(f"the {fmt.upper()} reader crashed on this file ({how})") from None
-        if kind == "skip":
-            raise Skipped(str(value))
-        return Extracted(**value)
-
-    def _start(self) -> None:
-        import multiprocessing
-        import os
-
-        self.stop()
-        context = multiprocessing.get_context("fork")
-        ours, theirs = context.Pipe()
-        self._proc = context.Process(target=_serve, args=(theirs, os.getpid()), daemon=True, name="ctx-extract")
-        self._proc.start()
-        theirs.close()
-        self._conn = ours
-
-    def stop(self) -> None:
-        """Kill the worker (if any); the next :meth:`extract` starts another."""
-        if self._proc is not None:
-            if self._proc.is_alive():
-                self._proc.kill()
-            self._proc.join(5)
-            self._proc = None
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        return Reader
+    raise AttributeError(name)
 
 
-IDLE_SECONDS = 30.0
+# ---- limits ----------------------------------------------------------------------------------
+# Each limit below can be set with the environment variable CTX_EXTRACT_<NAME> (a positive integer),
+# read when a sync starts its reader. A document past one is skipped with a warning naming the limit.
+MEMORY_MB = 256  # the reader process's address space (RLIMIT_AS): the backstop for every parser
+CPU_SECONDS = 60  # CPU time the reader may spend on one document (RLIMIT_CPU)
+OUTPUT_MB = 64  # the reader's answer for one document (its text, as JSON)
+XML_MB = 256  # decompressed XML read from one Office file, all parts together
+XML_ELEMENTS = 5_000_000  # XML elements in one Office file, all parts together
+XML_TREE = 500_000  # XML elements held at once: one part (a slide, styles), one DOCX paragraph or table
+XLSX_CELLS = 4_000_000  # cells one sheet spans (its declared dimension, and the cells it really holds)
+PDF_PAGES = 10_000
+PDF_OPERATORS = 1_000_000  # content operators on one PDF page, form XObjects expanded
+PDF_STREAM_MB = 64  # one PDF stream (content, form, font, object stream) once decompressed
+PDF_FORM_DEPTH = 12  # form XObjects drawn inside form XObjects
+
+LIMITS = ("MEMORY_MB", "CPU_SECONDS", "OUTPUT_MB", "XML_MB", "XML_ELEMENTS", "XML_TREE", "XLSX_CELLS", "PDF_PAGES",
+          "PDF_OPERATORS", "PDF_STREAM_MB", "PDF_FORM_DEPTH")
+_LIMIT_TEXT = {"MEMORY_MB": "{:,} MiB of memory", "CPU_SECONDS": "{:,} s of CPU time", "OUTPUT_MB": "{:,} MiB of text",
+               "XML_MB": "{:,} MiB of decompressed XML", "XML_ELEMENTS": "{:,} XML elements",
+               "XML_TREE": "{:,} XML elements in one part, paragraph or table", "XLSX_CELLS": "{:,} cells in a sheet",
+               "PDF_PAGES": "{:,} pages", "PDF_OPERATORS": "{:,} operators on a page",
+               "PDF_STREAM_MB": "{:,} MiB in one decompressed stream", "PDF_FORM_DEPTH": "{:,} levels of nested forms"}
 
 
-def _serve(conn: Any, parent: int) -> None:
-    """The worker's loop: (bytes, name, format) in, ("ok", fields) or ("skip", reason) out."""
+def limit_text(key: str, value: int | None = None) -> str:
+    """``over the limit of 256 MiB of memory (CTX_EXTRACT_MEMORY_MB)``: how a warning names a limit."""
+    return f"over the limit of {_LIMIT_TEXT[key].format(globals()[key] if value is None else value)} (CTX_EXTRACT_{key})"
+
+
+def limits() -> dict[str, Any]:
+    """Every limit the reader applies: the module's values (and the time and text caps), each
+    overridden by ``CTX_EXTRACT_<NAME>``. Raises InvalidInput for a value that is not a positive integer."""
     import os
 
-    idle = 0.0
-    while idle < IDLE_SECONDS:
-        if not conn.poll(1.0):
-            idle += 1.0
-            if os.getppid() != parent:
-                return
+    out: dict[str, Any] = {k: globals()[k] for k in (*LIMITS, "MAX_TEXT", "MAX_SECONDS", "KILL_AFTER", "MAX_UNPACKED")}
+    for key in LIMITS:
+        raw = os.environ.get(f"CTX_EXTRACT_{key}")
+        if raw is None or raw == "":
             continue
-        idle = 0.0
-        try:
-            data, name, fmt = conn.recv()
-        except (EOFError, OSError):
-            return
-        try:
-            out = extract(data, name, fmt)
-            message: tuple[str, Any] = ("ok", {"body": out.body, "title": out.title, "sections": out.sections,
-                                               "metadata": out.metadata, "warning": out.warning})
-        except Skipped as exc:
-            message = ("skip", exc.reason)
-        except BaseException as exc:  # MemoryError and the like
-            message = ("skip", f"could not be read ({type(exc).__name__})")
-        del data
-        conn.send(message)
+        if not raw.strip().isdigit() or int(raw) < 1:
+            from cairn_servers.core.errors import InvalidInput
+
+            raise InvalidInput(f"CTX_EXTRACT_{key} must be a positive integer, not {raw!r}.")
+        out[key] = int(raw)
+    return out
+
+
+def apply_limits(values: dict[str, Any]) -> None:
+    """Make ``values`` (from :func:`limits`) this process's limits: the reader worker calls it per document."""
+    for key, value in values.items():
+        if key in globals() and key.isupper():
+            globals()[key] = value
+
+
+def over(key: str, found: str = "") -> Skipped:
+    """The :class:`Skipped` for a document past limit ``key``; ``found`` says what was past it."""
+    return Skipped((f"{found}: " if found else "") + limit_text(key))
 
 
 def extract(data: bytes, name: str, fmt: str) -> Extracted:
@@ -277,6 +247,76 @@ def _check_zip(data: bytes, fmt: str) -> None:
         raise Skipped(f"expands to {unpacked / (1 << 20):,.0f} MiB (over {MAX_UNPACKED >> 20} MiB; a zip bomb?)")
 
 
+class _Budget:
+    """What one Office file's XML parts have cost so far: decompressed bytes and elements (XML_MB, XML_ELEMENTS)."""
+
+    def __init__(self) -> None:
+        self.bytes = 0
+        self.elements = 0
+
+
+def _chunks(zf: Any, name: str, budget: _Budget) -> Any:
+    """The decompressed bytes of part ``name`` (None if absent), 1 MiB at a time, each counted against
+    the budget before it is handed on. Elements are counted as ``<`` not followed by ``/``, ``?`` or
+    ``!`` (C speed; comments and CDATA only make the count larger). A DTD is refused: the Open
+    Packaging Conventions forbid one, and entities could expand past the count."""
+    try:
+        member = zf.open(name)
+    except KeyError:
+        return None
+
+    def gen() -> Any:
+        carry = tail = b""
+        with member:
+            while True:
+                chunk = member.read(1 << 20)
+                if not chunk:
+                    break
+                budget.bytes += len(chunk)
+                if budget.bytes > XML_MB << 20:
+                    raise over("XML_MB", f"{name} and the parts before it")
+                text = carry + chunk
+                carry = b"<" if text.endswith(b"<") else b""
+                body = text[:-1] if carry else text
+                budget.elements += body.count(b"<") - body.count(b"</") - body.count(b"<?") - body.count(b"<!")
+                if budget.elements > XML_ELEMENTS:
+                    raise over("XML_ELEMENTS", f"{name} and the parts before it")
+                if b"<!DOCTYPE" in tail + chunk or b"<!ENTITY" in tail + chunk:
+                    raise Skipped(f"{name} has a DTD (not allowed in an Office file)")
+                tail = chunk[-16:]
+                yield chunk
+
+    return gen()
+
+
+def _xml(zf: Any, name: str, budget: _Budget) -> Any:
+    """Part ``name`` as an element tree (None if absent), read within the budget and XML_TREE."""
+    import xml.etree.ElementTree as ET  # expat >= 2.4 refuses entity-expansion bombs; no external entities
+
+    chunks = _chunks(zf, name, budget)
+    if chunks is None:
+        return None
+    start = budget.elements
+    parser = ET.XMLParser()
+    for chunk in chunks:
+        if budget.elements - start > XML_TREE:
+            raise over("XML_TREE", name)
+        parser.feed(chunk)
+    if budget.elements - start > XML_TREE:
+        raise over("XML_TREE", name)
+    return parser.close()
+
+
+def _count_only(zf: Any, name: str, budget: _Budget) -> bool:
+    """Read part ``name`` through the budget without parsing it; False when there is no such part."""
+    chunks = _chunks(zf, name, budget)
+    if chunks is None:
+        return False
+    for _ in chunks:
+        pass
+    return True
+
+
 # ---- PDF -------------------------------------------------------------------------------------
 
 
@@ -330,24 +370,15 @@ _DC_TITLE = "{http://purl.org/dc/elements/1.1/}title"
 _HEADING_NAME = re.compile(r"^heading\s*([1-9])$")
 
 
-def _xml(zf: Any, name: str) -> Any:
-    import xml.etree.ElementTree as ET  # expat >= 2.4 refuses entity-expansion bombs; no external entities
-
-    try:
-        return ET.fromstring(zf.read(name))
-    except KeyError:
-        return None
-
-
-def _core_title(zf: Any) -> str | None:
-    core = _xml(zf, "docProps/core.xml")
+def _core_title(zf: Any, budget: _Budget) -> str | None:
+    core = _xml(zf, "docProps/core.xml", budget)
     node = core.find(_DC_TITLE) if core is not None else None
     return " ".join((node.text or "").split()) or None if node is not None else None
 
 
-def _docx_styles(zf: Any) -> dict[str, int]:
+def _docx_styles(zf: Any, budget: _Budget) -> dict[str, int]:
     """styleId -> heading level (1-9; Title counts as 1) for heading styles, 0 for list styles."""
-    root = _xml(zf, "word/styles.xml")
+    root = _xml(zf, "word/styles.xml", budget)
     if root is None:
         return {}
     own: dict[str, int] = {}
@@ -408,19 +439,32 @@ def _run_text(p: Any) -> str:
     return "".join(out)
 
 
+class _OtherStyles(Exception):
+    """The document uses a style id that is not one of Word's own: read it again with styles.xml."""
+
+
 def _docx(data: bytes, deadline: float) -> Extracted:
     import io
     import zipfile
 
     zf = zipfile.ZipFile(io.BytesIO(data))
-    root = _xml(zf, "word/document.xml")
-    if root is None:
+    budget = _Budget()
+    if not _count_only(zf, "word/document.xml", budget):  # refuses a bomb at C speed, before any parsing
         raise Skipped("corrupt or not a DOCX file (no word/document.xml)")
-    used = {el.get(_W + "val") or "" for el in root.iter(_W + "pStyle")}
-    # Word's own style ids need no styles.xml (often hundreds of KB); any other id (a localised
-    # "berschrift1", a custom style based on a heading) is looked up there.
-    levels = _BUILTIN_STYLES if used <= _BUILTIN_STYLES.keys() else _docx_styles(zf)
-    body = root.find(_W + "body")
+    try:
+        # Word's own style ids need no styles.xml (often hundreds of KB); any other id (a localised
+        # "berschrift1", a custom style based on a heading) is looked up there, for the whole document.
+        return _docx_body(zf, _BUILTIN_STYLES, budget, deadline)
+    except _OtherStyles:
+        return _docx_body(zf, _docx_styles(zf, budget), budget, deadline)
+
+
+def _docx_body(zf: Any, levels: dict[str, int], budget: _Budget, deadline: float) -> Extracted:
+    """word/document.xml read as a stream: each child of ``<w:body>`` is handled when it ends, then freed,
+    so memory holds one paragraph or table at a time (at most XML_TREE elements)."""
+    import xml.etree.ElementTree as ET
+
+    builtin = levels is _BUILTIN_STYLES
     clock = _Clock(deadline, "paragraph")
     parts: list[str] = []
     first_heading: str | None = None
@@ -461,24 +505,52 @@ def _docx(data: bytes, deadline: float) -> Extracted:
         if rows:
             parts.append("\n".join(rows))
 
-    def walk(container: Any) -> bool:
+    def block(el: Any) -> bool:
+        """One child of the body (or of a content control in it); False when time or text is up."""
         nonlocal count
-        for el in container:
-            if el.tag == _W + "p":
-                paragraph(el)
-            elif el.tag == _W + "tbl":
-                table(el)
-            elif el.tag in (_W + "sdt", _W + "sdtContent", _W + "customXml"):
-                if not walk(el):
+        if el.tag == _W + "p":
+            paragraph(el)
+        elif el.tag == _W + "tbl":
+            table(el)
+        elif el.tag in (_W + "sdt", _W + "sdtContent", _W + "customXml"):
+            for child in el:
+                if not block(child):
                     return False
-            count += 1
-            if count % 200 == 0 and clock.stop(count, sum(len(x) for x in parts[-200:])):
-                return False
-        return True
+        count += 1
+        return not (count % 200 == 0 and clock.stop(count, sum(len(x) for x in parts[-200:])))
 
-    if body is not None:
-        walk(body)
-    return Extracted("\n\n".join(parts), _core_title(zf) or first_heading, warning=clock.warning)
+    chunks = _chunks(zf, "word/document.xml", _Budget())  # counted once already, by _count_only
+    parser = ET.XMLPullParser(events=("start", "end"))
+    depth = 0
+    held = 0  # elements of the body child being read
+    body: Any = None  # <w:body> while inside it
+    pstyle = _W + "pStyle"
+    for chunk in chunks:
+        parser.feed(chunk)
+        for event, el in parser.read_events():
+            if event == "start":
+                depth += 1
+                if depth == 2:
+                    body = el if el.tag == _W + "body" else None
+                elif depth > 2:
+                    held += 1
+                    if held > XML_TREE:
+                        raise over("XML_TREE", "a paragraph or table in word/document.xml")
+                    if builtin and el.tag == pstyle and (el.get(_W + "val") or "") not in _BUILTIN_STYLES:
+                        raise _OtherStyles
+                continue
+            if depth == 3 and body is not None:
+                going = block(el)
+                body.clear()  # done with it: free the paragraph or table
+                held = 0
+                if not going:
+                    return Extracted("\n\n".join(parts), _core_title(zf, budget) or first_heading,
+                                     warning=clock.warning)
+            elif depth == 2:
+                body = None
+            depth -= 1
+    parser.close()
+    return Extracted("\n\n".join(parts), _core_title(zf, budget) or first_heading, warning=clock.warning)
 
 
 # ---- PPTX ------------------------------------------------------------------------------------
@@ -489,12 +561,12 @@ _R_ID = "{http://schemas.openxmlformats.org/officeDocument/2006/relationships}id
 _REL = "{http://schemas.openxmlformats.org/package/2006/relationships}Relationship"
 
 
-def _rels(zf: Any, part: str) -> dict[str, tuple[str, str]]:
+def _rels(zf: Any, part: str, budget: _Budget) -> dict[str, tuple[str, str]]:
     """rId -> (type suffix, absolute part name) for ``part``'s relationships."""
     import posixpath
 
     folder, base = posixpath.split(part)
-    root = _xml(zf, f"{folder}/_rels/{base}.rels")
+    root = _xml(zf, f"{folder}/_rels/{base}.rels", budget)
     out: dict[str, tuple[str, str]] = {}
     if root is None:
         return out
@@ -543,22 +615,23 @@ def _pptx(data: bytes, deadline: float) -> Extracted:
     import zipfile
 
     zf = zipfile.ZipFile(io.BytesIO(data))
-    pres = _xml(zf, "ppt/presentation.xml")
+    budget = _Budget()
+    pres = _xml(zf, "ppt/presentation.xml", budget)
     if pres is None:
         raise Skipped("corrupt or not a PPTX file (no ppt/presentation.xml)")
-    rels = _rels(zf, "ppt/presentation.xml")
+    rels = _rels(zf, "ppt/presentation.xml", budget)
     slides = [rels[s.get(_R_ID) or ""][1] for s in pres.iter(_P + "sldId") if (s.get(_R_ID) or "") in rels]
     clock = _Clock(deadline, "slide", len(slides))
     parts: list[str] = []
     deck_title: str | None = None
     for number, part in enumerate(slides, 1):
-        root = _xml(zf, part)
+        root = _xml(zf, part, budget)
         if root is None:
             continue
         title, texts = _shape_texts(root, ("sldNum", "dt", "ftr", "hdr"))
-        for kind, target in _rels(zf, part).values():
+        for kind, target in _rels(zf, part, budget).values():
             if kind == "notesSlide":
-                notes = _xml(zf, target)
+                notes = _xml(zf, target, budget)
                 if notes is not None:
                     _, note_texts = _shape_texts(notes, ("sldImg", "sldNum", "dt", "ftr", "hdr", "title"))
                     if note_texts:
@@ -570,7 +643,7 @@ def _pptx(data: bytes, deadline: float) -> Extracted:
             parts.append("\n\n".join([heading, *texts]))
         if clock.stop(number, sum(map(len, texts))):
             break
-    return Extracted("\n\n".join(parts), _core_title(zf) or deck_title, sections=1,
+    return Extracted("\n\n".join(parts), _core_title(zf, budget) or deck_title, sections=1,
                      metadata={"slides": len(slides)}, warning=clock.warning)
 
 
