@@ -157,14 +157,26 @@ def many_operators_pdf(path: Path, count: int) -> Path:
 def recursive_forms_pdf(path: Path, fan_out: int = 4) -> Path:
     """A one-page PDF whose page draws form A, and forms A and B each draw the other ``fan_out`` times:
     a reader that expands forms without spotting the cycle does fan_out ** depth work."""
-    draws = lambda other: b" ".join([b"q /%s Do Q" % other] * fan_out) + b" BT /F1 9 Tf (loop) Tj ET"  # noqa: E731
-    form = lambda other, me: (  # noqa: E731
-        b"<< /Type /XObject /Subtype /Form /BBox [0 0 612 792] /Resources << /Font << /F1 5 0 R >> "
-        b"/XObject << /%s %d 0 R >> >> /Length %d >>\nstream\n" % (other, 7 if me == 6 else 6, len(draws(other)))
-        + draws(other) + b"\nendstream")
+    def draws(other: bytes) -> bytes:
+        return b" ".join([b"q /%s Do Q" % other] * fan_out) + b" BT /F1 9 Tf (loop) Tj ET"
+
+    def form(other: bytes, me: int) -> bytes:
+        body = draws(other)
+        return (b"<< /Type /XObject /Subtype /Form /BBox [0 0 612 792] /Resources << /Font << /F1 5 0 R >> "
+                b"/XObject << /%s %d 0 R >> >> /Length %d >>\nstream\n" % (other, 7 if me == 6 else 6, len(body))
+                + body + b"\nendstream")
+
     objects = _one_page(b"", resources=b"/XObject << /FA 6 0 R >> ")
     page_content = b"BT /F1 11 Tf 72 720 Td (cover text) Tj ET q /FA Do Q"
     objects[3] = b"<< /Length %d >>\nstream\n" % len(page_content) + page_content + b"\nendstream"
     objects += [form(b"FB", 6), form(b"FA", 7)]
     path.write_bytes(_pdf(objects))
+    return path
+
+
+def busy_pdf(path: Path, count: int) -> Path:
+    """A one-page PDF whose content saves and restores the graphics state ``count`` times (``q Q``):
+    CPU time for a reader, and almost no memory."""
+    content = _deflated(b"BT /F1 11 Tf 72 720 Td (busy page) Tj ET\n", b"q Q\n", count * 4, b"\n")
+    path.write_bytes(_pdf(_one_page(content)))
     return path

@@ -325,6 +325,9 @@ def _pdf(data: bytes, deadline: float) -> Extracted:
 
     if b"%PDF-" not in data[:1024]:  # readers accept the header anywhere in the first 1 KiB
         raise Skipped("corrupt or not a PDF file (no %PDF header)")
+    from cairn_servers.ctx import pdfscan
+
+    pdfscan.check(data)  # pages, streams, operators and forms within the limits, before PDFium sees them
     try:
         doc = pdfium.PdfDocument(data)
     except pdfium.PdfiumError as exc:
@@ -335,6 +338,8 @@ def _pdf(data: bytes, deadline: float) -> Extracted:
         n = len(doc)
         if n == 0:
             raise Skipped("empty PDF (no pages)")
+        if n > PDF_PAGES:
+            raise over("PDF_PAGES", f"{n:,} pages")
         clock = _Clock(deadline, "page", n)
         parts: list[str] = []
         for i in range(n):
@@ -520,7 +525,7 @@ def _docx_body(zf: Any, levels: dict[str, int], budget: _Budget, deadline: float
         return not (count % 200 == 0 and clock.stop(count, sum(len(x) for x in parts[-200:])))
 
     chunks = _chunks(zf, "word/document.xml", _Budget())  # counted once already, by _count_only
-    parser = ET.XMLPullParser(events=("start", "end"))
+    parser: Any = ET.XMLPullParser(events=("start", "end"))
     depth = 0
     held = 0  # elements of the body child being read
     body: Any = None  # <w:body> while inside it
@@ -660,11 +665,74 @@ def _cell(value: Any) -> str:
     return " ".join(str(value).split())
 
 
+_NS_PREFIX = rb"<(?:[A-Za-z_][\w.-]*:)?"
+# A cell with a value: a <c ...> start tag that is not self-closing (a styled empty cell is <c .../>).
+_VALUE_CELL = re.compile(_NS_PREFIX + rb"c(?:\s[^>]*?)?(?<!/)>")
+_CELL_REF = re.compile(rb'\sr="([A-Z]{1,3})([0-9]{1,7})"')
+_ROW = re.compile(_NS_PREFIX + rb"row[\s/>]")
+
+
+def _column(letters: bytes) -> int:
+    n = 0
+    for c in letters:
+        n = n * 26 + c - 64
+    return n
+
+
+def _xlsx_extent(data: bytes) -> None:
+    """Refuse a workbook whose sheets hold, or span, more than XLSX_CELLS cells, before calamine reads it.
+
+    calamine fills the rectangle between a sheet's first and last cells (two cells, A1 and AN1048576,
+    are 42 million cells to it), so every worksheet part is read first, as a stream within the XML
+    budget, counting the cells that hold a value and the rectangle they span. The declared
+    ``<dimension>`` is not trusted (nor used by calamine: measured, it allocates nothing for it).
+    """
+    import io
+    import zipfile
+
+    zf = zipfile.ZipFile(io.BytesIO(data))
+    budget = _Budget()
+    for info in zf.infolist():
+        name = info.filename
+        if not (name.startswith("xl/") and name.endswith(".xml")) or "sharedStrings" in name or "styles" in name:
+            continue
+        cells = rows = 0
+        top = left = 1 << 30
+        bottom = right = 0
+        carry = b""
+        for chunk in _chunks(zf, name, budget) or ():
+            text = carry + chunk
+            cut = text.rfind(b"<")
+            if cut >= 0 and text.find(b">", cut) < 0 and len(text) - cut < (1 << 20):
+                text, carry = text[:cut], text[cut:]  # a tag split between chunks: read it whole next time
+            else:
+                carry = b""
+            rows += len(_ROW.findall(text))
+            for tag in _VALUE_CELL.finditer(text):
+                cells += 1
+                ref = _CELL_REF.search(tag.group(0))
+                if ref is None:  # no reference: the cell after the previous one (counted as a new column: a bound)
+                    right += 1
+                    top, left = min(top, 1), min(left, 1)
+                    continue
+                row, col = int(ref.group(2)), _column(ref.group(1))
+                top, bottom, left, right = min(top, row), max(bottom, row), min(left, col), max(right, col)
+            if cells > XLSX_CELLS:
+                raise over("XLSX_CELLS", f"{name} holds more than {XLSX_CELLS:,} cells")
+        if cells:
+            bottom = max(bottom, rows)
+            top, left = min(top, bottom), min(left, right)
+            area = (bottom - top + 1) * (right - left + 1)
+            if area > XLSX_CELLS:
+                raise over("XLSX_CELLS", f"{name} spans {area:,} cells ({cells:,} of them with a value)")
+
+
 def _xlsx(data: bytes, deadline: float) -> Extracted:
     import io
 
     from python_calamine import CalamineWorkbook  # lazily (a Rust extension)
 
+    _xlsx_extent(data)
     wb = CalamineWorkbook.from_filelike(io.BytesIO(data))
     names = list(wb.sheet_names)
     clock = _Clock(deadline, "row")

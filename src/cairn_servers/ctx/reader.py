@@ -80,7 +80,7 @@ class Reader:
         except _TooLong as exc:
             self.stop()
             with _limits_of(limits):
-                raise ex.over("OUTPUT_MB", f"the text is {exc.size / (1 << 20):,.0f} MiB") from None
+                raise ex.over("OUTPUT_MB", f"the text is {exc.size / (1 << 20):,.1f} MiB") from None
         except (OSError, EOFError, ValueError):
             raise self._died(fmt, limits) from None
         if answer.get("kind") == "skip":

@@ -166,6 +166,11 @@ def _sync_source(store: Store, config: ConnectorConfig, chunking: ChunkingConfig
     flush()
     report.skipped = connector.skipped
     report.warnings = [scrub(w) for w in getattr(connector, "warnings", [])]
+    if report.warnings:  # also on stderr, where a server's operator sees them (a file skipped past a limit)
+        from cairn_servers.core import log
+
+        for warning in report.warnings:
+            log.warn(f"{config.source}: {warning}")
 
     gone = [(sid, k.rowid) for sid, k in known.items() if sid not in seen]
     report.deleted = len(gone)
