@@ -456,19 +456,65 @@ def _docx(data: bytes, deadline: float) -> Extracted:
     budget = _Budget()
     if not _count_only(zf, "word/document.xml", budget):  # refuses a bomb at C speed, before any parsing
         raise Skipped("corrupt or not a DOCX file (no word/document.xml)")
+    # Up to XML_TREE elements the document is parsed whole (faster); past that, as a stream.
+    blocks = _docx_tree if budget.elements <= XML_TREE else _docx_stream
     try:
         # Word's own style ids need no styles.xml (often hundreds of KB); any other id (a localised
         # "berschrift1", a custom style based on a heading) is looked up there, for the whole document.
-        return _docx_body(zf, _BUILTIN_STYLES, budget, deadline)
+        return _docx_body(zf, _BUILTIN_STYLES, budget, deadline, blocks)
     except _OtherStyles:
-        return _docx_body(zf, _docx_styles(zf, budget), budget, deadline)
+        return _docx_body(zf, _docx_styles(zf, budget), budget, deadline, blocks)
 
 
-def _docx_body(zf: Any, levels: dict[str, int], budget: _Budget, deadline: float) -> Extracted:
-    """word/document.xml read as a stream: each child of ``<w:body>`` is handled when it ends, then freed,
-    so memory holds one paragraph or table at a time (at most XML_TREE elements)."""
+def _docx_tree(zf: Any, builtin: bool) -> Any:
+    """The children of ``<w:body>``, from word/document.xml parsed whole (it has at most XML_TREE elements)."""
     import xml.etree.ElementTree as ET
 
+    root = ET.fromstring(b"".join(_chunks(zf, "word/document.xml", _Budget())))
+    if builtin and any((el.get(_W + "val") or "") not in _BUILTIN_STYLES for el in root.iter(_W + "pStyle")):
+        raise _OtherStyles
+    body = root.find(_W + "body")
+    if body is not None:
+        yield from body
+
+
+def _docx_stream(zf: Any, builtin: bool) -> Any:
+    """The children of ``<w:body>``, from word/document.xml read as a stream: each is handed on when it
+    ends, then freed, so memory holds one paragraph or table at a time (at most XML_TREE elements)."""
+    import xml.etree.ElementTree as ET
+
+    chunks = _chunks(zf, "word/document.xml", _Budget())  # counted once already, by _count_only
+    parser: Any = ET.XMLPullParser(events=("start", "end"))
+    depth = 0
+    held = 0  # elements of the body child being read
+    body: Any = None  # <w:body> while inside it
+    pstyle = _W + "pStyle"
+    for chunk in chunks:
+        parser.feed(chunk)
+        for event, el in parser.read_events():
+            if event == "start":
+                depth += 1
+                if depth == 2:
+                    body = el if el.tag == _W + "body" else None
+                elif depth > 2:
+                    held += 1
+                    if held > XML_TREE:
+                        raise over("XML_TREE", "a paragraph or table in word/document.xml")
+                    if builtin and el.tag == pstyle and (el.get(_W + "val") or "") not in _BUILTIN_STYLES:
+                        raise _OtherStyles
+                continue
+            if depth == 3 and body is not None:
+                yield el
+                body.clear()  # done with it: free the paragraph or table
+                held = 0
+            elif depth == 2:
+                body = None
+            depth -= 1
+    parser.close()
+
+
+def _docx_body(zf: Any, levels: dict[str, int], budget: _Budget, deadline: float, blocks: Any) -> Extracted:
+    """The text of word/document.xml's body, block by block (``blocks``: :func:`_docx_tree` or :func:`_docx_stream`)."""
     builtin = levels is _BUILTIN_STYLES
     clock = _Clock(deadline, "paragraph")
     parts: list[str] = []
@@ -524,37 +570,9 @@ def _docx_body(zf: Any, levels: dict[str, int], budget: _Budget, deadline: float
         count += 1
         return not (count % 200 == 0 and clock.stop(count, sum(len(x) for x in parts[-200:])))
 
-    chunks = _chunks(zf, "word/document.xml", _Budget())  # counted once already, by _count_only
-    parser: Any = ET.XMLPullParser(events=("start", "end"))
-    depth = 0
-    held = 0  # elements of the body child being read
-    body: Any = None  # <w:body> while inside it
-    pstyle = _W + "pStyle"
-    for chunk in chunks:
-        parser.feed(chunk)
-        for event, el in parser.read_events():
-            if event == "start":
-                depth += 1
-                if depth == 2:
-                    body = el if el.tag == _W + "body" else None
-                elif depth > 2:
-                    held += 1
-                    if held > XML_TREE:
-                        raise over("XML_TREE", "a paragraph or table in word/document.xml")
-                    if builtin and el.tag == pstyle and (el.get(_W + "val") or "") not in _BUILTIN_STYLES:
-                        raise _OtherStyles
-                continue
-            if depth == 3 and body is not None:
-                going = block(el)
-                body.clear()  # done with it: free the paragraph or table
-                held = 0
-                if not going:
-                    return Extracted("\n\n".join(parts), _core_title(zf, budget) or first_heading,
-                                     warning=clock.warning)
-            elif depth == 2:
-                body = None
-            depth -= 1
-    parser.close()
+    for el in blocks(zf, builtin):
+        if not block(el):
+            break
     return Extracted("\n\n".join(parts), _core_title(zf, budget) or first_heading, warning=clock.warning)
 
 
@@ -666,10 +684,11 @@ def _cell(value: Any) -> str:
 
 
 _NS_PREFIX = rb"<(?:[A-Za-z_][\w.-]*:)?"
-# A cell with a value: a <c ...> start tag that is not self-closing (a styled empty cell is <c .../>).
-_VALUE_CELL = re.compile(_NS_PREFIX + rb"c(?:\s[^>]*?)?(?<!/)>")
-_CELL_REF = re.compile(rb'\sr="([A-Z]{1,3})([0-9]{1,7})"')
-_ROW = re.compile(_NS_PREFIX + rb"row[\s/>]")
+_ANY_REF = re.compile(rb' r="([A-Z]{1,3})([0-9]{1,7})"')  # a cell's reference (a row's has no letters)
+# The reference of a cell with a value: a <c ...> start tag that is not self-closing (<c .../> is empty).
+_VALUE_REF = re.compile(_NS_PREFIX + rb'c\s[^>]*?\br="([A-Z]{1,3})([0-9]{1,7})"[^>]*?(?<!/)>')
+_PREFIXED_ROW = re.compile(rb"<[A-Za-z_][\w.-]*:row[\s/>]")
+_PREFIXED_CELL_END = re.compile(rb"</[A-Za-z_][\w.-]*:c>")
 
 
 def _column(letters: bytes) -> int:
@@ -682,10 +701,12 @@ def _column(letters: bytes) -> int:
 def _xlsx_extent(data: bytes) -> None:
     """Refuse a workbook whose sheets hold, or span, more than XLSX_CELLS cells, before calamine reads it.
 
-    calamine fills the rectangle between a sheet's first and last cells (two cells, A1 and AN1048576,
-    are 42 million cells to it), so every worksheet part is read first, as a stream within the XML
-    budget, counting the cells that hold a value and the rectangle they span. The declared
+    calamine fills the rectangle between a sheet's first and last cells that hold a value (two cells,
+    A1 and AN1048576, are 42 million cells to it), so every worksheet part is read first, as a stream
+    within the XML budget, counting its cells and the rectangle they span. The declared
     ``<dimension>`` is not trusted (nor used by calamine: measured, it allocates nothing for it).
+    A first pass counts every cell reference (fast: a literal search); only a sheet that seems past
+    the limit is read again counting just the cells with a value (calamine skips empty ``<c .../>``).
     """
     import io
     import zipfile
@@ -696,35 +717,46 @@ def _xlsx_extent(data: bytes) -> None:
         name = info.filename
         if not (name.startswith("xl/") and name.endswith(".xml")) or "sharedStrings" in name or "styles" in name:
             continue
-        cells = rows = 0
-        top = left = 1 << 30
-        bottom = right = 0
-        carry = b""
-        for chunk in _chunks(zf, name, budget) or ():
-            text = carry + chunk
-            cut = text.rfind(b"<")
-            if cut >= 0 and text.find(b">", cut) < 0 and len(text) - cut < (1 << 20):
-                text, carry = text[:cut], text[cut:]  # a tag split between chunks: read it whole next time
-            else:
-                carry = b""
-            rows += len(_ROW.findall(text))
-            for tag in _VALUE_CELL.finditer(text):
-                cells += 1
-                ref = _CELL_REF.search(tag.group(0))
-                if ref is None:  # no reference: the cell after the previous one (counted as a new column: a bound)
-                    right += 1
-                    top, left = min(top, 1), min(left, 1)
-                    continue
-                row, col = int(ref.group(2)), _column(ref.group(1))
-                top, bottom, left, right = min(top, row), max(bottom, row), min(left, col), max(right, col)
-            if cells > XLSX_CELLS:
-                raise over("XLSX_CELLS", f"{name} holds more than {XLSX_CELLS:,} cells")
-        if cells:
-            bottom = max(bottom, rows)
-            top, left = min(top, bottom), min(left, right)
-            area = (bottom - top + 1) * (right - left + 1)
+        cells, area = _extent(zf, name, budget, _ANY_REF)
+        if area > XLSX_CELLS:
+            cells, area = _extent(zf, name, _Budget(), _VALUE_REF)
             if area > XLSX_CELLS:
                 raise over("XLSX_CELLS", f"{name} spans {area:,} cells ({cells:,} of them with a value)")
+
+
+def _extent(zf: Any, name: str, budget: _Budget, refs_of: re.Pattern[bytes]) -> tuple[int, int]:
+    """(cells with a value, cells of the rectangle spanned by the references ``refs_of`` finds) of a sheet."""
+    cells = rows = 0
+    top = left = 1 << 30
+    bottom = right = 0
+    carry = b""
+    for chunk in _chunks(zf, name, budget) or ():
+        text = carry + chunk
+        cut = text.rfind(b"<")
+        if cut >= 0 and text.find(b">", cut) < 0 and len(text) - cut < (1 << 20):
+            text, carry = text[:cut], text[cut:]  # a tag split between chunks: read it whole next time
+        else:
+            carry = b""
+        rows += text.count(b"<row") + (len(_PREFIXED_ROW.findall(text)) if b":row" in text else 0)
+        found = text.count(b"</c>") + (len(_PREFIXED_CELL_END.findall(text)) if b":c>" in text else 0)
+        cells += found
+        if cells > XLSX_CELLS:
+            raise over("XLSX_CELLS", f"{name} holds more than {XLSX_CELLS:,} cells")
+        refs = refs_of.findall(text)
+        if len(refs) < found:  # cells without a reference: each the one after the previous (a bound)
+            right += found - len(refs)
+            top, left = min(top, 1), min(left, 1)
+        if refs:
+            letters, numbers = zip(*refs)
+            numbers_int = list(map(int, numbers))
+            columns = [_column(c) for c in set(letters)]
+            top, bottom = min(top, min(numbers_int)), max(bottom, max(numbers_int))
+            left, right = min(left, min(columns)), max(right, max(columns))
+    if not cells:
+        return 0, 0
+    bottom = max(bottom, rows)
+    top, left = min(top, bottom), min(left, right)
+    return cells, (bottom - top + 1) * (right - left + 1)
 
 
 def _xlsx(data: bytes, deadline: float) -> Extracted:
