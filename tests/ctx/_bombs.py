@@ -180,3 +180,61 @@ def busy_pdf(path: Path, count: int) -> Path:
     content = _deflated(b"BT /F1 11 Tf 72 720 Td (busy page) Tj ET\n", b"q Q\n", count * 4, b"\n")
     path.write_bytes(_pdf(_one_page(content)))
     return path
+
+
+def _pdf_packed(top: dict[int, bytes], packed: dict[int, bytes]) -> bytes:
+    """A PDF 1.5 file: the ``packed`` objects (dictionaries) inside one Flate object stream, the ``top``
+    ones (streams) in the body, and a cross-reference stream (what most PDF writers make today)."""
+    objstm, xref_num = max([*top, *packed]) + 1, max([*top, *packed]) + 2
+    bodies, header, offset = [], [], 0
+    for num, body in packed.items():
+        header.append(b"%d %d" % (num, offset))
+        bodies.append(body + b"\n")
+        offset += len(body) + 1
+    head = b" ".join(header) + b"\n"
+    raw = head + b"".join(bodies)
+    data = zlib.compress(raw)
+    out = io.BytesIO()
+    out.write(b"%PDF-1.5\n%\xe2\xe3\xcf\xd3\n")
+    where: dict[int, int] = {}
+    for num, body in [*top.items(), (objstm, b"<< /Type /ObjStm /N %d /First %d /Filter /FlateDecode /Length %d >>"
+                                      b"\nstream\n" % (len(packed), len(head), len(data)) + data + b"\nendstream")]:
+        where[num] = out.tell()
+        out.write(b"%d 0 obj\n" % num + body + b"\nendobj\n")
+    where[xref_num] = out.tell()
+    rows = [b"\x00\x00\x00\x00\x00\xff\xff"]
+    index = {num: i for i, num in enumerate(packed)}
+    for num in range(1, xref_num + 1):
+        if num in where:
+            rows.append(b"\x01" + where[num].to_bytes(4, "big") + b"\x00\x00")
+        elif num in index:
+            rows.append(b"\x02" + objstm.to_bytes(4, "big") + index[num].to_bytes(2, "big"))
+        else:
+            rows.append(b"\x00\x00\x00\x00\x00\x00\x00")
+    table = b"".join(rows)
+    out.write(b"%d 0 obj\n<< /Type /XRef /Size %d /W [1 4 2] /Root 1 0 R /Length %d >>\nstream\n"
+              % (xref_num, xref_num + 1, len(table)) + table + b"\nendstream\nendobj\n")
+    out.write(b"startxref\n%d\n%%%%EOF\n" % where[xref_num])
+    return out.getvalue()
+
+
+def packed_forms_pdf(path: Path, loop: bool) -> Path:
+    """Forms A and B as in :func:`recursive_forms_pdf` (B draws A back only when ``loop``), with the
+    catalog, pages, font and the forms' resources inside an object stream."""
+    page = b"BT /F1 11 Tf 72 720 Td (cover text) Tj ET q /FA Do Q"
+    a = b"q /FB Do Q q /FB Do Q BT /F1 9 Tf 72 700 Td (form a) Tj ET"
+    b = (b"q /FA Do Q " if loop else b"") + b"BT /F1 9 Tf 72 680 Td (form b) Tj ET"
+
+    def form(body: bytes, res: int) -> bytes:
+        return (b"<< /Type /XObject /Subtype /Form /BBox [0 0 612 792] /Resources %d 0 R /Length %d >>\nstream\n"
+                % (res, len(body)) + body + b"\nendstream")
+
+    path.write_bytes(_pdf_packed(
+        {4: b"<< /Length %d >>\nstream\n" % len(page) + page + b"\nendstream", 6: form(a, 9), 7: form(b, 10)},
+        {1: b"<< /Type /Catalog /Pages 2 0 R >>", 2: b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+         3: b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 5 0 R >> "
+            b"/XObject << /FA 6 0 R >> >> /Contents 4 0 R >>",
+         5: b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>",
+         9: b"<< /Font << /F1 5 0 R >> /XObject << /FB 7 0 R >> >>",
+         10: b"<< /Font << /F1 5 0 R >> /XObject << /FA 6 0 R >> >>"}))
+    return path

@@ -292,7 +292,7 @@ def _form_chain_pdf(depth: int, fan_out: int) -> bytes:
     return _bombs._pdf(objects)
 
 
-def test_pdf_caps_pages_nesting_and_forms_drawn_many_times(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_pdf_caps_pages_nesting_and_forms_drawn_many_times(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert "chain" in extract.extract(_form_chain_pdf(5, 3), "c.pdf", "pdf").body
     assert _skip_reason(_form_chain_pdf(14, 1), "deep.pdf") == (
         "page 1, object 17: over the limit of 12 levels of nested forms (CTX_EXTRACT_PDF_FORM_DEPTH)")
@@ -300,6 +300,13 @@ def test_pdf_caps_pages_nesting_and_forms_drawn_many_times(monkeypatch: pytest.M
     assert _skip_reason(_form_chain_pdf(10, 6), "fan.pdf") == (
         "page 1 (each form counted every time it is drawn): over the limit of 1,000,000 operators on a page "
         "(CTX_EXTRACT_PDF_OPERATORS)")
+    # The same loop with the pages, resources and font packed in an object stream (a cross-reference stream
+    # file, as most writers make today); without the loop PDFium reads it, through both forms.
+    packed = tmp_path / "packed.pdf"
+    assert extract.extract(_bombs.packed_forms_pdf(packed, loop=False).read_bytes(), "p.pdf", "pdf").body == (
+        "# Page 1\n\ncover text\nform b\nform a")
+    assert _skip_reason(_bombs.packed_forms_pdf(packed, loop=True).read_bytes(), "p.pdf") == (
+        "page 1: form XObjects draw each other (objects 6 → 7 → 6), a loop PDFium would expand until memory runs out")
     monkeypatch.setattr(extract, "PDF_PAGES", 3)
     assert _skip_reason(pdf_bytes([["p"]] * 4), "p.pdf") == (
         "the page tree: over the limit of 3 pages (CTX_EXTRACT_PDF_PAGES)")

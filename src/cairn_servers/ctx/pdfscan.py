@@ -95,6 +95,14 @@ class _Scan:
         if num in self.cache:
             return self.cache[num]
         self.cache[num] = None  # a reference back to itself reads as null
+        try:
+            value = self._read(num)
+        except (_Unreadable, ValueError, IndexError, TypeError):
+            value = None  # one object this reader cannot follow: the others are still checked
+        self.cache[num] = value
+        return value
+
+    def _read(self, num: int) -> Any:
         if num in self.offsets:
             value, pos = _parse(self.data, self.offsets[num], 0)
             pos = _skip(self.data, pos)
@@ -107,7 +115,6 @@ class _Scan:
                 value = Stream(num, value, pos)
         else:
             value = self._from_object_stream(num)
-        self.cache[num] = value
         return value
 
     def _from_object_stream(self, num: int) -> Any:
@@ -116,7 +123,11 @@ class _Scan:
             for snum, off in list(self.offsets.items()):
                 if self.data.find(b"/ObjStm", off, off + 400) < 0:
                     continue
-                for i, (inner, _) in enumerate(self._unpacked(snum)[1]):
+                try:
+                    entries = self._unpacked(snum)[1]
+                except (_Unreadable, ValueError, IndexError, TypeError):
+                    continue
+                for i, (inner, _) in enumerate(entries):
                     self.in_streams.setdefault(inner, (snum, i))
         where = self.in_streams.get(num)
         if where is None:
@@ -186,7 +197,14 @@ class _Scan:
         ops = 0
         draws: Counter[bytes] = Counter()
         carry = b""
-        for chunk in self.decoded(stream):
+        chunks = self.decoded(stream)
+        while True:
+            try:
+                chunk = next(chunks)
+            except StopIteration:
+                break
+            except _Unreadable:  # not Flate, or encrypted: PDFium's, under the worker's limits
+                break
             text = carry + chunk
             cut = max(text.rfind(b"\n"), text.rfind(b" "), text.rfind(b"\r"))
             if cut > 0 and len(text) - cut < (1 << 16):
