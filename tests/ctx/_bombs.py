@@ -95,7 +95,8 @@ def far_cell_xlsx(path: Path, far: str = "AN1048576") -> Path:
 
 def declared_dimension_xlsx(path: Path, dimension: str = "A1:GR1048576") -> Path:
     """An XLSX whose sheet declares ``dimension`` (200 x 1,048,576 cells for GR1048576) and holds one cell."""
-    return _xlsx(path, (f'<?xml version="1.0" encoding="UTF-8"?><worksheet xmlns="{S_NS}"><dimension ref="{dimension}"/>'
+    return _xlsx(path, (f'<?xml version="1.0" encoding="UTF-8"?><worksheet xmlns="{S_NS}">'
+                        f'<dimension ref="{dimension}"/>'
                         '<sheetData><row r="1"><c r="A1" t="inlineStr"><is><t>declared far</t></is></c></row>'
                         '</sheetData></worksheet>').encode())
 

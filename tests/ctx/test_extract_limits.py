@@ -306,7 +306,8 @@ def test_pdf_caps_pages_nesting_and_forms_drawn_many_times(tmp_path: Path, monke
     assert extract.extract(_bombs.packed_forms_pdf(packed, loop=False).read_bytes(), "p.pdf", "pdf").body == (
         "# Page 1\n\ncover text\nform b\nform a")
     assert _skip_reason(_bombs.packed_forms_pdf(packed, loop=True).read_bytes(), "p.pdf") == (
-        "page 1: form XObjects draw each other (objects 6 → 7 → 6), a loop PDFium would expand until memory runs out")
+        "page 1: form XObjects draw each other (objects 6 → 7 → 6), a loop PDFium would expand until memory runs "
+        "out")
     monkeypatch.setattr(extract, "PDF_PAGES", 3)
     assert _skip_reason(pdf_bytes([["p"]] * 4), "p.pdf") == (
         "the page tree: over the limit of 3 pages (CTX_EXTRACT_PDF_PAGES)")

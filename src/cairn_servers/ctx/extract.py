@@ -131,7 +131,8 @@ _LIMIT_TEXT = {"MEMORY_MB": "{:,} MiB of memory", "CPU_SECONDS": "{:,} s of CPU 
 
 def limit_text(key: str, value: int | None = None) -> str:
     """``over the limit of 256 MiB of memory (CTX_EXTRACT_MEMORY_MB)``: how a warning names a limit."""
-    return f"over the limit of {_LIMIT_TEXT[key].format(globals()[key] if value is None else value)} (CTX_EXTRACT_{key})"
+    amount = _LIMIT_TEXT[key].format(globals()[key] if value is None else value)
+    return f"over the limit of {amount} (CTX_EXTRACT_{key})"
 
 
 def limits() -> dict[str, Any]:

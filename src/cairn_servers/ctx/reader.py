@@ -43,8 +43,8 @@ _SIGNALS = {6: "SIGABRT", 7: "SIGBUS", 9: "SIGKILL", 11: "SIGSEGV", 24: "SIGXCPU
 class Reader:
     """Reads PDF and Office files in a worker process (started on first use, reused, replaced as needed).
 
-    HTML and text are read in process. Where the platform has no ``resource`` module the worker runs
-    without the memory and CPU limits; the parsers' caps, the wall-clock and the output limits still hold.
+    HTML and text are read in process, and so is everything on Windows (the parsers' caps still hold
+    there; the worker's limits do not).
     """
 
     def __init__(self) -> None:
@@ -57,7 +57,7 @@ class Reader:
         return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
 
     def extract(self, data: bytes, name: str, fmt: str) -> ex.Extracted:
-        if fmt not in ex.BINARY_FORMATS:
+        if fmt not in ex.BINARY_FORMATS or sys.platform == "win32":  # no select() on pipes: read in process
             return ex.extract(data, name, fmt)
         limits = ex.limits()
         header = json.dumps({"name": name, "fmt": fmt, "limits": limits}).encode()
