@@ -332,6 +332,14 @@ def test_the_output_limit_and_bad_limit_settings(tmp_path: Path, monkeypatch: py
         monkeypatch.setenv("CTX_EXTRACT_MEMORY_MB", bad)
         with pytest.raises(InvalidInput, match=f"^CTX_EXTRACT_MEMORY_MB must be a positive integer, not '{bad}'.$"):
             extract.limits()
+    monkeypatch.delenv("CTX_EXTRACT_MEMORY_MB")
+    # A sync with a bad setting fails with that reason and exit 2, before reading any document.
+    proc = subprocess.run([PY, "-m", "cairn_servers.ctx.cli", "sync", "--config", str(tmp_path / "ctx.toml"), "--text"],
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": SRC, "CTX_EXTRACT_PDF_PAGES": "many"})
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == ("ctx: warning: filesystem:docs was not synced: CTX_EXTRACT_PDF_PAGES must be a positive "
+                           "integer, not 'many'.\n")
 
 
 def test_a_docx_read_as_a_stream_gives_the_text_it_gives_parsed_whole(tmp_path: Path,

@@ -87,6 +87,9 @@ def _sync_source(store: Store, config: ConnectorConfig, chunking: ChunkingConfig
     previous = store.checkpoints().get(config.source)
     report.resumed = bool(previous and previous["status"] == "running")
     try:
+        from cairn_servers.ctx.extract import limits
+
+        limits()  # a bad CTX_EXTRACT_* setting fails the sync here, with its reason, not each document
         connector = connectors.create(config)
         if not dry_run:
             with store.transaction():
