@@ -131,16 +131,16 @@ def test_the_worker_memory_limit_is_the_backstop_when_the_parsers_caps_are_raise
     The DOCX reader streams, so a DOCX past no cap is read whole in bounded memory (its last words found)."""
     root = tmp_path / "docs"
     root.mkdir()
-    _bombs.huge_content_pdf(root / "inflates.pdf", 1_000_000_000 if STRESS else 200 * MIB)
+    _bombs.huge_content_pdf(root / "inflates.pdf", 1_000_000_000 if STRESS else 128 * MIB)
     _bombs.many_operators_pdf(root / "operators.pdf", 5_000_000)
     _bombs.far_cell_xlsx(root / "far-cell.xlsx")
     _bombs.empty_paragraphs_docx(root / "paragraphs.docx", 8 * MIB)  # bigger ones meet the 60 s time cap
     (root / "good.pdf").write_bytes(pdf_bytes([["A fine page about herons."]]))
     raised = {f"CTX_EXTRACT_{k}": "1000000000" for k in ("PDF_STREAM_MB", "PDF_OPERATORS", "XLSX_CELLS", "XML_MB",
                                                           "XML_ELEMENTS")}
-    report, stderr, peak = measured_sync(tmp_path, root, {**raised, "CTX_EXTRACT_MEMORY_MB": "160",
+    report, stderr, peak = measured_sync(tmp_path, root, {**raised, "CTX_EXTRACT_MEMORY_MB": "128",
                                                           "CTX_EXTRACT_CPU_SECONDS": "120"})
-    memory = "most likely over the limit of 160 MiB of memory (CTX_EXTRACT_MEMORY_MB)"
+    memory = "most likely over the limit of 128 MiB of memory (CTX_EXTRACT_MEMORY_MB)"
     assert warnings_of(report) == {
         "inflates.pdf": f"skipped: the PDF reader stopped (SIGABRT), {memory}",
         "operators.pdf": f"skipped: the PDF reader stopped (SIGABRT), {memory}",

@@ -37,7 +37,7 @@ _DELIM = b"()<>[]{}/%"
 _OPERATOR = re.compile(rb"[ \t\r\n\f\x00\])>][A-Za-z'\"]")
 _DO = re.compile(rb"/([^ \t\r\n\f\x00()<>\[\]{}/%]+)[ \t\r\n\f\x00]+Do(?![\w])")
 MAX_NESTING = 64  # arrays and dictionaries inside each other, in one object
-MAX_OBJECTS = 5_000_000  # objects indexed; a file with more is left to PDFium and the limits
+MAX_OBJECTS = 1_000_000  # objects indexed (~100 MB); a file with more is left to PDFium and the limits
 
 
 class _Unreadable(Exception):
@@ -252,7 +252,10 @@ class _Scan:
             at = self.data.find(b"stream", off, off + 4096)
             if at < 0 or self.data.find(b"/Image", off, at) >= 0 or num in self.sizes:
                 continue
-            value = self.obj(num)
+            try:  # not cached: these are read once, and a file may hold many
+                value = self.cache[num] if num in self.cache else self._read(num)
+            except (_Unreadable, ValueError, IndexError, TypeError):
+                continue
             if isinstance(value, Stream) and value.meta.get(b"Subtype") != b"Image":
                 try:
                     for _ in self.decoded(value):

@@ -79,7 +79,7 @@ class Reader:
             raise ex.Skipped(f"extraction did not finish within {wait:.0f} s; its worker was killed") from None
         except _TooLong as exc:
             self.stop()
-            with _limits_of(limits):
+            with _LimitsOf(limits):
                 raise ex.over("OUTPUT_MB", f"the text is {exc.size / (1 << 20):,.1f} MiB") from None
         except (OSError, EOFError, ValueError):
             raise self._died(fmt, limits) from None
@@ -102,17 +102,19 @@ class Reader:
 
     def _died(self, fmt: str, limits: dict[str, Any]) -> ex.Skipped:
         """The Skipped for a worker that went away while reading, with what its exit says."""
+        import subprocess
+
         proc = self._proc
         code: int | None = None
         if proc is not None:
             try:
-                _, status, _ = os.wait4(proc.pid, 0)
-                code = os.waitstatus_to_exitcode(status)
-                proc.returncode = code
-            except ChildProcessError:
-                code = proc.poll()
+                code = proc.wait(2)  # its end of the pipe closed: it is exiting
+            except subprocess.TimeoutExpired:
+                code = None  # still running: it sent something that is not an answer
         self.stop()
-        with _limits_of(limits):
+        if code is None:
+            return ex.Skipped(f"the {fmt.upper()} reader sent an answer that could not be read; its worker was killed")
+        with _LimitsOf(limits):
             if code == -24:  # SIGXCPU: the soft RLIMIT_CPU
                 return ex.Skipped(f"the {fmt.upper()} reader was stopped: {ex.limit_text('CPU_SECONDS')}")
             if code in (-6, -9):  # an allocation refused by RLIMIT_AS aborts PDFium and calamine; -9: the OOM killer
@@ -162,7 +164,7 @@ class _TooLong(Exception):
         self.size = size
 
 
-class _limits_of:
+class _LimitsOf:
     """Within: the module's limits are ``values`` (so a message names the limit the worker had)."""
 
     def __init__(self, values: dict[str, Any]) -> None:
