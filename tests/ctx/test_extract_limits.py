@@ -257,6 +257,16 @@ def test_office_xml_caps_bytes_elements_held_and_dtds(tmp_path: Path, monkeypatc
     monkeypatch.setattr(extract, "XML_TREE", 2500)
     assert extract.extract(runs, "r.docx", "docx").body == "x" * 1000 + "\n\nafter"
 
+    from ._docs import write_pptx
+
+    write_pptx(tmp_path / "d.pptx", [("Wide", "\n".join(f"line {i}" for i in range(400)), "")])
+    deck = (tmp_path / "d.pptx").read_bytes()
+    monkeypatch.setattr(extract, "XML_TREE", 1000)  # the slide has about 2,000 elements (a:p, a:r, a:t ...)
+    assert _skip_reason(deck, "d.pptx") == ("ppt/slides/slide1.xml: over the limit of 1,000 XML elements in one "
+                                            "part, paragraph or table (CTX_EXTRACT_XML_TREE)")
+    monkeypatch.setattr(extract, "XML_TREE", 500_000)
+    assert "line 399" in extract.extract(deck, "d.pptx", "pptx").body
+
     laughs = _docx_with(tmp_path / "l.docx", b'<?xml version="1.0"?><!DOCTYPE d [<!ENTITY a "aaaa">]>'
                         + (W + "<w:p><w:r><w:t>&a;</w:t></w:r></w:p></w:body></w:document>").encode())
     assert _skip_reason(laughs, "l.docx") == "word/document.xml has a DTD (not allowed in an Office file)"
@@ -382,3 +392,20 @@ def test_a_docx_read_as_a_stream_gives_the_text_it_gives_parsed_whole(tmp_path: 
         assert "## Part 999\n\nParagraph 999 about laptops and badges.\n\n- item 999" in whole.body
         assert "r2c0 | r2c1" in whole.body and "The end." in whole.body
         assert ("## A custom heading\n\nThe end." in whole.body) == custom
+
+
+def test_memory_error_in_the_worker_names_the_memory_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A parse in Python past the worker's address space (a 360,000-element document parsed whole, in
+    a 60 MiB worker) ends in MemoryError, reported as the memory limit; the reader goes on."""
+    from cairn_servers.ctx.reader import Reader
+
+    big = _docx_with(tmp_path / "m.docx", (W + "<w:p><w:r><w:t>x</w:t></w:r></w:p>" * 120_000
+                                           + "</w:body></w:document>").encode())
+    monkeypatch.setenv("CTX_EXTRACT_MEMORY_MB", "60")
+    reader = Reader()
+    try:
+        with pytest.raises(extract.Skipped, match=r"^over the limit of 60 MiB of memory \(CTX_EXTRACT_MEMORY_MB\)$"):
+            reader.extract(big, "m.docx", "docx")
+        assert reader.extract(pdf_bytes([["still reading"]]), "s.pdf", "pdf").body == "# Page 1\n\nstill reading"
+    finally:
+        reader.stop()

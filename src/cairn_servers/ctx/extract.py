@@ -182,7 +182,7 @@ def extract(data: bytes, name: str, fmt: str) -> Extracted:
                 raise Skipped(f"encrypted (a password-protected {fmt.upper()}) or an old binary Office file")
             _check_zip(data, fmt)
             out = {"docx": _docx, "pptx": _pptx, "xlsx": _xlsx}[fmt](data, deadline)
-    except Skipped:
+    except (Skipped, MemoryError):  # MemoryError: the reader worker names its memory limit
         raise
     except Exception as exc:  # a parser's own error on a damaged file: skip the file, never the sync
         detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__

@@ -58,7 +58,10 @@ class Reader:
 
     def extract(self, data: bytes, name: str, fmt: str) -> ex.Extracted:
         if fmt not in ex.BINARY_FORMATS or sys.platform == "win32":  # no select() on pipes: read in process
-            return ex.extract(data, name, fmt)
+            try:
+                return ex.extract(data, name, fmt)
+            except MemoryError:
+                raise ex.Skipped("could not be read (MemoryError)") from None
         limits = ex.limits()
         header = json.dumps({"name": name, "fmt": fmt, "limits": limits}).encode()
         for attempt in (0, 1):
