@@ -18,9 +18,13 @@ two share a chunk, so a chunk's heading path ("Page 12") is a citation. Extracte
 read as Markdown structure (a PDF line starting with ``#`` or a fence) are escaped with a backslash.
 
 A file that cannot give text raises :class:`Skipped` with the reason (encrypted, corrupt, empty,
-image-only, a zip that would expand past :data:`MAX_UNPACKED`); nothing here raises anything else.
-:class:`Reader` reads the binary formats in a worker process, so a native parser (PDFium,
-calamine) that crashes or never returns costs that one file, not the sync.
+image-only, a zip that would expand past :data:`MAX_UNPACKED`, a document past one of the limits
+below, named by :func:`over`); nothing here raises anything else but MemoryError.
+``cairn_servers.ctx.reader.Reader`` reads the binary formats in a worker process under memory, CPU,
+time and output limits, so a native parser (PDFium, calamine) that crashes, balloons or never returns
+costs that one file, not the sync. Office XML is read as a stream within byte and element budgets
+(:func:`_chunks`), XLSX sheets are measured before calamine (:func:`_xlsx_extent`), and PDFs are
+checked by ``cairn_servers.ctx.pdfscan`` before PDFium opens them.
 Extraction stops (keeping what it has, with a warning) after :data:`MAX_TEXT` characters or
 :data:`MAX_SECONDS` seconds. The parsing libraries are imported inside the functions that use them,
 so importing this module costs only the standard library.
@@ -95,14 +99,6 @@ def normalize_format(value: str) -> str | None:
     if found is None:
         raise ValueError(value)
     return found
-
-
-def __getattr__(name: str) -> Any:
-    if name == "Reader":  # the worker lives in cairn_servers.ctx.reader; kept importable from here
-        from cairn_servers.ctx.reader import Reader
-
-        return Reader
-    raise AttributeError(name)
 
 
 # ---- limits ----------------------------------------------------------------------------------
