@@ -175,11 +175,15 @@ def recursive_forms_pdf(path: Path, fan_out: int = 4) -> Path:
     return path
 
 
-def busy_pdf(path: Path, count: int) -> Path:
-    """A one-page PDF whose content saves and restores the graphics state ``count`` times (``q Q``):
-    CPU time for a reader, and almost no memory."""
+def busy_pdf(path: Path, count: int, pages: int = 1) -> Path:
+    """A PDF of ``pages`` pages that share one content stream saving and restoring the graphics state
+    ``count`` times (``q Q``): CPU time for a reader, page after page, and little memory."""
     content = _deflated(b"BT /F1 11 Tf 72 720 Td (busy page) Tj ET\n", b"q Q\n", count * 4, b"\n")
-    path.write_bytes(_pdf(_one_page(content)))
+    objects = _one_page(content)
+    kids = [3] + list(range(6, 6 + pages - 1))
+    objects[1] = b"<< /Type /Pages /Kids [%s] /Count %d >>" % (b" ".join(b"%d 0 R" % k for k in kids), pages)
+    objects += [objects[2]] * (pages - 1)
+    path.write_bytes(_pdf(objects))
     return path
 
 

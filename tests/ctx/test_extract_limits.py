@@ -176,12 +176,15 @@ def _workers() -> list[int]:
 @pytest.mark.parametrize("how", ["cpu", "wall-clock", "crash"])
 def test_a_worker_past_its_cpu_or_time_limit_or_that_dies_costs_one_file(tmp_path: Path, how: str,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    """A PDF that keeps PDFium busy (ten million ``q Q``: seconds of CPU, little memory): stopped by
+    """A PDF that keeps PDFium busy (millions of ``q Q``: seconds of CPU, little memory): stopped by
     RLIMIT_CPU, or killed by the parent's wall clock, or killed from outside with SIGSEGV (what a crash
     in a native parser looks like). The next file gets a fresh worker and is read."""
     root = tmp_path / "docs"
     root.mkdir()
-    _bombs.busy_pdf(root / "a-busy.pdf", 10_000_000)
+    if how == "cpu":  # 60 pages of about 0.1 s of CPU each; the 1 s limit stops it, whatever the load
+        _bombs.busy_pdf(root / "a-busy.pdf", 2_000_000, pages=60)
+    else:  # one page of about 2 s inside PDFium, where no time check between pages can stop it
+        _bombs.busy_pdf(root / "a-busy.pdf", 10_000_000)
     (root / "b-good.pdf").write_bytes(pdf_bytes([["A fine page about kestrels."]]))
     for key in ("PDF_STREAM_MB", "PDF_OPERATORS"):
         monkeypatch.setenv(f"CTX_EXTRACT_{key}", "1000000000")

@@ -86,6 +86,8 @@ class Reader:
                 raise ex.over("OUTPUT_MB", f"the text is {exc.size / (1 << 20):,.1f} MiB") from None
         except (OSError, EOFError, ValueError):
             raise self._died(fmt, limits) from None
+        if answer.get("last"):  # the worker ends after this answer (a MemoryError): the next file gets another
+            self.stop()
         if answer.get("kind") == "skip":
             raise ex.Skipped(str(answer.get("reason")))
         fields = answer.get("fields") or {}
@@ -105,25 +107,19 @@ class Reader:
 
     def _died(self, fmt: str, limits: dict[str, Any]) -> ex.Skipped:
         """The Skipped for a worker that went away while reading, with what its exit says."""
-        import subprocess
-
-        proc = self._proc
-        code: int | None = None
-        if proc is not None:
-            try:
-                code = proc.wait(2)  # its end of the pipe closed: it is exiting
-            except subprocess.TimeoutExpired:
-                code = None  # still running: it sent something that is not an answer
+        code, peak = _reap(self._proc) if self._proc is not None else (None, 0)
         self.stop()
-        if code is None:
+        if code is None:  # still running: it sent something that is not an answer
             return ex.Skipped(f"the {fmt.upper()} reader sent an answer that could not be read; its worker was killed")
+        how = f"signal {-code}" if code < 0 else f"exit status {code}"
         with _LimitsOf(limits):
             if code == -24:  # SIGXCPU: the soft RLIMIT_CPU
                 return ex.Skipped(f"the {fmt.upper()} reader was stopped: {ex.limit_text('CPU_SECONDS')}")
-            if code in (-6, -9):  # an allocation refused by RLIMIT_AS aborts PDFium and calamine; -9: the OOM killer
-                return ex.Skipped(f"the {fmt.upper()} reader stopped ({_SIGNALS[-code]}), most likely "
-                                  + ex.limit_text("MEMORY_MB"))
-        how = f"signal {-code}" if code is not None and code < 0 else f"exit status {code}"
+            # An allocation refused by RLIMIT_AS aborts PDFium and calamine (SIGABRT); SIGKILL is the OOM
+            # killer; Python itself may fail to unwind a MemoryError (exit status 1) with its memory near the limit.
+            if code in (-6, -9) or (code > 0 and peak << 10 >= (limits["MEMORY_MB"] << 20) * 3 // 4):
+                name = _SIGNALS[-code] if code < 0 else how
+                return ex.Skipped(f"the {fmt.upper()} reader stopped ({name}), most likely " + ex.limit_text("MEMORY_MB"))
         return ex.Skipped(f"the {fmt.upper()} reader crashed on this file ({how})")
 
     def _start(self, memory_mb: int) -> None:
@@ -180,6 +176,22 @@ class _LimitsOf:
 
     def __exit__(self, *exc: object) -> None:
         ex.apply_limits(self.saved)
+
+
+def _reap(proc: Any, wait: float = 2.0) -> tuple[int | None, int]:
+    """(exit code, peak RSS in KiB) of a worker that is exiting; (None, 0) if it is still running after ``wait``."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        except ChildProcessError:  # already reaped
+            return proc.returncode, 0
+        if pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            return proc.returncode, usage.ru_maxrss
+        if time.monotonic() > deadline:
+            return None, 0
+        time.sleep(0.01)
 
 
 def _send(pipe: IO[bytes], header: bytes, data: bytes) -> None:
@@ -251,6 +263,7 @@ def main(argv: list[str]) -> int:
     os.dup2(2, 1)  # anything a library prints goes to stderr, never into the pipe
     requests = sys.stdin.buffer
     _limit(int(argv[0]) if argv else ex.MEMORY_MB)
+    reserve = bytearray(4 << 20)  # given back on MemoryError, so the answer can still be written
     while True:
         if not select.select([requests], [], [], IDLE_SECONDS)[0]:
             return 0  # idle: the parent starts another when it needs one
@@ -260,27 +273,30 @@ def main(argv: list[str]) -> int:
             return 0  # the parent closed the pipe (or is gone)
         request = json.loads(raw)
         ex.apply_limits(request["limits"])
+        out_of_memory = json.dumps({"kind": "skip", "reason": ex.limit_text("MEMORY_MB"), "last": True}).encode()
         _cpu(int(ex.CPU_SECONDS))
-        message: dict[str, Any]
+        message: dict[str, Any] | None = None
         try:
             out = ex.extract(data, request["name"], request["fmt"])
             message = {"kind": "ok", "fields": {"body": out.body, "title": out.title, "sections": out.sections,
                                                 "metadata": out.metadata, "warning": out.warning}}
+            del out
         except ex.Skipped as exc:
             message = {"kind": "skip", "reason": exc.reason}
         except MemoryError:
-            message = {"kind": "skip", "reason": ex.limit_text("MEMORY_MB")}
+            reserve = bytearray()
         except BaseException as exc:  # noqa: BLE001 - RecursionError and the like: this file only
             message = {"kind": "skip", "reason": f"could not be read ({type(exc).__name__})"}
         del data
         try:
-            body = json.dumps(message, ensure_ascii=False).encode("utf-8", errors="replace")
+            body = json.dumps(message, ensure_ascii=False).encode("utf-8", errors="replace") if message else out_of_memory
         except MemoryError:
-            body = json.dumps({"kind": "skip", "reason": ex.limit_text("MEMORY_MB")}).encode()
-        del message
+            reserve, message, body = bytearray(), None, out_of_memory
         answers.write(_LEN.pack(len(body)))
         answers.write(body)
         answers.flush()
+        if not reserve:
+            return 0  # after a MemoryError the next document gets a fresh worker
 
 
 if __name__ == "__main__":
