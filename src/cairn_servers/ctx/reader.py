@@ -51,11 +51,6 @@ class Reader:
         self._proc: Any = None
         self._memory: int | None = None  # the memory limit the running worker was started with
 
-    @property
-    def pid(self) -> int | None:
-        """The worker's process id, while one runs."""
-        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
-
     def extract(self, data: bytes, name: str, fmt: str) -> ex.Extracted:
         if fmt not in ex.BINARY_FORMATS or sys.platform == "win32":  # no select() on pipes: read in process
             try:
@@ -90,10 +85,16 @@ class Reader:
             self.stop()
         if answer.get("kind") == "skip":
             raise ex.Skipped(str(answer.get("reason")))
-        fields = answer.get("fields") or {}
-        return ex.Extracted(body=str(fields.get("body", "")), title=fields.get("title"),
-                            sections=int(fields.get("sections", 0)), metadata=dict(fields.get("metadata") or {}),
-                            warning=fields.get("warning"))
+        try:
+            fields = answer["fields"]
+            title, warning = fields.get("title"), fields.get("warning")
+            return ex.Extracted(body=str(fields["body"]), title=None if title is None else str(title),
+                                sections=int(fields.get("sections", 0)), metadata=dict(fields.get("metadata") or {}),
+                                warning=None if warning is None else str(warning))
+        except (KeyError, TypeError, ValueError, AttributeError):
+            self.stop()
+            raise ex.Skipped(f"the {fmt.upper()} reader sent an answer that could not be read; its worker was killed"
+                             ) from None
 
     def _answer(self, deadline: float, most: int) -> dict[str, Any]:
         fd = self._proc.stdout.fileno()
