@@ -90,6 +90,9 @@ def _sync_source(store: Store, config: ConnectorConfig, chunking: ChunkingConfig
     previous = store.checkpoints().get(config.source)
     report.resumed = bool(previous and previous["status"] == "running")
     try:
+        from cairn_servers.ctx.extract import limits
+
+        limits()  # a bad CTX_EXTRACT_* setting fails the sync here, with its reason, not each document
         connector = connectors.create(config)
         if not dry_run:
             with store.transaction():
@@ -169,6 +172,11 @@ def _sync_source(store: Store, config: ConnectorConfig, chunking: ChunkingConfig
     flush()
     report.skipped = connector.skipped
     report.warnings = [scrub(w) for w in getattr(connector, "warnings", [])]
+    if report.warnings:  # also on stderr, where a server's operator sees them (a file skipped past a limit)
+        from cairn_servers.core import log
+
+        for warning in report.warnings:
+            log.warn(f"{config.source}: {warning}")
 
     gone = [(sid, k.rowid) for sid, k in known.items() if sid not in seen]
     report.deleted = len(gone)
