@@ -324,7 +324,13 @@ def _pdf(data: bytes, deadline: float) -> Extracted:
         raise Skipped("corrupt or not a PDF file (no %PDF header)")
     from cairn_servers.ctx import pdfscan
 
-    pdfscan.check(data)  # pages, streams, operators and forms within the limits, before PDFium sees them
+    try:  # pages, streams, operators and forms within the limits, before PDFium sees them
+        pdfscan.check(data, {"PDF_STREAM_MB": PDF_STREAM_MB, "PDF_OPERATORS": PDF_OPERATORS, "PDF_PAGES": PDF_PAGES,
+                             "PDF_FORM_DEPTH": PDF_FORM_DEPTH})
+    except pdfscan.Over as exc:
+        raise over(exc.key, exc.found) from None
+    except pdfscan.Refused as exc:
+        raise Skipped(str(exc)) from None
     try:
         doc = pdfium.PdfDocument(data)
     except pdfium.PdfiumError as exc:

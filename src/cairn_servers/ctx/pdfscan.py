@@ -24,7 +24,6 @@ import zlib
 from collections import Counter
 from typing import Any
 
-from cairn_servers.ctx import extract as ex
 
 _OBJ = re.compile(rb"(?<![0-9])([0-9]{1,10})[ \t\r\n\f\x00]+([0-9]{1,5})[ \t\r\n\f\x00]+obj\b")
 _ROOT = re.compile(rb"/Root[ \t\r\n\f\x00]*([0-9]{1,10})[ \t\r\n\f\x00]+([0-9]{1,5})[ \t\r\n\f\x00]+R")
@@ -40,6 +39,18 @@ MAX_NESTING = 64  # arrays and dictionaries inside each other, in one object
 MAX_OBJECTS = 1_000_000  # objects indexed (~100 MB); a file with more is left to PDFium and the limits
 
 
+class Over(Exception):
+    """Past limit ``key`` (a name of ``check``'s ``limits``); ``found`` says where."""
+
+    def __init__(self, key: str, found: str) -> None:
+        super().__init__(key, found)
+        self.key, self.found = key, found
+
+
+class Refused(Exception):
+    """Not past a numeric limit, but a structure PDFium would expand without end (form loops)."""
+
+
 class _Unreadable(Exception):
     """Something this reader does not follow: the rest is PDFium's (under the worker's limits)."""
 
@@ -53,17 +64,20 @@ class Stream:
         self.num, self.meta, self.start = num, meta, start
 
 
-def check(data: bytes) -> None:
-    """Raise Skipped when ``data`` (a PDF) is past one of the limits; return when it is not, or when
-    its structure is beyond this reader (PDFium then reads it under the worker's limits)."""
+def check(data: bytes, limits: dict[str, int]) -> None:
+    """Raise :class:`Over` when ``data`` (a PDF) is past one of ``limits`` (``PDF_STREAM_MB``,
+    ``PDF_OPERATORS``, ``PDF_PAGES``, ``PDF_FORM_DEPTH``), :class:`Refused` for forms that draw each
+    other; return when it is within them, or when its structure is beyond this reader (PDFium then
+    reads it under the worker's limits)."""
     try:
-        _Scan(data).run()
+        _Scan(data, limits).run()
     except (_Unreadable, RecursionError, ValueError, IndexError, KeyError, TypeError):
         return
 
 
 class _Scan:
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes, limits: dict[str, int]) -> None:
+        self.limits = limits
         self.data = data
         self.view = memoryview(data)
         self.offsets: dict[int, int] = {}
@@ -158,13 +172,13 @@ class _Scan:
             filters = [self.get(f) for f in filters]
         else:
             filters = [filters] if filters is not None else []
-        cap = ex.PDF_STREAM_MB << 20
+        cap = self.limits["PDF_STREAM_MB"] << 20
         if not filters:
             length = self.get(stream.meta.get(b"Length"))
             end = stream.start + length if isinstance(length, int) and length >= 0 else self.data.find(
                 b"endstream", stream.start)
             if end < 0 or end - stream.start > cap:
-                raise _Unreadable if end < 0 else ex.over("PDF_STREAM_MB", f"object {stream.num}")
+                raise _Unreadable if end < 0 else Over("PDF_STREAM_MB", f"object {stream.num}")
             yield self.data[stream.start:end]
             return
         if filters != [b"FlateDecode"] and filters != [b"Fl"]:
@@ -186,7 +200,7 @@ class _Scan:
             pending = inflater.unconsumed_tail
             total += len(out)
             if total > cap:
-                raise ex.over("PDF_STREAM_MB", f"object {stream.num}")
+                raise Over("PDF_STREAM_MB", f"object {stream.num}")
             if out:
                 yield out
 
@@ -217,8 +231,8 @@ class _Scan:
             ops += len(_OPERATOR.findall(text))
             if b"Do" in text:
                 draws.update(_DO.findall(text))
-            if ops > ex.PDF_OPERATORS:
-                raise ex.over("PDF_OPERATORS", f"page {self.page}")
+            if ops > self.limits["PDF_OPERATORS"]:
+                raise Over("PDF_OPERATORS", f"page {self.page}")
         if carry:
             ops += len(_OPERATOR.findall(carry))
             draws.update(_DO.findall(carry))
@@ -246,8 +260,8 @@ class _Scan:
                     continue
                 n, draws = self.content(stream)
                 ops += n + self._drawn(draws, resources, [], 1)
-                if ops > ex.PDF_OPERATORS:
-                    raise ex.over("PDF_OPERATORS", f"page {self.page} (each form counted every time it is drawn)")
+                if ops > self.limits["PDF_OPERATORS"]:
+                    raise Over("PDF_OPERATORS", f"page {self.page} (each form counted every time it is drawn)")
         for num, off in list(self.offsets.items()):  # fonts, object streams and the rest PDFium may decode
             at = self.data.find(b"stream", off, off + 4096)
             if at < 0 or self.data.find(b"/Image", off, at) >= 0 or num in self.sizes:
@@ -282,8 +296,8 @@ class _Scan:
                 self._pages(kid, resources, out, seen, depth + 1)
             return
         out.append((node, resources))
-        if len(out) > ex.PDF_PAGES:
-            raise ex.over("PDF_PAGES", "the page tree")
+        if len(out) > self.limits["PDF_PAGES"]:
+            raise Over("PDF_PAGES", "the page tree")
 
     def _drawn(self, draws: Counter[bytes], resources: Any, stack: list[int], depth: int) -> int:
         """Operators of the forms ``draws`` names, through ``resources``, each counted per drawing."""
@@ -298,22 +312,22 @@ class _Scan:
             if not isinstance(ref, Ref):
                 continue
             total += times * self._form(ref[0], resources, stack, depth)
-            if total > ex.PDF_OPERATORS:
-                raise ex.over("PDF_OPERATORS", f"page {self.page} (each form counted every time it is drawn)")
+            if total > self.limits["PDF_OPERATORS"]:
+                raise Over("PDF_OPERATORS", f"page {self.page} (each form counted every time it is drawn)")
         return total
 
     def _form(self, num: int, resources: Any, stack: list[int], depth: int) -> int:
         if num in stack:
             loop = " → ".join(str(n) for n in [*stack[stack.index(num):], num])
-            raise ex.Skipped(f"page {self.page}: form XObjects draw each other (objects {loop}), a loop "
+            raise Refused(f"page {self.page}: form XObjects draw each other (objects {loop}), a loop "
                              "PDFium would expand until memory runs out")
         if num in self.cost:
             return self.cost[num]
         form = self.obj(num)
         if not isinstance(form, Stream) or form.meta.get(b"Subtype") != b"Form":
             return 0
-        if depth > ex.PDF_FORM_DEPTH:
-            raise ex.over("PDF_FORM_DEPTH", f"page {self.page}, object {num}")
+        if depth > self.limits["PDF_FORM_DEPTH"]:
+            raise Over("PDF_FORM_DEPTH", f"page {self.page}, object {num}")
         ops, draws = self.content(form)
         own = form.meta.get(b"Resources")
         cost = ops + self._drawn(draws, own if own is not None else resources, [*stack, num], depth + 1)
