@@ -226,3 +226,14 @@ def test_a_cancelled_statement_stops_and_its_connection_serves_again(kb: Path) -
             assert svc.store.sql("SELECT 2") == [(2,)]
     finally:
         pool.close()
+
+
+@pytest.mark.parametrize("app", ["ctx", "brk"])
+def test_serve_help_names_the_connection_settings(app: str, tmp_path: Path) -> None:
+    import subprocess
+
+    done = subprocess.run(_cli(app, "serve", "--help"), env=server_env(tmp_path), capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    for suffix, default in (("IDLE_TIMEOUT", "5"), ("READ_TIMEOUT", "30"), ("MAX_CONNECTIONS", "1000")):
+        assert f"{app.upper()}_HTTP_{suffix}" in done.stdout and f"default {default}" in done.stdout, done.stdout
