@@ -293,6 +293,11 @@ def add_commands(sub: Any) -> None:
     p = sub.add_parser("serve", help="serve the HTTP API, the web page and MCP at /mcp")
     out_arg(p)
     bind_args(p)
+    import argparse
+
+    from cairn_servers.core.connections import env_help
+
+    p.epilog, p.formatter_class = env_help("BRK"), argparse.RawDescriptionHelpFormatter
     p.set_defaults(func=_cmd_serve)
 
     p = sub.add_parser("run", help="index, then serve while following new blocks")

@@ -43,6 +43,17 @@ SETTINGS = (("IDLE_TIMEOUT", "idle_timeout", "seconds"), ("READ_TIMEOUT", "read_
             ("MAX_CONNECTIONS", "max_connections", "connections"))
 
 
+def env_help(prefix: str) -> str:
+    """The settings as a ``--help`` epilog of ``{prefix} serve`` (``prefix`` is ``CTX`` or ``BRK``)."""
+    what = {"idle_timeout": "seconds a connection may stay silent",
+            "read_timeout": "seconds for a request's headers, then its body (else 408)",
+            "max_connections": "open connections at once (idle ones make room, else 503)"}
+    lines = ["HTTP connections (environment):"]
+    for suffix, field, _unit in SETTINGS:
+        lines.append(f"  {prefix}_HTTP_{suffix:<16} {what[field]}; default {getattr(Limits, field):g}")
+    return "\n".join(lines)
+
+
 def limits_from_env(prefix: str, environ: dict[str, str] | None = None) -> Limits:
     """The limits ``{PREFIX}_HTTP_IDLE_TIMEOUT``, ``{PREFIX}_HTTP_READ_TIMEOUT`` and
     ``{PREFIX}_HTTP_MAX_CONNECTIONS`` set (``prefix`` is ``CTX`` or ``BRK``), the defaults for the others."""

@@ -79,6 +79,17 @@ class Timeout(CairnError):
     jsonrpc_code = -32603
 
 
+class Cancelled(CairnError):
+    """The caller gave up on the work (its client disconnected or sent notifications/cancelled).
+
+    Nobody reads the answer: MCP sends no response for a cancelled request, and an HTTP client that
+    went away gets none. 499 is the status web servers log for "client closed the request"."""
+
+    code = "cancelled"
+    http_status = 499
+    jsonrpc_code = -32800  # RequestCancelled, as in LSP
+
+
 class StorageError(CairnError):
     """On-disk state is missing, corrupt, or could not be written."""
 

@@ -117,6 +117,9 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
                        help="allow a non-loopback bind address (requires [server] auth_token or $CTX_AUTH_TOKEN)")
         p.add_argument("--log-level", metavar="LEVEL",
                        help="diagnostics on stderr: error, warn (default), info, debug, off (or $CTX_LOG)")
+        from cairn_servers.core.connections import env_help
+
+        p.epilog, p.formatter_class = env_help("CTX"), argparse.RawDescriptionHelpFormatter
 
     if "config" in wanted:
         p = sub.add_parser("config", parents=[common], help="show the configuration in force (secrets masked)")

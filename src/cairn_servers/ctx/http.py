@@ -4,7 +4,7 @@ Routes are thin: read the JSON body (capped, content type checked), call the too
 against the same declarations MCP uses), and answer JSON. Every failure, routing ones included, is one
 envelope ``{"error": {"code", "message"}}`` (``cairn_servers.core.errors.envelope``) with the status of the error's class (400 validation, 401
 auth, 403 a request from a web page of another site or for another host (without a token), 404 unknown tool/document/route, 405, 408 Lua timeout, 413 body too large, 415 content type,
-499 Lua call cancelled by a client that disconnected (nobody reads it),
+499 a call cancelled by a client that disconnected (nobody reads it),
 500 internal). Unexpected exceptions are logged to stderr with their traceback; the client only
 learns their type. Tool calls run on worker threads, never on the event loop (built-in tools on
 ``TOOL_THREADS`` threads of their own, Lua tools and agents on the shared pool), each call on a service
@@ -141,10 +141,10 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
         params = await read_json(request)
         op = box.op(name)  # 404 before any work
         if not op.extra.get("lua"):
-            # In the thread pool, never on the event loop: a search's time depends on its terms and the
+            # On the tool threads, never on the event loop: a search's time depends on its terms and the
             # backend (a PostgreSQL round trip), and /health and every other request must not wait for it.
-            # Bounded work (a query has at most MAX_TERMS terms, ranking a budget of chunks): it finishes.
-            return await off_loop(box.call, name, params)
+            # A client that disconnects stops it: its statement is interrupted (SQLite) or cancelled (PostgreSQL).
+            return await run_cancellable(request, lambda cancelled: box.call(name, params, cancelled), tool_threads)
         return await run_while_connected(request, name, params)
 
     # Built-in tools run on a few threads of their own: a few threads contend less for the GIL and reuse the
@@ -160,17 +160,22 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
         (its worker killed, ``Cancelled``: 499, which nobody reads) instead of running to its timeout."""
         return await run_cancellable(request, lambda cancelled: box.call(name, params, cancelled))
 
-    async def run_cancellable(request: "Request", work_fn: Callable[[Callable[[], bool]], Any]) -> Any:
-        """``work_fn(cancelled)`` in the thread pool, ``cancelled()`` turning true once the client is gone."""
+    async def run_cancellable(request: "Request", work_fn: Callable[[Callable[[], bool]], Any],
+                              threads: ThreadPoolExecutor | None = None) -> Any:
+        """``work_fn(cancelled)`` in ``threads`` (default: the shared thread pool), ``cancelled()`` turning
+        true once the client is gone."""
         gone = threading.Event()
-        work = asyncio.ensure_future(run_in_threadpool(work_fn, gone.is_set))
+        if threads is None:
+            work = asyncio.ensure_future(run_in_threadpool(work_fn, gone.is_set))
+        else:
+            work = asyncio.ensure_future(asyncio.get_running_loop().run_in_executor(threads, work_fn, gone.is_set))
         watch = asyncio.ensure_future(disconnected(request))
         try:
             await asyncio.wait((work, watch), return_when=asyncio.FIRST_COMPLETED)
         finally:
             watch.cancel()
         gone.set()  # also when the work finished first: the flag is only read while it runs
-        return await work  # a built-in tool finishes its (bounded) work; a Lua tool stops within 50 ms
+        return await work  # a built-in tool's statement and a Lua tool stop within about 50 ms
 
     def route(op: "Op") -> Route:
         """The operation's own route (``POST /tools/search``, ``GET /tools/sources``, a Lua tool's

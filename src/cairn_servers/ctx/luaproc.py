@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from cairn_servers.core.errors import ALL_ERRORS, CairnError, ExtensionError, Timeout
+from cairn_servers.core.errors import Cancelled as Cancelled  # the caller gave up: kept importable from here
 
 GRACE = 1.0  # seconds a job may run past its timeout before its worker is killed
 CANCEL_POLL = 0.05  # seconds between checks, while a job runs, that its caller has not gone away
@@ -55,17 +56,6 @@ JOB_RUNNER = "cairn_servers.ctx.scripts:run_job"
 
 Callback = Callable[[str, list[Any]], Any]
 CancelCheck = Callable[[], bool]
-
-
-class Cancelled(CairnError):
-    """The caller gave up on a Lua call (its client disconnected or sent notifications/cancelled).
-
-    Nobody reads the answer: MCP sends no response for a cancelled request, and an HTTP client that
-    went away gets none. 499 is the status web servers log for "client closed the request"."""
-
-    code = "cancelled"
-    http_status = 499
-    jsonrpc_code = -32800  # RequestCancelled, as in LSP
 
 
 class _WorkerGone(Exception):

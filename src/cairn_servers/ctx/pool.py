@@ -28,7 +28,8 @@ class ServicePool:
     Threads come and go (an idle worker thread of the HTTP server is replaced after 10 s), connections do
     not: the process never holds more than ``[db] pool_size`` of them, however many threads ran. A
     request finding them all busy waits up to :data:`POOL_WAIT` s (never past its own deadline, see
-    :mod:`cairn_servers.core.deadline`), then fails with a storage error that names the setting."""
+    :mod:`cairn_servers.core.deadline`), then fails with a storage error that names the setting. A service
+    whose work was cancelled (its caller gave up mid-statement) is closed, not given back."""
 
     def __init__(self, config: "Config", size: int | None = None, *, wait: float = POOL_WAIT) -> None:
         self.config = config
@@ -62,15 +63,26 @@ class ServicePool:
 
                     svc = Service(self.config)
                     self._all.append(svc)
+            stopped = False
             try:
                 yield svc
+            except BaseException:
+                # Its caller gave up mid-work (a cancelled statement): a fresh connection serves the next
+                # lease rather than one whose session may still see that cancellation.
+                stopped = deadline.cancelled()
+                raise
             finally:
                 with self._lock:
-                    keep = not self._closed
+                    keep = not self._closed and not stopped
                     if keep:
                         self._idle.append(svc)
-                if not keep:  # the pool was closed meanwhile: this one was left open for us
-                    svc.close()
+                    elif stopped:
+                        self._all.remove(svc)
+                if not keep:  # the pool was closed meanwhile (this one was left open for us), or it was cancelled
+                    try:
+                        svc.close()
+                    except Exception:
+                        pass
         finally:
             self._slots.release()
 

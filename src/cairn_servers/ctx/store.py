@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, ContextManager, Protocol
 
 from cairn_servers.core import deadline
-from cairn_servers.core.errors import StorageError, Timeout
+from cairn_servers.core.errors import Cancelled, StorageError, Timeout
 from cairn_servers.ctx.chunk import Chunk
 
 # Versioned schema migrations, applied in order at open (and by `ctx migrate`); ``meta.schema_version``
@@ -268,7 +268,8 @@ class SqliteStore:
             self.db.execute("PRAGMA synchronous = NORMAL")
             self.db.execute("PRAGMA foreign_keys = ON")
             self.db.execute("PRAGMA cache_size = -65536")
-            # A statement past its thread's deadline (a Lua tool's context.search) stops: "interrupted".
+            # A statement past its thread's deadline (a Lua tool's context.search) or whose caller gave up
+            # (its client disconnected) stops: "interrupted".
             self.db.set_progress_handler(deadline.passed, PROGRESS_EVERY)
             self.migrated_from = self.migrate() if migrate else self._version()
         except sqlite3.DatabaseError as exc:
@@ -663,7 +664,8 @@ class SqliteStore:
                     return None  # one statement on the store's connection answers
                 self._helper = helper
             version = self.db.execute("PRAGMA data_version").fetchone()
-            theirs = _split_pool().submit(_under, deadline.at(), _timed_fetch, helper, sql, (*args, 1, k))
+            theirs = _split_pool().submit(_under, deadline.at(), deadline.cancel_check(), _timed_fetch, helper, sql,
+                                            (*args, 1, k))
             try:
                 mine = _timed_fetch(self.db, sql, (*args, 0, k))
             finally:
@@ -672,6 +674,8 @@ class SqliteStore:
                 other = theirs.result()
             except Timeout:  # the helper's half passed this thread's deadline: this thread's own error
                 raise deadline.expired() from None
+            except Cancelled:  # its caller gave up: this thread's too
+                raise Cancelled("The search was cancelled: its client went away or cancelled it.") from None
             except sqlite3.Error:
                 return None  # the helper could not read (busy, I/O): one statement answers, or fails as before
             _split_state["splits"] += 1
@@ -798,12 +802,14 @@ def _timed_fetch(db: sqlite3.Connection, sql: str, params: tuple[Any, ...]) -> t
     return rows, time.perf_counter() - wall, time.thread_time() - cpu
 
 
-def _under(until: float | None, fn: Any, *args: Any) -> Any:
-    """``fn(*args)`` in the helper thread under ``until``, the deadline of the thread that asked (or none)."""
-    if until is None:
-        return fn(*args)
-    with deadline.bounded(until, "The search"):
-        return fn(*args)
+def _under(until: float | None, cancel: deadline.CancelCheck | None, fn: Any, *args: Any) -> Any:
+    """``fn(*args)`` in the helper thread under ``until``, the deadline of the thread that asked (or none),
+    and its cancel check (its caller gave up: the helper's statement stops too)."""
+    with deadline.cancellable(cancel):
+        if until is None:
+            return fn(*args)
+        with deadline.bounded(until, "The search"):
+            return fn(*args)
 
 
 def _starved(wall: float, cpu: float) -> bool:

@@ -759,9 +759,18 @@ class _Guarded:
 
         try:
             self.store._bound_statement(self.conn)
-            return self.conn.execute(query, params, prepare=prepare)
+            # A caller that gives up (its client disconnected) cancels the statement on the server.
+            with deadline.on_cancel(self._cancel):
+                return self.conn.execute(query, params, prepare=prepare)
         except psycopg.Error as exc:
             raise self.store._error(exc) from None
+
+    def _cancel(self) -> None:
+        """Ask the server to cancel this connection's running statement (from the watcher thread)."""
+        try:
+            self.conn.cancel_safe(timeout=5.0)
+        except Exception:
+            pass  # the statement ends on its own; its connection is not reused (see ServicePool.lease)
 
     def cursor(self) -> Any:
         return self.conn.cursor()

@@ -94,12 +94,18 @@ class Toolbox:
 
     def run(self, name: str, params: Any, cancelled: "CancelCheck | None" = None, surface: str = "mcp") -> Any:
         """Validate ``params`` (wire names, JSON values) and run the operation on this thread's service;
-        its data as the service returns it (the CLI renders that). A Lua tool stops
-        (``luaproc.Cancelled``) once ``cancelled()`` is true: its caller's client went away or cancelled."""
+        its data as the service returns it (the CLI renders that). The work stops (``Cancelled``) once
+        ``cancelled()`` is true: its caller's client went away or cancelled (a Lua tool: its worker killed;
+        a built-in tool: its running statement stopped)."""
+        from cairn_servers.core import deadline
+
         op = self.op(name)
         if op.extra.get("lua"):  # a connection per context.* call, none while the script computes
-            return op.call(self.knowledge, params, surface, cancelled=cancelled)
-        with self.services.lease() as svc:
+            with deadline.cancellable(cancelled):  # its context.* callbacks' statements stop too
+                return op.call(self.knowledge, params, surface, cancelled=cancelled)
+        # A built-in tool's statements stop too once its caller gives up (SQLite: the progress handler;
+        # PostgreSQL: the running statement cancelled on the server): Cancelled.
+        with deadline.cancellable(cancelled), self.services.lease() as svc:
             return op.call(svc, params, surface)
 
     def call(self, name: str, params: Any, cancelled: "CancelCheck | None" = None) -> Any:
