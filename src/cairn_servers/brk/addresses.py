@@ -35,6 +35,7 @@ from pathlib import Path
 from struct import Struct
 from typing import TYPE_CHECKING, Any
 
+from cairn_servers.brk.gather import gather, read_rows, scatter
 from cairn_servers.brk.reader import StoreReader
 from cairn_servers.brk.vecs import VecSpec, VecStore
 from cairn_servers.core.errors import CairnError, StorageError
@@ -208,7 +209,7 @@ class _Seen:
     never a wrong id. Past ``SEEN_MAX`` addresses the filter is dropped (the index's own bloom filters
     do the work)."""
 
-    def __init__(self, path: Path, keyhash: np.ndarray, count: int) -> None:
+    def __init__(self, path: Path, keyhash: Path, count: int) -> None:
         import numpy as np
 
         self.path = path
@@ -223,8 +224,8 @@ class _Seen:
                         self.bits[:] = 0
         except FileNotFoundError:
             pass
-        for lo in range(covered, count, 1 << 22):  # bounded reads
-            self.add(np.asarray(keyhash[lo:min(count, lo + (1 << 22))]))
+        for lo in range(covered, count, 1 << 22):  # bounded reads (of ``addressindex_to_keyhash``)
+            self.add(read_rows(keyhash, "<u8", lo, min(count, lo + (1 << 22))))
         self.covered = count
 
     @staticmethod
@@ -321,16 +322,7 @@ class _AddressPass:
         if f_in.shape[0] == n:
             f_in = np.concatenate((f_in, [self.raw.length("inputindex_to_outputindex")]))
         self.first_in = f_in
-        n_out = int(f_out[-1])
-        self.value = self._map("outputindex_to_value", "<u8", n_out)
-        self.type = self._map("outputindex_to_type", "u1", n_out)
-
-    def _map(self, name: str, dtype: str, n: int) -> np.ndarray:
-        import numpy as np
-
-        if n == 0:
-            return np.zeros(0, dtype=dtype)
-        return np.memmap(self.out / "vecs" / f"{name}.bin", dtype=dtype, mode="r", shape=(n,))
+        self.n_out = int(f_out[-1])
 
     @property
     def db(self) -> Any:
@@ -356,17 +348,19 @@ class _AddressPass:
         self.raw.close()
 
     # -- balances and undo ------------------------------------------------------------------------
-    def _balances(self, n: int) -> np.ndarray:
-        import numpy as np
+    @property
+    def _balance_path(self) -> Path:
+        return self.root / "balance.bin"
 
-        path = self.root / "balance.bin"
-        with open(path, "ab") as fh:
+    def _grow_balances(self, n: int) -> int:
+        """Make ``balance.bin`` hold at least ``n`` balances (new ones 0); returns the rows it holds."""
+        with open(self._balance_path, "ab") as fh:
             if fh.tell() < 8 * n:
                 fh.truncate(8 * n)
-        return np.memmap(path, dtype="<u8", mode="r+", shape=(max(n, 1),))
+            return max(fh.tell(), 8 * n) // 8
 
-    def _sync_balances(self, bal: np.ndarray) -> None:
-        bal.flush()  # type: ignore[attr-defined]
+    def _sync_balances(self) -> None:
+        """Balances written through short-lived maps are in the page cache: make them durable."""
         if self.durable:
             fd = os.open(self.root / "balance.bin", os.O_RDONLY)
             try:
@@ -398,10 +392,9 @@ class _AddressPass:
             if late.size:
                 # Rows are sorted by address, then height: the first of each address is its oldest.
                 ids, first = np.unique(late[:, 1], return_index=True)
-                bal = self._balances(int(ids.max()) + 1)
-                bal[ids.astype(np.int64)] = late[first, 2]
-                self._sync_balances(bal)
-                del bal
+                n = self._grow_balances(int(ids.max()) + 1)
+                scatter(self._balance_path, "<u8", n, ids.astype(np.int64), late[first, 2])
+                self._sync_balances()
             if a < height:  # keep the rows of the heights that stay
                 self._save_undo(a, height, rows[rows[:, 0] < height])
             path.unlink()
@@ -459,7 +452,7 @@ class _AddressPass:
         done = 0
         count = s.lengths["addressindex_to_keyhash"]
         if start < self.n and count <= SEEN_MAX:
-            self._seen = _Seen(self.root / "seen.bin", s.read("addressindex_to_keyhash"), count)
+            self._seen = _Seen(self.root / "seen.bin", s.path("addressindex_to_keyhash"), count)
         while start < self.n:
             rows = self.first_out[:-1] + self.first_in[:-1]
             limit = int(np.searchsorted(rows, int(rows[start]) + CHUNK_ROWS, "right"))
@@ -546,8 +539,8 @@ class _AddressPass:
         s = self.store
         nb = b - a
         o0, o1 = int(self.first_out[a]), int(self.first_out[b])
-        types = np.asarray(self.type[o0:o1]).astype(np.int64)
-        values = np.asarray(self.value[o0:o1]).astype(np.int64)
+        types = self.raw.read("outputindex_to_type", o0, o1).astype(np.int64)
+        values = self.raw.read("outputindex_to_value", o0, o1).astype(np.int64)
         count0 = s.lengths["addressindex_to_keyhash"]
         out_addr, new, new_hashes, new_codes = self._resolve(a, b, types, count0)
         nxt = count0 + new_hashes.shape[0]
@@ -561,11 +554,12 @@ class _AddressPass:
         in_blk = in_blk[real]
         s_addr = np.full(so.shape[0], -1, dtype=np.int64)
         old = so < o0
-        if old.any():
-            got = np.asarray(s.read("outputindex_to_addressindex")[so[old]]).astype(np.int64)
+        if old.any():  # random rows of the whole chain: short-lived maps (bounded resident size)
+            got = gather(s.path("outputindex_to_addressindex"), "<u4", s.lengths["outputindex_to_addressindex"],
+                         so[old]).astype(np.int64)
             s_addr[old] = np.where(got == NONE, -1, got)
         s_addr[~old] = out_addr[so[~old] - o0]
-        s_val = np.asarray(self.value[so]).astype(np.int64)
+        s_val = gather(self.out / "vecs" / "outputindex_to_value.bin", "<u8", self.n_out, so).astype(np.int64)
         # (address, block) pairs with their net change, sorted by address then block.
         has_o = out_addr >= 0
         has_s = s_addr >= 0
@@ -580,10 +574,10 @@ class _AddressPass:
         first_of[1:] = u_addr[1:] != u_addr[:-1]
         starts = np.flatnonzero(first_of)
         existing = u_addr[starts] < count0
-        bal = self._balances(max(nxt, 1))
+        bal_n = self._grow_balances(max(nxt, 1))
         sb = np.zeros(starts.shape[0], dtype=np.int64)
         if existing.any():
-            sb[existing] = np.asarray(bal[u_addr[starts][existing]]).astype(np.int64)
+            sb[existing] = gather(self._balance_path, "<u8", bal_n, u_addr[starts][existing]).astype(np.int64)
         # Segmented running sum: balance after each (address, block).
         cs = np.cumsum(delta)
         seg = np.cumsum(first_of) - 1  # each row's address run
@@ -597,9 +591,8 @@ class _AddressPass:
         undo = undo.T
         self._save_undo(a, b, undo)
         last = np.append(starts[1:] - 1, ukey.shape[0] - 1)
-        bal[u_addr[last]] = after[last].astype(np.uint64)
-        self._sync_balances(bal)
-        del bal
+        scatter(self._balance_path, "<u8", bal_n, u_addr[last], after[last].astype(np.uint64))
+        self._sync_balances()
         if new:
             from collections import deque
 
@@ -621,7 +614,7 @@ class _AddressPass:
         codes = np.zeros(ukey.shape[0], dtype=np.int64)
         is_old = u_addr < count0
         if is_old.any():
-            codes[is_old] = np.asarray(s.read("addressindex_to_type")[u_addr[is_old]]).astype(np.int64)
+            codes[is_old] = gather(s.path("addressindex_to_type"), "u1", count0, u_addr[is_old]).astype(np.int64)
         codes[~is_old] = new_codes[u_addr[~is_old] - count0]  # new ids are count0, count0 + 1, ...
         t_of = code_to_idx[codes]
         nt = len(ADDRESS_TYPES)
@@ -712,7 +705,7 @@ class _AddressPass:
         if k != types.shape[0]:
             raise StorageError(f"heights {a}..{b - 1}: the blocks hold other outputs than the vecs")
         out_addr = np.full(types.shape[0], -1, dtype=np.int64)
-        stored_hash = self.store.read("addressindex_to_keyhash")
+        stored_hash = self.store.path("addressindex_to_keyhash")
         groups = []  # per type: unique keys (key order), their rows, first output, inverse, look-ups
         for code in ADDRESS_TYPES:  # type codes ascending, rows sorted: the engine's key order
             if not rows[code]:
@@ -737,7 +730,7 @@ class _AddressPass:
                 elif ask.shape[0]:
                     found[ask] = self._lookup([keys[i] for i in ask.tolist()])
             ok = (found >= 0) & (found < count0)
-            ok[ok] = stored_hash[found[ok]] == hashes[ok]
+            ok[ok] = gather(stored_hash, "<u8", count0, found[ok]) == hashes[ok]
             groups.append((code, keys, kmat, hashes, pos[first], inverse, pos, found, ok))
         # New addresses: ids in order of first appearance in the chunk (first outputs are distinct).
         new_first = np.concatenate([g[4][~g[8]] for g in groups]) if groups else np.zeros(0, np.int64)

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cairn_servers.brk.faults import fault as _fault
+from cairn_servers.brk.gather import gather
 from cairn_servers.brk.layout import OUTPUT_TYPES, computed_dir
 from cairn_servers.brk.reader import StoreReader
 from cairn_servers.brk.vecs import VecSpec, VecStore
@@ -144,17 +145,8 @@ class _Chain:
 
         self.first_out = bounds("height_to_first_outputindex", "outputindex_to_value")
         self.first_in = bounds("height_to_first_inputindex", "inputindex_to_outputindex")
-        n_out = int(self.first_out[-1])
-        self._value = self._map(out, "outputindex_to_value", "<u8", n_out)
-        self._type = self._map(out, "outputindex_to_type", "u1", n_out)
-
-    @staticmethod
-    def _map(out: Path, name: str, dtype: str, n: int) -> np.ndarray:
-        import numpy as np
-
-        if n == 0:
-            return np.zeros(0, dtype=dtype)
-        return np.memmap(out / "vecs" / f"{name}.bin", dtype=dtype, mode="r", shape=(n,))
+        self.n_out = int(self.first_out[-1])
+        self._vecs = out / "vecs"
 
     def hashes(self, a: int, b: int) -> np.ndarray:
         return self.raw.read("height_to_blockhash", a, b)
@@ -172,7 +164,8 @@ class _Chain:
 
         o0, o1 = int(self.first_out[a]), int(self.first_out[b])
         block = np.repeat(np.arange(b - a), np.diff(self.first_out[a:b + 1]))
-        return block, np.asarray(self._value[o0:o1]), np.asarray(self._type[o0:o1]).astype(np.int64)
+        return (block, self.raw.read("outputindex_to_value", o0, o1),
+                self.raw.read("outputindex_to_type", o0, o1).astype(np.int64))
 
     def spent(self, a: int, b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Spent outputs of heights [a, b): spending block (0-based), value, type, creating height."""
@@ -184,7 +177,10 @@ class _Chain:
         real = spent != np.uint64(NO_OUTPUT)
         outs = spent[real].astype(np.int64)  # kept in the inputs' order: per-block sums are deterministic
         created = np.searchsorted(self.first_out, outs, "right") - 1
-        return block[real], np.asarray(self._value[outs]), np.asarray(self._type[outs]).astype(np.int64), created
+        # Random rows of the whole chain's outputs: short-lived maps (the resident size stays bounded).
+        value = gather(self._vecs / "outputindex_to_value.bin", "<u8", self.n_out, outs)
+        kind = gather(self._vecs / "outputindex_to_type.bin", "u1", self.n_out, outs).astype(np.int64)
+        return block[real], value, kind, created
 
     def close(self) -> None:
         self.raw.close()
