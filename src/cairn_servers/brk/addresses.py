@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from struct import Struct
 from typing import TYPE_CHECKING, Any
@@ -270,7 +270,8 @@ class _Seen:
                                "and this look-up filter is rebuilt from it.") from exc
 
 
-def update(out: Path, *, durable: bool = True, blocks_dir: Path | None = None) -> dict[str, Any] | None:
+def update(out: Path, *, durable: bool = True, blocks_dir: Path | None = None,
+           progress: Callable[..., None] | None = None) -> dict[str, Any] | None:
     """Bring ``OUT/addresses`` up to the raw tip (None when no blocks directory is known)."""
     root = addresses_dir(out)
     remembered = root / "blocks_dir"
@@ -284,7 +285,7 @@ def update(out: Path, *, durable: bool = True, blocks_dir: Path | None = None) -
         return None
     p = _AddressPass(out, blocks_dir, durable)
     try:
-        return p.run()
+        return p.run(progress)
     except CairnError as exc:
         print(f"brk: address counts not updated: {exc.message}", file=sys.stderr)
         return None
@@ -416,8 +417,10 @@ class _AddressPass:
         self.store.truncate({name: 0 for name in self.store.lengths}, meta)
 
     # -- the run --------------------------------------------------------------------------------
-    def run(self) -> dict[str, Any]:
+    def run(self, progress: Callable[..., None] | None = None) -> dict[str, Any]:
         import numpy as np
+
+        from cairn_servers.brk.progress import Stage
 
         s = self.store
         meta = dict(s.meta)
@@ -453,11 +456,13 @@ class _AddressPass:
         count = s.lengths["addressindex_to_keyhash"]
         if start < self.n and count <= SEEN_MAX:
             self._seen = _Seen(self.root / "seen.bin", s.path("addressindex_to_keyhash"), count)
+        stage = Stage(progress, "addresses", self.raw, start, self.n)
         while start < self.n:
             rows = self.first_out[:-1] + self.first_in[:-1]
             limit = int(np.searchsorted(rows, int(rows[start]) + CHUNK_ROWS, "right"))
             stop = max(start + 1, min(self.n, limit))
             self._chunk(start, stop, meta)
+            stage.done(stop)
             done += stop - start
             start = stop
             if self._seen is not None and self._seen.covered > SEEN_MAX:

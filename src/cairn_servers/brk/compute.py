@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -78,23 +78,27 @@ def locked(root: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def compute(out: Path, *, durable: bool = True, blocks_dir: Path | None = None) -> dict[str, Any]:
+def compute(out: Path, *, durable: bool = True, blocks_dir: Path | None = None,
+            progress: Callable[..., None] | None = None) -> dict[str, Any]:
     """Bring ``OUT/computed`` up to the raw store's committed tip; returns a summary.
 
     Then the on-chain analytics passes: ``cairn_servers.brk.utxo`` (the UTXO set, coin age, realized value;
     from the vecs) and ``cairn_servers.brk.addresses`` (which re-reads the blocks: ``blocks_dir``, else the
-    one remembered from an earlier run; without either the address counts wait)."""
+    one remembered from an earlier run; without either the address counts wait). ``progress`` (a
+    ``cairn_servers.brk.progress.Progress``) hears a ``stage`` event as each pass with work begins and a
+    ``commit`` after each of its chunks."""
     with locked(computed_dir(out)):
-        summary = _Computer(out, durable=durable).run()
+        summary = _Computer(out, durable=durable, progress=progress).run()
         from cairn_servers.brk import addresses, utxo
 
-        utxo.update(out, durable=durable)
-        addresses.update(out, durable=durable, blocks_dir=blocks_dir)
+        utxo.update(out, durable=durable, progress=progress)
+        addresses.update(out, durable=durable, blocks_dir=blocks_dir, progress=progress)
         return summary
 
 
 class _Computer:
-    def __init__(self, out: Path, *, durable: bool) -> None:
+    def __init__(self, out: Path, *, durable: bool, progress: Callable[..., None] | None = None) -> None:
+        self.progress = progress
         self.raw = StoreReader(out)
         self.raw.refresh()
         self.store = VecStore(computed_dir(out), specs(), durable=durable, independent=True)
@@ -124,6 +128,9 @@ class _Computer:
         start = min(s.lengths.values())
         computed = 0
         first_out = raw.read("height_to_first_outputindex", 0, n)
+        from cairn_servers.brk.progress import Stage
+
+        stage = Stage(self.progress, "computed", raw, start, n)
         while start < n:
             limit = int(np.searchsorted(first_out, int(first_out[start]) + CHUNK_OUTPUTS, "right"))
             stop = max(start + 1, min(n, limit))
@@ -137,6 +144,7 @@ class _Computer:
             meta["height"] = stop - 1
             meta["tip"] = bytes(cols["blockhash"][-1][::-1]).hex()
             s.commit(meta)
+            stage.done(stop)
             start = stop
         if computed == 0 and s.meta != meta:
             s.commit(meta)

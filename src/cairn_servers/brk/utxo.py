@@ -39,12 +39,14 @@ recomputed.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cairn_servers.brk.faults import fault as _fault
 from cairn_servers.brk.gather import gather
 from cairn_servers.brk.layout import OUTPUT_TYPES, computed_dir
+from cairn_servers.brk.progress import Stage
 from cairn_servers.brk.reader import StoreReader
 from cairn_servers.brk.vecs import VecSpec, VecStore
 from cairn_servers.core.files import replace_file
@@ -105,17 +107,17 @@ def realized_dir(out: Path) -> Path:
     return out / "realized"
 
 
-def update(out: Path, *, durable: bool = True) -> dict[str, Any]:
+def update(out: Path, *, durable: bool = True, progress: Callable[..., None] | None = None) -> dict[str, Any]:
     """Bring ``OUT/utxo`` (and, with prices, ``OUT/realized``) up to the computed tip.
 
     The caller holds the computer's lock (``compute`` does)."""
     chain = _Chain(out)
     try:
-        summary = {"utxo": _UtxoPass(out, chain, durable).run()}
+        summary = {"utxo": _UtxoPass(out, chain, durable).run(progress)}
         prices = StoreReader(out / "prices")
         prices.refresh()
         if prices.exists and prices.length("dateindex_to_close") > 0:
-            summary["realized"] = _RealizedPass(out, chain, prices, durable).run()
+            summary["realized"] = _RealizedPass(out, chain, prices, durable).run(progress)
         prices.close()
         return summary
     finally:
@@ -258,7 +260,7 @@ class _UtxoPass:
             if h not in keep:
                 self._checkpoint(h).unlink(missing_ok=True)
 
-    def run(self) -> dict[str, Any]:
+    def run(self, progress: Callable[..., None] | None = None) -> dict[str, Any]:
         s = self.store
         chain = self.chain
         meta = dict(s.meta)
@@ -286,9 +288,11 @@ class _UtxoPass:
                 self._checkpoint(h).unlink(missing_ok=True)
         start = have
         done = 0
+        stage = Stage(progress, "utxo", chain.raw, start, chain.n)
         while start < chain.n:
             stop = chain.chunk_end(start)
             self._chunk(start, stop, meta)
+            stage.done(stop)
             done += stop - start
             start = stop
         return {"height": s.lengths["height_to_blockhash"] - 1, "computed_heights": done, "restarted_from": rolled}
@@ -553,7 +557,7 @@ class _RealizedPass:
                 self._add(day[cut[g]:cut[g + 1]], val[cut[g]:cut[g + 1]])
         return cols
 
-    def run(self) -> dict[str, Any]:
+    def run(self, progress: Callable[..., None] | None = None) -> dict[str, Any]:
         import numpy as np
 
         s = self.store
@@ -579,6 +583,7 @@ class _RealizedPass:
         start = s.lengths["height_to_blockhash"]
         self._load_state(start)
         done = 0
+        stage = Stage(progress, "realized", chain.raw, start, chain.n)
         while start < chain.n:
             stop = chain.chunk_end(start)
             self._chunk(start, stop)
@@ -591,6 +596,7 @@ class _RealizedPass:
             for h in have_states:
                 if h not in keep:
                     self._state_path(h).unlink(missing_ok=True)
+            stage.done(stop)
             done += stop - start
             start = stop
         if s.pending_length("dateindex_to_close") != s.lengths["dateindex_to_close"]:
