@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 TYPE_COUNTS = tuple(f"{t}_count" for t in OUTPUT_TYPES)
 HASH_RATE_WINDOW = 144  # blocks in the trailing window of hash_rate
-CHUNK_OUTPUTS = 8_000_000  # bound on outputs read per chunk (memory)
+CHUNK_OUTPUTS = 1_000_000  # bound on outputs read per chunk (memory: about 60 bytes an output)
 TWO_32 = float(1 << 32)
 
 # name -> (dtype, version). Every vec is keyed by height.
@@ -87,6 +87,9 @@ def compute(out: Path, *, durable: bool = True, blocks_dir: Path | None = None,
     one remembered from an earlier run; without either the address counts wait). ``progress`` (a
     ``cairn_servers.brk.progress.Progress``) hears a ``stage`` event as each pass with work begins and a
     ``commit`` after each of its chunks."""
+    from cairn_servers.core.heap import return_large_buffers
+
+    return_large_buffers()  # chunk columns of tens of MB: from mmap, not a heap that fragments and creeps up
     with locked(computed_dir(out)):
         summary = _Computer(out, durable=durable, progress=progress).run()
         from cairn_servers.brk import addresses, utxo
