@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cairn_servers.brk.faults import fault as _fault
-from cairn_servers.brk.gather import gather
+from cairn_servers.brk.gather import Rows
 from cairn_servers.brk.layout import OUTPUT_TYPES, computed_dir
 from cairn_servers.brk.progress import Stage
 from cairn_servers.brk.reader import StoreReader
@@ -180,8 +180,9 @@ class _Chain:
         outs = spent[real].astype(np.int64)  # kept in the inputs' order: per-block sums are deterministic
         created = np.searchsorted(self.first_out, outs, "right") - 1
         # Random rows of the whole chain's outputs: short-lived maps (the resident size stays bounded).
-        value = gather(self._vecs / "outputindex_to_value.bin", "<u8", self.n_out, outs)
-        kind = gather(self._vecs / "outputindex_to_type.bin", "u1", self.n_out, outs).astype(np.int64)
+        rows = Rows(outs)
+        value = rows.take(self._vecs / "outputindex_to_value.bin", "<u8", self.n_out)
+        kind = rows.take(self._vecs / "outputindex_to_type.bin", "u1", self.n_out).astype(np.int64)
         return block[real], value, kind, created
 
     def close(self) -> None:
