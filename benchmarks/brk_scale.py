@@ -71,15 +71,24 @@ def brk(*args: str, timeout: float | None = None) -> dict[str, Any]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO / "src") + os.pathsep + env.get("PYTHONPATH", "")
     load0 = _load()
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+    with tempfile.TemporaryFile("w+") as out, tempfile.NamedTemporaryFile("w+") as err, \
+            open(err.name) as err_reader:  # its own offset: follows the stage lines while the child writes
         t0 = time.perf_counter()
         proc = subprocess.Popen([sys.executable, "-m", "cairn_servers.brk.cli", *args, "--format", "json"],
                                 stdout=out, stderr=err, env=env)
+        stage, partial = "index", ""
+        stage_rss_kb: dict[str, int] = {}  # the main process's resident size, at its largest in each stage
         hwm_kb = 0
         child_kb: dict[int, int] = {}  # the parsing process(es) brk index starts
         main_cpu = 0.0
         child_cpu: dict[int, float] = {}
         while True:
+            partial += err_reader.read()
+            *lines, partial = partial.split("\n")
+            for line in lines:
+                if line.startswith("{") and '"event": "stage"' in line:
+                    stage = str(json.loads(line).get("stage", stage))
+            stage_rss_kb[stage] = max(stage_rss_kb.get(stage, 0), memory_kib(proc.pid, "VmRSS"))
             hwm_kb = max(hwm_kb, memory_kib(proc.pid, "VmHWM"))
             main_cpu = max(main_cpu, _cpu_s(proc.pid))
             for cpid in _children(proc.pid):
@@ -111,7 +120,8 @@ def brk(*args: str, timeout: float | None = None) -> dict[str, Any]:
             "total_peak_rss_mb": round((hwm_kb + max(child_kb.values(), default=0)) / 1024, 1),
             "user_s": round(usage.ru_utime, 2), "sys_s": round(usage.ru_stime, 2), "load_before": load0,
             "load_after": _load(), "result": result, "stderr_tail": tail if code else "",
-            "stages": _stages(err_text)}
+            "stages": _stages(err_text),
+            "stage_peak_rss_mb": {name: round(kb / 1024, 1) for name, kb in stage_rss_kb.items()}}
 
 
 def _stages(stderr: str) -> dict[str, float]:
@@ -204,7 +214,8 @@ def main() -> None:
                 "target_transactions": n_tx, "transactions": info["transactions"], "blocks": info["blocks"],
                 "txs_per_block": k, "block_data_bytes": data_bytes, "chain": info,
                 "computed": not args.no_compute,
-                "index": {"wall_s": first["wall_s"], "stages_s": first["stages"], "mb_s": round(data_bytes / first["wall_s"] / 1e6, 2),
+                "index": {"wall_s": first["wall_s"], "stages_s": first["stages"],
+                          "stage_peak_rss_mb": first["stage_peak_rss_mb"], "mb_s": round(data_bytes / first["wall_s"] / 1e6, 2),
                           "tx_s": round(info["transactions"] / first["wall_s"]),
                           "peak_rss_mb": first["peak_rss_mb"], "parser_peak_rss_mb": first["children_peak_rss_mb"],
                           "total_peak_rss_mb": first["total_peak_rss_mb"], "cpu_s": round(first["user_s"] + first["sys_s"], 2),
