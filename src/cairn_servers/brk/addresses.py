@@ -271,7 +271,8 @@ class _Seen:
 
 
 def update(out: Path, *, durable: bool = True, blocks_dir: Path | None = None,
-           progress: Callable[..., None] | None = None) -> dict[str, Any] | None:
+           progress: Callable[..., None] | None = None, stop: Callable[[], bool] | None = None
+           ) -> dict[str, Any] | None:
     """Bring ``OUT/addresses`` up to the raw tip (None when no blocks directory is known)."""
     root = addresses_dir(out)
     remembered = root / "blocks_dir"
@@ -285,7 +286,7 @@ def update(out: Path, *, durable: bool = True, blocks_dir: Path | None = None,
         return None
     p = _AddressPass(out, blocks_dir, durable)
     try:
-        return p.run(progress)
+        return p.run(progress, stop)
     except CairnError as exc:
         print(f"brk: address counts not updated: {exc.message}", file=sys.stderr)
         return None
@@ -417,7 +418,8 @@ class _AddressPass:
         self.store.truncate({name: 0 for name in self.store.lengths}, meta)
 
     # -- the run --------------------------------------------------------------------------------
-    def run(self, progress: Callable[..., None] | None = None) -> dict[str, Any]:
+    def run(self, progress: Callable[..., None] | None = None,
+            should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
         import numpy as np
 
         from cairn_servers.brk.progress import Stage
@@ -456,18 +458,19 @@ class _AddressPass:
         count = s.lengths["addressindex_to_keyhash"]
         if start < self.n and count <= SEEN_MAX:
             self._seen = _Seen(self.root / "seen.bin", s.path("addressindex_to_keyhash"), count)
-        stage = Stage(progress, "addresses", self.raw, start, self.n)
+        stage = Stage(progress, "addresses", self.raw, start, self.n, should_stop)
         while start < self.n:
             rows = self.first_out[:-1] + self.first_in[:-1]
             limit = int(np.searchsorted(rows, int(rows[start]) + CHUNK_ROWS, "right"))
             stop = max(start + 1, min(self.n, limit))
             self._chunk(start, stop, meta)
-            stage.done(stop)
             done += stop - start
             start = stop
             if self._seen is not None and self._seen.covered > SEEN_MAX:
                 self._seen = None
                 (self.root / "seen.bin").unlink(missing_ok=True)
+            if stage.done(stop):
+                break
         if self._seen is not None:
             self._seen.save(self.durable)
         return {"height": s.lengths["height_to_blockhash"] - 1, "computed_heights": done, "rolled_back_to": rolled}

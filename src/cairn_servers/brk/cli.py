@@ -98,7 +98,8 @@ def _cmd_index(args: argparse.Namespace) -> int:
                 from cairn_servers.brk.compute import compute
 
                 compute(out, durable=not args.no_fsync, blocks_dir=blocks_dir,
-                        progress=progress if progress.mode != "none" else None)
+                        progress=progress if progress.mode != "none" else None,
+                        stop=lambda: indexer.stop_requested)
             if indexer.stop_requested:
                 progress.finish("stopped")
                 data = result.to_dict()

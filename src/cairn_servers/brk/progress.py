@@ -186,9 +186,11 @@ class Stage:
     """Progress of one computed pass over heights ``[start, n)``: ``stage`` when it begins, ``commit`` after
     each chunk (rates and ETA from the block bytes of the heights done, read from ``height_to_size``)."""
 
-    def __init__(self, progress: Callable[..., None] | None, name: str, raw: Any, start: int, n: int) -> None:
+    def __init__(self, progress: Callable[..., None] | None, name: str, raw: Any, start: int, n: int,
+                 stop: Callable[[], bool] | None = None) -> None:
         import numpy as np
 
+        self.stop = stop
         self.progress = progress
         self.name = name
         self.start = start
@@ -200,9 +202,10 @@ class Stage:
         progress("stage", stage=name, height=start - 1, target_height=n - 1, blocks=0, bytes=0,
                  total_bytes=int(self.sizes[-1]))
 
-    def done(self, stop: int) -> None:
-        """Heights below ``stop`` are committed."""
+    def done(self, stop: int) -> bool:
+        """Heights below ``stop`` are committed; True when the pass should stop there (Ctrl-C)."""
         if self.progress is not None:
             k = min(stop - self.start, self.sizes.shape[0] - 1)
             self.progress("commit", stage=self.name, height=stop - 1, blocks=stop - self.start,
                           bytes=int(self.sizes[k]))
+        return self.stop is not None and self.stop()

@@ -107,17 +107,20 @@ def realized_dir(out: Path) -> Path:
     return out / "realized"
 
 
-def update(out: Path, *, durable: bool = True, progress: Callable[..., None] | None = None) -> dict[str, Any]:
+def update(out: Path, *, durable: bool = True, progress: Callable[..., None] | None = None,
+           stop: Callable[[], bool] | None = None) -> dict[str, Any]:
     """Bring ``OUT/utxo`` (and, with prices, ``OUT/realized``) up to the computed tip.
 
     The caller holds the computer's lock (``compute`` does)."""
     chain = _Chain(out)
     try:
-        summary = {"utxo": _UtxoPass(out, chain, durable).run(progress)}
+        summary = {"utxo": _UtxoPass(out, chain, durable).run(progress, stop)}
+        if stop is not None and stop():
+            return summary
         prices = StoreReader(out / "prices")
         prices.refresh()
         if prices.exists and prices.length("dateindex_to_close") > 0:
-            summary["realized"] = _RealizedPass(out, chain, prices, durable).run(progress)
+            summary["realized"] = _RealizedPass(out, chain, prices, durable).run(progress, stop)
         prices.close()
         return summary
     finally:
@@ -261,7 +264,8 @@ class _UtxoPass:
             if h not in keep:
                 self._checkpoint(h).unlink(missing_ok=True)
 
-    def run(self, progress: Callable[..., None] | None = None) -> dict[str, Any]:
+    def run(self, progress: Callable[..., None] | None = None,
+            should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
         s = self.store
         chain = self.chain
         meta = dict(s.meta)
@@ -289,13 +293,14 @@ class _UtxoPass:
                 self._checkpoint(h).unlink(missing_ok=True)
         start = have
         done = 0
-        stage = Stage(progress, "utxo", chain.raw, start, chain.n)
+        stage = Stage(progress, "utxo", chain.raw, start, chain.n, should_stop)
         while start < chain.n:
             stop = chain.chunk_end(start)
             self._chunk(start, stop, meta)
-            stage.done(stop)
             done += stop - start
             start = stop
+            if stage.done(stop):
+                break
         return {"height": s.lengths["height_to_blockhash"] - 1, "computed_heights": done, "restarted_from": rolled}
 
     # -- one chunk ----------------------------------------------------------------------------
@@ -558,7 +563,8 @@ class _RealizedPass:
                 self._add(day[cut[g]:cut[g + 1]], val[cut[g]:cut[g + 1]])
         return cols
 
-    def run(self, progress: Callable[..., None] | None = None) -> dict[str, Any]:
+    def run(self, progress: Callable[..., None] | None = None,
+            should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
         import numpy as np
 
         s = self.store
@@ -584,7 +590,7 @@ class _RealizedPass:
         start = s.lengths["height_to_blockhash"]
         self._load_state(start)
         done = 0
-        stage = Stage(progress, "realized", chain.raw, start, chain.n)
+        stage = Stage(progress, "realized", chain.raw, start, chain.n, should_stop)
         while start < chain.n:
             stop = chain.chunk_end(start)
             self._chunk(start, stop)
@@ -597,9 +603,10 @@ class _RealizedPass:
             for h in have_states:
                 if h not in keep:
                     self._state_path(h).unlink(missing_ok=True)
-            stage.done(stop)
             done += stop - start
             start = stop
+            if stage.done(stop):
+                break
         if s.pending_length("dateindex_to_close") != s.lengths["dateindex_to_close"]:
             s.commit(meta)
         return {"height": s.lengths["height_to_blockhash"] - 1, "computed_heights": done}
