@@ -88,9 +88,10 @@ def compute(out: Path, *, durable: bool = True, blocks_dir: Path | None = None,
     ``cairn_servers.brk.progress.Progress``) hears a ``stage`` event as each pass with work begins and a
     ``commit`` after each of its chunks. ``stop()`` is asked after every committed chunk: when true, the
     passes end there (each resumes from its own committed height next time)."""
-    from cairn_servers.core.heap import return_large_buffers
+    from cairn_servers.core.heap import return_large_buffers, trim_heap
 
     return_large_buffers()  # chunk columns of tens of MB: from mmap, not a heap that fragments and creeps up
+    trim_heap()  # what indexing freed (brk index runs the passes in the same process) goes back to the OS
     with locked(computed_dir(out)):
         summary = _Computer(out, durable=durable, progress=progress, stop=stop).run()
         from cairn_servers.brk import addresses, utxo
