@@ -243,11 +243,12 @@ class _Seen:
     def add(self, hashes: np.ndarray) -> None:
         import numpy as np
 
-        bit = self._probes(hashes).ravel()
-        byte, within = bit >> 3, bit & 7
-        for j in range(8):  # one bit value at a time: repeated bytes then all write the same value
-            at = byte[within == j]
-            self.bits[at] |= np.uint8(1 << j)
+        bit = np.sort(self._probes(hashes).ravel())
+        if not bit.shape[0]:
+            return
+        byte = bit >> 3
+        first = np.flatnonzero(np.concatenate(([True], byte[1:] != byte[:-1])))  # each byte once, its bits OR-ed
+        self.bits[byte[first]] |= np.bitwise_or.reduceat((1 << (bit & 7)).astype(np.uint8), first)
 
     def maybe(self, hashes: np.ndarray) -> np.ndarray:
         import numpy as np
