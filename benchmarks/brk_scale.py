@@ -8,7 +8,9 @@ For each size N (transactions), with K transactions per block:
    family (``--no-compute``: the raw index only). Wall time, block data bytes, MB/s (block data over the
    whole command's wall time), the time of each stage (``index``, ``computed``, ``utxo``, ``realized``,
    ``addresses``, from the command's own JSON progress lines) and the peak RSS of every process;
-3. ``brk index`` once more (same flags): the reopen time of an up-to-date store.
+3. with ``--prices``: ``brk price import`` of a synthetic daily series, then ``brk index`` again, which
+   computes the realized family (it needs prices) on the indexed store: its wall time and stages;
+4. ``brk index`` once more (same flags): the reopen time of an up-to-date store.
 
 Peak RSS is each process's own (``VmHWM`` from ``/proc``, not ``wait4``'s ``ru_maxrss``, which
 inherits the parent's high-water mark): the command's and each child's (the parsing process);
@@ -18,7 +20,7 @@ the projected time of the next one (from the rates measured so far) fits in ``--
 others are listed as skipped with the reason. Prints one JSON document.
 
 Usage: python benchmarks/brk_scale.py [--sizes 1e6,5e6,20e6] [--txs-per-block 2500] [--budget 600]
-                                      [--cache DIR] [--seed 7] [--no-compute] [--no-fsync] [--keep]
+                                      [--cache DIR] [--seed 7] [--no-compute] [--prices] [--no-fsync] [--keep]
 """
 
 from __future__ import annotations
@@ -179,6 +181,8 @@ def main() -> None:
     ap.add_argument("--no-compute", action="store_true",
                     help="index the raw vecs only (brk index --no-compute); by default every computed family runs")
     ap.add_argument("--no-fsync", action="store_true", help="pass --no-fsync to brk index")
+    ap.add_argument("--prices", action="store_true",
+                    help="then import a daily price series (brk price import) and time the realized family's run")
     ap.add_argument("--keep", action="store_true", help="keep the output directories (printed)")
     args = ap.parse_args()
     sizes = sorted(int(float(s)) for s in args.sizes.split(","))
@@ -213,7 +217,7 @@ def main() -> None:
             run: dict[str, Any] = {
                 "target_transactions": n_tx, "transactions": info["transactions"], "blocks": info["blocks"],
                 "txs_per_block": k, "block_data_bytes": data_bytes, "chain": info,
-                "computed": not args.no_compute,
+                "computed": not args.no_compute, "prices": args.prices,
                 "index": {"wall_s": first["wall_s"], "stages_s": first["stages"],
                           "stage_peak_rss_mb": first["stage_peak_rss_mb"], "mb_s": round(data_bytes / first["wall_s"] / 1e6, 2),
                           "tx_s": round(info["transactions"] / first["wall_s"]),
@@ -227,6 +231,20 @@ def main() -> None:
                                                                          1e-9) / 1e6, 2),
                           "load_before": first["load_before"], "load_after": first["load_after"]},
             }
+            if args.prices and not args.no_compute:  # closes for every day the chains span (from 2024-01-01)
+                import datetime as dt
+
+                csv = out / "prices.csv"
+                day0 = dt.date(2023, 12, 1)
+                csv.write_text("date,price\n" + "".join(
+                    f"{day0 + dt.timedelta(days=d)},{40_000 + 25 * d + 900 * ((d * 37) % 11)}\n" for d in range(1200)))
+                imported = brk("price", "import", str(csv), "--out", str(out))
+                if imported["code"] != 0:
+                    raise SystemExit(f"brk price import failed: {imported['stderr_tail']}")
+                real = brk("index", "--blocks-dir", str(blocks_dir), "--out", str(out), "--progress", "json", *fsync)
+                run["realized"] = {"wall_s": real["wall_s"], "stages_s": real["stages"],
+                                   "peak_rss_mb": real["peak_rss_mb"], "main_cpu_s": real["main_cpu_s"],
+                                   "load_after": real["load_after"]}
             again = brk("index", "--blocks-dir", str(blocks_dir), "--out", str(out), *compute,
                         "--progress", "none", *fsync)
             run["reopen"] = {"wall_s": again["wall_s"], "peak_rss_mb": again["peak_rss_mb"],
