@@ -3,19 +3,24 @@
 For each size N (transactions), with K transactions per block:
 
 1. generate the chain with ``brk sample --blocks ceil(N/K)+101 --txs-per-block K`` (a subprocess), cached
-   under ``--cache`` (default ``$XDG_CACHE_HOME/cairn/brk_scale``) so reruns reuse it;
-2. ``brk index --no-compute`` into a fresh output directory: wall time, block data bytes, MB/s, peak RSS;
-3. ``brk index`` again: nothing new to index, so this is the computed datasets step (skip: ``--no-compute``);
-4. ``brk index --no-compute`` once more: the reopen time of an up-to-date index.
+   under ``--cache`` (default ``$XDG_CACHE_HOME/cairn_servers/brk_scale``) so reruns reuse it;
+2. ``brk index`` into a fresh output directory, as a user runs it: the raw index and then every computed
+   family (``--no-compute``: the raw index only). Wall time, block data bytes, MB/s (block data over the
+   whole command's wall time), the time of each stage (``index``, ``computed``, ``utxo``, ``realized``,
+   ``addresses``, from the command's own JSON progress lines) and the peak RSS of every process;
+3. with ``--prices``: ``brk price import`` of a synthetic daily series, then ``brk index`` again, which
+   computes the realized family (it needs prices) on the indexed store: its wall time and stages;
+4. ``brk index`` once more (same flags): the reopen time of an up-to-date store.
 
-Peak RSS is the child's own (``VmHWM`` from ``/proc``, not ``wait4``'s ``ru_maxrss``, which
-inherits the parent's high-water mark), load averages are taken before and after each step (the
-machine is shared: read figures with them). Sizes run smallest first while the projected time of the
-next one (from the rates measured so far) fits in ``--budget`` seconds; the others are listed as
-skipped with the reason. Prints one JSON document.
+Peak RSS is each process's own (``VmHWM`` from ``/proc``, not ``wait4``'s ``ru_maxrss``, which
+inherits the parent's high-water mark): the command's and each child's (the parsing process);
+``total_peak_rss_mb`` adds them (an upper bound of the whole job's). Load averages are taken before and
+after each step (the machine may be shared: read figures with them). Sizes run smallest first while
+the projected time of the next one (from the rates measured so far) fits in ``--budget`` seconds; the
+others are listed as skipped with the reason. Prints one JSON document.
 
 Usage: python benchmarks/brk_scale.py [--sizes 1e6,5e6,20e6] [--txs-per-block 2500] [--budget 600]
-                                      [--cache DIR] [--seed 7] [--no-compute] [--no-fsync] [--keep]
+                                      [--cache DIR] [--seed 7] [--no-compute] [--prices] [--no-fsync] [--keep]
 """
 
 from __future__ import annotations
@@ -68,15 +73,24 @@ def brk(*args: str, timeout: float | None = None) -> dict[str, Any]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO / "src") + os.pathsep + env.get("PYTHONPATH", "")
     load0 = _load()
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+    with tempfile.TemporaryFile("w+") as out, tempfile.NamedTemporaryFile("w+") as err, \
+            open(err.name) as err_reader:  # its own offset: follows the stage lines while the child writes
         t0 = time.perf_counter()
         proc = subprocess.Popen([sys.executable, "-m", "cairn_servers.brk.cli", *args, "--format", "json"],
                                 stdout=out, stderr=err, env=env)
+        stage, partial = "index", ""
+        stage_rss_kb: dict[str, int] = {}  # the main process's resident size, at its largest in each stage
         hwm_kb = 0
         child_kb: dict[int, int] = {}  # the parsing process(es) brk index starts
         main_cpu = 0.0
         child_cpu: dict[int, float] = {}
         while True:
+            partial += err_reader.read()
+            *lines, partial = partial.split("\n")
+            for line in lines:
+                if line.startswith("{") and '"event": "stage"' in line:
+                    stage = str(json.loads(line).get("stage", stage))
+            stage_rss_kb[stage] = max(stage_rss_kb.get(stage, 0), memory_kib(proc.pid, "VmRSS"))
             hwm_kb = max(hwm_kb, memory_kib(proc.pid, "VmHWM"))
             main_cpu = max(main_cpu, _cpu_s(proc.pid))
             for cpid in _children(proc.pid):
@@ -90,7 +104,8 @@ def brk(*args: str, timeout: float | None = None) -> dict[str, Any]:
         out.seek(0)
         err.seek(0)
         text = out.read()
-        tail = err.read()[-2000:]
+        err_text = err.read()
+        tail = err_text[-2000:]
     code = os.waitstatus_to_exitcode(status)
     try:
         result = json.loads(text) if text.strip() else {}
@@ -106,7 +121,30 @@ def brk(*args: str, timeout: float | None = None) -> dict[str, Any]:
             # an upper bound of the whole command's peak: the peaks of the process and its children added
             "total_peak_rss_mb": round((hwm_kb + max(child_kb.values(), default=0)) / 1024, 1),
             "user_s": round(usage.ru_utime, 2), "sys_s": round(usage.ru_stime, 2), "load_before": load0,
-            "load_after": _load(), "result": result, "stderr_tail": tail if code else ""}
+            "load_after": _load(), "result": result, "stderr_tail": tail if code else "",
+            "stages": _stages(err_text),
+            "stage_peak_rss_mb": {name: round(kb / 1024, 1) for name, kb in stage_rss_kb.items()}}
+
+
+def _stages(stderr: str) -> dict[str, float]:
+    """Seconds of each stage of a ``brk index --progress json`` run, from its JSON lines: the index stage
+    until the first computed stage starts, each computed stage until the next one (or the last line)."""
+    marks: list[tuple[str, float]] = [("index", 0.0)]
+    end = 0.0
+    for line in stderr.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(event, dict) or "elapsed_s" not in event:
+            continue
+        end = float(event["elapsed_s"])
+        if event.get("event") == "stage":
+            marks.append((str(event["stage"]), end))
+    stages: dict[str, float] = {}
+    for (name, t0), (_, t1) in zip(marks, [*marks[1:], ("end", end)]):
+        stages[name] = round(stages.get(name, 0.0) + t1 - t0, 2)
+    return stages
 
 
 def chain(cache: Path, n_tx: int, k: int, seed: int) -> tuple[Path, dict[str, Any]]:
@@ -140,8 +178,11 @@ def main() -> None:
     default_cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cairn_servers" / "brk_scale"
     ap.add_argument("--cache", type=Path, default=default_cache, help=f"generated chains (default {default_cache})")
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--no-compute", action="store_true", help="skip the computed datasets step")
+    ap.add_argument("--no-compute", action="store_true",
+                    help="index the raw vecs only (brk index --no-compute); by default every computed family runs")
     ap.add_argument("--no-fsync", action="store_true", help="pass --no-fsync to brk index")
+    ap.add_argument("--prices", action="store_true",
+                    help="then import a daily price series (brk price import) and time the realized family's run")
     ap.add_argument("--keep", action="store_true", help="keep the output directories (printed)")
     args = ap.parse_args()
     sizes = sorted(int(float(s)) for s in args.sizes.split(","))
@@ -154,8 +195,7 @@ def main() -> None:
         left = args.budget - (time.perf_counter() - t_start)
         blocks = math.ceil(n_tx / k) + WARMUP_BLOCKS
         cached = (args.cache / f"k{k}-blocks{blocks}-seed{args.seed}" / "chain.json").exists()
-        projected = (0 if cached else n_tx / gen_rate) + n_tx * bytes_per_tx / index_rate * (1.6 if not
-                                                                                              args.no_compute else 1.1)
+        projected = (0 if cached else n_tx / gen_rate) + n_tx * bytes_per_tx / index_rate * 1.1
         if projected > left:
             runs.append({"target_transactions": n_tx, "skipped": f"projected {projected:.0f} s > {left:.0f} s left "
                                                                   f"of the --budget"})
@@ -166,8 +206,9 @@ def main() -> None:
         bytes_per_tx = info["bytes"] / info["transactions"]
         out = Path(tempfile.mkdtemp(prefix="brk_scale_out_"))
         try:
-            first = brk("index", "--blocks-dir", str(blocks_dir), "--out", str(out), "--no-compute",
-                        "--progress", "none", *fsync)
+            compute = ["--no-compute"] if args.no_compute else []
+            first = brk("index", "--blocks-dir", str(blocks_dir), "--out", str(out), *compute,
+                        "--progress", "json", *fsync)
             if first["code"] != 0:
                 runs.append({"target_transactions": n_tx, "failed": first})
                 continue
@@ -176,7 +217,9 @@ def main() -> None:
             run: dict[str, Any] = {
                 "target_transactions": n_tx, "transactions": info["transactions"], "blocks": info["blocks"],
                 "txs_per_block": k, "block_data_bytes": data_bytes, "chain": info,
-                "index": {"wall_s": first["wall_s"], "mb_s": round(data_bytes / first["wall_s"] / 1e6, 2),
+                "computed": not args.no_compute, "prices": args.prices,
+                "index": {"wall_s": first["wall_s"], "stages_s": first["stages"],
+                          "stage_peak_rss_mb": first["stage_peak_rss_mb"], "mb_s": round(data_bytes / first["wall_s"] / 1e6, 2),
                           "tx_s": round(info["transactions"] / first["wall_s"]),
                           "peak_rss_mb": first["peak_rss_mb"], "parser_peak_rss_mb": first["children_peak_rss_mb"],
                           "total_peak_rss_mb": first["total_peak_rss_mb"], "cpu_s": round(first["user_s"] + first["sys_s"], 2),
@@ -188,10 +231,21 @@ def main() -> None:
                                                                          1e-9) / 1e6, 2),
                           "load_before": first["load_before"], "load_after": first["load_after"]},
             }
-            if not args.no_compute:
-                comp = brk("index", "--blocks-dir", str(blocks_dir), "--out", str(out), "--progress", "none", *fsync)
-                run["compute"] = {k2: comp[k2] for k2 in ("code", "wall_s", "peak_rss_mb", "load_after")}
-            again = brk("index", "--blocks-dir", str(blocks_dir), "--out", str(out), "--no-compute",
+            if args.prices and not args.no_compute:  # closes for every day the chains span (from 2024-01-01)
+                import datetime as dt
+
+                csv = out / "prices.csv"
+                day0 = dt.date(2023, 12, 1)
+                csv.write_text("date,price\n" + "".join(
+                    f"{day0 + dt.timedelta(days=d)},{40_000 + 25 * d + 900 * ((d * 37) % 11)}\n" for d in range(1200)))
+                imported = brk("price", "import", str(csv), "--out", str(out))
+                if imported["code"] != 0:
+                    raise SystemExit(f"brk price import failed: {imported['stderr_tail']}")
+                real = brk("index", "--blocks-dir", str(blocks_dir), "--out", str(out), "--progress", "json", *fsync)
+                run["realized"] = {"wall_s": real["wall_s"], "stages_s": real["stages"],
+                                   "peak_rss_mb": real["peak_rss_mb"], "main_cpu_s": real["main_cpu_s"],
+                                   "load_after": real["load_after"]}
+            again = brk("index", "--blocks-dir", str(blocks_dir), "--out", str(out), *compute,
                         "--progress", "none", *fsync)
             run["reopen"] = {"wall_s": again["wall_s"], "peak_rss_mb": again["peak_rss_mb"],
                              "indexed_blocks": again["result"].get("indexed_blocks"), "load_after": again["load_after"]}
@@ -204,6 +258,7 @@ def main() -> None:
                 shutil.rmtree(out, ignore_errors=True)
     report = {
         "benchmark": "brk_scale", "cpus": os.cpu_count(), "txs_per_block": k, "budget_s": args.budget,
+        "computed": not args.no_compute,
         "total_s": round(time.perf_counter() - t_start, 1), "load_end": _load(), "runs": runs,
     }
     print(json.dumps(report, indent=2))

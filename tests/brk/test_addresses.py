@@ -108,7 +108,7 @@ def test_the_seen_filter_never_hides_a_known_address(tmp_path: Path, monkeypatch
     assert int(new.sum()) < int((paid != addresses.NONE).sum())  # addresses are paid again: hits matter
     monkeypatch.setattr(addresses, "CHUNK_ROWS", 200)
     old = b""
-    for case in ("stale", "lost", "dropped"):
+    for case in ("stale", "lost", "dropped", "untagged"):
         monkeypatch.setattr(addresses, "SEEN_MAX", 40 if case == "dropped" else addresses.SEEN_BITS >> 3)
         out = tmp_path / case
         seen = addresses.addresses_dir(out) / "seen.bin"
@@ -119,9 +119,12 @@ def test_the_seen_filter_never_hides_a_known_address(tmp_path: Path, monkeypatch
                 seen.write_bytes(old)  # as after a kill between a commit and the end of the run
             if stop == 300 and case == "lost":
                 seen.unlink()
+            if stop == 300 and case == "untagged":  # the earlier one-bit format: count, then the bits
+                seen.write_bytes(old[8:])
             assert addresses.update(out, durable=False, blocks_dir=blocks) is not None
             if stop == 100 and case != "dropped":
                 old = seen.read_bytes()
-                assert 0 < int.from_bytes(old[:8], "little") < 40 * 100
+                assert old[:8] == addresses.SEEN_TAG
+                assert 0 < int.from_bytes(old[8:16], "little") < 40 * 100
         assert seen.exists() == (case != "dropped")
         assert _address_files(out) == want, case

@@ -20,7 +20,7 @@ from cairn_servers.brk.sample import write_sample
 
 from ._run import clean_env, run_brk, vec_bytes
 
-FIELDS = {"event", "height", "committed_height", "target_height", "blocks", "bytes", "elapsed_s", "blocks_per_s",
+FIELDS = {"event", "stage", "height", "committed_height", "target_height", "blocks", "bytes", "elapsed_s", "blocks_per_s",
           "mb_per_s", "eta_s"}
 TIP = 239
 
@@ -40,10 +40,19 @@ def uninterrupted(dense: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
     assert r.code == 0, r.err
     lines = [json.loads(line) for line in r.err.splitlines()]
     assert all(set(line) - {"file", "files", "found"} == FIELDS for line in lines)  # the documented fields
-    assert {line["event"] for line in lines} <= {"scan", "start", "progress", "commit", "done"}
+    assert {line["event"] for line in lines} <= {"scan", "start", "progress", "stage", "commit", "done"}
     assert lines[-1]["event"] == "done" and lines[-1]["committed_height"] == lines[-1]["target_height"] == TIP
-    committed = [line["committed_height"] for line in lines]
-    assert committed == sorted(committed) and any(line["event"] == "commit" for line in lines)
+    assert lines[-1]["stage"] == "index" and lines[-1]["blocks"] == TIP + 1  # the last line: what was indexed
+    # The default path's computed passes are reported too: each says it starts, heading for the tip.
+    stages = [line for line in lines if line["event"] == "stage"]
+    assert [line["stage"] for line in stages] == ["computed", "utxo", "addresses"]
+    assert all(line["target_height"] == TIP and line["height"] == -1 for line in stages)
+    index_lines = lines[:lines.index(stages[0])]
+    committed = [line["committed_height"] for line in index_lines]
+    assert committed == sorted(committed) and any(line["event"] == "commit" for line in index_lines)
+    for name in ("computed", "utxo", "addresses"):  # within a stage heights only grow
+        heights = [line["committed_height"] for line in lines[:-1] if line["stage"] == name]
+        assert heights == sorted(heights)
     return vec_bytes(out)
 
 
@@ -150,3 +159,71 @@ def test_idle_watch_polls_are_silent() -> None:
     p.finish()
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     assert [(x["event"], x["height"]) for x in lines] == [("progress", 6), ("done", 6)]
+
+
+def test_computed_stages_have_their_own_rates_and_eta() -> None:
+    now = [0.0]
+    stream = io.StringIO()
+    p = Progress("json", stream=stream, clock=lambda: now[0])
+    p("start", height=-1, target_height=99, blocks=0, bytes=0, total_bytes=1000)
+    now[0] = 1.0
+    p("commit", height=99, blocks=100, bytes=1000)
+    now[0] = 2.0
+    p("stage", stage="utxo", height=-1, target_height=99, blocks=0, bytes=0, total_bytes=1000)
+    now[0] = 6.0
+    p("commit", stage="utxo", height=49, blocks=50, bytes=250)  # a quarter of the bytes in 4 s
+    now[0] = 7.0
+    p("stage", stage="addresses", height=-1, target_height=99, blocks=0, bytes=0, total_bytes=1000)
+    p.finish()
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [(x["event"], x["stage"], x["height"]) for x in lines] == [
+        ("start", "index", -1), ("commit", "index", 99), ("stage", "utxo", -1), ("commit", "utxo", 49),
+        ("stage", "addresses", -1), ("done", "index", -1)]
+    utxo = lines[3]
+    assert utxo["blocks_per_s"] == pytest.approx(50 / 4) and utxo["eta_s"] == pytest.approx(750 / (250 / 4))
+    assert utxo["committed_height"] == 49 and utxo["target_height"] == 99
+    done = lines[-1]
+    assert done["blocks"] == 100 and done["bytes"] == 1000 and done["elapsed_s"] == 7.0  # the indexing, whole job
+
+
+def test_a_run_with_nothing_new_reports_the_tip_not_minus_one(tmp_path: Path) -> None:
+    blocks, out = tmp_path / "blocks", tmp_path / "out"
+    write_sample(blocks, 120, seed=5)
+    args = ("index", "--blocks-dir", str(blocks), "--out", str(out), "--format", "json")
+    first = run_brk(*args, env=clean_env())
+    assert first.code == 0, first.err
+    again = run_brk(*args, env=clean_env())
+    assert again.code == 0, again.err
+    lines = [json.loads(line) for line in again.err.splitlines()]
+    assert lines and lines[-1]["event"] == "done"
+    assert all(line["height"] == line["committed_height"] == line["target_height"] == 119 for line in lines)
+    assert not any(line["event"] == "stage" for line in lines)  # nothing to compute: no stage
+
+
+def test_ctrl_c_during_the_computed_passes_stops_at_a_committed_chunk(dense: Path, tmp_path: Path) -> None:
+    """SIGINT while a computed pass runs: it ends at its next committed chunk (exit 130, not after the
+    whole pass); the rerun resumes every pass and ends byte-identical to an uninterrupted run."""
+    from . import _golden
+
+    env = dict(clean_env(), CAIRN_BRK_UTXO_CHUNK="8000")  # many small chunks
+    clean = tmp_path / "clean"
+    r = run_brk("index", "--blocks-dir", str(dense), "--out", str(clean), "--format", "json", env=env, timeout=300)
+    assert r.code == 0, r.err
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "cairn_servers.brk.cli", "index", "--blocks-dir", str(dense), "--out", str(out),
+           "--format", "json", "--progress", "json"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if line.startswith("{") and json.loads(line).get("stage") == "utxo":
+            break
+    proc.send_signal(signal.SIGINT)
+    _, rest = proc.communicate(timeout=120)
+    assert proc.returncode == 130, rest
+    assert "stopped at height" in rest and "Traceback" not in rest
+    utxo = json.loads((out / "utxo" / "manifest.json").read_text())["meta"]
+    assert utxo["height"] < TIP  # stopped within the pass, at a committed chunk
+    assert not (out / "addresses" / "manifest.json").exists()  # the later passes did not start
+    again = run_brk("index", "--blocks-dir", str(dense), "--out", str(out), "--format", "json", env=env, timeout=300)
+    assert again.code == 0, again.err
+    assert _golden.checksums(out) == _golden.checksums(clean)

@@ -30,11 +30,12 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from struct import Struct
 from typing import TYPE_CHECKING, Any
 
+from cairn_servers.brk.gather import gather, read_rows, scatter
 from cairn_servers.brk.reader import StoreReader
 from cairn_servers.brk.vecs import VecSpec, VecStore
 from cairn_servers.core.errors import CairnError, StorageError
@@ -65,8 +66,10 @@ _U64 = Struct("<Q").unpack_from
 _MISS = b"\xff" * 8  # the look-up of a key not in the index: id -1
 GROUP_BYTES = 8 << 20  # block bytes walked at once (memory)
 _FEW, _MANY = 4, 32  # output_offsets: this few transactions with this many steps to go: a plain loop
-SEEN_BITS = 1 << 27  # the filter of key hashes already given an id (16 MiB), see _Seen
-SEEN_MAX = SEEN_BITS >> 3  # addresses; beyond, too many false positives to be worth keeping
+SEEN_BITS = 1 << 27  # the bloom filter of key hashes already given an id (16 MiB), see _Seen
+SEEN_PROBES = 3  # bits a key: 0.1 % false positives at 4 M addresses, 1 % at 11 M, 7 % at 24 M
+SEEN_MAX = 24 << 20  # addresses; beyond, too many false positives to be worth keeping
+SEEN_TAG = b"bloom3\x00\x00"  # seen.bin's format (the earlier one-bit filter had no tag: it is rebuilt)
 
 
 def specs() -> list[VecSpec]:
@@ -196,16 +199,17 @@ def _unique_rows(mat: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 class _Seen:
-    """A bit per key-hash value (modulo ``SEEN_BITS``) set for every committed address: a key whose bit is
-    clear was never given an id, so it is not looked up in the index (on a chain of fresh addresses
-    nearly every key, each look-up a call into the engine). The file ``seen.bin`` holds the number of
-    ids it covers and the bits; it is rewritten (atomically) at the end of a run and extended from
-    ``addressindex_to_keyhash`` when it covers fewer ids than are committed (a kill, an older store), so
-    a bit is never missing for a committed address. Ids rolled back leave their bits set: a look-up too
-    many, never a wrong id. Past ``SEEN_MAX`` addresses the filter is dropped (the index's own bloom
-    filters do the work)."""
+    """A bloom filter of the key hashes of every committed address (``SEEN_PROBES`` bits a key in
+    ``SEEN_BITS``): a key with any of its bits clear was never given an id, so it is not looked up in the
+    index (on a chain of fresh addresses nearly every key, each look-up a call into the engine). The file
+    ``seen.bin`` holds a format tag, the number of ids it covers and the bits; it is rewritten
+    (atomically) at the end of a run and extended from ``addressindex_to_keyhash`` when it covers fewer
+    ids than are committed (a kill, an older store, a file of the earlier one-bit format), so a bit is
+    never missing for a committed address. Ids rolled back leave their bits set: a look-up too many,
+    never a wrong id. Past ``SEEN_MAX`` addresses the filter is dropped (the index's own bloom filters
+    do the work)."""
 
-    def __init__(self, path: Path, keyhash: np.ndarray, count: int) -> None:
+    def __init__(self, path: Path, keyhash: Path, count: int) -> None:
         import numpy as np
 
         self.path = path
@@ -213,28 +217,44 @@ class _Seen:
         covered = 0
         try:
             with open(path, "rb") as fh:
-                if os.fstat(fh.fileno()).st_size == 8 + self.bits.shape[0]:
+                if os.fstat(fh.fileno()).st_size == 16 + self.bits.shape[0] and fh.read(8) == SEEN_TAG:
                     covered = min(int.from_bytes(fh.read(8), "little"), count)
                     if fh.readinto(self.bits.data) != self.bits.shape[0]:
                         covered = 0
                         self.bits[:] = 0
         except FileNotFoundError:
             pass
-        for lo in range(covered, count, 1 << 22):  # bounded reads
-            self.add(np.asarray(keyhash[lo:min(count, lo + (1 << 22))]))
+        for lo in range(covered, count, 1 << 22):  # bounded reads (of ``addressindex_to_keyhash``)
+            self.add(read_rows(keyhash, "<u8", lo, min(count, lo + (1 << 22))))
         self.covered = count
+
+    @staticmethod
+    def _probes(hashes: np.ndarray) -> np.ndarray:
+        """The bit positions of each hash, shape (n, SEEN_PROBES): h1 + i * h2 (double hashing)."""
+        import numpy as np
+
+        h = hashes.astype(np.uint64)
+        h1 = h & np.uint64(0xFFFFFFFF)
+        h2 = (h >> np.uint64(32)) | np.uint64(1)
+        steps = np.arange(SEEN_PROBES, dtype=np.uint64)
+        probes: np.ndarray = ((h1[:, None] + steps[None, :] * h2[:, None]) % np.uint64(SEEN_BITS)).astype(np.int64)
+        return probes
 
     def add(self, hashes: np.ndarray) -> None:
         import numpy as np
 
-        bit = (hashes % np.uint64(SEEN_BITS)).astype(np.int64)
-        np.bitwise_or.at(self.bits, bit >> 3, (1 << (bit & 7)).astype(np.uint8))
+        bit = np.sort(self._probes(hashes).ravel())
+        if not bit.shape[0]:
+            return
+        byte = bit >> 3
+        first = np.flatnonzero(np.concatenate(([True], byte[1:] != byte[:-1])))  # each byte once, its bits OR-ed
+        self.bits[byte[first]] |= np.bitwise_or.reduceat((1 << (bit & 7)).astype(np.uint8), first)
 
     def maybe(self, hashes: np.ndarray) -> np.ndarray:
         import numpy as np
 
-        bit = (hashes % np.uint64(SEEN_BITS)).astype(np.int64)
-        found: np.ndarray = (self.bits[bit >> 3] >> (bit & 7).astype(np.uint8)) & 1 == 1
+        bit = self._probes(hashes)
+        found: np.ndarray = ((self.bits[bit >> 3] >> (bit & 7).astype(np.uint8)) & 1 == 1).all(axis=1)
         return found
 
     def save(self, durable: bool) -> None:
@@ -242,6 +262,7 @@ class _Seen:
         covers fewer ids and is extended on the next run."""
         try:
             with atomic_file(self.path, durable=durable) as fh:
+                fh.write(SEEN_TAG)
                 fh.write(self.covered.to_bytes(8, "little"))
                 fh.write(self.bits.data)
         except OSError as exc:
@@ -250,7 +271,9 @@ class _Seen:
                                "and this look-up filter is rebuilt from it.") from exc
 
 
-def update(out: Path, *, durable: bool = True, blocks_dir: Path | None = None) -> dict[str, Any] | None:
+def update(out: Path, *, durable: bool = True, blocks_dir: Path | None = None,
+           progress: Callable[..., None] | None = None, stop: Callable[[], bool] | None = None
+           ) -> dict[str, Any] | None:
     """Bring ``OUT/addresses`` up to the raw tip (None when no blocks directory is known)."""
     root = addresses_dir(out)
     remembered = root / "blocks_dir"
@@ -264,7 +287,7 @@ def update(out: Path, *, durable: bool = True, blocks_dir: Path | None = None) -
         return None
     p = _AddressPass(out, blocks_dir, durable)
     try:
-        return p.run()
+        return p.run(progress, stop)
     except CairnError as exc:
         print(f"brk: address counts not updated: {exc.message}", file=sys.stderr)
         return None
@@ -302,16 +325,7 @@ class _AddressPass:
         if f_in.shape[0] == n:
             f_in = np.concatenate((f_in, [self.raw.length("inputindex_to_outputindex")]))
         self.first_in = f_in
-        n_out = int(f_out[-1])
-        self.value = self._map("outputindex_to_value", "<u8", n_out)
-        self.type = self._map("outputindex_to_type", "u1", n_out)
-
-    def _map(self, name: str, dtype: str, n: int) -> np.ndarray:
-        import numpy as np
-
-        if n == 0:
-            return np.zeros(0, dtype=dtype)
-        return np.memmap(self.out / "vecs" / f"{name}.bin", dtype=dtype, mode="r", shape=(n,))
+        self.n_out = int(f_out[-1])
 
     @property
     def db(self) -> Any:
@@ -337,17 +351,19 @@ class _AddressPass:
         self.raw.close()
 
     # -- balances and undo ------------------------------------------------------------------------
-    def _balances(self, n: int) -> np.ndarray:
-        import numpy as np
+    @property
+    def _balance_path(self) -> Path:
+        return self.root / "balance.bin"
 
-        path = self.root / "balance.bin"
-        with open(path, "ab") as fh:
+    def _grow_balances(self, n: int) -> int:
+        """Make ``balance.bin`` hold at least ``n`` balances (new ones 0); returns the rows it holds."""
+        with open(self._balance_path, "ab") as fh:
             if fh.tell() < 8 * n:
                 fh.truncate(8 * n)
-        return np.memmap(path, dtype="<u8", mode="r+", shape=(max(n, 1),))
+            return max(fh.tell(), 8 * n) // 8
 
-    def _sync_balances(self, bal: np.ndarray) -> None:
-        bal.flush()  # type: ignore[attr-defined]
+    def _sync_balances(self) -> None:
+        """Balances written through short-lived maps are in the page cache: make them durable."""
         if self.durable:
             fd = os.open(self.root / "balance.bin", os.O_RDONLY)
             try:
@@ -379,10 +395,9 @@ class _AddressPass:
             if late.size:
                 # Rows are sorted by address, then height: the first of each address is its oldest.
                 ids, first = np.unique(late[:, 1], return_index=True)
-                bal = self._balances(int(ids.max()) + 1)
-                bal[ids.astype(np.int64)] = late[first, 2]
-                self._sync_balances(bal)
-                del bal
+                n = self._grow_balances(int(ids.max()) + 1)
+                scatter(self._balance_path, "<u8", n, ids.astype(np.int64), late[first, 2])
+                self._sync_balances()
             if a < height:  # keep the rows of the heights that stay
                 self._save_undo(a, height, rows[rows[:, 0] < height])
             path.unlink()
@@ -404,8 +419,11 @@ class _AddressPass:
         self.store.truncate({name: 0 for name in self.store.lengths}, meta)
 
     # -- the run --------------------------------------------------------------------------------
-    def run(self) -> dict[str, Any]:
+    def run(self, progress: Callable[..., None] | None = None,
+            should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
         import numpy as np
+
+        from cairn_servers.brk.progress import Stage
 
         s = self.store
         meta = dict(s.meta)
@@ -440,7 +458,8 @@ class _AddressPass:
         done = 0
         count = s.lengths["addressindex_to_keyhash"]
         if start < self.n and count <= SEEN_MAX:
-            self._seen = _Seen(self.root / "seen.bin", s.read("addressindex_to_keyhash"), count)
+            self._seen = _Seen(self.root / "seen.bin", s.path("addressindex_to_keyhash"), count)
+        stage = Stage(progress, "addresses", self.raw, start, self.n, should_stop)
         while start < self.n:
             rows = self.first_out[:-1] + self.first_in[:-1]
             limit = int(np.searchsorted(rows, int(rows[start]) + CHUNK_ROWS, "right"))
@@ -451,6 +470,8 @@ class _AddressPass:
             if self._seen is not None and self._seen.covered > SEEN_MAX:
                 self._seen = None
                 (self.root / "seen.bin").unlink(missing_ok=True)
+            if stage.done(stop):
+                break
         if self._seen is not None:
             self._seen.save(self.durable)
         return {"height": s.lengths["height_to_blockhash"] - 1, "computed_heights": done, "rolled_back_to": rolled}
@@ -527,8 +548,8 @@ class _AddressPass:
         s = self.store
         nb = b - a
         o0, o1 = int(self.first_out[a]), int(self.first_out[b])
-        types = np.asarray(self.type[o0:o1]).astype(np.int64)
-        values = np.asarray(self.value[o0:o1]).astype(np.int64)
+        types = self.raw.read("outputindex_to_type", o0, o1).astype(np.int64)
+        values = self.raw.read("outputindex_to_value", o0, o1).astype(np.int64)
         count0 = s.lengths["addressindex_to_keyhash"]
         out_addr, new, new_hashes, new_codes = self._resolve(a, b, types, count0)
         nxt = count0 + new_hashes.shape[0]
@@ -542,11 +563,12 @@ class _AddressPass:
         in_blk = in_blk[real]
         s_addr = np.full(so.shape[0], -1, dtype=np.int64)
         old = so < o0
-        if old.any():
-            got = np.asarray(s.read("outputindex_to_addressindex")[so[old]]).astype(np.int64)
+        if old.any():  # random rows of the whole chain: short-lived maps (bounded resident size)
+            got = gather(s.path("outputindex_to_addressindex"), "<u4", s.lengths["outputindex_to_addressindex"],
+                         so[old]).astype(np.int64)
             s_addr[old] = np.where(got == NONE, -1, got)
         s_addr[~old] = out_addr[so[~old] - o0]
-        s_val = np.asarray(self.value[so]).astype(np.int64)
+        s_val = gather(self.out / "vecs" / "outputindex_to_value.bin", "<u8", self.n_out, so).astype(np.int64)
         # (address, block) pairs with their net change, sorted by address then block.
         has_o = out_addr >= 0
         has_s = s_addr >= 0
@@ -561,10 +583,10 @@ class _AddressPass:
         first_of[1:] = u_addr[1:] != u_addr[:-1]
         starts = np.flatnonzero(first_of)
         existing = u_addr[starts] < count0
-        bal = self._balances(max(nxt, 1))
+        bal_n = self._grow_balances(max(nxt, 1))
         sb = np.zeros(starts.shape[0], dtype=np.int64)
         if existing.any():
-            sb[existing] = np.asarray(bal[u_addr[starts][existing]]).astype(np.int64)
+            sb[existing] = gather(self._balance_path, "<u8", bal_n, u_addr[starts][existing]).astype(np.int64)
         # Segmented running sum: balance after each (address, block).
         cs = np.cumsum(delta)
         seg = np.cumsum(first_of) - 1  # each row's address run
@@ -578,9 +600,8 @@ class _AddressPass:
         undo = undo.T
         self._save_undo(a, b, undo)
         last = np.append(starts[1:] - 1, ukey.shape[0] - 1)
-        bal[u_addr[last]] = after[last].astype(np.uint64)
-        self._sync_balances(bal)
-        del bal
+        scatter(self._balance_path, "<u8", bal_n, u_addr[last], after[last].astype(np.uint64))
+        self._sync_balances()
         if new:
             from collections import deque
 
@@ -602,7 +623,7 @@ class _AddressPass:
         codes = np.zeros(ukey.shape[0], dtype=np.int64)
         is_old = u_addr < count0
         if is_old.any():
-            codes[is_old] = np.asarray(s.read("addressindex_to_type")[u_addr[is_old]]).astype(np.int64)
+            codes[is_old] = gather(s.path("addressindex_to_type"), "u1", count0, u_addr[is_old]).astype(np.int64)
         codes[~is_old] = new_codes[u_addr[~is_old] - count0]  # new ids are count0, count0 + 1, ...
         t_of = code_to_idx[codes]
         nt = len(ADDRESS_TYPES)
@@ -693,7 +714,7 @@ class _AddressPass:
         if k != types.shape[0]:
             raise StorageError(f"heights {a}..{b - 1}: the blocks hold other outputs than the vecs")
         out_addr = np.full(types.shape[0], -1, dtype=np.int64)
-        stored_hash = self.store.read("addressindex_to_keyhash")
+        stored_hash = self.store.path("addressindex_to_keyhash")
         groups = []  # per type: unique keys (key order), their rows, first output, inverse, look-ups
         for code in ADDRESS_TYPES:  # type codes ascending, rows sorted: the engine's key order
             if not rows[code]:
@@ -718,7 +739,7 @@ class _AddressPass:
                 elif ask.shape[0]:
                     found[ask] = self._lookup([keys[i] for i in ask.tolist()])
             ok = (found >= 0) & (found < count0)
-            ok[ok] = stored_hash[found[ok]] == hashes[ok]
+            ok[ok] = gather(stored_hash, "<u8", count0, found[ok]) == hashes[ok]
             groups.append((code, keys, kmat, hashes, pos[first], inverse, pos, found, ok))
         # New addresses: ids in order of first appearance in the chunk (first outputs are distinct).
         new_first = np.concatenate([g[4][~g[8]] for g in groups]) if groups else np.zeros(0, np.int64)
@@ -745,11 +766,11 @@ class _AddressPass:
         return out_addr, new, new_hashes, new_codes
 
     def _lookup(self, keys: list[bytes]) -> np.ndarray:
-        """The stored id of every key (-1: none), one engine call a key and no Python loop."""
+        """The stored id of every key (-1: none): one batched engine call (``MultiGet``; the keys come
+        in key order, which it reads best)."""
         import numpy as np
-        from itertools import repeat
 
-        got = b"".join(map(self.db.get, keys, repeat(_MISS)))
+        got = b"".join([_MISS if v is None else v for v in self.db.get(keys)])
         if len(got) != 8 * len(keys):
             raise StorageError(f"the address index {self.root / 'index'} holds a value that is not an id")
         return np.frombuffer(got, dtype="<i8").copy()

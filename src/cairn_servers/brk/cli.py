@@ -83,6 +83,7 @@ def _cmd_index(args: argparse.Namespace) -> int:
     indexer = Indexer(blocks_dir, out, durable=not args.no_fsync, commit_blocks=args.commit_every,
                       cache_mb=args.cache_mb, log=progress.log,
                       progress=progress if progress.mode != "none" else None)
+    progress.known(indexer.store.lengths["height_to_blockhash"] - 1)  # a run with nothing new reports the tip
     stopper = _StopOnSignal(indexer, progress.log)
     refresher = None
     if args.watch:  # daily prices in the background (never waited for; failures keep the stored ones)
@@ -97,7 +98,9 @@ def _cmd_index(args: argparse.Namespace) -> int:
             if not args.no_compute and not indexer.stop_requested:
                 from cairn_servers.brk.compute import compute
 
-                compute(out, durable=not args.no_fsync, blocks_dir=blocks_dir)
+                compute(out, durable=not args.no_fsync, blocks_dir=blocks_dir,
+                        progress=progress if progress.mode != "none" else None,
+                        stop=lambda: indexer.stop_requested)
             if indexer.stop_requested:
                 progress.finish("stopped")
                 data = result.to_dict()
@@ -116,6 +119,7 @@ def _cmd_index(args: argparse.Namespace) -> int:
                 print(f"brk: stopped at height {result.height} (committed).", file=sys.stderr)
                 return 130 if stopper.signum == signal.SIGINT else 0
             progress = Progress(args.progress, quiet_until_work=True)
+            progress.known(indexer.store.lengths["height_to_blockhash"] - 1)
             indexer.progress = progress if progress.mode != "none" else None
     finally:
         stopper.restore()

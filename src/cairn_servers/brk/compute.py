@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 TYPE_COUNTS = tuple(f"{t}_count" for t in OUTPUT_TYPES)
 HASH_RATE_WINDOW = 144  # blocks in the trailing window of hash_rate
-CHUNK_OUTPUTS = 8_000_000  # bound on outputs read per chunk (memory)
+CHUNK_OUTPUTS = 1_000_000  # bound on outputs read per chunk (memory: about 60 bytes an output)
 TWO_32 = float(1 << 32)
 
 # name -> (dtype, version). Every vec is keyed by height.
@@ -78,23 +78,36 @@ def locked(root: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def compute(out: Path, *, durable: bool = True, blocks_dir: Path | None = None) -> dict[str, Any]:
+def compute(out: Path, *, durable: bool = True, blocks_dir: Path | None = None,
+            progress: Callable[..., None] | None = None, stop: Callable[[], bool] | None = None) -> dict[str, Any]:
     """Bring ``OUT/computed`` up to the raw store's committed tip; returns a summary.
 
     Then the on-chain analytics passes: ``cairn_servers.brk.utxo`` (the UTXO set, coin age, realized value;
     from the vecs) and ``cairn_servers.brk.addresses`` (which re-reads the blocks: ``blocks_dir``, else the
-    one remembered from an earlier run; without either the address counts wait)."""
+    one remembered from an earlier run; without either the address counts wait). ``progress`` (a
+    ``cairn_servers.brk.progress.Progress``) hears a ``stage`` event as each pass with work begins and a
+    ``commit`` after each of its chunks. ``stop()`` is asked after every committed chunk: when true, the
+    passes end there (each resumes from its own committed height next time)."""
+    from cairn_servers.core.heap import return_large_buffers, trim_heap
+
+    return_large_buffers()  # chunk columns of tens of MB: from mmap, not a heap that fragments and creeps up
+    trim_heap()  # what indexing freed (brk index runs the passes in the same process) goes back to the OS
     with locked(computed_dir(out)):
-        summary = _Computer(out, durable=durable).run()
+        summary = _Computer(out, durable=durable, progress=progress, stop=stop).run()
         from cairn_servers.brk import addresses, utxo
 
-        utxo.update(out, durable=durable)
-        addresses.update(out, durable=durable, blocks_dir=blocks_dir)
+        if stop is None or not stop():
+            utxo.update(out, durable=durable, progress=progress, stop=stop)
+        if stop is None or not stop():
+            addresses.update(out, durable=durable, blocks_dir=blocks_dir, progress=progress, stop=stop)
         return summary
 
 
 class _Computer:
-    def __init__(self, out: Path, *, durable: bool) -> None:
+    def __init__(self, out: Path, *, durable: bool, progress: Callable[..., None] | None = None,
+                 stop: Callable[[], bool] | None = None) -> None:
+        self.progress = progress
+        self.stop = stop
         self.raw = StoreReader(out)
         self.raw.refresh()
         self.store = VecStore(computed_dir(out), specs(), durable=durable, independent=True)
@@ -124,6 +137,9 @@ class _Computer:
         start = min(s.lengths.values())
         computed = 0
         first_out = raw.read("height_to_first_outputindex", 0, n)
+        from cairn_servers.brk.progress import Stage
+
+        stage = Stage(self.progress, "computed", raw, start, n, self.stop)
         while start < n:
             limit = int(np.searchsorted(first_out, int(first_out[start]) + CHUNK_OUTPUTS, "right"))
             stop = max(start + 1, min(n, limit))
@@ -138,6 +154,8 @@ class _Computer:
             meta["tip"] = bytes(cols["blockhash"][-1][::-1]).hex()
             s.commit(meta)
             start = stop
+            if stage.done(stop):
+                break
         if computed == 0 and s.meta != meta:
             s.commit(meta)
         return {"height": s.lengths["height_to_blockhash"] - 1, "computed_heights": computed,

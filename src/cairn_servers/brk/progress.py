@@ -2,19 +2,25 @@
 
 The indexer calls a ``Progress`` with an event name and figures (see ``Indexer(progress=...)``):
 ``scan`` once per blk file scanned, ``start`` before indexing (target height and bytes to do),
-``block`` after every block parsed, ``commit`` after every committed batch. The reporter decides what to show and when:
+``block`` after every block parsed, ``commit`` after every committed batch. The computed passes
+(``cairn_servers.brk.compute.compute(progress=...)``) then report through a ``Stage``: ``stage`` when a
+pass starts (its name, first and target heights, the block bytes it will cover) and ``commit`` after
+each committed chunk. The reporter decides what to show and when:
 
 * ``bar`` (stderr is a terminal): one line redrawn at most five times a second,
   ``height 123,456/800,000 [#####.....] 15.4%  1,234 blk/s  25.3 MB/s  ETA 1h02m``.
 * ``json`` (stderr is not a terminal): one JSON object per line: one per committed batch (at most
   four a second), one a second between commits, and a last ``done`` or ``stopped`` line. Fields:
 
-  ``event``            ``scan``, ``start``, ``progress`` (between commits), ``commit``, ``done`` or
-                       ``stopped``
+  ``event``            ``scan``, ``start``, ``progress`` (between commits), ``stage`` (a computed
+                       pass begins), ``commit``, ``done`` or ``stopped``
+  ``stage``            ``index`` (the raw vecs), then ``computed``, ``utxo``, ``realized``,
+                       ``addresses`` (the computed passes that have work to do)
   ``height``           highest height indexed so far (``progress`` lines: perhaps not committed yet)
   ``committed_height`` highest height committed to disk (a rerun resumes after it)
   ``target_height``    the best chain's tip this run is heading to
-  ``blocks``/``bytes`` blocks and bytes of block data indexed by this run
+  ``blocks``/``bytes`` blocks and bytes of block data done by this stage (``done``/``stopped`` lines:
+                       indexed by this run)
   ``elapsed_s``        seconds since the run started
   ``blocks_per_s``/``mb_per_s``  rates over the last ten seconds (the whole run on the last line)
   ``eta_s``            seconds left at the recent byte rate (null until known)
@@ -60,23 +66,36 @@ class Progress:
         self.start = clock()
         self.last_emit = float("-inf")
         self.window: deque[tuple[float, int, int]] = deque()  # (time, blocks, bytes) over ~10 s
-        self.state: dict[str, Any] = {"height": -1, "committed_height": -1, "target_height": -1, "blocks": 0,
-                                      "bytes": 0, "total_bytes": 0}
+        self.state: dict[str, Any] = {"stage": "index", "height": -1, "committed_height": -1, "target_height": -1,
+                                      "blocks": 0, "bytes": 0, "total_bytes": 0}
+        self.stage_start = self.start
+        self.indexed: tuple[int, int] | None = None  # (blocks, bytes) of the index stage, once a pass starts
         self.bar_shown = False
+
+    def known(self, height: int) -> None:
+        """The committed tip before the run: the heights a run that finds nothing new reports."""
+        for key in ("height", "committed_height", "target_height"):
+            self.state[key] = max(self.state[key], height)
 
     # -- the indexer's callback ----------------------------------------------------------------
     def __call__(self, event: str, **fields: Any) -> None:
         if self.mode == "none":
             return
+        if event == "stage" and self.indexed is None:
+            self.indexed = (int(self.state["blocks"]), int(self.state["bytes"]))
         self.state.update(fields)
         if self.quiet:
-            if event != "block":
+            if event not in ("block", "stage"):
                 return
             self.quiet = False
         now = self.clock()
-        if event in ("start", "commit"):
+        if event == "stage":  # a computed pass begins: rates and ETA start again for it
+            self.window.clear()
+            self.stage_start = now
+            self.last_emit = float("-inf")  # every stage says it started
+        if event in ("start", "commit", "stage"):
             self.state["committed_height"] = self.state["height"]
-        if event in ("block", "commit"):
+        if event in ("block", "commit", "stage"):
             self.window.append((now, self.state["blocks"], self.state["bytes"]))
             while len(self.window) > 2 and now - self.window[0][0] > 10.0:
                 self.window.popleft()
@@ -100,6 +119,10 @@ class Progress:
         if self.mode == "none" or self.quiet:
             return
         now = self.clock()
+        if self.indexed is not None:  # the last line reports the indexing and the whole job's time
+            self.state["blocks"], self.state["bytes"] = self.indexed
+            self.state["stage"] = "index"
+            self.stage_start = self.start
         if self.mode == "bar":
             if self.bar_shown:
                 self._write("\r\x1b[K")
@@ -111,7 +134,7 @@ class Progress:
     def _rates(self, now: float, whole_run: bool = False) -> tuple[float, float, float | None]:
         st = self.state
         if whole_run or len(self.window) < 2:
-            dt = max(now - self.start, 1e-9)
+            dt = max(now - self.stage_start, 1e-9)
             blocks, nbytes = st["blocks"], st["bytes"]
         else:
             t0, b0, y0 = self.window[0]
@@ -131,7 +154,7 @@ class Progress:
 
     def _json(self, event: str, now: float, whole_run: bool = False) -> None:
         st = self.state
-        line: dict[str, Any] = {"event": event}
+        line: dict[str, Any] = {"event": event, "stage": st["stage"]}
         if event == "scan":
             line.update({k: st.get(k) for k in ("file", "files", "found")})
         bps, mbps, eta = self._rates(now, whole_run)
@@ -152,7 +175,37 @@ class Progress:
             target = max(st["target_height"], 0)
             done = st["bytes"] / st["total_bytes"] if st["total_bytes"] else 0.0
             filled = int(20 * min(1.0, done))
-            text = (f"height {st['height']:,}/{target:,} [{'#' * filled}{'.' * (20 - filled)}] {100 * done:5.1f}%  "
+            label = "height" if st["stage"] == "index" else st["stage"]
+            text = (f"{label} {st['height']:,}/{target:,} [{'#' * filled}{'.' * (20 - filled)}] {100 * done:5.1f}%  "
                     f"{bps:,.0f} blk/s  {mbps:.1f} MB/s  ETA {_eta(eta)}")
         self._write("\r\x1b[K" + text)
         self.bar_shown = True
+
+
+class Stage:
+    """Progress of one computed pass over heights ``[start, n)``: ``stage`` when it begins, ``commit`` after
+    each chunk (rates and ETA from the block bytes of the heights done, read from ``height_to_size``)."""
+
+    def __init__(self, progress: Callable[..., None] | None, name: str, raw: Any, start: int, n: int,
+                 stop: Callable[[], bool] | None = None) -> None:
+        import numpy as np
+
+        self.stop = stop
+        self.progress = progress
+        self.name = name
+        self.start = start
+        self.sizes = np.zeros(1, dtype=np.int64)
+        if progress is None or start >= n:
+            self.progress = None
+            return
+        self.sizes = np.concatenate(([0], np.cumsum(raw.read("height_to_size", start, n).astype(np.int64))))
+        progress("stage", stage=name, height=start - 1, target_height=n - 1, blocks=0, bytes=0,
+                 total_bytes=int(self.sizes[-1]))
+
+    def done(self, stop: int) -> bool:
+        """Heights below ``stop`` are committed; True when the pass should stop there (Ctrl-C)."""
+        if self.progress is not None:
+            k = min(stop - self.start, self.sizes.shape[0] - 1)
+            self.progress("commit", stage=self.name, height=stop - 1, blocks=stop - self.start,
+                          bytes=int(self.sizes[k]))
+        return self.stop is not None and self.stop()

@@ -39,11 +39,14 @@ recomputed.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cairn_servers.brk.faults import fault as _fault
+from cairn_servers.brk.gather import Rows
 from cairn_servers.brk.layout import OUTPUT_TYPES, computed_dir
+from cairn_servers.brk.progress import Stage
 from cairn_servers.brk.reader import StoreReader
 from cairn_servers.brk.vecs import VecSpec, VecStore
 from cairn_servers.core.files import replace_file
@@ -104,17 +107,20 @@ def realized_dir(out: Path) -> Path:
     return out / "realized"
 
 
-def update(out: Path, *, durable: bool = True) -> dict[str, Any]:
+def update(out: Path, *, durable: bool = True, progress: Callable[..., None] | None = None,
+           stop: Callable[[], bool] | None = None) -> dict[str, Any]:
     """Bring ``OUT/utxo`` (and, with prices, ``OUT/realized``) up to the computed tip.
 
     The caller holds the computer's lock (``compute`` does)."""
     chain = _Chain(out)
     try:
-        summary = {"utxo": _UtxoPass(out, chain, durable).run()}
+        summary = {"utxo": _UtxoPass(out, chain, durable).run(progress, stop)}
+        if stop is not None and stop():
+            return summary
         prices = StoreReader(out / "prices")
         prices.refresh()
         if prices.exists and prices.length("dateindex_to_close") > 0:
-            summary["realized"] = _RealizedPass(out, chain, prices, durable).run()
+            summary["realized"] = _RealizedPass(out, chain, prices, durable).run(progress, stop)
         prices.close()
         return summary
     finally:
@@ -144,17 +150,8 @@ class _Chain:
 
         self.first_out = bounds("height_to_first_outputindex", "outputindex_to_value")
         self.first_in = bounds("height_to_first_inputindex", "inputindex_to_outputindex")
-        n_out = int(self.first_out[-1])
-        self._value = self._map(out, "outputindex_to_value", "<u8", n_out)
-        self._type = self._map(out, "outputindex_to_type", "u1", n_out)
-
-    @staticmethod
-    def _map(out: Path, name: str, dtype: str, n: int) -> np.ndarray:
-        import numpy as np
-
-        if n == 0:
-            return np.zeros(0, dtype=dtype)
-        return np.memmap(out / "vecs" / f"{name}.bin", dtype=dtype, mode="r", shape=(n,))
+        self.n_out = int(self.first_out[-1])
+        self._vecs = out / "vecs"
 
     def hashes(self, a: int, b: int) -> np.ndarray:
         return self.raw.read("height_to_blockhash", a, b)
@@ -172,7 +169,8 @@ class _Chain:
 
         o0, o1 = int(self.first_out[a]), int(self.first_out[b])
         block = np.repeat(np.arange(b - a), np.diff(self.first_out[a:b + 1]))
-        return block, np.asarray(self._value[o0:o1]), np.asarray(self._type[o0:o1]).astype(np.int64)
+        return (block, self.raw.read("outputindex_to_value", o0, o1),
+                self.raw.read("outputindex_to_type", o0, o1).astype(np.int64))
 
     def spent(self, a: int, b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Spent outputs of heights [a, b): spending block (0-based), value, type, creating height."""
@@ -184,7 +182,11 @@ class _Chain:
         real = spent != np.uint64(NO_OUTPUT)
         outs = spent[real].astype(np.int64)  # kept in the inputs' order: per-block sums are deterministic
         created = np.searchsorted(self.first_out, outs, "right") - 1
-        return block[real], np.asarray(self._value[outs]), np.asarray(self._type[outs]).astype(np.int64), created
+        # Random rows of the whole chain's outputs: short-lived maps (the resident size stays bounded).
+        rows = Rows(outs)
+        value = rows.take(self._vecs / "outputindex_to_value.bin", "<u8", self.n_out)
+        kind = rows.take(self._vecs / "outputindex_to_type.bin", "u1", self.n_out).astype(np.int64)
+        return block[real], value, kind, created
 
     def close(self) -> None:
         self.raw.close()
@@ -262,7 +264,8 @@ class _UtxoPass:
             if h not in keep:
                 self._checkpoint(h).unlink(missing_ok=True)
 
-    def run(self) -> dict[str, Any]:
+    def run(self, progress: Callable[..., None] | None = None,
+            should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
         s = self.store
         chain = self.chain
         meta = dict(s.meta)
@@ -290,11 +293,14 @@ class _UtxoPass:
                 self._checkpoint(h).unlink(missing_ok=True)
         start = have
         done = 0
+        stage = Stage(progress, "utxo", chain.raw, start, chain.n, should_stop)
         while start < chain.n:
             stop = chain.chunk_end(start)
             self._chunk(start, stop, meta)
             done += stop - start
             start = stop
+            if stage.done(stop):
+                break
         return {"height": s.lengths["height_to_blockhash"] - 1, "computed_heights": done, "restarted_from": rolled}
 
     # -- one chunk ----------------------------------------------------------------------------
@@ -557,7 +563,8 @@ class _RealizedPass:
                 self._add(day[cut[g]:cut[g + 1]], val[cut[g]:cut[g + 1]])
         return cols
 
-    def run(self) -> dict[str, Any]:
+    def run(self, progress: Callable[..., None] | None = None,
+            should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
         import numpy as np
 
         s = self.store
@@ -583,6 +590,7 @@ class _RealizedPass:
         start = s.lengths["height_to_blockhash"]
         self._load_state(start)
         done = 0
+        stage = Stage(progress, "realized", chain.raw, start, chain.n, should_stop)
         while start < chain.n:
             stop = chain.chunk_end(start)
             self._chunk(start, stop)
@@ -597,6 +605,8 @@ class _RealizedPass:
                     self._state_path(h).unlink(missing_ok=True)
             done += stop - start
             start = stop
+            if stage.done(stop):
+                break
         if s.pending_length("dateindex_to_close") != s.lengths["dateindex_to_close"]:
             s.commit(meta)
         return {"height": s.lengths["height_to_blockhash"] - 1, "computed_heights": done}
