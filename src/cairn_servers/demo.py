@@ -176,7 +176,35 @@ def demo_brk(work: Path, env: dict[str, str]) -> None:
         client.close()
 
 
+def next_steps(bin_dir: str) -> str:
+    """The three commands to try after the demo, on the user's own data (``bin_dir``: where the commands
+    are when they are not on the PATH)."""
+    where = (f"The commands are in {bin_dir}: add it to your PATH, or install them for daily use with "
+             "`pipx install .` (or `uv tool install .`).") if bin_dir else ""
+    return "\n".join([
+        "Next, try these (each runs on what the clone ships, offline):",
+        "  blz add cairn docs/blz.md && blz search \"exit codes\" -s cairn",
+        "  ctx --config examples/ctx/ctx.toml sync all && ctx --config examples/ctx/ctx.toml search "
+        "\"rotate keys\" --mode hybrid",
+        "  brk sample --mainnet --out /tmp/chain && brk index --blocks-dir /tmp/chain --out /tmp/vecs && "
+        "brk query --out /tmp/vecs --index date --ids block_count,tx_count --from -5",
+        *([where] if where else []),
+    ])
+
+
+def _on_path(name: str) -> bool:
+    import shutil
+
+    found = shutil.which(name)
+    return found is not None and Path(found).resolve() == Path(_bin(name)).resolve()
+
+
 def main() -> int:
+    if not (REPO / "docs").is_dir() or not (REPO / "examples" / "ctx" / "ctx.toml").is_file():
+        sys.stderr.write("cairn demo: error: the demo indexes the documentation and examples of a clone of the "
+                         "repository, which an installed package does not include. Run it from a clone: "
+                         "`make demo`. The installed commands work anywhere: blz --help, ctx --help, brk --help.\n")
+        return 2
     env = {k: v for k, v in os.environ.items() if not k.startswith(("BLZ_", "CTX_", "BRK_"))}
     with tempfile.TemporaryDirectory(prefix="cairn-demo-") as tmp:
         work = Path(tmp)
@@ -186,7 +214,11 @@ def main() -> int:
         demo_blz(work, env)
         demo_ctx(work, env)
         demo_brk(work, env)
-    print("\nDemo finished: every answer above came from a real server over MCP.")
+    print("\nDemo finished: every answer above came from a real server over MCP.\n")
+    bin_dir = "" if _on_path("blz") else str(Path(_bin("blz")).parent)
+    if bin_dir.startswith(str(Path.cwd()) + os.sep):
+        bin_dir = os.path.relpath(bin_dir)  # ".venv/bin" from the clone
+    print(next_steps(bin_dir))
     return 0
 
 

@@ -380,8 +380,8 @@ path = "docs/local.txt"
     assert data["results"][3]["error"] == ("source #4: unknown key 'ulr'; a source takes alias, url or path, "
                                            "exact, allLanguages.")
     assert data["results"][5]["error"] == "'one' appears twice in the manifest; the first one is used."
-    assert err.splitlines() == [f"blz: gone: {data['results'][1]['error']}", f"blz: typo: {data['results'][3]['error']}",
-                                f"blz: one: {data['results'][5]['error']}"]
+    assert err.splitlines() == [f"blz: error: gone: {data['results'][1]['error']}", f"blz: error: typo: {data['results'][3]['error']}",
+                                f"blz: error: one: {data['results'][5]['error']}"]
     code, listed, _ = blz_json("list")
     assert sorted((s["alias"], s["metadata"]["totalLines"]) for s in listed["sources"]) == [
         ("127-0-0-1", 7), ("local", 5), ("one", 9)]
@@ -389,7 +389,7 @@ path = "docs/local.txt"
     assert "## Notes" in text
     # again: every entry now exists (conflicts) but for --force, which replaces them
     code, _, err = blz("add", "--manifest", str(manifest), "--force", "--text")
-    assert code == 3 and "blz: gone:" in err and "blz: one: 'one' appears twice" in err
+    assert code == 3 and "blz: error: gone:" in err and "blz: error: one: 'one' appears twice" in err
 
 
 def test_manifest_text_output_and_all_good_exit_code(tmp_path: Path, doc_server: DocServer, data_root: Path) -> None:
@@ -432,7 +432,7 @@ def test_manifest_dry_run_writes_nothing(tmp_path: Path, doc_server: DocServer, 
     open_store(data_root)
     before = snapshot(data_root)
     code, out, err = blz("add", "--manifest", str(manifest), "--dry-run", "--json")
-    assert code == 3 and "blz: b: Nothing found at" in err
+    assert code == 3 and "blz: error: b: Nothing found at" in err
     data = json.loads(out)
     assert data["dryRun"] is True and data["added"] == 0 and data["failed"] == 1
     assert data["results"][0]["status"] == "dry-run" and data["results"][0]["lines"] == 9
@@ -445,6 +445,11 @@ def test_manifest_dry_run_writes_nothing(tmp_path: Path, doc_server: DocServer, 
     ("[[source]\nalias = 1", 2, "{path} is not valid TOML: "),
     ('title = "nothing"\n', 2, "{path} lists no sources. Write one [[source]] table per source"),
     ("source = 3\n", 2, "{path} lists no sources."),
+    # A RecursionError traceback in tomllib: nested arrays, inline tables, both 100,000 deep.
+    ("x = " + "[" * 100_000 + "]" * 100_000 + "\n", 2,
+     "{path} nests arrays or tables too deeply to be a manifest. A manifest is a list of [[source]] tables."),
+    ("x = " + "{a = " * 5_000 + "1" + "}" * 5_000 + "\n", 2, "{path} nests arrays or tables too deeply"),
+    ("# " + "x" * (5 << 20) + "\n", 2, "{path} is over 4 MiB; a manifest lists sources in a few KB."),
 ])
 def test_bad_manifest_files(tmp_path: Path, data_root: Path, content: str | None, code: int, message: str) -> None:
     path = tmp_path / "m.toml"
@@ -473,3 +478,24 @@ def test_manifest_entry_checks(tmp_path: Path, data_root: Path) -> None:
         "source 'a' has both url and path: give one.",
         "source 'b': exact must be true or false.",
         "source 'c': url must be a non-empty string."]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "symlink to a fifo"])
+def test_a_manifest_that_is_not_a_regular_file_is_refused_at_once(tmp_path: Path, data_root: Path, kind: str) -> None:
+    """A FIFO used to hang `blz add --manifest` (waiting for a writer that never comes)."""
+    import os
+    import time
+
+    path = tmp_path / "m.toml"
+    if kind == "device":
+        path = Path("/dev/zero")
+    else:
+        os.mkfifo(tmp_path / "fifo")
+        if kind == "fifo":
+            path = tmp_path / "fifo"
+        else:
+            path.symlink_to(tmp_path / "fifo")
+    t0 = time.monotonic()
+    got, out, err = blz("add", "--manifest", str(path))
+    assert (got, out, err) == (2, "", f"blz: error: {path} is not a regular file. Give the manifest's TOML file.\n")
+    assert time.monotonic() - t0 < 5

@@ -251,13 +251,22 @@ def test_react_full_corpus(store: Store, test_data: Path) -> None:
 
 
 def test_line_budget_spans_citations(store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The answer's line budget (DEFAULT_MAX_LINES, 2000) counts every span: past it, spans are cut
-    and then left out."""
+    """The answer's line budget (DEFAULT_MAX_LINES, 2000) is shared by every span: each gets lines (the
+    short ones first, whole when they fit), a cut one names the rest; with more spans than lines, a span
+    without any is still listed, empty, with its citation as ``remaining`` (never left out silently)."""
     sources.add(store, "alpha", str(write(tmp_path, "a.txt", ALPHA)))
     monkeypatch.setattr(service, "DEFAULT_MAX_LINES", 5)
     snips = service.get(store, ["alpha:1-3", "alpha:5-9", "alpha:12-13"])["snippets"]
     assert [(s["lines"], s.get("truncated", False), s.get("remaining")) for s in snips] == [
-        ("1-3", False, None), ("5-6", True, "alpha:7-9")]
+        ("1-2", True, "alpha:3-3"), ("5-6", True, "alpha:7-9"), ("12-12", True, "alpha:13-13")]
+    monkeypatch.setattr(service, "DEFAULT_MAX_LINES", 8)
+    snips = service.get(store, ["alpha:1-3", "alpha:5-9", "alpha:12-13"])["snippets"]
+    assert [s["lines"] for s in snips] == ["1-3", "5-7", "12-13"]  # the short spans whole
+    monkeypatch.setattr(service, "DEFAULT_MAX_LINES", 2)
+    snips = service.get(store, ["alpha:1-3", "alpha:5-9", "alpha:12-13"])["snippets"]
+    lines = ALPHA.split("\n")
+    assert [(s["lines"], s["content"], s.get("remaining")) for s in snips] == [
+        ("1-1", lines[0], "alpha:2-3"), ("5-5", lines[4], "alpha:6-9"), ("12-11", "", "alpha:12-13")]
 
 
 def test_max_lines_caps_each_span(store: Store, tmp_path: Path) -> None:

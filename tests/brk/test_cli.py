@@ -33,10 +33,10 @@ def _size(blocks: Path) -> int:
 
 def test_errors_state_fact_and_fix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["index", "--blocks-dir", str(tmp_path / "nope"), "--out", str(tmp_path / "o")]) == 3
-    assert capsys.readouterr().err == (f"brk: Blocks directory {tmp_path / 'nope'} does not exist. "
+    assert capsys.readouterr().err == (f"brk: error: Blocks directory {tmp_path / 'nope'} does not exist. "
                                        f"Point --blocks-dir at a node's blocks/ folder.\n")
     assert main(["status", "--out", str(tmp_path / "empty")]) == 7
-    assert capsys.readouterr().err == (f"brk: {tmp_path / 'empty'} has no manifest.json. "
+    assert capsys.readouterr().err == (f"brk: error: {tmp_path / 'empty'} has no manifest.json. "
                                        f"Run `brk index --out {tmp_path / 'empty'}` first.\n")
 
 

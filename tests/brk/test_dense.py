@@ -103,7 +103,7 @@ def test_cli_sample_dense(tmp_path: Path) -> None:
     bad = subprocess.run(cmd[:-4] + ["--txs-per-block", "0", "--out", str(tmp_path / "c")],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2
-    assert bad.stderr.strip() == ("brk: --txs-per-block must be between 1 and 3000 (more would not fit a block's "
+    assert bad.stderr.strip() == ("brk: error: --txs-per-block must be between 1 and 3000 (more would not fit a block's "
                                   "4 million weight units); got 0.")
 
 

@@ -121,7 +121,7 @@ def test_xor_dat_is_read_bounded(tmp_path: Path, kind: str) -> None:
         read_xor_key(blocks)
     assert exc.value.message == expected
     r = run_brk("index", "--blocks-dir", str(blocks), "--out", str(tmp_path / "out"), env=clean_env(), timeout=30)
-    assert (r.code, r.err) == (2, f"brk: {expected}\n")
+    assert (r.code, r.err) == (2, f"brk: error: {expected}\n")
     assert r.peak_mb < 200 and r.seconds < 20  # /dev/zero used to take 14 GB in 7 s
 
 
@@ -295,7 +295,7 @@ def test_blocks_dir_discovery_says_where_it_looked(tmp_path: Path) -> None:
     assert r.code == 3
     looked = [f"{base}/{sub}blocks" for base in ("~/.bitcoin", "~/Library/Application Support/Bitcoin")
               for sub in ("", "testnet3/", "testnet4/", "signet/", "regtest/")]
-    assert r.err == (f"brk: No Bitcoin Core blocks directory found. Looked in: {', '.join(looked)}. "
+    assert r.err == (f"brk: error: No Bitcoin Core blocks directory found. Looked in: {', '.join(looked)}. "
                      f"Pass --blocks-dir DIR (or set BRK_BLOCKS_DIR).\n")  # home shown as ~
 
 
@@ -320,7 +320,7 @@ def test_blocks_dir_discovery_with_several_networks(tmp_path: Path) -> None:
     env = clean_env(HOME=str(home))
     r = run_brk("index", "--out", str(tmp_path / "o1"), env=env, timeout=30)
     assert r.code == 2
-    assert r.err == ("brk: Found blocks of several networks: signet (~/.bitcoin/signet/blocks), regtest "
+    assert r.err == ("brk: error: Found blocks of several networks: signet (~/.bitcoin/signet/blocks), regtest "
                      "(~/.bitcoin/regtest/blocks). Choose one with --network.\n")
     r = run_brk("index", "--network", "regtest", "--out", str(tmp_path / "o2"), "--no-compute", "--format", "json",
                 "--progress", "none", env=env, timeout=60)
@@ -328,8 +328,79 @@ def test_blocks_dir_discovery_with_several_networks(tmp_path: Path) -> None:
     r = run_brk("index", "--network", "testnet4", "--blocks-dir", str(home / ".bitcoin/regtest/blocks"),
                 "--out", str(tmp_path / "o3"), env=env, timeout=30)
     assert r.code == 2
-    assert r.err == ("brk: ~/.bitcoin/regtest/blocks holds regtest blocks, not testnet4. Drop --network or "
+    assert r.err == ("brk: error: ~/.bitcoin/regtest/blocks holds regtest blocks, not testnet4. Drop --network or "
                      "point --blocks-dir at the testnet4 blocks.\n")
     r = run_brk("index", "--network", "moon", "--out", str(tmp_path / "o4"), env=env, timeout=30)
-    assert (r.code, r.err) == (2, "brk: Unknown network 'moon'. Use one of: mainnet, testnet, testnet4, signet, "
+    assert (r.code, r.err) == (2, "brk: error: Unknown network 'moon'. Use one of: mainnet, testnet, testnet4, signet, "
                                   "regtest.\n")
+
+
+# -- Hostile files, round 3 -------------------------------------------------------------------------
+
+STRESS = os.environ.get("CAIRN_STRESS", "") not in ("", "0")
+
+
+def test_xor_dat_linked_to_proc_self_mem_is_refused_before_reading(tmp_path: Path) -> None:
+    """/proc/self/mem is a "regular" file of size 0 whose read fails with EIO (was a traceback)."""
+    blocks = _chain(tmp_path / "blocks", 20)
+    xor = blocks / "xor.dat"
+    xor.symlink_to("/proc/self/mem")
+    expected = f"{xor} holds 0 bytes; Bitcoin Core writes an 8-byte key there."
+    with pytest.raises(InvalidInput) as exc:
+        read_xor_key(blocks)
+    assert exc.value.message == expected
+    r = run_brk("index", "--blocks-dir", str(blocks), "--out", str(tmp_path / "out"), env=clean_env(), timeout=30)
+    assert (r.code, r.err) == (2, f"brk: {expected}\n")
+
+
+def _junk_file(path: Path, records: int, seed: int) -> None:
+    """``records`` framed records of 81 random bytes (mainnet magic): each looks like a tiny block."""
+    import random
+
+    rng = random.Random(seed)
+    frame = MAGICS["mainnet"] + (81).to_bytes(4, "little")
+    with open(path, "wb") as fh:
+        for _ in range(records // 10_000):
+            fh.write(b"".join(frame + rng.randbytes(81) for _ in range(10_000)))
+
+
+def test_a_million_junk_records_per_file_cost_a_few_lines_and_bounded_memory(mainnet_blocks: Path,
+                                                                            tmp_path: Path) -> None:
+    """Three blk files of tiny junk records (89 MB each under CAIRN_STRESS=1, 8.9 MB otherwise) used
+    to cost a stderr line per record (476 MB) and memory growing with the files (498 MB): now a few
+    examples and a count per file, and the same peak memory whatever the files' size."""
+    per_file = 1_000_000 if STRESS else 100_000
+    for n in (1, 2, 3):
+        _junk_file(mainnet_blocks / f"blk{n:05d}.dat", per_file, n)
+    r = run_brk("index", "--blocks-dir", str(mainnet_blocks), "--out", str(tmp_path / "out"), "--no-compute",
+                "--format", "json", "--progress", "none", env=clean_env(), timeout=600 if STRESS else 180)
+    assert r.code == 0, r.err[-2000:]
+    result = json.loads(r.out)
+    assert (result["height"], result["indexed_blocks"], result["invalid"]) == (589, 590, [])
+    lines = r.err.splitlines()
+    assert len(lines) == 3 * 4, r.err[:3000]
+    for n in (1, 2, 3):
+        summary = [line for line in lines if line.startswith(f"brk: ignored ") and f"blk{n:05d}.dat" in line]
+        assert len(summary) == 1, lines
+        ignored = int(summary[0].split()[2])
+        assert per_file * 0.99 < ignored < per_file, summary  # a few random headers meet their own target
+    print(f"{3 * per_file:,} junk records: peak RSS {r.peak_mb:.0f} MB, {len(r.err):,} bytes of stderr, "
+          f"{r.seconds:.1f} s")
+    assert r.peak_mb < 80, r.peak_mb  # 87 MB for 300,000 records before, 498 MB for 3,000,000
+
+
+def test_many_oversized_frames_give_a_count_not_a_line_each(tmp_path: Path) -> None:
+    blocks = _chain(tmp_path / "blocks", 30)
+    path = blocks / "blk00000.dat"
+    data = path.read_bytes()
+    magic = MAGICS["regtest"]
+    bogus = (magic + (5_000_000).to_bytes(4, "little") + bytes(8)) * 20_000
+    path.write_bytes(bogus + data)
+    notes: list[str] = []
+    records, resume = scan(path, bytes(8), magic, log=notes.append)
+    assert len(records) == 30 and resume == len(bogus) + len(data)
+    frame = len(bogus) // 20_000
+    assert notes == [f"skipped a record in blk00000.dat at offset {i * frame} that claims 5000000 bytes, more than "
+                     f"a block can hold ({MAX_BLOCK_BYTES})" for i in range(3)] + [
+        "skipped 20000 records in blk00000.dat after offset 0 that claim more than a block can hold (the first 3 "
+        "shown above)", "skipped 120000 junk bytes in blk00000.dat after offset 0"]

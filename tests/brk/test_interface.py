@@ -309,8 +309,8 @@ def test_price_fetch_against_local_server(priced: Path) -> None:
 def test_cli(out: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["query", "--out", str(out), "--index", "date", "--ids", "block_count,supply_btc", "--from", "-2",
                  "--format", "md"]) == 0
-    assert capsys.readouterr().out == ("| block_count | supply_btc |\n|---|---|\n| 129 | 25750.0 |\n"
-                                       "| 75 | 29500.0 |\n")
+    assert capsys.readouterr().out == ("| date | block_count | supply_btc |\n|---|---|---|\n| 2009-01-14 | 129 | 25750.0 |\n"
+                                       "| 2009-01-15 | 75 | 29500.0 |\n")
     assert main(["query", "--out", str(out), "-i", "h", "-v", "supply_btc", "-f", "-1"]) == 0
     assert json.loads(capsys.readouterr().out) == 29500.0
     assert main(["ids", "--out", str(out), "--index", "tx", "--format", "json"]) == 0
@@ -318,10 +318,10 @@ def test_cli(out: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["indexes", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["halvingepoch"] == ["halving", "halvingepoch"]
     assert main(["query", "--out", str(out), "-i", "h", "-v", "clos"]) == 3
-    assert capsys.readouterr().err == ("brk: Unknown vec id 'clos' on height. Did you mean: close? Dollar prices "
+    assert capsys.readouterr().err == ("brk: error: Unknown vec id 'clos' on height. Did you mean: close? Dollar prices "
                                        "appear after `brk price import FILE.csv` (a daily CSV) or `brk price fetch` "
                                        "(downloads them from Kraken); `brk run` and `brk index --watch` fetch them "
-                                       "by themselves when online. List them with get_index_to_vecids.\n")
+                                       "by themselves when online. List them with `brk ids --index h`.\n")
 
 
 @pytest.mark.parametrize("name", ["BRK_OUTPUT_FORMAT", "BRK_FORMAT"])
@@ -332,7 +332,7 @@ def test_query_reads_the_format_variable_and_its_older_name(name: str, out: Path
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv(name, "csv")
     assert main(["query", "--out", str(out), "-i", "date", "-v", "block_count,supply_btc", "-f", "-2"]) == 0
-    assert capsys.readouterr().out == "block_count,supply_btc\n129,25750.0\n75,29500.0\n"
+    assert capsys.readouterr().out == "date,block_count,supply_btc\n2009-01-14,129,25750.0\n2009-01-15,75,29500.0\n"
     monkeypatch.setenv(name, "text")  # text is md for a table
     assert main(["query", "--out", str(out), "-i", "date", "-v", "block_count", "-f", "-1"]) == 0
-    assert capsys.readouterr().out == "| block_count |\n|---|\n| 75 |\n"
+    assert capsys.readouterr().out == "| date | block_count |\n|---|---|\n| 2009-01-15 | 75 |\n"

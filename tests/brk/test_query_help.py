@@ -184,3 +184,20 @@ def test_index_to_id_path_takes_the_declared_parameters(base_url: str) -> None:
         spec = c.get("/openapi.json").json()["paths"]
         names = [p["name"] for p in spec["/api/vecs/{index}-to-{id}"]["get"]["parameters"]]
         assert names == ["index", "id", "from", "f", "to", "t", "count", "c", "format"]
+
+
+def test_tables_of_a_date_index_start_with_the_date(out: Path) -> None:
+    """csv/tsv/md of a date index carry the date first (the rows are periods: numbers alone do not say
+    which), unless the ids name it or --no-date is given; height rows and JSON stay as asked."""
+    base = ["query", "--out", str(out), "--ids", "block_count", "--from", "0", "--count", "2"]
+    md = _brk(*base, "--index", "week", "--format", "md")
+    assert (md.returncode, md.stdout) == (0, "| date | block_count |\n|---|---|\n| 2008-12-29 | 1 |\n| 2009-01-05 | 168 |\n")
+    csv = _brk(*base, "--index", "date", "--format", "csv").stdout
+    assert csv == "date,block_count\n2009-01-03,1\n2009-01-09,14\n"
+    assert _brk(*base, "--index", "date", "--format", "csv", "--no-date").stdout == "block_count\n1\n14\n"
+    named = _brk("query", "--out", str(out), "--ids", "block_count,date", "--index", "d", "--from", "0", "--count", "1",
+                 "--format", "tsv").stdout
+    assert named == "block_count\tdate\n1\t2009-01-03\n"  # named by the user: kept where it was
+    assert _brk(*base, "--index", "height", "--format", "csv").stdout == "block_count\n1\n1\n"
+    assert _brk(*base, "--index", "date", "--format", "json").stdout == "[1,14]\n"
+    assert _brk(*base, "--index", "date", "--jsonl").stdout == '{"block_count":1}\n{"block_count":14}\n'

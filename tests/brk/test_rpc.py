@@ -120,3 +120,61 @@ def test_crash_mid_append_is_cut_back(node: FakeNode, tmp_path: Path) -> None:
     mirror(client, blocks)
     r = index(blocks, tmp_path / "out")
     assert (r.height, r.invalid) == (4, [])
+
+
+@pytest.mark.parametrize("user_info, token", [("u:PASS", "u:PASS"), ("u:ret@PW", "u:ret@PW"),
+                                              ("u:p%40ss%2Fw", "u:p@ss/w")])
+def test_user_info_in_the_url_becomes_basic_auth_and_is_never_resolved(
+        test_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        user_info: str, token: str) -> None:
+    """`brk fetch --rpc-url http://u:PASS@127.0.0.1:PORT/`: the node (which checks the Basic header)
+    serves the blocks, and the only host name resolved or connected to is 127.0.0.1."""
+    import socket
+
+    from cairn_servers.brk.cli import main
+
+    fake = FakeNode(_split(btc_file(test_data, "btcd/blk_0_to_4.dat.bz2")), token)
+    thread = threading.Thread(target=fake.server.serve_forever, daemon=True)
+    thread.start()
+    resolved: list[str] = []
+    real_getaddrinfo = socket.getaddrinfo
+
+    def recording_getaddrinfo(host: object, *args: object, **kwargs: object) -> object:
+        resolved.append(str(host))
+        return real_getaddrinfo(host, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(socket, "getaddrinfo", recording_getaddrinfo)
+    try:
+        url = fake.url.replace("http://", f"http://{user_info}@")
+        assert main(["fetch", "--rpc-url", url, "--blocks-dir", str(tmp_path / "b"), "--format", "json"]) == 0
+        assert json.loads(capsys.readouterr().out)["fetched"] == 5
+        assert set(resolved) == {"127.0.0.1"}
+        # A wrong password: refused by the node, and the message shows the URL without user info.
+        bad = fake.url.replace("http://", "http://u:WRONGPASS@")
+        assert main(["fetch", "--rpc-url", bad, "--blocks-dir", str(tmp_path / "c")]) == 10
+        err = capsys.readouterr().err
+        assert f"bitcoind at {fake.url} rejected the credentials" in err and "WRONGPASS" not in err
+    finally:
+        fake.server.shutdown()
+        fake.server.server_close()
+    assert set(resolved) == {"127.0.0.1"}
+
+
+def test_an_ambiguous_user_info_is_refused_before_connecting(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    from cairn_servers.brk.cli import main
+
+    resolved: list[object] = []
+
+    def recording_getaddrinfo(host: object, *args: object, **kwargs: object) -> list[object]:
+        resolved.append(host)
+        return []
+
+    monkeypatch.setattr(socket, "getaddrinfo", recording_getaddrinfo)
+    for url in ("http://u:se/cret@127.0.0.1:1/", "http://u:/secret@127.0.0.1:1/"):
+        assert main(["fetch", "--rpc-url", url, "--blocks-dir", str(tmp_path / "b")]) == 2
+        err = capsys.readouterr().err
+        assert "percent-encode" in err and "secret" not in err.replace("--rpc-url", ""), err
+    assert resolved == []

@@ -73,3 +73,25 @@ def test_the_credentials_precheck_never_skips_a_match() -> None:
         assert sanitize.scrub(text) == expected, text  # no root, secret or home directory in these texts
         seen += expected != text
     assert seen > 200  # the generated texts do hold credentials
+
+
+@pytest.mark.parametrize("dsn, shown", [
+    ("postgresql://u:S3cret@host:5432/db", "postgresql://u:***@host:5432/db"),
+    ("postgresql://u:ret@PW@host/db", "postgresql://u:***@host/db"),  # a raw "@": nothing of it shown
+    ("postgresql://u:a/b@c@host/db", "postgresql://u:***@host/db"),
+    ("postgresql://tok3n@host/db", "postgresql://***@host/db"),
+    ("postgresql://host/db?sslmode=require&password=S3cret", "postgresql://host/db?sslmode=require&password=***"),
+    ("postgresql://host/db", "postgresql://host/db"),
+    ("host=x password=S3cret", "host=x password=***"),
+    ("host=x password='a b' user=y", "host=x password=*** user=y"),
+    ("password = 'it\\'s S3cret' dbname=d", "password = *** dbname=d"),
+    ("host=x password='never closed S3cret", "host=x password=***"),
+    ("host=x PASSWORD=S3cret sslpassword=K3y", "host=x PASSWORD=*** sslpassword=***"),
+])
+def test_mask_dsn_hides_every_form_of_password(dsn: str, shown: str) -> None:
+    assert sanitize.mask_dsn(dsn) == shown
+
+
+def test_scrub_masks_a_password_with_a_raw_at_whole() -> None:
+    assert sanitize.scrub("url postgresql://u:ret@PW@host/db ok") == "url postgresql://***@host/db ok"
+    assert sanitize.scrub('{"u": "http://a:b@c/", "mail": "x@y"}') == '{"u": "http://***@c/", "mail": "x@y"}'

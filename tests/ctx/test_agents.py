@@ -1,6 +1,6 @@
 """Agents as prompts (issue 17 item 3): ``[agents.inline|script.NAME]`` checked at load, resolved the
 same way over MCP (``prompts/list``, ``prompts/get``, the official SDK client over stdio and HTTP),
-HTTP (``GET /agents``, ``GET /agents/{name}`` on a real server) and the CLI (``ctx agent list|show``),
+HTTP (``GET /agents``, ``POST /agents/{name}`` on a real server; ``GET /agents/{name}`` runs nothing) and the CLI (``ctx agent list|show``),
 and Lua agents that build their prompt from a search of a real, synced knowledge base."""
 
 from __future__ import annotations
@@ -302,22 +302,41 @@ def test_http_lists_and_resolves_agents(base: str, agents: Agents) -> None:
         {"name": "topic", "description": "what to write about", "required": True},
         {"name": "tone", "description": "", "required": False, "default": "plain"},
         {"name": "audience", "description": "", "required": False}]
-    r = httpx.get(f"{base}/agents/writer", params={"topic": "failover"})
+    r = httpx.post(f"{base}/agents/writer", json={"topic": "failover"})
     assert r.status_code == 200 and r.json()["system"] == WRITER_SYSTEM
-    r = httpx.get(f"{base}/agents/responder", params={"incident": "database failover"})
+    r = httpx.post(f"{base}/agents/responder", json={"incident": "database failover"})
     assert r.status_code == 200 and r.json()["system"] == RESPONDER_SYSTEM
 
 
-@pytest.mark.parametrize("path, status, code, message", [
-    ("/agents/writer", 400, "bad_request", "Agent 'writer': missing required argument 'topic': what to write "
-                                           "about. Arguments: topic (required), tone, audience."),
-    ("/agents/writer?topic=a&x=1", 400, "bad_request", "Agent 'writer': unknown argument 'x'."),
-    ("/agents/writer?topic=a&topic=b", 400, "bad_request", "Agent argument 'topic' is given more than once"),
-    ("/agents/nobody", 404, "not_found", "No agent named 'nobody'. Agents: writer, responder."),
-    ("/agents?verbose=1", 400, "bad_request", "Invalid parameter for 'agent_list': verbose: is not an allowed"),
+def test_http_get_shows_an_agent_without_running_it(base: str, agents: Agents) -> None:
+    """A GET never runs an agent (a web page can make the browser send one): it shows the definition,
+    as GET /agents lists it, with no prompt resolved; arguments in a GET are refused, naming the POST."""
+    for name in ("writer", "responder"):
+        r = httpx.get(f"{base}/agents/{name}")
+        assert r.status_code == 200 and r.json() == next(a for a in agents.describe_all() if a["name"] == name)
+        assert "system" not in r.json() and "messages" not in r.json()
+    r = httpx.get(f"{base}/agents/responder", params={"incident": "x"})
+    assert r.status_code == 400 and r.json()["error"]["message"] == (
+        "GET /agents/responder shows the agent without running it and takes no parameters. To resolve its "
+        'prompt, POST /agents/responder with its arguments as a JSON body (such as {"topic": "deploys"}).')
+
+
+@pytest.mark.parametrize("method, path, body, status, code, message", [
+    ("POST", "/agents/writer", None, 400, "bad_request", "Agent 'writer': missing required argument 'topic': what "
+                                                         "to write about. Arguments: topic (required), tone, audience."),
+    ("POST", "/agents/writer", {"topic": "a", "x": "1"}, 400, "bad_request", "Agent 'writer': unknown argument 'x'."),
+    ("POST", "/agents/writer", {"topic": 5}, 400, "bad_request", "Agent 'writer': argument 'topic' must be a string"),
+    ("POST", "/agents/writer", ["a"], 400, "bad_request", "The arguments of agent 'writer' must be an object"),
+    ("POST", "/agents/writer?topic=a", None, 400, "bad_request", "POST /agents/writer takes the agent's arguments "
+                                                                 "as a JSON body"),
+    ("POST", "/agents/nobody", {}, 404, "not_found", "No agent named 'nobody'. Agents: writer, responder."),
+    ("GET", "/agents/nobody", None, 404, "not_found", "No agent named 'nobody'. Agents: writer, responder."),
+    ("GET", "/agents?verbose=1", None, 400, "bad_request", "Invalid parameter for 'agent_list': verbose: is not an "
+                                                           "allowed"),
 ])
-def test_http_errors_are_the_envelope(base: str, path: str, status: int, code: str, message: str) -> None:
-    r = httpx.get(f"{base}{path}")
+def test_http_errors_are_the_envelope(base: str, method: str, path: str, body: Any, status: int, code: str,
+                                      message: str) -> None:
+    r = httpx.request(method, f"{base}{path}", json=body)
     assert r.status_code == status and r.json()["error"]["code"] == code
     assert r.json()["error"]["message"].startswith(message), r.text
 
@@ -325,17 +344,21 @@ def test_http_errors_are_the_envelope(base: str, path: str, status: int, code: s
 def test_openapi_lists_the_agent_routes(base: str) -> None:
     paths = httpx.get(f"{base}/openapi.json").json()["paths"]
     assert paths["/agents"]["get"]["operationId"] == "agent_list"
-    show = paths["/agents/{name}"]["get"]
+    show = paths["/agents/{name}"]["post"]
     assert show["operationId"] == "agent_show"
-    assert [(p["name"], p["in"]) for p in show["parameters"]] == [("name", "path"), ("arguments", "query")]
+    assert [(p["name"], p["in"]) for p in show["parameters"]] == [("name", "path")]
+    assert show["requestBody"]["content"]["application/json"]["schema"]["type"] == "object"
     assert {"400", "404", "408"} <= set(show["responses"])
+    definition = paths["/agents/{name}"]["get"]
+    assert definition["operationId"] == "agent_definition" and "408" not in definition["responses"]
     assert httpx.get(f"{base}/").json()["agents"] == "/agents"
 
 
 def test_agents_need_the_token(kb: Path) -> None:
     with serving(create_app(cfg.load(kb), auth_token="s3cret-token")) as url:
         assert httpx.get(f"{url}/agents").status_code == 401
-        r = httpx.get(f"{url}/agents/writer?topic=x", headers={"Authorization": "Bearer s3cret-token"})
+        assert httpx.get(f"{url}/agents/writer").status_code == 401
+        r = httpx.post(f"{url}/agents/writer", json={"topic": "x"}, headers={"Authorization": "Bearer s3cret-token"})
         assert r.status_code == 200
 
 

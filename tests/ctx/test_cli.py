@@ -34,7 +34,9 @@ def test_init_sync_search_get_sources_stats(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout)  # piped -> JSON
     assert summary["sources"][0]["source"] == "filesystem:docs" and summary["sources"][0]["added"] == 2
-    assert r.stderr == ""  # no progress bar when stderr is not a terminal
+    # progress as JSON lines when stderr is not a terminal (no bar), ending with the source's "done"
+    lines = [json.loads(line) for line in r.stderr.splitlines()]
+    assert lines[-1] == {**lines[-1], "event": "done", "stage": "filesystem:docs", "done": 2, "total": 2}
 
     r = ctx("search", "alpha release", "--json", cwd=tmp_path)
     hits = json.loads(r.stdout)

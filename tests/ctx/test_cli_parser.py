@@ -121,3 +121,15 @@ def test_a_search_loads_the_agent_records_only_when_the_config_has_agents(tmp_pa
     out, err = search(bad)
     assert out == "" and "[agents.inline.writer] system_prompt: uses {{topic}}, which is not an argument" in err
     assert err.endswith(" 2\n")
+
+
+def test_serve_without_what_says_what_to_serve() -> None:
+    r = subprocess.run([sys.executable, "-m", "cairn_servers.ctx.cli", "serve"], capture_output=True, text=True,
+                       timeout=60)
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr == ("ctx: error: say what to serve: `ctx serve mcp` serves the HTTP API and MCP on 127.0.0.1:7331 "
+                        "(--bind HOST:PORT to change it); `ctx serve mcp --stdio` speaks MCP on stdin/stdout for a "
+                        "client that starts it.\n")
+    other = subprocess.run([sys.executable, "-m", "cairn_servers.ctx.cli", "serve", "web"], capture_output=True,
+                           text=True, timeout=60)
+    assert other.returncode == 2 and "ctx: error: argument what: invalid choice: 'web'" in other.stderr

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -60,7 +61,7 @@ greeting = "hi"
 @pytest.mark.parametrize(
     "body, message",
     [
-        ("[db]\npath = 'x'\ncolour = 1\n", "[db] colour: unknown key. Known keys: path, url, vector_index."),
+        ("[db]\npath = 'x'\ncolour = 1\n", "[db] colour: unknown key. Known keys: path, url, vector_index, pool_size."),
         ("[retrieval]\nhybrid_alpha = 1.5\n", "[retrieval] hybrid_alpha: must be between 0.0 and 1.0, not 1.5"),
         ("[retrieval]\nfinal_limit = 'ten'\n", "[retrieval] final_limit: must be an integer, not 'ten'"),
         ("[embedding]\nprovider = 'magic'\n", "[embedding] provider: must be one of disabled, local, minilm, e5, openai, ollama, not 'magic'"),
@@ -192,3 +193,42 @@ def test_init_starter_config_is_owner_only(tmp_path: Path, monkeypatch: pytest.M
     init(None)
     assert (tmp_path / "config" / "ctx.toml").stat().st_mode & 0o777 == 0o600  # as before the atomic-write helper
     assert not [p.name for p in (tmp_path / "config").iterdir() if p.name.startswith(".tmp-")]
+
+
+@pytest.mark.parametrize("url", ["host=x password=S3cretPW", "host=x password='S3cret PW'",
+                                 "postgresql://u:S3cret@PW@127.0.0.1:1/db", "postgresql://u:S3cret/PW@127.0.0.1:1/db"])
+@pytest.mark.parametrize("command", [["config", "show"], ["stats"], ["serve", "mcp", "--stdio"],
+                                     ["serve", "mcp", "--bind", "127.0.0.1:0"]])
+def test_a_database_url_is_never_printed_with_its_password(tmp_path: Path, url: str, command: list[str]) -> None:
+    """libpq's keyword form, and a raw "@" or "/" in the password: a clear config error (exit 2) on
+    the CLI and at server start, no part of the password in it, and no connection tried."""
+    import subprocess
+    import sys
+
+    (tmp_path / "ctx.toml").write_text("")
+    env = {**os.environ, "CTX_DATABASE_URL": url, "CTX_CONFIG": str(tmp_path / "ctx.toml")}
+    proc = subprocess.run([sys.executable, "-m", "cairn_servers.ctx.cli", *command], env=env, input="",
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "S3cret" not in proc.stderr + proc.stdout and "PW" not in proc.stderr + proc.stdout
+    assert proc.stderr.startswith("ctx: error: ") and "[db] url" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_effective_config_masks_passwords_inside_urls_written_in_the_file(tmp_path: Path) -> None:
+    c = cfg.load(config_file(tmp_path, """
+[embedding]
+provider = "openai"
+model = "m"
+dims = 3
+url = "https://u:S3cretPW@127.0.0.1:1/v1"
+[tools.script.t]
+path = "t.lua"
+upstream = "http://bot:pa@ss@wiki.internal/api"
+dsn = "host=db password='S3cret PW' dbname=x"
+"""))
+    shown = cfg.effective(c)
+    assert shown["embedding"]["url"] == "https://u:***@127.0.0.1:1/v1"
+    assert shown["tools"]["script"]["t"]["upstream"] == "http://bot:***@wiki.internal/api"
+    assert shown["tools"]["script"]["t"]["dsn"] == "host=db password=*** dbname=x"
+    assert "S3cret" not in cfg.to_toml(shown, "h") and "pa@ss" not in cfg.to_toml(shown, "h")

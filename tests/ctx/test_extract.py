@@ -218,44 +218,7 @@ def test_time_and_text_caps_keep_what_was_read_with_a_warning(tmp_path: Path, mo
     assert len(out.body) == 20 and out.warning and out.warning.startswith("text cut at 20 characters")
 
 
-@pytest.mark.usefixtures("ctx_backend")  # on SQLite and on PostgreSQL
-def test_a_reader_that_crashes_or_hangs_costs_one_file_not_the_sync(tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    """PDFium and calamine are native code: a segfault or an endless loop in them must not end the sync.
-
-    The reader is replaced (the forked worker inherits the patch) by one that kills its own process
-    with SIGSEGV, or sleeps, for the files that ask for it; the others read normally."""
-    import signal
-    import time
-
-    real_pdf = extract._pdf
-
-    def fragile(data: bytes, deadline: float) -> extract.Extracted:
-        if b"CRASH" in data:
-            os.kill(os.getpid(), signal.SIGSEGV)
-        if b"HANG" in data:
-            time.sleep(30)
-        return real_pdf(data, deadline)
-
-    monkeypatch.setattr(extract, "_pdf", fragile)
-    monkeypatch.setattr(extract, "MAX_SECONDS", 1.0)
-    monkeypatch.setattr(extract, "KILL_AFTER", 1.0)
-    root = tmp_path / "docs"
-    root.mkdir()
-    (root / "crash.pdf").write_bytes(pdf_bytes([["CRASH here"]]))
-    (root / "hang.pdf").write_bytes(pdf_bytes([["HANG here"]]))
-    (root / "fine.pdf").write_bytes(pdf_bytes([["a fine page about kestrels"]]))
-    svc = service(tmp_path, root)
-    started = time.monotonic()
-    report = svc.sync("all").sources[0]
-    assert time.monotonic() - started < 20
-    assert (report.ok, report.added, report.skipped) == (True, 1, 2)
-    assert sorted(report.warnings) == [
-        "crash.pdf: skipped: the PDF reader crashed on this file (signal 11)",
-        "hang.pdf: skipped: extraction did not finish within 2 s; its worker was killed",
-    ]
-    assert [h.source_id for h in svc.search("kestrels")] == ["fine.pdf"]
-    svc.close()
+# A reader that crashes, hangs or runs out of CPU time: tests/ctx/test_extract_limits.py.
 
 
 def test_pages_slides_and_sheets_never_share_a_chunk(tmp_path: Path) -> None:

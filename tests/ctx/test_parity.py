@@ -81,9 +81,13 @@ CASES: dict[str, list[Case]] = {
         Case({"query": "deploy", "mode": "fuzzy"},
              _invalid("search", 'mode: "fuzzy" is not one of "keyword", "semantic", "hybrid"')),
         Case({"query": ""}, _invalid("search", 'query: "" is shorter than 1 characters')),
+        # at most 256 distinct words (bounded work); the limit itself is answered
+        Case({"query": " ".join(f"w{i}" for i in range(300))},
+             "The query has 300 distinct words; the limit is 256. Keep the words that matter."),
+        Case({"query": " ".join(f"w{i}" for i in range(255)) + " deploy", "limit": 2}),
         Case({"query": "deploy", "mode": "semantic"},
-             'Embeddings are disabled. Set [embedding] provider = "local" (or openai/ollama) in ctx.toml, then run '
-             "`ctx embed pending`.", "embeddings_disabled"),
+             'Embeddings are disabled. Set [embedding] provider = "minilm" (offline, the default of `ctx init`; or '
+             '"local", "e5", "openai", "ollama") in ctx.toml, then run `ctx embed pending`.', "embeddings_disabled"),
         Case({"query": "deploy", "source": "nowhere"},
              "Unknown source 'nowhere'. Known sources: filesystem:handbook, script:faq.", "not_found"),
         Case({"query": "deploy", "filters": {"since": "yesterday"}}, f"since 'yesterday' is not a date. {HINT}",
@@ -95,8 +99,8 @@ CASES: dict[str, list[Case]] = {
         Case({"query": "deploy", "explain": "yes"}, _invalid("search", "explain: expected boolean, got string"),
              cli=[]),
         Case({"query": "deploy", "explain": True, "mode": "hybrid"},
-             'Embeddings are disabled. Set [embedding] provider = "local" (or openai/ollama) in ctx.toml, then run '
-             "`ctx embed pending`.", "embeddings_disabled", cli=["search", "deploy", "--explain", "--mode", "hybrid"]),
+             'Embeddings are disabled. Set [embedding] provider = "minilm" (offline, the default of `ctx init`; or '
+             '"local", "e5", "openai", "ollama") in ctx.toml, then run `ctx embed pending`.', "embeddings_disabled", cli=["search", "deploy", "--explain", "--mode", "hybrid"]),
     ],
     "get": [
         Case({"id": DEPLOY}),
@@ -127,6 +131,8 @@ def kb(tmp_path_factory: pytest.TempPathFactory, ctx_module_backend: str) -> Pat
     """The example knowledge base, on each storage backend in turn (``ctx_module_backend``)."""
     root = tmp_path_factory.mktemp("parity") / "example"
     shutil.copytree(REPO / "examples" / "ctx", root, ignore=shutil.ignore_patterns("data"))
+    cfg = root / "ctx.toml"  # keyword only: the cases include the answer without embeddings
+    cfg.write_text(cfg.read_text().replace('provider = "minilm"', 'provider = "disabled"', 1))
     r = _ctx("sync", "all", "--config", str(root / "ctx.toml"))
     assert r.returncode == 0, r.stderr
     return root / "ctx.toml"
@@ -321,7 +327,7 @@ def test_same_result_and_message_on_every_surface(index: int, box: Toolbox, kb: 
 # ---- agents: agent_list, agent_show (MCP prompts, not tools) ------------------------------------
 #
 # ``ctx agent list|show`` (argv from the declaration, ``--arg k=v``), ``GET /agents`` and
-# ``GET /agents/{name}?k=v`` give the same JSON and messages; MCP ``prompts/list`` and ``prompts/get``
+# ``POST /agents/{name}`` (the arguments as the JSON body) give the same JSON and messages; MCP ``prompts/list`` and ``prompts/get``
 # (the SDK client, stdio and HTTP) give the same agents, prompt and argument messages. Cases are
 # ``{"name": ..., "arguments": {...}}`` for agent_show.
 
@@ -358,10 +364,12 @@ def _agent_cli(op: Op, case: Case, kb: Path) -> Answer | None:
 
 
 def _agent_http(base: str, op: Op, case: Case) -> Answer:
-    assert op.http is not None and op.http[0] == "GET"
+    assert op.http is not None
     if "name" in case.args:
-        r = httpx.get(f"{base}/agents/{case.args['name']}", params=case.args.get("arguments") or {}, timeout=30)
+        assert op.http == ("POST", "/agents/{name}")
+        r = httpx.post(f"{base}/agents/{case.args['name']}", json=case.args.get("arguments") or {}, timeout=30)
     else:
+        assert op.http[0] == "GET"
         r = httpx.get(f"{base}{op.http[1]}", params=case.args, timeout=30)
     assert r.headers["content-type"].startswith("application/json") and "Traceback" not in r.text
     if r.status_code == 200:

@@ -249,6 +249,9 @@ def transfer_id(source: str, source_id: str) -> str:
 BAD = [
     (1, b'{"type":"document"}', "expected the header line"),
     (1, b'{"type":"header","format":"ctx-export","version":7}', "export format version 7 is not one this ctx reads"),
+    (1, b'{"type":"header","format":"ctx-export","version":1,"schema_version":999}',
+     f"the export comes from a knowledge base at schema version 999; this ctx knows versions 1 to {SCHEMA_VERSION}"),
+    (1, b'{"type":"header","format":"ctx-export","version":1,"schema_version":"3"}', "at schema version '3'"),
     (2, b'{"type":"chunk","document":"x","text":"t"}', "a chunk before any document line"),
     (3, b'{"type":"document","source":"s","source_id":"q"', "not valid JSON"),
     (3, b'["document"]', "expected a JSON object, got list"),
@@ -270,6 +273,27 @@ BAD = [
     (4, b'{"type":"header","format":"ctx-export","version":1}', "a second header line"),
     (3, b"\xff\xfe", "not UTF-8 text"),
     (4, b'{"type":"document","source":"filesystem:x","source_id":"p.md","updated_at":1}', "appears a second time"),
+    # Bad input that used to be a traceback or stored silently.
+    (3, b'{"type":"document","source":"s","source_id":"q","updated_at":' + b"9" * 5000 + b"}",
+     "not valid JSON (Exceeds the limit (4300 digits) for integer string conversion"),
+    (3, json.dumps({"type": "chunk", "document": transfer_id("filesystem:x", "p.md"), "ordinal": 2**70,
+                    "text": "t"}).encode(), "chunk 'ordinal' 1180591620717411303424 is out of range (0 to 2147483647)"),
+    (3, json.dumps({"type": "chunk", "document": transfer_id("filesystem:x", "p.md"), "ordinal": -1,
+                    "text": "t"}).encode(), "chunk 'ordinal' -1 is out of range"),
+    (2, b'{"type":"document","source":"filesystem:y","source_id":"q","updated_at":1,"title":"\\ud800"}',
+     "a string holds a lone UTF-16 surrogate"),
+    (2, b'{"type":"document","source":"filesystem:y","source_id":"q","updated_at":1,"metadata":{"\\uDC00":1}}',
+     "a string holds a lone UTF-16 surrogate"),
+    (2, b'{"type":"document","source":"filesystem:y","source_id":"q","updated_at":1,"metadata":{"x":[1e400]}}',
+     "holds a number JSON cannot carry (NaN or infinity)"),
+    (2, b'{"type":"document","source":"filesystem:y","source_id":"q","updated_at":1,"metadata":{"x":NaN}}',
+     "holds a number JSON cannot carry"),
+    (4, json.dumps({"type": "chunk", "document": transfer_id("filesystem:x", "p.md"), "ordinal": 0,
+                    "heading": "", "text": "The pelican eats fish.",
+                    "hash": chunk_hash("", "The pelican eats fish.")}).encode(),
+     f"chunk 0 of document {transfer_id('filesystem:x', 'p.md')!r} appears a second time"),
+    (5, json.dumps({"type": "vector", "hash": chunk_hash("", "no such chunk"), "vector": [0.6, 0.8]}).encode(),
+     f"vector for {chunk_hash('', 'no such chunk')!r}, which is the hash of no chunk in the file or the knowledge base"),
 ]
 
 
@@ -428,20 +452,27 @@ def test_vectors_round_trip_bit_for_bit_and_a_non_finite_one_is_refused(tmp_path
     rng = random.Random(3)
     values = [rng.uniform(-1, 1) * 10 ** rng.randint(-30, 30) for _ in range(256)]
     blob = array("f", values).tobytes()
+    from cairn_servers.ctx.chunk import Chunk
+    from cairn_servers.ctx.store import DocumentRecord
+
+    hash_ = chunk_hash("", "vector text")
     with svc.store.transaction():
-        svc.store.put_vectors("local:l2_supercat:256", ["a" * 32], [blob])
+        svc.store.upsert(DocumentRecord("filesystem:x", "v.md", "V", "vector text", 0, "", ""),
+                         [Chunk(0, "", "vector text", hash_)])
+        svc.store.put_vectors("local:l2_supercat:256", [hash_], [blob])
+        svc.store.put_vectors("local:l2_supercat:256", ["a" * 32], [blob])  # of no chunk: not exported
     buf = io.BytesIO()
     transfer.export(svc, buf, vectors=True)
     target = Service.from_config(config_file(tmp_path, f'[db]\n{fresh_db().replace("kb.sqlite", "kb2.sqlite")}\n',
                                              "b.toml"))
     transfer.load(target, io.BytesIO(buf.getvalue()), "x")
-    assert target.store.vectors_after("local:l2_supercat:256", "", 10) == [("a" * 32, blob)]
+    assert target.store.vectors_after("local:l2_supercat:256", "", 10) == [(hash_, blob)]
     target.close()
     if svc.config.db.url:  # pgvector refuses a NaN itself: it cannot be stored, so never exported
         svc.close()
         return
     with svc.store.transaction():
-        svc.store.put_vectors("local:l2_supercat:256", ["b" * 32], [array("f", [float("nan")] * 256).tobytes()])
+        svc.store.put_vectors("local:l2_supercat:256", [hash_], [array("f", [float("nan")] * 256).tobytes()])
     with pytest.raises(StorageError, match="not finite"):
         transfer.export(svc, io.BytesIO(), vectors=True)
     svc.close()
@@ -492,3 +523,75 @@ def test_export_reads_one_snapshot_while_another_connection_writes(tmp_path: Pat
     assert reader.store.has_document(document_id("filesystem:wiki", "late.md"))
     reader.close()
     writer.close()
+
+
+def test_dates_of_every_year_round_trip(tmp_path: Path) -> None:
+    """Every date import accepts comes back from export as the same date, years before 1000 included
+    (they were written as "500-01-01T00:00:00Z", which import refused)."""
+    from cairn_servers.ctx.times import MAX_TIME, MIN_TIME, iso, parse_time
+
+    stamps = [MIN_TIME, MIN_TIME + 1, -49_000_000_000, -30_610_224_001, -30_610_224_000, -1, 0, 1_700_000_000,
+              MAX_TIME]  # year 1, 417, the last second of 999, 1000-01-01
+    for ts in stamps:
+        assert parse_time(iso(ts), "t") == ts, iso(ts)
+    assert iso(-49_000_000_000) == "0417-04-02T08:53:20Z" and iso(MIN_TIME) == "0001-01-01T00:00:00Z"
+    header = b'{"type":"header","format":"ctx-export","version":1}'
+    docs = [json.dumps({"type": "document", "source": "filesystem:x", "source_id": f"d{i}.md", "title": "t",
+                        "updated_at": ts}).encode() for i, ts in enumerate(stamps)]
+    svc = Service.from_config(config_file(tmp_path, '[db]\npath = "a.sqlite"\n'))
+    transfer.load(svc, io.BytesIO(b"\n".join([header, *docs]) + b"\n"), "in")
+    first = io.BytesIO()
+    transfer.export(svc, first)
+    svc.close()
+    again = Service.from_config(config_file(tmp_path, '[db]\npath = "b.sqlite"\n', "b.toml"))
+    transfer.load(again, io.BytesIO(first.getvalue()), "out")  # its own export: accepted
+    second = io.BytesIO()
+    transfer.export(again, second)
+    again.close()
+    dates = sorted(json.loads(line)["updated_at"] for line in first.getvalue().splitlines()[1:])
+    assert dates == sorted(iso(ts) for ts in stamps)
+    assert "0999-12-31T23:59:59Z" in dates and "1000-01-01T00:00:00Z" in dates
+    assert first.getvalue().splitlines()[1:] == second.getvalue().splitlines()[1:]
+
+
+@pytest.mark.parametrize("line, message", [
+    (b'{"type":"header","format":"ctx-export","version":1,"schema_version":999}',
+     "line 1: the export comes from a knowledge base at schema version 999"),
+    (b'{"type":"header","format":"ctx-export","version":' + b"1" * 5000 + b"}",
+     "line 1: not valid JSON (Exceeds the limit (4300 digits)"),
+    (b'{"type":"header","format":"ctx-export","version":1}\n{"type":"document","source":"s:x","source_id":"q",'
+     b'"updated_at":1,"title":"\\ud800"}', "line 2: a string holds a lone UTF-16 surrogate"),
+])
+def test_cli_bad_input_is_a_clear_error_not_a_traceback(tmp_path: Path, line: bytes, message: str) -> None:
+    cfg = config_file(tmp_path, '[db]\npath = "kb.sqlite"\n')
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(line + b"\n")
+    r = ctx("import", str(bad), "--config", str(cfg))
+    err = r.stderr.decode()
+    assert r.returncode == 2 and err.startswith(f"ctx: error: {bad}: {message}") and "Traceback" not in err, err
+
+
+def test_vectors_past_one_batch_find_the_last_documents_chunks(tmp_path: Path) -> None:
+    """Vectors are checked against the stored chunks a batch at a time: the last document (whose
+    chunks are written when the next line that is not a chunk arrives) must be stored first."""
+    n = transfer.BATCH + 100
+    header = b'{"type":"header","format":"ctx-export","version":1,"embedding":{"model":"m:x:2","dims":2}}'
+    out = [header]
+    texts = [f"chunk number {i}" for i in range(n)]
+    for i, text in enumerate(texts):
+        out.append(json.dumps({"type": "document", "source": "filesystem:x", "source_id": f"d{i}.md",
+                               "updated_at": 1}).encode())
+        out.append(json.dumps({"type": "chunk", "document": transfer_id("filesystem:x", f"d{i}.md"), "ordinal": 0,
+                               "text": text}).encode())
+    for text in reversed(texts):  # the last document's vector first
+        out.append(json.dumps({"type": "vector", "hash": chunk_hash("", text), "vector": [0.6, 0.8]}).encode())
+    svc = Service.from_config(config_file(tmp_path, '[db]\npath = "a.sqlite"\n'))
+    report = transfer.load(svc, io.BytesIO(b"\n".join(out) + b"\n"), "kb.jsonl")
+    assert (report.documents, report.chunks, report.vectors) == (n, n, n)
+    assert svc.store.vector_count("m:x:2") == n
+    svc.close()
+    late = out[:3] + [out[-1], out[4]]  # a chunk line after a vector line
+    svc = Service.from_config(config_file(tmp_path, '[db]\npath = "b.sqlite"\n', "b.toml"))
+    with pytest.raises(InvalidInput, match="line 5: a chunk after vector lines: chunks follow their document's line"):
+        transfer.load(svc, io.BytesIO(b"\n".join(late) + b"\n"), "kb.jsonl")
+    svc.close()

@@ -209,7 +209,7 @@ def _brk_fail_or_finish(res: subprocess.CompletedProcess[str]) -> bool:
     if res.returncode == 0:
         return False
     assert res.returncode == 7, (res.returncode, res.stderr)
-    assert res.stderr.startswith("brk: Cannot write") and any(w in res.stderr for w in SPACE_WORDS), res.stderr
+    assert res.stderr.startswith("brk: error: Cannot write") and any(w in res.stderr for w in SPACE_WORDS), res.stderr
     assert "Traceback" not in res.stderr
     return True
 

@@ -177,7 +177,7 @@ def test_misbehaving_bitcoind(mode: str, node: Node, chain: list[bytes], tmp_pat
     code, words = CASES[mode]
     bad = _fetch(node.url, blocks)
     assert bad.returncode == code, (bad.returncode, bad.stderr)
-    assert bad.stderr.startswith("brk: ") and words in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+    assert bad.stderr.startswith("brk: error: ") and words in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
     if mode == "huge":
         assert node.sent <= 2 * (64 << 20) + (16 << 20), node.sent  # read in pieces, stopped at the cap
     state = json.loads((blocks / "mirror.json").read_text())

@@ -280,15 +280,10 @@ def test_pool_cancel_during_a_context_call_drops_its_answer() -> None:
 
 # ---- agents (issue 17): a Lua agent's resolve stops with its caller, over REST, /mcp and stdio ----
 
-def raw_get(server: HttpServer, path: str) -> socket.socket:
-    sock = socket.create_connection(("127.0.0.1", server.port))
-    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\nAccept: application/json\r\n\r\n".encode())
-    return sock
-
-
 def test_rest_client_disconnect_stops_a_running_lua_agent(ctx: HttpServer) -> None:
-    dropped_while_running(ctx.pid, lambda: raw_get(ctx, f"/agents/spinner?n={FOREVER}"), lambda s: s.close())
-    after = httpx.get(ctx.url + "/agents/spinner", params={"n": "1000"}, timeout=30)
+    dropped_while_running(ctx.pid, lambda: raw_post(ctx, "/agents/spinner", {"n": str(FOREVER)}, "application/json"),
+                          lambda s: s.close())
+    after = httpx.post(ctx.url + "/agents/spinner", json={"n": "1000"}, timeout=30)
     assert after.status_code == 200 and after.json()["system"] == "sum 500500", after.text
 
 

@@ -140,7 +140,7 @@ def test_brk_out_paths(tmp_path: Path) -> None:
         res = subprocess.run([sys.executable, "-m", "cairn_servers.brk.cli", "index", "--blocks-dir", str(blocks),
                               "--out", out], capture_output=True, text=True, timeout=60)
         assert res.returncode == code, (out, res.returncode, res.stderr)
-        assert res.stderr.startswith("brk: Cannot use") and "Traceback" not in res.stderr, res.stderr
+        assert res.stderr.startswith("brk: error: Cannot use") and "Traceback" not in res.stderr, res.stderr
     assert a_file.read_text() == "not a folder"
     # Odd but legal folder names work and stay where they were asked to be.
     for name in ["CON", "aux.txt", "a b", "caf\u00e9", "-dash", "x/../y"]:

@@ -1,11 +1,8 @@
 """blz: local llms.txt documentation search with exact line citations.
 
-Output is text on a terminal and JSON when piped; --json, --jsonl and --text override
-(or set BLZ_OUTPUT_FORMAT). Data lives in $BLZ_DATA_DIR, else $XDG_DATA_HOME/blz.
-
-Exit codes: 0 ok, 1 internal error, 2 invalid input or usage, 3 not found, 4 conflict (already
-exists), 5 network error, 6 timeout, 7 storage error (or validation found problems),
-9 download too large.
+Output is text on a terminal and JSON when piped; --format (json, jsonl, text, csv, tsv, md) or its
+short forms --json, --jsonl and --text override it (or set BLZ_OUTPUT_FORMAT). Data lives in
+$BLZ_DATA_DIR, else $XDG_DATA_HOME/blz.
 """
 
 from __future__ import annotations
@@ -16,7 +13,7 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is kept off the stdio 
 if TYPE_CHECKING:
     from typing import Any, TextIO
 
-from cairn_servers.core.errors import CairnError, raise_errors
+from cairn_servers.core.errors import CairnError
 
 if TYPE_CHECKING:
     import argparse  # imported by build_parser: `blz mcp` starts without it
@@ -39,9 +36,9 @@ def _help_line(summary: str) -> str:
 def _parser_class(out: TextIO, err: TextIO) -> type[argparse.ArgumentParser]:
     """An ArgumentParser printing help to ``out`` and usage errors to ``err`` (not sys.*), so that
     blz can run in-process (tests, benchmarks) and capture everything."""
-    import argparse
+    from cairn_servers.core.cli import parser_class
 
-    class Parser(argparse.ArgumentParser):
+    class Parser(parser_class()):  # type: ignore[misc]
         def _print_message(self, message: str, file: Any = None) -> None:
             if message:
                 (err if file is sys.stderr else out).write(message)
@@ -59,23 +56,28 @@ def build_parser(out: TextIO | None = None, err: TextIO | None = None,
     from cairn_servers.blz.ops import OPS
     from cairn_servers.core.ops import add_subcommand
 
+    from cairn_servers.core.cli import EXIT_CODES, add_completion, add_format, add_version
+
     P = _parser_class(out or sys.stdout, err or sys.stderr)
     fmt = P(add_help=False)
-    g = fmt.add_argument_group("output")
-    g.add_argument("--json", dest="format", action="store_const", const="json", help="JSON output")
-    g.add_argument("--jsonl", dest="format", action="store_const", const="jsonl", help="JSON lines output")
-    g.add_argument("--text", dest="format", action="store_const", const="text", help="human-readable output")
-    g.add_argument("--format", dest="format", choices=("json", "jsonl", "text"), help=argparse.SUPPRESS)
+    add_format(fmt.add_argument_group("output"), "blz", suppress=True)
 
-    p = P(prog="blz", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                parents=[fmt])
-    p.add_argument("--version", action="version", version="blz (cairn) 0.1.0")
+    p = P(prog="blz", description=__doc__, epilog=EXIT_CODES,
+          formatter_class=argparse.RawDescriptionHelpFormatter, parents=[fmt])
+    add_version(p, "blz")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=P)
     for op in OPS.on("cli"):
         if only is None or op.cli == only:
-            add_subcommand(sub, op, parents=[fmt], help=op.extra.get("help") or _help_line(op.summary))
+            sp = add_subcommand(sub, op, parents=[fmt], help=op.extra.get("help") or _help_line(op.summary))
+            if any(p.name == "progress" for p in op.params):  # blz add: the download
+                from cairn_servers.core.cli import PROGRESS_MODES
+
+                sp.add_argument("--progress", choices=PROGRESS_MODES, default="auto",
+                                help="download progress on stderr: auto (a bar on a terminal, else JSON lines), "
+                                     "bar, json or none")
     if only is not None and only != "mcp":
         return p
+    add_completion(sub, "blz")
     m = sub.add_parser("mcp", help="serve the MCP tools over stdio: find, toc, list-sources, lookup, "
                        "source-add, run-command, learn-blz")
     m.add_argument("--log-level", metavar="LEVEL",
@@ -90,12 +92,12 @@ def _mcp(log_level: str | None, err: TextIO) -> int:
     try:
         log.configure(log_level, "BLZ_LOG", "blz")
     except CairnError as exc:
-        err.write(f"blz: error: {exc.message}\n")
-        return exc.exit_code
+        from cairn_servers.core.cli import fail
+
+        return fail("blz", exc, err)
     from cairn_servers.blz.tools import serve
 
-    serve()
-    return 0
+    return serve()
 
 
 def run(argv: list[str], out: TextIO, err: TextIO) -> int:
@@ -115,6 +117,11 @@ def run(argv: list[str], out: TextIO, err: TextIO) -> int:
         return 0
     if args.command == "mcp":
         return _mcp(args.log_level, err)
+    if args.command == "completion":
+        from cairn_servers.core.cli import completion_script
+
+        out.write(completion_script(build_parser(out, err), args.shell))
+        return 0
     from cairn_servers.blz.render import run_op
     from cairn_servers.core.ops import cli_args
 
@@ -125,20 +132,28 @@ def run(argv: list[str], out: TextIO, err: TextIO) -> int:
         try:
             fmt = choose_format(None, "BLZ_OUTPUT_FORMAT", out)
         except CairnError as exc:
-            if raise_errors():
-                raise
-            from cairn_servers.core.sanitize import scrub
+            from cairn_servers.core.cli import fail
 
-            err.write(f"blz: error: {scrub(exc.message)}\n")
-            return exc.exit_code
+            return fail("blz", exc, err)
+    progress = None
+    if getattr(args, "progress", None):
+        from cairn_servers.core.output import ProgressBar
+
+        bar = ProgressBar(err, mode=args.progress)
+        progress = (lambda got, total: bar("download", got, total or 0)) if bar.enabled else None
     try:
-        return run_op(args.op, _store(), cli_args(args.op, args), fmt, out, err)
+        return run_op(args.op, _store(), cli_args(args.op, args), fmt, out, err, progress=progress)
     except KeyboardInterrupt:
         return 130
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run(sys.argv[1:] if argv is None else argv, sys.stdout, sys.stderr)
+    args = sys.argv[1:] if argv is None else argv
+    if args == ["mcp"]:  # the stdio server's start-up path: nothing more to import before serving
+        return _mcp(None, sys.stderr)
+    from cairn_servers.core.cli import guard
+
+    return guard(lambda: run(args, sys.stdout, sys.stderr))
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -128,10 +128,16 @@ def find(store: Store, query: str | None = None, snippets: list[str] | None = No
 
 
 @OPS.op(name="toc", mcp="toc", cli="toc", output_schema=TOC,
-        extra={"help": "browse a source's outline: headings with their line ranges"}, params={
+        extra={"help": "browse a source's outline: headings with their line ranges",
+               "cli_description": "Browse one source's outline without searching: its headings in file order, "
+               "each with its level, heading path and its whole section as a citation (alias:start-end, to the "
+               "next heading of the same or a higher level) to read with `blz get`. Paginated: --page N "
+               "(hasMore in the JSON says whether another page follows).\n\nRead from the stored outline; the "
+               "file is not parsed again."}, params={
     "source": _ALIAS,
     "max_depth": {"wire": "maxDepth", "type": "integer", "minimum": 1, "maximum": MAX_DEPTH,
-                  "flags": ("-d", "--depth", "--max-depth"), "metavar": "N"},
+                  "flags": ("-d", "--depth", "--max-depth"), "metavar": "N",
+                  "help": "Only heading levels 1..N (1-6); omit for every level."},
     "tree": {"flags": ("--tree",)},
     "filter": {"type": "string", "flags": ("-f", "--filter"), "metavar": "TEXT"},
     "max_results": {"wire": "maxResults", "minimum": 1, "maximum": TOC_MAX_LIMIT, "flags": ("-n", "--limit"),
@@ -165,7 +171,7 @@ def list_sources(store: Store, filter: str | None = None, registry: bool = False
     """List installed documentation sources and registry candidates (kind: installed | registry), optionally filtered by name (case-insensitive).
 
     :param filter: Only sources whose alias, title or URL contains this (case-insensitive).
-    :param registry: Also list registry candidates not installed yet (the MCP tool always does).
+    :param registry: Also list registry candidates not installed yet.
     """
     from cairn_servers.blz import service
 
@@ -193,10 +199,19 @@ def lookup(store: Store, query: str = "", category: str | None = None) -> dict[s
 @OPS.op(name="source-add", mcp="source-add", cli="add", read_only=False, open_world=True,
         extra={"help": "add a source from a URL, a local file, a domain, the registry, or a manifest",
                # the seed's source-add answer; the CLI shows the whole result (title, sections, sha256, ...)
-               "mcp_fields": ("alias", "url", "message", "lines", "headings", "skippedLines")}, params={
+               "mcp_fields": ("alias", "url", "message", "lines", "headings", "skippedLines"),
+               "cli_description": "Add a documentation source: from the registry (`blz add react`), a domain "
+               "(`blz add bun.sh` tries https://bun.sh/llms-full.txt, then /llms.txt, and adds it as bun), a URL, "
+               "a file:// URL or a local file or folder (`blz add mydocs ~/docs/llms.txt`), or several from a "
+               "manifest (--manifest FILE). For .../llms.txt the llms-full.txt beside it is tried first (the "
+               "message says when it was taken); for a site or folder, llms-full.txt, llms.txt, then "
+               "llms-small.txt in it. --exact fetches exactly the URL given; --dry-run fetches and parses but "
+               "writes nothing."}, params={
     # required over MCP (the seed's schema); on the command line `--manifest FILE` stands in for it
     "alias": {**_OPTIONAL_ALIAS, "required": ("mcp",)},
-    "url": {"type": "string", "positional": True, "metavar": "URL"},
+    "url": {"type": "string", "positional": True, "metavar": "URL",
+            "help": "http(s) URL, file:// URL, or a local file or folder; omit to use the registry entry or "
+                    "domain ALIAS names"},
     "force": {"flags": ("--force",)},
     "exact": {"flags": ("--exact",)},
     "all_languages": {"wire": "allLanguages", "flags": ("--all-languages",)},

@@ -20,9 +20,11 @@ if TYPE_CHECKING:
 _STREAMED = ("hits", "snippets", "sources", "results", "events", "entries")
 
 
-def run_op(op: Op, target: Any, args: dict[str, Any], fmt: str, out: TextIO, err: TextIO) -> int:
+def run_op(op: Op, target: Any, args: dict[str, Any], fmt: str, out: TextIO, err: TextIO,
+           progress: Callable[[int, int | None], None] | None = None) -> int:
     """Run ``op`` on ``target`` with CLI arguments (wire names, coerced), write its answer in ``fmt``
-    to ``out`` (errors to ``err`` as ``blz: error: ...``); return the exit code."""
+    to ``out`` (errors to ``err`` as ``blz: error: ...``); return the exit code. ``progress``: the
+    download's, for an operation that reports one (``blz add``)."""
     from cairn_servers.core.errors import CairnError, raise_errors
 
     failed: list[int] = []
@@ -30,10 +32,12 @@ def run_op(op: Op, target: Any, args: dict[str, Any], fmt: str, out: TextIO, err
     def report(name: str, exc: CairnError) -> None:  # blz update --all: one source failed, go on
         from cairn_servers.core.sanitize import scrub
 
-        err.write(f"blz: {name}: {scrub(exc.message)}\n")
+        err.write(f"blz: error: {name}: {scrub(exc.message)}\n")
         failed.append(exc.exit_code)
 
-    context = {"on_error": report} if any(p.name == "on_error" for p in op.params) else {}
+    context: dict[str, Any] = {"on_error": report} if any(p.name == "on_error" for p in op.params) else {}
+    if progress is not None and any(p.name == "progress" for p in op.params):
+        context["progress"] = progress
     try:
         data = op.call(target, args, "cli", **context)
     except CairnError as exc:
@@ -44,6 +48,9 @@ def run_op(op: Op, target: Any, args: dict[str, Any], fmt: str, out: TextIO, err
         err.write(f"blz: error: {scrub(exc.message)}\n")
         return exc.exit_code
     code = failed[0] if failed else EXIT.get(op.name, _ok)(data)
+    if fmt not in ("json", "text") and isinstance(data, dict) and fallback_note(data):
+        # jsonl, csv, tsv and md carry the hits alone: the fallback is told beside them
+        err.write(f"blz: note: {fallback_note(data)}\n")
     rendered = render(op.name, data, fmt)
     if rendered:
         if op.name != "get":  # `get` prints the cited lines exactly; nothing else may show $HOME
@@ -65,7 +72,7 @@ def render(name: str, data: Any, fmt: str) -> str:
         from cairn_servers.core.output import render as generic
 
         return generic(data, "text")
-    if fmt == "jsonl" and isinstance(data, dict):
+    if fmt != "json" and isinstance(data, dict):  # jsonl, csv, tsv, md: one row per hit, snippet, source
         for key in _STREAMED:
             if isinstance(data.get(key), list):
                 data = data[key]
@@ -81,11 +88,10 @@ def render(name: str, data: Any, fmt: str) -> str:
         return "\n".join(json.dumps(r, ensure_ascii=False, separators=(",", ":"), default=str) for r in rows)
     from cairn_servers.core.output import render as generic  # csv, tsv, md: every cairn format
 
-    if name == "toc":  # one row per heading
-        data = [{**e, "headingPath": " > ".join(e["headingPath"])} for e in data["entries"]]
-    elif name == "lookup":  # one row per registry entry
-        data = data["results"]
-    return generic(data, fmt)
+    if isinstance(data, list):  # a heading path is one cell: "Hooks > useEffect"
+        data = [{**r, "headingPath": " > ".join(r["headingPath"])} if isinstance(r, dict)
+                and isinstance(r.get("headingPath"), list) else r for r in data]
+    return generic(data, fmt, COLUMNS.get(name))
 
 
 def flat(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -109,12 +115,23 @@ def _validate_exit(data: Any) -> int:
 
 # -- text renderings ----------------------------------------------------------------------------
 
+def fallback_note(data: dict[str, Any]) -> str | None:
+    """What a fallback search did, in words: the hits do not match the query as written."""
+    if data.get("fallback") == "corrected":
+        return f"no exact match; showing results for {data['correctedQuery']!r}"
+    if data.get("fallback") == "any-term":
+        return (f"nothing matches all of {data['query']!r} (as a phrase or every word); "
+                "showing sections with any of its words")
+    return None
+
+
 def search_text(data: dict[str, Any]) -> str:
     if not data["hits"]:
         return f"No results for {data['query']!r}."
     out = []
-    if data.get("fallback") == "corrected":
-        out.append(f"(no exact match; showing results for {data['correctedQuery']!r})")
+    note = fallback_note(data)
+    if note:
+        out.append(f"({note})")
     out += _hits(data["hits"])
     if data.get("hasMore"):
         out.append(f"(more: --page {data['page'] + 1})")
@@ -142,8 +159,9 @@ def find_text(data: dict[str, Any]) -> str:
     """Hits as `blz search` shows them, then the snippets as `blz get` does."""
     out = []
     if data["executed"]["searched"]:
-        if data.get("fallback") == "corrected":
-            out.append(f"(no exact match; showing results for {data['correctedQuery']!r})")
+        note = fallback_note(data)
+        if note:
+            out.append(f"({note})")
         out += _hits(data["hits"]) or ["No results."]
     if data["executed"]["retrievedSnippets"]:
         out.append(get_text(data))
@@ -236,4 +254,11 @@ TEXT: dict[str, Callable[[dict[str, Any]], str]] = {
     "search": search_text, "get": get_text, "find": find_text, "toc": toc_text, "list-sources": list_text,
     "stats": stats_text, "source-add": add_text,
     "lookup": lookup_text}
+# The header of an empty table (csv, tsv, md: a search with no hits still names its columns).
+COLUMNS: dict[str, list[str]] = {
+    "search": ["alias", "lines", "score", "headingPath", "snippet", "sourceUrl"],
+    "list-sources": ["alias", "kind", "url"],
+    "lookup": ["alias", "category", "description", "url", "installed", "suggestedCommand"],
+    "toc": ["level", "text", "citation", "headingPath"],
+}
 EXIT: dict[str, Callable[[Any], int]] = {"validate": _validate_exit, "source-add": _add_exit}

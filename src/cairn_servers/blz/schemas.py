@@ -66,6 +66,8 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                  "bytes": _INT, "sha256": _STR, "elapsedMs": {"type": "number"}, "message": _STR,
                  "skippedLines": _INT, "skippedLanguages": {"type": "object"}, "dryRun": {"type": "boolean"},
                  "manifest": _STR, "added": _INT, "failed": _INT,
+                 # asked for …/llms.txt, added the llms-full.txt beside it (the message says so too)
+                 "substituted": _obj({"asked": _STR, "used": _STR}, ["asked", "used"]),
                  "results": {"type": "array", "items": _obj(
                      {"alias": _STR, "status": {"enum": ["added", "dry-run", "failed"]}, "error": _STR,
                       "code": _STR}, ["alias", "status"])}},

@@ -9,7 +9,7 @@ from cairn_servers.blz.citation import check_alias
 from cairn_servers.blz.limits import MAX_DEPTH, MAX_LIMIT
 from cairn_servers.blz.store import PATH_SEP, SID_SHIFT, Store
 from cairn_servers.core.errors import InvalidInput, NotFound
-from cairn_servers.search.query import fts_match, terms
+from cairn_servers.search.query import check_terms, fts_match, terms
 
 SNIPPET_CHARS = 240
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -31,6 +31,7 @@ def search(store: Store, query: str, sources: list[str] | str | None = None, lim
         raise InvalidInput(f"limit must be between 1 and {MAX_LIMIT}, not {limit}.")
     if page < 1:
         raise InvalidInput(f"page must be 1 or more, not {page}.")
+    check_terms(query)  # at most MAX_TERMS distinct words: bounded work on every surface
     by_sid = store.aliases_by_sid()
     sid_of = {alias: sid for sid, (alias, _url) in by_sid.items()}
     given = source_list(sources)

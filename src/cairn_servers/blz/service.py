@@ -39,8 +39,9 @@ def get(store: Store, citations: list[str], context: str | None = None, padding:
     the range). Without ``context``: symmetric when any of those is given, else none.
 
     Each span (a citation's range, expanded; overlapping spans merged) is cut to ``max_lines``
-    lines when given, and the answer holds at most DEFAULT_MAX_LINES lines in all. A cut span
-    carries ``truncated: true`` and ``remaining``, the citation of the lines left out."""
+    lines when given, and the answer holds at most DEFAULT_MAX_LINES lines in all, shared so that every
+    span gets its part. A cut span carries ``truncated: true`` and ``remaining``, the citation of the
+    lines left out."""
     context = context or ("symmetric" if padding or before or after else "none")
     if context not in CONTEXT_MODES:
         raise InvalidInput(f"Unknown context mode {context!r}: use one of {', '.join(CONTEXT_MODES)}.")
@@ -55,8 +56,7 @@ def get(store: Store, citations: list[str], context: str | None = None, padding:
         padding = 5  # symmetric context without an explicit padding: a few lines each side
     lead = before if before is not None else padding or 0
     tail = after if after is not None else padding or 0
-    budget = DEFAULT_MAX_LINES
-    snippets: list[dict[str, Any]] = []
+    spans: list[tuple[str, Any, int, int]] = []
     for citation in citations:
         alias, ranges = parse_citation(citation)
         row = require(store, alias)
@@ -73,20 +73,37 @@ def get(store: Store, citations: list[str], context: str | None = None, padding:
                 heads = [llmstxt.Heading(*h) for h in store.enclosing_headings(alias, start, end)]
                 start, end = llmstxt.enclosing(heads, start, end, row.lines)
             wanted.append((start, end))
-        for start, end in merge(wanted):
-            if budget <= 0:
-                break
-            cap = min(budget, max_lines or budget)
-            last = min(end, start + cap - 1)
-            lines = store.read_lines(row, start, last)
-            budget -= len(lines)
-            snip: dict[str, Any] = {"alias": alias, "lines": f"{start}-{last}", "content": "\n".join(lines),
-                                    "headingPath": heading_path(store, alias, start)}
-            if last < end:
-                snip["truncated"] = True
-                snip["remaining"] = f"{alias}:{last + 1}-{end}"
-            snippets.append(snip)
+        spans += [(alias, row, start, end) for start, end in merge(wanted)]
+    # The line budget is shared fairly: short spans whole, the long ones splitting what is left, so a
+    # long first span (a whole section with --context all) cannot crowd out the citations after it.
+    caps = _shares([min(end - start + 1, max_lines or end - start + 1) for _, _, start, end in spans],
+                   DEFAULT_MAX_LINES)
+    snippets: list[dict[str, Any]] = []
+    for (alias, row, start, end), cap in zip(spans, caps):
+        if cap < 1:  # more spans than lines in the budget: named, never dropped silently
+            snippets.append({"alias": alias, "lines": f"{start}-{start - 1}", "content": "", "headingPath": [],
+                             "truncated": True, "remaining": f"{alias}:{start}-{end}"})
+            continue
+        last = min(end, start + cap - 1)
+        lines = store.read_lines(row, start, last)
+        snip: dict[str, Any] = {"alias": alias, "lines": f"{start}-{last}", "content": "\n".join(lines),
+                                "headingPath": heading_path(store, alias, start)}
+        if last < end:
+            snip["truncated"] = True
+            snip["remaining"] = f"{alias}:{last + 1}-{end}"
+        snippets.append(snip)
     return {"snippets": snippets}
+
+
+def _shares(sizes: list[int], budget: int) -> list[int]:
+    """Lines for each span out of ``budget``: the smallest first, each at most an even share of what
+    is left (water-filling), so every span gets lines while any are left."""
+    caps = [0] * len(sizes)
+    left = budget
+    for n, i in enumerate(sorted(range(len(sizes)), key=sizes.__getitem__)):
+        caps[i] = min(sizes[i], left // (len(sizes) - n))
+        left -= caps[i]
+    return caps
 
 
 def find(store: Store, query: str | None = None, snippets: list[str] | None = None,
@@ -216,7 +233,9 @@ def lookup(query: str, category: str | None = None, store: Store | None = None) 
     ``category`` only when given; each says whether it is ``installed`` (an installed source of
     that alias, when ``store`` is given). ``categories``: every category with its entry count."""
     from cairn_servers.blz import registry
+    from cairn_servers.search.query import check_terms
 
+    check_terms(query)  # each word is compared with every entry
     if category is not None:
         if category not in registry.CATEGORIES:
             raise InvalidInput(f"Unknown category {category!r}. Categories: {', '.join(registry.CATEGORIES)}.")

@@ -271,6 +271,10 @@ def add(store: Store, alias: str, location: str | None = None, *, force: bool = 
     where = ""
     if derived or absent:
         where = f" from {url}" + (f" ({', '.join(absent)}: not found)" if absent else "")
+    elif len(urls) == 2 and url == urls[0] and urls[1].rsplit("/", 1)[-1] == "llms.txt":
+        # asked for …/llms.txt, took the complete text beside it: say so, and how to get the one asked for
+        where = f" from {url}, the complete text beside the llms.txt given (--exact adds {urls[1]} itself)"
+        info["substituted"] = {"asked": urls[1], "used": url}
     counts = f"({info['headings']:,} headings, {info['lines']:,} lines)"
     if dry_run:
         info["dryRun"] = True
@@ -381,6 +385,36 @@ MANIFEST_KEYS = frozenset({"alias", "url", "path", "exact", "allLanguages"})
 _UPSTREAM_KEYS = frozenset({"name", "description", "category", "tags", "aliases", "notes", "_notes"})
 
 
+MAX_MANIFEST_BYTES = 4 << 20  # a manifest of thousands of sources is a few hundred KB
+
+
+def _read_manifest_file(file: Path, shown: str) -> bytes:
+    """The bytes of a regular file of at most MAX_MANIFEST_BYTES. Opened without blocking: a FIFO
+    (which would wait for a writer forever) or a device is refused at once."""
+    import stat
+
+    fd = os.open(file, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise IsADirectoryError(shown)
+        if not stat.S_ISREG(info.st_mode):
+            raise InvalidInput(f"{shown} is not a regular file. Give the manifest's TOML file.")
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return b"".join(chunks)
+            size += len(chunk)
+            if size > MAX_MANIFEST_BYTES:
+                raise InvalidInput(f"{shown} is over {MAX_MANIFEST_BYTES >> 20} MiB; a manifest lists sources "
+                                   "in a few KB. Check the path.")
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+
+
 def read_manifest(path: str) -> tuple[Path, list[Any]]:
     """``(the manifest's folder, its [[source]] entries)`` from a TOML file (upstream BLZ's format:
     an array of tables ``[[source]]``, each with ``alias`` and ``url`` or ``path``). The file as a
@@ -389,7 +423,8 @@ def read_manifest(path: str) -> tuple[Path, list[Any]]:
 
     file = Path(path).expanduser()
     try:
-        data = tomllib.loads(file.read_text(encoding="utf-8"))
+        text = _read_manifest_file(file, path).decode("utf-8")
+        data = tomllib.loads(text)
     except FileNotFoundError:
         raise NotFound(f"No manifest at {path}. Check the path.") from None
     except IsADirectoryError:
@@ -400,6 +435,9 @@ def read_manifest(path: str) -> tuple[Path, list[Any]]:
         raise InvalidInput(f"Cannot read the manifest {path}: {exc.strerror or exc}.") from None
     except tomllib.TOMLDecodeError as exc:
         raise InvalidInput(f"{path} is not valid TOML: {exc}.") from None
+    except RecursionError:  # tomllib recurses once per level of nested arrays or inline tables
+        raise InvalidInput(f"{path} nests arrays or tables too deeply to be a manifest. A manifest is a "
+                           "list of [[source]] tables.") from None
     entries = data.get("source")
     if not isinstance(entries, list) or not entries:
         raise InvalidInput(f"{path} lists no sources. Write one [[source]] table per source, e.g.\n"

@@ -372,7 +372,8 @@ def _command_operand(command: str, source: str) -> str:
     return check_alias(source)
 
 
-def serve() -> None:
+def serve() -> int:
+    """Serve MCP on stdio until stdin closes; the exit status."""
     from cairn_servers.mcp.stdio import serve_stdio
 
     server = build_server(op_tools=False)
@@ -383,4 +384,4 @@ def serve() -> None:
         one_arena()  # before any worker thread exists
         threading.Thread(target=server.warm, name="blz-warm", daemon=True).start()  # type: ignore[attr-defined]
 
-    serve_stdio(server, after_first=after_initialize)
+    return serve_stdio(server, after_first=after_initialize)

@@ -13,8 +13,9 @@ Commands:
   brk ids    [--index INDEX] [--page N]              vec ids (1,000 per page)
   brk indexes                                        indexes and the names they accept
   brk vecid-indexes ID                               the indexes one vec id is on
-  brk index-count | id-count | vec-count | version   counts and the version (as the MCP tools)
+  brk index-count | id-count | vec-count | version   counts and the version
   brk price  import FILE.csv | fetch --source kraken  daily BTC/USD prices
+  brk completion bash|zsh|fish                        a shell completion script
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 from cairn_servers.brk.cli_common import format_arg, out_arg, out_dir, print_data
-from cairn_servers.core.errors import CairnError, raise_errors
+from cairn_servers.core.errors import CairnError
 
 if TYPE_CHECKING:
     import argparse  # imported by build_parser; `brk mcp` starts without it
@@ -169,8 +170,11 @@ def _cmd_status(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="brk", description=__doc__,
+    from cairn_servers.core.cli import EXIT_CODES, add_version, parser_class
+
+    parser = parser_class()(prog="brk", description=__doc__, epilog=EXIT_CODES,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_version(parser, "brk")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("index", help="index new blocks from a blocks/ directory",
@@ -235,7 +239,18 @@ def build_parser() -> argparse.ArgumentParser:
     from cairn_servers.brk.cli_serve import add_commands
 
     add_commands(sub)
+    from cairn_servers.core.cli import add_completion
+
+    add_completion(sub, "brk")
+    sub.choices["completion"].set_defaults(func=_cmd_completion)
     return parser
+
+
+def _cmd_completion(args: argparse.Namespace) -> int:
+    from cairn_servers.core.cli import completion_script
+
+    sys.stdout.write(completion_script(build_parser(), args.shell))
+    return 0
 
 
 def _fast_mcp(argv: list[str]) -> argparse.Namespace | None:
@@ -258,10 +273,15 @@ def _fast_mcp(argv: list[str]) -> argparse.Namespace | None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    args = _fast_mcp(argv)
-    if args is None:
-        parser = build_parser()
-        args = parser.parse_args(argv)
+    fast = _fast_mcp(argv)  # the stdio server's start-up path: nothing more to import before serving
+    if fast is not None:
+        return _run(fast)
+    from cairn_servers.core.cli import guard
+
+    return guard(lambda: _run(build_parser().parse_args(argv)))
+
+
+def _run(args: argparse.Namespace) -> int:
     if not getattr(args, "func", None):
         build_parser().print_help()
         return 0
@@ -269,12 +289,9 @@ def main(argv: list[str] | None = None) -> int:
         code: int = args.func(args)
         return code
     except CairnError as exc:
-        if raise_errors():
-            raise
-        from cairn_servers.core.sanitize import scrub
+        from cairn_servers.core.cli import fail
 
-        print(f"brk: {scrub(exc.message)}", file=sys.stderr)
-        return exc.exit_code
+        return fail("brk", exc)
     except KeyboardInterrupt:
         return 130
 

@@ -10,7 +10,6 @@ if TYPE_CHECKING:
     from typing import Any
 
 OUT_HELP = "output directory (default: $BRK_DATA_DIR or $XDG_DATA_HOME/brk)"
-FORMAT_HELP = "json, jsonl, text, csv, tsv or md (default: $BRK_OUTPUT_FORMAT, else text on a TTY, else json)"
 
 
 def default_out() -> Path:
@@ -31,7 +30,10 @@ def out_arg(p: argparse.ArgumentParser) -> None:
 
 
 def format_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--format", help=FORMAT_HELP)
+    """``--format FORMAT`` and its short forms ``--json``/``--jsonl``/``--text`` (the three commands' convention)."""
+    from cairn_servers.core.cli import add_format
+
+    add_format(p, "brk")
 
 
 def print_data(data: Any, fmt_flag: str | None) -> None:

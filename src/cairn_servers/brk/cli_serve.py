@@ -20,10 +20,12 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 from cairn_servers.brk.cli_common import format_arg, out_arg, out_dir, print_data
+from cairn_servers.core.errors import CairnError
 
 DEFAULT_BIND = "127.0.0.1:3110"
-QUERY_FORMAT_HELP = ("json, csv, tsv or md (markdown = md; default: $BRK_OUTPUT_FORMAT, else md on a terminal, "
-                     "else json)")
+QUERY_FORMAT_HELP = ("json, jsonl (one object per row), text (= md), csv, tsv or md (markdown = md; default: "
+                     "$BRK_OUTPUT_FORMAT, else md on a terminal, else json); a table of a date index starts with "
+                     "its date column (--no-date: without it)")
 
 
 def _ready(out: Path) -> Path:
@@ -175,13 +177,45 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
     return serve_stdio(build_server(interface), after_first=interface.open)  # type: ignore[arg-type]
 
 
+# The end of an unknown-id message, as MCP and HTTP clients read it (cairn_servers.brk.interface)
+MCP_LISTING = "List them with get_index_to_vecids."
+# Indexes whose rows are periods of time: a table (csv, tsv, md) of them starts with a date column.
+DATE_INDEXES = ("dateindex", "weekindex", "monthindex", "quarterindex", "semesterindex", "yearindex", "decadeindex")
+
+
 def _query_format(flag: str | None) -> str:
-    """``brk query``'s format: the flag, else $BRK_OUTPUT_FORMAT (or the older $BRK_FORMAT), else md on a
-    terminal and json when piped (text = md)."""
+    """``brk query``'s format: the flag, else $BRK_OUTPUT_FORMAT (or the older $BRK_FORMAT), checked as
+    every command's is, else md on a terminal and json when piped (text = md)."""
+    from cairn_servers.core.output import FORMAT_ALIASES, FORMATS, choose_format
+
+    if flag:  # a value the operation does not know is refused by its declaration, as on MCP and HTTP
+        fmt = FORMAT_ALIASES.get(flag.lower(), flag.lower())
+    else:
+        fmt = choose_format(None, "BRK_OUTPUT_FORMAT") if _env_set() else ("md" if sys.stdout.isatty() else "json")
+    return "md" if fmt == "text" else fmt if fmt in FORMATS else flag or fmt
+
+
+def _env_set() -> bool:
     from cairn_servers.core.output import env_format
 
-    fmt = (flag or env_format("BRK_OUTPUT_FORMAT") or ("md" if sys.stdout.isatty() else "json")).lower()
-    return "md" if fmt == "text" else fmt
+    return env_format("BRK_OUTPUT_FORMAT") is not None
+
+
+def _with_date(op: Any, wire: dict[str, Any]) -> None:
+    """A table of a date index (``--index week --format md``) gets the ``date`` column first, unless the
+    ids name it already or ``--no-date`` is given: rows of numbers without their period are unreadable."""
+    from cairn_servers.brk.interface import Interface
+
+    index = wire.get("index") or wire.get("i")
+    ids = wire.get("ids") if "ids" in wire else wire.get("v")
+    if not isinstance(index, str) or not isinstance(ids, (str, list)):
+        return
+    accepted = Interface.get_accepted_indexes()
+    name = next((k for k, names in accepted.items() if index.strip().lower() in names), None)
+    words = [w for part in ([ids] if isinstance(ids, str) else ids) if isinstance(part, str)
+             for w in part.replace(",", " ").split()]
+    if name in DATE_INDEXES and words and "date" not in words:
+        wire["ids" if "ids" in wire else "v"] = ",".join(["date", *words])
 
 
 def _cmd_op(args: argparse.Namespace) -> int:
@@ -193,16 +227,36 @@ def _cmd_op(args: argparse.Namespace) -> int:
     op = args.op
     wire = cli_args(op, args)
     renders = "render" in op.extra
+    jsonl = False
     if renders:  # the operation has its own renderer (get_vecs: json/csv/tsv/md) and --format is its parameter
-        wire["format"] = _query_format(wire.get("format"))
+        fmt = _query_format(wire.get("format"))
+        jsonl = fmt == "jsonl"
+        wire["format"] = "json" if jsonl else fmt
+        if fmt in ("csv", "tsv", "md") and not getattr(args, "no_date", False):
+            _with_date(op, wire)
     target = _interface(args) if op.extra.get("store", True) else None
-    result = op.call(target, wire, "cli")
-    if renders:
+    try:
+        result = op.call(target, wire, "cli")
+    except CairnError as exc:  # a message naming an MCP tool, in command-line words
+        index = wire.get("index") or wire.get("i")
+        exc.message = exc.message.replace(MCP_LISTING, f"List them with `brk ids --index {index}`."
+                                          if isinstance(index, str) else "List them with `brk ids --index INDEX`.")
+        raise
+    if jsonl:  # one object per row: {"date": ..., "tx_count": ...}
+        import json
+
+        sys.stdout.write("".join(json.dumps(dict(zip(result.ids, row)), separators=(",", ":")) + "\n"
+                                 for row in zip(*result.columns)))
+    elif renders:
         text = answer(op, result)
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     else:
-        print_data(result, args.format)
+        print_data(op.extra.get("cli_value", _same)(result), args.format)
     return 0
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 def _cmd_price(args: argparse.Namespace) -> int:
@@ -266,7 +320,13 @@ def add_commands(sub: Any) -> None:
                 action.required = False  # a missing parameter is refused by the declaration, as on MCP and HTTP
             if action.dest == "op_format":
                 action.help = QUERY_FORMAT_HELP
-        if "render" not in op.extra:
+        if "render" in op.extra:  # --format is the operation's own parameter: the short forms point at it
+            for name in ("json", "jsonl", "text"):
+                p.add_argument(f"--{name}", dest="op_format", action="store_const", const=name,
+                               help=f"same as --format {name}")
+            p.add_argument("--no-date", action="store_true",
+                           help="no date column first in a table (csv, tsv, md) of a date index")
+        else:
             format_arg(p)
         if op.cli == "ids":  # the families of ids, described once (cairn_servers.brk.families)
             import argparse

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from cairn_servers.brk.blocks.chain import HeaderInfo, best_chain, pow_ok
-from cairn_servers.brk.blocks.files import MAGICS, blk_files, detect_network, read_xor_key, scan, unxor
+from cairn_servers.brk.blocks.files import MAGICS, MAX_NOTES, Scan, blk_files, detect_network, read_xor_key, unxor
 from cairn_servers.brk.blocks.worker import ParseWorker
 from cairn_servers.brk.blocks.parser import (
     COINBASE_VOUT,
@@ -55,6 +55,7 @@ def _hash_vec(name: str, index: str) -> VecSpec:
 
 NO_OUTPUT = (1 << 64) - 1  # inputindex_to_outputindex of a coinbase input
 _OUT_SHIFT = 24  # txid map value: first_outputindex << 24 | output_count
+SCAN_BATCH = 10_000  # new block positions appended to the store at a time while a blk file is scanned
 # Random reads of committed vecs go through short-lived memory maps of at most this many rows each:
 # the pages a map touches count in the process's resident size until it is unmapped, so one map over
 # a whole look-up (hundreds of thousands of random rows of a file of many GB) would grow with the chain.
@@ -372,17 +373,41 @@ class Indexer:
             start = scanned.get(str(file_no), 0)
             if path.stat().st_size <= start:
                 continue
-            records, resume = scan(path, self.key, magic, start)
-            if records:
+            scanner = Scan(path, self.key, magic, start)
+            hashes: list[bytes] = []
+            prevs: list[bytes] = []
+            bits: list[int] = []
+            offs: list[int] = []
+            lens: list[int] = []
+            ignored = 0
+
+            def flush(file_no: int = file_no) -> None:
+                # Rows are appended in batches as the file is read (committed with the run), so a file
+                # of a million records never holds them all in memory at once.
+                if not hashes:
+                    return
+                import numpy as np
+
+                s = self.store
+                s.append_bytes("blockpos_to_hash", b"".join(hashes), len(hashes))
+                s.append_bytes("blockpos_to_prevhash", b"".join(prevs), len(prevs))
+                s.append("blockpos_to_bits", np.array(bits, dtype=np.uint32))
+                s.append("blockpos_to_file", np.full(len(hashes), file_no, dtype=np.uint32))
+                s.append("blockpos_to_offset", np.array(offs, dtype=np.uint64))
+                s.append("blockpos_to_length", np.array(lens, dtype=np.uint32))
+                for column in (hashes, prevs, bits, offs, lens):
+                    column.clear()
+
+            for rec in scanner:
                 self._load_headers()  # before anything new is queued: it reads the committed rows
-            hashes, prevs, bits, offs, lens = [], [], [], [], []
-            for rec in records:
                 head = parse_header(rec.header)
                 if head.hash in self.headers:
                     continue  # the same block stored twice
                 if not pow_ok(head.hash, head.bits):
-                    self.log(f"ignoring block {hash_hex(head.hash)} in {path.name} at offset {rec.offset}: "
-                             f"its hash does not meet its own target")
+                    ignored += 1
+                    if ignored <= MAX_NOTES:
+                        self.log(f"ignoring block {hash_hex(head.hash)} in {path.name} at offset {rec.offset}: "
+                                 f"its hash does not meet its own target")
                     continue
                 seq = len(self.pos_file)
                 self.headers[head.hash] = HeaderInfo(head.hash, head.prev, head.bits, seq)
@@ -396,18 +421,15 @@ class Indexer:
                 bits.append(head.bits)
                 offs.append(rec.offset)
                 lens.append(rec.length)
-            if hashes:
-                import numpy as np
-
-                s = self.store
-                s.append_bytes("blockpos_to_hash", b"".join(hashes), len(hashes))
-                s.append_bytes("blockpos_to_prevhash", b"".join(prevs), len(prevs))
-                s.append("blockpos_to_bits", np.array(bits, dtype=np.uint32))
-                s.append("blockpos_to_file", np.full(len(hashes), file_no, dtype=np.uint32))
-                s.append("blockpos_to_offset", np.array(offs, dtype=np.uint64))
-                s.append("blockpos_to_length", np.array(lens, dtype=np.uint32))
+                found += 1
+                if len(hashes) >= SCAN_BATCH:
+                    flush()
+            flush()
+            if ignored > MAX_NOTES:
+                self.log(f"ignored {ignored} records in {path.name} whose hash does not meet their own target "
+                         f"(the first {MAX_NOTES} shown above): junk, not blocks")
+            resume = scanner.resume
             scanned[str(file_no)] = resume
-            found += len(hashes)
         return found
 
     # -- the run --------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ and the store has no prices yet.
 
 from __future__ import annotations
 
+import math
 import threading
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is kept off the stdio servers' start-up path
@@ -388,13 +389,14 @@ def _page(items: list[str], page: int) -> list[str]:
 
 # -- output -----------------------------------------------------------------------------------------
 def to_list(values: np.ndarray | list[Any], rows: int) -> list[Any]:
-    """JSON-ready values: numpy scalars as Python numbers, NaN as None."""
+    """JSON-ready values: numpy scalars as Python numbers, NaN and infinities as None (JSON has neither:
+    a market cap that overflows, or a price stored before imports refused such values, reads null)."""
     if isinstance(values, list):
         return values[:rows]
     out: list[Any] = values[:rows].tolist()
     if values.dtype.kind == "f":
         import numpy as np
 
-        if np.isnan(values[:rows]).any():
-            out = [None if v != v else v for v in out]
+        if not np.isfinite(values[:rows]).all():
+            out = [v if math.isfinite(v) else None for v in out]
     return out

@@ -87,8 +87,7 @@ def get_index_to_vecids(iface: Interface, index: str, page: int | str = 0) -> li
 
 @OPS.op(cli="ids", params={"index": {"flags": ("--index",)}, "page": _PAGE})
 def ids(iface: Interface, index: str | None = None, page: int | str = 0) -> list[str]:
-    """Vec ids, sorted, 1,000 per page: all of them, or those on one index (the CLI's get_vecids and
-    get_index_to_vecids).
+    """Vec ids, sorted, 1,000 per page: all of them, or with --index, those available on that index.
 
     :param index: only the ids available on this index
     :param page: page number, 0-based; 1,000 ids per page
@@ -152,7 +151,8 @@ def get_vecs(iface: Interface, index: str, ids: str | list[str], from_: int | st
     return result
 
 
-@OPS.op(mcp="get_version", cli="version", http="GET /version", extra=_NO_STORE)
+@OPS.op(mcp="get_version", cli="version", http="GET /version",
+        extra={**_NO_STORE, "cli_value": lambda v: v.removeprefix("v")})  # the CLI says 0.1.0, as --version
 def get_version(iface: Interface | None) -> str:
     """The running version of brk."""
     return version()

@@ -7,7 +7,9 @@ can simply be run again). Nothing here touches the network unless ``brk price fe
 
 CSV: a header row naming a date column (``date``, ``day``, ``time`` or ``timestamp``: ``YYYY-MM-DD``
 or Unix seconds/milliseconds) and ``open``, ``high``, ``low``, ``close`` (``price`` alone fills all
-four). Days before 2009-01-09 all map to dateindex 0; the last such row wins.
+four). Days before 2009-01-09 all map to dateindex 0; the last such row wins. Every price must be
+a positive finite number under 10^15 dollars with high >= low, each day may appear once and none may
+lie in the future: anything else is refused naming the line, and nothing is written.
 
 ``brk run`` and ``brk index --watch`` keep prices fresh by themselves (:class:`Refresher`): a fetch in a
 background thread with a short timeout, at most once an interval, whose failures are silent (the stored
@@ -22,6 +24,7 @@ import csv
 import datetime as dt
 import io
 import json
+import math
 import os
 import threading
 import time
@@ -38,6 +41,8 @@ SOURCES = {
     "binance": "https://api.binance.com/api/v3/klines?symbol=BTCUSDT&interval=1d&limit=1000",
 }
 Row = tuple[int, float, float, float, float]  # dateindex, open, high, low, close
+MAX_CSV_BYTES = 16 << 20  # 17 years of daily rows are ~400 KB
+MAX_PRICE = 1e15  # dollars per bitcoin; larger ones (1e308) made market caps overflow to infinity
 
 
 def _store(out: Path) -> VecStore:
@@ -50,11 +55,35 @@ def _day(text: str) -> dt.date:
         seconds = float(text)
         if seconds > 1e11:  # milliseconds
             seconds /= 1000
-        return dt.datetime.fromtimestamp(seconds, dt.timezone.utc).date()
+        try:
+            return dt.datetime.fromtimestamp(seconds, dt.timezone.utc).date()
+        except (OverflowError, OSError, ValueError):  # past year 9999 (99999999999999999999)
+            raise InvalidInput(f"Unreadable date {text[:40]!r}: the timestamp is out of range. Use YYYY-MM-DD "
+                               "or Unix seconds.") from None
     try:
         return dt.date.fromisoformat(text[:10])
     except ValueError:
-        raise InvalidInput(f"Unreadable date {text!r}: use YYYY-MM-DD or Unix seconds.") from None
+        raise InvalidInput(f"Unreadable date {text[:40]!r}: use YYYY-MM-DD or Unix seconds.") from None
+
+
+def _check_row(values: list[float], where: str) -> None:
+    """Refuse prices no market gives (``where`` names the line): not finite, not positive, absurdly
+    large, or a high below the low."""
+    for name, v in zip(FIELDS, values):
+        if not math.isfinite(v) or v <= 0 or v >= MAX_PRICE:
+            why = "is not a finite number" if not math.isfinite(v) else \
+                "is not positive" if v <= 0 else f"is over {MAX_PRICE:.0e} dollars"
+            raise InvalidInput(f"{where}: the {name} price {v!r} {why}. Prices are positive dollar amounts.")
+    if values[1] < values[2]:
+        raise InvalidInput(f"{where}: the high {values[1]!r} is below the low {values[2]!r}.")
+
+
+def _check_day(day: dt.date, where: str, seen: set[dt.date]) -> None:
+    if day in seen:
+        raise InvalidInput(f"{where}: {day.isoformat()} appears a second time; give each day once.")
+    if day > dt.datetime.now(dt.timezone.utc).date() + dt.timedelta(days=1):
+        raise InvalidInput(f"{where}: {day.isoformat()} is in the future.")
+    seen.add(day)
 
 
 def parse_csv(text: str, name: str = "CSV") -> list[Row]:
@@ -69,12 +98,29 @@ def parse_csv(text: str, name: str = "CSV") -> list[Row]:
     if missing:
         raise InvalidInput(f"{name} lacks the column(s) {', '.join(missing)}. Use open,high,low,close or price.")
     rows: list[Row] = []
-    for line, rec in enumerate(reader, start=2):
+    seen: set[dt.date] = set()
+    records = iter(reader)
+    while True:
+        try:
+            rec = next(records)
+        except StopIteration:
+            break
+        except csv.Error as exc:  # a field over csv's 128 KiB limit, a NUL byte
+            # line_num counts the lines read before the one that failed
+            raise InvalidInput(f"{name} line {reader.line_num + 1}: {exc}. Is this a CSV of daily prices?") from None
+        where = f"{name} line {reader.line_num}"
         try:
             values = [float(str(rec[str(cols[f])]).replace(",", "")) for f in FIELDS]
         except (TypeError, ValueError):
-            raise InvalidInput(f"{name} line {line}: a price is not a number ({rec}).") from None
-        rows.append((dateindex_of_date(_day(str(rec[date_col]))), *values))  # type: ignore[arg-type]
+            shown = ",".join(str(v) for v in rec.values())
+            raise InvalidInput(f"{where}: a price is not a number ({shown[:200]}).") from None
+        _check_row(values, where)
+        try:
+            day = _day(str(rec[date_col]))
+        except InvalidInput as exc:
+            raise InvalidInput(f"{where}: {exc.message}") from None
+        _check_day(day, where, seen)
+        rows.append((dateindex_of_date(day), *values))  # type: ignore[arg-type]
     if not rows:
         raise InvalidInput(f"{name} holds no price rows.")
     return rows
@@ -119,9 +165,19 @@ def save(out: Path, rows: list[Row]) -> dict[str, Any]:
 
 def import_csv(out: Path, path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text()
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_CSV_BYTES + 1)
     except OSError as exc:
         raise InvalidInput(f"Cannot read {path}: {exc.strerror}. Pass a CSV file of daily prices.") from exc
+    if len(raw) > MAX_CSV_BYTES:
+        raise InvalidInput(f"{path} is over {MAX_CSV_BYTES >> 20} MiB; a CSV of daily prices since 2009 is a few "
+                           "hundred KB. Check the file.")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise InvalidInput(f"{path} line {line}: byte 0x{raw[exc.start]:02x} is not UTF-8. Save the CSV as "
+                           "UTF-8.") from None
     return save(out, parse_csv(text, str(path)))
 
 
@@ -132,16 +188,30 @@ def parse_kraken(body: bytes) -> list[Row]:
     series = [v for k, v in data.get("result", {}).items() if k != "last"]
     if not series:
         raise NetworkError("Kraken's answer holds no OHLC series.")
-    return [(dateindex_of_date(_day(str(r[0]))), float(r[1]), float(r[2]), float(r[3]), float(r[4]))
-            for r in series[0]]
+    return _checked([(_day(str(r[0])), [float(r[1]), float(r[2]), float(r[3]), float(r[4])]) for r in series[0]],
+                    "Kraken")
 
 
 def parse_binance(body: bytes) -> list[Row]:
     data = json.loads(body)
     if not isinstance(data, list):
         raise NetworkError(f"Binance answered with an error: {data}.")
-    return [(dateindex_of_date(_day(str(r[0]))), float(r[1]), float(r[2]), float(r[3]), float(r[4]))
-            for r in data]
+    return _checked([(_day(str(r[0])), [float(r[1]), float(r[2]), float(r[3]), float(r[4])]) for r in data],
+                    "Binance")
+
+
+def _checked(days: list[tuple[dt.date, list[float]]], source: str) -> list[Row]:
+    """An exchange's candles, held to the same rules as an imported CSV (a bad one fails the fetch)."""
+    seen: set[dt.date] = set()
+    rows: list[Row] = []
+    for n, (day, values) in enumerate(days, start=1):
+        try:
+            _check_row(values, f"{source}'s candle {n}")
+            _check_day(day, f"{source}'s candle {n}", seen)
+        except InvalidInput as exc:
+            raise NetworkError(f"{exc.message} The stored prices were kept.") from None
+        rows.append((dateindex_of_date(day), values[0], values[1], values[2], values[3]))
+    return rows
 
 
 def fetch(out: Path, source: str, url: str | None = None, *, timeout: float = 30.0,

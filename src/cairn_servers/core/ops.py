@@ -350,13 +350,14 @@ def add_subcommand(subparsers: Any, op: Op, *, parents: list[argparse.ArgumentPa
     if op.cli is None:
         raise ValueError(f"operation {op.name!r} is not on the CLI")
     # "agent show": a command of a command group; the caller passes the group's sub-parsers
-    p: argparse.ArgumentParser = subparsers.add_parser(op.cli.split()[-1], parents=parents or [],
-                                                       help=help or op.summary,
-                                                       description=description or op.description,
-                                                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    words = cli_words(op)
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        op.cli.split()[-1], parents=parents or [], help=help or words(op.summary),
+        description=description or op.extra.get("cli_description") or words(op.description),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.set_defaults(op=op)
     for param in op.params_for("cli"):
-        text = param.help or param.schema.get("description", "")
+        text = param.help or words(param.schema.get("description", ""))
         if "default" in param.schema and param.schema["default"] is not None and not param.positional \
                 and _types(param.schema) - {"null"} != {"boolean"}:
             text = f"{text} (default {param.schema['default']})" if text else f"default {param.schema['default']}"
@@ -378,6 +379,34 @@ def add_subcommand(subparsers: Any, op: Op, *, parents: list[argparse.ArgumentPa
             p.add_argument(*flags, dest=dest, default=None, metavar=metavar, help=text,
                            required=param.required_for("cli"))
     return p
+
+
+def cli_words(op: Op) -> Callable[[str], str]:
+    """A function putting ``op``'s descriptions in command-line words: a parameter's wire name written
+    in camelCase (``maxDepth``, which MCP clients send) becomes its long flag (``--depth``), and
+    ``dryRun: true`` (or ``exact: true``) the flag alone (``--dry-run``). The MCP and HTTP surfaces keep
+    the declaration's own words. ``extra["cli_description"]`` replaces a description whose sense is
+    MCP's alone (what an agent may fetch, a tool call to make)."""
+    import re
+
+    flags: dict[str, str] = {}
+    for param in op.params_for("cli"):
+        if param.positional:
+            continue
+        names = param.flags or (f"--{param.name.replace('_', '-')}",)
+        flag = next((f for f in names if f.startswith("--")), names[0])
+        for wire in (param.wire, *param.aliases):
+            flags[wire] = flag
+    def words(text: str) -> str:
+        named = [w for w in flags if w in text]  # most texts name none: no pattern to build (start-up)
+        if not named:
+            return text
+        boolean = "|".join(re.escape(w) for w in named)
+        camel = "|".join(re.escape(w) for w in named if w != w.lower())
+        pattern = re.compile(rf"\b(?:({boolean}): true\b" + (rf"|({camel})\b" if camel else "") + ")")
+        return pattern.sub(lambda m: flags[m.group(1) or m.group(2)], text)
+
+    return words
 
 
 def cli_args(op: Op, namespace: argparse.Namespace) -> dict[str, Any]:

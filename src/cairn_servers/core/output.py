@@ -19,15 +19,13 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: `blz search --json` renders w
 if TYPE_CHECKING:
     from typing import Any, TextIO
 
-FORMATS = ("json", "jsonl", "text", "csv", "tsv", "md")
-FORMAT_ALIASES = {"markdown": "md"}
+from cairn_servers.core.cli import FORMAT_ALIASES as FORMAT_ALIASES  # declared with the flags (core.cli)
+from cairn_servers.core.cli import FORMATS as FORMATS
+from cairn_servers.core.cli import PROGRESS_MODES as PROGRESS_MODES
+from cairn_servers.core.cli import format_env as format_env
+
 # Older names of the format variables, still read when the new name is unset.
 OLD_FORMAT_ENV = {"BRK_OUTPUT_FORMAT": ("BRK_FORMAT",)}
-
-
-def format_env(command: str) -> str:
-    """The variable holding ``command``'s default output format: ``BLZ_OUTPUT_FORMAT`` for ``blz``."""
-    return f"{command.upper()}_OUTPUT_FORMAT"
 
 
 def env_format(env_var: str) -> str | None:
@@ -39,17 +37,20 @@ def env_format(env_var: str) -> str | None:
     return None
 
 
-def choose_format(flag: str | None, env_var: str | None = None, stream: TextIO | None = None) -> str:
-    """The output format: the flag, else ``$env_var`` (or an older name), else text on a TTY and json when piped."""
-    for candidate in (flag, env_format(env_var) if env_var else None):
+def choose_format(flag: str | None, env_var: str | None = None, stream: TextIO | None = None,
+                  formats: tuple[str, ...] = FORMATS) -> str:
+    """The output format: the flag, else ``$env_var`` (or an older name), else text on a TTY and json when
+    piped. A value outside ``formats`` is refused, from the flag or the variable alike (naming which)."""
+    for candidate, origin in ((flag, None), (env_format(env_var) if env_var else None, env_var)):
         if candidate:
             fmt = candidate.lower()
             fmt = FORMAT_ALIASES.get(fmt, fmt)
-            if fmt not in FORMATS:
+            if fmt not in formats:
                 from cairn_servers.core.errors import InvalidInput
 
-                raise InvalidInput(f"Unknown output format {candidate!r}. "
-                                   f"Use one of: {', '.join(FORMATS)} (markdown = md).")
+                where = f" in ${origin}" if origin else ""
+                raise InvalidInput(f"Unknown output format {candidate!r}{where}. "
+                                   f"Use one of: {', '.join(formats)} (markdown = md).")
             return fmt
     stream = stream or sys.stdout
     return "text" if stream.isatty() else "json"
@@ -66,8 +67,9 @@ def plain(value: Any) -> Any:
     return value
 
 
-def render(data: Any, fmt: str) -> str:
-    """``data`` rendered as ``fmt``; the result ends without a trailing newline."""
+def render(data: Any, fmt: str, columns: list[str] | None = None) -> str:
+    """``data`` rendered as ``fmt``; the result ends without a trailing newline. ``columns``: the header of
+    a table (csv, tsv, md) when ``data`` has no rows to take it from."""
     data = plain(data)
     if fmt == "json":
         return json.dumps(data, indent=2, ensure_ascii=False, default=str)
@@ -78,6 +80,8 @@ def render(data: Any, fmt: str) -> str:
         return _text(data)
     if fmt in ("csv", "tsv", "md"):
         header, rows = _table(data)
+        if not rows and columns:
+            header = list(columns)
         if fmt == "md":
             return _markdown(header, rows)
         return _delimited(header, rows, "," if fmt == "csv" else "\t")
@@ -117,6 +121,7 @@ def _table(data: Any) -> tuple[list[str], list[list[Any]]]:
     if not isinstance(data, list):
         return ["value"], [[data]]
     if data and all(isinstance(r, dict) for r in data):
+        data = [_flat(r) for r in data]
         header: list[str] = []
         for row in data:
             for key in row:
@@ -126,6 +131,19 @@ def _table(data: Any) -> tuple[list[str], list[list[Any]]]:
     if data and all(isinstance(r, (list, tuple)) for r in data):
         return [str(h) for h in data[0]], [list(r) for r in data[1:]]
     return ["value"], [[v] for v in data]
+
+
+def _flat(row: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A row with nested objects spread into ``parent.child`` columns (a table cell holds one value)."""
+    if not any(isinstance(v, dict) for v in row.values()):
+        return row if not prefix else {f"{prefix}{k}": v for k, v in row.items()}
+    out: dict[str, Any] = {}
+    for key, value in row.items():
+        if isinstance(value, dict) and value:
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 def _delimited(header: list[str], rows: list[list[Any]], sep: str) -> str:
@@ -175,26 +193,58 @@ def _markdown(header: list[str], rows: list[list[Any]]) -> str:
 
 
 class ProgressBar:
-    """A one-line progress bar on stderr, drawn only when stderr is a terminal: a CLI's ``progress``
-    callback ``(label, done, total)`` for a long service call (ctx sync and embed)."""
+    """Progress of a long command on stderr, as ``brk index`` reports it: a bar on a terminal, JSON lines
+    when stderr is piped (``mode`` auto), or either, or nothing (``bar``, ``json``, ``none``). A CLI's
+    ``progress`` callback ``(label, done, total)``: ``ctx sync`` and ``ctx embed`` (per stage: a source,
+    ``embedding``), ``blz add`` and ``blz update`` (``download``, bytes; total 0 when unknown).
 
-    def __init__(self, stream: TextIO | None = None) -> None:
-        self.stream = stream or sys.stderr
-        self.enabled = self.stream.isatty()
-        self.last = 0.0
+    JSON lines: ``{"event": "progress" | "done", "stage": label, "done": n, "total": m, "elapsed_s": s,
+    "per_s": rate}``, at most one a second per stage, and always the one that completes a stage
+    (``event: done``). An in-process stream without a file descriptor (a test's StringIO) gets nothing
+    in auto mode."""
 
-    def __call__(self, label: str, done: int, total: int) -> None:
+    def __init__(self, stream: TextIO | None = None, mode: str = "auto") -> None:
         import time
 
+        self.stream = stream or sys.stderr
+        if mode == "auto":
+            mode = "bar" if self.stream.isatty() else "json" if _has_fd(self.stream) else "none"
+        self.mode = mode
+        self.enabled = mode != "none"
+        self.last = 0.0
+        self.started: dict[str, float] = {}
+        self.clock = time.monotonic
+
+    def __call__(self, label: str, done: int, total: int) -> None:
         if not self.enabled:
             return
-        now = time.monotonic()
-        if done < total and now - self.last < 0.1:
+        now = self.clock()
+        start = self.started.setdefault(label, now)
+        finished = total > 0 and done >= total
+        if not finished and now - self.last < (0.1 if self.mode == "bar" else 1.0):
             return
         self.last = now
+        if self.mode == "json":
+            elapsed = now - start
+            self.stream.write(json.dumps({"event": "done" if finished else "progress", "stage": label, "done": done,
+                                          "total": total, "elapsed_s": round(elapsed, 2),
+                                          "per_s": round(done / elapsed, 1) if elapsed > 0 else None}) + "\n")
+            self.stream.flush()
+            return
         width = 30
-        filled = int(width * done / total) if total else width
-        self.stream.write(f"\r{label[:30]:<30} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
-        if done >= total:
+        if total > 0:
+            filled = min(width, int(width * done / total))
+            self.stream.write(f"\r{label[:30]:<30} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
+        else:
+            self.stream.write(f"\r{label[:30]:<30} {done:,}")
+        if finished:
             self.stream.write("\n")
         self.stream.flush()
+
+
+def _has_fd(stream: TextIO) -> bool:
+    try:
+        stream.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError and a ValueError
+        return False
+    return True

@@ -19,8 +19,10 @@ _secrets: dict[str, str] = {}
 _by_length: list[tuple[str, str]] | None = None  # _roots, longest first (made again after a change)
 _generation = 0  # bumped whenever what scrub() replaces changes
 # scheme://user:password@host or scheme://token@host -> scheme://***@host. The scheme is bounded so
-# a long run of letters costs linear time (unbounded, 200 KB of "a" took 28 s to scrub).
-_URL_CREDENTIALS = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]{0,31}://)[^/\s@:]+(?::[^/\s@]*)?@")
+# a long run of letters costs linear time (unbounded, 200 KB of "a" took 28 s to scrub). The user
+# info runs to the LAST "@" before a "/", a quote or whitespace: a password with a raw "@"
+# (u:ret@PW@host) is masked whole, not cut at its first "@".
+_URL_CREDENTIALS = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]{0,31}://)[^/\s\"'<>]*@")
 
 
 def register_root(path: str | os.PathLike[str], placeholder: str) -> None:
@@ -106,6 +108,37 @@ def _may_hold_credentials(text: str) -> bool:
             return True
         at = text.find("@", at + 1)
     return False
+
+
+def mask_dsn(dsn: str) -> str:
+    """A database URL or connection string, safe to print: every password in it shown as ``***``.
+
+    The one masking function for connection strings (ctx's ``[db] url`` / ``$CTX_DATABASE_URL``, brk's
+    ``--rpc-url``), for the three forms a password takes:
+
+    - URL user info, ``postgresql://user:secret@host/db`` -> ``postgresql://user:***@host/db``; the user
+      info runs to the last ``@`` (a raw ``@`` in the password, ``u:ret@PW@host``, is masked whole, and
+      so is a raw ``/`` before it);
+    - a ``password=`` (or ``sslpassword=``) query parameter, ``...?password=secret&x=1``;
+    - libpq's keyword form, ``host=x password=secret`` or ``password = 'a b\\' c'`` (quoted, with
+      backslash escapes; an unterminated quote is masked to the end).
+
+    Over-masking is preferred to a leak: a URL whose user info cannot be told from its path loses
+    more than the password, never less.
+    """
+    out = dsn
+    scheme = re.match(r"[a-zA-Z][a-zA-Z0-9+.-]{0,31}://", out)
+    if scheme is not None:
+        at = out.rfind("@", scheme.end())
+        if at != -1:
+            info = out[scheme.end():at]
+            user, colon, _ = info.partition(":")
+            shown = user if colon and not re.search(r"[/?#\s]", user) else "***"
+            out = out[:scheme.end()] + (f"{shown}:***" if colon and shown != "***" else "***") + out[at:]
+        out = re.sub(r"(?i)([?&](?:ssl)?password=)[^&#]*", r"\1***", out)
+    # Keyword form (also as a fallback inside anything else): key = value, the value quoted or bare.
+    return re.sub(r"(?i)(^|[\s;])((?:ssl)?password\s*=\s*)(?:'(?:[^'\\]|\\.)*(?:'|\\?$)|\S*)",
+                  r"\1\2***", out)
 
 
 def scrub(text: str) -> str:

@@ -1,7 +1,9 @@
 """Run an ASGI app on uvicorn the way every Cairn HTTP server should.
 
 Shared by ``ctx serve mcp`` and ``brk serve``: parses ``HOST:PORT``, refuses non-loopback binds unless
-the caller allows them, and bounds graceful shutdown. uvicorn waits for every open connection before
+the caller allows them, bounds every connection (idle and read timeouts, a connection cap:
+``cairn_servers.core.connections``), refuses cross-site requests (``HostGuard``, ``CrossSiteGuard``), and bounds
+graceful shutdown. uvicorn waits for every open connection before
 it runs the app's shutdown, and an MCP client's GET SSE stream never ends on its own, so without a
 bound a SIGTERM would hang forever.
 """
@@ -12,10 +14,13 @@ import ipaddress
 import os
 import signal
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cairn_servers.core.errors import CairnError, InvalidInput, envelope
 from cairn_servers.core.heap import return_large_buffers
+
+if TYPE_CHECKING:
+    from cairn_servers.core.connections import Limits
 
 SHUTDOWN_GRACE_SECONDS = 2
 
@@ -95,6 +100,78 @@ class HostGuard:
                 await send({"type": "http.response.body", "body": body})
                 return
         await self.app(scope, receive, send)
+
+
+def origin_host(origin: str) -> str | None:
+    """The host of an ``Origin`` header value as :func:`host_name` spells hosts (``"[::1]"``), or None
+    when it is not an http(s) origin (``null``, a ``file:`` page)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(origin.strip())
+        name = parts.hostname
+    except ValueError:
+        return None
+    if not name or parts.scheme not in ("http", "https"):
+        return None
+    return f"[{name}]" if ":" in name else name
+
+
+class ForbiddenOrigin(ForbiddenHost):
+    """A web page of another site sent the request (cross-site request protection)."""
+
+
+class CrossSiteGuard:
+    """ASGI middleware for a server without a token: refuse (403) requests that a web page of another
+    site could have sent through the user's browser. On a loopback bind, the ``Host`` must name this
+    machine and an ``Origin``, when there is one, must be a page of this machine (any port) or one of
+    ``allowed_origins``: the rule MCP's ``/mcp`` applies (``cairn_servers.mcp.http``). CORS preflights
+    (``OPTIONS``) and the ``exempt`` paths (served by an app with its own guard) pass through.
+
+    Browsers send ``Origin`` with every ``fetch()`` and form ``POST`` across sites; clients that are
+    not browsers (curl, MCP clients) send none and are served."""
+
+    def __init__(self, app: Any, allowed_origins: tuple[str, ...] | list[str] = (), *,
+                 exempt: tuple[str, ...] = (), hint: str = "") -> None:
+        self.app = app
+        self.origins = {o.lower().rstrip("/") for o in allowed_origins}
+        self.exempt = exempt
+        self.hint = hint
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("type") == "http" and scope.get("method") != "OPTIONS" and scope.get("path") not in self.exempt:
+            refused = self.refusal(scope)
+            if refused is not None:
+                import json
+
+                body = json.dumps(envelope(refused)).encode()
+                await send({"type": "http.response.start", "status": refused.http_status,
+                            "headers": [(b"content-type", b"application/json"),
+                                        (b"content-length", str(len(body)).encode())]})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+    def refusal(self, scope: Any) -> CairnError | None:
+        server = scope.get("server") or ("", 0)
+        if not is_loopback(str(server[0])):
+            return None  # bound beyond loopback: a token is required there (ctx refuses to start without one)
+        bind = str(server[0]).lower()
+        allowed = {*LOOPBACK_NAMES, f"[{bind}]" if ":" in bind else bind}
+        headers = dict(scope.get("headers") or ())
+        raw_host = headers.get(b"host")
+        if raw_host is not None and host_name(raw_host.decode("latin-1")) not in allowed:
+            host = raw_host.decode("latin-1")
+            return ForbiddenHost(f"Host {host!r} is not allowed: this server only answers requests addressed to "
+                                 "localhost (DNS rebinding protection). Use http://127.0.0.1:PORT.")
+        raw_origin = headers.get(b"origin")
+        if raw_origin is None:
+            return None
+        origin = raw_origin.decode("latin-1")
+        if origin.lower().rstrip("/") in self.origins or origin_host(origin.lower()) in allowed:
+            return None
+        return ForbiddenOrigin(f"Origin {origin!r} is not allowed: a web page of another site cannot call this "
+                               f"server (cross-site request protection).{' ' + self.hint if self.hint else ''}")
 
 
 class CloseUnreadBodies:
@@ -191,11 +268,13 @@ def _uvicorn_level() -> str:
 
 
 def serve(app: Any, host: str, port: int, *, name: str, allow_remote: bool = False,
-          log_level: str | None = None) -> None:
+          log_level: str | None = None, limits: "Limits | None" = None) -> None:
     """Serve ``app`` on ``host:port`` until SIGINT/SIGTERM; prints the address to stderr.
 
     :param log_level: uvicorn's level; by default the one ``cairn_servers.core.log`` was configured with
         (``--log-level`` / ``$CTX_LOG`` / ``$BRK_LOG``). Requests are logged by ``RequestLog`` at debug.
+    :param limits: the connections' timeouts and cap (:mod:`cairn_servers.core.connections`); by default
+        from ``$NAME_HTTP_IDLE_TIMEOUT``, ``$NAME_HTTP_READ_TIMEOUT`` and ``$NAME_HTTP_MAX_CONNECTIONS``.
 
     :param allow_remote: binding beyond loopback exposes the server to the network; callers pass
         the user's explicit flag here.
@@ -205,6 +284,9 @@ def serve(app: Any, host: str, port: int, *, name: str, allow_remote: bool = Fal
             f"Refusing to bind {name} to {host}: it is not a loopback address. "
             "Pass --allow-remote (and set an auth token) to expose it to the network."
         )
+    from cairn_servers.core.connections import fit_descriptors, limits_from_env, protocol
+
+    limits = fit_descriptors(limits if limits is not None else limits_from_env(name.upper()))
     import uvicorn
 
     from cairn_servers.core import log
@@ -225,9 +307,12 @@ def serve(app: Any, host: str, port: int, *, name: str, allow_remote: bool = Fal
         lifespan="on",
         timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
         server_header=False,
+        http=protocol(limits),  # idle and read timeouts, the connection cap
+        ws="none",  # no WebSocket routes: an upgrade must not leave the bounded HTTP protocol
     )
     server = uvicorn.Server(config)
     shown = f"[{host}]" if ":" in host else host
+    check_free(host, port, name)  # before "listening on": uvicorn would print it, then a raw [Errno 98]
     print(f"{name} listening on http://{shown}:{port}", file=sys.stderr, flush=True)
     # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal against the handler
     # that was installed before it started: with Python's defaults that is a KeyboardInterrupt
@@ -236,7 +321,8 @@ def serve(app: Any, host: str, port: int, *, name: str, allow_remote: bool = Fal
 
     in_main = threading.current_thread() is threading.main_thread()  # signal handlers live there only
     previous = {sig: signal.signal(sig, _exit_cleanly) for sig in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
-    log.info(f"serving HTTP on {shown}:{port} (pid {os.getpid()})")
+    log.info(f"serving HTTP on {shown}:{port} (pid {os.getpid()}; connections: idle timeout {limits.idle_timeout:g} s, "
+             f"read timeout {limits.read_timeout:g} s, at most {limits.max_connections})")
     try:
         server.run()
     finally:
@@ -247,3 +333,26 @@ def serve(app: Any, host: str, port: int, *, name: str, allow_remote: bool = Fal
 
 def _exit_cleanly(signum: int, frame: object) -> None:
     raise SystemExit(0)
+
+
+def check_free(host: str, port: int, name: str) -> None:
+    """Raise :class:`Conflict` with a ``--bind`` hint when ``host:port`` cannot be listened on because
+    something holds it (bound the way uvicorn binds, ``SO_REUSEADDR`` included, then released)."""
+    import errno
+    import socket
+
+    from cairn_servers.core.errors import Conflict
+
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            shown = f"[{host}]" if ":" in host else host
+            raise Conflict(f"Cannot listen on {shown}:{port}: the port is in use (another program, or a {name} "
+                           f"server already running). Stop it, or choose another port: --bind {shown}:PORT.") from None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-from cairn_servers.core.errors import CairnError, raise_errors
+from cairn_servers.core.errors import CairnError
 
 if TYPE_CHECKING:
     import argparse  # imported by _parser; `ctx serve mcp --stdio` starts without it
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 FORMAT_ENV = "CTX_OUTPUT_FORMAT"
 # The sub-commands, in the order `ctx --help` lists them.
 COMMANDS = ("init", "sources", "stats", "migrate", "sync", "search", "get", "embed", "export", "import", "serve",
-            "config", "agent", "tool")
+            "config", "agent", "tool", "completion")
 # The options every command takes (``common`` below) that may come before the sub-command's name.
 _VALUE_OPTIONS = ("--config", "--format")
 _FLAG_OPTIONS = ("--json", "--jsonl", "--text")
@@ -45,18 +45,16 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     from cairn_servers.core.ops import add_subcommand
     from cairn_servers.ctx.ops import OPS
 
+    from cairn_servers.core.cli import EXIT_CODES, add_completion, add_format, add_version, parser_class
+
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", default=argparse.SUPPRESS, metavar="PATH",
                         help="config file (default: $CTX_CONFIG, else ./config/ctx.toml)")
-    fmt = common.add_mutually_exclusive_group()
-    for name in ("json", "jsonl", "text"):
-        fmt.add_argument(f"--{name}", dest="format", action="store_const", const=name, default=argparse.SUPPRESS,
-                         help=f"output {name}")
-    fmt.add_argument("--format", dest="format", default=argparse.SUPPRESS,
-                     choices=["json", "jsonl", "text", "csv", "tsv", "md"],
-                     help=f"output format (default: ${FORMAT_ENV}, else text on a terminal, json when piped)")
+    add_format(common, "ctx", suppress=True)
 
-    parser = argparse.ArgumentParser(prog="ctx", description=__doc__, parents=[common])
+    parser = parser_class()(prog="ctx", description=__doc__, parents=[common], epilog=EXIT_CODES,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_version(parser, "ctx")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     wanted = COMMANDS if only is None else (only,)
 
@@ -75,6 +73,7 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
         p.add_argument("target", nargs="?", default="all", help="connector name, type, type:name, or all (default)")
         p.add_argument("--full", action="store_true", help="re-read and re-chunk every document")
         p.add_argument("--dry-run", action="store_true", help="report what would change without writing")
+        _progress_arg(p)
 
     # search, get: generated from their declarations (cairn_servers/ctx/ops.py), as MCP and HTTP are
     if "search" in wanted:
@@ -85,6 +84,7 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     if "embed" in wanted:
         p = sub.add_parser("embed", parents=[common], help="compute embeddings")
         p.add_argument("action", choices=["pending", "rebuild"], help="pending: missing vectors only; rebuild: all")
+        _progress_arg(p)
 
     if "export" in wanted:
         p = sub.add_parser("export", parents=[common],
@@ -109,7 +109,7 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     if "serve" in wanted:
         p = sub.add_parser("serve", parents=[common],
                            help="serve the HTTP API and MCP (at / and /mcp, or over stdio)")
-        p.add_argument("what", choices=["mcp"],
+        p.add_argument("what", choices=["mcp"], nargs="?",
                        help="mcp: the tools over HTTP (/tools/*, MCP at / and /mcp) or --stdio")
         p.add_argument("--stdio", action="store_true", help="speak MCP on stdin/stdout instead of HTTP")
         p.add_argument("--bind", metavar="HOST:PORT", help="listen address (default: [server] bind, 127.0.0.1:7331)")
@@ -141,7 +141,16 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
         t.add_argument("name", help="tool name")
         t.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                        help="a parameter (repeatable); VALUE is read as JSON when it parses, else as text")
+    if "completion" in wanted:
+        add_completion(sub, "ctx")
     return parser
+
+
+def _progress_arg(p: argparse.ArgumentParser) -> None:
+    from cairn_servers.core.cli import PROGRESS_MODES
+
+    p.add_argument("--progress", choices=PROGRESS_MODES, default="auto",
+                   help="progress on stderr: auto (a bar on a terminal, else JSON lines), bar, json or none")
 
 
 def _fast_stdio(argv: list[str]) -> argparse.Namespace | None:
@@ -165,25 +174,40 @@ def _fast_stdio(argv: list[str]) -> argparse.Namespace | None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    args = _fast_stdio(argv)
+    fast = _fast_stdio(argv)  # the stdio server's start-up path: nothing more to import before serving
+    if fast is not None:
+        return _main(argv, fast)
+    from cairn_servers.core.cli import guard
+
+    return guard(lambda: _main(argv, None))
+
+
+def _main(argv: list[str], args: argparse.Namespace | None) -> int:
     if args is None:
         parser = _parser(only=_command(argv))
         args = parser.parse_args(argv)
         if not args.command:
             parser.print_help()
             return 0
+        if args.command == "completion":  # of the whole parser, every sub-command
+            from cairn_servers.core.cli import completion_script
+
+            sys.stdout.write(completion_script(_parser(), args.shell))
+            return 0
+        if args.command == "serve" and args.what is None:
+            sys.stderr.write("ctx: error: say what to serve: `ctx serve mcp` serves the HTTP API and MCP on "
+                             "127.0.0.1:7331 (--bind HOST:PORT to change it); `ctx serve mcp --stdio` speaks "
+                             "MCP on stdin/stdout for a client that starts it.\n")
+            return 2
     try:
         from cairn_servers.core.output import choose_format
 
         fmt = choose_format(getattr(args, "format", None), FORMAT_ENV)
         data, text, status = _run(args)
     except CairnError as exc:
-        if raise_errors():
-            raise
-        from cairn_servers.core.sanitize import scrub
+        from cairn_servers.core.cli import fail
 
-        sys.stderr.write(f"ctx: error: {scrub(exc.message)}\n")
-        return exc.exit_code
+        return fail("ctx", exc)
     except KeyboardInterrupt:
         sys.stderr.write("ctx: interrupted\n")
         return 130
@@ -191,10 +215,22 @@ def main(argv: list[str] | None = None) -> int:
         return status  # stdout belonged to the protocol (stdio), to the export, or to nobody
     from cairn_servers.core.output import render
 
-    out = text() if (fmt == "text" and text is not None) else render(data, fmt)
+    op = getattr(args, "op", None)
+    out = text() if (fmt == "text" and text is not None) else render(data, fmt, _columns(op))
     if out:
         sys.stdout.write(out + "\n")
     return status
+
+
+def _columns(op: Any) -> list[str] | None:
+    """The header of an empty table of ``op``'s results (``ctx search x --format tsv`` with no hits)."""
+    if op is None or op.name != "search":
+        return None
+    import dataclasses
+
+    from cairn_servers.ctx.service import SearchResult
+
+    return [f.name for f in dataclasses.fields(SearchResult)]
 
 
 def _exit_code(code: str | None) -> int:
@@ -235,7 +271,8 @@ def _run(args: argparse.Namespace) -> tuple[Any, Any, int]:
         if args.command == "sync":
             from cairn_servers.core.output import ProgressBar
 
-            summary = svc.sync(args.target, full=args.full, dry_run=args.dry_run, progress=ProgressBar())
+            summary = svc.sync(args.target, full=args.full, dry_run=args.dry_run,
+                               progress=ProgressBar(mode=args.progress))
             failed = [r for r in summary.sources if not r.ok]
             if failed:
                 _warn_failures(summary)
@@ -244,8 +281,8 @@ def _run(args: argparse.Namespace) -> tuple[Any, Any, int]:
         if args.command == "embed":
             from cairn_servers.core.output import ProgressBar
 
-            embedded = svc.embed_rebuild(progress=ProgressBar()) if args.action == "rebuild" else svc.embed_pending(
-                progress=ProgressBar())
+            bar = ProgressBar(mode=args.progress)
+            embedded = svc.embed_rebuild(progress=bar) if args.action == "rebuild" else svc.embed_pending(progress=bar)
             if embedded.error:
                 from cairn_servers.core.sanitize import scrub
 

@@ -42,6 +42,9 @@ class DbConfig:
     # PostgreSQL only: "hnsw" (pgvector's HNSW index per model, cosine) or "exact" (no vector index: an
     # exact scan, fine up to ~100k chunks, and for servers whose pgvector build cannot run HNSW).
     vector_index: str = "hnsw"
+    # Database connections a server process holds at most, shared by all its threads (``[db] pool_size`` or
+    # $CTX_DB_POOL_SIZE; :class:`cairn_servers.ctx.service.ServicePool`). The CLI's commands hold one.
+    pool_size: int = 8
 
     @property
     def label(self) -> str:
@@ -50,10 +53,14 @@ class DbConfig:
 
 
 def mask_url(url: str) -> str:
-    """``url`` with the password (and any ``password=`` query parameter) replaced by ``***``."""
-    out = re.sub(r"^([a-z][a-z0-9+.-]*://[^:/@?#]*):[^@/?#]*@", r"\1:***@", url, flags=re.IGNORECASE)
-    return re.sub(r"(?i)([?&]password=)[^&#]*", r"\1***", out)
+    """``url`` with every password in it replaced by ``***`` (:func:`cairn_servers.core.sanitize.mask_dsn`:
+    URL user info, ``password=`` parameters and libpq's ``key=value`` form)."""
+    from cairn_servers.core.sanitize import mask_dsn
 
+    return mask_dsn(url)
+
+
+POOL_SIZE_MAX = 1000  # [db] pool_size: a typo such as 80000 would exhaust any server's max_connections
 
 # Patterns are compiled where used (re caches them): compiling is start-up time a search need not pay.
 _PG_URL = r"(?i)postgres(ql)?://"
@@ -323,7 +330,10 @@ def parse(data: dict[str, Any], file: Path, text: str | None = None) -> Config:
 
         from cairn_servers.core.sanitize import register_secret as _register
 
-        password = urlsplit(conf.db.url).password
+        try:
+            password = urlsplit(conf.db.url).password
+        except ValueError:  # an unparsable port: the URL is refused when connecting, masked
+            password = None
         if password:
             _register(password)
             _register(unquote(password))
@@ -340,14 +350,28 @@ def _parse(data: dict[str, Any], file: Path, templated: dict[KeyPath, str]) -> C
     del top
 
     r = _Reader(file, "db", data.get("db", {}))
-    r.check_keys(["path", "url", "vector_index"])
+    r.check_keys(["path", "url", "vector_index", "pool_size"])
     url = os.environ.get("CTX_DATABASE_URL") or r.text("url", "") or None
     if url is not None and not re.match(_PG_URL, url):
         r.fail("url", f"must be a postgresql:// URL, not {mask_url(url)!r} (for SQLite set path instead)")
+    if url is not None and _raw_at_in_user_info(url):
+        # libpq ends the user info at the first "@" or "/": the rest of the password would be taken
+        # for a host name and sent to the DNS resolver (and quoted in its error).
+        r.fail("url", f"{mask_url(url)!r} has a raw '@' or '/' in its user name or password; "
+                      "percent-encode them (@ as %40, / as %2F)")
     vector_index = os.environ.get("CTX_VECTOR_INDEX") or r.text("vector_index", "hnsw")
     if vector_index not in VECTOR_INDEXES:
         r.fail("vector_index", f"must be one of {', '.join(VECTOR_INDEXES)}, not {vector_index!r}")
-    db = DbConfig(path=r.path("path", "data/ctx.sqlite", base), url=url, vector_index=vector_index)
+    pool_size = r.int("pool_size", DbConfig.pool_size, lo=1, hi=POOL_SIZE_MAX)
+    env_pool = os.environ.get("CTX_DB_POOL_SIZE", "").strip()
+    if env_pool:
+        if not (env_pool.isascii() and env_pool.isdigit() and len(env_pool) <= 4
+                and 1 <= int(env_pool) <= POOL_SIZE_MAX):
+            raise InvalidInput(
+                f"$CTX_DB_POOL_SIZE must be an integer from 1 to {POOL_SIZE_MAX}, not {env_pool[:40]!r}.")
+        pool_size = int(env_pool)
+    db = DbConfig(path=r.path("path", "data/ctx.sqlite", base), url=url, vector_index=vector_index,
+                  pool_size=pool_size)
 
     r = _Reader(file, "chunking", data.get("chunking", {}))
     r.check_keys(["max_tokens", "overlap_tokens"])
@@ -560,6 +584,14 @@ def _agent_arguments(r: _Reader) -> tuple[AgentArgument, ...]:
     return tuple(out)
 
 
+def _raw_at_in_user_info(url: str) -> bool:
+    """Whether the part of ``url`` before its query holds an "@" that is not the single one ending
+    user info placed before the first "/"."""
+    rest = url.split("://", 1)[1].split("?", 1)[0].split("#", 1)[0]
+    at = rest.rfind("@")
+    return at != -1 and (rest.count("@") > 1 or "/" in rest[:at])
+
+
 # ---- the effective configuration (`ctx config show`) ---------------------------------------------
 
 MASK = "***"
@@ -569,10 +601,12 @@ _SECRET_WORDS = ("token", "secret", "password", "passwd", "api_key", "apikey", "
 def effective(conf: Config) -> dict[str, Any]:
     """The configuration in force, defaults filled in and paths resolved, shaped like ``ctx.toml``.
     Every value that came from the environment, the auth token and string values under secret-looking
-    keys (``token``, ``password``, ...) read ``"***"``: this is safe to print or paste."""
+    keys (``token``, ``password``, ...) read ``"***"``, and passwords inside URLs or connection strings
+    anywhere are masked: this is safe to print or paste."""
     data: dict[str, Any] = {
         "db": {"path": str(conf.db.path),
-               **({"url": mask_url(conf.db.url), "vector_index": conf.db.vector_index} if conf.db.url else {})},
+               **({"url": mask_url(conf.db.url), "vector_index": conf.db.vector_index} if conf.db.url else {}),
+               "pool_size": conf.db.pool_size},
         "chunking": _fields(conf.chunking),
         "retrieval": _fields(conf.retrieval),
         "embedding": _fields(conf.embedding),
@@ -638,6 +672,10 @@ def _mask_secret_keys(value: Any, key: str = "") -> Any:
     if (isinstance(value, str) and value and not lowered.endswith("_env")
             and any(word in lowered for word in _SECRET_WORDS)):
         return MASK
+    if isinstance(value, str) and ("@" in value or "password" in value.lower()):
+        from cairn_servers.core.sanitize import mask_dsn
+
+        return mask_dsn(value)  # a password in a URL anywhere: [embedding] url, a tool's options
     return value
 
 
@@ -698,6 +736,7 @@ STARTER = '''# ctx.toml: the knowledge base's configuration. Relative paths reso
 [db]
 path = "data/ctx.sqlite"          # one SQLite file: documents, chunks, full-text index, vectors
 # url = "postgresql://ctx@db.internal/kb"   # PostgreSQL + pgvector instead: a base a team shares (docs/ctx.md)
+# pool_size = 8                 # connections a server process holds at most, shared by its threads
 
 [chunking]
 max_tokens = 400                  # tokens = whitespace-separated words
@@ -752,7 +791,7 @@ max_document_bytes = 50000000     # the same for PDF, DOCX, PPTX and XLSX files
 # allow_hosts = []                 # hosts `http.get/post` may reach; none by default
 # allow_env = []                   # variables `env.get` may read; none by default
 
-# [agents.inline.reviewer]         # an MCP prompt (prompts/get), GET /agents/reviewer, `ctx agent show reviewer`
+# [agents.inline.reviewer]         # an MCP prompt (prompts/get), POST /agents/reviewer, `ctx agent show reviewer`
 # description = "Reviews a change against the docs' conventions"
 # tools = ["search", "get"]        # tools it should use: search, get, sources or a [tools.script.*] name
 # search_mode = "keyword"          # and the search it should prefer: mode, search_sources, search_limit

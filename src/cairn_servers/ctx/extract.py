@@ -18,9 +18,13 @@ two share a chunk, so a chunk's heading path ("Page 12") is a citation. Extracte
 read as Markdown structure (a PDF line starting with ``#`` or a fence) are escaped with a backslash.
 
 A file that cannot give text raises :class:`Skipped` with the reason (encrypted, corrupt, empty,
-image-only, a zip that would expand past :data:`MAX_UNPACKED`); nothing here raises anything else.
-:class:`Reader` reads the binary formats in a worker process, so a native parser (PDFium,
-calamine) that crashes or never returns costs that one file, not the sync.
+image-only, a zip that would expand past :data:`MAX_UNPACKED`, a document past one of the limits
+below, named by :func:`over`); nothing here raises anything else but MemoryError.
+``cairn_servers.ctx.reader.Reader`` reads the binary formats in a worker process under memory, CPU,
+time and output limits, so a native parser (PDFium, calamine) that crashes, balloons or never returns
+costs that one file, not the sync. Office XML is read as a stream within byte and element budgets
+(:func:`_chunks`), XLSX sheets are measured before calamine (:func:`_xlsx_extent`), and PDFs are
+checked by ``cairn_servers.ctx.pdfscan`` before PDFium opens them.
 Extraction stops (keeping what it has, with a warning) after :data:`MAX_TEXT` characters or
 :data:`MAX_SECONDS` seconds. The parsing libraries are imported inside the functions that use them,
 so importing this module costs only the standard library.
@@ -97,101 +101,64 @@ def normalize_format(value: str) -> str | None:
     return found
 
 
-class Reader:
-    """Reads PDF and Office files in a worker process (forked on first use, reused, restarted as needed).
+# ---- limits ----------------------------------------------------------------------------------
+# Each limit below can be set with the environment variable CTX_EXTRACT_<NAME> (a positive integer),
+# read when a sync starts its reader. A document past one is skipped with a warning naming the limit.
+MEMORY_MB = 256  # the reader process's address space (RLIMIT_AS): the backstop for every parser
+CPU_SECONDS = 60  # CPU time the reader may spend on one document (RLIMIT_CPU)
+OUTPUT_MB = 64  # the reader's answer for one document (its text, as JSON)
+XML_MB = 256  # decompressed XML read from one Office file, all parts together
+XML_ELEMENTS = 5_000_000  # XML elements in one Office file, all parts together
+XML_TREE = 500_000  # XML elements held at once: one part (a slide, styles), one DOCX paragraph or table
+XLSX_CELLS = 4_000_000  # cells one sheet spans (its declared dimension, and the cells it really holds)
+PDF_PAGES = 10_000
+PDF_OPERATORS = 1_000_000  # content operators on one PDF page, form XObjects expanded
+PDF_STREAM_MB = 64  # one PDF stream (content, form, font, object stream) once decompressed
+PDF_FORM_DEPTH = 12  # form XObjects drawn inside form XObjects
 
-    HTML and text are read in process. A worker that dies while reading (a segfault in a native
-    parser, the OOM killer) or is still busy :data:`KILL_AFTER` seconds past :data:`MAX_SECONDS`
-    is killed and the file is :class:`Skipped` with that reason; the next file gets a fresh worker.
-    An idle worker exits by itself after :data:`IDLE_SECONDS`, or when its parent is gone. Where
-    ``fork`` is unavailable everything is read in process.
-    """
-
-    def __init__(self) -> None:
-        self._proc: Any = None
-        self._conn: Any = None
-
-    def extract(self, data: bytes, name: str, fmt: str) -> Extracted:
-        import multiprocessing
-
-        if fmt not in BINARY_FORMATS or "fork" not in multiprocessing.get_all_start_methods():
-            return extract(data, name, fmt)
-        if self._proc is None or not self._proc.is_alive():
-            self._start()
-        try:
-            self._conn.send((data, name, fmt))
-            answered = self._conn.poll(MAX_SECONDS + KILL_AFTER)
-        except (OSError, EOFError):
-            answered = True  # the worker went away: recv below says so
-        if not answered:
-            self.stop()
-            raise Skipped(f"extraction did not finish within {MAX_SECONDS + KILL_AFTER:.0f} s; its worker was killed")
-        try:
-            kind, value = self._conn.recv()
-        except (OSError, EOFError):
-            proc = self._proc
-            proc.join(2)
-            code = proc.exitcode
-            self.stop()
-            how = f"signal {-code}" if code is not None and code < 0 else f"exit status {code}"
-            raise Skipped(f"the {fmt.upper()} reader crashed on this file ({how})") from None
-        if kind == "skip":
-            raise Skipped(str(value))
-        return Extracted(**value)
-
-    def _start(self) -> None:
-        import multiprocessing
-        import os
-
-        self.stop()
-        context = multiprocessing.get_context("fork")
-        ours, theirs = context.Pipe()
-        self._proc = context.Process(target=_serve, args=(theirs, os.getpid()), daemon=True, name="ctx-extract")
-        self._proc.start()
-        theirs.close()
-        self._conn = ours
-
-    def stop(self) -> None:
-        """Kill the worker (if any); the next :meth:`extract` starts another."""
-        if self._proc is not None:
-            if self._proc.is_alive():
-                self._proc.kill()
-            self._proc.join(5)
-            self._proc = None
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+LIMITS = ("MEMORY_MB", "CPU_SECONDS", "OUTPUT_MB", "XML_MB", "XML_ELEMENTS", "XML_TREE", "XLSX_CELLS", "PDF_PAGES",
+          "PDF_OPERATORS", "PDF_STREAM_MB", "PDF_FORM_DEPTH")
+_LIMIT_TEXT = {"MEMORY_MB": "{:,} MiB of memory", "CPU_SECONDS": "{:,} s of CPU time", "OUTPUT_MB": "{:,} MiB of text",
+               "XML_MB": "{:,} MiB of decompressed XML", "XML_ELEMENTS": "{:,} XML elements",
+               "XML_TREE": "{:,} XML elements in one part, paragraph or table", "XLSX_CELLS": "{:,} cells in a sheet",
+               "PDF_PAGES": "{:,} pages", "PDF_OPERATORS": "{:,} operators on a page",
+               "PDF_STREAM_MB": "{:,} MiB in one decompressed stream", "PDF_FORM_DEPTH": "{:,} levels of nested forms"}
 
 
-IDLE_SECONDS = 30.0
+def limit_text(key: str, value: int | None = None) -> str:
+    """``over the limit of 256 MiB of memory (CTX_EXTRACT_MEMORY_MB)``: how a warning names a limit."""
+    amount = _LIMIT_TEXT[key].format(globals()[key] if value is None else value)
+    return f"over the limit of {amount} (CTX_EXTRACT_{key})"
 
 
-def _serve(conn: Any, parent: int) -> None:
-    """The worker's loop: (bytes, name, format) in, ("ok", fields) or ("skip", reason) out."""
+def limits() -> dict[str, Any]:
+    """Every limit the reader applies: the module's values (and the time and text caps), each
+    overridden by ``CTX_EXTRACT_<NAME>``. Raises InvalidInput for a value that is not a positive integer."""
     import os
 
-    idle = 0.0
-    while idle < IDLE_SECONDS:
-        if not conn.poll(1.0):
-            idle += 1.0
-            if os.getppid() != parent:
-                return
+    out: dict[str, Any] = {k: globals()[k] for k in (*LIMITS, "MAX_TEXT", "MAX_SECONDS", "KILL_AFTER", "MAX_UNPACKED")}
+    for key in LIMITS:
+        raw = os.environ.get(f"CTX_EXTRACT_{key}")
+        if raw is None or raw == "":
             continue
-        idle = 0.0
-        try:
-            data, name, fmt = conn.recv()
-        except (EOFError, OSError):
-            return
-        try:
-            out = extract(data, name, fmt)
-            message: tuple[str, Any] = ("ok", {"body": out.body, "title": out.title, "sections": out.sections,
-                                               "metadata": out.metadata, "warning": out.warning})
-        except Skipped as exc:
-            message = ("skip", exc.reason)
-        except BaseException as exc:  # MemoryError and the like
-            message = ("skip", f"could not be read ({type(exc).__name__})")
-        del data
-        conn.send(message)
+        if not raw.strip().isdigit() or int(raw) < 1:
+            from cairn_servers.core.errors import InvalidInput
+
+            raise InvalidInput(f"CTX_EXTRACT_{key} must be a positive integer, not {raw!r}.")
+        out[key] = int(raw)
+    return out
+
+
+def apply_limits(values: dict[str, Any]) -> None:
+    """Make ``values`` (from :func:`limits`) this process's limits: the reader worker calls it per document."""
+    for key, value in values.items():
+        if key in globals() and key.isupper():
+            globals()[key] = value
+
+
+def over(key: str, found: str = "") -> Skipped:
+    """The :class:`Skipped` for a document past limit ``key``; ``found`` says what was past it."""
+    return Skipped((f"{found}: " if found else "") + limit_text(key))
 
 
 def extract(data: bytes, name: str, fmt: str) -> Extracted:
@@ -211,7 +178,7 @@ def extract(data: bytes, name: str, fmt: str) -> Extracted:
                 raise Skipped(f"encrypted (a password-protected {fmt.upper()}) or an old binary Office file")
             _check_zip(data, fmt)
             out = {"docx": _docx, "pptx": _pptx, "xlsx": _xlsx}[fmt](data, deadline)
-    except Skipped:
+    except (Skipped, MemoryError):  # MemoryError: the reader worker names its memory limit
         raise
     except Exception as exc:  # a parser's own error on a damaged file: skip the file, never the sync
         detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
@@ -277,6 +244,76 @@ def _check_zip(data: bytes, fmt: str) -> None:
         raise Skipped(f"expands to {unpacked / (1 << 20):,.0f} MiB (over {MAX_UNPACKED >> 20} MiB; a zip bomb?)")
 
 
+class _Budget:
+    """What one Office file's XML parts have cost so far: decompressed bytes and elements (XML_MB, XML_ELEMENTS)."""
+
+    def __init__(self) -> None:
+        self.bytes = 0
+        self.elements = 0
+
+
+def _chunks(zf: Any, name: str, budget: _Budget) -> Any:
+    """The decompressed bytes of part ``name`` (None if absent), 1 MiB at a time, each counted against
+    the budget before it is handed on. Elements are counted as ``<`` not followed by ``/``, ``?`` or
+    ``!`` (C speed; comments and CDATA only make the count larger). A DTD is refused: the Open
+    Packaging Conventions forbid one, and entities could expand past the count."""
+    try:
+        member = zf.open(name)
+    except KeyError:
+        return None
+
+    def gen() -> Any:
+        carry = tail = b""
+        with member:
+            while True:
+                chunk = member.read(1 << 20)
+                if not chunk:
+                    break
+                budget.bytes += len(chunk)
+                if budget.bytes > XML_MB << 20:
+                    raise over("XML_MB", f"{name} and the parts before it")
+                text = carry + chunk
+                carry = b"<" if text.endswith(b"<") else b""
+                body = text[:-1] if carry else text
+                budget.elements += body.count(b"<") - body.count(b"</") - body.count(b"<?") - body.count(b"<!")
+                if budget.elements > XML_ELEMENTS:
+                    raise over("XML_ELEMENTS", f"{name} and the parts before it")
+                if b"<!DOCTYPE" in tail + chunk or b"<!ENTITY" in tail + chunk:
+                    raise Skipped(f"{name} has a DTD (not allowed in an Office file)")
+                tail = chunk[-16:]
+                yield chunk
+
+    return gen()
+
+
+def _xml(zf: Any, name: str, budget: _Budget) -> Any:
+    """Part ``name`` as an element tree (None if absent), read within the budget and XML_TREE."""
+    import xml.etree.ElementTree as ET  # expat >= 2.4 refuses entity-expansion bombs; no external entities
+
+    chunks = _chunks(zf, name, budget)
+    if chunks is None:
+        return None
+    start = budget.elements
+    parser = ET.XMLParser()
+    for chunk in chunks:
+        if budget.elements - start > XML_TREE:
+            raise over("XML_TREE", name)
+        parser.feed(chunk)
+    if budget.elements - start > XML_TREE:
+        raise over("XML_TREE", name)
+    return parser.close()
+
+
+def _count_only(zf: Any, name: str, budget: _Budget) -> bool:
+    """Read part ``name`` through the budget without parsing it; False when there is no such part."""
+    chunks = _chunks(zf, name, budget)
+    if chunks is None:
+        return False
+    for _ in chunks:
+        pass
+    return True
+
+
 # ---- PDF -------------------------------------------------------------------------------------
 
 
@@ -285,6 +322,9 @@ def _pdf(data: bytes, deadline: float) -> Extracted:
 
     if b"%PDF-" not in data[:1024]:  # readers accept the header anywhere in the first 1 KiB
         raise Skipped("corrupt or not a PDF file (no %PDF header)")
+    from cairn_servers.ctx import pdfscan
+
+    pdfscan.check(data)  # pages, streams, operators and forms within the limits, before PDFium sees them
     try:
         doc = pdfium.PdfDocument(data)
     except pdfium.PdfiumError as exc:
@@ -295,6 +335,8 @@ def _pdf(data: bytes, deadline: float) -> Extracted:
         n = len(doc)
         if n == 0:
             raise Skipped("empty PDF (no pages)")
+        if n > PDF_PAGES:
+            raise over("PDF_PAGES", f"{n:,} pages")
         clock = _Clock(deadline, "page", n)
         parts: list[str] = []
         for i in range(n):
@@ -330,24 +372,15 @@ _DC_TITLE = "{http://purl.org/dc/elements/1.1/}title"
 _HEADING_NAME = re.compile(r"^heading\s*([1-9])$")
 
 
-def _xml(zf: Any, name: str) -> Any:
-    import xml.etree.ElementTree as ET  # expat >= 2.4 refuses entity-expansion bombs; no external entities
-
-    try:
-        return ET.fromstring(zf.read(name))
-    except KeyError:
-        return None
-
-
-def _core_title(zf: Any) -> str | None:
-    core = _xml(zf, "docProps/core.xml")
+def _core_title(zf: Any, budget: _Budget) -> str | None:
+    core = _xml(zf, "docProps/core.xml", budget)
     node = core.find(_DC_TITLE) if core is not None else None
     return " ".join((node.text or "").split()) or None if node is not None else None
 
 
-def _docx_styles(zf: Any) -> dict[str, int]:
+def _docx_styles(zf: Any, budget: _Budget) -> dict[str, int]:
     """styleId -> heading level (1-9; Title counts as 1) for heading styles, 0 for list styles."""
-    root = _xml(zf, "word/styles.xml")
+    root = _xml(zf, "word/styles.xml", budget)
     if root is None:
         return {}
     own: dict[str, int] = {}
@@ -408,19 +441,78 @@ def _run_text(p: Any) -> str:
     return "".join(out)
 
 
+class _OtherStyles(Exception):
+    """The document uses a style id that is not one of Word's own: read it again with styles.xml."""
+
+
 def _docx(data: bytes, deadline: float) -> Extracted:
     import io
     import zipfile
 
     zf = zipfile.ZipFile(io.BytesIO(data))
-    root = _xml(zf, "word/document.xml")
-    if root is None:
+    budget = _Budget()
+    if not _count_only(zf, "word/document.xml", budget):  # refuses a bomb at C speed, before any parsing
         raise Skipped("corrupt or not a DOCX file (no word/document.xml)")
-    used = {el.get(_W + "val") or "" for el in root.iter(_W + "pStyle")}
-    # Word's own style ids need no styles.xml (often hundreds of KB); any other id (a localised
-    # "berschrift1", a custom style based on a heading) is looked up there.
-    levels = _BUILTIN_STYLES if used <= _BUILTIN_STYLES.keys() else _docx_styles(zf)
+    # Up to XML_TREE elements the document is parsed whole (faster); past that, as a stream.
+    blocks = _docx_tree if budget.elements <= XML_TREE else _docx_stream
+    try:
+        # Word's own style ids need no styles.xml (often hundreds of KB); any other id (a localised
+        # "berschrift1", a custom style based on a heading) is looked up there, for the whole document.
+        return _docx_body(zf, _BUILTIN_STYLES, budget, deadline, blocks)
+    except _OtherStyles:
+        return _docx_body(zf, _docx_styles(zf, budget), budget, deadline, blocks)
+
+
+def _docx_tree(zf: Any, builtin: bool) -> Any:
+    """The children of ``<w:body>``, from word/document.xml parsed whole (it has at most XML_TREE elements)."""
+    import xml.etree.ElementTree as ET
+
+    root = ET.fromstring(b"".join(_chunks(zf, "word/document.xml", _Budget())))
+    if builtin and any((el.get(_W + "val") or "") not in _BUILTIN_STYLES for el in root.iter(_W + "pStyle")):
+        raise _OtherStyles
     body = root.find(_W + "body")
+    if body is not None:
+        yield from body
+
+
+def _docx_stream(zf: Any, builtin: bool) -> Any:
+    """The children of ``<w:body>``, from word/document.xml read as a stream: each is handed on when it
+    ends, then freed, so memory holds one paragraph or table at a time (at most XML_TREE elements)."""
+    import xml.etree.ElementTree as ET
+
+    chunks = _chunks(zf, "word/document.xml", _Budget())  # counted once already, by _count_only
+    parser: Any = ET.XMLPullParser(events=("start", "end"))
+    depth = 0
+    held = 0  # elements of the body child being read
+    body: Any = None  # <w:body> while inside it
+    pstyle = _W + "pStyle"
+    for chunk in chunks:
+        parser.feed(chunk)
+        for event, el in parser.read_events():
+            if event == "start":
+                depth += 1
+                if depth == 2:
+                    body = el if el.tag == _W + "body" else None
+                elif depth > 2:
+                    held += 1
+                    if held > XML_TREE:
+                        raise over("XML_TREE", "a paragraph or table in word/document.xml")
+                    if builtin and el.tag == pstyle and (el.get(_W + "val") or "") not in _BUILTIN_STYLES:
+                        raise _OtherStyles
+                continue
+            if depth == 3 and body is not None:
+                yield el
+                body.clear()  # done with it: free the paragraph or table
+                held = 0
+            elif depth == 2:
+                body = None
+            depth -= 1
+    parser.close()
+
+
+def _docx_body(zf: Any, levels: dict[str, int], budget: _Budget, deadline: float, blocks: Any) -> Extracted:
+    """The text of word/document.xml's body, block by block (``blocks``: :func:`_docx_tree` or :func:`_docx_stream`)."""
+    builtin = levels is _BUILTIN_STYLES
     clock = _Clock(deadline, "paragraph")
     parts: list[str] = []
     first_heading: str | None = None
@@ -461,24 +553,24 @@ def _docx(data: bytes, deadline: float) -> Extracted:
         if rows:
             parts.append("\n".join(rows))
 
-    def walk(container: Any) -> bool:
+    def block(el: Any) -> bool:
+        """One child of the body (or of a content control in it); False when time or text is up."""
         nonlocal count
-        for el in container:
-            if el.tag == _W + "p":
-                paragraph(el)
-            elif el.tag == _W + "tbl":
-                table(el)
-            elif el.tag in (_W + "sdt", _W + "sdtContent", _W + "customXml"):
-                if not walk(el):
+        if el.tag == _W + "p":
+            paragraph(el)
+        elif el.tag == _W + "tbl":
+            table(el)
+        elif el.tag in (_W + "sdt", _W + "sdtContent", _W + "customXml"):
+            for child in el:
+                if not block(child):
                     return False
-            count += 1
-            if count % 200 == 0 and clock.stop(count, sum(len(x) for x in parts[-200:])):
-                return False
-        return True
+        count += 1
+        return not (count % 200 == 0 and clock.stop(count, sum(len(x) for x in parts[-200:])))
 
-    if body is not None:
-        walk(body)
-    return Extracted("\n\n".join(parts), _core_title(zf) or first_heading, warning=clock.warning)
+    for el in blocks(zf, builtin):
+        if not block(el):
+            break
+    return Extracted("\n\n".join(parts), _core_title(zf, budget) or first_heading, warning=clock.warning)
 
 
 # ---- PPTX ------------------------------------------------------------------------------------
@@ -489,12 +581,12 @@ _R_ID = "{http://schemas.openxmlformats.org/officeDocument/2006/relationships}id
 _REL = "{http://schemas.openxmlformats.org/package/2006/relationships}Relationship"
 
 
-def _rels(zf: Any, part: str) -> dict[str, tuple[str, str]]:
+def _rels(zf: Any, part: str, budget: _Budget) -> dict[str, tuple[str, str]]:
     """rId -> (type suffix, absolute part name) for ``part``'s relationships."""
     import posixpath
 
     folder, base = posixpath.split(part)
-    root = _xml(zf, f"{folder}/_rels/{base}.rels")
+    root = _xml(zf, f"{folder}/_rels/{base}.rels", budget)
     out: dict[str, tuple[str, str]] = {}
     if root is None:
         return out
@@ -543,22 +635,23 @@ def _pptx(data: bytes, deadline: float) -> Extracted:
     import zipfile
 
     zf = zipfile.ZipFile(io.BytesIO(data))
-    pres = _xml(zf, "ppt/presentation.xml")
+    budget = _Budget()
+    pres = _xml(zf, "ppt/presentation.xml", budget)
     if pres is None:
         raise Skipped("corrupt or not a PPTX file (no ppt/presentation.xml)")
-    rels = _rels(zf, "ppt/presentation.xml")
+    rels = _rels(zf, "ppt/presentation.xml", budget)
     slides = [rels[s.get(_R_ID) or ""][1] for s in pres.iter(_P + "sldId") if (s.get(_R_ID) or "") in rels]
     clock = _Clock(deadline, "slide", len(slides))
     parts: list[str] = []
     deck_title: str | None = None
     for number, part in enumerate(slides, 1):
-        root = _xml(zf, part)
+        root = _xml(zf, part, budget)
         if root is None:
             continue
         title, texts = _shape_texts(root, ("sldNum", "dt", "ftr", "hdr"))
-        for kind, target in _rels(zf, part).values():
+        for kind, target in _rels(zf, part, budget).values():
             if kind == "notesSlide":
-                notes = _xml(zf, target)
+                notes = _xml(zf, target, budget)
                 if notes is not None:
                     _, note_texts = _shape_texts(notes, ("sldImg", "sldNum", "dt", "ftr", "hdr", "title"))
                     if note_texts:
@@ -570,7 +663,7 @@ def _pptx(data: bytes, deadline: float) -> Extracted:
             parts.append("\n\n".join([heading, *texts]))
         if clock.stop(number, sum(map(len, texts))):
             break
-    return Extracted("\n\n".join(parts), _core_title(zf) or deck_title, sections=1,
+    return Extracted("\n\n".join(parts), _core_title(zf, budget) or deck_title, sections=1,
                      metadata={"slides": len(slides)}, warning=clock.warning)
 
 
@@ -587,11 +680,88 @@ def _cell(value: Any) -> str:
     return " ".join(str(value).split())
 
 
+_NS_PREFIX = rb"<(?:[A-Za-z_][\w.-]*:)?"
+_ANY_REF = re.compile(rb' r="([A-Z]{1,3})([0-9]{1,7})"')  # a cell's reference (a row's has no letters)
+# The reference of a cell with a value: a <c ...> start tag that is not self-closing (<c .../> is empty).
+_VALUE_REF = re.compile(_NS_PREFIX + rb'c\s[^>]*?\br="([A-Z]{1,3})([0-9]{1,7})"[^>]*?(?<!/)>')
+_PREFIXED_ROW = re.compile(rb"<[A-Za-z_][\w.-]*:row[\s/>]")
+_PREFIXED_CELL_END = re.compile(rb"</[A-Za-z_][\w.-]*:c>")
+
+
+def _column(letters: bytes) -> int:
+    n = 0
+    for c in letters:
+        n = n * 26 + c - 64
+    return n
+
+
+def _xlsx_extent(data: bytes) -> None:
+    """Refuse a workbook whose sheets hold, or span, more than XLSX_CELLS cells, before calamine reads it.
+
+    calamine fills the rectangle between a sheet's first and last cells that hold a value (two cells,
+    A1 and AN1048576, are 42 million cells to it), so every worksheet part is read first, as a stream
+    within the XML budget, counting its cells and the rectangle they span. The declared
+    ``<dimension>`` is not trusted (nor used by calamine: measured, it allocates nothing for it).
+    A first pass counts every cell reference (fast: a literal search); only a sheet that seems past
+    the limit is read again counting just the cells with a value (calamine skips empty ``<c .../>``).
+    """
+    import io
+    import zipfile
+
+    zf = zipfile.ZipFile(io.BytesIO(data))
+    budget = _Budget()
+    for info in zf.infolist():
+        name = info.filename
+        if not (name.startswith("xl/") and name.endswith(".xml")) or "sharedStrings" in name or "styles" in name:
+            continue
+        cells, area = _extent(zf, name, budget, _ANY_REF)
+        if area > XLSX_CELLS:
+            cells, area = _extent(zf, name, _Budget(), _VALUE_REF)
+            if area > XLSX_CELLS:
+                raise over("XLSX_CELLS", f"{name} spans {area:,} cells ({cells:,} of them with a value)")
+
+
+def _extent(zf: Any, name: str, budget: _Budget, refs_of: re.Pattern[bytes]) -> tuple[int, int]:
+    """(cells with a value, cells of the rectangle spanned by the references ``refs_of`` finds) of a sheet."""
+    cells = rows = 0
+    top = left = 1 << 30
+    bottom = right = 0
+    carry = b""
+    for chunk in _chunks(zf, name, budget) or ():
+        text = carry + chunk
+        cut = text.rfind(b"<")
+        if cut >= 0 and text.find(b">", cut) < 0 and len(text) - cut < (1 << 20):
+            text, carry = text[:cut], text[cut:]  # a tag split between chunks: read it whole next time
+        else:
+            carry = b""
+        rows += text.count(b"<row") + (len(_PREFIXED_ROW.findall(text)) if b":row" in text else 0)
+        found = text.count(b"</c>") + (len(_PREFIXED_CELL_END.findall(text)) if b":c>" in text else 0)
+        cells += found
+        if cells > XLSX_CELLS:
+            raise over("XLSX_CELLS", f"{name} holds more than {XLSX_CELLS:,} cells")
+        refs = refs_of.findall(text)
+        if len(refs) < found:  # cells without a reference: each the one after the previous (a bound)
+            right += found - len(refs)
+            top, left = min(top, 1), min(left, 1)
+        if refs:
+            letters, numbers = zip(*refs)
+            numbers_int = list(map(int, numbers))
+            columns = [_column(c) for c in set(letters)]
+            top, bottom = min(top, min(numbers_int)), max(bottom, max(numbers_int))
+            left, right = min(left, min(columns)), max(right, max(columns))
+    if not cells:
+        return 0, 0
+    bottom = max(bottom, rows)
+    top, left = min(top, bottom), min(left, right)
+    return cells, (bottom - top + 1) * (right - left + 1)
+
+
 def _xlsx(data: bytes, deadline: float) -> Extracted:
     import io
 
     from python_calamine import CalamineWorkbook  # lazily (a Rust extension)
 
+    _xlsx_extent(data)
     wb = CalamineWorkbook.from_filelike(io.BytesIO(data))
     names = list(wb.sheet_names)
     clock = _Clock(deadline, "row")

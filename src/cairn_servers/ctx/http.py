@@ -3,10 +3,12 @@
 Routes are thin: read the JSON body (capped, content type checked), call the toolbox (which validates
 against the same declarations MCP uses), and answer JSON. Every failure, routing ones included, is one
 envelope ``{"error": {"code", "message"}}`` (``cairn_servers.core.errors.envelope``) with the status of the error's class (400 validation, 401
-auth, 404 unknown tool/document/route, 405, 408 Lua timeout, 413 body too large, 415 content type,
+auth, 403 a request from a web page of another site or for another host (without a token), 404 unknown tool/document/route, 405, 408 Lua timeout, 413 body too large, 415 content type,
 499 Lua call cancelled by a client that disconnected (nobody reads it),
 500 internal). Unexpected exceptions are logged to stderr with their traceback; the client only
-learns their type. Tool calls run in the thread pool, each worker thread on its own SQLite connection.
+learns their type. Tool calls run on worker threads, never on the event loop (built-in tools on
+``TOOL_THREADS`` threads of their own, Lua tools and agents on the shared pool), each call on a service
+leased from the toolbox's pool. A GET never runs a Lua tool or agent.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
     from cairn_servers.ctx.tools import Toolbox
 
 MAX_BODY = 1 << 20  # bytes of a request body
+TOOL_THREADS = 4  # threads answering built-in tools (search, get, sources)
 
 
 class UnsupportedMediaType(InvalidInput):
@@ -95,6 +98,7 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
     """The ASGI app for ``config``; ``auth_token``/``cors_origins`` default to the config's ``[server]``."""
     import asyncio
     import threading
+    from concurrent.futures import ThreadPoolExecutor
     from contextlib import asynccontextmanager
 
     from starlette.applications import Starlette
@@ -107,6 +111,7 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
     from starlette.routing import Route
 
     from cairn_servers.core.ops import query_args
+    from cairn_servers.core.serve import CrossSiteGuard
     from cairn_servers.ctx.ops import OPS
     from cairn_servers.ctx.tools import Toolbox, mcp_server
     from cairn_servers.mcp.http import _disconnected as disconnected, mcp_app
@@ -135,12 +140,20 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
     async def call(name: str, request: "Request") -> Any:
         params = await read_json(request)
         op = box.op(name)  # 404 before any work
-        if not op.extra.get("lua") and (name != "search" or isinstance(params, dict)
-                                        and params.get("mode", "keyword") == "keyword"):
-            # Bounded SQLite work (keyword ranking is capped at a few ms): answering on the event loop
-            # beats a thread hop, which under 20 concurrent clients cost a third of the throughput.
-            return box.call(name, params)
+        if not op.extra.get("lua"):
+            # In the thread pool, never on the event loop: a search's time depends on its terms and the
+            # backend (a PostgreSQL round trip), and /health and every other request must not wait for it.
+            # Bounded work (a query has at most MAX_TERMS terms, ranking a budget of chunks): it finishes.
+            return await off_loop(box.call, name, params)
         return await run_while_connected(request, name, params)
+
+    # Built-in tools run on a few threads of their own: a few threads contend less for the GIL and reuse the
+    # pool's services (their caches of term counts and rankings) more than anyio's 40 would; Lua tools,
+    # which mostly wait for their worker process, use the larger shared pool.
+    tool_threads = ThreadPoolExecutor(max_workers=TOOL_THREADS, thread_name_prefix="ctx-tool")
+
+    async def off_loop(fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(tool_threads, fn, *args)
 
     async def run_while_connected(request: "Request", name: str, params: Any) -> Any:
         """``box.call`` in the thread pool; if the client disconnects first, a Lua tool is stopped
@@ -166,15 +179,16 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
         method, path = op.http
         if method == "GET":
             async def answer(request: "Request") -> Any:
-                return box.call(op.name, query_args(op, request.query_params))
+                return await off_loop(box.call, op.name, query_args(op, request.query_params))
         else:
             async def answer(request: "Request") -> Any:
                 return await call(op.name, request)
         return Route(path, endpoint(answer), methods=[method])
 
     def agent_route(op: "Op") -> Route:
-        """``GET /agents`` and ``GET /agents/{name}``: the path parameter and, for one agent, every query
-        parameter as one of its arguments (``?topic=deploys``)."""
+        """``GET /agents`` (the list) and ``POST /agents/{name}`` (one agent's prompt, resolved: the JSON body
+        holds its arguments, ``{"topic": "deploys"}``). A GET never runs an agent: a web page can make the
+        user's browser send one without asking (``GET /agents/{name}`` shows the definition)."""
         assert op.http is not None
         method, path = op.http
 
@@ -185,17 +199,28 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
             if "name" not in args:  # the list
                 args.update(query_args(op, request.query_params))
                 return to_json(op, op.call(box.agents, args, "http"))
-            query = request.query_params
-            repeated = [k for k in query.keys() if len(query.getlist(k)) > 1]
-            if repeated:
-                raise InvalidInput(f"Agent argument {repeated[0]!r} is given more than once; give it once.")
-            arguments = dict(query)
+            if request.query_params:
+                raise InvalidInput(f"POST /agents/{args['name']} takes the agent's arguments as a JSON body "
+                                   '(such as {"topic": "deploys"}), not in the query string.')
+            arguments = await read_json(request)  # an object of strings: checked with the agent's arguments
             # in the thread pool; a Lua agent stops (its worker killed) if the client goes away, as a Lua tool does
             value = await run_cancellable(
                 request, lambda cancelled: op.call(box.agents, args, "http", arguments=arguments, cancelled=cancelled))
             return to_json(op, value)
 
         return Route(path, endpoint(answer), methods=[method])
+
+    @endpoint
+    async def agent_definition(request: "Request") -> Any:
+        """``GET /agents/{name}``: the agent as ``GET /agents`` lists it; nothing runs."""
+        from cairn_servers.ctx.agents import describe
+
+        name = request.path_params["name"]
+        if request.query_params:
+            raise InvalidInput(f"GET /agents/{name} shows the agent without running it and takes no parameters. "
+                               f"To resolve its prompt, POST /agents/{name} with its arguments as a JSON body "
+                               '(such as {"topic": "deploys"}).')
+        return describe(box.agents.agent(name))
 
     @endpoint
     async def tool(request: "Request") -> Any:
@@ -209,8 +234,8 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
     async def health(request: "Request") -> Any:
         return {"status": "ok"}
 
-    mcp = mcp_app(mcp_server(box), stateless=True,
-                  allowed_origins=[o for o in origins if o != "*" and not o.endswith(":*")])
+    mcp_origins = [o for o in origins if o != "*" and not o.endswith(":*")]  # loopback pages are always allowed
+    mcp = mcp_app(mcp_server(box), stateless=True, allowed_origins=mcp_origins)
     routes = [
         Route("/health", health, methods=["GET"]),
         Route("/openapi.json", endpoint(lambda r: _async(openapi(box))), methods=["GET"]),
@@ -220,6 +245,7 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
         # declarations), and the built-in ones too (POST /tools/sources); 404 for an unknown name.
         Route("/tools/{name}", tool, methods=["POST"]),
         *(agent_route(op) for op in OPS if op.extra.get("agents")),
+        Route("/agents/{name}", agent_definition, methods=["GET"]),
         Route("/mcp", mcp),
         # The seed's client configuration points at the server's root URL: the same app answers there.
         Route("/", RootMcp(mcp)),
@@ -238,6 +264,7 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
     @asynccontextmanager
     async def lifespan(app: Any) -> Any:
         yield
+        tool_threads.shutdown(wait=False, cancel_futures=True)
         box.close()
 
     middleware = []
@@ -248,6 +275,13 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
                                      expose_headers=["Mcp-Session-Id"], max_age=600))
     if token:
         middleware.append(Middleware(BearerAuth, token=token))
+    else:
+        # No token: a web page of another site must not reach the tools and agents through the user's
+        # browser (a form post or fetch() runs them even though CORS hides the answer). /mcp and / apply
+        # the same rule in the MCP app, with JSON-RPC errors.
+        middleware.append(Middleware(CrossSiteGuard, allowed_origins=mcp_origins, exempt=("/mcp", "/"),
+                                     hint="Serve the page from this machine, list its origin in [server] "
+                                          "cors_origins, or set an auth_token."))
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan,
                     exception_handlers={HTTPException: http_error})
     app.state.toolbox = box
@@ -365,15 +399,21 @@ def openapi(box: "Toolbox") -> dict[str, Any]:
     from cairn_servers.ctx.ops import OPS
 
     for path, methods in openapi_paths([op for op in OPS if op.extra.get("agents")]).items():
-        entry = methods["get"]
         if path == "/agents/{name}":
-            # Every query parameter is an argument of the agent (its names: GET /agents)
-            entry["parameters"].append({"name": "arguments", "in": "query", "style": "form", "explode": True,
-                                        "description": "the agent's arguments, e.g. ?topic=deploys",
-                                        "schema": {"type": "object", "additionalProperties": {"type": "string"}}})
-        entry["responses"] = {"200": reply("the agent and its resolved prompt" if "{" in path
-                                           else '{"agents": [...]}'),
-                              **errors(*((400, 401, 404, 408, 500) if "{" in path else (401, 500)))}
+            entry = methods["post"]
+            # The body is the agent's arguments (their names: GET /agents); the name is in the path
+            entry["parameters"] = [{"name": "name", "in": "path", "required": True, "description": "an agent name",
+                                    "schema": {"type": "string", "minLength": 1}}]
+            entry["requestBody"] = body({"type": "object", "additionalProperties": {"type": "string"},
+                                         "description": "the agent's arguments, e.g. {\"topic\": \"deploys\"}"})
+            entry["responses"] = {"200": reply("the agent and its resolved prompt"),
+                                  **errors(400, 401, 404, 408, 413, 415, 500)}
+            methods["get"] = {"operationId": "agent_definition", "summary": "One agent as GET /agents lists it "
+                              "(nothing runs; POST resolves its prompt)",
+                              "parameters": entry["parameters"],
+                              "responses": {"200": reply("the agent"), **errors(400, 401, 404)}}
+        else:
+            methods["get"]["responses"] = {"200": reply('{"agents": [...]}'), **errors(401, 500)}
         paths[path] = methods
     paths["/tools/{name}"] = {"post": {
         "summary": "Call any tool by name; Lua tools answer {\"result\": ...}",

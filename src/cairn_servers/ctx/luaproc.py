@@ -13,6 +13,11 @@ script run (a tool's declaration, a tool call, a connector scan) happens in a wo
   first with a clean :class:`Timeout`; if it does not (a C function is still running), the parent
   kills the worker (SIGKILL), reports the timeout, and the next job starts a fresh worker. A worker
   that dies (a Lua panic, the OOM killer) is an :class:`ExtensionError` for that call only.
+* the job's ``timeout`` covers the ``context.*`` calls the parent answers for it: each runs under the
+  job's deadline (:mod:`cairn_servers.core.deadline`: its database statements stop there, a pooled
+  connection is awaited no longer) and one that ends past it is a :class:`Timeout` for the whole call,
+  its worker killed; so a tool answers within its timeout plus a statement's interruption, and frees
+  its server thread then.
 * a caller that gives up (its HTTP client disconnected, or MCP ``notifications/cancelled``) passes
   ``cancelled``: the waiting side checks it every ``CANCEL_POLL`` s, then kills the worker, frees its
   slot and raises :class:`Cancelled`; a ``context.*`` answer computed meanwhile is dropped, not sent.
@@ -204,12 +209,18 @@ class LuaPool:
             try:
                 try:
                     worker.wait_ready(cancelled)
-                    deadline = time.monotonic() + timeout + self.grace
+                    started = time.monotonic()
+                    deadline = started + timeout + self.grace
                     worker.send({"job": job})
                     while True:
                         msg = worker.recv(deadline, cancelled)
                         if "call" in msg:
-                            answer = _answer(call, msg)
+                            # The script's budget covers its context.* calls: each runs under the run's deadline
+                            # (its statements stop there) and a call that ends past it ends the run.
+                            answer = _answer(call, msg, started + timeout,
+                                             f"{label}: exceeded its time limit of {timeout:g} s in a "
+                                             f"context.{str(msg.get('call'))[:40]} call. Raise `timeout` in its "
+                                             "config or make it search less")
                             if cancelled is not None and cancelled():  # the result of a context.* call
                                 raise Cancelled("cancelled")           # in flight is dropped, never sent
                             worker.send({"reply": answer})
@@ -289,13 +300,23 @@ class LuaPool:
             return [w.proc.pid for w in self._idle + list(self._busy)]
 
 
-def _answer(call: Callback | None, msg: dict[str, Any]) -> dict[str, Any]:
+def _answer(call: Callback | None, msg: dict[str, Any], at: float, what: str) -> dict[str, Any]:
+    """The reply to a ``context.*`` call, computed under the run's deadline ``at``: past it, the call's
+    work stops (:mod:`cairn_servers.core.deadline`) and :class:`Timeout` ends the run (its worker is killed)."""
+    from cairn_servers.core import deadline
+
     if call is None:
         return {"ok": False, "error": {"class": "ExtensionError", "message": "context is not available here"}}
-    try:
-        return {"ok": True, "value": call(str(msg.get("call")), list(msg.get("args") or []))}
-    except CairnError as exc:
-        return {"ok": False, "error": _describe(exc)}
+    with deadline.bounded(at, what):
+        deadline.check()
+        try:
+            return {"ok": True, "value": call(str(msg.get("call")), list(msg.get("args") or []))}
+        except Timeout:
+            raise
+        except CairnError as exc:
+            if deadline.passed():
+                raise deadline.expired() from None
+            return {"ok": False, "error": _describe(exc)}
 
 
 def _describe(exc: CairnError) -> dict[str, Any]:

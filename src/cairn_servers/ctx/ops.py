@@ -7,7 +7,8 @@ checked against the one schema before any work, so a bad value gets the same mes
 (``Invalid parameter for 'search': limit: 2000 is greater than the maximum of 1000``), with the details
 clients of ``/tools/*`` know: ``{"tool", "parameter"}`` (the parameter's full path, ``filters.since``).
 
-The functions take the per-thread :class:`~cairn_servers.ctx.service.Service` and return its data (dataclasses);
+The functions take a :class:`~cairn_servers.ctx.service.Service` leased from the pool
+(:mod:`cairn_servers.ctx.pool`) and return its data (dataclasses);
 :func:`to_json` gives the JSON the tools answer (``{"results": [...]}``, ``{"sources": [...]}``, the
 document). The CLI renders the same data itself (a list for ``--json``, its own text). A Lua tool is an
 operation built from the schema its script declares (:func:`lua_op`); it answers ``{"result": ...}``.
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 
     from cairn_servers.ctx.agents import Agents
     from cairn_servers.ctx.luaproc import CancelCheck, LuaPool
-    from cairn_servers.ctx.scripts import LuaTool
+    from cairn_servers.ctx.scripts import KnowledgeBase, LuaTool
     from cairn_servers.ctx.service import Document, SearchResult, Service, SourceStatus
 
 
@@ -106,7 +107,7 @@ def sources(svc: Service) -> list[SourceStatus]:
 
 # Agents (cairn_servers.ctx.agents): prompts, not tools. MCP serves them as prompts (prompts/list, prompts/get,
 # from the same Agents), so these operations are on the CLI and HTTP only; they run on the Agents of
-# the configuration (extra["agents"]), not on the per-thread Service.
+# the configuration (extra["agents"]), not on a leased Service.
 
 @OPS.op(name="agent_list", cli="agent list", http="GET /agents", extra={"key": "agents", "agents": True})
 def agent_list(agents: Agents) -> list[dict[str, Any]]:
@@ -114,7 +115,7 @@ def agent_list(agents: Agents) -> list[dict[str, Any]]:
     return agents.describe_all()
 
 
-@OPS.op(name="agent_show", cli="agent show", http="GET /agents/{name}", extra={"agents": True},
+@OPS.op(name="agent_show", cli="agent show", http="POST /agents/{name}", extra={"agents": True},
         params={"name": {"positional": True, "minLength": 1, "metavar": "NAME"},
                 "arguments": {"surfaces": ()}, "cancelled": {"surfaces": ()}})
 def agent_show(agents: Agents, name: str, arguments: dict[str, Any] | None = None,
@@ -123,7 +124,7 @@ def agent_show(agents: Agents, name: str, arguments: dict[str, Any] | None = Non
     system prompt (`{{argument}}` filled in; a Lua agent builds it, e.g. from a search) and messages.
 
     :param name: an agent name (see agent list)
-    :param arguments: the agent's arguments (strings): `--arg KEY=VALUE` on the CLI, the query string
+    :param arguments: the agent's arguments (strings): `--arg KEY=VALUE` on the CLI, the JSON body
         over HTTP, the prompt arguments over MCP
     :param cancelled: true once the caller gave up (its HTTP client went away): a Lua agent stops
     """
@@ -148,7 +149,7 @@ def lua_op(tool: LuaTool, pool: LuaPool) -> Op:
     stops (killing its worker) once the surface's ``cancelled()`` is true."""
     from cairn_servers.ctx.scripts import run_tool
 
-    def run(svc: Service, params: dict[str, Any], *, cancelled: CancelCheck | None = None) -> Any:
+    def run(svc: KnowledgeBase, params: dict[str, Any], *, cancelled: CancelCheck | None = None) -> Any:
         return {"result": run_tool(tool, params, svc, pool, cancelled)}
 
     return Op(run, name=tool.name, mcp=tool.name, http=f"POST /tools/{tool.name}", schema=tool.schema,

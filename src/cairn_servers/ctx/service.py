@@ -291,12 +291,15 @@ class Service:
         The query is never passed raw to the index. ``explain``: :class:`ExplainedResult` items, which
         say how each was scored.
         """
+        from cairn_servers.core import deadline
         from cairn_servers.ctx import retrieval
         from cairn_servers.search.embed import hybrid_defaults
         from cairn_servers.search.fusion import fuse
+        from cairn_servers.search.query import check_terms
 
         if not isinstance(query, str) or not query.strip():
             raise InvalidInput("The query is empty. Pass some words to search for.")
+        check_terms(query)  # at most MAX_TERMS distinct words: bounded work on every surface
         if mode not in cfg.MODES:
             raise InvalidInput(f"Unknown search mode {mode!r}. Use one of: {', '.join(cfg.MODES)}.")
         r = self.config.retrieval
@@ -305,6 +308,7 @@ class Service:
             raise InvalidInput(f"limit must be an integer from 1 to 1000, not {limit!r}.")
         embedder = self.embedder() if mode != "keyword" else None  # embeddings_disabled, before any work
         filters = Filters(self.resolve_sources(source), parse_time(since, "since"), parse_time(until, "until"))
+        deadline.check()
         store = self.store
         kw: dict[int, float] = {}
         vec: dict[int, float] = {}
@@ -315,6 +319,7 @@ class Service:
             vec = retrieval.semantic(store, embedder, query, filters, k_vec)
         elif embedder is not None:
             kw, vec = retrieval.hybrid_candidates(store, embedder, query, filters, k_kw, k_vec)
+        deadline.check()  # a Lua tool's context.search: no grouping once its time is up
         if mode == "keyword":
             top = max(kw.values(), default=0.0)
             scored = [(cid, s / top if top > 0 else 0.0) for cid, s in kw.items()]
@@ -411,3 +416,4 @@ class Service:
                 model = None
         return Stats(scrub(self.store.label), docs, chunks, distinct, vectors, pending, model,
                      self.store.size_bytes(), self.store.document_counts())
+

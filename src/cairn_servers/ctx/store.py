@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ContextManager, Protocol
 
-from cairn_servers.core.errors import StorageError
+from cairn_servers.core import deadline
+from cairn_servers.core.errors import StorageError, Timeout
 from cairn_servers.ctx.chunk import Chunk
 
 # Versioned schema migrations, applied in order at open (and by `ctx migrate`); ``meta.schema_version``
@@ -267,6 +268,8 @@ class SqliteStore:
             self.db.execute("PRAGMA synchronous = NORMAL")
             self.db.execute("PRAGMA foreign_keys = ON")
             self.db.execute("PRAGMA cache_size = -65536")
+            # A statement past its thread's deadline (a Lua tool's context.search) stops: "interrupted".
+            self.db.set_progress_handler(deadline.passed, PROGRESS_EVERY)
             self.migrated_from = self.migrate() if migrate else self._version()
         except sqlite3.DatabaseError as exc:
             if _disk_full(self.path, exc):
@@ -335,7 +338,12 @@ class SqliteStore:
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any exception."""
-        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:  # locked past busy_timeout, read-only file, full disk
+            raise StorageError(f"Cannot write the knowledge base {self.path}: {exc}. Check that no other process "
+                               "holds it for long and that the file is writable, then run the command again; "
+                               "nothing indexed was lost.") from exc
         try:
             yield self.db
             self.db.execute("COMMIT")
@@ -650,17 +658,20 @@ class SqliteStore:
                     helper.execute("PRAGMA query_only = ON")
                     helper.execute("PRAGMA busy_timeout = 10000")
                     helper.execute("PRAGMA cache_size = -16384")  # 16 MiB: a few terms' FTS pages (the main one: 64)
+                    helper.set_progress_handler(deadline.passed, PROGRESS_EVERY)
                 except sqlite3.Error:
                     return None  # one statement on the store's connection answers
                 self._helper = helper
             version = self.db.execute("PRAGMA data_version").fetchone()
-            theirs = _split_pool().submit(_timed_fetch, helper, sql, (*args, 1, k))
+            theirs = _split_pool().submit(_under, deadline.at(), _timed_fetch, helper, sql, (*args, 1, k))
             try:
                 mine = _timed_fetch(self.db, sql, (*args, 0, k))
             finally:
                 wait([theirs])
             try:
                 other = theirs.result()
+            except Timeout:  # the helper's half passed this thread's deadline: this thread's own error
+                raise deadline.expired() from None
             except sqlite3.Error:
                 return None  # the helper could not read (busy, I/O): one statement answers, or fails as before
             _split_state["splits"] += 1
@@ -753,6 +764,7 @@ class SqliteStore:
 Store = SqliteStore  # the name callers used before the PostgreSQL backend (benchmarks/ctx.py)
 
 
+PROGRESS_EVERY = 10_000  # SQLite VM steps between deadline checks (~0.1 ms of work; a Python call each)
 FTS_KNOWN_MAX = 4096  # counts, newest rowids and rankings kept per store (SqliteStore._fts_known)
 FTS_KNOWN_ROWS = 50_000  # ranked rows kept per store, ~100 bytes each
 
@@ -784,6 +796,14 @@ def _timed_fetch(db: sqlite3.Connection, sql: str, params: tuple[Any, ...]) -> t
     wall, cpu = time.perf_counter(), time.thread_time()
     rows = db.execute(sql, params).fetchall()
     return rows, time.perf_counter() - wall, time.thread_time() - cpu
+
+
+def _under(until: float | None, fn: Any, *args: Any) -> Any:
+    """``fn(*args)`` in the helper thread under ``until``, the deadline of the thread that asked (or none)."""
+    if until is None:
+        return fn(*args)
+    with deadline.bounded(until, "The search"):
+        return fn(*args)
 
 
 def _starved(wall: float, cpu: float) -> bool:

@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 BATCH_DOCS = 500
 BATCH_SECONDS = 1.0
 
+# With a progress callback, texts are embedded PROGRESS_STEP at a time (not the configured batch_size),
+# so the bar advances every few hundred milliseconds on a CPU model instead of once per 256 texts.
+PROGRESS_STEP = 32
 Progress = Callable[[str, int, int], None]  # (label, done, total); the CLI draws cairn_servers.core.output.ProgressBar
 
 
@@ -87,6 +90,9 @@ def _sync_source(store: Store, config: ConnectorConfig, chunking: ChunkingConfig
     previous = store.checkpoints().get(config.source)
     report.resumed = bool(previous and previous["status"] == "running")
     try:
+        from cairn_servers.ctx.extract import limits
+
+        limits()  # a bad CTX_EXTRACT_* setting fails the sync here, with its reason, not each document
         connector = connectors.create(config)
         if not dry_run:
             with store.transaction():
@@ -166,6 +172,11 @@ def _sync_source(store: Store, config: ConnectorConfig, chunking: ChunkingConfig
     flush()
     report.skipped = connector.skipped
     report.warnings = [scrub(w) for w in getattr(connector, "warnings", [])]
+    if report.warnings:  # also on stderr, where a server's operator sees them (a file skipped past a limit)
+        from cairn_servers.core import log
+
+        for warning in report.warnings:
+            log.warn(f"{config.source}: {warning}")
 
     gone = [(sid, k.rowid) for sid, k in known.items() if sid not in seen]
     report.deleted = len(gone)
@@ -209,7 +220,18 @@ class EmbedReport:
 def embed_pending(
     store: Store, embedder: "Embedder", batch_size: int, *, progress: Progress | None = None, limit: int | None = None
 ) -> EmbedReport:
-    """Embed chunks that have no vector for ``embedder``; a failure stops early and leaves them pending."""
+    """Embed chunks that have no vector for ``embedder``; a failure stops early and leaves them pending.
+
+    Under the store's embedding lock for the model (:meth:`KnowledgeStore.source_lock` on a name no source
+    can have), as indexing is under its source's: a second sync or ``ctx embed`` (from any process) waits,
+    then finds the chunks embedded, so overlapping runs never embed a chunk twice."""
+    with store.source_lock(f"\x00embedding {embedder.identity}"):
+        return _embed_pending(store, embedder, batch_size, progress=progress, limit=limit)
+
+
+def _embed_pending(
+    store: Store, embedder: "Embedder", batch_size: int, *, progress: Progress | None = None, limit: int | None = None
+) -> EmbedReport:
     started = time.monotonic()
     report = EmbedReport(model=embedder.identity)
     total = store.pending_count(embedder.identity)
@@ -221,9 +243,12 @@ def embed_pending(
             break
         try:
             vectors = []
-            for s in range(0, len(rows), batch_size):
-                part = rows[s : s + batch_size]
+            step = min(batch_size, PROGRESS_STEP) if progress else batch_size  # a bar that moves
+            for s in range(0, len(rows), step):
+                part = rows[s : s + step]
                 vectors.append(embedder.embed([_embed_text(h, t) for _, h, t in part]))
+                if progress:
+                    progress("embedding", report.embedded + s + len(part), total)
         except CairnError as exc:
             report.error, report.error_code = scrub(exc.message), exc.code
             break

@@ -11,8 +11,10 @@ from cairn_servers.core.errors import InvalidInput
 
 
 def iso(ts: int | None) -> str:
-    """Unix seconds as ``YYYY-MM-DDTHH:MM:SSZ``."""
-    return datetime.fromtimestamp(ts or 0, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """Unix seconds as ``YYYY-MM-DDTHH:MM:SSZ``, the year always four digits (``0500-01-01``: strftime's
+    ``%Y`` writes ``500``, which ISO 8601 readers, :func:`parse_time` included, refuse)."""
+    d = datetime.fromtimestamp(ts or 0, tz=timezone.utc)
+    return f"{d.year:04d}-{d.month:02d}-{d.day:02d}T{d.hour:02d}:{d.minute:02d}:{d.second:02d}Z"
 
 
 # Dates ctx can store and compare: years 1 to 9999 (SQLite and numpy hold them as 64-bit integers).

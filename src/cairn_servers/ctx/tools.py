@@ -1,5 +1,5 @@
 """ctx's tools at run time: the operations of :mod:`cairn_servers.ctx.ops` plus the configuration's Lua tools,
-and a knowledge-base service per thread to run them on.
+and the pool of knowledge-base services (database connections) that runs them.
 
 One registry feeds ``GET /tools/list``, ``POST /tools/{name}``, MCP ``tools/list`` and ``tools/call``
 (HTTP and stdio), ``ctx tool list`` and ``ctx tool test``, and the OpenAPI document. Parameters are
@@ -9,7 +9,6 @@ every surface rejects the same input with the same message, naming the parameter
 
 from __future__ import annotations
 
-import threading
 from typing import TYPE_CHECKING, Any
 
 from cairn_servers.core.errors import InvalidInput, NotFound
@@ -18,7 +17,7 @@ if TYPE_CHECKING:
     from cairn_servers.core.ops import Op
     from cairn_servers.ctx.config import Config
     from cairn_servers.ctx.luaproc import CancelCheck, LuaPool
-    from cairn_servers.ctx.service import Service
+    from cairn_servers.ctx.pool import ServicePool
     from cairn_servers.mcp.server import Server
 
 # Each Lua run may use up to 64 MiB in its worker process; bounding concurrent runs bounds the
@@ -33,17 +32,21 @@ def describe(op: "Op") -> dict[str, Any]:
 
 
 class Toolbox:
-    """Every tool of one configuration, and a knowledge-base service per thread to run them on.
+    """Every tool of one configuration, and the pool of knowledge-base services that runs them.
 
-    SQLite connections are not shared between threads: each worker thread gets its own ``Service``
-    (they all see the same database; the vector matrix cache is shared per process and reloads only
-    when the database's generation moves).
+    A call leases a service (one database connection) from :attr:`services` for its work and gives it
+    back, so the process holds at most ``[db] pool_size`` connections whatever its threads do; a Lua
+    tool or agent leases one per ``context.*`` call, not for its whole run (:class:`Knowledge`). The
+    vector matrix cache is shared per process and reloads only when the database's generation moves.
     """
 
     def __init__(self, config: "Config") -> None:
         from cairn_servers.ctx.ops import OPS
+        from cairn_servers.ctx.pool import ServicePool
 
         self.config = config
+        self.services = ServicePool(config)
+        self.knowledge = Knowledge(self.services)
         # The tools: the operations on MCP (agent_list/agent_show are not tools: agents are MCP prompts)
         self.ops: dict[str, Op] = {op.name: op for op in OPS.on("mcp")}
         self.pool: LuaPool | None = None  # Lua worker processes, started with the first Lua tool or agent
@@ -66,38 +69,18 @@ class Toolbox:
                     self.ops[tc.name] = lua_op(declare_tool(tc, self.pool), self.pool)
             from cairn_servers.ctx.agents import Agents
 
-            self.agents = Agents(config, self.service, self.pool)
+            self.agents = Agents(config, lambda: self.knowledge, self.pool)
         except BaseException:
             if self.pool is not None:
                 self.pool.close()
             raise
-        self._local = threading.local()
-        self._services: list[Service] = []
-        self._lock = threading.Lock()
-
-    def service(self) -> "Service":
-        svc: Service | None = getattr(self._local, "service", None)
-        if svc is None:
-            from cairn_servers.ctx.service import Service
-
-            svc = Service(self.config)
-            self._local.service = svc
-            with self._lock:
-                self._services.append(svc)
-        return svc
 
     def close(self) -> None:
         """Kill the Lua workers (a call still running ends with an error at once) and close the services."""
         self.agents.close()
         if self.pool is not None:
             self.pool.close()
-        with self._lock:
-            services, self._services = self._services, []
-        for svc in services:
-            try:
-                svc.close()
-            except Exception:
-                pass
+        self.services.close()
 
     def list(self) -> list[dict[str, Any]]:
         return [describe(op) for op in self.ops.values()]
@@ -114,15 +97,38 @@ class Toolbox:
         its data as the service returns it (the CLI renders that). A Lua tool stops
         (``luaproc.Cancelled``) once ``cancelled()`` is true: its caller's client went away or cancelled."""
         op = self.op(name)
-        if op.extra.get("lua"):
-            return op.call(self.service(), params, surface, cancelled=cancelled)
-        return op.call(self.service(), params, surface)
+        if op.extra.get("lua"):  # a connection per context.* call, none while the script computes
+            return op.call(self.knowledge, params, surface, cancelled=cancelled)
+        with self.services.lease() as svc:
+            return op.call(svc, params, surface)
 
     def call(self, name: str, params: Any, cancelled: "CancelCheck | None" = None) -> Any:
         """:meth:`run`, answered as JSON (what MCP and HTTP send: ``{"results": [...]}``, ...)."""
         from cairn_servers.ctx.ops import to_json
 
         return to_json(self.op(name), self.run(name, params, cancelled))
+
+
+class Knowledge:
+    """``context.search/get/sources`` for Lua tools and agents: each call leases a service from ``services``
+    for itself alone, so a script that computes (or waits) between its calls holds no connection."""
+
+    def __init__(self, services: "ServicePool") -> None:
+        self.services = services
+
+    def search(self, query: str, mode: str = "keyword", *, source: str | list[str] | None = None,
+               since: str | int | None = None, until: str | int | None = None,
+               limit: int | None = None) -> list[Any]:
+        with self.services.lease() as svc:
+            return list(svc.search(query, mode, source=source, since=since, until=until, limit=limit))
+
+    def get(self, id: str) -> Any:
+        with self.services.lease() as svc:
+            return svc.get(id)
+
+    def sources(self) -> list[Any]:
+        with self.services.lease() as svc:
+            return list(svc.sources())
 
 
 def mcp_server(toolbox: Toolbox) -> Server:

@@ -11,6 +11,7 @@ One JSON object per line, each with a ``type``:
   ``hash`` (sha256 of heading and text, as :func:`cairn_servers.ctx.chunk.chunk_hash` makes it);
 * ``vector`` (with ``--vectors``): ``hash`` (of the chunk text it embeds) and ``vector`` (the header's
   ``dims`` numbers; float32 values written with the 9 significant digits that give them back exactly).
+  Only vectors of chunks in the export are written, and import refuses a vector whose hash is no chunk's.
 
 Export streams: chunks are read in rowid order in batches (a document's chunks are written together,
 so they are contiguous), each document's line comes before its first chunk, and nothing grows with the
@@ -45,6 +46,7 @@ FORMAT = "ctx-export"
 VERSION = 1
 BATCH = 500  # chunks (and vectors) read per query while exporting, vectors written per statement on import
 MAX_LINE = 256 << 20  # a longer line is refused rather than read into memory
+MAX_ORDINAL = 2**31 - 1  # a chunk's position: a 32-bit INTEGER on PostgreSQL
 
 
 @dataclass
@@ -101,6 +103,16 @@ def _vector_json(blob: bytes) -> str:
 
         raise StorageError("A stored vector is not finite; run `ctx embed rebuild`, then export again.")
     return text
+
+
+def _known_hashes(store: Any, hashes: list[str]) -> set[str]:
+    """Which of ``hashes`` (a batch, at most a few hundred) are the hash of a stored chunk: one query
+    (``sql`` runs the same statement on SQLite and PostgreSQL)."""
+    wanted = sorted(set(hashes))
+    if not wanted:
+        return set()
+    marks = ",".join("?" * len(wanted))
+    return {row[0] for row in store.sql(f"SELECT DISTINCT hash FROM chunks WHERE hash IN ({marks})", wanted)}
 
 
 def export(svc: Service, out: IO[bytes], *, vectors: bool = False, path: str = "-") -> ExportReport:
@@ -160,7 +172,10 @@ def export(svc: Service, out: IO[bytes], *, vectors: bool = False, path: str = "
                 vecs = store.vectors_after(embedding[0], after, BATCH)
                 if not vecs:
                     break
+                known = _known_hashes(store, [h for h, _ in vecs])
                 for hash_, blob in vecs:
+                    if hash_ not in known:  # a vector left by a deleted chunk: import would refuse it
+                        continue
                     write(b'{"type":"vector","hash":' + json.dumps(hash_).encode() + b',"vector":'
                           + _vector_json(blob).encode() + b"}\n")
                     report.vectors += 1
@@ -215,11 +230,53 @@ class _Lines:
                 raise self.error("not UTF-8 text") from None
             except json.JSONDecodeError as exc:
                 raise self.error(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+            except ValueError as exc:  # an integer of more than 4,300 digits
+                raise self.error(f"not valid JSON ({_short(str(exc))})") from None
             except RecursionError:
                 raise self.error("nested too deeply") from None
             if not isinstance(obj, dict):
                 raise self.error(f"expected a JSON object, got {type(obj).__name__}")
+            # A "\ud800" escape decodes to a lone surrogate, which no database can store as text.
+            if b"\\u" in raw and (b"\\ud" in raw or b"\\uD" in raw) and not _encodable(obj):
+                raise self.error("a string holds a lone UTF-16 surrogate (such as \\ud800), which is not text")
             yield obj
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _encodable(value: Any) -> bool:
+    """Whether every string in ``value`` (keys included) is valid Unicode text (no lone surrogates)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return False
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return True
+
+
+def _finite(value: Any) -> bool:
+    """Whether every number in ``value`` is finite (``NaN``, ``Infinity`` and ``1e400``, which parses as
+    infinity, are numbers JSON cannot carry: an export would not be JSON)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return False
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return True
 
 
 def _get(lines: _Lines, obj: dict[str, Any], key: str, kind: type | tuple[type, ...], *,
@@ -258,7 +315,7 @@ def import_file(svc: Service, source: str, *, merge: bool = False) -> ImportRepo
 def load(svc: Service, stream: IO[bytes], name: str, *, merge: bool = False) -> ImportReport:
     """Import the JSON Lines of ``stream`` in one transaction (``name`` names it in error messages)."""
     from cairn_servers.ctx.chunk import Chunk, chunk_hash
-    from cairn_servers.ctx.store import DocumentRecord, document_id
+    from cairn_servers.ctx.store import SCHEMA_VERSION, DocumentRecord, document_id
     from cairn_servers.ctx.times import parse_time
 
     started = time.perf_counter()
@@ -279,8 +336,13 @@ def load(svc: Service, stream: IO[bytes], name: str, *, merge: bool = False) -> 
                               "is this a ctx export?")
         version = header.get("version")
         if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= VERSION:
-            raise lines.error(f"export format version {version!r} is not one this ctx reads (1 to {VERSION}); "
-                              "upgrade ctx to import it.")
+            raise lines.error(f"export format version {_short(repr(version))} is not one this ctx reads "
+                              f"(1 to {VERSION}); upgrade ctx to import it.")
+        schema = header.get("schema_version")
+        if schema is not None and (not isinstance(schema, int) or isinstance(schema, bool)
+                                   or not 1 <= schema <= SCHEMA_VERSION):
+            raise lines.error(f"the export comes from a knowledge base at schema version {_short(repr(schema))}; "
+                              f"this ctx knows versions 1 to {SCHEMA_VERSION}. Upgrade ctx to import it.")
         model: str | None = None
         dims = 0
         emb = header.get("embedding")
@@ -295,8 +357,11 @@ def load(svc: Service, stream: IO[bytes], name: str, *, merge: bool = False) -> 
 
         record: DocumentRecord | None = None
         chunks: list[Chunk] = []
+        ordinals: set[int] = set()  # of the current document's chunks (one document's are held anyway)
         hashes: list[str] = []
         blobs: list[bytes] = []
+        numbers: list[int] = []  # the line of each vector in ``hashes``
+        vectors_seen = False
 
         def flush() -> None:
             if record is not None:
@@ -306,16 +371,26 @@ def load(svc: Service, stream: IO[bytes], name: str, *, merge: bool = False) -> 
 
         def put() -> None:
             assert model is not None
+            # A vector must embed a chunk of the knowledge base (imported above, or already there
+            # with --merge): one lookup per batch.
+            known = _known_hashes(store, hashes)
+            for hash_, number in zip(hashes, numbers):
+                if hash_ not in known:
+                    lines.number = number
+                    raise lines.error(f"vector for {_short(repr(hash_))}, which is the hash of no chunk in the "
+                                      "file or the knowledge base")
             store.put_vectors(model, hashes, blobs)
             report.vectors += len(hashes)
             hashes.clear()
             blobs.clear()
+            numbers.clear()
 
         for obj in it:
             kind = obj.get("type")
             if kind == "document":
                 flush()
                 chunks = []
+                ordinals.clear()
                 source = _get(lines, obj, "source", str)
                 source_id = _get(lines, obj, "source_id", str)
                 if not source or not source_id:
@@ -324,6 +399,8 @@ def load(svc: Service, stream: IO[bytes], name: str, *, merge: bool = False) -> 
                 if doc_id != document_id(source, source_id):
                     raise lines.error(f"document id {doc_id!r} is not the id of {source} {source_id!r}")
                 metadata = _get(lines, obj, "metadata", dict, required=False, default={})
+                if not _finite(metadata):
+                    raise lines.error("document 'metadata' holds a number JSON cannot carry (NaN or infinity)")
                 try:
                     updated = parse_time(_get(lines, obj, "updated_at", (str, int)), "updated_at")
                 except InvalidInput as exc:
@@ -341,7 +418,8 @@ def load(svc: Service, stream: IO[bytes], name: str, *, merge: bool = False) -> 
                     raise lines.error(f"document {source} {source_id!r} appears a second time")
             elif kind == "chunk":
                 if record is None:
-                    raise lines.error("a chunk before any document line")
+                    raise lines.error("a chunk after vector lines: chunks follow their document's line, and "
+                                      "vectors come last" if vectors_seen else "a chunk before any document line")
                 owner = _get(lines, obj, "document", str)
                 if owner != record.id:
                     raise lines.error(f"chunk of document {owner!r} does not follow that document's line "
@@ -349,6 +427,11 @@ def load(svc: Service, stream: IO[bytes], name: str, *, merge: bool = False) -> 
                 heading = _get(lines, obj, "heading", str, required=False, default="")
                 text = _get(lines, obj, "text", str)
                 ordinal = _get(lines, obj, "ordinal", int, required=False, default=len(chunks))
+                if not 0 <= ordinal <= MAX_ORDINAL:
+                    raise lines.error(f"chunk 'ordinal' {_short(str(ordinal))} is out of range (0 to {MAX_ORDINAL})")
+                if ordinal in ordinals:
+                    raise lines.error(f"chunk {ordinal} of document {record.id!r} appears a second time")
+                ordinals.add(ordinal)
                 expected = chunk_hash(heading, text)
                 hash_ = _get(lines, obj, "hash", str, required=False, default=expected)
                 if hash_ != expected:
@@ -357,6 +440,10 @@ def load(svc: Service, stream: IO[bytes], name: str, *, merge: bool = False) -> 
             elif kind == "vector":
                 if model is None:
                     raise lines.error("a vector line, but the header names no embedding model")
+                if record is not None:  # the last document's chunks: stored before its vectors are checked
+                    flush()
+                    record, chunks = None, []
+                vectors_seen = True
                 hash_ = _get(lines, obj, "hash", str)
                 values = _get(lines, obj, "vector", list)
                 try:
@@ -373,6 +460,7 @@ def load(svc: Service, stream: IO[bytes], name: str, *, merge: bool = False) -> 
                     raise lines.error("vector has a value that is not a finite float32 number")
                 hashes.append(hash_)
                 blobs.append(blob.tobytes())
+                numbers.append(lines.number)
                 if len(hashes) >= BATCH:
                     put()
             elif kind == "header":

@@ -6,6 +6,9 @@ long tool never blocks pings, cancellations or the client's answers to server-to
 Writes go to the real stdout under a lock, one line per message. While serving, ``sys.stdout`` and file
 descriptor 1 point at stderr, so nothing but protocol messages can reach the client.
 On stdin EOF the server drains in-flight requests, then returns 0.
+A line longer than ``max_line`` bytes (``$CAIRN_MCP_MAX_LINE``, default 8 MiB) is read in bounded
+pieces and discarded, never held whole, and answered with a -32600 error (carrying the request's id
+when it appears near the start of the line); the next line is served as usual.
 Diagnostics go through ``cairn_servers.core.log`` (stderr): start-up and shutdown at info, and at debug every
 message with its method (and tool name), outcome and duration.
 """
@@ -32,6 +35,28 @@ if TYPE_CHECKING:
     from cairn_servers.mcp.session import Session
 
 _STOP = object()
+MAX_LINE = 8 << 20  # bytes of one stdio message (twice HTTP's 4 MiB body: JSON escapes may double a text)
+MAX_LINE_ENV = "CAIRN_MCP_MAX_LINE"
+_DISCARD_CHUNK = 1 << 20
+_ID_SCAN = 64 << 10  # bytes of an oversize line searched for its id
+
+
+def max_line_setting() -> int:
+    """The stdio line limit in force: ``$CAIRN_MCP_MAX_LINE`` (bytes, ``K``/``M`` suffixes allowed),
+    else :data:`MAX_LINE`; a value that is not a size of at least 1 KiB is an ``InvalidInput``."""
+    raw = os.environ.get(MAX_LINE_ENV, "").strip()
+    if not raw:
+        return MAX_LINE
+    scale = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}.get(raw[-1:].lower(), 1)
+    digits = raw[:-1] if scale != 1 else raw
+    if digits.lower().endswith("i"):  # 8Mi, 512Ki
+        digits = digits[:-1]
+    if not digits.isdigit() or len(digits) > 12 or int(digits) * scale < 1024:
+        from cairn_servers.core.errors import InvalidInput
+
+        raise InvalidInput(f"${MAX_LINE_ENV} must be a size in bytes of at least 1024 (e.g. 8388608 or 8M), "
+                           f"not {raw[:40]!r}.")
+    return int(digits) * scale
 
 
 class _Writer:
@@ -133,12 +158,24 @@ class _Pool:
 
 
 def serve_stdio(server: Server, *, stdin: IO[bytes] | None = None, stdout: IO[bytes] | None = None,
-                max_workers: int = 8, after_first: Callable[[], None] | None = None) -> int:
+                max_workers: int = 8, after_first: Callable[[], None] | None = None,
+                max_line: int | None = None) -> int:
     """Serve ``server`` on stdin/stdout until stdin closes; returns the exit status (0).
 
     :param after_first: run once on the reader thread right after the first message (``initialize``)
         is answered: set-up that need not delay the client's first reply (warm-up threads, caches).
+    :param max_line: the longest message line in bytes (default :func:`max_line_setting`); longer
+        lines are discarded unread and answered with -32600.
     """
+    if max_line is None:
+        from cairn_servers.core.errors import InvalidInput
+
+        try:
+            max_line = max_line_setting()
+        except InvalidInput as exc:  # before anything is served: a clear message and exit 2
+            sys.stderr.write(f"{server.name}: error: {exc.message}\n")
+            return 2
+    limit = max_line
     redirect = stdout is None
     later: list[Callable[[], None]] = [server.declare_deferred_tools]  # before the next message is read
     if stdin is None:  # a server process of its own: tune malloc, but after answering (ctypes costs ms)
@@ -166,7 +203,7 @@ def serve_stdio(server: Server, *, stdin: IO[bytes] | None = None, stdout: IO[by
     started = time.monotonic()
     log.info(f"serving MCP on stdio ({server.name} {server.version}, pid {os.getpid()})")
     try:
-        _read_loop(session, inp, write, pool, later)
+        _read_loop(session, inp, write, pool, later, limit)
     finally:
         session.abandon_requests()  # nobody is left to answer them; then finish what is in flight
         pool.drain()
@@ -182,15 +219,21 @@ def serve_stdio(server: Server, *, stdin: IO[bytes] | None = None, stdout: IO[by
 
 
 def _read_loop(session: Session, inp: IO[bytes], write: _Writer, pool: _Pool,
-               later: list[Callable[[], None]] | None = None) -> None:
+               later: list[Callable[[], None]] | None = None, max_line: int = MAX_LINE) -> None:
     answered = False
     while not write.broken:
         if later and answered:  # the first message was answered: now the deferred set-up
             _run_later(later)
             later = None
-        line = inp.readline()
+        line = inp.readline(max_line + 1)  # bounded: a 100 MB line is never held whole
         if not line:
             return  # EOF: the caller drains in-flight requests
+        if len(line) > max_line and not line.endswith(b"\n"):
+            answered = True
+            write(_oversize_reply(line, inp, max_line))
+            del line
+            trim_heap(min_interval=1.0)
+            continue
         if not line.strip():
             continue
         answered = True
@@ -214,6 +257,61 @@ def _read_loop(session: Session, inp: IO[bytes], write: _Writer, pool: _Pool,
         if reply is not None:
             write(reply)
         trim_heap(min_interval=1.0)  # parse errors of huge or deeply nested lines are answered here
+
+
+def _oversize_reply(head: bytes, inp: IO[bytes], max_line: int) -> Any:
+    """Discard the rest of an oversize line in bounded pieces; the -32600 reply for it."""
+    discarded = len(head)
+    while True:
+        piece = inp.readline(_DISCARD_CHUNK)
+        discarded += len(piece)
+        if not piece or piece.endswith(b"\n"):
+            break
+    log.warn(f"discarded a stdio message of {discarded} bytes, over the {max_line}-byte limit (${MAX_LINE_ENV})")
+    return rpc.error_response(_leading_id(head[:_ID_SCAN]), RpcError(
+        rpc.INVALID_REQUEST, f"Request too large: a stdio message may hold at most {max_line} bytes "
+                             f"(${MAX_LINE_ENV}); this one was discarded unread. Send less in one message."))
+
+
+def _leading_id(prefix: bytes) -> Any:
+    """The ``id`` member of the JSON object that ``prefix`` begins, when it is complete within the
+    prefix and at the top level (a nested ``"id"`` is not the request's); else None."""
+    import re
+
+    tokens = re.finditer(rb'"(?:[^"\\]|\\.)*"|[{}\[\],:]|[^\s{}\[\],:"]+', prefix)
+    depth = 0
+    expect_key = False
+    key: bytes | None = None
+    value: bytes | None = None
+    for i, m in enumerate(tokens):
+        tok = m.group()
+        if i == 0 and tok != b"{":
+            return None
+        if value is not None:  # the id's value is complete only if a separator follows it
+            if tok in (b",", b"}"):
+                try:
+                    found = rpc.loads(value)
+                except RpcError:
+                    return None
+                return found if isinstance(found, str) or (type(found) is int) else None
+            return None
+        if tok in (b"{", b"["):
+            depth += 1
+            expect_key = depth == 1 and tok == b"{"
+        elif tok in (b"}", b"]"):
+            depth -= 1
+            expect_key = False
+        elif tok == b",":
+            expect_key = depth == 1
+        elif tok == b":":
+            pass
+        elif expect_key:
+            key, expect_key = tok, False
+        elif depth == 1 and key == b'"id"':
+            value = tok
+        else:
+            key = None if depth == 1 else key
+    return None
 
 
 def _run_later(later: list[Callable[[], None]]) -> None:

@@ -98,8 +98,8 @@ def create(settings: EmbeddingSettings) -> Embedder:
     """The embedder for ``settings``; raises :class:`EmbeddingsDisabled` for ``disabled``."""
     if settings.provider == "disabled":
         raise EmbeddingsDisabled(
-            'Embeddings are disabled. Set [embedding] provider = "local" (or openai/ollama) in ctx.toml, '
-            "then run `ctx embed pending`."
+            'Embeddings are disabled. Set [embedding] provider = "minilm" (offline, the default of `ctx init`; '
+            'or "local", "e5", "openai", "ollama") in ctx.toml, then run `ctx embed pending`.'
         )
     factory = _PROVIDERS.get(settings.provider)
     if factory is None:
@@ -378,14 +378,19 @@ class _HttpEmbedder:
 
         from cairn_servers.core.sanitize import scrub
 
+        from cairn_servers.core import deadline
+
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         url = self.url + path
+        left = deadline.remaining()  # a Lua tool's context.search: no longer than the tool has left
+        timeout = self.timeout if left is None else max(0.001, min(self.timeout, left))
         try:
-            with httpx.Client(timeout=self.timeout) as client, \
+            with httpx.Client(timeout=timeout) as client, \
                     client.stream("POST", url, json=body, headers=headers) as response:
                 chunks: list[bytes] = []
                 size = 0
                 for chunk in response.iter_bytes():  # streamed: a runaway reply stops at the cap
+                    deadline.check()
                     size += len(chunk)
                     if size > MAX_REPLY_BYTES:
                         raise TooLarge(f"The embedding endpoint {scrub(url)} sent more than "
@@ -393,6 +398,7 @@ class _HttpEmbedder:
                     chunks.append(chunk)
                 status = response.status_code
         except httpx.TimeoutException as exc:
+            deadline.check()
             raise Timeout(f"The embedding endpoint {scrub(url)} did not answer within {self.timeout} s.") from exc
         except httpx.HTTPError as exc:
             raise NetworkError(f"The embedding endpoint {scrub(url)} could not be reached: {scrub(str(exc))}.") from exc

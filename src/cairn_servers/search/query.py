@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import re
 
+MAX_TERMS = 256  # distinct words in one query (see check_terms)
+
 _TERM = re.compile(r'"([^"]*)"?|(\S+)')
+_WORD = re.compile(r"\w+", re.UNICODE)
 _WORDLIKE = re.compile(r"\w", re.UNICODE)
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
@@ -31,6 +34,22 @@ def terms(text: str) -> list[str]:
         if term and _WORDLIKE.search(term):
             out.append(term)
     return out
+
+
+def check_terms(text: str) -> None:
+    """Refuse (``InvalidInput``) a query of more than :data:`MAX_TERMS` distinct words.
+
+    Each word costs a lookup (its document count, a typo correction) and a phrase in the index's query,
+    and the index's parser copies its whole expression for every ``OR`` it adds: 100,000 words took
+    40 s. A question or a pasted paragraph is far below the cap; a repeated word counts once. Words are
+    runs of letters, digits and ``_``, case folded, as the index splits them; the count is one pass.
+    """
+    words = {w.casefold() for w in _WORD.findall(text)}
+    if len(words) > MAX_TERMS:
+        from cairn_servers.core.errors import InvalidInput
+
+        raise InvalidInput(f"The query has {len(words):,} distinct words; the limit is {MAX_TERMS}. "
+                           "Keep the words that matter.", details={"parameter": "query", "limit": MAX_TERMS})
 
 
 def literal(term: str) -> str:

@@ -9,7 +9,8 @@ Everything here reads a node's directory in place and never writes to it, and ev
 ``xor.dat`` must be a regular file of exactly 8 bytes; only regular files are opened (a symlink to
 ``/dev/zero`` or a FIFO is refused before any read); a scan hops from frame to frame reading 88 bytes
 each (magic, length, header), searches junk in 8 MiB chunks, jumps over sparse holes
-(``SEEK_DATA``) and all-zero chunks, and refuses frames longer than a block can be.
+(``SEEK_DATA``) and all-zero chunks, and refuses frames longer than a block can be. Records are
+handed over as they are found (:class:`Scan`), and bad frames are counted, with a few examples shown.
 """
 
 from __future__ import annotations
@@ -111,11 +112,17 @@ def read_xor_key(blocks_dir: Path) -> bytes:
         raise InvalidInput(f"{path} is not a regular file; Bitcoin Core writes an 8-byte key there.")
     try:
         size = os.fstat(fd).st_size
-        key = os.read(fd, 9)  # never more: the key is 8 bytes
+        if size != 8:  # checked before reading: /proc/self/mem is "regular", of size 0, and fails reads
+            raise InvalidInput(f"{path} holds {size} bytes; Bitcoin Core writes an 8-byte key there.")
+        try:
+            key = os.read(fd, 9)  # never more: the key is 8 bytes
+        except OSError as exc:
+            raise InvalidInput(f"Cannot read {path}: {exc.strerror or exc}. Bitcoin Core writes an 8-byte key "
+                               "there.") from None
     finally:
         os.close(fd)
-    if len(key) != 8 or size != 8:
-        raise InvalidInput(f"{path} holds {max(size, len(key))} bytes; Bitcoin Core writes an 8-byte key there.")
+    if len(key) != 8:
+        raise InvalidInput(f"{path} holds {len(key)} bytes; Bitcoin Core writes an 8-byte key there.")
     return key
 
 
@@ -224,76 +231,107 @@ class BlockFile:
             self._fd = -1
 
 
+MAX_NOTES = 3  # messages of one kind shown per file and scan; the rest are counted in one summary
+
+
+class Scan:
+    """The complete block records of ``path`` from byte ``start``, found as they are iterated.
+
+    Iterating yields each :class:`Record`; afterwards :attr:`resume` is the offset to resume from next
+    time: the end of the last complete record, or the start of an incomplete one (the node may still be
+    writing it). Memory is bounded whatever the file, and however many records it holds: frames are
+    read 88 bytes at a time, junk is searched in chunks, records are handed over one at a time (one
+    is held back: the last of a file is checked before it is given out), and a file of a million
+    bad frames gives a few messages and a count, not a line each.
+    """
+
+    def __init__(self, path: Path, key: bytes, magic: bytes, start: int = 0, *,
+                 log: Callable[[str], None] | None = None) -> None:
+        self.path = path
+        self.key = key
+        self.magic = magic
+        self.start = start
+        self.resume = start
+        self.say = log or _note
+        self.oversized = 0  # frames claiming more than a block can hold
+
+    def __iter__(self) -> Iterator[Record]:
+        path, key, magic, start = self.path, self.key, self.magic, self.start
+        m = _BLK_NAME.match(path.name)
+        file_no = int(m.group(1)) if m else 0
+        fd = open_regular(path)
+        if fd is None:
+            return
+        held: Record | None = None  # the last record found, given out once another follows it
+        junk = 0
+        try:
+            size = os.fstat(fd).st_size  # bytes appended after this are left for the next scan
+            pos = start
+            while pos < size:
+                raw = os.pread(fd, _FRAME, pos)
+                head = unxor(raw, key, pos)
+                search_from = pos
+                if head[:4] == magic and len(head) >= 8:
+                    if raw[4:8] == bytes(4):  # zero on disk: the length is not written yet, or this is junk
+                        found, skipped = _find_magic(fd, key, magic, pos + 1, size)
+                        if found is None:
+                            self.resume = pos  # nothing after it: the node is writing this frame
+                            break
+                        junk += skipped
+                        pos = found
+                        continue
+                    length = int.from_bytes(head[4:8], "little")
+                    if 81 <= length <= MAX_BLOCK_BYTES:
+                        if pos + 8 + length > size:
+                            self.resume = pos  # incomplete: the node is still writing it
+                            break
+                        if held is not None:
+                            yield held
+                        held = Record(file_no, pos + 8, length, head[8:_FRAME])
+                        pos += 8 + length
+                        self.resume = pos
+                        continue
+                    if length > MAX_BLOCK_BYTES:
+                        self.oversized += 1
+                        if self.oversized <= MAX_NOTES:
+                            self.say(f"skipped a record in {path.name} at offset {pos} that claims {length} bytes, "
+                                     f"more than a block can hold ({MAX_BLOCK_BYTES})")
+                    search_from = pos + 1
+                elif len(head) < 8 and (magic.startswith(head) or head[:4] == magic):
+                    self.resume = pos  # a frame cut short at the end of the file
+                    break
+                found, skipped = _find_magic(fd, key, magic, search_from, size)
+                junk += skipped
+                if found is None:
+                    break
+                pos = found
+            # The last record may be one the node is still writing into zero-preallocated space: its
+            # frame looks complete but the block is not. Accept it only if it parses; otherwise retry
+            # it next scan (once a later record follows it, it is accepted and a real corruption is
+            # reported then).
+            if held is not None:
+                try:
+                    parse_block(unxor(os.pread(fd, held.length, held.offset), key, held.offset))
+                except MalformedBlock:
+                    self.resume = held.offset - 8
+                else:
+                    yield held
+        finally:
+            os.close(fd)
+        if self.oversized > MAX_NOTES:
+            self.say(f"skipped {self.oversized} records in {path.name} after offset {start} that claim more "
+                     f"than a block can hold (the first {MAX_NOTES} shown above)")
+        if junk:
+            self.say(f"skipped {junk} junk bytes in {path.name} after offset {start}")
+
+
 def scan(path: Path, key: bytes, magic: bytes, start: int = 0, *,
          log: Callable[[str], None] | None = None) -> tuple[list[Record], int]:
-    """Find the complete block records in ``path`` from byte ``start``.
-
-    Returns the records and the offset to resume from next time: the end of the last complete
-    record, or the start of an incomplete one (the node may still be writing it). Memory is bounded
-    whatever the file: frames are read 88 bytes at a time and junk is searched in chunks.
-    """
-    say = log or _note
-    m = _BLK_NAME.match(path.name)
-    file_no = int(m.group(1)) if m else 0
-    fd = open_regular(path)
-    if fd is None:
-        return [], start
-    records: list[Record] = []
-    resume = start
-    junk = 0
-    try:
-        size = os.fstat(fd).st_size  # bytes appended after this are left for the next scan
-        pos = start
-        while pos < size:
-            raw = os.pread(fd, _FRAME, pos)
-            head = unxor(raw, key, pos)
-            search_from = pos
-            if head[:4] == magic and len(head) >= 8:
-                if raw[4:8] == bytes(4):  # zero on disk: the length is not written yet, or this is junk
-                    found, skipped = _find_magic(fd, key, magic, pos + 1, size)
-                    if found is None:
-                        resume = pos  # nothing after it: the node is writing this frame
-                        break
-                    junk += skipped
-                    pos = found
-                    continue
-                length = int.from_bytes(head[4:8], "little")
-                if 81 <= length <= MAX_BLOCK_BYTES:
-                    if pos + 8 + length > size:
-                        resume = pos  # incomplete: the node is still writing it
-                        break
-                    records.append(Record(file_no, pos + 8, length, head[8:_FRAME]))
-                    pos += 8 + length
-                    resume = pos
-                    continue
-                if length > MAX_BLOCK_BYTES:
-                    say(f"skipped a record in {path.name} at offset {pos} that claims {length} bytes, "
-                        f"more than a block can hold ({MAX_BLOCK_BYTES})")
-                search_from = pos + 1
-            elif len(head) < 8 and (magic.startswith(head) or head[:4] == magic):
-                resume = pos  # a frame cut short at the end of the file
-                break
-            found, skipped = _find_magic(fd, key, magic, search_from, size)
-            junk += skipped
-            if found is None:
-                break
-            pos = found
-        # The last record may be one the node is still writing into zero-preallocated space: its
-        # frame looks complete but the block is not. Accept it only if it parses; otherwise retry it
-        # next scan (once a later record follows it, it is accepted and a real corruption is
-        # reported then).
-        if records:
-            last = records[-1]
-            try:
-                parse_block(unxor(os.pread(fd, last.length, last.offset), key, last.offset))
-            except MalformedBlock:
-                records.pop()
-                resume = last.offset - 8
-    finally:
-        os.close(fd)
-    if junk:
-        say(f"skipped {junk} junk bytes in {path.name} after offset {start}")
-    return records, resume
+    """Every record :class:`Scan` finds in ``path`` from ``start``, as a list, and the offset to
+    resume from (for small files and tests: the indexer iterates a :class:`Scan` instead)."""
+    scanner = Scan(path, key, magic, start, log=log)
+    records = list(scanner)
+    return records, scanner.resume
 
 
 def iter_blocks(blocks_dir: Path) -> Iterator[tuple[Record, bytes]]:
@@ -301,10 +339,9 @@ def iter_blocks(blocks_dir: Path) -> Iterator[tuple[Record, bytes]]:
     key = read_xor_key(blocks_dir)
     magic = MAGICS[detect_network(blocks_dir)]
     for _, path in blk_files(blocks_dir):
-        records, _ = scan(path, key, magic)
         bf = BlockFile(path, key)
         try:
-            for rec in records:
+            for rec in Scan(path, key, magic):
                 yield rec, bf.read(rec.offset, rec.length)
         finally:
             bf.close()

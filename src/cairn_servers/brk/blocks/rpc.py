@@ -51,16 +51,47 @@ def _read_capped(resp: Any, url: str) -> bytes:
                            "that the node runs, then retry.") from exc
 
 
+def _split_user_info(url: str) -> tuple[str, str]:
+    """``url`` without its user info, and that user info decoded as ``user:password`` ("" if none).
+
+    urllib would take ``u:PASS@127.0.0.1`` for the host name and hand it, password included, to the
+    DNS resolver; the user info goes into the Authorization header instead. A URL whose host cannot
+    be told apart from its user info (a raw "@" or "/" in the password) is refused before any
+    connection, and never quoted unmasked.
+    """
+    from urllib.parse import unquote, urlsplit, urlunsplit
+
+    from cairn_servers.core.sanitize import mask_dsn
+
+    shown = mask_dsn(url)
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # ValueError for a port that is not a number (e.g. "u:a" of "u:a/b@host")
+    except ValueError:
+        raise InvalidInput(f"--rpc-url {shown!r} is not a valid URL (a password with '@' or '/' must be "
+                           "percent-encoded: %40, %2F).") from None
+    if parts.scheme.lower() not in ("http", "https"):
+        raise InvalidInput(f"--rpc-url {shown!r} is not an http(s) URL, e.g. http://127.0.0.1:8332/.")
+    if "@" in parts.path:  # http://u:/p@host: urllib would connect to "u", the password in the path
+        raise InvalidInput(f"--rpc-url {shown!r}: percent-encode '@' and '/' in the user name and password "
+                           "(%40, %2F).")
+    host = parts.hostname
+    if not host:
+        raise InvalidInput(f"--rpc-url {shown!r} names no host, e.g. http://127.0.0.1:8332/.")
+    if "@" not in parts.netloc:
+        return url, ""
+    netloc = (f"[{host}]" if ":" in host else host) + (f":{port}" if port is not None else "")
+    token = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment)), token
+
+
 class RpcClient:
     """Minimal JSON-RPC 1.0 client for bitcoind, with cookie or user/password auth."""
 
     def __init__(self, url: str, *, cookie: str | None = None, user: str | None = None, password: str = "",
                  timeout: float = 30.0) -> None:
-        from urllib.parse import urlsplit
-
-        if urlsplit(url).scheme.lower() not in ("http", "https"):
-            raise InvalidInput(f"--rpc-url {url!r} is not an http(s) URL, e.g. http://127.0.0.1:8332/.")
-        self.url = url
+        url, url_token = _split_user_info(url)
+        self.url = url  # without user info: safe to print, and what is connected to
         self.timeout = timeout
         if cookie:
             try:
@@ -71,7 +102,7 @@ class RpcClient:
         elif user:
             token = f"{user}:{password}"
         else:
-            token = ""
+            token = url_token  # http://user:password@host:port/ (empty when the URL has none)
         self._auth = "Basic " + base64.b64encode(token.encode()).decode() if token else None
         self._id = 0
 
@@ -86,8 +117,8 @@ class RpcClient:
                 raw = _read_capped(resp, self.url)
         except urllib.error.HTTPError as exc:
             if exc.code == 401:
-                raise Unauthorized(f"bitcoind at {self.url} rejected the credentials. "
-                                   f"Pass --rpc-cookie or --rpc-user with $BRK_RPC_PASSWORD.") from exc
+                raise Unauthorized(f"bitcoind at {self.url} rejected the credentials. Pass --rpc-cookie, "
+                                   "--rpc-user with $BRK_RPC_PASSWORD, or user:password@ in --rpc-url.") from exc
             try:
                 payload = json.loads(_read_capped(exc, self.url))  # RPC errors come as HTTP 404/500 + body
             except (ValueError, NetworkError):

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from cairn_servers.ctx.config import ConnectorConfig
 
 if TYPE_CHECKING:
-    from cairn_servers.ctx.extract import Reader
+    from cairn_servers.ctx.reader import Reader
 
 
 @dataclass
@@ -136,7 +136,7 @@ class Skips:
         if self._reader is None:
             import weakref
 
-            from cairn_servers.ctx.extract import Reader
+            from cairn_servers.ctx.reader import Reader
 
             self._reader = Reader()
             weakref.finalize(self, self._reader.stop)  # the worker ends with the connector

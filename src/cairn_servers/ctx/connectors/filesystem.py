@@ -3,7 +3,8 @@
 Policy: ``.git`` directories are never entered; symlinks (files and directories) are skipped
 unless ``follow_symlinks = true`` (then directory loops are cut); binary files are skipped, and
 files over their cap (``max_document_bytes`` for PDF and Office files, ``max_file_bytes`` for the
-rest) are skipped with a warning before a byte is read. Documents are extracted
+rest) are skipped with a warning before a byte is read, and so are files and folders that cannot be
+read (permissions, gone since the scan). Documents are extracted
 (:func:`cairn_servers.ctx.connectors.file_item`). The fingerprint is size + mtime (ns), so an unchanged
 file costs one stat per sync.
 """
@@ -43,8 +44,8 @@ class FilesystemConnector(Skips):
         try:
             with os.scandir(path) as it:
                 entries = sorted(it, key=lambda e: e.name)
-        except OSError:
-            self.skipped += 1
+        except OSError as exc:
+            self.warn(rel.rstrip("/") or ".", f"cannot read the folder ({exc.strerror or exc})")
             return
         for entry in entries:
             child = f"{rel}{entry.name}"
@@ -66,8 +67,8 @@ class FilesystemConnector(Skips):
                 if not entry.is_file(follow_symlinks=self.follow) or not self.matcher(child):
                     continue
                 st = entry.stat(follow_symlinks=self.follow)
-            except OSError:
-                self.skipped += 1
+            except OSError as exc:
+                self.warn(child, f"cannot read it ({exc.strerror or exc})")
                 continue
             cap = file_cap(child, self.max_bytes, self.max_doc_bytes)
             if too_big(self, child, st.st_size, cap):
@@ -79,7 +80,8 @@ class FilesystemConnector(Skips):
             try:
                 with open(path, "rb") as f:
                     data = f.read(cap[0] + 1)  # the file may have grown since the scan
-            except OSError:
+            except OSError as exc:  # unreadable (permissions) or gone since the scan: told, not dropped silently
+                self.warn(rel, f"cannot read it ({exc.strerror or exc})")
                 return None
             if too_big(self, rel, len(data), cap):
                 return None
