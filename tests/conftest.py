@@ -1,4 +1,8 @@
-"""Shared test fixtures: repo paths, the repository's test data, per-test state dirs; the no-data-skip rule."""
+"""Shared test fixtures: repo paths, the repository's test data, per-test state dirs; the no-data-skip rule.
+
+`make test` runs the suite on one pytest-xdist worker per core: a new test must follow the rules in
+tests/_workers.py (temporary files under tmp_path, free ports, monkeypatched env, PostgreSQL through
+``pg_server``, costly read-only artefacts through ``shared_artefact``, no dependence on test order)."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ import pytest
 
 from ._data import is_data_skip, materialise
 from ._pg import ctx_backend, ctx_module_backend, pg_server  # noqa: F401  (the storage backends, for every directory)
+from ._workers import shared_artefact
 
 REPO = Path(__file__).resolve().parents[1]
 NODE_BIN = REPO / ".tools" / "node" / "node_modules" / ".bin"
@@ -25,10 +30,10 @@ def _isolated_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
 
 @pytest.fixture(scope="session")
 def test_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The repository's test data (``tests/data``, see its README), decompressed once per session into a
+    """The repository's test data (``tests/data``, see its README), decompressed once per run into a
     temporary directory: ``llms/<project>/*.txt`` (real llms.txt files) and ``btc/<source>/<file>`` (real
-    blocks, ``btc/manifest.json``). Shared by every test of the session: copy a file before changing it."""
-    return materialise(tmp_path_factory.mktemp("test-data"))
+    blocks, ``btc/manifest.json``). Shared by every test and every xdist worker: copy a file before changing it."""
+    return shared_artefact(tmp_path_factory, "test-data", materialise)
 
 
 def _skip_reason(longrepr: Any) -> str:

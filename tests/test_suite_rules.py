@@ -87,3 +87,43 @@ def test_the_tests_are_type_checked_strictly_too() -> None:
     assert "strict = true" in mypy
     overridden = re.findall(r"module = \[([^\]]*)\]", mypy)
     assert not [m for m in overridden if "tests" in m], overridden  # third-party stubs only
+
+
+def test_xdist_workers_build_a_shared_artefact_once(tmp_path: Path) -> None:
+    """`make test` runs on pytest-xdist workers: two workers asking for one ``shared_artefact`` at the same
+    time get the same folder, built by one of them while the other waited on the file lock."""
+    (tmp_path / "conftest.py").write_text(
+        "import os, time\nimport pytest\nfrom tests._workers import WORKER, shared_artefact\n\n"
+        "@pytest.fixture(scope='session')\ndef artefact(tmp_path_factory):\n"
+        "    def build(folder):\n"
+        "        with open(os.environ['SHARE_LOG'], 'a') as log:\n            log.write(WORKER + '\\n')\n"
+        "        time.sleep(1.0)  # the other worker asks meanwhile\n"
+        "        (folder / 'out').mkdir()\n        (folder / 'out' / 'x').write_text('built')\n"
+        "        return folder / 'out'\n"
+        "    return shared_artefact(tmp_path_factory, 'thing', build)\n")
+    for name in ("a", "b"):
+        (tmp_path / f"test_{name}.py").write_text(
+            "import os\n\ndef test_it(artefact):\n    assert (artefact / 'x').read_text() == 'built'\n"
+            f"    open(os.environ['SHARE_LOG'] + '.{name}', 'w').write(os.environ['PYTEST_XDIST_WORKER'] + ' ' + str(artefact))\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    log = tmp_path / "built.log"
+    env = dict(os.environ, PYTHONPATH=str(REPO), SHARE_LOG=str(log))
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile",
+                          f"--basetemp={tmp_path / 'tmp'}", str(tmp_path)],
+                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=180)
+    assert res.returncode == 0 and "2 passed" in res.stdout, res.stdout + res.stderr
+    assert len(log.read_text().split()) == 1, log.read_text()  # built once
+    (worker_a, path_a), (worker_b, path_b) = (Path(f"{log}.{n}").read_text().split(" ", 1) for n in "ab")
+    assert {worker_a, worker_b} == {"gw0", "gw1"} and path_a == path_b == str(tmp_path / "tmp" / "shared-thing" / "out")
+
+
+def test_make_test_runs_on_one_worker_per_core_and_test_serial_in_one_process() -> None:
+    makefile = (REPO / "Makefile").read_text()
+    rules = {name: makefile[makefile.index(f"\n{name}:"):].split("\n\n")[0] for name in ("test", "test-serial", "test-random")}
+    assert re.search(r"(?m)^JOBS \?= \$\(shell nproc\b", makefile) and "-n $(JOBS) --dist loadfile" in makefile
+    assert "$(XDIST)" in rules["test"] and "-p no:xdist" in rules["test-serial"], rules
+    assert "-n $(JOBS)" in rules["test-random"] and "--random-order-seed=$(SEED)" in rules["test-random"], rules
+    assert "make test" in (REPO / ".ci" / "run").read_text()
+    pins = (REPO / "constraints.txt").read_text()
+    assert re.search(r"(?m)^pytest-xdist==[\d.]+$", pins) and re.search(r"(?m)^filelock==[\d.]+$", pins)
+    assert '"pytest-xdist>=' in (REPO / "pyproject.toml").read_text()

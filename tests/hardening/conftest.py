@@ -2,7 +2,8 @@
 
 Servers run with ``CAIRN_RAISE_ERRORS=1``: an unexpected exception in a tool becomes a -32603
 error instead of an ``isError`` result, so a test can tell a bug from a tool's own error answer.
-Data is prepared once per session; servers that write (blz's ``source-add``) get a per-module copy.
+Data is prepared once per run and shared by the xdist workers (``shared_artefact``); servers that write
+(blz's ``source-add``) get a per-module copy, and ctx a per-worker copy of its synced knowledge base.
 Each module gets its own server processes, so a test that kills or starves one (fault injection)
 cannot affect another module. The real data comes from the repository's test data (``test_data``).
 """
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from .._workers import shared_artefact
 from ._servers import (
     HttpServer,
     StdioServer,
@@ -31,7 +33,7 @@ from ._servers import (
 
 @pytest.fixture(scope="session")
 def blz_data_template(llms_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return prepare_blz(tmp_path_factory.mktemp("blz-template") / "data", llms_data)
+    return shared_artefact(tmp_path_factory, "blz-template", lambda folder: prepare_blz(folder / "data", llms_data))
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +46,8 @@ def blz_data(blz_data_template: Path, tmp_path_factory: pytest.TempPathFactory) 
 
 @pytest.fixture(scope="session")
 def brk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A brk output directory computed from real mainnet blocks 0..589 (bundled in the package)."""
-    return prepare_brk(tmp_path_factory.mktemp("brk"))
+    """A brk output directory computed from real mainnet blocks 0..589 (bundled in the package); the servers only read it."""
+    return shared_artefact(tmp_path_factory, "brk-mainnet", prepare_brk)
 
 
 @pytest.fixture(scope="module")
@@ -87,8 +89,12 @@ def brk_http(brk_out: Path, server_workdir: Path) -> Iterator[HttpServer]:
 
 @pytest.fixture(scope="session")
 def ctx_config(llms_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A synced ctx config over real llms.txt files (keyword search) with Lua tools find_mentions and echo."""
-    return prepare_ctx(tmp_path_factory.mktemp("ctx"), llms_data)
+    """A synced ctx config over real llms.txt files (keyword search) with Lua tools find_mentions and echo: this
+    worker's copy of the run's synced folder (its paths are relative to the config)."""
+    template = shared_artefact(tmp_path_factory, "ctx", lambda folder: prepare_ctx(folder, llms_data))
+    dest = tmp_path_factory.mktemp("ctx") / "kb"
+    shutil.copytree(template.parent, dest)
+    return dest / template.name
 
 
 @pytest.fixture(scope="module")
