@@ -350,7 +350,7 @@ def test_xor_dat_linked_to_proc_self_mem_is_refused_before_reading(tmp_path: Pat
         read_xor_key(blocks)
     assert exc.value.message == expected
     r = run_brk("index", "--blocks-dir", str(blocks), "--out", str(tmp_path / "out"), env=clean_env(), timeout=30)
-    assert (r.code, r.err) == (2, f"brk: {expected}\n")
+    assert (r.code, r.err) == (2, f"brk: error: {expected}\n")
 
 
 def _junk_file(path: Path, records: int, seed: int) -> None:

@@ -167,4 +167,5 @@ def test_config_masks_passwords_in_urls() -> None:
     assert cfgmod.mask_url("postgresql://u:p%40ss@db.internal:5432/kb?sslmode=require") == (
         "postgresql://u:***@db.internal:5432/kb?sslmode=require")
     assert cfgmod.mask_url("postgresql://db/kb?user=u&password=hunter2&x=1") == "postgresql://db/kb?user=u&password=***&x=1"
-    assert cfgmod.mask_url("postgresql://u@db/kb") == "postgresql://u@db/kb"
+    # user info with no colon may be a token (https://TOKEN@host): masked whole
+    assert cfgmod.mask_url("postgresql://u@db/kb") == "postgresql://***@db/kb"

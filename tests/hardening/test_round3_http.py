@@ -263,7 +263,7 @@ def test_health_answers_while_heavy_searches_run(ctx: HttpServer, ctx_config: Pa
     median_search = searches[len(searches) // 2]
     print(f"search median {median_search * 1000:.0f} ms over {len(searches)}; /health median "
           f"{health[15] * 1000:.1f} ms, p90 {health[27] * 1000:.1f} ms; load {os.getloadavg()[0]:.2f}")
-    assert len(searches) >= 4 and median_search > 0.03, searches  # the searches were heavy enough to matter
+    assert len(searches) >= 4 and median_search > 0.01, searches  # heavy enough to matter (20-130 ms measured)
     # On the event loop, /health waited for the search in progress: measured, a median of 0.65 of a
     # search (72 of 112 ms, load 10); in the thread pool 0.15 (19 of 128 ms)
     assert health[15] < median_search / 3, (health, median_search)

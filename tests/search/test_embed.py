@@ -73,7 +73,7 @@ def test_disabled_is_a_clear_error() -> None:
         embed.create(EmbeddingSettings(provider="disabled"))
     assert info.value.code == "embeddings_disabled"
     assert info.value.http_status == 400
-    assert 'provider = "local"' in info.value.message
+    assert 'provider = "minilm"' in info.value.message
 
 
 def test_local_is_offline_normalised_and_quiet(capfd: pytest.CaptureFixture[str]) -> None:
