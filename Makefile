@@ -28,12 +28,13 @@ $(NODE_STAMP): tools/node/package.json tools/node/package-lock.json
 
 # Headless Chromium for the brk web page test. Installed from Debian's packages when we are root
 # with apt-get; elsewhere the test skips with a clear reason, so this step never fails the build.
+# zsh and fish likewise, for the shell completion tests (bash is always there).
 browser:
-	@if command -v chromium >/dev/null 2>&1; then :; \
+	@if command -v chromium >/dev/null 2>&1 && command -v zsh >/dev/null 2>&1 && command -v fish >/dev/null 2>&1; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null) \
-		|| echo "note: could not install chromium; the browser test will skip"; \
-	else echo "note: chromium not installed; the browser test will skip"; fi
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium zsh fish >/dev/null) \
+		|| echo "note: could not install chromium, zsh and fish; the browser and completion tests will skip"; \
+	else echo "note: chromium, zsh or fish not installed; the browser or completion tests will skip"; fi
 
 demo: $(STAMP)
 	$(PY) -m cairn_servers.demo

@@ -29,7 +29,7 @@ def _script(command: str, shell: str, tmp_path: Path) -> Path:
 def _need(shell: str) -> str:
     found = shutil.which(shell)
     if found is None:
-        pytest.skip(f"{shell} is not installed (apt-get install {shell}): its completion script is not checked")
+        pytest.skip(f"{shell} is not installed (make browser installs it, or apt-get install {shell}): its completion script is not checked")
     return found
 
 
