@@ -18,6 +18,8 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
+from cairn_servers.core.serve import host_name as _host_name
+from cairn_servers.core.serve import origin_host as _origin_host
 from cairn_servers.mcp import SUPPORTED_PROTOCOL_VERSIONS
 from cairn_servers.mcp import jsonrpc as rpc
 from cairn_servers.mcp._streams import EventStream, NoStream
@@ -65,26 +67,6 @@ class _HttpSession:
         self.session.close()
         for stream in [*self.streams.values(), *([self.get_stream] if self.get_stream else [])]:
             stream.finish()
-
-
-def _host_name(host: str) -> str:
-    host = host.strip().lower()
-    if host.startswith("["):
-        return host[: host.find("]") + 1] if "]" in host else host
-    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
-
-
-def _origin_host(origin: str) -> str | None:
-    from urllib.parse import urlsplit
-
-    try:
-        parts = urlsplit(origin)
-        name = parts.hostname
-    except ValueError:
-        return None
-    if not name or parts.scheme not in ("http", "https"):
-        return None
-    return f"[{name}]" if ":" in name else name
 
 
 class McpApp:
