@@ -71,6 +71,9 @@ CASES: dict[str, tuple[str, list[tuple[dict[str, Any], bool]]]] = {
         # a query of more than 256 distinct words is refused (the limit itself is answered)
         ({"query": TOO_MANY_WORDS}, ERR),
         ({"query": MOST_WORDS + " hooks"}, OK),
+        # a phrase is checked at every position: its words are counted, repeats too (at most 4,096)
+        ({"query": '"' + " ".join(["hooks"] * 4097) + '"'}, ERR),
+        ({"query": '"' + " ".join(["hooks"] * 40) + '"'}, OK),
         ({"query": "hooks", "source": ["guide", "notes"]}, OK),
         ({"query": "hooks", "source": "guide,notes", "headingLevel": "1-2"}, OK),
         ({"query": "hooks", "source": ["notes", "GUIDE"], "headingLevel": [1, "3-4"]}, OK),

@@ -85,6 +85,8 @@ CASES: dict[str, list[Case]] = {
         Case({"query": " ".join(f"w{i}" for i in range(300))},
              "The query has 300 distinct words; the limit is 256. Keep the words that matter."),
         Case({"query": " ".join(f"w{i}" for i in range(255)) + " deploy", "limit": 2}),
+        Case({"query": '"' + " ".join(["deploy"] * 4097) + '"'},
+             "The query's phrases hold 4,097 words; the limit is 4,096. Quote shorter phrases."),
         Case({"query": "deploy", "mode": "semantic"},
              'Embeddings are disabled. Set [embedding] provider = "minilm" (offline, the default of `ctx init`; or '
              '"local", "e5", "openai", "ollama") in ctx.toml, then run `ctx embed pending`.', "embeddings_disabled"),

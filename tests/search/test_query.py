@@ -4,8 +4,10 @@ import sqlite3
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+import pytest
 
-from cairn_servers.search.query import fts_match, terms
+from cairn_servers.core.errors import InvalidInput
+from cairn_servers.search.query import MAX_QUERY_WORDS, check_terms, fts_match, terms
 
 
 def _db() -> sqlite3.Connection:
@@ -40,3 +42,15 @@ def test_any_text_is_a_valid_query(text: str) -> None:
         match = fts_match(text, operator=op, prefix_last=True)
         if match is not None:
             db.execute("SELECT count(*) FROM t WHERE t MATCH ?", (match,)).fetchone()
+
+
+def test_phrase_words_are_capped_repeats_included() -> None:
+    """One distinct word passes the distinct-word cap, but a phrase is checked at every position."""
+    check_terms(" ".join(["zz"] * 100_000))  # unquoted repeats are one term
+    check_terms('"' + " ".join(["zz"] * MAX_QUERY_WORDS) + '"')
+    check_terms('"a b" "a b" ' * 3000)  # a repeated phrase is one term
+    for query in ('"' + " ".join(["zz"] * (MAX_QUERY_WORDS + 1)) + '"',
+                  '"' + " ".join(["zz"] * 3000) + '" "' + " ".join(["zz"] * 3000) + ' b"',
+                  '"' + " ".join(["zz"] * 5000)):  # an unbalanced quote runs to the end
+        with pytest.raises(InvalidInput, match=r"The query's phrases hold [\d,]+ words; the limit is 4,096"):
+            check_terms(query)
