@@ -186,6 +186,26 @@ def test_computed_stages_have_their_own_rates_and_eta() -> None:
     assert done["blocks"] == 100 and done["bytes"] == 1000 and done["elapsed_s"] == 7.0  # the indexing, whole job
 
 
+def test_a_skipped_last_commit_is_said_before_the_next_stage() -> None:
+    """An index that ends within a quarter second of its start line: the rate limit skips its commit,
+    which is said before the first computed pass starts (where the index stopped)."""
+    now = [0.0]
+    stream = io.StringIO()
+    p = Progress("json", stream=stream, clock=lambda: now[0])
+    p("start", height=-1, target_height=99, blocks=0, bytes=0, total_bytes=1000)
+    now[0] = 0.1
+    p("commit", height=99, blocks=100, bytes=1000)  # skipped: 0.1 s after the start line
+    now[0] = 0.15
+    p("stage", stage="utxo", height=-1, target_height=99, blocks=0, bytes=0, total_bytes=1000)
+    now[0] = 0.2
+    p("stage", stage="addresses", height=-1, target_height=99, blocks=0, bytes=0, total_bytes=1000)
+    p.finish()
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [(x["event"], x["stage"], x["committed_height"]) for x in lines] == [
+        ("start", "index", -1), ("commit", "index", 99), ("stage", "utxo", -1), ("stage", "addresses", -1),
+        ("done", "index", -1)]  # the last stage committed nothing here
+
+
 def test_a_run_with_nothing_new_reports_the_tip_not_minus_one(tmp_path: Path) -> None:
     blocks, out = tmp_path / "blocks", tmp_path / "out"
     write_sample(blocks, 120, seed=5)

@@ -71,6 +71,7 @@ class Progress:
         self.stage_start = self.start
         self.indexed: tuple[int, int] | None = None  # (blocks, bytes) of the index stage, once a pass starts
         self.bar_shown = False
+        self.unsaid_commit = False  # a commit line skipped by the rate limit, said before the next stage
 
     def known(self, height: int) -> None:
         """The committed tip before the run: the heights a run that finds nothing new reports."""
@@ -81,6 +82,10 @@ class Progress:
     def __call__(self, event: str, **fields: Any) -> None:
         if self.mode == "none":
             return
+        if event == "stage" and self.unsaid_commit and not self.quiet:
+            # The stage before this one ended on a commit the rate limit skipped: say where it stopped.
+            self.unsaid_commit = False
+            self._emit("commit", self.clock())
         if event == "stage" and self.indexed is None:
             self.indexed = (int(self.state["blocks"]), int(self.state["bytes"]))
         self.state.update(fields)
@@ -99,11 +104,18 @@ class Progress:
             self.window.append((now, self.state["blocks"], self.state["bytes"]))
             while len(self.window) > 2 and now - self.window[0][0] > 10.0:
                 self.window.popleft()
-        # JSON: a line per commit (unless batches come faster than four a second), else one a second.
+        # JSON: a line per commit (unless batches come faster than four a second: the last one skipped is said
+        # before the next stage begins), else one a second.
         gap = 0.2 if self.mode == "bar" else 0.25 if event in ("start", "commit") else 1.0
         if now - self.last_emit < gap:
+            self.unsaid_commit = self.unsaid_commit or event == "commit"
             return
+        self._emit(event, now)
+
+    def _emit(self, event: str, now: float) -> None:
         self.last_emit = now
+        if event in ("commit", "stage"):
+            self.unsaid_commit = False
         if self.mode == "bar":
             self._bar(event, now)
         else:

@@ -264,7 +264,7 @@ class SqliteStore:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
             self.db.execute("PRAGMA busy_timeout = 10000")
-            self.db.execute("PRAGMA journal_mode = WAL")
+            self._wal()
             self.db.execute("PRAGMA synchronous = NORMAL")
             self.db.execute("PRAGMA foreign_keys = ON")
             self.db.execute("PRAGMA cache_size = -65536")
@@ -276,6 +276,22 @@ class SqliteStore:
             if _disk_full(self.path, exc):
                 raise StorageError(f"Cannot open the knowledge base {self.path}: {exc}. {_FULL_FIX}") from exc
             raise StorageError(f"Cannot open the knowledge base {self.path}: {exc}. Move it aside and run `ctx sync all --full`.") from exc
+
+    def _wal(self) -> None:
+        """``PRAGMA journal_mode = WAL``. SQLite answers "database is locked" at once, without its busy
+        handler, while another process opens the same new database (two syncs started together): so
+        this waits as the busy timeout would, 10 s at most."""
+        import time
+
+        give_up = time.monotonic() + 10
+        while True:
+            try:
+                self.db.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > give_up:
+                    raise
+                time.sleep(0.02)
 
     def migrate(self, target: int = SCHEMA_VERSION) -> int:
         """Apply the migrations after the database's version up to ``target``, in one transaction;
