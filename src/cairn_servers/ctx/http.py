@@ -50,7 +50,9 @@ class MethodNotAllowed(InvalidInput):
 
 
 def _dumps(data: Any) -> bytes:
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    from cairn_servers.core.output import json_bytes
+
+    return json_bytes(data)
 
 
 def error_body(exc: CairnError) -> bytes:
@@ -121,7 +123,8 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
     origins = cors_origins if cors_origins is not None else list(config.server.cors_origins)
 
     def ok(data: Any) -> Response:
-        return Response(_dumps(data), media_type="application/json")
+        """A JSON answer; ``bytes`` are one already encoded (off the loop, by the thread that made it)."""
+        return Response(data if isinstance(data, bytes) else _dumps(data), media_type="application/json")
 
     def endpoint(fn: Callable[["Request"], Awaitable[Any]]) -> Callable[["Request"], Awaitable[Response]]:
         async def run(request: "Request") -> Response:
@@ -144,7 +147,9 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
             # On the tool threads, never on the event loop: a search's time depends on its terms and the
             # backend (a PostgreSQL round trip), and /health and every other request must not wait for it.
             # A client that disconnects stops it: its statement is interrupted (SQLite) or cancelled (PostgreSQL).
-            return await run_cancellable(request, lambda cancelled: box.call(name, params, cancelled), tool_threads)
+            # The answer is encoded there too: a document's JSON is most of the CPU a large answer costs.
+            return await run_cancellable(request, lambda cancelled: _dumps(box.call(name, params, cancelled)),
+                                         tool_threads)
         return await run_while_connected(request, name, params)
 
     # Built-in tools run on a few threads of their own: a few threads contend less for the GIL and reuse the
@@ -184,7 +189,8 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
         method, path = op.http
         if method == "GET":
             async def answer(request: "Request") -> Any:
-                return await off_loop(box.call, op.name, query_args(op, request.query_params))
+                args = query_args(op, request.query_params)
+                return await off_loop(lambda: _dumps(box.call(op.name, args)))
         else:
             async def answer(request: "Request") -> Any:
                 return await call(op.name, request)
