@@ -5,15 +5,19 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 NODE_DIR   := .tools/node
 NODE_STAMP := $(NODE_DIR)/.installed
+UV_VERSION := 0.13.9
 
-.PHONY: demo test test-serial test-random stress bench node-tools browser typecheck venv clean
+.PHONY: demo test test-serial test-random stress bench node-tools browser typecheck venv prepare clean
 
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -c 'import sys; sys.exit("Python 3.11+ is required") if sys.version_info < (3, 11) else None'
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test]'
+	@# uv installs the same pinned set about four times faster than pip; pip does it if uv cannot be had
+	( $(PY) -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION) \
+	  && $(VENV)/bin/uv pip install --quiet --python $(PY) -c constraints.txt -e '.[test]' ) \
+	|| $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test]'
 	touch $(STAMP)
 
 # Node 22, the MCP conformance suite and the Inspector CLI, pinned by tools/node/package-lock.json.
@@ -44,10 +48,14 @@ demo: $(STAMP)
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 XDIST := -n $(JOBS) --dist loadfile
 
-test: $(STAMP) $(NODE_STAMP) browser typecheck
+# The set-up steps side by side: the venv then mypy, the Node tools, the browser check.
+prepare:
+	@$(MAKE) --no-print-directory -j3 --output-sync=target typecheck $(NODE_STAMP) browser
+
+test: prepare
 	$(PY) -m pytest -q $(XDIST)
 
-test-serial: $(STAMP) $(NODE_STAMP) browser typecheck
+test-serial: prepare
 	$(PY) -m pytest -q -p no:xdist
 
 # The whole suite in a random order across all files: every test must pass alone and after any other.
