@@ -136,6 +136,8 @@ def test_the_cli_prints_locations_and_warnings(tmp_path: Path) -> None:
     assert sync.returncode == 0, sync.stderr
     assert "7 added" in sync.stdout and "1 skipped" in sync.stdout
     assert "  warning: broken.pdf: skipped: corrupt or not a PDF file" in sync.stdout
+    # and on stderr, as a log line under the command's name
+    assert " WARN ctx: filesystem:docs: broken.pdf: skipped: corrupt or not a PDF file" in sync.stderr, sync.stderr
     as_json = subprocess.run([PY, "-m", "cairn_servers.ctx.cli", "sync", "--config", str(cfg), "--json"],
                              capture_output=True, text=True, env=env, timeout=120)
     warnings = json.loads(as_json.stdout)["sources"][0]["warnings"]

@@ -186,6 +186,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str], args: argparse.Namespace | None) -> int:
+    from cairn_servers.core import log
+
+    log.name = "ctx"  # every command's log lines (a sync's skipped files) carry the command's name
     if args is None:
         parser = _parser(only=_command(argv))
         args = parser.parse_args(argv)
