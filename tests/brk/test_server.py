@@ -87,6 +87,30 @@ def test_http_routes(base_url: str) -> None:
         assert spec["openapi"].startswith("3.") and "/api/vecs/{index}-to-{id}" in spec["paths"]
         assert "uPlot" in c.get("/web/uPlot.iife.min.js").text and c.get("/web/x.js").status_code == 404
         assert "<canvas" not in c.get("/").text and "app.js" in c.get("/").text
+        _check_web_caching(c)
+
+
+def _check_web_caching(c: Any) -> None:
+    """The page links each file by its content's hash: kept for a year under that link, revalidated (ETag)
+    under any other, so a new release's files load at once and unchanged ones cost a 304."""
+    import hashlib
+    import re
+    from importlib import resources
+
+    page = c.get("/")
+    assert page.headers["cache-control"] == "no-cache"
+    links = dict(re.findall(r'"/web/([\w.]+)\?v=([0-9a-f]+)"', page.text))
+    assert {"app.js", "uPlot.iife.min.js", "uPlot.min.css", "uPlot.LICENSE.txt"} <= set(links), page.text
+    for name, tag in links.items():
+        body = resources.files("cairn_servers.brk").joinpath("web", name).read_bytes()
+        assert tag == hashlib.sha256(body).hexdigest()[:16], name
+        linked = c.get(f"/web/{name}", params={"v": tag})
+        assert linked.content == body and "immutable" in linked.headers["cache-control"]
+        assert linked.headers["etag"] == f'"{tag}"'
+        other = c.get(f"/web/{name}", params={"v": "0" * 16})  # a page of an older release
+        assert other.content == body and other.headers["cache-control"] == "no-cache"
+        again = c.get(f"/web/{name}", headers={"If-None-Match": f'W/"{tag}"'})
+        assert again.status_code == 304 and again.content == b""
 
 
 async def _every_tool(server: Any) -> None:

@@ -149,19 +149,38 @@ def _web(name: str) -> bytes:
     return resources.files("cairn_servers.brk").joinpath("web", name).read_bytes()
 
 
+def _web_tag(name: str) -> str:
+    """The first 16 hex digits of the file's SHA-256: its version in the page's links and its ETag."""
+    import hashlib
+
+    return hashlib.sha256(_web(name)).hexdigest()[:16]
+
+
 async def _page(request: Request) -> Response:
+    """The chart page, its files linked by version (``/web/app.js?v=TAG``): a browser keeps them for a year
+    and still loads the new ones the moment a new release changes them. The page itself is revalidated."""
     from starlette.responses import Response
 
-    return Response(_web("index.html"), media_type="text/html; charset=utf-8")
+    html = _web("index.html").decode("utf-8")
+    for name in WEB_FILES:
+        html = html.replace(f'"/web/{name}"', f'"/web/{name}?v={_web_tag(name)}"')
+    return Response(html, media_type="text/html; charset=utf-8", headers={"Cache-Control": "no-cache"})
 
 
 async def _static(request: Request) -> Response:
+    """A file of the page. Asked for by its current version (``?v=TAG``, as the page links it): cached for a
+    year; otherwise revalidated each time by its ETag (a 304 when unchanged)."""
     from starlette.responses import Response
 
     name = request.path_params["name"]
     if name not in WEB_FILES:
         return Response("not found", status_code=404, media_type="text/plain")
-    return Response(_web(name), media_type=WEB_FILES[name], headers={"Cache-Control": "max-age=3600"})
+    tag = _web_tag(name)
+    headers = {"ETag": f'"{tag}"', "Cache-Control": "public, max-age=31536000, immutable"
+               if request.query_params.get("v") == tag else "no-cache"}
+    if none_match(request.headers.get("if-none-match"), f'"{tag}"'):
+        return Response(status_code=304, headers=headers)
+    return Response(_web(name), media_type=WEB_FILES[name], headers=headers)
 
 
 RESPONSES = {"304": {"description": "Not modified (the ETag is keyed on the tip)"},
