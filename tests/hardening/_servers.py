@@ -25,8 +25,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol, TypeVar
 
 REPO = Path(__file__).resolve().parents[2]
 STRESS = os.environ.get("CAIRN_STRESS", "") not in ("", "0")
@@ -101,6 +103,48 @@ def server_env(workdir: Path, **extra: str) -> dict[str, str]:
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.update(extra)
     return env
+
+
+# -- a raw socket server for fault cases ------------------------------------------------------------
+
+class Handler(Protocol):
+    """What :func:`socket_server` serves: ``handle(conn)`` answers one connection (and closes it)."""
+
+    port: int
+    stop: threading.Event
+
+    def handle(self, conn: socket.socket) -> None: ...
+
+
+H = TypeVar("H", bound=Handler)
+
+
+@contextmanager
+def socket_server(state: H, conn_timeout: float | None = 30) -> Iterator[H]:
+    """``state`` listening on a free 127.0.0.1 port (``state.port``): each connection handled by
+    ``state.handle`` on a thread of its own, until the block ends (``state.stop`` is set then)."""
+    sock = socket.create_server(("127.0.0.1", 0))
+    sock.settimeout(0.1)
+    state.port = sock.getsockname()[1]
+
+    def accept() -> None:
+        while not state.stop.is_set():
+            try:
+                conn, _ = sock.accept()
+            except (TimeoutError, OSError):
+                continue
+            if conn_timeout is not None:
+                conn.settimeout(conn_timeout)
+            threading.Thread(target=state.handle, args=(conn,), daemon=True).start()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield state
+    finally:
+        state.stop.set()
+        thread.join(5)
+        sock.close()
 
 
 # -- data ----------------------------------------------------------------------------------------

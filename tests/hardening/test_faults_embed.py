@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from ._servers import socket_server
+
 pytestmark = pytest.mark.timeout(180)
 TEN_GB = 10 * 1024**3
 DIMS = 8
@@ -86,24 +88,8 @@ class Endpoint:
 
 @pytest.fixture
 def endpoint() -> Iterator[Endpoint]:
-    state = Endpoint()
-    sock = socket.create_server(("127.0.0.1", 0))
-    sock.settimeout(0.1)
-    state.port = sock.getsockname()[1]
-
-    def loop() -> None:
-        while not state.stop.is_set():
-            try:
-                conn, _ = sock.accept()
-            except (TimeoutError, OSError):
-                continue
-            conn.settimeout(30)
-            threading.Thread(target=state.handle, args=(conn,), daemon=True).start()
-
-    threading.Thread(target=loop, daemon=True).start()
-    yield state
-    state.stop.set()
-    sock.close()
+    with socket_server(Endpoint()) as state:
+        yield state
 
 
 CASES = {  # mode -> (exit code, words in the error)

@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 
+from ._servers import socket_server
+
 pytestmark = pytest.mark.timeout(180)
 TEN_GB = 10 * 1024**3
 
@@ -125,24 +127,8 @@ def chain(tmp_path_factory: pytest.TempPathFactory) -> list[bytes]:
 
 @pytest.fixture
 def node(chain: list[bytes]) -> Iterator[Node]:
-    state = Node(chain)
-    sock = socket.create_server(("127.0.0.1", 0))
-    sock.settimeout(0.1)
-    state.port = sock.getsockname()[1]
-
-    def loop() -> None:
-        while not state.stop.is_set():
-            try:
-                conn, _ = sock.accept()
-            except (TimeoutError, OSError):
-                continue
-            conn.settimeout(30)
-            threading.Thread(target=state.handle, args=(conn,), daemon=True).start()
-
-    threading.Thread(target=loop, daemon=True).start()
-    yield state
-    state.stop.set()
-    sock.close()
+    with socket_server(Node(chain)) as state:
+        yield state
 
 
 def _fetch(url: str, blocks: Path, *extra: str) -> subprocess.CompletedProcess[str]:

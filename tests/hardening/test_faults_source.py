@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from ._servers import socket_server
+
 GOOD = b"# Lib\n\n## Install\n\nnpm install lib\n\n## Usage\n\nCall lib() to start.\n"
 TEN_GB = 10 * 1024**3
 CHUNK = b"x" * 65536
@@ -135,26 +137,8 @@ class BadServer:
 
 @pytest.fixture
 def bad_server() -> Iterator[BadServer]:
-    state = BadServer()
-    sock = socket.create_server(("127.0.0.1", 0))
-    sock.settimeout(0.1)
-    state.port = sock.getsockname()[1]
-
-    def loop() -> None:
-        while not state.stop.is_set():
-            try:
-                conn, _ = sock.accept()
-            except (TimeoutError, OSError):
-                continue
-            conn.settimeout(30)
-            threading.Thread(target=state.handle, args=(conn,), daemon=True).start()
-
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
-    yield state
-    state.stop.set()
-    thread.join(5)
-    sock.close()
+    with socket_server(BadServer()) as state:
+        yield state
 
 
 def _blz(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
-from ._servers import HttpServer, _cli, server_env, spawn_ctx_http
+from ._servers import HttpServer, _cli, server_env, socket_server, spawn_ctx_http
 
 pytestmark = pytest.mark.timeout(240)
 DIMS = 8
@@ -87,23 +87,8 @@ class Endpoint:
 
 @pytest.fixture
 def endpoint() -> Iterator[Endpoint]:
-    state = Endpoint()
-    sock = socket.create_server(("127.0.0.1", 0))
-    sock.settimeout(0.1)
-    state.port = sock.getsockname()[1]
-
-    def loop() -> None:
-        while not state.stop.is_set():
-            try:
-                conn, _ = sock.accept()
-            except (TimeoutError, OSError):
-                continue
-            threading.Thread(target=state.handle, args=(conn,), daemon=True).start()
-
-    threading.Thread(target=loop, daemon=True).start()
-    yield state
-    state.stop.set()
-    sock.close()
+    with socket_server(Endpoint(), conn_timeout=None) as state:
+        yield state
 
 
 # ---- a knowledge base generated here -------------------------------------------------------------------
