@@ -182,8 +182,10 @@ def _index_pipeline(args: argparse.Namespace, jobs: int, out: Any, blocks_dir: A
             if refresher is not None:
                 refresher.poke()
             result = indexer.run(max_blocks=args.max_blocks)
-            if not indexer.stop_requested:
+            if not indexer.stop_requested and not args.watch:
                 pipeline.sync(stop)
+            elif result.rolled_back_from is not None and not indexer.stop_requested:
+                pipeline.committed(stop)  # held for the rollback: they go on (--watch: they follow between polls)
             if indexer.stop_requested:
                 closed = True
                 pipeline.close(stop=True)  # raises StageFailed when a stage died
@@ -205,10 +207,12 @@ def _index_pipeline(args: argparse.Namespace, jobs: int, out: Any, blocks_dir: A
                 pipeline.close(stop=True)
                 print(f"brk: stopped at height {result.height} (committed).", file=sys.stderr)
                 return 130 if stopper.signum == signal.SIGINT else 0
-            progress = Progress(args.progress, quiet_until_work=True)
-            progress.known(indexer.store.lengths["height_to_blockhash"] - 1)
-            pipeline.set_progress(progress if progress.mode != "none" else None)
-            indexer.progress = pipeline.index_event if progress.mode != "none" else None
+            if result.indexed_blocks or result.rolled_back_from is not None or result.invalid:
+                # A new reporter after a poll that said something (an idle poll keeps the one the stages use).
+                progress = Progress(args.progress, quiet_until_work=True)
+                progress.known(indexer.store.lengths["height_to_blockhash"] - 1)
+                pipeline.set_progress(progress if progress.mode != "none" else None)
+                indexer.progress = pipeline.index_event if progress.mode != "none" else None
     finally:
         if not closed:
             pipeline.abandon()

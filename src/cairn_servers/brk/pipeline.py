@@ -196,7 +196,10 @@ class Pipeline:
     def set_progress(self, progress: Callable[..., None] | None) -> None:
         """A new reporter (each poll of ``--watch`` has its own)."""
         self.progress = progress
-        self._relay = _Relay(progress) if progress is not None else None
+        if progress is None or self._relay is None:
+            self._relay = _Relay(progress) if progress is not None else None
+        else:
+            self._relay.renew(progress)
 
     def sync(self, stop: Callable[[], bool] | None = None) -> bool:
         """Wait until every stage has caught up with the raw store's committed tip (False when stopped)."""
@@ -247,6 +250,16 @@ class _Relay:
         self.index_target = -1
         self.stages: dict[str, dict[str, int]] = {}
 
+    def renew(self, progress: Callable[..., None]) -> None:
+        """A new reporter: each stage's next event says ``stage`` to it first (the heights go on)."""
+        with self.lock:
+            if hasattr(progress, "concurrent"):
+                progress.concurrent = True
+            self.progress = progress
+            self.index_total = self.index_bytes = 0
+            for st in self.stages.values():
+                st["announce"] = 1
+
     def index(self, event: str, fields: dict[str, Any]) -> None:
         with self.lock:
             if event == "start":
@@ -264,7 +277,8 @@ class _Relay:
             if event == "stage":
                 if st is None:
                     st = self.stages[name] = {"base_blocks": 0, "base_bytes": 0, "blocks": 0, "bytes": 0,
-                                              "cycle_total": int(fields["total_bytes"])}
+                                              "cycle_total": int(fields["total_bytes"]),
+                                              "height": int(fields["height"])}
                     self.progress("stage", stage=name, height=fields["height"],
                                   target_height=max(self.index_target, int(fields["target_height"])),
                                   blocks=0, bytes=0, total_bytes=int(fields["total_bytes"]) + left)
@@ -273,9 +287,14 @@ class _Relay:
                 st["base_bytes"] += st["bytes"]
                 st["blocks"] = st["bytes"] = 0
                 st["cycle_total"] = int(fields["total_bytes"])
+                st["height"] = int(fields["height"])
                 return
             if st is None:
                 return
+            if st.pop("announce", 0):
+                self.progress("stage", stage=name, height=st["height"], target_height=int(fields["height"]),
+                              blocks=0, bytes=0, total_bytes=0)
+            st["height"] = int(fields["height"])
             st["blocks"], st["bytes"] = int(fields["blocks"]), int(fields["bytes"])
             done = st["base_bytes"] + st["bytes"]
             self.progress("commit", stage=name, height=fields["height"], blocks=st["base_blocks"] + st["blocks"],
