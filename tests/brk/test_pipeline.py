@@ -72,6 +72,7 @@ def test_every_computed_id_is_identical_with_1_and_2_jobs_on_a_dense_chain(tmp_p
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("CAIRN_STRESS"), reason="about 30 s: make stress (CAIRN_STRESS=1)")
 def test_every_computed_id_is_identical_with_2_jobs_on_a_dense_500k_chain(tmp_path: Path) -> None:
     _same_as_previous_main("dense500k", tmp_path, [2], "100")
 
@@ -193,7 +194,7 @@ def test_a_sigkill_of_the_stage_process_mid_run(chain: tuple[Path, dict[str, byt
 def test_a_reorg_while_the_stages_compute_ends_as_a_clean_run(tmp_path: Path) -> None:
     """The stages are catching up on a chain when a longer fork arrives: the indexer holds them, rolls the
     raw store back and indexes the fork; they resume, cut themselves back and end as a clean run's."""
-    n_old, n_new, fork = 150, 170, 100
+    n_old, n_new, fork = 130, 140, 90
     old_dir, new_dir, node = tmp_path / "old", tmp_path / "new", tmp_path / "node"
     write_sample(old_dir, n_old, seed=6, txs_per_block=200, spread_blocks=n_new)
     write_sample(new_dir, n_new, seed=6, txs_per_block=200, fork_at=fork, fork_seed=66, spread_blocks=n_new,
@@ -209,7 +210,7 @@ def test_a_reorg_while_the_stages_compute_ends_as_a_clean_run(tmp_path: Path) ->
     r = run_brk("index", "--blocks-dir", str(node), "--out", str(out), "--no-compute", "--format", "json",
                 env=clean_env())
     assert r.code == 0, r.err
-    env = clean_env(CAIRN_BRK_UTXO_CHUNK="500")  # tiny chunks: the passes take a while, committing often
+    env = clean_env(CAIRN_BRK_UTXO_CHUNK="1500")  # small chunks: the passes take a while, committing often
     log = tmp_path / "stderr"
     with open(log, "w") as err_file:
         proc = subprocess.Popen([sys.executable, "-m", "cairn_servers.brk.cli", "index", "--blocks-dir", str(node),

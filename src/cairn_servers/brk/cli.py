@@ -1,7 +1,8 @@
 """brk: index a Bitcoin node's block files into columnar vecs.
 
 Commands:
-  brk index  [--blocks-dir DIR] --out DIR [--watch] index new blocks (resumes; rolls back on reorgs)
+  brk index  [--blocks-dir DIR] --out DIR [--watch] [--jobs N]
+                                                     index new blocks (resumes; rolls back on reorgs)
   brk fetch  --rpc-url URL --blocks-dir DIR          mirror a bitcoind's best chain into blk files
   brk sample --blocks N --out DIR [--txs-per-block K] [--mainnet]
                                                      write a regtest sample chain (or mainnet 0..589)

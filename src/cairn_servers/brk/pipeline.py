@@ -191,7 +191,9 @@ class Pipeline:
         for child in self.children:
             child.held = False
             child.send("hold")
-        self._wait(lambda: all(c.exited or c.held for c in self.children))
+        with self.cond:  # even after a failure elsewhere: no live stage may read what the rollback changes
+            while not all(c.exited or c.held for c in self.children):
+                self.cond.wait(0.2)
 
     def set_progress(self, progress: Callable[..., None] | None) -> None:
         """A new reporter (each poll of ``--watch`` has its own)."""
