@@ -77,6 +77,29 @@ def test_every_computed_id_is_identical_with_2_jobs_on_a_dense_500k_chain(tmp_pa
     _same_as_previous_main("dense500k", tmp_path, [2], "100")
 
 
+def test_progress_covers_every_stage_process(tmp_path: Path) -> None:
+    """The stage processes' lines reach the command's JSON progress: each stage says it starts, then its
+    committed heights only grow up to the tip, with the documented fields; the last line is the index's."""
+    blocks = tmp_path / "blocks"
+    write_sample(blocks, 141, seed=5, txs_per_block=150)
+    r = run_brk("index", "--blocks-dir", str(blocks), "--out", str(tmp_path / "out"), "--jobs", "3",
+                "--commit-every", "10", "--format", "json", env=clean_env(CAIRN_BRK_UTXO_CHUNK="3000"))
+    assert r.code == 0, r.err
+    lines = [json.loads(line) for line in r.err.splitlines()]
+    fields = {"event", "stage", "height", "committed_height", "target_height", "blocks", "bytes", "elapsed_s",
+              "blocks_per_s", "mb_per_s", "eta_s"}
+    assert all(set(line) - {"file", "files", "found"} == fields for line in lines)
+    assert (lines[-1]["event"], lines[-1]["stage"], lines[-1]["committed_height"]) == ("done", "index", 140)
+    for name in ("index", "computed", "utxo", "addresses"):
+        mine = [line for line in lines[:-1] if line["stage"] == name]
+        if name != "index":
+            assert mine[0]["event"] == "stage" and [x["event"] for x in mine].count("stage") == 1
+            assert all(x["target_height"] == 140 for x in mine)
+            assert any(x["eta_s"] is not None for x in mine)
+        heights = [x["committed_height"] for x in mine]
+        assert heights == sorted(heights) and heights[-1] == 140, (name, heights)
+
+
 # -- kills --------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

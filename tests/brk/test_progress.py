@@ -35,8 +35,9 @@ def dense(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def uninterrupted(dense: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
     out = tmp_path_factory.mktemp("clean") / "out"
-    r = run_brk("index", "--blocks-dir", str(dense), "--out", str(out), "--format", "json", env=clean_env(),
-                timeout=300)
+    # One process: the passes follow the indexing, in turn (--jobs 2 is tests/brk/test_pipeline.py's).
+    r = run_brk("index", "--blocks-dir", str(dense), "--out", str(out), "--format", "json", "--jobs", "1",
+                env=clean_env(), timeout=300)
     assert r.code == 0, r.err
     lines = [json.loads(line) for line in r.err.splitlines()]
     assert all(set(line) - {"file", "files", "found"} == FIELDS for line in lines)  # the documented fields

@@ -215,14 +215,15 @@ class Pipeline:
         self.closing = True
         for child in self.children:
             child.send("stop" if stop else "end")
+        with self.cond:
+            while not all(c.exited for c in self.children):
+                self.cond.wait(0.2)
+        for child in self.children:
             if child.proc.stdin is not None:
                 try:
                     child.proc.stdin.close()
                 except OSError:
                     pass
-        with self.cond:
-            while not all(c.exited for c in self.children):
-                self.cond.wait(0.2)
         if self._relay is not None:
             self._relay.flush()
         self._check()
@@ -239,56 +240,56 @@ class Pipeline:
 
 
 class _Relay:
-    """Stage events from the processes into the parent's ``Progress`` (one lock; heights and bytes
-    accumulated over a stage's cycles, and its ETA counting what the indexer has still to do)."""
+    """Stage events from the processes into the parent's ``Progress`` (one lock). A stage's blocks and
+    bytes add up over its cycles; its total is what it had to catch up on when it began plus what this
+    run indexes, so its ETA counts what the indexer has still to do."""
 
     def __init__(self, progress: Callable[..., None]) -> None:
         self.progress = progress
         if hasattr(progress, "concurrent"):
             progress.concurrent = True  # a Progress: one context a stage
         self.lock = threading.Lock()
-        self.index_total = 0
-        self.index_bytes = 0
+        self.index_total = 0  # bytes this run indexes
+        self.index_committed = 0  # of which committed
         self.index_target = -1
         self.stages: dict[str, dict[str, int]] = {}
 
     def renew(self, progress: Callable[..., None]) -> None:
-        """A new reporter: each stage's next event says ``stage`` to it first (the heights go on)."""
+        """A new reporter (a poll of ``--watch``): each stage's next event says ``stage`` to it first."""
         with self.lock:
             if hasattr(progress, "concurrent"):
                 progress.concurrent = True
             self.progress = progress
-            self.index_total = self.index_bytes = 0
+            self.index_total = self.index_committed = 0
             for st in self.stages.values():
-                st["announce"] = 1
+                st.update(announce=1, base_blocks=-st["blocks"], base_bytes=-st["bytes"], extra=0)
 
     def index(self, event: str, fields: dict[str, Any]) -> None:
         with self.lock:
             if event == "start":
                 self.index_total = int(fields.get("total_bytes", 0))
                 self.index_target = int(fields.get("target_height", -1))
-            if "bytes" in fields:
-                self.index_bytes = int(fields["bytes"])
+            if event == "commit":
+                self.index_committed = int(fields.get("bytes", 0))
             self.progress(event, **fields)
 
     def __call__(self, event: str, fields: dict[str, Any]) -> None:
         with self.lock:
             name = str(fields["stage"])
             st = self.stages.get(name)
-            left = max(0, self.index_total - self.index_bytes)
             if event == "stage":
-                if st is None:
+                if st is None:  # behind the indexer's start by what this first cycle has beyond its commits
+                    extra = max(0, int(fields["total_bytes"]) - self.index_committed)
                     st = self.stages[name] = {"base_blocks": 0, "base_bytes": 0, "blocks": 0, "bytes": 0,
-                                              "cycle_total": int(fields["total_bytes"]),
-                                              "height": int(fields["height"])}
+                                              "extra": extra, "height": int(fields["height"])}
                     self.progress("stage", stage=name, height=fields["height"],
                                   target_height=max(self.index_target, int(fields["target_height"])),
-                                  blocks=0, bytes=0, total_bytes=int(fields["total_bytes"]) + left)
+                                  blocks=0, bytes=0, total_bytes=max(extra + self.index_total,
+                                                                     int(fields["total_bytes"])))
                     return
                 st["base_blocks"] += st["blocks"]
                 st["base_bytes"] += st["bytes"]
                 st["blocks"] = st["bytes"] = 0
-                st["cycle_total"] = int(fields["total_bytes"])
                 st["height"] = int(fields["height"])
                 return
             if st is None:
@@ -300,7 +301,7 @@ class _Relay:
             st["blocks"], st["bytes"] = int(fields["blocks"]), int(fields["bytes"])
             done = st["base_bytes"] + st["bytes"]
             self.progress("commit", stage=name, height=fields["height"], blocks=st["base_blocks"] + st["blocks"],
-                          bytes=done, total_bytes=done + st["cycle_total"] - st["bytes"] + left,
+                          bytes=done, total_bytes=max(done, st["extra"] + self.index_total),
                           target_height=max(self.index_target, int(fields["height"])))
 
     def flush(self) -> None:
