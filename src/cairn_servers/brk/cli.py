@@ -148,7 +148,7 @@ def _index_pipeline(args: argparse.Namespace, jobs: int, out: Any, blocks_dir: A
     (``cairn_servers.brk.pipeline``), fed each committed height; the result is printed once they caught up."""
     import signal
 
-    from cairn_servers.brk.pipeline import Pipeline
+    from cairn_servers.brk.pipeline import Pipeline, StageFailed
     from cairn_servers.brk.progress import Progress
 
     def failed() -> None:  # a stage died: the indexer stops at its next block, then the error is raised
@@ -185,11 +185,17 @@ def _index_pipeline(args: argparse.Namespace, jobs: int, out: Any, blocks_dir: A
             result = indexer.run(max_blocks=args.max_blocks)
             if not indexer.stop_requested and not args.watch:
                 pipeline.sync(stop)
-            elif result.rolled_back_from is not None and not indexer.stop_requested:
-                pipeline.committed(stop)  # held for the rollback: they go on (--watch: they follow between polls)
+            if pipeline.failed is not None:  # reported by close() below
+                indexer.stop_requested = True
+            elif (result.indexed_blocks or result.rolled_back_from is not None) and not indexer.stop_requested:
+                pipeline.committed(stop, now=True)  # --watch: the stages catch up between polls
             if indexer.stop_requested:
                 closed = True
-                pipeline.close(stop=True)  # raises StageFailed when a stage died
+                try:
+                    pipeline.close(stop=True)
+                except StageFailed:  # a stage died: the last progress line says where things stand
+                    progress.finish("stopped")
+                    raise
                 return _stopped(args, progress, result, stopper)
             if not args.watch or result.indexed_blocks or result.rolled_back_from is not None or result.invalid:
                 if not args.watch:

@@ -10,8 +10,8 @@ committed, again and again as the indexer commits more:
   about four times the three others together; splitting further would leave a core idle, see
   docs/brk.md).
 
-The parent talks to each stage over its stdin/stdout, one line per message. Parent to stage: ``go``
-(the raw store committed more heights), ``hold`` (a reorg is about to truncate the raw store: stop at
+The parent talks to each stage over its stdin/stdout, one line per message. Parent to stage: ``go N``
+(the raw store committed more heights; ``go N now``: start a cycle at once, the indexer is done), ``hold`` (a reorg is about to truncate the raw store: stop at
 the next committed chunk and wait), ``end`` (finish what the raw store holds, then exit) and ``stop``
 (Ctrl-C: stop at the next committed chunk and exit). Stage to parent, one JSON object a line:
 ``took`` (a cycle starts, having read ``go`` number ``seq``), ``idle`` (the cycle is done), ``held``,
@@ -42,6 +42,11 @@ from typing import IO, Any
 from cairn_servers.core.errors import CairnError
 
 MAX_BEHIND = 8  # commits of the indexer a stage may have left to take before the indexer waits
+# A stage starts its next cycle once this many commits wait for it, or CYCLE_S seconds after the last one
+# began (or at once when the indexer is done): each cycle re-opens the passes' stores (the address
+# index, its filter, the per-block arrays), a cost worth paying every few seconds, not at every commit.
+CYCLE_COMMITS = MAX_BEHIND // 2
+CYCLE_S = 5.0
 
 
 def default_jobs() -> int:
@@ -100,7 +105,6 @@ class Pipeline:
         self.cond = threading.Condition()
         self.children: list[_Child] = []
         self.failed: str | None = None
-        self.stopping = False
         self._relay = _Relay(progress) if progress is not None else None
         for passes in groups(jobs):
             self._spawn(passes)
@@ -110,8 +114,7 @@ class Pipeline:
         config = {"out": str(self.out), "blocks_dir": str(self.blocks_dir), "passes": list(passes),
                   "durable": self.durable, "progress": self.progress is not None}
         proc = subprocess.Popen([sys.executable, "-m", "cairn_servers.brk.pipeline", json.dumps(config)],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True,
-                                start_new_session=False)
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         child = _Child("+".join(passes), proc)
         self.children.append(child)
         threading.Thread(target=self._read, args=(child,), name=f"brk-stage-{child.name}", daemon=True).start()
@@ -178,12 +181,13 @@ class Pipeline:
         if self._relay is not None:
             self._relay.index(event, fields)
 
-    def committed(self, stop: Callable[[], bool] | None = None) -> None:
-        """The raw store committed more heights: each stage gets a ``go``; waits while one is too far behind."""
+    def committed(self, stop: Callable[[], bool] | None = None, *, now: bool = False) -> None:
+        """The raw store committed more heights: each stage gets a ``go`` (``now``: start a cycle at once);
+        waits while one is too far behind."""
         for child in self.children:
             if not child.exited:
                 child.sent += 1
-                child.send(f"go {child.sent}")
+                child.send(f"go {child.sent}{' now' if now else ''}")
         self._wait(lambda: all(c.exited or c.sent - c.took <= MAX_BEHIND for c in self.children), stop)
 
     def hold(self) -> None:
@@ -204,11 +208,10 @@ class Pipeline:
             self._relay.renew(progress)
 
     def sync(self, stop: Callable[[], bool] | None = None) -> bool:
-        """Wait until every stage has caught up with the raw store's committed tip (False when stopped)."""
-        self.committed(stop)
-        ok = self._wait(lambda: all(c.exited or c.done >= c.sent for c in self.children), stop)
-        self._check()
-        return ok
+        """Wait until every stage has caught up with the raw store's committed tip (False when stopped or
+        when a stage failed: ``failed`` says why, ``close`` raises it)."""
+        self.committed(stop, now=True)
+        return self._wait(lambda: all(c.exited or c.done >= c.sent for c in self.children), stop)
 
     def close(self, *, stop: bool = False) -> None:
         """Stages end (``stop``: at their next committed chunk; else once caught up) and are waited for."""
@@ -321,13 +324,16 @@ class _Control:
         self.buf = b""
         self.eof = False
         self.seq = 0  # the last ``go`` read
+        self.now = False  # a ``go ... now`` since the last cycle began
         self.hold = False
         self.end = False
         self.stop = False
 
     def _take(self, line: str) -> None:
         if line.startswith("go "):
-            self.seq = int(line[3:])
+            seq, _, now = line[3:].partition(" ")
+            self.seq = int(seq)
+            self.now = self.now or now == "now"
         elif line == "hold":
             self.hold = True
         elif line == "end":
@@ -388,6 +394,7 @@ def _stage_main(config: dict[str, Any]) -> int:
     return_large_buffers()
     trim_heap()
     done = 0  # the last ``go`` a finished cycle covered
+    started = float("-inf")  # when the last cycle began
     paused_at = -1  # after a ``hold``: the ``go`` messages up to this one are not run again
     try:
         while True:
@@ -404,6 +411,14 @@ def _stage_main(config: dict[str, Any]) -> int:
                 if os.getppid() != parent:
                     ctl.eof = True
                 continue
+            wait = started + CYCLE_S - time.monotonic()
+            if wait > 0 and not (ctl.now or ctl.end) and ctl.seq - max(done, paused_at) < CYCLE_COMMITS:
+                ctl.poll(min(wait, 1.0))  # more commits, or the time, or the end, or a hold
+                if os.getppid() != parent:
+                    ctl.eof = True
+                continue
+            started = time.monotonic()
+            ctl.now = False
             seq = ctl.seq
             say("took", seq=seq)
             run_passes(out, passes, durable=bool(config["durable"]), blocks_dir=Path(config["blocks_dir"]),
