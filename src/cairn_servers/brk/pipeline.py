@@ -76,7 +76,8 @@ class _Child:
         self.held = False
         self.exited = False  # said ``exit`` (or its stdout ended)
         self.said_exit = False
-        self.error: str | None = None
+        self.error: str | None = None  # a user-facing error it reported (a full disk, ...)
+        self.error_exit = 1  # and its exit code
 
     def send(self, line: str) -> None:
         stdin = self.proc.stdin
@@ -105,6 +106,7 @@ class Pipeline:
         self.cond = threading.Condition()
         self.children: list[_Child] = []
         self.failed: str | None = None
+        self.failed_exit = 1
         self._relay = _Relay(progress) if progress is not None else None
         for passes in groups(jobs):
             self._spawn(passes)
@@ -141,6 +143,7 @@ class Pipeline:
                     child.held = True
                 elif ev == "error":
                     child.error = str(msg["message"])
+                    child.error_exit = int(msg.get("exit_code", 1))
                 elif ev == "exit":
                     child.said_exit = True
                 self.cond.notify_all()
@@ -149,7 +152,9 @@ class Pipeline:
             child.exited = True
             failed = child.error is not None or code != 0 or not child.said_exit
             if self.failed is None and failed:
-                self.failed = self._describe(child, code)
+                # A user-facing error (a full disk) is said as it is, whichever process met it.
+                self.failed = child.error or self._describe(child, code)
+                self.failed_exit = child.error_exit if child.error else 1
             self.cond.notify_all()
         if failed and self.on_failure is not None:
             self.on_failure()
@@ -157,14 +162,16 @@ class Pipeline:
             self.on_stop()  # it was stopped (SIGTERM) without being asked: the whole job stops
 
     def _describe(self, child: _Child, code: int) -> str:
-        how = child.error or (f"killed by {signal.Signals(-code).name}" if code < 0 and -code in signal.valid_signals()
-                              else f"exit status {code}" if code else "ended without finishing")
+        how = (f"killed by {signal.Signals(-code).name}" if code < 0 and -code in signal.valid_signals()
+               else f"exit status {code}" if code else "ended without finishing")
         return (f"the {child.name} stage (process {child.proc.pid}) failed: {how}. The heights every pass committed "
                 f"are kept; run the same command again to resume.")
 
     def _check(self) -> None:
         if self.failed is not None:
-            raise StageFailed(self.failed)
+            exc = StageFailed(self.failed)
+            exc.exit_code = self.failed_exit
+            raise exc
 
     def _wait(self, ready: Callable[[], bool], stop: Callable[[], bool] | None = None) -> bool:
         """Wait until ``ready()`` (True), a stage fails or ``stop()`` (False)."""
@@ -427,10 +434,36 @@ def _stage_main(config: dict[str, Any]) -> int:
                 done = seq
                 say("idle", seq=seq)
     except CairnError as exc:
-        say("error", message=exc.message)
+        say("error", message=exc.message, exit_code=exc.exit_code)
+        return 1
+    except OSError as exc:  # opening a store on a full disk: said as a commit says it
+        say("error", **_storage(exc.filename or out, exc.strerror or str(exc)))
+        return 1
+    except Exception as exc:
+        if str(exc).startswith("IO error:"):  # the address index engine (RocksDB) could not write
+            say("error", **_storage(out, str(exc)))
+            return 1
+        # A bug: the parent says which stage failed; this process's traceback goes to stderr only when
+        # CAIRN_RAISE_ERRORS asks for it.
+        import traceback
+
+        from cairn_servers.core.errors import raise_errors
+
+        if raise_errors():
+            traceback.print_exc()
+        say("error", message=f"the {'+'.join(passes)} stage (process {os.getpid()}) failed: "
+                             f"{type(exc).__name__}: {exc}", exit_code=1)
         return 1
     say("exit", stopped=ctl.leaving)
     return 0
+
+
+def _storage(where: object, why: str) -> dict[str, Any]:
+    from cairn_servers.core.errors import StorageError
+
+    err = StorageError(f"Cannot write to {where}: {why}. Free some space (or fix the permissions) and run the "
+                       "same command again: the last commit is intact and work resumes from it.")
+    return {"message": err.message, "exit_code": err.exit_code}
 
 
 def main(argv: list[str] | None = None) -> int:
