@@ -118,7 +118,7 @@ def brk(*args: str, timeout: float | None = None) -> dict[str, Any]:
             hwm_kb = max(hwm_kb, memory_kib(proc.pid, "VmHWM"))
             main_cpu = max(main_cpu, _cpu_s(proc.pid))
             for cpid in _children(proc.pid):
-                if cpid not in roles:
+                if not roles.get(cpid, "").startswith(("parser", "stage")):  # just forked: not yet exec'd
                     roles[cpid] = _role(cpid)
                 child_kb[cpid] = max(child_kb.get(cpid, 0), memory_kib(cpid, "VmHWM"))
                 child_cpu[cpid] = max(child_cpu.get(cpid, 0.0), _cpu_s(cpid))
