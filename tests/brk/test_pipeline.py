@@ -268,3 +268,12 @@ def test_a_reorg_while_the_stages_compute_ends_as_a_clean_run(tmp_path: Path) ->
     raw_out, raw_clean = vec_bytes(out), vec_bytes(clean)
     raw = [k for k in raw_clean if k.startswith("vecs/") and "blockpos" not in k]
     assert raw and [k for k in raw if raw_out[k] != raw_clean[k]] == []
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two"])
+def test_a_bad_jobs_value_is_refused(tmp_path: Path, value: str) -> None:
+    r = run_brk("index", "--blocks-dir", str(tmp_path), "--out", str(tmp_path / "out"), "--jobs", value,
+                env=clean_env())
+    assert r.code == 2
+    assert f"argument --jobs: expected a whole number of processes, 1 or more (got '{value}')" in r.err
+    assert "Traceback" not in r.err and not (tmp_path / "out").exists()
