@@ -7,13 +7,14 @@ committed, again and again as the indexer commits more:
 * ``N == 1``: no stage process; the passes run after the indexer in the same process (``compute``).
 * ``N == 2``: one stage process runs ``computed``, ``utxo`` (with ``realized``) and ``addresses`` in turn.
 * ``N >= 3``: two stage processes, ``computed`` + ``utxo`` in one and ``addresses`` in the other (it costs
-  about four times the three others together; splitting further would leave a core idle, see
-  docs/brk.md).
+  about four times the three others together; a finer split would not go faster, the indexer stays the
+  slowest process: see docs/brk.md).
 
 The parent talks to each stage over its stdin/stdout, one line per message. Parent to stage: ``go N``
-(the raw store committed more heights; ``go N now``: start a cycle at once, the indexer is done), ``hold`` (a reorg is about to truncate the raw store: stop at
-the next committed chunk and wait), ``end`` (finish what the raw store holds, then exit) and ``stop``
-(Ctrl-C: stop at the next committed chunk and exit). Stage to parent, one JSON object a line:
+(the raw store committed more heights; ``go N now``: start a cycle at once, the indexer is done),
+``hold`` (a reorg is about to truncate the raw store: stop at the next committed chunk and wait),
+``end`` (finish what the raw store holds, then exit) and ``stop`` (Ctrl-C: stop at the next committed
+chunk and exit). Stage to parent, one JSON object a line:
 ``took`` (a cycle starts, having read ``go`` number ``seq``), ``idle`` (the cycle is done), ``held``,
 ``progress`` (a ``Stage`` event of a pass), ``error`` and ``exit``.
 
