@@ -12,15 +12,21 @@ For each size N (transactions), with K transactions per block:
    computes the realized family (it needs prices) on the indexed store: its wall time and stages;
 4. ``brk index`` once more (same flags): the reopen time of an up-to-date store.
 
+``--jobs N`` is passed to every ``brk index`` (default: ``brk index``'s own, the machine's cores): with
+N >= 2 the computed families run in stage processes beside the indexer, so stages overlap; each
+stage's time is then its span, from its first progress line to its last committed one.
+
 Peak RSS is each process's own (``VmHWM`` from ``/proc``, not ``wait4``'s ``ru_maxrss``, which
-inherits the parent's high-water mark): the command's and each child's (the parsing process);
-``total_peak_rss_mb`` adds them (an upper bound of the whole job's). Load averages are taken before and
+inherits the parent's high-water mark): the command's and each child's (the parsing process, the stage
+processes), by role in ``processes``; ``total_peak_rss_mb`` adds them all (an upper bound of the whole
+job's). Load averages are taken before and
 after each step (the machine may be shared: read figures with them). Sizes run smallest first while
 the projected time of the next one (from the rates measured so far) fits in ``--budget`` seconds; the
 others are listed as skipped with the reason. Prints one JSON document.
 
 Usage: python benchmarks/brk_scale.py [--sizes 1e6,5e6,20e6] [--txs-per-block 2500] [--budget 600]
                                       [--cache DIR] [--seed 7] [--no-compute] [--prices] [--no-fsync] [--keep]
+                                      [--jobs N]
 """
 
 from __future__ import annotations
@@ -68,6 +74,23 @@ def _children(pid: int) -> list[int]:
         return []
 
 
+def _role(pid: int) -> str:
+    """What a child of ``brk index`` is: ``parser``, ``stage:PASSES`` or its command line."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            argv = [a.decode(errors="replace") for a in fh.read().split(b"\0") if a]
+    except OSError:
+        return "gone"
+    if "cairn_servers.brk.blocks.worker" in argv:
+        return "parser"
+    if "cairn_servers.brk.pipeline" in argv:
+        try:
+            return "stage:" + "+".join(json.loads(argv[-1])["passes"])
+        except (ValueError, KeyError, IndexError):
+            return "stage"
+    return " ".join(argv[:3])
+
+
 def brk(*args: str, timeout: float | None = None) -> dict[str, Any]:
     """Run ``brk ARGS``; returns exit code, wall seconds, the child's peak RSS (MB), stdout JSON, stderr tail."""
     env = dict(os.environ)
@@ -84,6 +107,7 @@ def brk(*args: str, timeout: float | None = None) -> dict[str, Any]:
         child_kb: dict[int, int] = {}  # the parsing process(es) brk index starts
         main_cpu = 0.0
         child_cpu: dict[int, float] = {}
+        roles: dict[int, str] = {}
         while True:
             partial += err_reader.read()
             *lines, partial = partial.split("\n")
@@ -94,6 +118,8 @@ def brk(*args: str, timeout: float | None = None) -> dict[str, Any]:
             hwm_kb = max(hwm_kb, memory_kib(proc.pid, "VmHWM"))
             main_cpu = max(main_cpu, _cpu_s(proc.pid))
             for cpid in _children(proc.pid):
+                if not roles.get(cpid, "").startswith(("parser", "stage")):  # just forked: not yet exec'd
+                    roles[cpid] = _role(cpid)
                 child_kb[cpid] = max(child_kb.get(cpid, 0), memory_kib(cpid, "VmHWM"))
                 child_cpu[cpid] = max(child_cpu.get(cpid, 0.0), _cpu_s(cpid))
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -116,35 +142,46 @@ def brk(*args: str, timeout: float | None = None) -> dict[str, Any]:
     return {"code": code, "wall_s": round(wall, 2), "peak_rss_mb": round((hwm_kb or usage.ru_maxrss) / 1024, 1),
             # CPU seconds of the main process and of its parsing process (sampled; the last 50 ms may be
             # missed): on an idle 2-core machine the wall time would be about the larger of the two.
-            "main_cpu_s": round(main_cpu, 2), "parser_cpu_s": round(sum(child_cpu.values()), 2),
+            "main_cpu_s": round(main_cpu, 2),
+            "parser_cpu_s": round(sum(c for p, c in child_cpu.items() if roles.get(p) == "parser"), 2),
             "children_peak_rss_mb": round(max(child_kb.values(), default=0) / 1024, 1),
-            # an upper bound of the whole command's peak: the peaks of the process and its children added
-            "total_peak_rss_mb": round((hwm_kb + max(child_kb.values(), default=0)) / 1024, 1),
+            # every process by role: peak RSS (MB) and CPU seconds (children of one role added)
+            "processes": _by_role(hwm_kb, main_cpu, child_kb, child_cpu, roles),
+            # an upper bound of the whole command's peak: the peaks of the process and all its children added
+            "total_peak_rss_mb": round((hwm_kb + sum(child_kb.values())) / 1024, 1),
             "user_s": round(usage.ru_utime, 2), "sys_s": round(usage.ru_stime, 2), "load_before": load0,
             "load_after": _load(), "result": result, "stderr_tail": tail if code else "",
             "stages": _stages(err_text),
             "stage_peak_rss_mb": {name: round(kb / 1024, 1) for name, kb in stage_rss_kb.items()}}
 
 
+def _by_role(main_kb: int, main_cpu: float, child_kb: dict[int, int], child_cpu: dict[int, float],
+             roles: dict[int, str]) -> dict[str, dict[str, float]]:
+    table: dict[str, dict[str, float]] = {"main": {"peak_rss_mb": round(main_kb / 1024, 1),
+                                                   "cpu_s": round(main_cpu, 2), "count": 1}}
+    for pid, kb in child_kb.items():
+        row = table.setdefault(roles.get(pid, "?"), {"peak_rss_mb": 0.0, "cpu_s": 0.0, "count": 0})
+        row["peak_rss_mb"] = round(row["peak_rss_mb"] + kb / 1024, 1)
+        row["cpu_s"] = round(row["cpu_s"] + child_cpu.get(pid, 0.0), 2)
+        row["count"] += 1
+    return table
+
+
 def _stages(stderr: str) -> dict[str, float]:
-    """Seconds of each stage of a ``brk index --progress json`` run, from its JSON lines: the index stage
-    until the first computed stage starts, each computed stage until the next one (or the last line)."""
-    marks: list[tuple[str, float]] = [("index", 0.0)]
-    end = 0.0
+    """Seconds of each stage of a ``brk index --progress json`` run, from its JSON lines: from the stage's
+    first line (the index: the start) to its last ``commit`` (stages of ``--jobs`` >= 2 overlap)."""
+    spans: dict[str, list[float]] = {"index": [0.0, 0.0]}
     for line in stderr.splitlines():
         try:
             event = json.loads(line)
         except ValueError:
             continue
-        if not isinstance(event, dict) or "elapsed_s" not in event:
+        if not isinstance(event, dict) or "elapsed_s" not in event or event.get("event") in ("done", "stopped"):
             continue
-        end = float(event["elapsed_s"])
-        if event.get("event") == "stage":
-            marks.append((str(event["stage"]), end))
-    stages: dict[str, float] = {}
-    for (name, t0), (_, t1) in zip(marks, [*marks[1:], ("end", end)]):
-        stages[name] = round(stages.get(name, 0.0) + t1 - t0, 2)
-    return stages
+        t = float(event["elapsed_s"])
+        span = spans.setdefault(str(event["stage"]), [t, t])
+        span[1] = max(span[1], t)
+    return {name: round(t1 - t0, 2) for name, (t0, t1) in spans.items()}
 
 
 def chain(cache: Path, n_tx: int, k: int, seed: int) -> tuple[Path, dict[str, Any]]:
@@ -184,6 +221,8 @@ def main() -> None:
     ap.add_argument("--prices", action="store_true",
                     help="then import a daily price series (brk price import) and time the realized family's run")
     ap.add_argument("--keep", action="store_true", help="keep the output directories (printed)")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                    help="brk index --jobs (default: the machine's cores, as brk index)")
     args = ap.parse_args()
     sizes = sorted(int(float(s)) for s in args.sizes.split(","))
     k = args.txs_per_block
@@ -191,6 +230,7 @@ def main() -> None:
     gen_rate, index_rate, bytes_per_tx = GEN_TX_S, INDEX_MB_S * 1e6, BYTES_PER_TX
     runs: list[dict[str, Any]] = []
     fsync = ["--no-fsync"] if args.no_fsync else []
+    fsync += ["--jobs", str(args.jobs)]  # every brk index of the run
     for n_tx in sizes:
         left = args.budget - (time.perf_counter() - t_start)
         blocks = math.ceil(n_tx / k) + WARMUP_BLOCKS
@@ -226,6 +266,7 @@ def main() -> None:
                           # under load, wall time overstates: block data MB per CPU second of the child
                           "mb_per_cpu_s": round(data_bytes / max(first["user_s"] + first["sys_s"], 1e-9) / 1e6, 2),
                           "main_cpu_s": first["main_cpu_s"], "parser_cpu_s": first["parser_cpu_s"],
+                          "processes": first["processes"],
                           # the rate if each process had a core to itself: block data / the busier one's CPU
                           "mb_s_two_free_cores": round(data_bytes / max(first["main_cpu_s"], first["parser_cpu_s"],
                                                                          1e-9) / 1e6, 2),
@@ -257,7 +298,8 @@ def main() -> None:
             if not args.keep:
                 shutil.rmtree(out, ignore_errors=True)
     report = {
-        "benchmark": "brk_scale", "cpus": os.cpu_count(), "txs_per_block": k, "budget_s": args.budget,
+        "benchmark": "brk_scale", "cpus": os.cpu_count(), "jobs": args.jobs, "txs_per_block": k,
+        "budget_s": args.budget,
         "computed": not args.no_compute,
         "total_s": round(time.perf_counter() - t_start, 1), "load_end": _load(), "runs": runs,
     }

@@ -35,8 +35,9 @@ def dense(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def uninterrupted(dense: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
     out = tmp_path_factory.mktemp("clean") / "out"
-    r = run_brk("index", "--blocks-dir", str(dense), "--out", str(out), "--format", "json", env=clean_env(),
-                timeout=300)
+    # One process: the passes follow the indexing, in turn (--jobs 2 is tests/brk/test_pipeline.py's).
+    r = run_brk("index", "--blocks-dir", str(dense), "--out", str(out), "--format", "json", "--jobs", "1",
+                env=clean_env(), timeout=300)
     assert r.code == 0, r.err
     lines = [json.loads(line) for line in r.err.splitlines()]
     assert all(set(line) - {"file", "files", "found"} == FIELDS for line in lines)  # the documented fields
@@ -220,9 +221,11 @@ def test_a_run_with_nothing_new_reports_the_tip_not_minus_one(tmp_path: Path) ->
     assert not any(line["event"] == "stage" for line in lines)  # nothing to compute: no stage
 
 
-def test_ctrl_c_during_the_computed_passes_stops_at_a_committed_chunk(dense: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_ctrl_c_during_the_computed_passes_stops_at_a_committed_chunk(dense: Path, tmp_path: Path, jobs: str) -> None:
     """SIGINT while a computed pass runs: it ends at its next committed chunk (exit 130, not after the
-    whole pass); the rerun resumes every pass and ends byte-identical to an uninterrupted run."""
+    whole pass); the rerun resumes every pass and ends byte-identical to an uninterrupted run. With
+    ``--jobs 2`` the pass runs in a stage process: the parent tells it to stop."""
     from . import _golden
 
     env = dict(clean_env(), CAIRN_BRK_UTXO_CHUNK="8000")  # many small chunks
@@ -231,7 +234,7 @@ def test_ctrl_c_during_the_computed_passes_stops_at_a_committed_chunk(dense: Pat
     assert r.code == 0, r.err
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "cairn_servers.brk.cli", "index", "--blocks-dir", str(dense), "--out", str(out),
-           "--format", "json", "--progress", "json"]
+           "--format", "json", "--progress", "json", "--jobs", jobs]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     assert proc.stderr is not None
     for line in proc.stderr:
@@ -243,7 +246,9 @@ def test_ctrl_c_during_the_computed_passes_stops_at_a_committed_chunk(dense: Pat
     assert "stopped at height" in rest and "Traceback" not in rest
     utxo = json.loads((out / "utxo" / "manifest.json").read_text())["meta"]
     assert utxo["height"] < TIP  # stopped within the pass, at a committed chunk
-    assert not (out / "addresses" / "manifest.json").exists()  # the later passes did not start
-    again = run_brk("index", "--blocks-dir", str(dense), "--out", str(out), "--format", "json", env=env, timeout=300)
+    if jobs == "1":
+        assert not (out / "addresses" / "manifest.json").exists()  # the later passes did not start
+    again = run_brk("index", "--blocks-dir", str(dense), "--out", str(out), "--format", "json", "--jobs", jobs,
+                    env=env, timeout=300)
     assert again.code == 0, again.err
     assert _golden.checksums(out) == _golden.checksums(clean)

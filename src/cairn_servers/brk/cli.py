@@ -1,7 +1,8 @@
 """brk: index a Bitcoin node's block files into columnar vecs.
 
 Commands:
-  brk index  [--blocks-dir DIR] --out DIR [--watch] index new blocks (resumes; rolls back on reorgs)
+  brk index  [--blocks-dir DIR] --out DIR [--watch] [--jobs N]
+                                                     index new blocks (resumes; rolls back on reorgs)
   brk fetch  --rpc-url URL --blocks-dir DIR          mirror a bitcoind's best chain into blk files
   brk sample --blocks N --out DIR [--txs-per-block K] [--mainnet]
                                                      write a regtest sample chain (or mainnet 0..589)
@@ -85,6 +86,16 @@ def _cmd_index(args: argparse.Namespace) -> int:
                       progress=progress if progress.mode != "none" else None)
     progress.known(indexer.store.lengths["height_to_blockhash"] - 1)  # a run with nothing new reports the tip
     stopper = _StopOnSignal(indexer, progress.log)
+    jobs = args.jobs
+    if jobs is None:
+        from cairn_servers.brk.pipeline import default_jobs
+
+        jobs = default_jobs()
+    if jobs >= 2 and not args.no_compute:
+        try:
+            return _index_pipeline(args, jobs, out, blocks_dir, indexer, progress, stopper)
+        finally:
+            stopper.restore()
     refresher = None
     if args.watch:  # daily prices in the background (never waited for; failures keep the stored ones)
         from cairn_servers.brk.prices import Refresher
@@ -102,13 +113,7 @@ def _cmd_index(args: argparse.Namespace) -> int:
                         progress=progress if progress.mode != "none" else None,
                         stop=lambda: indexer.stop_requested)
             if indexer.stop_requested:
-                progress.finish("stopped")
-                data = result.to_dict()
-                data["stopped"] = signal.Signals(stopper.signum or signal.SIGINT).name
-                print_data(data, args.format)
-                print(f"brk: stopped at height {result.height} (committed). Run the same command again to resume.",
-                      file=sys.stderr)
-                return 130 if stopper.signum == signal.SIGINT else 0
+                return _stopped(args, progress, result, stopper)
             if not args.watch or result.indexed_blocks or result.rolled_back_from is not None or result.invalid:
                 progress.finish()
                 print_data(result.to_dict(), args.format)
@@ -123,6 +128,113 @@ def _cmd_index(args: argparse.Namespace) -> int:
             indexer.progress = progress if progress.mode != "none" else None
     finally:
         stopper.restore()
+
+
+def _stopped(args: argparse.Namespace, progress: Any, result: Any, stopper: _StopOnSignal) -> int:
+    import signal
+
+    progress.finish("stopped")
+    data = result.to_dict()
+    data["stopped"] = signal.Signals(stopper.signum or signal.SIGINT).name
+    print_data(data, args.format)
+    print(f"brk: stopped at height {result.height} (committed). Run the same command again to resume.",
+          file=sys.stderr)
+    return 130 if stopper.signum == signal.SIGINT else 0
+
+
+def _index_pipeline(args: argparse.Namespace, jobs: int, out: Any, blocks_dir: Any, indexer: Any, progress: Any,
+                    stopper: _StopOnSignal) -> int:
+    """``brk index --jobs N`` (N >= 2): the computed passes run in stage processes beside the indexer
+    (``cairn_servers.brk.pipeline``), fed each committed height; the result is printed once they caught up."""
+    import signal
+
+    from cairn_servers.brk.pipeline import Pipeline, StageFailed
+    from cairn_servers.brk.progress import Progress
+
+    def failed() -> None:  # a stage died: the indexer stops at its next block, then the error is raised
+        indexer.stop_requested = True
+        stopper.event.set()
+
+    def stopped_by_stage() -> None:  # a stage was sent SIGTERM on its own: the whole job stops
+        if stopper.signum is None:
+            stopper.signum = signal.SIGTERM
+        indexer.stop_requested = True
+        stopper.event.set()
+
+    def stop() -> bool:
+        return bool(indexer.stop_requested)
+
+    pipeline = Pipeline(out, blocks_dir, jobs, durable=not args.no_fsync,
+                        progress=progress if progress.mode != "none" else None, on_failure=failed,
+                        on_stop=stopped_by_stage)
+    closed = False
+    refresher = None
+    if args.watch:
+        from cairn_servers.brk.prices import Refresher
+
+        refresher = Refresher(out)
+    try:
+        indexer.on_commit = lambda: pipeline.committed(stop)
+        indexer.before_rollback = pipeline.hold
+        if progress.mode != "none":
+            indexer.progress = pipeline.index_event
+        pipeline.committed(stop)  # the stages catch up with what earlier runs committed
+        while True:
+            if refresher is not None:
+                refresher.poke()
+            result = indexer.run(max_blocks=args.max_blocks)
+            if not indexer.stop_requested and not args.watch:
+                pipeline.sync(stop)
+            if pipeline.failed is not None:  # reported by close() below
+                indexer.stop_requested = True
+            elif (result.indexed_blocks or result.rolled_back_from is not None) and not indexer.stop_requested:
+                pipeline.committed(stop, now=True)  # --watch: the stages catch up between polls
+            if indexer.stop_requested:
+                closed = True
+                try:
+                    pipeline.close(stop=True)
+                except StageFailed:  # a stage died: the last progress line says where things stand
+                    progress.finish("stopped")
+                    raise
+                return _stopped(args, progress, result, stopper)
+            if not args.watch or result.indexed_blocks or result.rolled_back_from is not None or result.invalid:
+                if not args.watch:
+                    closed = True
+                    pipeline.close()
+                progress.finish()
+                print_data(result.to_dict(), args.format)
+                sys.stdout.flush()
+            if not args.watch:
+                if not closed:
+                    closed = True
+                    pipeline.close()
+                return 0
+            if stopper.event.wait(args.interval):
+                closed = True
+                pipeline.close(stop=True)
+                print(f"brk: stopped at height {result.height} (committed).", file=sys.stderr)
+                return 130 if stopper.signum == signal.SIGINT else 0
+            if result.indexed_blocks or result.rolled_back_from is not None or result.invalid:
+                # A new reporter after a poll that said something (an idle poll keeps the one the stages use).
+                progress = Progress(args.progress, quiet_until_work=True)
+                progress.known(indexer.store.lengths["height_to_blockhash"] - 1)
+                pipeline.set_progress(progress if progress.mode != "none" else None)
+                indexer.progress = pipeline.index_event if progress.mode != "none" else None
+    finally:
+        if not closed:
+            pipeline.abandon()
+
+
+def _jobs(text: str) -> int:
+    import argparse
+
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of processes, 1 or more (got {text!r})")
+    return n
 
 
 def _cmd_sample(args: argparse.Namespace) -> int:
@@ -204,6 +316,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-mb", type=int, default=64,
                    help="block cache of the transaction index (RocksDB), in MB (default 64)")
     p.add_argument("--no-compute", action="store_true", help="index raw vecs only (no computed datasets)")
+    p.add_argument("--jobs", type=_jobs, metavar="N",
+                   help="processes to use (default: the machine's cores). 1: the computed datasets are computed "
+                        "after indexing, in this process; 2: they run in one more process beside the indexer, "
+                        "following each committed height; 3 or more: the address pass gets a process of its own")
     p.add_argument("--progress", choices=("auto", "bar", "json", "none"), default="auto",
                    help="progress on stderr: auto (a bar on a terminal, else JSON lines), bar, json or none")
     format_arg(p)

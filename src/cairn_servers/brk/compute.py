@@ -66,16 +66,23 @@ def specs() -> list[VecSpec]:
 
 
 @contextmanager
-def locked(root: Path) -> Iterator[None]:
-    """One computer per output directory at a time (``brk index`` and ``brk run`` may both try)."""
+def locked(root: Path, name: str = ".lock") -> Iterator[None]:
+    """One computer per output directory at a time (``brk index`` and ``brk run`` may both try).
+
+    ``OUT/computed/.lock`` guards the computed vecs and the UTXO/realized passes (which read them and the
+    prices); ``OUT/computed/.addresses.lock`` guards the address pass, which reads only the raw store, so
+    the two can run at once in separate processes (``brk index --jobs``)."""
     root.mkdir(parents=True, exist_ok=True)
-    fd = os.open(root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(root / name, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
+
+
+PASSES = ("computed", "utxo", "addresses")  # in dependency order: utxo reads the computed vecs
 
 
 def compute(out: Path, *, durable: bool = True, blocks_dir: Path | None = None,
@@ -92,15 +99,35 @@ def compute(out: Path, *, durable: bool = True, blocks_dir: Path | None = None,
 
     return_large_buffers()  # chunk columns of tens of MB: from mmap, not a heap that fragments and creeps up
     trim_heap()  # what indexing freed (brk index runs the passes in the same process) goes back to the OS
-    with locked(computed_dir(out)):
-        summary = _Computer(out, durable=durable, progress=progress, stop=stop).run()
-        from cairn_servers.brk import addresses, utxo
+    return run_passes(out, PASSES, durable=durable, blocks_dir=blocks_dir, progress=progress, stop=stop)
 
-        if stop is None or not stop():
-            utxo.update(out, durable=durable, progress=progress, stop=stop)
-        if stop is None or not stop():
+
+def run_passes(out: Path, passes: tuple[str, ...], *, durable: bool = True, blocks_dir: Path | None = None,
+               progress: Callable[..., None] | None = None, stop: Callable[[], bool] | None = None
+               ) -> dict[str, Any]:
+    """The named passes (of ``PASSES``, run in that order) up to the raw store's committed tip.
+
+    Each resumes from its own committed height and finds a reorg by its stored block hashes, so any
+    subset may run in any process while the indexer appends (``cairn_servers.brk.pipeline``)."""
+    summary: dict[str, Any] = {}
+
+    def stopped() -> bool:
+        return stop is not None and stop()
+
+    if "computed" in passes or "utxo" in passes:
+        with locked(computed_dir(out)):
+            if "computed" in passes:
+                summary = _Computer(out, durable=durable, progress=progress, stop=stop).run()
+            if "utxo" in passes and not ("computed" in passes and stopped()):
+                from cairn_servers.brk import utxo
+
+                utxo.update(out, durable=durable, progress=progress, stop=stop)
+    if "addresses" in passes and not (len(passes) > 1 and stopped()):
+        from cairn_servers.brk import addresses
+
+        with locked(computed_dir(out), ".addresses.lock"):
             addresses.update(out, durable=durable, blocks_dir=blocks_dir, progress=progress, stop=stop)
-        return summary
+    return summary
 
 
 class _Computer:

@@ -226,6 +226,11 @@ class Indexer:
         self.progress = progress
         # Set (e.g. by a signal handler) to stop at the next block: the batch so far is committed.
         self.stop_requested = False
+        # Hooks for the processes that read the raw store while it grows (cairn_servers.brk.pipeline):
+        # ``on_commit()`` after each batch of heights is committed, ``before_rollback()`` before a reorg
+        # truncates committed vecs (readers must be paused: the rows they read are about to change).
+        self.on_commit: Callable[[], None] | None = None
+        self.before_rollback: Callable[[], None] | None = None
         self.store = open_store(out, durable=durable)
         self.meta: dict[str, Any] = dict(self.store.meta)
         self.key = read_xor_key(blocks_dir)
@@ -498,6 +503,8 @@ class Indexer:
         s.commit(self._meta())  # make the scan durable first; nothing else is pending here
         if height >= s.lengths["height_to_blockhash"]:
             return
+        if self.before_rollback is not None:
+            self.before_rollback()
         lengths = {
             "height": height,
             "txindex": int(s.read("height_to_first_txindex")[height]),
@@ -829,6 +836,8 @@ class Indexer:
         self.txindex.insert(tx0, batch.txids)
         self._remember(batch.txmap, s.lengths["outputindex_to_value"])
         trim_heap(min_interval=1.0)  # the batch's freed objects go back to the OS, not to a growing heap
+        if self.on_commit is not None:
+            self.on_commit()
         return None
 
 

@@ -72,6 +72,35 @@ class Progress:
         self.indexed: tuple[int, int] | None = None  # (blocks, bytes) of the index stage, once a pass starts
         self.bar_shown = False
         self.unsaid_commit = False  # a commit line skipped by the rate limit, said before the next stage
+        # ``brk index --jobs``: stages run at once, each event naming its own. Each stage keeps its own
+        # figures, rates and rate limit (a context, swapped in when one of its events comes).
+        self.concurrent = False
+        self.contexts: dict[str, dict[str, Any]] = {}
+
+    _CONTEXT = ("state", "window", "stage_start", "last_emit", "unsaid_commit")
+
+    def _switch(self, name: str) -> None:
+        """Make ``name``'s context the current one (concurrent stages only)."""
+        current = str(self.state["stage"])
+        if name == current:
+            return
+        self.contexts[current] = {key: getattr(self, key) for key in self._CONTEXT}
+        saved = self.contexts.pop(name, None)
+        if saved is None:  # a stage's first event: its figures start from the current ones, as in turn
+            saved = {"state": dict(self.state), "window": deque(), "stage_start": self.clock(),
+                     "last_emit": float("-inf"), "unsaid_commit": False}
+        for key, value in saved.items():
+            setattr(self, key, value)
+        self.state["stage"] = name
+
+    def flush_stages(self) -> None:
+        """Concurrent stages: each says where it stopped if its last commit was skipped by the rate limit."""
+        if self.mode == "none" or self.quiet:
+            return
+        for name in [n for n, c in self.contexts.items() if c["unsaid_commit"]] + [str(self.state["stage"])]:
+            self._switch(name)
+            if self.unsaid_commit:
+                self._emit("commit", self.clock())
 
     def known(self, height: int) -> None:
         """The committed tip before the run: the heights a run that finds nothing new reports."""
@@ -82,7 +111,12 @@ class Progress:
     def __call__(self, event: str, **fields: Any) -> None:
         if self.mode == "none":
             return
-        if event == "stage" and self.unsaid_commit and not self.quiet:
+        if self.concurrent:
+            self._switch(str(fields.get("stage", "index")))
+            if event == "stage" and self.indexed is None:
+                self.indexed = (0, 0)  # the last line reports the index stage's own figures
+            fields.pop("stage", None)
+        if event == "stage" and self.unsaid_commit and not self.quiet and not self.concurrent:
             # The stage before this one ended on a commit the rate limit skipped: say where it stopped.
             self.unsaid_commit = False
             self._emit("commit", self.clock())
@@ -131,7 +165,10 @@ class Progress:
         if self.mode == "none" or self.quiet:
             return
         now = self.clock()
-        if self.indexed is not None:  # the last line reports the indexing and the whole job's time
+        if self.concurrent:
+            self.flush_stages()
+            self._switch("index")
+        elif self.indexed is not None:  # the last line reports the indexing and the whole job's time
             self.state["blocks"], self.state["bytes"] = self.indexed
             self.state["stage"] = "index"
             self.stage_start = self.start
@@ -190,6 +227,9 @@ class Progress:
             label = "height" if st["stage"] == "index" else st["stage"]
             text = (f"{label} {st['height']:,}/{target:,} [{'#' * filled}{'.' * (20 - filled)}] {100 * done:5.1f}%  "
                     f"{bps:,.0f} blk/s  {mbps:.1f} MB/s  ETA {_eta(eta)}")
+            if self.concurrent and self.contexts:  # the other stages' committed heights
+                text += "  | " + "  ".join(f"{name} {c['state']['committed_height']:,}"
+                                           for name, c in sorted(self.contexts.items()))
         self._write("\r\x1b[K" + text)
         self.bar_shown = True
 

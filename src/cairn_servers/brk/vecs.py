@@ -170,7 +170,10 @@ class VecStore:
         except OSError as exc:
             self.lengths = before
             self.discard_pending()
-            raise StorageError(f"Cannot write to {self.root}: {exc.strerror or exc}. Free some space (or fix "
+            # A short write (numpy: "N requested and M written", no errno) is the file system refusing more.
+            why = exc.strerror or (f"{exc} (the disk is full or a file is too large for its limit)"
+                                   if exc.errno is None else exc)
+            raise StorageError(f"Cannot write to {self.root}: {why}. Free some space (or fix "
                                "the permissions) and run the same command again: the last commit is intact "
                                "and work resumes from it.") from exc
 
