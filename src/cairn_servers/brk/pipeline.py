@@ -438,7 +438,9 @@ def _stage_main(config: dict[str, Any]) -> int:
         say("error", message=exc.message, exit_code=exc.exit_code)
         return 1
     except OSError as exc:  # opening a store on a full disk: said as a commit says it
-        say("error", **_storage(exc.filename or out, exc.strerror or str(exc)))
+        from cairn_servers.core.errors import write_failure
+
+        say("error", **_storage(exc.filename or out, write_failure(exc)))
         return 1
     except Exception as exc:
         if str(exc).startswith("IO error:"):  # the address index engine (RocksDB) could not write

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cairn_servers.core.errors import StorageError
+from cairn_servers.core.errors import StorageError, write_failure
 from cairn_servers.core.files import write_atomic
 
 if TYPE_CHECKING:
@@ -170,10 +170,7 @@ class VecStore:
         except OSError as exc:
             self.lengths = before
             self.discard_pending()
-            # A short write (numpy: "N requested and M written", no errno) is the file system refusing more.
-            why = exc.strerror or (f"{exc} (the disk is full or a file is too large for its limit)"
-                                   if exc.errno is None else exc)
-            raise StorageError(f"Cannot write to {self.root}: {why}. Free some space (or fix "
+            raise StorageError(f"Cannot write to {self.root}: {write_failure(exc)}. Free some space (or fix "
                                "the permissions) and run the same command again: the last commit is intact "
                                "and work resumes from it.") from exc
 

@@ -99,6 +99,16 @@ class StorageError(CairnError):
     jsonrpc_code = -32603
 
 
+def write_failure(exc: OSError) -> str:
+    """Why a write failed, in words: the system's message; for a short write, which numpy reports with no
+    error number ("N requested and M written"), the file system refusing more."""
+    if exc.strerror:
+        return exc.strerror
+    if exc.errno is None:
+        return f"{exc} (the disk is full or a file is too large for its limit)"
+    return str(exc)
+
+
 class ExtensionError(CairnError):
     """A user extension (Lua tool or connector) failed."""
 
