@@ -93,6 +93,15 @@ CASES: dict[str, tuple[str, list[tuple[dict[str, Any], bool]]]] = {
         ({"snippets": ["guide:7"], "maxLines": "few"}, ERR),
         ({"snippets": ["guide:7"], "linesAfter": 51}, ERR),
         ({"snippets": ["guide:7"], "linesBefore": -1}, ERR),
+        # The query syntax: +required, -excluded, "phrases", title:/heading: terms.
+        ({"query": "+zzzqqq +hooks"}, OK),  # a required word nowhere: no hits, never any-term hits
+        ({"query": "hooks -deep"}, OK),
+        ({"query": "title:hooks"}, OK),
+        ({"query": '"hooks let" +state -zebra'}, OK),
+        ({"query": '"hooks zebra"'}, OK),  # the any-term fallback, with its note
+        ({"query": "hookz -deep"}, OK),  # the typo fallback keeps the exclusion
+        ({"query": "-hooks -deep"}, ERR),  # excludes only
+        ({"query": '+"' + " ".join(["hooks"] * 4097) + '"'}, ERR),  # a required phrase counts its words too
     ]),
     "toc": ("tool", [
         ({"source": "guide"}, OK),
@@ -129,6 +138,10 @@ CASES: dict[str, tuple[str, list[tuple[dict[str, Any], bool]]]] = {
         ({"query": "hooks", "headingLevel": [1, 3]}, OK),
         ({"query": "x", "headingLevel": "3-1"}, ERR),
         ({"query": "x", "source": ["guide", "nope"]}, ERR),
+        ({"query": "hooks -deep +state"}, OK),
+        ({"query": "heading:hooks -title:deep"}, OK),
+        ({"query": '"hooks zebra"'}, OK),
+        ({"query": "-deep -hooks"}, ERR),
     ]),
     "get": ("find", [
         ({"citations": ["guide:7-7"], "linePadding": 2}, OK),

@@ -103,7 +103,15 @@ def find(store: Store, query: str | None = None, snippets: list[str] | None = No
          lines_after: int | None = None) -> dict[str, Any]:
     """Search documentation (query) and/or retrieve exact cited line ranges (snippets). Hits carry alias, lines, headingPath, snippet, score (0-100 relative to the top hit) and sourceUrl; cite them as alias:lines.
 
-    :param query: Search text (any words; "quoted phrases" work).
+    Query syntax: every word must match; "a phrase" matches those words in that order; +word is
+    required even when the search falls back; -word (or -"a phrase") drops every section holding
+    it; title:word (or heading:word, title:"a phrase") matches only a section's own heading. Signs
+    and title: go right before the word, and combine: -title:deprecated. When nothing matches every
+    word, any of them may (fallback: "any-term"), then unknown words are replaced by the closest
+    indexed word (fallback: "corrected", correctedQuery); +required and -excluded words still
+    apply, and note says what was done.
+
+    :param query: Search text: words, "quoted phrases", +required, -excluded, title:heading-words.
     :param snippets: Citations to retrieve, e.g. ["bun:120-145", "react:1-3,5-9"].
     :param source: Alias to search, or several: a list (["react", "bun"]) or "react,bun"; omit to
         search every installed source on one comparable score scale.
@@ -278,11 +286,14 @@ def learn_blz(store: Store) -> dict[str, Any]:
                   "linesBefore": {"min": 0, "max": MAX_PADDING}, "linesAfter": {"min": 0, "max": MAX_PADDING},
                   "headingsOnly": "match heading text only",
                   "headingLevel": ["2", "1-2", "<=2", ">=3", "1,3", [1, 2]],
-                  "maxLines": {"min": 1, "perSnippet": True}},
+                  "maxLines": {"min": 1, "perSnippet": True},
+                  "query": {"+word": "required, even in a fallback", "-word": "excluded",
+                            '"a phrase"': "words in that order", "title:word": "in a section's own heading"}},
         "citations": "alias:start-end (1-based, inclusive); several ranges: alias:1-3,5-9",
         "examples": [f"find(query='hooks', source='{first}')",
                      f"find(query='hooks', source={aliases[:2] or ['react', 'bun']}, headingLevel='1-2')",
                      "find(query='hooks', headingsOnly=True)",
+                     "find(query='+cleanup title:useEffect -class')",
                      f"find(snippets=['{first}:1-20'], linesAfter=10, maxLines=40)",
                      f"toc(source='{first}', maxDepth=2, filter='hooks')",
                      f"find(snippets=['{first}:1-20'], contextMode='all')",
@@ -356,7 +367,18 @@ def search(store: Store, query: str, source: list[str] | None = None, max_result
            heading_level: str | int | list[str | int] | None = None) -> dict[str, Any]:
     """Search the docs (BM25 over all or some sources).
 
-    :param query: Search text (any words; "quoted phrases" work).
+    Query syntax: every word must match; "a phrase" matches those words in that order; +word is
+    required even when the search falls back; -word (or -"a phrase") drops every section holding
+    it; title:word (or heading:word, title:"a phrase") matches only a section's own heading. Signs
+    and title: go right before the word, and combine: -title:deprecated. A query that is one word
+    starting with - goes after --: blz search -- --force.
+
+    When nothing matches every word, any of them may (fallback "any-term"), then unknown words are
+    replaced by the closest indexed word (fallback "corrected"); +required and -excluded words still
+    apply. A fallback is said on the first line of text output, in "fallback" and "note" in JSON,
+    and on stderr (blz: note: ...) with jsonl, csv, tsv and md.
+
+    :param query: Search text: words, "quoted phrases", +required, -excluded, title:heading-words.
     :param source: Only these sources (-s react,bun or -s react -s bun); omit for every installed source.
     :param max_results: Hits per page (1-50).
     :param page: Page number (hasMore says whether another follows).

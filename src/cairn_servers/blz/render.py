@@ -116,13 +116,10 @@ def _validate_exit(data: Any) -> int:
 # -- text renderings ----------------------------------------------------------------------------
 
 def fallback_note(data: dict[str, Any]) -> str | None:
-    """What a fallback search did, in words: the hits do not match the query as written."""
-    if data.get("fallback") == "corrected":
-        return f"no exact match; showing results for {data['correctedQuery']!r}"
-    if data.get("fallback") == "any-term":
-        return (f"nothing matches all of {data['query']!r} (as a phrase or every word); "
-                "showing sections with any of its words")
-    return None
+    """What a fallback search did, in words (the ``note`` search and find put beside ``fallback``):
+    the hits do not match the query as written."""
+    note = data.get("note") if data.get("fallback") else None
+    return note if isinstance(note, str) else None
 
 
 def search_text(data: dict[str, Any]) -> str:

@@ -128,6 +128,8 @@ def find(store: Store, query: str | None = None, snippets: list[str] | None = No
             out["fallback"] = found["fallback"]
         if found.get("correctedQuery"):
             out["correctedQuery"] = found["correctedQuery"]
+        if found.get("note"):
+            out["note"] = found["note"]
         out["executed"]["searched"] = True
     if snippets:
         out["snippets"] = get(store, snippets, context, padding, max_lines, before, after)["snippets"]
