@@ -101,6 +101,7 @@ CASES: dict[str, tuple[str, list[tuple[dict[str, Any], bool]]]] = {
         ({"query": '"hooks zebra"'}, OK),  # the any-term fallback, with its note
         ({"query": "hookz -deep"}, OK),  # the typo fallback keeps the exclusion
         ({"query": "-hooks -deep"}, ERR),  # excludes only
+        ({"query": "hooks", "source": "tag:nope"}, ERR),  # no source carries the tag
         ({"query": '+"' + " ".join(["hooks"] * 4097) + '"'}, ERR),  # a required phrase counts its words too
     ]),
     "toc": ("tool", [
@@ -115,10 +116,15 @@ CASES: dict[str, tuple[str, list[tuple[dict[str, Any], bool]]]] = {
         ({"source": "guide", "page": 0}, ERR),
         ({"source": "ghost"}, ERR),
         ({"source": "../etc"}, ERR),
+        ({"source": "tag:nope"}, ERR),
     ]),
     "list-sources": ("tool", [({}, OK), ({"filter": "GUI"}, OK), ({"filter": "react"}, OK)]),
     "source-add": ("tool", [
         ({"alias": "lib", "url": "{URL}", "dryRun": True}, OK),  # reports, writes nothing
+        ({"alias": "lib", "url": "{URL}", "dryRun": True, "tags": ["web", "docs"], "category": "x",
+          "refreshHours": 3}, OK),
+        ({"alias": "lib", "url": "{URL}", "tags": ["Bad Tag"]}, ERR),
+        ({"alias": "lib", "url": "{URL}", "refreshHours": 0}, ERR),
         ({"alias": "lib", "url": "{URL}"}, OK),
         ({"alias": "lib", "url": "{URL}"}, ERR),  # exists: Conflict
         ({"alias": "lib", "url": "{URL}", "force": True, "exact": True}, ERR),  # exactly llms.txt: 404
@@ -142,6 +148,7 @@ CASES: dict[str, tuple[str, list[tuple[dict[str, Any], bool]]]] = {
         ({"query": "heading:hooks -title:deep"}, OK),
         ({"query": '"hooks zebra"'}, OK),
         ({"query": "-deep -hooks"}, ERR),
+        ({"query": "hooks", "source": ["tag:nope"]}, ERR),
     ]),
     "get": ("find", [
         ({"citations": ["guide:7-7"], "linePadding": 2}, OK),
@@ -158,7 +165,8 @@ CASES: dict[str, tuple[str, list[tuple[dict[str, Any], bool]]]] = {
     "validate": ("run-command", [({}, OK), ({"alias": "guide"}, OK), ({"alias": "ghost"}, ERR)]),
     "inspect": ("run-command", [({"alias": "guide"}, OK), ({"alias": "ghost"}, ERR)]),
     "schema": ("run-command", [({}, OK), ({"name": "toc"}, OK), ({"name": "nope"}, ERR)]),
-    "update": ("cli-only", [({"alias": "guide"}, OK), ({}, ERR), ({"alias": "ghost"}, ERR)]),
+    "update": ("cli-only", [({"alias": "guide"}, OK), ({}, ERR), ({"alias": "ghost"}, ERR), ({"stale": True}, OK),
+                            ({"alias": "guide", "stale": True}, ERR)]),
     "remove": ("cli-only", [({"alias": "ghost"}, ERR)]),
     "lookup": ("tool", [({"query": "react"}, OK), ({}, OK), ({"query": "orm", "category": "database"}, OK),
                         ({"category": "nope"}, ERR), ({"category": "AI"}, ERR),

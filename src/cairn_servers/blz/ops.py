@@ -15,7 +15,7 @@ names validation messages use (``Invalid parameter for 'toc': maxDepth: ...``), 
 
 from __future__ import annotations
 
-from cairn_servers.blz.limits import (CATEGORIES, CONTEXT_MODES, MAX_DEPTH, MAX_LIMIT, MAX_PADDING,
+from cairn_servers.blz.limits import (CATEGORIES, CONTEXT_MODES, MAX_DEPTH, MAX_LIMIT, MAX_PADDING, MAX_REFRESH_HOURS,
                               TOC_DEFAULT_LIMIT, TOC_MAX_LIMIT)
 from cairn_servers.blz.schemas import TOC
 from cairn_servers.core.ops import Registry
@@ -113,8 +113,8 @@ def find(store: Store, query: str | None = None, snippets: list[str] | None = No
 
     :param query: Search text: words, "quoted phrases", +required, -excluded, title:heading-words.
     :param snippets: Citations to retrieve, e.g. ["bun:120-145", "react:1-3,5-9"].
-    :param source: Alias to search, or several: a list (["react", "bun"]) or "react,bun"; omit to
-        search every installed source on one comparable score scale.
+    :param source: Alias to search, or several: a list (["react", "bun"]) or "react,bun"; "tag:NAME"
+        for every source tagged NAME; omit to search every installed source on one comparable score scale.
     :param context_mode: How to expand snippets: none, symmetric (linePadding lines each side) or all
         (the whole enclosing heading section); omitted, symmetric when linePadding, linesBefore or
         linesAfter is given, else none.
@@ -158,7 +158,8 @@ def toc(store: Store, source: str, max_depth: int | None = None, tree: bool = Fa
 
     Read from the stored outline; the file is not parsed again.
 
-    :param source: Alias of an installed source (see list-sources).
+    :param source: Alias of an installed source (see list-sources), or tag:NAME when exactly one
+        source carries that tag.
     :param max_depth: Only heading levels 1..maxDepth (1-6); omit for every level.
     :param tree: Nest the entries: each carries the deeper headings under it as children (on a
         terminal: indented by level).
@@ -224,12 +225,17 @@ def lookup(store: Store, query: str = "", category: str | None = None) -> dict[s
     "exact": {"flags": ("--exact",)},
     "all_languages": {"wire": "allLanguages", "flags": ("--all-languages",)},
     "dry_run": {"wire": "dryRun", "flags": ("--dry-run",)},
+    "tags": {"type": "array", "flags": ("--tag", "--tags"), "metavar": "TAG"},
+    "category": {"type": "string", "flags": ("--category",), "metavar": "NAME"},
+    "refresh_hours": {"wire": "refreshHours", "type": "integer", "minimum": 1, "maximum": MAX_REFRESH_HOURS,
+                      "flags": ("--refresh-hours",), "metavar": "HOURS"},
     "manifest": {"type": "string", "surfaces": ("cli",), "flags": ("--manifest",), "metavar": "FILE"},
     "only": {"surfaces": ("cli",), "flags": ("--only",), "metavar": "ALIASES"},
     **_NET, "guard": _CONTEXT, "progress": _CONTEXT, "on_error": _CONTEXT,
 })
 def source_add(store: Store, alias: str | None = None, url: str | None = None, force: bool = False,
                exact: bool = False, all_languages: bool = False, dry_run: bool = False,
+               tags: list[str] | None = None, category: str | None = None, refresh_hours: int | None = None,
                manifest: str | None = None, only: list[str] | None = None, max_bytes: int | None = None,
                timeout: float | None = None,
                guard: Guard | None = None, progress: Callable[[int, int | None], None] | None = None,
@@ -247,6 +253,11 @@ def source_add(store: Store, alias: str | None = None, url: str | None = None, f
         file's non-English copies are stored but not indexed).
     :param dry_run: Fetch and parse, and report what would be added (lines, headings, lines in
         other languages left out), without writing anything.
+    :param tags: Tags for the source (a-z 0-9 _ -; a list, or comma-separated), to search a group of
+        sources with source "tag:NAME".
+    :param category: A category for the source (a-z 0-9 _ -), shown in list-sources.
+    :param refresh_hours: Hours after which the source is stale (default 24; list-sources shows
+        stale and ageHours, and `blz update --stale` refreshes the stale ones).
     :param manifest: A TOML file listing sources ([[source]] tables with alias, and url or path):
         each is added as if given alone; one that fails is reported and the others still run.
     :param only: With a manifest, only the entries of these aliases (comma-separated, repeatable).
@@ -260,7 +271,8 @@ def source_add(store: Store, alias: str | None = None, url: str | None = None, f
         if alias is not None or url is not None:
             raise InvalidInput("Give either ALIAS [URL] or --manifest FILE, not both.")
         return sources.add_manifest(store, manifest, force=force, exact=exact, all_languages=all_languages,
-                                    dry_run=dry_run, only=only, on_error=on_error, **_net(max_bytes, timeout))
+                                    dry_run=dry_run, only=only, on_error=on_error, tags=tags, category=category,
+                                    refresh_hours=refresh_hours, **_net(max_bytes, timeout))
     if only is not None:
         raise InvalidInput("--only picks entries of a manifest: blz add --manifest FILE --only a,b")
     if alias is None:  # "" is an invalid alias, said as such
@@ -268,7 +280,8 @@ def source_add(store: Store, alias: str | None = None, url: str | None = None, f
     if url and guard is not None:  # an agent's location is refused before anything is fetched
         sources.check_agent_location(url, exact, guard=guard)
     return sources.add(store, alias, url, force=force, exact=exact, progress=progress, guard=guard,
-                       all_languages=all_languages, dry_run=dry_run, **_net(max_bytes, timeout))
+                       all_languages=all_languages, dry_run=dry_run, tags=tags, category=category,
+                       refresh_hours=refresh_hours, **_net(max_bytes, timeout))
 
 
 # -- on MCP only ----------------------------------------------------------------------------------
@@ -310,15 +323,18 @@ def learn_blz(store: Store) -> dict[str, Any]:
 
 @OPS.op(name="update", cli="update", read_only=False, open_world=True, params={
     "alias": _OPTIONAL_ALIAS, "every": {"wire": "all", "flags": ("--all",)},
+    "stale": {"flags": ("--stale",)},
     "all_languages": {"wire": "allLanguages", "flags": ("--all-languages",)}, **_NET, "on_error": _CONTEXT,
 })
-def update(store: Store, alias: str | None = None, every: bool = False, all_languages: bool = False,
-           max_bytes: int | None = None, timeout: float | None = None,
+def update(store: Store, alias: str | None = None, every: bool = False, stale: bool = False,
+           all_languages: bool = False, max_bytes: int | None = None, timeout: float | None = None,
            on_error: Callable[[str, CairnError], None] | None = None) -> dict[str, Any]:
     """Refresh sources (conditional request; 304 = no change).
 
     :param alias: The source to refresh.
     :param every: Refresh every source; one that fails is reported and the others still run.
+    :param stale: Refresh the stale sources only: those checked longer ago than their refresh
+        interval (--refresh-hours at add, default 24); as with --all, a failure does not stop the others.
     :param all_languages: From now on also index pages in other languages (default: as chosen at add).
     :param max_bytes: Download size cap in bytes (default 64 MiB).
     :param timeout: Download time budget in seconds (default 60).
@@ -326,16 +342,22 @@ def update(store: Store, alias: str | None = None, every: bool = False, all_lang
     from cairn_servers.blz import sources
     from cairn_servers.core.errors import CairnError, InvalidInput
 
-    if bool(alias) == every:
-        raise InvalidInput("Name one source to update, or use --all: blz update react | blz update --all")
-    names = [alias] if alias else [r.alias for r in store.sources()]
+    if bool(alias) + every + stale != 1:
+        raise InvalidInput("Name one source to update, or use --all or --stale: blz update react | "
+                           "blz update --all | blz update --stale")
+    if stale:
+        from cairn_servers.blz.service import freshness
+
+        names = [r.alias for r in store.sources() if freshness(r, store.options(r.alias))["stale"]]
+    else:
+        names = [alias] if alias else [r.alias for r in store.sources()]
     results: list[dict[str, Any]] = []
     for name in names:
         try:
             results.append(sources.update(store, name, all_languages=True if all_languages else None,
                                           **_net(max_bytes, timeout)))
         except CairnError as exc:
-            if not every:
+            if alias:
                 raise
             if on_error is not None:
                 on_error(name, exc)
@@ -379,7 +401,8 @@ def search(store: Store, query: str, source: list[str] | None = None, max_result
     and on stderr (blz: note: ...) with jsonl, csv, tsv and md.
 
     :param query: Search text: words, "quoted phrases", +required, -excluded, title:heading-words.
-    :param source: Only these sources (-s react,bun or -s react -s bun); omit for every installed source.
+    :param source: Only these sources (-s react,bun or -s react -s bun; -s tag:NAME for every source
+        tagged NAME); omit for every installed source.
     :param max_results: Hits per page (1-50).
     :param page: Page number (hasMore says whether another follows).
     :param headings_only: Match the query against heading text only (each section's own heading).

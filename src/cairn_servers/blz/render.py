@@ -197,10 +197,19 @@ def list_text(data: dict[str, Any]) -> str:
             skipped = s["metadata"].get("skippedLines")
             lines.append(f"{s['alias']:<20} {s['metadata']['totalLines']:>8,} lines  "
                          f"{s['metadata']['headings']:>6,} headings  {s['url']}"
-                         + (f"  ({skipped:,} lines in other languages not indexed)" if skipped else ""))
+                         + (f"  ({skipped:,} lines in other languages not indexed)" if skipped else "")
+                         + (f"  [{', '.join(s['tags'])}]" if s.get("tags") else "")
+                         + (f"  (stale: checked {_age(s['ageHours'])} ago; refresh every {s['refreshHours']} h"
+                            f"; blz update --stale)" if s.get("stale") else ""))
         else:
             lines.append(f"{s['alias']:<20} {'(registry)':>30}  {s['url']}")
     return "\n".join(lines)
+
+
+def _age(hours: float | None) -> str:
+    if hours is None:
+        return "at an unknown time"
+    return f"{hours:.1f} h" if hours < 48 else f"{hours / 24:.1f} days"
 
 
 def stats_text(data: dict[str, Any]) -> str:

@@ -28,7 +28,9 @@ HIT = _obj({"alias": _STR, "lines": _STR, "headingPath": _PATH, "snippet": _STR,
 SNIPPET = _obj({"alias": _STR, "lines": _STR, "content": _STR, "headingPath": _PATH,
                 "truncated": {"type": "boolean"}, "remaining": _STR}, ["alias", "lines", "content", "headingPath"])
 SOURCE = _obj({"alias": _STR, "title": _NULLSTR, "url": _STR, "kind": {"enum": ["installed", "registry"]},
-               "fetchedAt": _STR, "checkedAt": _NULLSTR, "category": _STR, "suggestedCommand": _STR,
+               "fetchedAt": _STR, "checkedAt": _NULLSTR, "category": _NULLSTR, "suggestedCommand": _STR,
+               "tags": _PATH, "refreshHours": _INT, "ageHours": {"type": ["number", "null"]},
+               "stale": {"type": "boolean"},
                "metadata": _obj({"totalLines": _INT, "headings": _INT, "sections": _INT, "bytes": _INT,
                                  "sha256": _STR, "skippedLines": _INT, "skippedLanguages": {"type": "object"},
                                  "allLanguages": {"type": "boolean"}})}, ["alias", "url", "kind"])

@@ -37,7 +37,7 @@ def search(store: Store, query: str, sources: list[str] | str | None = None, lim
     by_sid = store.aliases_by_sid()
     sid_of = {alias: sid for sid, (alias, _url) in by_sid.items()}
     given = source_list(sources)
-    aliases = sorted({check_alias(s) for s in given})
+    aliases = sorted(set(resolve(store, given)))
     for alias in aliases:
         if alias not in sid_of:
             raise NotFound(f"No source named {alias!r} (source: {', '.join(given)}). Installed: "
@@ -111,6 +111,26 @@ def source_list(sources: list[str] | str | None) -> list[str]:
         return []
     items = [sources] if isinstance(sources, str) else sources
     return [a.strip() for item in items for a in item.split(",") if a.strip()]
+
+
+def resolve(store: Store, given: list[str]) -> list[str]:
+    """The aliases ``given`` names, checked: each an alias, or ``tag:NAME`` for every source tagged NAME
+    (NotFound naming the tags in use when no source carries it)."""
+    out: list[str] = []
+    tags: dict[str, list[str]] | None = None
+    for item in given:
+        if item[:4].lower() != "tag:":
+            out.append(check_alias(item))
+            continue
+        if tags is None:
+            tags = store.tags()
+        name = item[4:].strip().lower()
+        if name not in tags:
+            raise NotFound(f"No source is tagged {name!r} (source: {', '.join(given)}). Tags: "
+                           f"{', '.join(sorted(tags)) or 'none'}. Tag a source with `blz add ALIAS URL --tag "
+                           f"{name or 'NAME'} --force`.")
+        out += tags[name]
+    return out
 
 
 def heading_levels(spec: str | int | list[str | int] | None) -> tuple[int, ...] | None:

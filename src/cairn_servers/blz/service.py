@@ -152,6 +152,14 @@ def toc(store: Store, alias: str, depth: int | None = None, filter: str | None =
         raise InvalidInput(f"limit must be between 1 and {TOC_MAX_LIMIT}, not {limit}.")
     if page < 1:
         raise InvalidInput(f"page must be 1 or more, not {page}.")
+    if alias[:4].lower() == "tag:":  # a tag naming one source
+        from cairn_servers.blz.search import resolve
+
+        named = resolve(store, [alias])
+        if len(named) != 1:
+            raise InvalidInput(f"{alias} names {len(named)} sources ({', '.join(named)}); toc reads one: give one "
+                               "of them.", details={"parameter": "source"})
+        alias = named[0]
     row = require(store, alias)
     words = tuple((filter or "").lower().split())
     total, rows = store.outline(row.alias, depth or MAX_DEPTH, words, (page - 1) * limit, limit)
@@ -194,11 +202,33 @@ def path_of(heads: Sequence[tuple[int, int, str, int]], line: int) -> list[str]:
     return [h[2] for h in stack if h[3] >= line]
 
 
+def freshness(row: SourceRow, options: dict[str, Any], now: float | None = None) -> dict[str, Any]:
+    """``refreshHours`` (the source's, default 24), ``ageHours`` (since it was last fetched or checked
+    unchanged, one decimal) and ``stale`` (older than refreshHours)."""
+    import calendar
+    import time
+
+    from cairn_servers.blz.limits import DEFAULT_REFRESH_HOURS
+
+    hours = options.get("refreshHours")
+    hours = hours if isinstance(hours, int) and not isinstance(hours, bool) and hours > 0 else DEFAULT_REFRESH_HOURS
+    stamp = row.checked_at or row.fetched_at
+    try:
+        then = calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ"))
+    except (TypeError, ValueError):  # no readable time: as old as can be, so that an update fixes it
+        return {"refreshHours": hours, "ageHours": None, "stale": True}
+    age = max(0.0, ((time.time() if now is None else now) - then) / 3600)
+    return {"refreshHours": hours, "ageHours": round(age, 1), "stale": age > hours}
+
+
 def describe(row: SourceRow, options: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A source as listed; ``options`` (Store.options) adds the lines left out as other languages."""
+    """A source as listed; ``options`` (Store.options) adds the lines left out as other languages,
+    its tags, category and freshness."""
     options = options or {}
     return {"alias": row.alias, "title": row.title, "url": row.url, "kind": "installed",
             "fetchedAt": row.fetched_at, "checkedAt": row.checked_at,
+            "tags": list(options.get("tags") or []), "category": options.get("category"),
+            **freshness(row, options),
             "metadata": {"totalLines": row.lines, "headings": row.headings, "sections": row.sections,
                          "bytes": row.bytes, "sha256": row.sha256,
                          "skippedLines": options.get("skippedLines", 0),

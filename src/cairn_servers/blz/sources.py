@@ -11,6 +11,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from cairn_servers.blz import llmstxt, registry
 from cairn_servers.blz.citation import check_alias
+from cairn_servers.blz.limits import MAX_REFRESH_HOURS
 from cairn_servers.blz.store import SourceRow, Store, now_iso, sha256_hex
 from cairn_servers.core import fetch as fetching
 from cairn_servers.core.errors import CairnError, Conflict, InvalidInput, NotFound
@@ -217,10 +218,47 @@ def _domain(text: str, exact: bool, agent: bool = False) -> tuple[str, list[str]
     return domain_alias(host), [f"https://{host}/{name}" for name in DOMAIN_FILES]
 
 
+MAX_TAGS = 32
+_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+
+
+def settings(tags: list[str] | None = None, category: str | None = None,
+             refresh_hours: int | None = None) -> dict[str, Any]:
+    """A source's descriptive settings, checked, as kept with its options (``tags``, ``category``,
+    ``refreshHours``; only those given). Tags may also come comma-separated (``--tag a,b``)."""
+    out: dict[str, Any] = {}
+    if tags is not None:
+        names = list(dict.fromkeys(t.strip().lower() for item in tags for t in item.split(",") if t.strip()))
+        for name in names:
+            if not _NAME.fullmatch(name):
+                raise InvalidInput(f"Invalid tag {name!r}: use 1-64 characters from a-z 0-9 _ -, starting with a "
+                                   "letter or digit (e.g. --tag frontend).", details={"parameter": "tags"})
+        if len(names) > MAX_TAGS:
+            raise InvalidInput(f"{len(names)} tags; a source takes at most {MAX_TAGS}.", details={"parameter": "tags"})
+        out["tags"] = names
+    if category is not None:
+        name = category.strip().lower()
+        if not _NAME.fullmatch(name):
+            raise InvalidInput(f"Invalid category {category!r}: use 1-64 characters from a-z 0-9 _ -, starting "
+                               "with a letter or digit (e.g. --category frontend).", details={"parameter": "category"})
+        out["category"] = name
+    if refresh_hours is not None:
+        if isinstance(refresh_hours, bool) or not 1 <= refresh_hours <= MAX_REFRESH_HOURS:
+            raise InvalidInput(f"refreshHours must be between 1 and {MAX_REFRESH_HOURS}, not {refresh_hours}.",
+                               details={"parameter": "refreshHours"})
+        out["refreshHours"] = refresh_hours
+    return out
+
+
+KEPT = ("tags", "category", "refreshHours")  # settings an update keeps (the language choice is kept apart)
+
+
 def add(store: Store, alias: str, location: str | None = None, *, force: bool = False,
         exact: bool = False, max_bytes: int = fetching.DEFAULT_MAX_BYTES,
         timeout: float = fetching.DEFAULT_TIMEOUT, progress: Progress | None = None,
-        guard: Guard | None = None, all_languages: bool = False, dry_run: bool = False) -> dict[str, Any]:
+        guard: Guard | None = None, all_languages: bool = False, dry_run: bool = False,
+        tags: list[str] | None = None, category: str | None = None,
+        refresh_hours: int | None = None) -> dict[str, Any]:
     """Fetch and index a source under ``alias``. Without ``location``, ``alias`` is a registry name
     (its URL; for a ``…/llms-full.txt`` entry, ``llms.txt`` beside it when that is gone) or a bare
     domain (``bun.sh``: ``https://bun.sh/llms-full.txt``, then ``https://bun.sh/llms.txt``, added
@@ -231,8 +269,10 @@ def add(store: Store, alias: str, location: str | None = None, *, force: bool = 
     English are stored but not indexed unless ``all_languages`` (:mod:`cairn_servers.blz.lang`); the
     choice is kept for `blz update`. ``dry_run`` fetches and parses, and reports what would be
     added (lines, headings, lines in other languages left out) without writing anything.
+    ``tags``, ``category`` and ``refresh_hours`` (:func:`settings`) are kept with the source.
     """
     started = time.perf_counter()
+    extra = settings(tags, category, refresh_hours)
     missing: str | None = None
     derived = False  # the URL was not given: say which one was fetched
     if not location and ("." in alias or ":" in alias):  # a domain (an alias has neither)
@@ -266,7 +306,8 @@ def add(store: Store, alias: str, location: str | None = None, *, force: bool = 
         info = {"alias": alias, **_parse(url, result, all_languages)[1], "sha256": sha256_hex(result.body)}
     else:
         info = _ingest(store, alias, url, result, action, added_at=existing.added_at if existing else None,
-                       all_languages=all_languages)
+                       all_languages=all_languages, extra=extra)
+    info.update(extra)
     info["elapsedMs"] = round((time.perf_counter() - started) * 1000, 1)
     where = ""
     if derived or absent:
@@ -306,7 +347,9 @@ def update(store: Store, alias: str, *, max_bytes: int = fetching.DEFAULT_MAX_BY
     row = store.source(alias)
     if row is None:
         raise NotFound(f"No source named {alias!r}. See `blz list`, or add it with `blz add {alias} URL`.")
-    kept = bool(store.options(alias).get("allLanguages"))
+    options = store.options(alias)
+    kept = bool(options.get("allLanguages"))
+    extra = {k: options[k] for k in KEPT if k in options}
     if all_languages is None:
         all_languages = kept
     problems = source_problems(store, row)
@@ -326,7 +369,7 @@ def update(store: Store, alias: str, *, max_bytes: int = fetching.DEFAULT_MAX_BY
             return {"alias": alias, "status": "unchanged", "reason": "same content", "url": row.url}
     detail = "repaired: " + "; ".join(problems) if problems else ""
     info = _ingest(store, alias, row.url, result, "update", added_at=row.added_at, detail=detail,
-                   all_languages=all_languages)
+                   all_languages=all_languages, extra=extra)
     info["status"] = "repaired" if problems else "updated"
     if problems:
         info["reason"] = "; ".join(problems)
@@ -352,11 +395,12 @@ def _parse(url: str, result: fetching.FetchResult,
 
 
 def _ingest(store: Store, alias: str, url: str, result: fetching.FetchResult, action: str,
-            added_at: str | None, detail: str = "", all_languages: bool = False) -> dict[str, Any]:
+            added_at: str | None, detail: str = "", all_languages: bool = False,
+            extra: dict[str, Any] | None = None) -> dict[str, Any]:
     body = result.body or b""
     doc, report = _parse(url, result, all_languages)
     languages = report["skippedLanguages"]
-    options: dict[str, Any] = {"allLanguages": all_languages}
+    options: dict[str, Any] = {"allLanguages": all_languages, **(extra or {})}
     if doc.skipped:
         options.update(skippedLines=doc.skipped_lines, skippedPages=len(doc.skipped), skippedLanguages=languages)
     name, sha = store.write_file(alias, body)
@@ -473,12 +517,14 @@ def _manifest_entry(entry: Any, n: int, folder: Path) -> tuple[str, str | None, 
 
 def add_manifest(store: Store, path: str, *, force: bool = False, exact: bool = False,
                  all_languages: bool = False, dry_run: bool = False, only: list[str] | None = None,
-                 on_error: Callable[[str, CairnError], None] | None = None, **net: Any) -> dict[str, Any]:
+                 on_error: Callable[[str, CairnError], None] | None = None, tags: list[str] | None = None,
+                 category: str | None = None, refresh_hours: int | None = None, **net: Any) -> dict[str, Any]:
     """Add every source a manifest lists (:func:`read_manifest`), each as :func:`add` would, in
     file order. One that fails (a bad entry, a fetch, a conflict) is reported through ``on_error``
     and in the results, and the others are still added; ``failed`` counts them. The options given
     apply to every entry (``exact`` and ``allLanguages`` may also be set per entry). ``only``
     (aliases, each item possibly comma-separated) keeps the entries of those aliases."""
+    settings(tags, category, refresh_hours)  # checked once, before anything is fetched
     folder, entries = read_manifest(path)
     if only is not None:
         wanted = {a.strip().lower() for item in only for a in item.split(",") if a.strip()}
@@ -498,7 +544,8 @@ def add_manifest(store: Store, path: str, *, force: bool = False, exact: bool = 
                 raise InvalidInput(f"{alias!r} appears twice in the manifest; the first one is used.")
             seen.add(key)
             info = add(store, alias, location, force=force, exact=exact or entry_exact, dry_run=dry_run,
-                       all_languages=all_languages or entry_all, **net)
+                       all_languages=all_languages or entry_all, tags=tags, category=category,
+                       refresh_hours=refresh_hours, **net)
         except CairnError as exc:
             if on_error is not None:
                 on_error(str(name), exc)

@@ -215,6 +215,19 @@ class Store:
             return {}
         return value if isinstance(value, dict) else {}
 
+    def tags(self) -> dict[str, list[str]]:
+        """tag -> the aliases of the sources carrying it (sorted), from every source's options."""
+        out: dict[str, list[str]] = {}
+        for key, value in self.db.execute("SELECT key, value FROM meta WHERE key >= ? AND key < ? ORDER BY key",
+                                          (_OPTIONS, _OPTIONS[:-1] + chr(ord(_OPTIONS[-1]) + 1))):
+            try:
+                tags = json.loads(value).get("tags") or []
+            except (ValueError, AttributeError):
+                continue
+            for tag in tags if isinstance(tags, list) else []:
+                out.setdefault(str(tag), []).append(key[len(_OPTIONS):])
+        return out
+
     def headings(self, alias: str) -> list[tuple[int, int, str, int]]:
         return list(self.db.execute(
             "SELECT line, level, text, last_line FROM headings WHERE alias = ? ORDER BY line", (alias,)))
