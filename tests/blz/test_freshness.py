@@ -1,5 +1,6 @@
-"""Source freshness (refreshHours, stale and ageHours in list, `blz update --stale`) and tags
-(`--tag/--category` on add, `-s tag:NAME` on search, find and toc), on the command line and over MCP.
+"""Source freshness (refreshHours, stale and ageHours in list, `blz update --stale`), tags and other
+names (`--tag/--category/--alias` on add, `-s tag:NAME` on search, find and toc), on the command line
+and over MCP.
 
 A source's age is the time since it was last fetched or checked; the tests make a source old by
 writing an older check time into its row, as a check days ago would have left it."""
@@ -149,17 +150,47 @@ def test_tag_selects_sources_in_search_find_and_toc(served: DocServer) -> None:
     assert code == 2 and err == "blz: error: tag:web names 2 sources (guide, lib); toc reads one: give one of them.\n"
 
 
+def test_other_names_resolve_everywhere_a_source_is_named(served: DocServer) -> None:
+    url = served.url("/lib/llms.txt")
+    assert js("add", "lib", url, "--exact", "--force", "--alias", "library,lb", "--tag", "web")["aliases"] == \
+        ["library", "lb"]
+    assert listed("lib")["aliases"] == ["library", "lb"]
+    assert {h["alias"] for h in js("search", "async", "-s", "library")["hits"]} == {"lib"}
+    assert {h["alias"] for h in js("find", "async", "-s", "lb,notes")["hits"]} == {"lib", "notes"}
+    got = js("get", "lb:3-5")["snippets"][0]
+    assert (got["alias"], got["lines"], got["headingPath"]) == ("lib", "3-5", ["Lib", "Install"])
+    assert js("toc", "library")["alias"] == "lib"
+    code, _, err = blz("add", "library", url)  # a new source cannot take another's other name
+    assert code == 4 and err == "blz: error: 'library' is another name of 'lib'. Pick another alias, or use 'lib'.\n"
+    code, _, err = blz("add", "x", url, "--alias", "guide")
+    assert code == 4 and err == "blz: error: 'guide' already names the source 'guide'; pick another name for --alias.\n"
+    code, _, err = blz("add", "x", url, "--alias", "lb")
+    assert code == 4 and "'lb' already names the source 'lib'" in err
+    code, _, err = blz("add", "x", url, "--alias", "x")
+    assert code == 2 and err == "blz: error: --alias x is the source's own alias; give other names.\n"
+    code, _, err = blz("add", "x", url, "--alias", "Bad/Name")
+    assert code == 2 and "Bad/Name" in err
+    # an update keeps them; removing the source frees them
+    assert js("update", "lib")["results"][0]["status"] == "unchanged" and listed("lib")["aliases"] == ["library", "lb"]
+    assert blz("remove", "lib")[0] == 0
+    code, _, err = blz("search", "async", "-s", "library")
+    assert code == 3 and "No source named 'library'" in err
+
+
 async def _over_mcp(params: StdioServerParameters, url: str) -> None:
     async with Client(params, cache=None) as client:
         props = {t.name: t for t in (await client.list_tools()).tools}["source-add"].input_schema["properties"]
         assert {"tags", "category", "refreshHours"} <= set(props)
         added = await client.call_tool("source-add", {"alias": "lib", "url": url, "exact": True, "tags": ["web"],
-                                                      "refreshHours": 6})
+                                                      "refreshHours": 6, "aliases": ["library"]})
         assert not added.is_error, added.content
         found = json.loads((await client.call_tool("find", {"query": "async", "source": "tag:web"})).content[0].text)  # type: ignore[union-attr]
         assert {h["alias"] for h in found["hits"]} == {"guide", "lib"}
         toc = json.loads((await client.call_tool("toc", {"source": "tag:docs"})).content[0].text)  # type: ignore[union-attr]
         assert toc["alias"] == "guide"
+        other = json.loads((await client.call_tool("find", {"query": "npm", "source": "library",
+                                                            "snippets": ["library:3-3"]})).content[0].text)  # type: ignore[union-attr]
+        assert [h["alias"] for h in other["hits"]] == ["lib"] and other["snippets"][0]["alias"] == "lib"
         res = await client.call_tool("list-sources", {})
         listed = {s["alias"]: s for s in json.loads(res.content[0].text)["sources"]}  # type: ignore[union-attr]
         assert (listed["lib"]["tags"], listed["lib"]["refreshHours"], listed["lib"]["stale"]) == (["web"], 6, False)

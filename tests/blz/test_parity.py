@@ -122,7 +122,9 @@ CASES: dict[str, tuple[str, list[tuple[dict[str, Any], bool]]]] = {
     "source-add": ("tool", [
         ({"alias": "lib", "url": "{URL}", "dryRun": True}, OK),  # reports, writes nothing
         ({"alias": "lib", "url": "{URL}", "dryRun": True, "tags": ["web", "docs"], "category": "x",
-          "refreshHours": 3}, OK),
+          "refreshHours": 3, "aliases": ["library"]}, OK),
+        ({"alias": "lib", "url": "{URL}", "aliases": ["lib"]}, ERR),  # its own alias
+        ({"alias": "lib", "url": "{URL}", "aliases": ["guide"]}, ERR),  # another source's alias
         ({"alias": "lib", "url": "{URL}", "tags": ["Bad Tag"]}, ERR),
         ({"alias": "lib", "url": "{URL}", "refreshHours": 0}, ERR),
         ({"alias": "lib", "url": "{URL}"}, OK),

@@ -226,6 +226,7 @@ def lookup(store: Store, query: str = "", category: str | None = None) -> dict[s
     "all_languages": {"wire": "allLanguages", "flags": ("--all-languages",)},
     "dry_run": {"wire": "dryRun", "flags": ("--dry-run",)},
     "tags": {"type": "array", "flags": ("--tag", "--tags"), "metavar": "TAG"},
+    "aliases": {"type": "array", "flags": ("--alias", "--aliases"), "metavar": "NAME"},
     "category": {"type": "string", "flags": ("--category",), "metavar": "NAME"},
     "refresh_hours": {"wire": "refreshHours", "type": "integer", "minimum": 1, "maximum": MAX_REFRESH_HOURS,
                       "flags": ("--refresh-hours",), "metavar": "HOURS"},
@@ -236,7 +237,7 @@ def lookup(store: Store, query: str = "", category: str | None = None) -> dict[s
 def source_add(store: Store, alias: str | None = None, url: str | None = None, force: bool = False,
                exact: bool = False, all_languages: bool = False, dry_run: bool = False,
                tags: list[str] | None = None, category: str | None = None, refresh_hours: int | None = None,
-               manifest: str | None = None, only: list[str] | None = None, max_bytes: int | None = None,
+               aliases: list[str] | None = None, manifest: str | None = None, only: list[str] | None = None, max_bytes: int | None = None,
                timeout: float | None = None,
                guard: Guard | None = None, progress: Callable[[int, int | None], None] | None = None,
                on_error: Callable[[str, CairnError], None] | None = None) -> dict[str, Any]:
@@ -255,6 +256,8 @@ def source_add(store: Store, alias: str | None = None, url: str | None = None, f
         other languages left out), without writing anything.
     :param tags: Tags for the source (a-z 0-9 _ -; a list, or comma-separated), to search a group of
         sources with source "tag:NAME".
+    :param aliases: Other names for the source (a-z 0-9 _ -; a list, or comma-separated): search,
+        find, toc and citations accept them in place of its alias.
     :param category: A category for the source (a-z 0-9 _ -), shown in list-sources.
     :param refresh_hours: Hours after which the source is stale (default 24; list-sources shows
         stale and ageHours, and `blz update --stale` refreshes the stale ones).
@@ -272,7 +275,7 @@ def source_add(store: Store, alias: str | None = None, url: str | None = None, f
             raise InvalidInput("Give either ALIAS [URL] or --manifest FILE, not both.")
         return sources.add_manifest(store, manifest, force=force, exact=exact, all_languages=all_languages,
                                     dry_run=dry_run, only=only, on_error=on_error, tags=tags, category=category,
-                                    refresh_hours=refresh_hours, **_net(max_bytes, timeout))
+                                    refresh_hours=refresh_hours, aliases=aliases, **_net(max_bytes, timeout))
     if only is not None:
         raise InvalidInput("--only picks entries of a manifest: blz add --manifest FILE --only a,b")
     if alias is None:  # "" is an invalid alias, said as such
@@ -281,7 +284,7 @@ def source_add(store: Store, alias: str | None = None, url: str | None = None, f
         sources.check_agent_location(url, exact, guard=guard)
     return sources.add(store, alias, url, force=force, exact=exact, progress=progress, guard=guard,
                        all_languages=all_languages, dry_run=dry_run, tags=tags, category=category,
-                       refresh_hours=refresh_hours, **_net(max_bytes, timeout))
+                       refresh_hours=refresh_hours, aliases=aliases, **_net(max_bytes, timeout))
 
 
 # -- on MCP only ----------------------------------------------------------------------------------

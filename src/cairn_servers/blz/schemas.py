@@ -29,7 +29,7 @@ SNIPPET = _obj({"alias": _STR, "lines": _STR, "content": _STR, "headingPath": _P
                 "truncated": {"type": "boolean"}, "remaining": _STR}, ["alias", "lines", "content", "headingPath"])
 SOURCE = _obj({"alias": _STR, "title": _NULLSTR, "url": _STR, "kind": {"enum": ["installed", "registry"]},
                "fetchedAt": _STR, "checkedAt": _NULLSTR, "category": _NULLSTR, "suggestedCommand": _STR,
-               "tags": _PATH, "refreshHours": _INT, "ageHours": {"type": ["number", "null"]},
+               "tags": _PATH, "aliases": _PATH, "refreshHours": _INT, "ageHours": {"type": ["number", "null"]},
                "stale": {"type": "boolean"},
                "metadata": _obj({"totalLines": _INT, "headings": _INT, "sections": _INT, "bytes": _INT,
                                  "sha256": _STR, "skippedLines": _INT, "skippedLanguages": {"type": "object"},

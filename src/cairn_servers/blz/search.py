@@ -38,6 +38,9 @@ def search(store: Store, query: str, sources: list[str] | str | None = None, lim
     sid_of = {alias: sid for sid, (alias, _url) in by_sid.items()}
     given = source_list(sources)
     aliases = sorted(set(resolve(store, given)))
+    if any(alias not in sid_of for alias in aliases):  # other names of sources (blz add --alias)
+        others = store.other_names()
+        aliases = sorted({others.get(alias, alias) for alias in aliases})
     for alias in aliases:
         if alias not in sid_of:
             raise NotFound(f"No source named {alias!r} (source: {', '.join(given)}). Installed: "

@@ -23,7 +23,12 @@ if TYPE_CHECKING:
 
 
 def require(store: Store, alias: str) -> SourceRow:
-    row = store.source(check_alias(alias))
+    """The source named ``alias``, or by one of its other names (``blz add --alias``)."""
+    name = check_alias(alias)
+    row = store.source(name)
+    if row is None:
+        owner = store.other_names().get(name)
+        row = store.source(owner) if owner is not None else None
     if row is None:
         names = ", ".join(r.alias for r in store.sources()) or "none"
         raise NotFound(f"No source named {alias.strip().lower()!r}. Installed: {names}. "
@@ -60,6 +65,7 @@ def get(store: Store, citations: list[str], context: str | None = None, padding:
     for citation in citations:
         alias, ranges = parse_citation(citation)
         row = require(store, alias)
+        alias = row.alias  # another name of the source is cited by its alias
         wanted = []
         for start, end in ranges:
             if start > row.lines:
@@ -228,6 +234,7 @@ def describe(row: SourceRow, options: dict[str, Any] | None = None) -> dict[str,
     return {"alias": row.alias, "title": row.title, "url": row.url, "kind": "installed",
             "fetchedAt": row.fetched_at, "checkedAt": row.checked_at,
             "tags": list(options.get("tags") or []), "category": options.get("category"),
+            "aliases": list(options.get("aliases") or []),
             **freshness(row, options),
             "metadata": {"totalLines": row.lines, "headings": row.headings, "sections": row.sections,
                          "bytes": row.bytes, "sha256": row.sha256,

@@ -223,10 +223,14 @@ _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 
 
 def settings(tags: list[str] | None = None, category: str | None = None,
-             refresh_hours: int | None = None) -> dict[str, Any]:
+             refresh_hours: int | None = None, aliases: list[str] | None = None) -> dict[str, Any]:
     """A source's descriptive settings, checked, as kept with its options (``tags``, ``category``,
-    ``refreshHours``; only those given). Tags may also come comma-separated (``--tag a,b``)."""
+    ``refreshHours``, ``aliases``: its other names; only those given). Tags and aliases may also come
+    comma-separated (``--tag a,b``)."""
     out: dict[str, Any] = {}
+    if aliases is not None:
+        out["aliases"] = list(dict.fromkeys(check_alias(a) for item in aliases for a in item.split(",")
+                                            if a.strip()))
     if tags is not None:
         names = list(dict.fromkeys(t.strip().lower() for item in tags for t in item.split(",") if t.strip()))
         for name in names:
@@ -250,7 +254,7 @@ def settings(tags: list[str] | None = None, category: str | None = None,
     return out
 
 
-KEPT = ("tags", "category", "refreshHours")  # settings an update keeps (the language choice is kept apart)
+KEPT = ("tags", "category", "refreshHours", "aliases")  # settings an update keeps (the language choice is kept apart)
 
 
 def add(store: Store, alias: str, location: str | None = None, *, force: bool = False,
@@ -258,7 +262,7 @@ def add(store: Store, alias: str, location: str | None = None, *, force: bool = 
         timeout: float = fetching.DEFAULT_TIMEOUT, progress: Progress | None = None,
         guard: Guard | None = None, all_languages: bool = False, dry_run: bool = False,
         tags: list[str] | None = None, category: str | None = None,
-        refresh_hours: int | None = None) -> dict[str, Any]:
+        refresh_hours: int | None = None, aliases: list[str] | None = None) -> dict[str, Any]:
     """Fetch and index a source under ``alias``. Without ``location``, ``alias`` is a registry name
     (its URL; for a ``…/llms-full.txt`` entry, ``llms.txt`` beside it when that is gone) or a bare
     domain (``bun.sh``: ``https://bun.sh/llms-full.txt``, then ``https://bun.sh/llms.txt``, added
@@ -269,10 +273,11 @@ def add(store: Store, alias: str, location: str | None = None, *, force: bool = 
     English are stored but not indexed unless ``all_languages`` (:mod:`cairn_servers.blz.lang`); the
     choice is kept for `blz update`. ``dry_run`` fetches and parses, and reports what would be
     added (lines, headings, lines in other languages left out) without writing anything.
-    ``tags``, ``category`` and ``refresh_hours`` (:func:`settings`) are kept with the source.
+    ``tags``, ``category``, ``refresh_hours`` and ``aliases`` (other names for the source, resolved by
+    search, find, get and toc; :func:`settings`) are kept with the source.
     """
     started = time.perf_counter()
-    extra = settings(tags, category, refresh_hours)
+    extra = settings(tags, category, refresh_hours, aliases)
     missing: str | None = None
     derived = False  # the URL was not given: say which one was fetched
     if not location and ("." in alias or ":" in alias):  # a domain (an alias has neither)
@@ -283,6 +288,7 @@ def add(store: Store, alias: str, location: str | None = None, *, force: bool = 
         derived = True
     alias = check_alias(alias)
     existing = store.source(alias)
+    _check_names(store, alias, extra.get("aliases", []))
     if existing and not force:
         raise Conflict(f"Source {alias!r} already exists. Use --force to replace it, or "
                        f"`blz update {alias}` to refresh it.")
@@ -329,6 +335,23 @@ def add(store: Store, alias: str, location: str | None = None, *, force: bool = 
                             + ("would be stored but not indexed" if dry_run else "stored but not indexed")
                             + " (--all-languages indexes them)")
     return info
+
+
+def _check_names(store: Store, alias: str, names: list[str]) -> None:
+    """Conflict when ``alias`` is another source's other name, or one of ``names`` (its other names)
+    names another source."""
+    others = store.other_names()
+    owner = others.get(alias)
+    if owner is not None and owner != alias:
+        raise Conflict(f"{alias!r} is another name of {owner!r}. Pick another alias, or use {owner!r}.")
+    installed = {r.alias for r in store.sources()}
+    for name in names:
+        if name == alias:
+            raise InvalidInput(f"--alias {name} is the source's own alias; give other names.",
+                               details={"parameter": "aliases"})
+        taken = name if name in installed else others.get(name)
+        if taken is not None and taken != alias:
+            raise Conflict(f"{name!r} already names the source {taken!r}; pick another name for --alias.")
 
 
 def update(store: Store, alias: str, *, max_bytes: int = fetching.DEFAULT_MAX_BYTES,
@@ -518,12 +541,16 @@ def _manifest_entry(entry: Any, n: int, folder: Path) -> tuple[str, str | None, 
 def add_manifest(store: Store, path: str, *, force: bool = False, exact: bool = False,
                  all_languages: bool = False, dry_run: bool = False, only: list[str] | None = None,
                  on_error: Callable[[str, CairnError], None] | None = None, tags: list[str] | None = None,
-                 category: str | None = None, refresh_hours: int | None = None, **net: Any) -> dict[str, Any]:
+                 category: str | None = None, refresh_hours: int | None = None, aliases: list[str] | None = None,
+                 **net: Any) -> dict[str, Any]:
     """Add every source a manifest lists (:func:`read_manifest`), each as :func:`add` would, in
     file order. One that fails (a bad entry, a fetch, a conflict) is reported through ``on_error``
     and in the results, and the others are still added; ``failed`` counts them. The options given
     apply to every entry (``exact`` and ``allLanguages`` may also be set per entry). ``only``
     (aliases, each item possibly comma-separated) keeps the entries of those aliases."""
+    if aliases:
+        raise InvalidInput("--alias names one source; with a manifest, add the other names one source at a time.",
+                           details={"parameter": "aliases"})
     settings(tags, category, refresh_hours)  # checked once, before anything is fetched
     folder, entries = read_manifest(path)
     if only is not None:

@@ -215,6 +215,19 @@ class Store:
             return {}
         return value if isinstance(value, dict) else {}
 
+    def other_names(self) -> dict[str, str]:
+        """A source's other names (``blz add --alias``) -> its alias."""
+        out: dict[str, str] = {}
+        for key, value in self.db.execute("SELECT key, value FROM meta WHERE key >= ? AND key < ? ORDER BY key",
+                                          (_OPTIONS, _OPTIONS[:-1] + chr(ord(_OPTIONS[-1]) + 1))):
+            try:
+                names = json.loads(value).get("aliases") or []
+            except (ValueError, AttributeError):
+                continue
+            for name in names if isinstance(names, list) else []:
+                out[str(name)] = key[len(_OPTIONS):]
+        return out
+
     def tags(self) -> dict[str, list[str]]:
         """tag -> the aliases of the sources carrying it (sorted), from every source's options."""
         out: dict[str, list[str]] = {}
