@@ -74,9 +74,9 @@ _CODE_LINE = re.compile(r"(?:from [\w.]+ import |import (?:[\w.]+\s*$|\w+ from |
                         r"function |class |\{|type |interface )|const \w+ = |function \w+\(|module\.exports|#include )")
 # "Skip to content" links that site generators put at the top of every page (Starlight, MkDocs Material,
 # Docusaurus): a scraped page starts there, also when glued after the previous page's closing fence.
-_SKIP_WORDS = ("Skip to ", "Jump to ")
-_SKIP = re.compile(r" {0,3}(?:`{3,}|~{3,})?[ \t]*(?:\[(?:Skip|Jump) to (?:main )?content\]\(<?([^)\s>]*)>?\)"
-                   r"|(?:Skip|Jump) to (?:main )?content[ \t]*\r?$)")
+_SKIP_WORDS = ("Skip to ",)
+_SKIP = re.compile(r" {0,3}(?:`{3,}|~{3,})?[ \t]*(?:\[Skip to (?:main )?content\]\(<?([^)\s>]*)>?\)"
+                   r"|Skip to (?:main )?content[ \t]*\r?$)")
 # What follows a fence run but is no info string: text glued to a closing fence (a page glued to the
 # last one): a Markdown link, an ATX heading, or a sentence.
 _GLUED_TEXT = re.compile(r"\[[^\]]*\]\(|#{1,6}[ \t]+\S|[A-Z][a-z]*[,;]?(?:[ \t]+[\w'’,;()/-]+){3,}[.!?:]\s*$")

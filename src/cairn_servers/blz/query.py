@@ -25,6 +25,7 @@ _TOKEN = re.compile(r'([+-]?)((?i:title|heading):)?"([^"]*)"?|(\S+)')
 _SIGNED = re.compile(r"([+-])(?=[\w\"])((?i:title|heading):(?=\S))?(.*)", re.S)
 _FIELD = re.compile(r"((?i:title|heading):)(?=\S)(.*)", re.S)
 _WORD = re.compile(r"\w+", re.UNICODE)
+_SYNTAX = re.compile(r'["+-]|(?i:title|heading):')  # what the tokenizer is needed for
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
@@ -32,6 +33,7 @@ class Term(NamedTuple):
     text: str  # the word(s), without sign, field or quotes
     heading: bool = False  # title: / heading: the section's own heading only
     quoted: bool = False
+    words: tuple[str, ...] = ()  # its words (runs of letters, digits and _), as the index splits them
 
     def expr(self) -> str:
         """The term as an FTS5 expression: a string literal, under a heading column filter if asked."""
@@ -43,9 +45,6 @@ class Term(NamedTuple):
         body = f'"{self.text}"' if self.quoted or " " in self.text else self.text
         return sign + ("title:" if self.heading else "") + body
 
-    def words(self) -> list[str]:
-        return _WORD.findall(self.text)
-
 
 class Query(NamedTuple):
     plain: tuple[Term, ...]
@@ -54,10 +53,10 @@ class Query(NamedTuple):
 
     def needles(self) -> list[str]:
         """The words a hit's snippet is centred on (lower case, each once): those of the terms searched for."""
-        return list(dict.fromkeys(w.lower() for t in (*self.plain, *self.required) for w in t.words()))
+        return list(dict.fromkeys(w.lower() for t in (*self.plain, *self.required) for w in t.words))
 
     def plain_words(self) -> int:
-        return sum(len(t.words()) for t in self.plain)
+        return sum(len(t.words) for t in self.plain)
 
 
 def parse(text: str) -> Query:
@@ -65,6 +64,13 @@ def parse(text: str) -> Query:
     holding more than MAX_QUERY_WORDS words in all, and a query that only excludes."""
     check_terms(text)  # distinct words, and plain quoted phrases
     text = _CONTROL.sub(" ", text)  # SQLite ends a string at NUL; control characters are never tokens
+    if not _SYNTAX.search(text):  # plain words only (most queries): no tokenizer needed
+        found = [Term(t, False, False, tuple(_WORD.findall(t))) for t in dict.fromkeys(text.split())]
+        kept = tuple(t for t in found if t.words)
+        total = sum(len(t.words) for t in kept)
+        if total > MAX_QUERY_WORDS:  # "a.b.c" is a phrase too
+            _too_many(total)
+        return Query(kept, (), ())
     plain: dict[Term, None] = {}
     required: dict[Term, None] = {}
     excluded: dict[Term, None] = {}
@@ -80,22 +86,27 @@ def parse(text: str) -> Query:
                 fielded = _FIELD.fullmatch(body)
                 if fielded:
                     field, body = fielded.group(1), fielded.group(2)
-        term = Term(body.strip(), heading=field is not None, quoted=quoted)
-        if not _WORD.search(term.text):
+        body = body.strip()
+        term = Term(body, field is not None, quoted, tuple(_WORD.findall(body)))
+        if not term.words:
             continue
         (required if sign == "+" else excluded if sign == "-" else plain)[term] = None
     for t in required:  # a required term is required once: no need to also require it as a plain term
         plain.pop(t, None)
     # Each quoted word is checked at every position its phrase may start (check_terms counts those
     # of plain phrases; +"..." and title:"..." are counted here, the same way).
-    total = sum(len(t.words()) for kind in (plain, required, excluded) for t in kind)
+    total = sum(len(t.words) for kind in (plain, required, excluded) for t in kind)
     if total > MAX_QUERY_WORDS:
-        raise InvalidInput(f"The query's phrases hold {total:,} words; the limit is {MAX_QUERY_WORDS:,}. "
-                           "Quote shorter phrases.", details={"parameter": "query", "limit": MAX_QUERY_WORDS})
+        _too_many(total)
     if excluded and not plain and not required:
         raise InvalidInput(f"The query {text.strip()!r} only excludes words (-word); add a word to search for, "
                            "e.g. 'hooks -class'.", details={"parameter": "query"})
     return Query(tuple(plain), tuple(required), tuple(excluded))
+
+
+def _too_many(total: int) -> None:
+    raise InvalidInput(f"The query's phrases hold {total:,} words; the limit is {MAX_QUERY_WORDS:,}. "
+                       "Quote shorter phrases.", details={"parameter": "query", "limit": MAX_QUERY_WORDS})
 
 
 def match(q: Query, plain: tuple[Term, ...] | None = None, *, any_plain: bool = False,
@@ -123,7 +134,7 @@ def match(q: Query, plain: tuple[Term, ...] | None = None, *, any_plain: bool = 
 def any_words(q: Query) -> tuple[Term, ...]:
     """The plain terms' words one by one (a phrase split, each word keeping its term's field), each once:
     the any-term fallback's terms."""
-    return tuple(dict.fromkeys(Term(w, t.heading) for t in q.plain for w in t.words()))
+    return tuple(dict.fromkeys(Term(w, t.heading, False, (w,)) for t in q.plain for w in t.words))
 
 
 def written(q: Query, plain: tuple[Term, ...]) -> str:

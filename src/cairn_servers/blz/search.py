@@ -276,14 +276,14 @@ def correct(store: Store, words: tuple[Term, ...]) -> tuple[Term, ...] | None:
     for term in words:
         word = term.text.lower()
         if len(word) < 3 or store.has_term(word):
-            out[term._replace(text=word)] = None
+            out[term._replace(text=word, words=(word,))] = None
             continue
         # Candidates share the first letter (typos there are rare) and have a similar length.
         pool = store.terms_near(word, 2)
         best = difflib.get_close_matches(word, pool, n=1, cutoff=0.75)
         if best:
-            out[term._replace(text=best[0])] = None
+            out[term._replace(text=best[0], words=(best[0],))] = None
             changed = True
         else:
-            out[term._replace(text=word)] = None
+            out[term._replace(text=word, words=(word,))] = None
     return tuple(out) if changed else None
