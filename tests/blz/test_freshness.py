@@ -204,3 +204,48 @@ def test_over_mcp(doc_server: DocServer, data_root: Path) -> None:
     params = StdioServerParameters(command=sys.executable, args=["-m", "cairn_servers.blz.cli", "mcp"],
                                    env={"BLZ_DATA_DIR": str(data_root), "BLZ_MCP_ALLOW_HOSTS": "127.0.0.1"})
     asyncio.run(asyncio.wait_for(_over_mcp(params, doc_server.url("/lib/llms.txt")), 60))
+
+
+# -- MCP source-refresh: the same guards as source-add ------------------------------------------
+
+async def _refresh(params: StdioServerParameters) -> list[tuple[bool, str]]:
+    out: list[tuple[bool, str]] = []
+    async with Client(params, cache=None) as client:
+        for args in ({"alias": "guide"}, {"alias": "local"}, {"stale": True}):
+            res = await client.call_tool("source-refresh", args)
+            out.append((res.is_error, res.content[0].text))  # type: ignore[union-attr]
+    return out
+
+
+def test_source_refresh_is_guarded_like_source_add(doc_server: DocServer, data_root: Path, tmp_path: Path) -> None:
+    doc_server.files["/guide/llms.txt"] = GUIDE
+    local = tmp_path / "local" / "llms.txt"
+    local.parent.mkdir()
+    local.write_bytes(LIB)
+    # The user adds both from the command line (a loopback server, a local file): allowed there.
+    assert blz("add", "guide", doc_server.url("/guide/llms.txt"), "--exact")[0] == 0
+    assert blz("add", "local", str(local))[0] == 0
+    age(data_root, "guide", 30)
+    age(data_root, "local", 30)
+    requests = len(doc_server.requests)
+    base = {"BLZ_DATA_DIR": str(data_root)}
+    cmd = [sys.executable, "-m", "cairn_servers.blz.cli", "mcp"]
+    # An agent may not make blz read either: no request reaches the server, the file is not read.
+    refused = asyncio.run(asyncio.wait_for(_refresh(StdioServerParameters(command=cmd[0], args=cmd[1:],
+                                                                           env=base)), 60))
+    assert refused[0][0] and refused[0][1].startswith("Refused to connect to 127.0.0.1")
+    assert "BLZ_MCP_ALLOW_HOSTS" in refused[0][1]
+    assert refused[1][0] and refused[1][1].startswith("Local files cannot be added over MCP")
+    stale = json.loads(refused[2][1])["results"]
+    assert [(r["alias"], r["status"]) for r in stale] == [("guide", "failed"), ("local", "failed")]
+    assert len(doc_server.requests) == requests
+    assert listed("guide")["stale"] and listed("local")["stale"]  # nothing was checked
+    # Allowed by the user's settings: refreshed, and the new content indexed.
+    doc_server.files["/guide/llms.txt"] = GUIDE + b"\n## Later\n\nlater text.\n"
+    allowed = {**base, "BLZ_MCP_ALLOW_HOSTS": "127.0.0.1", "BLZ_MCP_FILE_ROOTS": str(local.parent)}
+    done = asyncio.run(asyncio.wait_for(_refresh(StdioServerParameters(command=cmd[0], args=cmd[1:],
+                                                                        env=allowed)), 60))
+    assert not done[0][0] and json.loads(done[0][1])["results"][0]["status"] == "updated"
+    assert not done[1][0] and json.loads(done[1][1])["results"][0]["status"] == "unchanged"
+    assert json.loads(done[2][1]) == {"results": []}  # both fresh now
+    assert not listed("guide")["stale"] and listed("guide")["metadata"]["headings"] == 4

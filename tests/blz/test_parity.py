@@ -137,6 +137,9 @@ CASES: dict[str, tuple[str, list[tuple[dict[str, Any], bool]]]] = {
         ({"alias": "bun.sh", "exact": True}, ERR),  # a domain is looked into: no exact URL
     ]),
     "learn-blz": ("tool", [({}, OK)]),
+    # MCP only (the CLI's is `update`): the declaration called directly agrees (both refresh; unchanged)
+    "source-refresh": ("tool", [({"alias": "guide"}, OK), ({"stale": True}, OK), ({}, ERR),
+                                ({"alias": "guide", "stale": True}, ERR), ({"alias": "ghost"}, ERR)]),
     "search": ("find", [
         ({"query": "hooks", "source": ["guide"], "maxResults": 5}, OK),
         ({"query": "x", "maxResults": 51}, ERR),
@@ -284,14 +287,17 @@ async def check_all(params: StdioServerParameters, url: str, root: Path) -> int:
                     got_mcp = await mcp_call(client, op.mcp, args)
                     assert got_cli == got_mcp, (op.name, args)
                     assert got_cli[0] is ok, (op.name, args, got_cli)
-                elif route == "tool":  # learn-blz: MCP only; the declaration called directly agrees
+                elif route == "tool":  # learn-blz, source-refresh: MCP only; the declaration called directly agrees
                     assert op.mcp is not None
                     got_mcp = await mcp_call(client, op.mcp, args)
                     store = Store(root)
                     try:
-                        assert got_mcp == (True, op.call(store, args, "mcp"))
+                        called: tuple[bool, Any] = (True, op.call(store, args, "mcp"))
+                    except CairnError as exc:
+                        called = (False, exc.message)
                     finally:
                         store.close()
+                    assert got_mcp == called and got_mcp[0] is ok, (op.name, args, got_mcp, called)
                 elif route == "find":
                     mcp_args = {("snippets" if k == "citations" else k): v for k, v in args.items()}
                     got_cli = cli_json(op, args)

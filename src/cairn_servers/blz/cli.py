@@ -87,7 +87,7 @@ def build_parser(out: TextIO | None = None, err: TextIO | None = None,
         return p
     add_completion(sub, "blz")
     m = sub.add_parser("mcp", help="serve the MCP tools over stdio: find, toc, list-sources, lookup, "
-                       "source-add, run-command, learn-blz")
+                       "source-add, source-refresh, run-command, learn-blz")
     m.add_argument("--log-level", metavar="LEVEL",
                    help="diagnostics on stderr: error, warn (default), info, debug, off (or $BLZ_LOG)")
     return p

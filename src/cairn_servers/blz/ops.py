@@ -241,7 +241,7 @@ def source_add(store: Store, alias: str | None = None, url: str | None = None, f
                timeout: float | None = None,
                guard: Guard | None = None, progress: Callable[[int, int | None], None] | None = None,
                on_error: Callable[[str, CairnError], None] | None = None) -> dict[str, Any]:
-    """Add a documentation source from the registry (alias only), a domain (alias: "bun.sh" tries https://bun.sh/llms-full.txt, then /llms.txt, and adds it as bun) or a URL. For .../llms.txt the llms-full.txt variant is tried first; for a site or folder, llms-full.txt, llms.txt, then llms-small.txt in it; exact: true fetches exactly the URL given; dryRun: true fetches and parses but writes nothing. The only tool that changes anything. Fetches from public internet addresses only (and hosts the user lists in BLZ_MCP_ALLOW_HOSTS); local files only inside the folders in BLZ_MCP_FILE_ROOTS.
+    """Add a documentation source from the registry (alias only), a domain (alias: "bun.sh" tries https://bun.sh/llms-full.txt, then /llms.txt, and adds it as bun) or a URL. For .../llms.txt the llms-full.txt variant is tried first; for a site or folder, llms-full.txt, llms.txt, then llms-small.txt in it; exact: true fetches exactly the URL given; dryRun: true fetches and parses but writes nothing. With source-refresh, the only tools that change anything. Fetches from public internet addresses only (and hosts the user lists in BLZ_MCP_ALLOW_HOSTS); local files only inside the folders in BLZ_MCP_FILE_ROOTS.
 
     :param alias: Name for the source (a-z 0-9 _ -, 1-64 characters); alone, the registry entry of
         that name, or a domain such as bun.sh (added under the name in it: bun).
@@ -289,6 +289,40 @@ def source_add(store: Store, alias: str | None = None, url: str | None = None, f
 
 # -- on MCP only ----------------------------------------------------------------------------------
 
+@OPS.op(name="source-refresh", mcp="source-refresh", read_only=False, open_world=True, params={
+    "alias": {"type": "string"}, "stale": {}, "guard": _CONTEXT, "progress": _CONTEXT,
+})
+def source_refresh(store: Store, alias: str | None = None, stale: bool = False, guard: Guard | None = None,
+                   progress: Callable[[int, int | None], None] | None = None) -> dict[str, Any]:
+    """Refresh a documentation source (alias), or every stale one (stale: true), with a conditional request: unchanged sources are only marked checked. A source is stale when it was last fetched or checked longer ago than its refreshHours (default 24; see list-sources). Under the same limits as source-add: public internet addresses only (and hosts in BLZ_MCP_ALLOW_HOSTS), local files only inside BLZ_MCP_FILE_ROOTS. Returns results: [{alias, status: updated | unchanged | repaired | failed, ...}].
+
+    :param alias: The source to refresh (see list-sources).
+    :param stale: Refresh every stale source instead; one that fails is reported and the others still run.
+    """
+    from cairn_servers.blz import sources
+    from cairn_servers.core.errors import CairnError, InvalidInput
+
+    if bool(alias) == stale:
+        raise InvalidInput("Give alias (one source) or stale: true (every stale source), not both.",
+                           details={"parameter": "alias"})
+    if alias:
+        from cairn_servers.blz.service import require
+
+        name = require(store, alias).alias
+        return {"results": [sources.update(store, name, guard=guard, progress=progress)]}
+    from cairn_servers.blz.service import freshness
+
+    results: list[dict[str, Any]] = []
+    for row in store.sources():
+        if not freshness(row, store.options(row.alias))["stale"]:
+            continue
+        try:
+            results.append(sources.update(store, row.alias, guard=guard, progress=progress))
+        except CairnError as exc:
+            results.append({"alias": row.alias, "status": "failed", "error": exc.message})
+    return {"results": results}
+
+
 @OPS.op(name="learn-blz", mcp="learn-blz")
 def learn_blz(store: Store) -> dict[str, Any]:
     """Reference data about blz: prompts, flags, installed sources and example calls."""
@@ -317,7 +351,8 @@ def learn_blz(store: Store) -> dict[str, Any]:
                      "source-add(alias='bun')", "source-add(alias='hono.dev', dryRun=True)",
                      "source-add(alias='mine', url='https://example.com/docs/llms.txt', exact=True)",
                      "run-command(command='stats')"],
-        "tools": ["find", "toc", "list-sources", "lookup", "source-add", "run-command", "learn-blz"],
+        "tools": ["find", "toc", "list-sources", "lookup", "source-add", "source-refresh", "run-command",
+                  "learn-blz"],
         "resources": ["blz://registry", "blz://sources/{alias}"],
     }
 

@@ -356,14 +356,15 @@ def _check_names(store: Store, alias: str, names: list[str]) -> None:
 
 def update(store: Store, alias: str, *, max_bytes: int = fetching.DEFAULT_MAX_BYTES,
            timeout: float = fetching.DEFAULT_TIMEOUT, progress: Progress | None = None,
-           all_languages: bool | None = None) -> dict[str, Any]:
+           all_languages: bool | None = None, guard: Guard | None = None) -> dict[str, Any]:
     """Refresh one source with a conditional request; a 304 or identical bytes change nothing.
 
     The stored file and index are checked first (as `blz validate` does). If either is damaged, the
     request is unconditional and the source is written and indexed again even when its content is
     unchanged upstream: status ``repaired``. This is the fix `blz validate` suggests.
     ``all_languages`` (None: as chosen when the source was added) changes whether pages in other
-    languages are indexed; a change re-indexes the source even when its content is unchanged."""
+    languages are indexed; a change re-indexes the source even when its content is unchanged.
+    ``guard`` (an agent's, as for :func:`add`) limits which files and addresses the refresh reads."""
     from cairn_servers.blz.service import source_problems
 
     alias = check_alias(alias)
@@ -373,14 +374,16 @@ def update(store: Store, alias: str, *, max_bytes: int = fetching.DEFAULT_MAX_BY
     options = store.options(alias)
     kept = bool(options.get("allLanguages"))
     extra = {k: options[k] for k in KEPT if k in options}
+    if guard is not None:  # the stored URL may be one the user added: an agent is held to its own limits
+        check_agent_location(row.url, True, guard=guard)
     if all_languages is None:
         all_languages = kept
     problems = source_problems(store, row)
     if problems or all_languages != kept:  # a 304 would keep the damage: ask for the content itself
-        result = fetching.fetch(row.url, max_bytes=max_bytes, timeout=timeout, progress=progress)
+        result = fetching.fetch(row.url, max_bytes=max_bytes, timeout=timeout, progress=progress, guard=guard)
     else:
         result = fetching.fetch(row.url, etag=row.etag, last_modified=row.last_modified,
-                                max_bytes=max_bytes, timeout=timeout, progress=progress)
+                                max_bytes=max_bytes, timeout=timeout, progress=progress, guard=guard)
         if result.not_modified:
             store.touch(alias, etag=result.etag, last_modified=result.last_modified, detail="304 Not Modified")
             store.tidy(row)

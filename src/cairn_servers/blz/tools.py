@@ -1,6 +1,6 @@
 """``blz mcp``: the seed's MCP tools, resources and prompt over stdio, on the cairn_servers.mcp core.
 
-Tools: find, toc, list-sources, lookup, source-add (the only mutation) and learn-blz are the
+Tools: find, toc, list-sources, lookup, source-add and source-refresh (the only mutations) and learn-blz are the
 operations of :mod:`cairn_servers.blz.ops` on MCP (schemas, descriptions and validation from their declarations);
 run-command (whitelisted read-only commands, in-process, through :mod:`cairn_servers.blz.render`) is this
 surface's own. Resources: blz://sources/{alias}, blz://registry. Prompt: discover-docs.
@@ -246,7 +246,7 @@ def _list_sources_context(ctx: ToolContext) -> dict[str, Any]:
 
 
 MCP_CONTEXT: dict[str, Callable[[ToolContext], dict[str, Any]]] = {
-    "source-add": _source_add_context, "list-sources": _list_sources_context}
+    "source-add": _source_add_context, "source-refresh": _source_add_context, "list-sources": _list_sources_context}
 
 RUN_COMMAND_SCHEMA: dict[str, Any] = {
     "type": "object", "required": ["command"], "additionalProperties": False,
