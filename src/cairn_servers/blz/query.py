@@ -59,9 +59,23 @@ class Query(NamedTuple):
         return sum(len(t.words) for t in self.plain)
 
 
+_last: tuple[str, Query] = ("", Query((), (), ()))  # the last query parsed: MCP's validation, then the search
+
+
 def parse(text: str) -> Query:
     """``text``'s terms by kind. Refuses (``InvalidInput``) more than MAX_TERMS distinct words, phrases
     holding more than MAX_QUERY_WORDS words in all, and a query that only excludes."""
+    global _last
+    last = _last
+    if last[0] == text and text:
+        return last[1]
+    q = _parse(text)
+    if len(text) <= 4096:  # a pasted page is not kept
+        _last = (text, q)
+    return q
+
+
+def _parse(text: str) -> Query:
     check_terms(text)  # distinct words, and plain quoted phrases
     text = _CONTROL.sub(" ", text)  # SQLite ends a string at NUL; control characters are never tokens
     if not _SYNTAX.search(text):  # plain words only (most queries): no tokenizer needed

@@ -37,8 +37,8 @@ def search(store: Store, query: str, sources: list[str] | str | None = None, lim
     by_sid = store.aliases_by_sid()
     sid_of = {alias: sid for sid, (alias, _url) in by_sid.items()}
     given = source_list(sources)
-    aliases = sorted(set(resolve(store, given)))
-    if any(alias not in sid_of for alias in aliases):  # other names of sources (blz add --alias)
+    aliases = sorted(set(resolve(store, given))) if given else []
+    if aliases and not sid_of.keys() >= set(aliases):  # other names of sources (blz add --alias)
         others = store.other_names()
         aliases = sorted({others.get(alias, alias) for alias in aliases})
     for alias in aliases:
