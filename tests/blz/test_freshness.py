@@ -126,8 +126,10 @@ def test_bad_settings_are_refused(served: DocServer) -> None:
                                  "with a letter or digit (e.g. --tag frontend).\n")
     code, _, err = blz("add", "y", url, "--refresh-hours", "0")
     assert code == 2 and "refreshHours: 0 is less than the minimum of 1" in err
-    code, _, err = blz("add", "y", url, "--category=-x")
-    assert code == 2 and "Invalid category '-x'" in err
+    code, _, err = blz("add", "y", url, "--category", " ")
+    assert code == 2 and err == ("blz: error: Invalid category ' ': give 1-64 printable characters (e.g. --category "
+                                 "frontend).\n")
+    assert js("add", "y", url, "--category", "Web  Framework", "--dry-run")["category"] == "Web Framework"
     code, _, err = blz("update", "guide", "--stale")
     assert code == 2 and "Name one source to update, or use --all or --stale" in err
     assert "y" not in {s["alias"] for s in js("list")["sources"]}
@@ -249,3 +251,22 @@ def test_source_refresh_is_guarded_like_source_add(doc_server: DocServer, data_r
     assert not done[1][0] and json.loads(done[1][1])["results"][0]["status"] == "unchanged"
     assert json.loads(done[2][1]) == {"results": []}  # both fresh now
     assert not listed("guide")["stale"] and listed("guide")["metadata"]["headings"] == 4
+
+
+def test_manifest_entries_carry_their_own_settings(doc_server: DocServer, data_root: Path, tmp_path: Path) -> None:
+    doc_server.files.update({"/guide/llms.txt": GUIDE, "/lib/llms.txt": LIB})
+    manifest = tmp_path / "m.toml"
+    manifest.write_text(f'[[source]]\nalias = "guide"\nurl = "{doc_server.url("/guide/llms.txt")}"\nexact = true\n'
+                        'tags = ["docs"]\ncategory = "frontend"\naliases = ["gd"]\nrefreshHours = 6\n\n'
+                        f'[[source]]\nalias = "lib"\nurl = "{doc_server.url("/lib/llms.txt")}"\nexact = true\n\n'
+                        f'[[source]]\nalias = "bad"\nurl = "{doc_server.url("/lib/llms.txt")}"\ntags = "web"\n')
+    code, out, err = blz("add", "--manifest", str(manifest), "--tag", "web", "--refresh-hours", "12", "--json")
+    assert code == 2 and err == "blz: error: bad: source 'bad': tags must be a list of names, e.g. tags = [\"web\"].\n"
+    assert [r["status"] for r in json.loads(out)["results"]] == ["added", "added", "failed"]
+    guide, lib = listed("guide"), listed("lib")
+    assert (guide["tags"], guide["category"], guide["aliases"], guide["refreshHours"]) == (["web", "docs"], "frontend",
+                                                                                          ["gd"], 6)
+    assert (lib["tags"], lib["category"], lib["aliases"], lib["refreshHours"]) == (["web"], None, [], 12)
+    assert {h["alias"] for h in js("search", "async", "-s", "gd")["hits"]} == {"guide"}
+    code, _, err = blz("add", "--manifest", str(manifest), "--alias", "x")
+    assert code == 2 and "--alias names one source" in err

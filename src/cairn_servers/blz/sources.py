@@ -240,11 +240,11 @@ def settings(tags: list[str] | None = None, category: str | None = None,
         if len(names) > MAX_TAGS:
             raise InvalidInput(f"{len(names)} tags; a source takes at most {MAX_TAGS}.", details={"parameter": "tags"})
         out["tags"] = names
-    if category is not None:
-        name = category.strip().lower()
-        if not _NAME.fullmatch(name):
-            raise InvalidInput(f"Invalid category {category!r}: use 1-64 characters from a-z 0-9 _ -, starting "
-                               "with a letter or digit (e.g. --category frontend).", details={"parameter": "category"})
+    if category is not None:  # a label (upstream manifests write "Web Framework"): any printable text
+        name = " ".join(category.split())
+        if not 1 <= len(name) <= 64 or not name.isprintable():
+            raise InvalidInput(f"Invalid category {category!r}: give 1-64 printable characters (e.g. --category "
+                               "frontend).", details={"parameter": "category"})
         out["category"] = name
     if refresh_hours is not None:
         if isinstance(refresh_hours, bool) or not 1 <= refresh_hours <= MAX_REFRESH_HOURS:
@@ -450,9 +450,10 @@ def _ingest(store: Store, alias: str, url: str, result: fetching.FetchResult, ac
 # -- several at once: `blz add --manifest FILE` -----------------------------------------------------
 
 # Keys of a manifest entry: what to add, and per-entry options.
-MANIFEST_KEYS = frozenset({"alias", "url", "path", "exact", "allLanguages"})
+MANIFEST_KEYS = frozenset({"alias", "url", "path", "exact", "allLanguages", "tags", "category", "aliases",
+                           "refreshHours"})
 # Upstream BLZ's descriptive keys: accepted (so its manifests load) and not used.
-_UPSTREAM_KEYS = frozenset({"name", "description", "category", "tags", "aliases", "notes", "_notes"})
+_UPSTREAM_KEYS = frozenset({"name", "description", "notes", "_notes"})
 
 
 MAX_MANIFEST_BYTES = 4 << 20  # a manifest of thousands of sources is a few hundred KB
@@ -515,14 +516,15 @@ def read_manifest(path: str) -> tuple[Path, list[Any]]:
     return file.resolve().parent, entries
 
 
-def _manifest_entry(entry: Any, n: int, folder: Path) -> tuple[str, str | None, bool, bool]:
-    """``(alias, location or None, exact, allLanguages)`` of entry ``n`` (1-based), or InvalidInput."""
+def _manifest_entry(entry: Any, n: int, folder: Path) -> tuple[str, str | None, bool, bool, dict[str, Any]]:
+    """``(alias, location or None, exact, allLanguages, settings)`` of entry ``n`` (1-based), or
+    InvalidInput. ``settings``: the entry's tags, category, aliases and refreshHours, as given."""
     if not isinstance(entry, dict):
         raise InvalidInput(f"source #{n} is not a table: write it as [[source]] with alias = \"...\".")
     unknown = sorted(set(entry) - MANIFEST_KEYS - _UPSTREAM_KEYS)
     if unknown:
         raise InvalidInput(f"source #{n}: unknown key {unknown[0]!r}; a source takes alias, url or path, "
-                           "exact, allLanguages.")
+                           "exact, allLanguages, tags, category, aliases, refreshHours.")
     alias = entry.get("alias")
     if not isinstance(alias, str) or not alias.strip():
         raise InvalidInput(f"source #{n} has no alias: give alias = \"name\" (a registry name or a domain "
@@ -533,12 +535,20 @@ def _manifest_entry(entry: Any, n: int, folder: Path) -> tuple[str, str | None, 
     for key in ("exact", "allLanguages"):
         if key in entry and not isinstance(entry[key], bool):
             raise InvalidInput(f"source {alias!r}: {key} must be true or false.")
+    for key in ("tags", "aliases"):
+        if key in entry and not (isinstance(entry[key], list) and all(isinstance(v, str) for v in entry[key])):
+            raise InvalidInput(f"source {alias!r}: {key} must be a list of names, e.g. {key} = [\"web\"].")
+    if "category" in entry and not isinstance(entry["category"], str):
+        raise InvalidInput(f"source {alias!r}: category must be a string.")
+    if "refreshHours" in entry and (not isinstance(entry["refreshHours"], int) or isinstance(entry["refreshHours"], bool)):
+        raise InvalidInput(f"source {alias!r}: refreshHours must be a whole number of hours.")
     if "url" in entry and "path" in entry:
         raise InvalidInput(f"source {alias!r} has both url and path: give one.")
     location: str | None = entry.get("url") or entry.get("path")
     if location is not None and not fetching.is_url(location) and not _SCHEME.match(location):
         location = str(folder / Path(location).expanduser())  # a relative path is the manifest's neighbour
-    return alias, location, bool(entry.get("exact")), bool(entry.get("allLanguages"))
+    given = {k: entry[k] for k in ("tags", "category", "aliases", "refreshHours") if k in entry}
+    return alias, location, bool(entry.get("exact")), bool(entry.get("allLanguages")), given
 
 
 def add_manifest(store: Store, path: str, *, force: bool = False, exact: bool = False,
@@ -568,14 +578,17 @@ def add_manifest(store: Store, path: str, *, force: bool = False, exact: bool = 
     for n, entry in enumerate(entries, 1):
         name = entry.get("alias") if isinstance(entry, dict) and isinstance(entry.get("alias"), str) else f"#{n}"
         try:
-            alias, location, entry_exact, entry_all = _manifest_entry(entry, n, folder)
+            alias, location, entry_exact, entry_all, own = _manifest_entry(entry, n, folder)
             key = alias.strip().lower()
             if key in seen:
                 raise InvalidInput(f"{alias!r} appears twice in the manifest; the first one is used.")
             seen.add(key)
             info = add(store, alias, location, force=force, exact=exact or entry_exact, dry_run=dry_run,
-                       all_languages=all_languages or entry_all, tags=tags, category=category,
-                       refresh_hours=refresh_hours, **net)
+                       all_languages=all_languages or entry_all,
+                       # the flags' tags and the entry's; the entry's category and refresh interval first
+                       tags=[*(tags or []), *own.get("tags", [])] if tags or "tags" in own else None,
+                       category=own.get("category", category), aliases=own.get("aliases"),
+                       refresh_hours=own.get("refreshHours", refresh_hours), **net)
         except CairnError as exc:
             if on_error is not None:
                 on_error(str(name), exc)
