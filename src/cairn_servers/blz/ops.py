@@ -258,7 +258,7 @@ def source_add(store: Store, alias: str | None = None, url: str | None = None, f
         sources with source "tag:NAME".
     :param aliases: Other names for the source (a-z 0-9 _ -; a list, or comma-separated): search,
         find, toc and citations accept them in place of its alias.
-    :param category: A category for the source (a-z 0-9 _ -), shown in list-sources.
+    :param category: A category for the source (a label, 1-64 characters), shown in list-sources.
     :param refresh_hours: Hours after which the source is stale (default 24; list-sources shows
         stale and ageHours, and `blz update --stale` refreshes the stale ones).
     :param manifest: A TOML file listing sources ([[source]] tables with alias, and url or path):
