@@ -117,6 +117,9 @@ CASES: dict[str, tuple[str, list[tuple[dict[str, Any], bool]]]] = {
         ({"source": "ghost"}, ERR),
         ({"source": "../etc"}, ERR),
         ({"source": "tag:nope"}, ERR),
+        ({"source": "guide,notes"}, OK),  # several sources: one outline after the other
+        ({"source": "notes,guide", "filter": "hooks OR other NOT deep", "tree": True, "maxResults": 2, "page": 2}, OK),
+        ({"source": "guide,ghost"}, ERR),
     ]),
     "list-sources": ("tool", [({}, OK), ({"filter": "GUI"}, OK), ({"filter": "react"}, OK)]),
     "source-add": ("tool", [

@@ -158,12 +158,13 @@ def toc(store: Store, source: str, max_depth: int | None = None, tree: bool = Fa
 
     Read from the stored outline; the file is not parsed again.
 
-    :param source: Alias of an installed source (see list-sources), or tag:NAME when exactly one
-        source carries that tag.
+    :param source: Alias of an installed source (see list-sources); several: "react,vue", or
+        "tag:NAME" for every source tagged NAME (entries then carry their alias, in the order given).
     :param max_depth: Only heading levels 1..maxDepth (1-6); omit for every level.
     :param tree: Nest the entries: each carries the deeper headings under it as children (on a
         terminal: indented by level).
-    :param filter: Only headings whose text contains every word of this (case-insensitive).
+    :param filter: Only headings whose text contains every word of this (case-insensitive); OR
+        between groups of words, NOT before a word to leave out (hooks OR effects NOT class).
     :param max_results: Headings per page (1-1000).
     :param page: Page number (hasMore says whether another follows).
     """

@@ -172,7 +172,8 @@ def toc_text(data: dict[str, Any]) -> str:
     if not entries:
         what = f" matching {data['filter']!r}" if data.get("filter") else ""
         where = f" on page {data['page']}" if data["total"] else ""
-        return f"No headings{what} in {data['alias']}{where} ({data['total']} in all)."
+        names = data["alias"] or ", ".join(data.get("sources") or [])
+        return f"No headings{what} in {names}{where} ({data['total']} in all)."
     out = []
     if data.get("tree"):
         top = min(e["level"] for e in entries)

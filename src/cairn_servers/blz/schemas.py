@@ -36,10 +36,11 @@ SOURCE = _obj({"alias": _STR, "title": _NULLSTR, "url": _STR, "kind": {"enum": [
                                  "allLanguages": {"type": "boolean"}})}, ["alias", "url", "kind"])
 
 TOC_ENTRY = _obj({"level": {"type": "integer", "minimum": 1, "maximum": 6}, "text": _STR, "headingPath": _PATH,
-                  "lines": _STR, "citation": _STR}, ["level", "text", "headingPath", "lines", "citation"])
+                  "lines": _STR, "citation": _STR, "alias": _STR},
+                 ["level", "text", "headingPath", "lines", "citation"])
 TOC_ENTRY["properties"]["children"] = {"type": "array", "items": {"$ref": "#/$defs/entry"},
                                       "description": "with tree: the deeper headings under this one"}
-TOC = _obj({"alias": _STR, "url": _STR, "depth": {"type": ["integer", "null"]}, "filter": _NULLSTR, "page": _INT,
+TOC = _obj({"alias": _NULLSTR, "url": _NULLSTR, "sources": _PATH, "depth": {"type": ["integer", "null"]}, "filter": _NULLSTR, "page": _INT,
             "limit": _INT, "total": _INT, "hasMore": {"type": "boolean"}, "tree": {"type": "boolean"},
             "entries": {"type": "array", "items": {"$ref": "#/$defs/entry"}}},
            ["alias", "page", "limit", "total", "hasMore", "entries"])

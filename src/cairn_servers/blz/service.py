@@ -15,7 +15,7 @@ from cairn_servers.blz.store import SourceRow, Store, file_digest
 from cairn_servers.core.errors import InvalidInput, NotFound
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
 # Not imported here: cairn_servers.blz.llmstxt (the parser, and dataclasses with inspect/ast/dis: 1.5 MiB that
 # `blz mcp`'s warm-up would keep resident for finds that never parse) and cairn_servers.blz.registry; the
@@ -158,22 +158,67 @@ def toc(store: Store, alias: str, depth: int | None = None, filter: str | None =
         raise InvalidInput(f"limit must be between 1 and {TOC_MAX_LIMIT}, not {limit}.")
     if page < 1:
         raise InvalidInput(f"page must be 1 or more, not {page}.")
-    if alias[:4].lower() == "tag:":  # a tag naming one source
-        from cairn_servers.blz.search import resolve
+    from cairn_servers.blz.search import resolve, source_list
 
-        named = resolve(store, [alias])
-        if len(named) != 1:
-            raise InvalidInput(f"{alias} names {len(named)} sources ({', '.join(named)}); toc reads one: give one "
-                               "of them.", details={"parameter": "source"})
-        alias = named[0]
-    row = require(store, alias)
-    words = tuple((filter or "").lower().split())
-    total, rows = store.outline(row.alias, depth or MAX_DEPTH, words, (page - 1) * limit, limit)
-    entries = [{"level": level, "text": text, "headingPath": list(path), "lines": f"{line}-{last}",
-                "citation": f"{row.alias}:{line}-{last}"} for line, level, text, last, path in rows]
-    return {"alias": row.alias, "url": row.url, "depth": depth, "filter": filter or None, "page": page,
-            "limit": limit, "total": total, "hasMore": page * limit < total, "tree": tree,
-            "entries": nest(entries) if tree else entries}
+    given = source_list(alias)
+    if not given:
+        raise InvalidInput("Name a source: toc ALIAS (or several: a,b; or tag:NAME).", details={"parameter": "source"})
+    rows = list({r.alias: r for r in (require(store, a) for a in resolve(store, given))}.values())
+    keep = toc_filter(filter)
+    offset, seen = (page - 1) * limit, 0
+    entries: list[dict[str, Any]] = []
+    for row in rows:  # one page across the sources, in the order given
+        count, found = store.outline(row.alias, depth or MAX_DEPTH, (), max(0, offset - seen), limit - len(entries),
+                                     keep)
+        seen += count
+        for line, level, text, last, path in found:
+            entry = {"level": level, "text": text, "headingPath": list(path), "lines": f"{line}-{last}",
+                     "citation": f"{row.alias}:{line}-{last}"}
+            if len(rows) > 1:
+                entry["alias"] = row.alias
+            entries.append(entry)
+    one = rows[0] if len(rows) == 1 else None
+    out: dict[str, Any] = {"alias": one.alias if one else None, "url": one.url if one else None, "depth": depth,
+           "filter": filter or None, "page": page, "limit": limit, "total": seen, "hasMore": page * limit < seen,
+           "tree": tree, "entries": _nest_each(entries) if tree else entries}
+    if one is None:
+        out["sources"] = [r.alias for r in rows]
+    return out
+
+
+def toc_filter(text: str | None) -> Callable[[str], bool] | None:
+    """What a toc filter keeps, as a test of a heading's lower-cased text: its words must all be in
+    the text; ``OR`` between groups of words keeps a heading any group matches; ``NOT word`` keeps
+    headings without it (``AND`` may be written; operators in capitals). None: no filter."""
+    groups: list[list[tuple[bool, str]]] = [[]]
+    negate = False
+    for token in (text or "").split():
+        if token == "OR":
+            groups.append([])
+        elif token == "NOT":
+            negate = True
+        elif token != "AND":
+            groups[-1].append((negate, token.lower()))
+            negate = False
+    kept = [g for g in groups if g]
+    if not kept:
+        return None
+
+    def keep(low: str) -> bool:
+        return any(all((word in low) != negated for negated, word in group) for group in kept)
+
+    return keep
+
+
+def _nest_each(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """:func:`nest` for each source's run of entries (a source's H2 never nests under another's H1)."""
+    out: list[dict[str, Any]] = []
+    start = 0
+    for k in range(1, len(entries) + 1):
+        if k == len(entries) or entries[k].get("alias") != entries[start].get("alias"):
+            out += nest(entries[start:k])
+            start = k
+    return out
 
 
 def nest(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:

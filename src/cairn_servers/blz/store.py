@@ -265,11 +265,13 @@ class Store:
         return sorted(set(rows))
 
     def outline(self, alias: str, max_level: int = 6, words: tuple[str, ...] = (), offset: int = 0,
-                limit: int = 100) -> tuple[int, list[tuple[int, int, str, int, tuple[str, ...]]]]:
+                limit: int = 100, keep: Callable[[str], bool] | None = None
+                ) -> tuple[int, list[tuple[int, int, str, int, tuple[str, ...]]]]:
         """One page of ``alias``'s stored outline: ``(total, [(line, level, text, last_line, path)])``.
 
         Headings of level ``max_level`` or above (H1 = 1), in file order; with ``words``, only those
-        whose text (Markdown link targets left out, case-insensitive) contains every word. ``path``
+        whose text (Markdown link targets left out, case-insensitive) contains every word; with ``keep``,
+        only those whose lower-cased text it keeps. ``path``
         is the chain of heading texts down to the heading itself. The rows are streamed from the
         database: memory holds the ancestor stack and one page, never the whole outline."""
         link = _LINK.sub
@@ -284,9 +286,9 @@ class Store:
             while stack and stack[-1][0] >= level:
                 stack.pop()
             stack.append((level, plain))
-            if words:
+            if words or keep is not None:
                 low = plain.lower()
-                if not all(w in low for w in words):
+                if not all(w in low for w in words) or (keep is not None and not keep(low)):
                     continue
             if offset <= total < end:
                 page.append((line, level, plain, last, tuple(t for _lv, t in stack)))
