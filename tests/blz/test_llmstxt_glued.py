@@ -101,3 +101,60 @@ def test_plain_language_info_strings_still_open_blocks() -> None:
     for info in ("python", "ts twoslash", "Dockerfile", "C++", "sh Terminal"):
         text = f"# Doc\n\n```{info}\n# comment\n```\n\n## End\n"
         assert heads(text) == [(1, 1, "Doc"), (7, 2, "End")], info
+
+
+BROKEN = """# Alpha [¶](https://site.dev/alpha#alpha)
+
+About alpha, in a few words here.
+
+## Setup [¶](#setup)
+
+```js
+const a = 1;
+
+Alpha's text goes on after a code block whose closer was lost.
+
+```
+npm run alpha
+```
+
+# Beta
+
+Beta is the next page, and this is its first sentence.
+
+## Beta one [¶](#beta-one)
+
+```py
+# a comment, not a heading
+```
+
+## Beta two [¶](#beta-two)
+
+End.
+"""
+
+
+def test_a_plain_title_after_a_code_block_starts_a_page_where_headings_are_marked() -> None:
+    # Alpha's lost closer shifts every fence after it: the block before "# Beta" reads as opening
+    # one, which used to hide Beta's headings until its first code block.
+    assert heads(BROKEN) == [(1, 1, "Alpha"), (5, 2, "Setup"), (16, 1, "Beta"), (20, 2, "Beta one"),
+                             (26, 2, "Beta two")]
+    assert [p.start for p in parse(BROKEN).pages] == [1, 16]
+
+
+@pytest.mark.parametrize("change", ["no markers", "no code before", "no sentence after", "markdown sample"])
+def test_a_plain_title_needs_every_sign(change: str) -> None:
+    if change == "no markers":  # a site that does not mark its headings: the fences are read as before
+        text = BROKEN.replace(" [¶](https://site.dev/alpha#alpha)", "").replace(" [¶](#setup)", "")
+        assert len(parse(text).pages) == 1
+    elif change == "no code before":
+        text = BROKEN.replace("npm run alpha\n```\n\n# Beta", "npm run alpha\n```\n\nSome text.\n\n# Beta")
+        assert len(parse(text).pages) == 1
+    elif change == "no sentence after":
+        text = BROKEN.replace("Beta is the next page, and this is its first sentence.", "npm install beta")
+        assert len(parse(text).pages) == 1
+    else:  # a Markdown sample in a code block, on a site that marks its headings: still code
+        text = ("# Doc [¶](#doc)\n\n## Readme [¶](#readme)\n\n```md\n# My project\n\nThis is a sample readme for "
+                "the project.\n```\n\n## After [¶](#after)\n")
+        assert heads(text) == [(1, 1, "Doc"), (3, 2, "Readme"), (11, 2, "After")]
+        assert len(parse(text).pages) == 1

@@ -17,7 +17,8 @@ heals the fence defects that would otherwise swallow the rest of a file:
   H1 followed by a source-URL line (``# Title`` / ``Source: https://…``, as Mintlify and other
   generators write); llms-ctx ``<doc title="…">`` tags (also glued after text or a fence, with a
   heading glued after them); "Skip to content" links (``[Skip to content](…)``, also glued after the
-  previous page's closing fence); and ``--- path/to/file.ext ---`` separators of repository dumps (a
+  previous page's closing fence); on a site that marks its headings, a plain ``# Title`` right after
+  a code block's closing fence and before a sentence; and ``--- path/to/file.ext ---`` separators of repository dumps (a
   page of source code other than Markdown holds no headings). A fenced block never crosses a
   boundary: one still open there closes, and headings end at it.
 * **Fence repair**: when a fence has no valid closer before the end of its page (or a fence longer
@@ -271,9 +272,15 @@ def _boundaries(lines: list[str], cands: list[int], glued: set[int]) -> dict[int
     """Line index -> the page boundary that starts there (``glued``: lines :func:`_glued` found)."""
     found: dict[int, _Mark] = {}
     total = len(lines)
+    marked = False  # a heading with a permalink marker since the last boundary: the site marks its headings
+    seen = 0
     for i in cands:
         line = lines[i]
+        if len(found) != seen:  # a boundary was found: a new page
+            marked, seen = False, len(found)
         if line[0] == "#":
+            if "](" in line and _MARKER.search(line):
+                marked = True
             if line[1:2] not in (" ", "\t") or (i and lines[i - 1].strip()):  # a page's H1 follows a blank line
                 continue
             m = _ATX.match(line)
@@ -291,6 +298,10 @@ def _boundaries(lines: list[str], cands: list[int], glued: set[int]) -> dict[int
                     break
                 if nxt.strip() and not nxt.startswith(">"):
                     break
+            if i not in found and marked and _after_code(lines, i) and _sentence_after(lines, i):
+                # A site that marks its headings does not leave its pages' own H1s bare: a plain
+                # "# Title" right after a code block, before a sentence, is the next page's title.
+                found[i] = _Mark(_H1, i, clean_heading(raw))
             continue
         if line[0] == "=":  # "Title[¶](#title)" / "=====" after a blank line (Sphinx, MkDocs)
             if (i and "](" in lines[i - 1] and (i < 2 or not lines[i - 2].strip()) and _SETEXT.match(line)
@@ -333,6 +344,24 @@ def _boundaries(lines: list[str], cands: list[int], glued: set[int]) -> dict[int
                 ext = name.rsplit(".", 1)[-1].lower() if "." in name else ""
                 found[i] = _Mark(_SEP, i, path, code=ext not in _MARKUP_EXT)
     return found
+
+
+def _after_code(lines: list[str], i: int) -> bool:
+    """Whether the last non-blank line before ``i`` (within three lines) is a bare fence: a code block's end."""
+    for j in range(i - 1, max(-1, i - 4), -1):
+        if lines[j].strip():
+            m = _FENCE.match(lines[j])
+            return m is not None and not m.group(2).strip()
+    return False
+
+
+def _sentence_after(lines: list[str], i: int) -> bool:
+    """Whether the first non-blank line within three after ``i`` is a sentence: prose, not code."""
+    for j in range(i + 1, min(len(lines), i + 4)):
+        text = lines[j].strip()
+        if text:
+            return len(text.split()) >= 5 and text[-1] in ".:!?)" and text[0] not in "#`~$>"
+    return False
 
 
 def find_headings(lines: list[str]) -> list[tuple[int, int, str]]:
