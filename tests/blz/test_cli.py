@@ -78,7 +78,8 @@ def test_env_chooses_format(doc: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (["search", "x", "-n", "0"], 2, "blz: error: Invalid parameter for 'search': maxResults: 0 is less than the minimum of 1\n"),
     (["add", "other", "/definitely/missing.txt"], 3, "blz: error: No such file: /definitely/missing.txt. Check the path.\n"),
     (["add", "guide", "/definitely/missing.txt", "--force", "--exact"], 3, None),
-    (["update"], 2, "blz: error: Name one source to update, or use --all: blz update react | blz update --all\n"),
+    (["update"], 2, "blz: error: Name one source to update, or use --all or --stale: blz update react | "
+                    "blz update --all | blz update --stale\n"),
     (["remove", "ghost"], 3, "blz: error: No source named 'ghost'. See `blz list`.\n"),
     (["frobnicate"], 2, None),
     (["inspect", "Bad/Alias"], 2, None),

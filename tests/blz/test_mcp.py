@@ -22,7 +22,7 @@ from .conftest import DocServer
 pytestmark = [pytest.mark.filterwarnings("ignore:.*(removed|deprecated) as of 2026"), pytest.mark.timeout(120)]
 
 GUIDE = "# Guide\n\nIntro words.\n\n## Hooks\n\nHooks let you use state.\nMore hooks text.\n\n## Other\n\nzebra\n"
-TOOLS = {"find", "toc", "list-sources", "lookup", "source-add", "run-command", "learn-blz"}
+TOOLS = {"find", "toc", "list-sources", "lookup", "source-add", "source-refresh", "run-command", "learn-blz"}
 
 
 def seeded(tmp_path: Path, data_root: Path) -> StdioServerParameters:

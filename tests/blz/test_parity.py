@@ -93,6 +93,16 @@ CASES: dict[str, tuple[str, list[tuple[dict[str, Any], bool]]]] = {
         ({"snippets": ["guide:7"], "maxLines": "few"}, ERR),
         ({"snippets": ["guide:7"], "linesAfter": 51}, ERR),
         ({"snippets": ["guide:7"], "linesBefore": -1}, ERR),
+        # The query syntax: +required, -excluded, "phrases", title:/heading: terms.
+        ({"query": "+zzzqqq +hooks"}, OK),  # a required word nowhere: no hits, never any-term hits
+        ({"query": "hooks -deep"}, OK),
+        ({"query": "title:hooks"}, OK),
+        ({"query": '"hooks let" +state -zebra'}, OK),
+        ({"query": '"hooks zebra"'}, OK),  # the any-term fallback, with its note
+        ({"query": "hookz -deep"}, OK),  # the typo fallback keeps the exclusion
+        ({"query": "-hooks -deep"}, ERR),  # excludes only
+        ({"query": "hooks", "source": "tag:nope"}, ERR),  # no source carries the tag
+        ({"query": '+"' + " ".join(["hooks"] * 4097) + '"'}, ERR),  # a required phrase counts its words too
     ]),
     "toc": ("tool", [
         ({"source": "guide"}, OK),
@@ -106,10 +116,20 @@ CASES: dict[str, tuple[str, list[tuple[dict[str, Any], bool]]]] = {
         ({"source": "guide", "page": 0}, ERR),
         ({"source": "ghost"}, ERR),
         ({"source": "../etc"}, ERR),
+        ({"source": "tag:nope"}, ERR),
+        ({"source": "guide,notes"}, OK),  # several sources: one outline after the other
+        ({"source": "notes,guide", "filter": "hooks OR other NOT deep", "tree": True, "maxResults": 2, "page": 2}, OK),
+        ({"source": "guide,ghost"}, ERR),
     ]),
     "list-sources": ("tool", [({}, OK), ({"filter": "GUI"}, OK), ({"filter": "react"}, OK)]),
     "source-add": ("tool", [
         ({"alias": "lib", "url": "{URL}", "dryRun": True}, OK),  # reports, writes nothing
+        ({"alias": "lib", "url": "{URL}", "dryRun": True, "tags": ["web", "docs"], "category": "x",
+          "refreshHours": 3, "aliases": ["library"]}, OK),
+        ({"alias": "lib", "url": "{URL}", "aliases": ["lib"]}, ERR),  # its own alias
+        ({"alias": "lib", "url": "{URL}", "aliases": ["guide"]}, ERR),  # another source's alias
+        ({"alias": "lib", "url": "{URL}", "tags": ["Bad Tag"]}, ERR),
+        ({"alias": "lib", "url": "{URL}", "refreshHours": 0}, ERR),
         ({"alias": "lib", "url": "{URL}"}, OK),
         ({"alias": "lib", "url": "{URL}"}, ERR),  # exists: Conflict
         ({"alias": "lib", "url": "{URL}", "force": True, "exact": True}, ERR),  # exactly llms.txt: 404
@@ -120,6 +140,9 @@ CASES: dict[str, tuple[str, list[tuple[dict[str, Any], bool]]]] = {
         ({"alias": "bun.sh", "exact": True}, ERR),  # a domain is looked into: no exact URL
     ]),
     "learn-blz": ("tool", [({}, OK)]),
+    # MCP only (the CLI's is `update`): the declaration called directly agrees (both refresh; unchanged)
+    "source-refresh": ("tool", [({"alias": "guide"}, OK), ({"stale": True}, OK), ({}, ERR),
+                                ({"alias": "guide", "stale": True}, ERR), ({"alias": "ghost"}, ERR)]),
     "search": ("find", [
         ({"query": "hooks", "source": ["guide"], "maxResults": 5}, OK),
         ({"query": "x", "maxResults": 51}, ERR),
@@ -129,6 +152,11 @@ CASES: dict[str, tuple[str, list[tuple[dict[str, Any], bool]]]] = {
         ({"query": "hooks", "headingLevel": [1, 3]}, OK),
         ({"query": "x", "headingLevel": "3-1"}, ERR),
         ({"query": "x", "source": ["guide", "nope"]}, ERR),
+        ({"query": "hooks -deep +state"}, OK),
+        ({"query": "heading:hooks -title:deep"}, OK),
+        ({"query": '"hooks zebra"'}, OK),
+        ({"query": "-deep -hooks"}, ERR),
+        ({"query": "hooks", "source": ["tag:nope"]}, ERR),
     ]),
     "get": ("find", [
         ({"citations": ["guide:7-7"], "linePadding": 2}, OK),
@@ -145,7 +173,8 @@ CASES: dict[str, tuple[str, list[tuple[dict[str, Any], bool]]]] = {
     "validate": ("run-command", [({}, OK), ({"alias": "guide"}, OK), ({"alias": "ghost"}, ERR)]),
     "inspect": ("run-command", [({"alias": "guide"}, OK), ({"alias": "ghost"}, ERR)]),
     "schema": ("run-command", [({}, OK), ({"name": "toc"}, OK), ({"name": "nope"}, ERR)]),
-    "update": ("cli-only", [({"alias": "guide"}, OK), ({}, ERR), ({"alias": "ghost"}, ERR)]),
+    "update": ("cli-only", [({"alias": "guide"}, OK), ({}, ERR), ({"alias": "ghost"}, ERR), ({"stale": True}, OK),
+                            ({"alias": "guide", "stale": True}, ERR)]),
     "remove": ("cli-only", [({"alias": "ghost"}, ERR)]),
     "lookup": ("tool", [({"query": "react"}, OK), ({}, OK), ({"query": "orm", "category": "database"}, OK),
                         ({"category": "nope"}, ERR), ({"category": "AI"}, ERR),
@@ -261,14 +290,17 @@ async def check_all(params: StdioServerParameters, url: str, root: Path) -> int:
                     got_mcp = await mcp_call(client, op.mcp, args)
                     assert got_cli == got_mcp, (op.name, args)
                     assert got_cli[0] is ok, (op.name, args, got_cli)
-                elif route == "tool":  # learn-blz: MCP only; the declaration called directly agrees
+                elif route == "tool":  # learn-blz, source-refresh: MCP only; the declaration called directly agrees
                     assert op.mcp is not None
                     got_mcp = await mcp_call(client, op.mcp, args)
                     store = Store(root)
                     try:
-                        assert got_mcp == (True, op.call(store, args, "mcp"))
+                        called: tuple[bool, Any] = (True, op.call(store, args, "mcp"))
+                    except CairnError as exc:
+                        called = (False, exc.message)
                     finally:
                         store.close()
+                    assert got_mcp == called and got_mcp[0] is ok, (op.name, args, got_mcp, called)
                 elif route == "find":
                     mcp_args = {("snippets" if k == "citations" else k): v for k, v in args.items()}
                     got_cli = cli_json(op, args)

@@ -378,7 +378,7 @@ path = "docs/local.txt"
     assert data["message"] == f"{manifest}: added 3 of 6 sources; 3 failed"
     assert data["results"][1]["code"] == "not_found" and "Nothing found at" in data["results"][1]["error"]
     assert data["results"][3]["error"] == ("source #4: unknown key 'ulr'; a source takes alias, url or path, "
-                                           "exact, allLanguages.")
+                                           "exact, allLanguages, tags, category, aliases, refreshHours.")
     assert data["results"][5]["error"] == "'one' appears twice in the manifest; the first one is used."
     assert err.splitlines() == [f"blz: error: gone: {data['results'][1]['error']}", f"blz: error: typo: {data['results'][3]['error']}",
                                 f"blz: error: one: {data['results'][5]['error']}"]

@@ -214,3 +214,59 @@ def test_tool_lists_name_every_tool(data_root: Path) -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     line = next(x for x in readme.splitlines() if x.startswith("blz mcp "))
     assert {name.strip() for name in line.split("stdio MCP server:")[1].split(",")} == tools
+
+
+# -- several sources, and a filter with OR / NOT -------------------------------------------------
+
+ONE = "# One\n\n## Hooks\n\nx\n\n## Effects\n\ny\n\n### Class effects\n\nz\n"
+TWO = "# Two\n\n## Hooks in two\n\nx\n\n## Routing\n\ny\n"
+
+
+async def _toc_over_mcp(params: StdioServerParameters) -> dict[str, Any]:
+    async with Client(params, cache=None) as client:
+        res = await client.call_tool("toc", {"source": "tag:web", "filter": "hooks OR routing", "tree": True})
+        assert not res.is_error, res.content
+        assert res.structured_content == json.loads(res.content[0].text)  # type: ignore[union-attr]
+        out: dict[str, Any] = res.structured_content
+        return out
+
+
+def test_toc_over_several_sources_with_a_boolean_filter(tmp_path: Path, data_root: Path) -> None:
+    for name, text in (("one", ONE), ("two", TWO)):
+        (tmp_path / f"{name}.txt").write_text(text)
+        assert blz("add", name, str(tmp_path / f"{name}.txt"), "--tag", "web")[0] == 0
+
+    def cites(*argv: str) -> list[str]:
+        code, out, err = blz("toc", *argv, "--json")
+        assert code == 0, err
+        return [e["citation"] for e in json.loads(out)["entries"]]
+
+    assert cites("one,two") == ["one:1-13", "one:3-6", "one:7-13", "one:11-13", "two:1-9", "two:3-6", "two:7-9"]
+    assert cites("two,one", "-d", "1") == ["two:1-9", "one:1-13"]  # in the order given
+    code, out, _ = blz("toc", "tag:web", "-n", "3", "--page", "2", "--json")  # a page across both
+    data = json.loads(out)
+    assert [e["citation"] for e in data["entries"]] == ["one:11-13", "two:1-9", "two:3-6"]
+    assert (data["alias"], data["sources"], data["total"], data["hasMore"]) == (None, ["one", "two"], 7, True)
+    assert [e["alias"] for e in data["entries"]] == ["one", "two", "two"]
+    assert "alias" not in json.loads(blz("toc", "one", "--json")[1])["entries"][0]  # one source: as before
+    # the filter: words all in the heading; OR between groups; NOT leaves a word out
+    assert cites("one,two", "-f", "hooks") == ["one:3-6", "two:3-6"]
+    assert cites("one,two", "-f", "hooks two") == ["two:3-6"]
+    assert cites("one,two", "-f", "hooks OR routing") == ["one:3-6", "two:3-6", "two:7-9"]
+    assert cites("one", "-f", "effects NOT class") == ["one:7-13"]
+    assert cites("one", "-f", "effects AND class") == ["one:11-13"]
+    code, out, _ = blz("toc", "one,two", "-f", "nothing OR nowhere", "--text")
+    assert out == "No headings matching 'nothing OR nowhere' in one, two (0 in all).\n"
+    code, _, err = blz("toc", "one,ghost")
+    assert code == 3 and "No source named 'ghost'" in err
+    # --tree nests within each source only
+    code, out, _ = blz("toc", "one,two", "-d", "2", "--tree", "--json")
+    tree = json.loads(out)["entries"]
+    assert [(e["alias"], e["text"], [c["text"] for c in e["children"]]) for e in tree] == [
+        ("one", "One", ["Hooks", "Effects"]), ("two", "Two", ["Hooks in two", "Routing"])]
+    # over MCP: the same answer, valid against the tool's outputSchema
+    params = StdioServerParameters(command=sys.executable, args=["-m", "cairn_servers.blz.cli", "mcp"],
+                                   env={"BLZ_DATA_DIR": str(data_root)})
+    got = asyncio.run(asyncio.wait_for(_toc_over_mcp(params), 60))
+    code, out, _ = blz("toc", "tag:web", "-f", "hooks OR routing", "--tree", "--json")
+    assert got == json.loads(out) and [e["alias"] for e in got["entries"]] == ["one", "two", "two"]

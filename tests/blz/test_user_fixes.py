@@ -94,7 +94,9 @@ async def _mcp_exact(params: Any, http: DocServer) -> None:
     async with Client(params, cache=None) as client:
         tools = {tool.name: tool for tool in (await client.list_tools()).tools}
         schema = tools["source-add"].input_schema
-        assert set(schema["properties"]) == {"alias", "url", "force", "exact", "allLanguages", "dryRun"}  # the seed's names, plus exact, allLanguages, dryRun
+        # the seed's names, plus exact, allLanguages, dryRun, and a source's tags, category and refresh interval
+        assert set(schema["properties"]) == {"alias", "url", "force", "exact", "allLanguages", "dryRun", "tags",
+                                             "category", "refreshHours", "aliases"}
         assert schema["properties"]["exact"]["type"] == "boolean" and schema["required"] == ["alias"]
         assert "exact" in (tools["source-add"].description or "")
 

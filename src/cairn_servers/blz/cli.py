@@ -43,6 +43,14 @@ def _parser_class(out: TextIO, err: TextIO) -> type[argparse.ArgumentParser]:
             if message:
                 (err if file is sys.stderr else out).write(message)
 
+        def _parse_optional(self, arg_string: str) -> Any:
+            # A search query excluding its first word ("-class hooks") is one argument holding a space.
+            # argparse reads it as an option when its first letters are a short one ("-hooks x" as -h,
+            # "-sync x" as -s with "ync x"); an argument with a space before any "=" is never an option.
+            if arg_string[:1] == "-" and arg_string[1:2] != "-" and " " in arg_string.split("=", 1)[0]:
+                return None
+            return super()._parse_optional(arg_string)
+
     return Parser
 
 
@@ -79,7 +87,7 @@ def build_parser(out: TextIO | None = None, err: TextIO | None = None,
         return p
     add_completion(sub, "blz")
     m = sub.add_parser("mcp", help="serve the MCP tools over stdio: find, toc, list-sources, lookup, "
-                       "source-add, run-command, learn-blz")
+                       "source-add, source-refresh, run-command, learn-blz")
     m.add_argument("--log-level", metavar="LEVEL",
                    help="diagnostics on stderr: error, warn (default), info, debug, off (or $BLZ_LOG)")
     return p

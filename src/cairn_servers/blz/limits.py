@@ -31,3 +31,6 @@ CATEGORIES = {
     "ui": "component libraries and design systems",
     "workflow": "background jobs and durable workflows",
 }
+
+DEFAULT_REFRESH_HOURS = 24  # a source checked longer ago than this is stale (list, update --stale)
+MAX_REFRESH_HOURS = 24 * 366

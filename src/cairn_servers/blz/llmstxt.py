@@ -16,7 +16,9 @@ heals the fence defects that would otherwise swallow the rest of a file:
   an H1 (ATX or setext) carrying a permalink marker (``# Title [¶](…)``) after a blank line; an
   H1 followed by a source-URL line (``# Title`` / ``Source: https://…``, as Mintlify and other
   generators write); llms-ctx ``<doc title="…">`` tags (also glued after text or a fence, with a
-  heading glued after them); and ``--- path/to/file.ext ---`` separators of repository dumps (a
+  heading glued after them); "Skip to content" links (``[Skip to content](…)``, also glued after the
+  previous page's closing fence); on a site that marks its headings, a plain ``# Title`` right after
+  a code block's closing fence and before a sentence; and ``--- path/to/file.ext ---`` separators of repository dumps (a
   page of source code other than Markdown holds no headings). A fenced block never crosses a
   boundary: one still open there closes, and headings end at it.
 * **Fence repair**: when a fence has no valid closer before the end of its page (or a fence longer
@@ -25,6 +27,9 @@ heals the fence defects that would otherwise swallow the rest of a file:
   closed by ```` ``` ````), and an opener with an info string (```` ```python ````) ends it and
   opens a new block; with no fence line of its character at all left in the page, the first ATX
   heading after a blank line and before a sentence ends it.
+* **Glued closers**: a fence line followed by text that is no info string (a Markdown link, an ATX
+  heading, a sentence) closes the open block, the text after it being text (a heading when it is
+  one); with no block open it opens none.
 * **Permalink markers** (``[¶](…)``, ``[​](…)``, ``[#](…)``, a heading that is only a link to its
   own anchor) are removed from heading text.
 
@@ -68,6 +73,14 @@ _SELF_LINK = re.compile(r"\[([^\[\]]+)\]\((?:[^()\s]|\([^()\s]*\))*#(?:[^()\s]|\
 _CODE_LINE = re.compile(r"(?:from [\w.]+ import |import (?:[\w.]+\s*$|\w+ from |\{|\* as )|def \w+\(|"
                         r"async def |class \w+(?:\(|:|\s*\{|\s+extends )|if __name__|export (?:default |const |"
                         r"function |class |\{|type |interface )|const \w+ = |function \w+\(|module\.exports|#include )")
+# "Skip to content" links that site generators put at the top of every page (Starlight, MkDocs Material,
+# Docusaurus): a scraped page starts there, also when glued after the previous page's closing fence.
+_SKIP_WORDS = ("Skip to ",)
+_SKIP = re.compile(r" {0,3}(?:`{3,}|~{3,})?[ \t]*(?:\[Skip to (?:main )?content\]\(<?([^)\s>]*)>?\)"
+                   r"|Skip to (?:main )?content[ \t]*\r?$)")
+# What follows a fence run but is no info string: text glued to a closing fence (a page glued to the
+# last one): a Markdown link, an ATX heading, or a sentence.
+_GLUED_TEXT = re.compile(r"\[[^\]]*\]\(|#{1,6}[ \t]+\S|[A-Z][a-z]*[,;]?(?:[ \t]+[\w'’,;()/-]+){3,}[.!?:]\s*$")
 _NOT_PARAGRAPH = re.compile(r" {0,3}(?:[-+*>|]|\d{1,9}[.)](?:[ \t]|$)|<|$)|    |\t")
 
 _MARKS = frozenset("#`~=-")
@@ -76,7 +89,7 @@ WINDOW = 60  # lines per window for heading-less text and for splitting long sec
 MAX_FRONT_MATTER = 40  # front-matter longer than this is not front-matter
 
 # Page boundary kinds
-_FRONT, _SEP, _DOC, _H1, _SETEXT_H1 = 1, 2, 3, 4, 5
+_FRONT, _SEP, _DOC, _H1, _SETEXT_H1, _SKIP_MARK = 1, 2, 3, 4, 5, 6
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +203,8 @@ def _candidates(lines: list[str]) -> tuple[list[int], set[int]]:
 
 
 def _glued(lines: list[str]) -> list[int]:
-    """Indexes of lines that end in ``---`` after other text, or hold ``<doc ``: found with
+    """Indexes of lines that end in ``---`` after other text, or hold ``<doc `` or a "Skip to content"
+    page marker: found with
     ``str.find`` on the joined text, ~5x faster than testing every line in Python."""
     text = "\n".join(lines)
     find = text.find
@@ -206,6 +220,11 @@ def _glued(lines: list[str]) -> list[int]:
     while pos != -1:
         hits.append(pos)
         pos = find("<doc ", pos + 5)
+    for words in _SKIP_WORDS:  # page markers (checked by _SKIP in _boundaries)
+        pos = find(words)
+        while pos != -1:
+            hits.append(pos)
+            pos = find(words, pos + len(words))
     out: list[int] = []
     line = last = 0
     for pos in sorted(hits):
@@ -253,9 +272,15 @@ def _boundaries(lines: list[str], cands: list[int], glued: set[int]) -> dict[int
     """Line index -> the page boundary that starts there (``glued``: lines :func:`_glued` found)."""
     found: dict[int, _Mark] = {}
     total = len(lines)
+    marked = False  # a heading with a permalink marker since the last boundary: the site marks its headings
+    seen = 0
     for i in cands:
         line = lines[i]
+        if len(found) != seen:  # a boundary was found: a new page
+            marked, seen = False, len(found)
         if line[0] == "#":
+            if "](" in line and _MARKER.search(line):
+                marked = True
             if line[1:2] not in (" ", "\t") or (i and lines[i - 1].strip()):  # a page's H1 follows a blank line
                 continue
             m = _ATX.match(line)
@@ -273,6 +298,10 @@ def _boundaries(lines: list[str], cands: list[int], glued: set[int]) -> dict[int
                     break
                 if nxt.strip() and not nxt.startswith(">"):
                     break
+            if i not in found and marked and _after_code(lines, i) and _sentence_after(lines, i):
+                # A site that marks its headings does not leave its pages' own H1s bare: a plain
+                # "# Title" right after a code block, before a sentence, is the next page's title.
+                found[i] = _Mark(_H1, i, clean_heading(raw))
             continue
         if line[0] == "=":  # "Title[¶](#title)" / "=====" after a blank line (Sphinx, MkDocs)
             if (i and "](" in lines[i - 1] and (i < 2 or not lines[i - 2].strip()) and _SETEXT.match(line)
@@ -280,6 +309,11 @@ def _boundaries(lines: list[str], cands: list[int], glued: set[int]) -> dict[int
                 found[i] = _Mark(_SETEXT_H1, i, clean_heading(lines[i - 1]))
             continue
         if i in glued:
+            skip = _SKIP.match(line)
+            if skip:  # "[Skip to content](…)" at a page's top, maybe glued after the last page's fence
+                url = skip.group(1) or ""
+                found[i] = _Mark(_SKIP_MARK, i, "", url=url.split("#", 1)[0] if url.startswith("http") else "")
+                continue
             doc = None
             for doc in _DOC_START.finditer(line):
                 pass
@@ -310,6 +344,24 @@ def _boundaries(lines: list[str], cands: list[int], glued: set[int]) -> dict[int
                 ext = name.rsplit(".", 1)[-1].lower() if "." in name else ""
                 found[i] = _Mark(_SEP, i, path, code=ext not in _MARKUP_EXT)
     return found
+
+
+def _after_code(lines: list[str], i: int) -> bool:
+    """Whether the last non-blank line before ``i`` (within three lines) is a bare fence: a code block's end."""
+    for j in range(i - 1, max(-1, i - 4), -1):
+        if lines[j].strip():
+            m = _FENCE.match(lines[j])
+            return m is not None and not m.group(2).strip()
+    return False
+
+
+def _sentence_after(lines: list[str], i: int) -> bool:
+    """Whether the first non-blank line within three after ``i`` is a sentence: prose, not code."""
+    for j in range(i + 1, min(len(lines), i + 4)):
+        text = lines[j].strip()
+        if text:
+            return len(text.split()) >= 5 and text[-1] in ".:!?)" and text[0] not in "#`~$>"
+    return False
 
 
 def find_headings(lines: list[str]) -> list[tuple[int, int, str]]:
@@ -417,6 +469,15 @@ def outline(lines: list[str]) -> tuple[list[tuple[int, int, str]], list[Page]]:
         text = lines[j]
         return bool(text.strip()) and not _NOT_PARAGRAPH.match(text) and blank_before(j)
 
+    def glued_heading(i: int, text: str) -> None:
+        """A fence line closing a block, with ``text`` glued after it: a heading when it is one."""
+        boundary.add(i)
+        used.add(i)
+        m = _ATX.match(text) if text[:1] == "#" else None
+        heading = clean_heading(m.group(2) or "") if m else ""
+        if m and heading:
+            found.append((i + 1, len(m.group(1)), heading))
+
     fence: str | None = None  # the opening fence's run of ` or ~ while inside a fenced block
     heal = False  # the open fence has no valid closer in its page: repair rules apply
     loose = False  # nor any fence line at all: a heading after a blank line ends it
@@ -459,6 +520,10 @@ def outline(lines: list[str]) -> tuple[list[tuple[int, int, str]], list[Page]]:
                 continue
             if kind == _H1:
                 starts.append((i, mark.title, True))  # the heading itself is read below
+            if kind == _SKIP_MARK:
+                starts.append((i, "", False))
+                boundary.add(i)
+                continue
         line = lines[i]
         first = line.lstrip(" ")[:1]
         if fence is not None:
@@ -466,6 +531,11 @@ def outline(lines: list[str]) -> tuple[list[tuple[int, int, str]], list[Page]]:
                 m = fence_match.get(i)
                 if m and m.group(1)[0] == fence[0]:
                     run, info = m.group(1), m.group(2).strip()
+                    if info and len(run) >= len(fence) and _GLUED_TEXT.match(info):
+                        # "```[Next page](…)", "```# Title": a closing fence with the next text glued to it
+                        fence = None
+                        glued_heading(i, info)
+                        continue
                     if not info:
                         if heal or len(run) >= len(fence):
                             fence = None
@@ -481,6 +551,9 @@ def outline(lines: list[str]) -> tuple[list[tuple[int, int, str]], list[Page]]:
             fence = None  # an unclosable fence: the first heading after a blank line, before prose, ends it
         if first in ("`", "~"):
             m = fence_match.get(i)
+            if m and _GLUED_TEXT.match(m.group(2).strip()):
+                glued_heading(i, m.group(2).strip())  # a closer glued to text, its opener unseen: no opener
+                continue
             # A backtick fence's info string may not contain backticks (CommonMark).
             if m and not (m.group(1)[0] == "`" and "`" in m.group(2)):
                 fence = m.group(1)

@@ -15,7 +15,7 @@ names validation messages use (``Invalid parameter for 'toc': maxDepth: ...``), 
 
 from __future__ import annotations
 
-from cairn_servers.blz.limits import (CATEGORIES, CONTEXT_MODES, MAX_DEPTH, MAX_LIMIT, MAX_PADDING,
+from cairn_servers.blz.limits import (CATEGORIES, CONTEXT_MODES, MAX_DEPTH, MAX_LIMIT, MAX_PADDING, MAX_REFRESH_HOURS,
                               TOC_DEFAULT_LIMIT, TOC_MAX_LIMIT)
 from cairn_servers.blz.schemas import TOC
 from cairn_servers.core.ops import Registry
@@ -103,10 +103,18 @@ def find(store: Store, query: str | None = None, snippets: list[str] | None = No
          lines_after: int | None = None) -> dict[str, Any]:
     """Search documentation (query) and/or retrieve exact cited line ranges (snippets). Hits carry alias, lines, headingPath, snippet, score (0-100 relative to the top hit) and sourceUrl; cite them as alias:lines.
 
-    :param query: Search text (any words; "quoted phrases" work).
+    Query syntax: every word must match; "a phrase" matches those words in that order; +word is
+    required even when the search falls back; -word (or -"a phrase") drops every section holding
+    it; title:word (or heading:word, title:"a phrase") matches only a section's own heading. Signs
+    and title: go right before the word, and combine: -title:deprecated. When nothing matches every
+    word, any of them may (fallback: "any-term"), then unknown words are replaced by the closest
+    indexed word (fallback: "corrected", correctedQuery); +required and -excluded words still
+    apply, and note says what was done.
+
+    :param query: Search text: words, "quoted phrases", +required, -excluded, title:heading-words.
     :param snippets: Citations to retrieve, e.g. ["bun:120-145", "react:1-3,5-9"].
-    :param source: Alias to search, or several: a list (["react", "bun"]) or "react,bun"; omit to
-        search every installed source on one comparable score scale.
+    :param source: Alias to search, or several: a list (["react", "bun"]) or "react,bun"; "tag:NAME"
+        for every source tagged NAME; omit to search every installed source on one comparable score scale.
     :param context_mode: How to expand snippets: none, symmetric (linePadding lines each side) or all
         (the whole enclosing heading section); omitted, symmetric when linePadding, linesBefore or
         linesAfter is given, else none.
@@ -150,11 +158,13 @@ def toc(store: Store, source: str, max_depth: int | None = None, tree: bool = Fa
 
     Read from the stored outline; the file is not parsed again.
 
-    :param source: Alias of an installed source (see list-sources).
+    :param source: Alias of an installed source (see list-sources); several: "react,vue", or
+        "tag:NAME" for every source tagged NAME (entries then carry their alias, in the order given).
     :param max_depth: Only heading levels 1..maxDepth (1-6); omit for every level.
     :param tree: Nest the entries: each carries the deeper headings under it as children (on a
         terminal: indented by level).
-    :param filter: Only headings whose text contains every word of this (case-insensitive).
+    :param filter: Only headings whose text contains every word of this (case-insensitive); OR
+        between groups of words, NOT before a word to leave out (hooks OR effects NOT class).
     :param max_results: Headings per page (1-1000).
     :param page: Page number (hasMore says whether another follows).
     """
@@ -216,17 +226,23 @@ def lookup(store: Store, query: str = "", category: str | None = None) -> dict[s
     "exact": {"flags": ("--exact",)},
     "all_languages": {"wire": "allLanguages", "flags": ("--all-languages",)},
     "dry_run": {"wire": "dryRun", "flags": ("--dry-run",)},
+    "tags": {"type": "array", "flags": ("--tag", "--tags"), "metavar": "TAG"},
+    "aliases": {"type": "array", "flags": ("--alias", "--aliases"), "metavar": "NAME"},
+    "category": {"type": "string", "flags": ("--category",), "metavar": "NAME"},
+    "refresh_hours": {"wire": "refreshHours", "type": "integer", "minimum": 1, "maximum": MAX_REFRESH_HOURS,
+                      "flags": ("--refresh-hours",), "metavar": "HOURS"},
     "manifest": {"type": "string", "surfaces": ("cli",), "flags": ("--manifest",), "metavar": "FILE"},
     "only": {"surfaces": ("cli",), "flags": ("--only",), "metavar": "ALIASES"},
     **_NET, "guard": _CONTEXT, "progress": _CONTEXT, "on_error": _CONTEXT,
 })
 def source_add(store: Store, alias: str | None = None, url: str | None = None, force: bool = False,
                exact: bool = False, all_languages: bool = False, dry_run: bool = False,
-               manifest: str | None = None, only: list[str] | None = None, max_bytes: int | None = None,
+               tags: list[str] | None = None, category: str | None = None, refresh_hours: int | None = None,
+               aliases: list[str] | None = None, manifest: str | None = None, only: list[str] | None = None, max_bytes: int | None = None,
                timeout: float | None = None,
                guard: Guard | None = None, progress: Callable[[int, int | None], None] | None = None,
                on_error: Callable[[str, CairnError], None] | None = None) -> dict[str, Any]:
-    """Add a documentation source from the registry (alias only), a domain (alias: "bun.sh" tries https://bun.sh/llms-full.txt, then /llms.txt, and adds it as bun) or a URL. For .../llms.txt the llms-full.txt variant is tried first; for a site or folder, llms-full.txt, llms.txt, then llms-small.txt in it; exact: true fetches exactly the URL given; dryRun: true fetches and parses but writes nothing. The only tool that changes anything. Fetches from public internet addresses only (and hosts the user lists in BLZ_MCP_ALLOW_HOSTS); local files only inside the folders in BLZ_MCP_FILE_ROOTS.
+    """Add a documentation source from the registry (alias only), a domain (alias: "bun.sh" tries https://bun.sh/llms-full.txt, then /llms.txt, and adds it as bun) or a URL. For .../llms.txt the llms-full.txt variant is tried first; for a site or folder, llms-full.txt, llms.txt, then llms-small.txt in it; exact: true fetches exactly the URL given; dryRun: true fetches and parses but writes nothing. With source-refresh, the only tools that change anything. Fetches from public internet addresses only (and hosts the user lists in BLZ_MCP_ALLOW_HOSTS); local files only inside the folders in BLZ_MCP_FILE_ROOTS.
 
     :param alias: Name for the source (a-z 0-9 _ -, 1-64 characters); alone, the registry entry of
         that name, or a domain such as bun.sh (added under the name in it: bun).
@@ -239,6 +255,13 @@ def source_add(store: Store, alias: str | None = None, url: str | None = None, f
         file's non-English copies are stored but not indexed).
     :param dry_run: Fetch and parse, and report what would be added (lines, headings, lines in
         other languages left out), without writing anything.
+    :param tags: Tags for the source (a-z 0-9 _ -; a list, or comma-separated), to search a group of
+        sources with source "tag:NAME".
+    :param aliases: Other names for the source (a-z 0-9 _ -; a list, or comma-separated): search,
+        find, toc and citations accept them in place of its alias.
+    :param category: A category for the source (a label, 1-64 characters), shown in list-sources.
+    :param refresh_hours: Hours after which the source is stale (default 24; list-sources shows
+        stale and ageHours, and `blz update --stale` refreshes the stale ones).
     :param manifest: A TOML file listing sources ([[source]] tables with alias, and url or path):
         each is added as if given alone; one that fails is reported and the others still run.
     :param only: With a manifest, only the entries of these aliases (comma-separated, repeatable).
@@ -252,7 +275,8 @@ def source_add(store: Store, alias: str | None = None, url: str | None = None, f
         if alias is not None or url is not None:
             raise InvalidInput("Give either ALIAS [URL] or --manifest FILE, not both.")
         return sources.add_manifest(store, manifest, force=force, exact=exact, all_languages=all_languages,
-                                    dry_run=dry_run, only=only, on_error=on_error, **_net(max_bytes, timeout))
+                                    dry_run=dry_run, only=only, on_error=on_error, tags=tags, category=category,
+                                    refresh_hours=refresh_hours, aliases=aliases, **_net(max_bytes, timeout))
     if only is not None:
         raise InvalidInput("--only picks entries of a manifest: blz add --manifest FILE --only a,b")
     if alias is None:  # "" is an invalid alias, said as such
@@ -260,10 +284,45 @@ def source_add(store: Store, alias: str | None = None, url: str | None = None, f
     if url and guard is not None:  # an agent's location is refused before anything is fetched
         sources.check_agent_location(url, exact, guard=guard)
     return sources.add(store, alias, url, force=force, exact=exact, progress=progress, guard=guard,
-                       all_languages=all_languages, dry_run=dry_run, **_net(max_bytes, timeout))
+                       all_languages=all_languages, dry_run=dry_run, tags=tags, category=category,
+                       refresh_hours=refresh_hours, aliases=aliases, **_net(max_bytes, timeout))
 
 
 # -- on MCP only ----------------------------------------------------------------------------------
+
+@OPS.op(name="source-refresh", mcp="source-refresh", read_only=False, open_world=True, params={
+    "alias": {"type": "string"}, "stale": {}, "guard": _CONTEXT, "progress": _CONTEXT,
+})
+def source_refresh(store: Store, alias: str | None = None, stale: bool = False, guard: Guard | None = None,
+                   progress: Callable[[int, int | None], None] | None = None) -> dict[str, Any]:
+    """Refresh a documentation source (alias), or every stale one (stale: true), with a conditional request: unchanged sources are only marked checked. A source is stale when it was last fetched or checked longer ago than its refreshHours (default 24; see list-sources). Under the same limits as source-add: public internet addresses only (and hosts in BLZ_MCP_ALLOW_HOSTS), local files only inside BLZ_MCP_FILE_ROOTS. Returns results: [{alias, status: updated | unchanged | repaired | failed, ...}].
+
+    :param alias: The source to refresh (see list-sources).
+    :param stale: Refresh every stale source instead; one that fails is reported and the others still run.
+    """
+    from cairn_servers.blz import sources
+    from cairn_servers.core.errors import CairnError, InvalidInput
+
+    if bool(alias) == stale:
+        raise InvalidInput("Give alias (one source) or stale: true (every stale source), not both.",
+                           details={"parameter": "alias"})
+    if alias:
+        from cairn_servers.blz.service import require
+
+        name = require(store, alias).alias
+        return {"results": [sources.update(store, name, guard=guard, progress=progress)]}
+    from cairn_servers.blz.service import freshness
+
+    results: list[dict[str, Any]] = []
+    for row in store.sources():
+        if not freshness(row, store.options(row.alias))["stale"]:
+            continue
+        try:
+            results.append(sources.update(store, row.alias, guard=guard, progress=progress))
+        except CairnError as exc:
+            results.append({"alias": row.alias, "status": "failed", "error": exc.message})
+    return {"results": results}
+
 
 @OPS.op(name="learn-blz", mcp="learn-blz")
 def learn_blz(store: Store) -> dict[str, Any]:
@@ -278,11 +337,14 @@ def learn_blz(store: Store) -> dict[str, Any]:
                   "linesBefore": {"min": 0, "max": MAX_PADDING}, "linesAfter": {"min": 0, "max": MAX_PADDING},
                   "headingsOnly": "match heading text only",
                   "headingLevel": ["2", "1-2", "<=2", ">=3", "1,3", [1, 2]],
-                  "maxLines": {"min": 1, "perSnippet": True}},
+                  "maxLines": {"min": 1, "perSnippet": True},
+                  "query": {"+word": "required, even in a fallback", "-word": "excluded",
+                            '"a phrase"': "words in that order", "title:word": "in a section's own heading"}},
         "citations": "alias:start-end (1-based, inclusive); several ranges: alias:1-3,5-9",
         "examples": [f"find(query='hooks', source='{first}')",
                      f"find(query='hooks', source={aliases[:2] or ['react', 'bun']}, headingLevel='1-2')",
                      "find(query='hooks', headingsOnly=True)",
+                     "find(query='+cleanup title:useEffect -class')",
                      f"find(snippets=['{first}:1-20'], linesAfter=10, maxLines=40)",
                      f"toc(source='{first}', maxDepth=2, filter='hooks')",
                      f"find(snippets=['{first}:1-20'], contextMode='all')",
@@ -290,7 +352,8 @@ def learn_blz(store: Store) -> dict[str, Any]:
                      "source-add(alias='bun')", "source-add(alias='hono.dev', dryRun=True)",
                      "source-add(alias='mine', url='https://example.com/docs/llms.txt', exact=True)",
                      "run-command(command='stats')"],
-        "tools": ["find", "toc", "list-sources", "lookup", "source-add", "run-command", "learn-blz"],
+        "tools": ["find", "toc", "list-sources", "lookup", "source-add", "source-refresh", "run-command",
+                  "learn-blz"],
         "resources": ["blz://registry", "blz://sources/{alias}"],
     }
 
@@ -299,15 +362,18 @@ def learn_blz(store: Store) -> dict[str, Any]:
 
 @OPS.op(name="update", cli="update", read_only=False, open_world=True, params={
     "alias": _OPTIONAL_ALIAS, "every": {"wire": "all", "flags": ("--all",)},
+    "stale": {"flags": ("--stale",)},
     "all_languages": {"wire": "allLanguages", "flags": ("--all-languages",)}, **_NET, "on_error": _CONTEXT,
 })
-def update(store: Store, alias: str | None = None, every: bool = False, all_languages: bool = False,
-           max_bytes: int | None = None, timeout: float | None = None,
+def update(store: Store, alias: str | None = None, every: bool = False, stale: bool = False,
+           all_languages: bool = False, max_bytes: int | None = None, timeout: float | None = None,
            on_error: Callable[[str, CairnError], None] | None = None) -> dict[str, Any]:
     """Refresh sources (conditional request; 304 = no change).
 
     :param alias: The source to refresh.
     :param every: Refresh every source; one that fails is reported and the others still run.
+    :param stale: Refresh the stale sources only: those checked longer ago than their refresh
+        interval (--refresh-hours at add, default 24); as with --all, a failure does not stop the others.
     :param all_languages: From now on also index pages in other languages (default: as chosen at add).
     :param max_bytes: Download size cap in bytes (default 64 MiB).
     :param timeout: Download time budget in seconds (default 60).
@@ -315,16 +381,22 @@ def update(store: Store, alias: str | None = None, every: bool = False, all_lang
     from cairn_servers.blz import sources
     from cairn_servers.core.errors import CairnError, InvalidInput
 
-    if bool(alias) == every:
-        raise InvalidInput("Name one source to update, or use --all: blz update react | blz update --all")
-    names = [alias] if alias else [r.alias for r in store.sources()]
+    if bool(alias) + every + stale != 1:
+        raise InvalidInput("Name one source to update, or use --all or --stale: blz update react | "
+                           "blz update --all | blz update --stale")
+    if stale:
+        from cairn_servers.blz.service import freshness
+
+        names = [r.alias for r in store.sources() if freshness(r, store.options(r.alias))["stale"]]
+    else:
+        names = [alias] if alias else [r.alias for r in store.sources()]
     results: list[dict[str, Any]] = []
     for name in names:
         try:
             results.append(sources.update(store, name, all_languages=True if all_languages else None,
                                           **_net(max_bytes, timeout)))
         except CairnError as exc:
-            if not every:
+            if alias:
                 raise
             if on_error is not None:
                 on_error(name, exc)
@@ -356,8 +428,20 @@ def search(store: Store, query: str, source: list[str] | None = None, max_result
            heading_level: str | int | list[str | int] | None = None) -> dict[str, Any]:
     """Search the docs (BM25 over all or some sources).
 
-    :param query: Search text (any words; "quoted phrases" work).
-    :param source: Only these sources (-s react,bun or -s react -s bun); omit for every installed source.
+    Query syntax: every word must match; "a phrase" matches those words in that order; +word is
+    required even when the search falls back; -word (or -"a phrase") drops every section holding
+    it; title:word (or heading:word, title:"a phrase") matches only a section's own heading. Signs
+    and title: go right before the word, and combine: -title:deprecated. A query that is one word
+    starting with - goes after --: blz search -- --force.
+
+    When nothing matches every word, any of them may (fallback "any-term"), then unknown words are
+    replaced by the closest indexed word (fallback "corrected"); +required and -excluded words still
+    apply. A fallback is said on the first line of text output, in "fallback" and "note" in JSON,
+    and on stderr (blz: note: ...) with jsonl, csv, tsv and md.
+
+    :param query: Search text: words, "quoted phrases", +required, -excluded, title:heading-words.
+    :param source: Only these sources (-s react,bun or -s react -s bun; -s tag:NAME for every source
+        tagged NAME); omit for every installed source.
     :param max_results: Hits per page (1-50).
     :param page: Page number (hasMore says whether another follows).
     :param headings_only: Match the query against heading text only (each section's own heading).

@@ -116,13 +116,10 @@ def _validate_exit(data: Any) -> int:
 # -- text renderings ----------------------------------------------------------------------------
 
 def fallback_note(data: dict[str, Any]) -> str | None:
-    """What a fallback search did, in words: the hits do not match the query as written."""
-    if data.get("fallback") == "corrected":
-        return f"no exact match; showing results for {data['correctedQuery']!r}"
-    if data.get("fallback") == "any-term":
-        return (f"nothing matches all of {data['query']!r} (as a phrase or every word); "
-                "showing sections with any of its words")
-    return None
+    """What a fallback search did, in words (the ``note`` search and find put beside ``fallback``):
+    the hits do not match the query as written."""
+    note = data.get("note") if data.get("fallback") else None
+    return note if isinstance(note, str) else None
 
 
 def search_text(data: dict[str, Any]) -> str:
@@ -175,7 +172,8 @@ def toc_text(data: dict[str, Any]) -> str:
     if not entries:
         what = f" matching {data['filter']!r}" if data.get("filter") else ""
         where = f" on page {data['page']}" if data["total"] else ""
-        return f"No headings{what} in {data['alias']}{where} ({data['total']} in all)."
+        names = data["alias"] or ", ".join(data.get("sources") or [])
+        return f"No headings{what} in {names}{where} ({data['total']} in all)."
     out = []
     if data.get("tree"):
         top = min(e["level"] for e in entries)
@@ -200,10 +198,19 @@ def list_text(data: dict[str, Any]) -> str:
             skipped = s["metadata"].get("skippedLines")
             lines.append(f"{s['alias']:<20} {s['metadata']['totalLines']:>8,} lines  "
                          f"{s['metadata']['headings']:>6,} headings  {s['url']}"
-                         + (f"  ({skipped:,} lines in other languages not indexed)" if skipped else ""))
+                         + (f"  ({skipped:,} lines in other languages not indexed)" if skipped else "")
+                         + (f"  [{', '.join(s['tags'])}]" if s.get("tags") else "")
+                         + (f"  (stale: checked {_age(s['ageHours'])} ago; refresh every {s['refreshHours']} h"
+                            f"; blz update --stale)" if s.get("stale") else ""))
         else:
             lines.append(f"{s['alias']:<20} {'(registry)':>30}  {s['url']}")
     return "\n".join(lines)
+
+
+def _age(hours: float | None) -> str:
+    if hours is None:
+        return "at an unknown time"
+    return f"{hours:.1f} h" if hours < 48 else f"{hours / 24:.1f} days"
 
 
 def stats_text(data: dict[str, Any]) -> str:

@@ -28,16 +28,19 @@ HIT = _obj({"alias": _STR, "lines": _STR, "headingPath": _PATH, "snippet": _STR,
 SNIPPET = _obj({"alias": _STR, "lines": _STR, "content": _STR, "headingPath": _PATH,
                 "truncated": {"type": "boolean"}, "remaining": _STR}, ["alias", "lines", "content", "headingPath"])
 SOURCE = _obj({"alias": _STR, "title": _NULLSTR, "url": _STR, "kind": {"enum": ["installed", "registry"]},
-               "fetchedAt": _STR, "checkedAt": _NULLSTR, "category": _STR, "suggestedCommand": _STR,
+               "fetchedAt": _STR, "checkedAt": _NULLSTR, "category": _NULLSTR, "suggestedCommand": _STR,
+               "tags": _PATH, "aliases": _PATH, "refreshHours": _INT, "ageHours": {"type": ["number", "null"]},
+               "stale": {"type": "boolean"},
                "metadata": _obj({"totalLines": _INT, "headings": _INT, "sections": _INT, "bytes": _INT,
                                  "sha256": _STR, "skippedLines": _INT, "skippedLanguages": {"type": "object"},
                                  "allLanguages": {"type": "boolean"}})}, ["alias", "url", "kind"])
 
 TOC_ENTRY = _obj({"level": {"type": "integer", "minimum": 1, "maximum": 6}, "text": _STR, "headingPath": _PATH,
-                  "lines": _STR, "citation": _STR}, ["level", "text", "headingPath", "lines", "citation"])
+                  "lines": _STR, "citation": _STR, "alias": _STR},
+                 ["level", "text", "headingPath", "lines", "citation"])
 TOC_ENTRY["properties"]["children"] = {"type": "array", "items": {"$ref": "#/$defs/entry"},
                                       "description": "with tree: the deeper headings under this one"}
-TOC = _obj({"alias": _STR, "url": _STR, "depth": {"type": ["integer", "null"]}, "filter": _NULLSTR, "page": _INT,
+TOC = _obj({"alias": _NULLSTR, "url": _NULLSTR, "sources": _PATH, "depth": {"type": ["integer", "null"]}, "filter": _NULLSTR, "page": _INT,
             "limit": _INT, "total": _INT, "hasMore": {"type": "boolean"}, "tree": {"type": "boolean"},
             "entries": {"type": "array", "items": {"$ref": "#/$defs/entry"}}},
            ["alias", "page", "limit", "total", "hasMore", "entries"])
@@ -46,14 +49,15 @@ TOC["$defs"] = {"entry": TOC_ENTRY}
 SCHEMAS: dict[str, dict[str, Any]] = {
     "search": _obj({"query": _STR, "sources": _PATH, "page": _INT, "limit": _INT,
                     "fallback": {"enum": [None, "any-term", "corrected"]}, "correctedQuery": _STR,
-                    "hasMore": {"type": "boolean"}, "headingsOnly": {"type": "boolean"},
+                    "note": _STR, "hasMore": {"type": "boolean"}, "headingsOnly": {"type": "boolean"},
                     "headingLevels": {"type": "array", "items": _INT},
                     "hits": {"type": "array", "items": HIT}},
                    ["query", "hits"]),
     "get": _obj({"snippets": {"type": "array", "items": SNIPPET}}, ["snippets"]),
     "find": _obj({"snippets": {"type": "array", "items": SNIPPET}, "hits": {"type": "array", "items": HIT},
                   "executed": _obj({"searched": {"type": "boolean"}, "retrievedSnippets": {"type": "boolean"}}),
-                  "fallback": {"enum": [None, "any-term", "corrected"]}, "correctedQuery": _STR},
+                  "fallback": {"enum": [None, "any-term", "corrected"]}, "correctedQuery": _STR,
+                  "note": _STR},
                  ["snippets", "hits", "executed"]),
     "list": _obj({"sources": {"type": "array", "items": SOURCE}}, ["sources"]),
     "lookup": _obj({"query": _STR, "category": _NULLSTR, "categories": {"type": "object"},

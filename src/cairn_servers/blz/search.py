@@ -9,7 +9,7 @@ from cairn_servers.blz.citation import check_alias
 from cairn_servers.blz.limits import MAX_DEPTH, MAX_LIMIT
 from cairn_servers.blz.store import PATH_SEP, SID_SHIFT, Store
 from cairn_servers.core.errors import InvalidInput, NotFound
-from cairn_servers.search.query import check_terms, fts_match, terms
+from cairn_servers.blz.query import Term, any_words, match, parse, written
 
 SNIPPET_CHARS = 240
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -19,11 +19,13 @@ def search(store: Store, query: str, sources: list[str] | str | None = None, lim
     """Ranked hits for ``query`` across ``sources`` (all installed sources when empty; a list, or
     aliases separated by commas).
 
-    Every term must match; when that finds nothing, any word may match; when that finds nothing
-    either, unknown words are replaced by the closest indexed word (typo tolerance). ``fallback``
-    in the result says which of these produced the hits. All sources share one FTS5 table, so
-    BM25 scores from different sources are on one scale; ``score`` is 0-100 relative to the top hit.
-    ``headings_only`` matches the words in each section's own heading only; ``levels`` (see
+    The query syntax is :mod:`cairn_servers.blz.query`'s: ``+word`` required, ``-word`` excluded,
+    ``"a phrase"``, ``title:word`` in the section's own heading. Every plain term must match; when
+    that finds nothing, any of their words may; when that finds nothing either, unknown words are
+    replaced by the closest indexed word (typo tolerance). Required and excluded terms hold at every
+    stage. ``fallback`` in the result says which stage produced the hits. All sources share one FTS5
+    table, so BM25 scores from different sources are on one scale; ``score`` is 0-100 relative to the
+    top hit. ``headings_only`` matches the words in each section's own heading only; ``levels`` (see
     :func:`heading_levels`) keeps sections under headings of those levels (a heading's section
     runs to its first sub-heading).
     """
@@ -31,11 +33,14 @@ def search(store: Store, query: str, sources: list[str] | str | None = None, lim
         raise InvalidInput(f"limit must be between 1 and {MAX_LIMIT}, not {limit}.")
     if page < 1:
         raise InvalidInput(f"page must be 1 or more, not {page}.")
-    check_terms(query)  # at most MAX_TERMS distinct words: bounded work on every surface
+    q = parse(query)  # at most MAX_TERMS distinct words: bounded work on every surface
     by_sid = store.aliases_by_sid()
     sid_of = {alias: sid for sid, (alias, _url) in by_sid.items()}
     given = source_list(sources)
-    aliases = sorted({check_alias(s) for s in given})
+    aliases = sorted(set(resolve(store, given))) if given else []
+    if aliases and not sid_of.keys() >= set(aliases):  # other names of sources (blz add --alias)
+        others = store.other_names()
+        aliases = sorted({others.get(alias, alias) for alias in aliases})
     for alias in aliases:
         if alias not in sid_of:
             raise NotFound(f"No source named {alias!r} (source: {', '.join(given)}). Installed: "
@@ -46,27 +51,32 @@ def search(store: Store, query: str, sources: list[str] | str | None = None, lim
         result["headingsOnly"] = True
     if levels is not None:
         result["headingLevels"] = list(levels)
-    if not terms(query):
+    if not q.plain and not q.required:
         return result
     sids = [sid_of[a] for a in aliases] if aliases and len(aliases) < len(sid_of) else []
     want = page * limit + 1
-    words = _WORD.findall(query)
-    ranked = _rank(store, fts_match(query, operator="AND"), sids, want, headings_only, levels)
-    if not ranked and (len(terms(query)) > 1 or len(words) > 1):
+    needles = q.needles()
+    ranked = _rank(store, match(q, headings_only=headings_only), sids, want, levels)
+    if not ranked and (len(q.plain) > 1 or q.plain_words() > 1):
         # Any word may match; hyphenated or quoted terms are split into their words here.
-        ranked = _rank(store, fts_match(" ".join(words), operator="OR"), sids, want, headings_only, levels)
+        ranked = _rank(store, match(q, any_words(q), any_plain=True, headings_only=headings_only), sids, want,
+                       levels)
         result["fallback"] = "any-term" if ranked else None
-    if not ranked:
-        corrected = correct(store, query)
+    if not ranked and q.plain:
+        corrected = correct(store, any_words(q))
         if corrected:
-            ranked = _rank(store, fts_match(corrected, operator="OR"), sids, want, headings_only, levels)
+            ranked = _rank(store, match(q, corrected, any_plain=True, headings_only=headings_only), sids, want,
+                           levels)
             result["fallback"] = "corrected"
-            result["correctedQuery"] = corrected
-            words = corrected.split()
+            result["correctedQuery"] = written(q, corrected)
+            needles = q._replace(plain=corrected).needles()
+    if result["fallback"]:
+        result["note"] = fallback_note(result)
+        if result["fallback"] == "any-term" and (q.required or q.excluded):
+            result["note"] += "; +required and -excluded terms still apply"
     top = ranked[0][1] if ranked else None
     window = ranked[(page - 1) * limit:page * limit + 1]
     result["hasMore"] = len(window) > limit
-    needles = list(dict.fromkeys(w.lower() for w in words))  # each word once: "a a a ..." is one needle
     hits = []
     shown = window[:limit]
     for (rowid, rank), (first, last, hpath, body) in zip(shown, store.sections([r for r, _ in shown])):
@@ -79,13 +89,21 @@ def search(store: Store, query: str, sources: list[str] | str | None = None, lim
     return result
 
 
-def _rank(store: Store, match: str | None, sids: list[int], want: int, headings_only: bool = False,
+def fallback_note(result: dict[str, Any]) -> str | None:
+    """What a fallback search did, in words: the hits do not match the query as written."""
+    if result.get("fallback") == "corrected":
+        return f"no exact match; showing results for {result['correctedQuery']!r}"
+    if result.get("fallback") == "any-term":
+        return (f"nothing matches all of {result['query']!r} (as a phrase or every word); "
+                "showing sections with any of its words")
+    return None
+
+
+def _rank(store: Store, match: str | None, sids: list[int], want: int,
           levels: tuple[int, ...] | None = None) -> list[tuple[int, float]]:
     """``(rowid, bm25)`` best first (nothing when the query has no searchable term)."""
     if match is None:
         return []
-    if headings_only:  # an FTS5 column filter on the whole expression: the section's own heading
-        match = f"heading : ({match})"
     return store.rank(match, sids, want, levels)
 
 
@@ -96,6 +114,26 @@ def source_list(sources: list[str] | str | None) -> list[str]:
         return []
     items = [sources] if isinstance(sources, str) else sources
     return [a.strip() for item in items for a in item.split(",") if a.strip()]
+
+
+def resolve(store: Store, given: list[str]) -> list[str]:
+    """The aliases ``given`` names, checked: each an alias, or ``tag:NAME`` for every source tagged NAME
+    (NotFound naming the tags in use when no source carries it)."""
+    out: list[str] = []
+    tags: dict[str, list[str]] | None = None
+    for item in given:
+        if item[:4].lower() != "tag:":
+            out.append(check_alias(item))
+            continue
+        if tags is None:
+            tags = store.tags()
+        name = item[4:].strip().lower()
+        if name not in tags:
+            raise NotFound(f"No source is tagged {name!r} (source: {', '.join(given)}). Tags: "
+                           f"{', '.join(sorted(tags)) or 'none'}. Tag a source with `blz add ALIAS URL --tag "
+                           f"{name or 'NAME'} --force`.")
+        out += tags[name]
+    return out
 
 
 def heading_levels(spec: str | int | list[str | int] | None) -> tuple[int, ...] | None:
@@ -228,25 +266,24 @@ def _densest(low: str, needles: list[str], span: int) -> tuple[bool, int]:
     return True, start
 
 
-def correct(store: Store, query: str) -> str | None:
-    """``query`` with each word absent from the index replaced by the closest indexed word."""
+def correct(store: Store, words: tuple[Term, ...]) -> tuple[Term, ...] | None:
+    """``words`` (single words) with each word absent from the index replaced by the closest indexed
+    word, or None when none was replaced."""
     import difflib
 
-    words = list(dict.fromkeys(_WORD.findall(query.lower())))  # each word is looked up once
-    if not words:
-        return None
-    out = []
+    out: dict[Term, None] = {}
     changed = False
-    for word in words:
-        if store.has_term(word) or len(word) < 3:
-            out.append(word)
+    for term in words:
+        word = term.text.lower()
+        if len(word) < 3 or store.has_term(word):
+            out[term._replace(text=word, words=(word,))] = None
             continue
         # Candidates share the first letter (typos there are rare) and have a similar length.
         pool = store.terms_near(word, 2)
         best = difflib.get_close_matches(word, pool, n=1, cutoff=0.75)
         if best:
-            out.append(best[0])
+            out[term._replace(text=best[0], words=(best[0],))] = None
             changed = True
         else:
-            out.append(word)
-    return " ".join(out) if changed else None
+            out[term._replace(text=word, words=(word,))] = None
+    return tuple(out) if changed else None

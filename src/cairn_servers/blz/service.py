@@ -15,7 +15,7 @@ from cairn_servers.blz.store import SourceRow, Store, file_digest
 from cairn_servers.core.errors import InvalidInput, NotFound
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
 # Not imported here: cairn_servers.blz.llmstxt (the parser, and dataclasses with inspect/ast/dis: 1.5 MiB that
 # `blz mcp`'s warm-up would keep resident for finds that never parse) and cairn_servers.blz.registry; the
@@ -23,7 +23,12 @@ if TYPE_CHECKING:
 
 
 def require(store: Store, alias: str) -> SourceRow:
-    row = store.source(check_alias(alias))
+    """The source named ``alias``, or by one of its other names (``blz add --alias``)."""
+    name = check_alias(alias)
+    row = store.source(name)
+    if row is None:
+        owner = store.other_names().get(name)
+        row = store.source(owner) if owner is not None else None
     if row is None:
         names = ", ".join(r.alias for r in store.sources()) or "none"
         raise NotFound(f"No source named {alias.strip().lower()!r}. Installed: {names}. "
@@ -60,6 +65,7 @@ def get(store: Store, citations: list[str], context: str | None = None, padding:
     for citation in citations:
         alias, ranges = parse_citation(citation)
         row = require(store, alias)
+        alias = row.alias  # another name of the source is cited by its alias
         wanted = []
         for start, end in ranges:
             if start > row.lines:
@@ -128,6 +134,8 @@ def find(store: Store, query: str | None = None, snippets: list[str] | None = No
             out["fallback"] = found["fallback"]
         if found.get("correctedQuery"):
             out["correctedQuery"] = found["correctedQuery"]
+        if found.get("note"):
+            out["note"] = found["note"]
         out["executed"]["searched"] = True
     if snippets:
         out["snippets"] = get(store, snippets, context, padding, max_lines, before, after)["snippets"]
@@ -150,14 +158,67 @@ def toc(store: Store, alias: str, depth: int | None = None, filter: str | None =
         raise InvalidInput(f"limit must be between 1 and {TOC_MAX_LIMIT}, not {limit}.")
     if page < 1:
         raise InvalidInput(f"page must be 1 or more, not {page}.")
-    row = require(store, alias)
-    words = tuple((filter or "").lower().split())
-    total, rows = store.outline(row.alias, depth or MAX_DEPTH, words, (page - 1) * limit, limit)
-    entries = [{"level": level, "text": text, "headingPath": list(path), "lines": f"{line}-{last}",
-                "citation": f"{row.alias}:{line}-{last}"} for line, level, text, last, path in rows]
-    return {"alias": row.alias, "url": row.url, "depth": depth, "filter": filter or None, "page": page,
-            "limit": limit, "total": total, "hasMore": page * limit < total, "tree": tree,
-            "entries": nest(entries) if tree else entries}
+    from cairn_servers.blz.search import resolve, source_list
+
+    given = source_list(alias)
+    if not given:
+        raise InvalidInput("Name a source: toc ALIAS (or several: a,b; or tag:NAME).", details={"parameter": "source"})
+    rows = list({r.alias: r for r in (require(store, a) for a in resolve(store, given))}.values())
+    keep = toc_filter(filter)
+    offset, seen = (page - 1) * limit, 0
+    entries: list[dict[str, Any]] = []
+    for row in rows:  # one page across the sources, in the order given
+        count, found = store.outline(row.alias, depth or MAX_DEPTH, (), max(0, offset - seen), limit - len(entries),
+                                     keep)
+        seen += count
+        for line, level, text, last, path in found:
+            entry = {"level": level, "text": text, "headingPath": list(path), "lines": f"{line}-{last}",
+                     "citation": f"{row.alias}:{line}-{last}"}
+            if len(rows) > 1:
+                entry["alias"] = row.alias
+            entries.append(entry)
+    one = rows[0] if len(rows) == 1 else None
+    out: dict[str, Any] = {"alias": one.alias if one else None, "url": one.url if one else None, "depth": depth,
+           "filter": filter or None, "page": page, "limit": limit, "total": seen, "hasMore": page * limit < seen,
+           "tree": tree, "entries": _nest_each(entries) if tree else entries}
+    if one is None:
+        out["sources"] = [r.alias for r in rows]
+    return out
+
+
+def toc_filter(text: str | None) -> Callable[[str], bool] | None:
+    """What a toc filter keeps, as a test of a heading's lower-cased text: its words must all be in
+    the text; ``OR`` between groups of words keeps a heading any group matches; ``NOT word`` keeps
+    headings without it (``AND`` may be written; operators in capitals). None: no filter."""
+    groups: list[list[tuple[bool, str]]] = [[]]
+    negate = False
+    for token in (text or "").split():
+        if token == "OR":
+            groups.append([])
+        elif token == "NOT":
+            negate = True
+        elif token != "AND":
+            groups[-1].append((negate, token.lower()))
+            negate = False
+    kept = [g for g in groups if g]
+    if not kept:
+        return None
+
+    def keep(low: str) -> bool:
+        return any(all((word in low) != negated for negated, word in group) for group in kept)
+
+    return keep
+
+
+def _nest_each(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """:func:`nest` for each source's run of entries (a source's H2 never nests under another's H1)."""
+    out: list[dict[str, Any]] = []
+    start = 0
+    for k in range(1, len(entries) + 1):
+        if k == len(entries) or entries[k].get("alias") != entries[start].get("alias"):
+            out += nest(entries[start:k])
+            start = k
+    return out
 
 
 def nest(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -192,11 +253,34 @@ def path_of(heads: Sequence[tuple[int, int, str, int]], line: int) -> list[str]:
     return [h[2] for h in stack if h[3] >= line]
 
 
+def freshness(row: SourceRow, options: dict[str, Any], now: float | None = None) -> dict[str, Any]:
+    """``refreshHours`` (the source's, default 24), ``ageHours`` (since it was last fetched or checked
+    unchanged, one decimal) and ``stale`` (older than refreshHours)."""
+    import calendar
+    import time
+
+    from cairn_servers.blz.limits import DEFAULT_REFRESH_HOURS
+
+    hours = options.get("refreshHours")
+    hours = hours if isinstance(hours, int) and not isinstance(hours, bool) and hours > 0 else DEFAULT_REFRESH_HOURS
+    stamp = row.checked_at or row.fetched_at
+    try:
+        then = calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ"))
+    except (TypeError, ValueError):  # no readable time: as old as can be, so that an update fixes it
+        return {"refreshHours": hours, "ageHours": None, "stale": True}
+    age = max(0.0, ((time.time() if now is None else now) - then) / 3600)
+    return {"refreshHours": hours, "ageHours": round(age, 1), "stale": age > hours}
+
+
 def describe(row: SourceRow, options: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A source as listed; ``options`` (Store.options) adds the lines left out as other languages."""
+    """A source as listed; ``options`` (Store.options) adds the lines left out as other languages,
+    its tags, category and freshness."""
     options = options or {}
     return {"alias": row.alias, "title": row.title, "url": row.url, "kind": "installed",
             "fetchedAt": row.fetched_at, "checkedAt": row.checked_at,
+            "tags": list(options.get("tags") or []), "category": options.get("category"),
+            "aliases": list(options.get("aliases") or []),
+            **freshness(row, options),
             "metadata": {"totalLines": row.lines, "headings": row.headings, "sections": row.sections,
                          "bytes": row.bytes, "sha256": row.sha256,
                          "skippedLines": options.get("skippedLines", 0),

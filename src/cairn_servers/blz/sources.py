@@ -11,6 +11,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from cairn_servers.blz import llmstxt, registry
 from cairn_servers.blz.citation import check_alias
+from cairn_servers.blz.limits import MAX_REFRESH_HOURS
 from cairn_servers.blz.store import SourceRow, Store, now_iso, sha256_hex
 from cairn_servers.core import fetch as fetching
 from cairn_servers.core.errors import CairnError, Conflict, InvalidInput, NotFound
@@ -217,10 +218,51 @@ def _domain(text: str, exact: bool, agent: bool = False) -> tuple[str, list[str]
     return domain_alias(host), [f"https://{host}/{name}" for name in DOMAIN_FILES]
 
 
+MAX_TAGS = 32
+_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+
+
+def settings(tags: list[str] | None = None, category: str | None = None,
+             refresh_hours: int | None = None, aliases: list[str] | None = None) -> dict[str, Any]:
+    """A source's descriptive settings, checked, as kept with its options (``tags``, ``category``,
+    ``refreshHours``, ``aliases``: its other names; only those given). Tags and aliases may also come
+    comma-separated (``--tag a,b``)."""
+    out: dict[str, Any] = {}
+    if aliases is not None:
+        out["aliases"] = list(dict.fromkeys(check_alias(a) for item in aliases for a in item.split(",")
+                                            if a.strip()))
+    if tags is not None:
+        names = list(dict.fromkeys(t.strip().lower() for item in tags for t in item.split(",") if t.strip()))
+        for name in names:
+            if not _NAME.fullmatch(name):
+                raise InvalidInput(f"Invalid tag {name!r}: use 1-64 characters from a-z 0-9 _ -, starting with a "
+                                   "letter or digit (e.g. --tag frontend).", details={"parameter": "tags"})
+        if len(names) > MAX_TAGS:
+            raise InvalidInput(f"{len(names)} tags; a source takes at most {MAX_TAGS}.", details={"parameter": "tags"})
+        out["tags"] = names
+    if category is not None:  # a label (upstream manifests write "Web Framework"): any printable text
+        name = " ".join(category.split())
+        if not 1 <= len(name) <= 64 or not name.isprintable():
+            raise InvalidInput(f"Invalid category {category!r}: give 1-64 printable characters (e.g. --category "
+                               "frontend).", details={"parameter": "category"})
+        out["category"] = name
+    if refresh_hours is not None:
+        if isinstance(refresh_hours, bool) or not 1 <= refresh_hours <= MAX_REFRESH_HOURS:
+            raise InvalidInput(f"refreshHours must be between 1 and {MAX_REFRESH_HOURS}, not {refresh_hours}.",
+                               details={"parameter": "refreshHours"})
+        out["refreshHours"] = refresh_hours
+    return out
+
+
+KEPT = ("tags", "category", "refreshHours", "aliases")  # settings an update keeps (the language choice is kept apart)
+
+
 def add(store: Store, alias: str, location: str | None = None, *, force: bool = False,
         exact: bool = False, max_bytes: int = fetching.DEFAULT_MAX_BYTES,
         timeout: float = fetching.DEFAULT_TIMEOUT, progress: Progress | None = None,
-        guard: Guard | None = None, all_languages: bool = False, dry_run: bool = False) -> dict[str, Any]:
+        guard: Guard | None = None, all_languages: bool = False, dry_run: bool = False,
+        tags: list[str] | None = None, category: str | None = None,
+        refresh_hours: int | None = None, aliases: list[str] | None = None) -> dict[str, Any]:
     """Fetch and index a source under ``alias``. Without ``location``, ``alias`` is a registry name
     (its URL; for a ``…/llms-full.txt`` entry, ``llms.txt`` beside it when that is gone) or a bare
     domain (``bun.sh``: ``https://bun.sh/llms-full.txt``, then ``https://bun.sh/llms.txt``, added
@@ -231,8 +273,11 @@ def add(store: Store, alias: str, location: str | None = None, *, force: bool = 
     English are stored but not indexed unless ``all_languages`` (:mod:`cairn_servers.blz.lang`); the
     choice is kept for `blz update`. ``dry_run`` fetches and parses, and reports what would be
     added (lines, headings, lines in other languages left out) without writing anything.
+    ``tags``, ``category``, ``refresh_hours`` and ``aliases`` (other names for the source, resolved by
+    search, find, get and toc; :func:`settings`) are kept with the source.
     """
     started = time.perf_counter()
+    extra = settings(tags, category, refresh_hours, aliases)
     missing: str | None = None
     derived = False  # the URL was not given: say which one was fetched
     if not location and ("." in alias or ":" in alias):  # a domain (an alias has neither)
@@ -243,6 +288,7 @@ def add(store: Store, alias: str, location: str | None = None, *, force: bool = 
         derived = True
     alias = check_alias(alias)
     existing = store.source(alias)
+    _check_names(store, alias, extra.get("aliases", []))
     if existing and not force:
         raise Conflict(f"Source {alias!r} already exists. Use --force to replace it, or "
                        f"`blz update {alias}` to refresh it.")
@@ -266,7 +312,8 @@ def add(store: Store, alias: str, location: str | None = None, *, force: bool = 
         info = {"alias": alias, **_parse(url, result, all_languages)[1], "sha256": sha256_hex(result.body)}
     else:
         info = _ingest(store, alias, url, result, action, added_at=existing.added_at if existing else None,
-                       all_languages=all_languages)
+                       all_languages=all_languages, extra=extra)
+    info.update(extra)
     info["elapsedMs"] = round((time.perf_counter() - started) * 1000, 1)
     where = ""
     if derived or absent:
@@ -290,31 +337,53 @@ def add(store: Store, alias: str, location: str | None = None, *, force: bool = 
     return info
 
 
+def _check_names(store: Store, alias: str, names: list[str]) -> None:
+    """Conflict when ``alias`` is another source's other name, or one of ``names`` (its other names)
+    names another source."""
+    others = store.other_names()
+    owner = others.get(alias)
+    if owner is not None and owner != alias:
+        raise Conflict(f"{alias!r} is another name of {owner!r}. Pick another alias, or use {owner!r}.")
+    installed = {r.alias for r in store.sources()}
+    for name in names:
+        if name == alias:
+            raise InvalidInput(f"--alias {name} is the source's own alias; give other names.",
+                               details={"parameter": "aliases"})
+        taken = name if name in installed else others.get(name)
+        if taken is not None and taken != alias:
+            raise Conflict(f"{name!r} already names the source {taken!r}; pick another name for --alias.")
+
+
 def update(store: Store, alias: str, *, max_bytes: int = fetching.DEFAULT_MAX_BYTES,
            timeout: float = fetching.DEFAULT_TIMEOUT, progress: Progress | None = None,
-           all_languages: bool | None = None) -> dict[str, Any]:
+           all_languages: bool | None = None, guard: Guard | None = None) -> dict[str, Any]:
     """Refresh one source with a conditional request; a 304 or identical bytes change nothing.
 
     The stored file and index are checked first (as `blz validate` does). If either is damaged, the
     request is unconditional and the source is written and indexed again even when its content is
     unchanged upstream: status ``repaired``. This is the fix `blz validate` suggests.
     ``all_languages`` (None: as chosen when the source was added) changes whether pages in other
-    languages are indexed; a change re-indexes the source even when its content is unchanged."""
+    languages are indexed; a change re-indexes the source even when its content is unchanged.
+    ``guard`` (an agent's, as for :func:`add`) limits which files and addresses the refresh reads."""
     from cairn_servers.blz.service import source_problems
 
     alias = check_alias(alias)
     row = store.source(alias)
     if row is None:
         raise NotFound(f"No source named {alias!r}. See `blz list`, or add it with `blz add {alias} URL`.")
-    kept = bool(store.options(alias).get("allLanguages"))
+    options = store.options(alias)
+    kept = bool(options.get("allLanguages"))
+    extra = {k: options[k] for k in KEPT if k in options}
+    if guard is not None:  # the stored URL may be one the user added: an agent is held to its own limits
+        check_agent_location(row.url, True, guard=guard)
     if all_languages is None:
         all_languages = kept
     problems = source_problems(store, row)
     if problems or all_languages != kept:  # a 304 would keep the damage: ask for the content itself
-        result = fetching.fetch(row.url, max_bytes=max_bytes, timeout=timeout, progress=progress)
+        result = fetching.fetch(row.url, max_bytes=max_bytes, timeout=timeout, progress=progress, guard=guard)
     else:
         result = fetching.fetch(row.url, etag=row.etag, last_modified=row.last_modified,
-                                max_bytes=max_bytes, timeout=timeout, progress=progress)
+                                max_bytes=max_bytes, timeout=timeout, progress=progress, guard=guard)
         if result.not_modified:
             store.touch(alias, etag=result.etag, last_modified=result.last_modified, detail="304 Not Modified")
             store.tidy(row)
@@ -326,7 +395,7 @@ def update(store: Store, alias: str, *, max_bytes: int = fetching.DEFAULT_MAX_BY
             return {"alias": alias, "status": "unchanged", "reason": "same content", "url": row.url}
     detail = "repaired: " + "; ".join(problems) if problems else ""
     info = _ingest(store, alias, row.url, result, "update", added_at=row.added_at, detail=detail,
-                   all_languages=all_languages)
+                   all_languages=all_languages, extra=extra)
     info["status"] = "repaired" if problems else "updated"
     if problems:
         info["reason"] = "; ".join(problems)
@@ -352,11 +421,12 @@ def _parse(url: str, result: fetching.FetchResult,
 
 
 def _ingest(store: Store, alias: str, url: str, result: fetching.FetchResult, action: str,
-            added_at: str | None, detail: str = "", all_languages: bool = False) -> dict[str, Any]:
+            added_at: str | None, detail: str = "", all_languages: bool = False,
+            extra: dict[str, Any] | None = None) -> dict[str, Any]:
     body = result.body or b""
     doc, report = _parse(url, result, all_languages)
     languages = report["skippedLanguages"]
-    options: dict[str, Any] = {"allLanguages": all_languages}
+    options: dict[str, Any] = {"allLanguages": all_languages, **(extra or {})}
     if doc.skipped:
         options.update(skippedLines=doc.skipped_lines, skippedPages=len(doc.skipped), skippedLanguages=languages)
     name, sha = store.write_file(alias, body)
@@ -380,9 +450,10 @@ def _ingest(store: Store, alias: str, url: str, result: fetching.FetchResult, ac
 # -- several at once: `blz add --manifest FILE` -----------------------------------------------------
 
 # Keys of a manifest entry: what to add, and per-entry options.
-MANIFEST_KEYS = frozenset({"alias", "url", "path", "exact", "allLanguages"})
+MANIFEST_KEYS = frozenset({"alias", "url", "path", "exact", "allLanguages", "tags", "category", "aliases",
+                           "refreshHours"})
 # Upstream BLZ's descriptive keys: accepted (so its manifests load) and not used.
-_UPSTREAM_KEYS = frozenset({"name", "description", "category", "tags", "aliases", "notes", "_notes"})
+_UPSTREAM_KEYS = frozenset({"name", "description", "notes", "_notes"})
 
 
 MAX_MANIFEST_BYTES = 4 << 20  # a manifest of thousands of sources is a few hundred KB
@@ -445,14 +516,15 @@ def read_manifest(path: str) -> tuple[Path, list[Any]]:
     return file.resolve().parent, entries
 
 
-def _manifest_entry(entry: Any, n: int, folder: Path) -> tuple[str, str | None, bool, bool]:
-    """``(alias, location or None, exact, allLanguages)`` of entry ``n`` (1-based), or InvalidInput."""
+def _manifest_entry(entry: Any, n: int, folder: Path) -> tuple[str, str | None, bool, bool, dict[str, Any]]:
+    """``(alias, location or None, exact, allLanguages, settings)`` of entry ``n`` (1-based), or
+    InvalidInput. ``settings``: the entry's tags, category, aliases and refreshHours, as given."""
     if not isinstance(entry, dict):
         raise InvalidInput(f"source #{n} is not a table: write it as [[source]] with alias = \"...\".")
     unknown = sorted(set(entry) - MANIFEST_KEYS - _UPSTREAM_KEYS)
     if unknown:
         raise InvalidInput(f"source #{n}: unknown key {unknown[0]!r}; a source takes alias, url or path, "
-                           "exact, allLanguages.")
+                           "exact, allLanguages, tags, category, aliases, refreshHours.")
     alias = entry.get("alias")
     if not isinstance(alias, str) or not alias.strip():
         raise InvalidInput(f"source #{n} has no alias: give alias = \"name\" (a registry name or a domain "
@@ -463,22 +535,36 @@ def _manifest_entry(entry: Any, n: int, folder: Path) -> tuple[str, str | None, 
     for key in ("exact", "allLanguages"):
         if key in entry and not isinstance(entry[key], bool):
             raise InvalidInput(f"source {alias!r}: {key} must be true or false.")
+    for key in ("tags", "aliases"):
+        if key in entry and not (isinstance(entry[key], list) and all(isinstance(v, str) for v in entry[key])):
+            raise InvalidInput(f"source {alias!r}: {key} must be a list of names, e.g. {key} = [\"web\"].")
+    if "category" in entry and not isinstance(entry["category"], str):
+        raise InvalidInput(f"source {alias!r}: category must be a string.")
+    if "refreshHours" in entry and (not isinstance(entry["refreshHours"], int) or isinstance(entry["refreshHours"], bool)):
+        raise InvalidInput(f"source {alias!r}: refreshHours must be a whole number of hours.")
     if "url" in entry and "path" in entry:
         raise InvalidInput(f"source {alias!r} has both url and path: give one.")
     location: str | None = entry.get("url") or entry.get("path")
     if location is not None and not fetching.is_url(location) and not _SCHEME.match(location):
         location = str(folder / Path(location).expanduser())  # a relative path is the manifest's neighbour
-    return alias, location, bool(entry.get("exact")), bool(entry.get("allLanguages"))
+    given = {k: entry[k] for k in ("tags", "category", "aliases", "refreshHours") if k in entry}
+    return alias, location, bool(entry.get("exact")), bool(entry.get("allLanguages")), given
 
 
 def add_manifest(store: Store, path: str, *, force: bool = False, exact: bool = False,
                  all_languages: bool = False, dry_run: bool = False, only: list[str] | None = None,
-                 on_error: Callable[[str, CairnError], None] | None = None, **net: Any) -> dict[str, Any]:
+                 on_error: Callable[[str, CairnError], None] | None = None, tags: list[str] | None = None,
+                 category: str | None = None, refresh_hours: int | None = None, aliases: list[str] | None = None,
+                 **net: Any) -> dict[str, Any]:
     """Add every source a manifest lists (:func:`read_manifest`), each as :func:`add` would, in
     file order. One that fails (a bad entry, a fetch, a conflict) is reported through ``on_error``
     and in the results, and the others are still added; ``failed`` counts them. The options given
     apply to every entry (``exact`` and ``allLanguages`` may also be set per entry). ``only``
     (aliases, each item possibly comma-separated) keeps the entries of those aliases."""
+    if aliases:
+        raise InvalidInput("--alias names one source; with a manifest, add the other names one source at a time.",
+                           details={"parameter": "aliases"})
+    settings(tags, category, refresh_hours)  # checked once, before anything is fetched
     folder, entries = read_manifest(path)
     if only is not None:
         wanted = {a.strip().lower() for item in only for a in item.split(",") if a.strip()}
@@ -492,13 +578,17 @@ def add_manifest(store: Store, path: str, *, force: bool = False, exact: bool = 
     for n, entry in enumerate(entries, 1):
         name = entry.get("alias") if isinstance(entry, dict) and isinstance(entry.get("alias"), str) else f"#{n}"
         try:
-            alias, location, entry_exact, entry_all = _manifest_entry(entry, n, folder)
+            alias, location, entry_exact, entry_all, own = _manifest_entry(entry, n, folder)
             key = alias.strip().lower()
             if key in seen:
                 raise InvalidInput(f"{alias!r} appears twice in the manifest; the first one is used.")
             seen.add(key)
             info = add(store, alias, location, force=force, exact=exact or entry_exact, dry_run=dry_run,
-                       all_languages=all_languages or entry_all, **net)
+                       all_languages=all_languages or entry_all,
+                       # the flags' tags and the entry's; the entry's category and refresh interval first
+                       tags=[*(tags or []), *own.get("tags", [])] if tags or "tags" in own else None,
+                       category=own.get("category", category), aliases=own.get("aliases"),
+                       refresh_hours=own.get("refreshHours", refresh_hours), **net)
         except CairnError as exc:
             if on_error is not None:
                 on_error(str(name), exc)

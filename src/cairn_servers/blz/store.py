@@ -215,6 +215,32 @@ class Store:
             return {}
         return value if isinstance(value, dict) else {}
 
+    def other_names(self) -> dict[str, str]:
+        """A source's other names (``blz add --alias``) -> its alias."""
+        out: dict[str, str] = {}
+        for key, value in self.db.execute("SELECT key, value FROM meta WHERE key >= ? AND key < ? ORDER BY key",
+                                          (_OPTIONS, _OPTIONS[:-1] + chr(ord(_OPTIONS[-1]) + 1))):
+            try:
+                names = json.loads(value).get("aliases") or []
+            except (ValueError, AttributeError):
+                continue
+            for name in names if isinstance(names, list) else []:
+                out[str(name)] = key[len(_OPTIONS):]
+        return out
+
+    def tags(self) -> dict[str, list[str]]:
+        """tag -> the aliases of the sources carrying it (sorted), from every source's options."""
+        out: dict[str, list[str]] = {}
+        for key, value in self.db.execute("SELECT key, value FROM meta WHERE key >= ? AND key < ? ORDER BY key",
+                                          (_OPTIONS, _OPTIONS[:-1] + chr(ord(_OPTIONS[-1]) + 1))):
+            try:
+                tags = json.loads(value).get("tags") or []
+            except (ValueError, AttributeError):
+                continue
+            for tag in tags if isinstance(tags, list) else []:
+                out.setdefault(str(tag), []).append(key[len(_OPTIONS):])
+        return out
+
     def headings(self, alias: str) -> list[tuple[int, int, str, int]]:
         return list(self.db.execute(
             "SELECT line, level, text, last_line FROM headings WHERE alias = ? ORDER BY line", (alias,)))
@@ -239,11 +265,13 @@ class Store:
         return sorted(set(rows))
 
     def outline(self, alias: str, max_level: int = 6, words: tuple[str, ...] = (), offset: int = 0,
-                limit: int = 100) -> tuple[int, list[tuple[int, int, str, int, tuple[str, ...]]]]:
+                limit: int = 100, keep: Callable[[str], bool] | None = None
+                ) -> tuple[int, list[tuple[int, int, str, int, tuple[str, ...]]]]:
         """One page of ``alias``'s stored outline: ``(total, [(line, level, text, last_line, path)])``.
 
         Headings of level ``max_level`` or above (H1 = 1), in file order; with ``words``, only those
-        whose text (Markdown link targets left out, case-insensitive) contains every word. ``path``
+        whose text (Markdown link targets left out, case-insensitive) contains every word; with ``keep``,
+        only those whose lower-cased text it keeps. ``path``
         is the chain of heading texts down to the heading itself. The rows are streamed from the
         database: memory holds the ancestor stack and one page, never the whole outline."""
         link = _LINK.sub
@@ -258,9 +286,9 @@ class Store:
             while stack and stack[-1][0] >= level:
                 stack.pop()
             stack.append((level, plain))
-            if words:
+            if words or keep is not None:
                 low = plain.lower()
-                if not all(w in low for w in words):
+                if not all(w in low for w in words) or (keep is not None and not keep(low)):
                     continue
             if offset <= total < end:
                 page.append((line, level, plain, last, tuple(t for _lv, t in stack)))

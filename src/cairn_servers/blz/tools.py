@@ -1,6 +1,6 @@
 """``blz mcp``: the seed's MCP tools, resources and prompt over stdio, on the cairn_servers.mcp core.
 
-Tools: find, toc, list-sources, lookup, source-add (the only mutation) and learn-blz are the
+Tools: find, toc, list-sources, lookup, source-add and source-refresh (the only mutations) and learn-blz are the
 operations of :mod:`cairn_servers.blz.ops` on MCP (schemas, descriptions and validation from their declarations);
 run-command (whitelisted read-only commands, in-process, through :mod:`cairn_servers.blz.render`) is this
 surface's own. Resources: blz://sources/{alias}, blz://registry. Prompt: discover-docs.
@@ -184,10 +184,30 @@ _CHECKED = _Checked()
 
 
 def check_op(op: Op, args: dict[str, Any]) -> None:
-    """The MCP ``validate`` hook: ``op.bind`` (a bad argument is a -32602 error with the operation's message)."""
+    """The MCP ``validate`` hook: ``op.bind`` (a bad argument is a -32602 error with the operation's message);
+    a search query is parsed too, so that a query refused by its syntax or size is also a -32602 error."""
     _CHECKED.args = None  # nothing stale survives a refused call
-    _CHECKED.kwargs = op.bind(args, "mcp")
+    kwargs = op.bind(args, "mcp")
+    query = kwargs.get("query")
+    if query and op.name in _QUERIES:
+        _QUERIES[op.name](query)
+    _CHECKED.kwargs = kwargs
     _CHECKED.args = args
+
+
+def _find_query(query: str) -> None:
+    from cairn_servers.blz.query import parse
+
+    parse(query)
+
+
+def _lookup_query(query: str) -> None:
+    from cairn_servers.search.query import check_terms
+
+    check_terms(query)
+
+
+_QUERIES: dict[str, Callable[[str], None]] = {"find": _find_query, "lookup": _lookup_query}
 
 
 def call_op(docs: Docs, op: Op, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
@@ -226,7 +246,7 @@ def _list_sources_context(ctx: ToolContext) -> dict[str, Any]:
 
 
 MCP_CONTEXT: dict[str, Callable[[ToolContext], dict[str, Any]]] = {
-    "source-add": _source_add_context, "list-sources": _list_sources_context}
+    "source-add": _source_add_context, "source-refresh": _source_add_context, "list-sources": _list_sources_context}
 
 RUN_COMMAND_SCHEMA: dict[str, Any] = {
     "type": "object", "required": ["command"], "additionalProperties": False,
