@@ -19,7 +19,8 @@ stage's time is then its span, from its first progress line to its last committe
 Peak RSS is each process's own (``VmHWM`` from ``/proc``, not ``wait4``'s ``ru_maxrss``, which
 inherits the parent's high-water mark): the command's and each child's (the parsing process, the stage
 processes), by role in ``processes``; ``total_peak_rss_mb`` adds them all (an upper bound of the whole
-job's). Load averages are taken before and
+job's, as the processes peak at different times); ``peak_together_rss_mb`` is the largest sum of their
+resident sizes at one instant (sampled every 50 ms): the whole job's peak. Load averages are taken before and
 after each step (the machine may be shared: read figures with them). Sizes run smallest first while
 the projected time of the next one (from the rates measured so far) fits in ``--budget`` seconds; the
 others are listed as skipped with the reason. Prints one JSON document.
@@ -104,6 +105,7 @@ def brk(*args: str, timeout: float | None = None) -> dict[str, Any]:
         stage, partial = "index", ""
         stage_rss_kb: dict[str, int] = {}  # the main process's resident size, at its largest in each stage
         hwm_kb = 0
+        together_kb = 0  # the largest sum of every process's resident size at one sampling instant
         child_kb: dict[int, int] = {}  # the parsing process(es) brk index starts
         main_cpu = 0.0
         child_cpu: dict[int, float] = {}
@@ -117,11 +119,14 @@ def brk(*args: str, timeout: float | None = None) -> dict[str, Any]:
             stage_rss_kb[stage] = max(stage_rss_kb.get(stage, 0), memory_kib(proc.pid, "VmRSS"))
             hwm_kb = max(hwm_kb, memory_kib(proc.pid, "VmHWM"))
             main_cpu = max(main_cpu, _cpu_s(proc.pid))
+            now_kb = memory_kib(proc.pid, "VmRSS")
             for cpid in _children(proc.pid):
+                now_kb += memory_kib(cpid, "VmRSS")
                 if not roles.get(cpid, "").startswith(("parser", "stage")):  # just forked: not yet exec'd
                     roles[cpid] = _role(cpid)
                 child_kb[cpid] = max(child_kb.get(cpid, 0), memory_kib(cpid, "VmHWM"))
                 child_cpu[cpid] = max(child_cpu.get(cpid, 0.0), _cpu_s(cpid))
+            together_kb = max(together_kb, now_kb)
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
             if pid:
                 break
@@ -149,6 +154,8 @@ def brk(*args: str, timeout: float | None = None) -> dict[str, Any]:
             "processes": _by_role(hwm_kb, main_cpu, child_kb, child_cpu, roles),
             # an upper bound of the whole command's peak: the peaks of the process and all its children added
             "total_peak_rss_mb": round((hwm_kb + sum(child_kb.values())) / 1024, 1),
+            # the whole job's peak: every process's resident size added at the same instant (every 50 ms)
+            "peak_together_rss_mb": round(together_kb / 1024, 1),
             "user_s": round(usage.ru_utime, 2), "sys_s": round(usage.ru_stime, 2), "load_before": load0,
             "load_after": _load(), "result": result, "stderr_tail": tail if code else "",
             "stages": _stages(err_text),
@@ -262,7 +269,8 @@ def main() -> None:
                           "stage_peak_rss_mb": first["stage_peak_rss_mb"], "mb_s": round(data_bytes / first["wall_s"] / 1e6, 2),
                           "tx_s": round(info["transactions"] / first["wall_s"]),
                           "peak_rss_mb": first["peak_rss_mb"], "parser_peak_rss_mb": first["children_peak_rss_mb"],
-                          "total_peak_rss_mb": first["total_peak_rss_mb"], "cpu_s": round(first["user_s"] + first["sys_s"], 2),
+                          "total_peak_rss_mb": first["total_peak_rss_mb"],
+                          "peak_together_rss_mb": first["peak_together_rss_mb"], "cpu_s": round(first["user_s"] + first["sys_s"], 2),
                           # under load, wall time overstates: block data MB per CPU second of the child
                           "mb_per_cpu_s": round(data_bytes / max(first["user_s"] + first["sys_s"], 1e-9) / 1e6, 2),
                           "main_cpu_s": first["main_cpu_s"], "parser_cpu_s": first["parser_cpu_s"],
