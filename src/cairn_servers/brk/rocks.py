@@ -6,10 +6,7 @@ values, and want the same settings.
 * bloom filters: a look-up of a key not yet stored (a new txid, a new address: the common case) rarely
   touches the disk;
 * bounded memory: two memtables of ``memtable_mb`` plus a block cache of ``cache_mb`` that also holds the
-  index and filter blocks, so the engine's memory stays bounded whatever the number of keys;
-* ``memtable_bloom``: a bloom filter over each memtable's keys too (a tenth of its size), so a look-up
-  of a key not yet stored skips the memtables' skip lists: worth it where nearly every look-up misses
-  (the address index on a chain of fresh addresses).
+  index and filter blocks, so the engine's memory stays bounded whatever the number of keys.
 """
 
 from __future__ import annotations
@@ -20,7 +17,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-def open_rocksdb(path: Path, *, memtable_mb: int, cache_mb: int, memtable_bloom: bool = False) -> Any:
+def open_rocksdb(path: Path, *, memtable_mb: int, cache_mb: int) -> Any:
     """An ``Rdict`` on ``path`` (created with its parents when missing). rocksdict raises plain
     exceptions (a lock held, a corrupt file): callers turn them into their own ``StorageError``."""
     from rocksdict import BlockBasedOptions, Cache, DBCompressionType, Options, Rdict
@@ -33,9 +30,6 @@ def open_rocksdb(path: Path, *, memtable_mb: int, cache_mb: int, memtable_bloom:
     opt.set_bottommost_compression_type(DBCompressionType.lz4())
     opt.set_level_compaction_dynamic_level_bytes(True)
     opt.increase_parallelism(2)
-    if memtable_bloom:
-        opt.set_memtable_prefix_bloom_ratio(0.1)
-        opt.set_memtable_whole_key_filtering(True)
     bbo = BlockBasedOptions()
     bbo.set_block_cache(Cache(cache_mb << 20))
     bbo.set_bloom_filter(10, False)
