@@ -42,7 +42,7 @@ HEADER = 64  # bytes before the words (8 rows of 8 bytes)
 BITS_PER_KEY = 16  # at least this many bits a key (up to twice as many right after a doubling)
 PROBES = 4  # bits set in a key's word: about 0.3-1 % false positives at 16-32 bits a key
 MIN_WORDS = 1 << 21  # the smallest filter (16 MiB; a test makes it small to cross doublings)
-SLICE = 1 << 22  # key hashes read at once when building or extending (32 MiB)
+SLICE = 1 << 19  # key hashes read at once when building or extending (4 MiB; ~40 MB of working arrays)
 _MUL1 = 0x9E3779B97F4A7C15  # multiplicative hashing: the word from the high bits of the product
 _MUL2 = 0xC2B2AE3D27D4EB4F  # and the bits within it from another product's high bits
 
