@@ -114,6 +114,7 @@ def test_the_seen_filter_never_hides_a_known_address(tmp_path: Path, monkeypatch
     for case in ("stale", "lost", "untagged", "grown"):
         # "grown": a filter of 64 words (256 keys) at first, so it doubles several times within a run.
         monkeypatch.setattr(seen, "MIN_WORDS", 64 if case == "grown" else 1 << 21)
+        monkeypatch.setattr(seen, "PENDING", 50 if case == "grown" else 1 << 20)  # written to the file often
         out = tmp_path / case
         path = addresses.addresses_dir(out) / "seen.bin"
         for stop in (100, 200, 300):
@@ -144,6 +145,7 @@ def test_the_filter_grows_with_its_keys(tmp_path: Path, monkeypatch: pytest.Monk
     still found, fresh keys are let through at well under 2 % however many keys it holds (a fixed-size
     filter would let nearly all through), and a reopened filter is not rebuilt."""
     monkeypatch.setattr(seen, "MIN_WORDS", 1024)  # 4,096 keys before the first doubling
+    monkeypatch.setattr(seen, "PENDING", 25_000)  # written to the file every few batches
     rng = np.random.default_rng(11)
     hashes = rng.integers(0, 1 << 63, 200_000, dtype=np.int64).astype(np.uint64) * np.uint64(2) + np.uint64(1)
     fresh = rng.integers(0, 1 << 63, 20_000, dtype=np.int64).astype(np.uint64) * np.uint64(2)  # even: never added
@@ -153,7 +155,10 @@ def test_the_filter_grows_with_its_keys(tmp_path: Path, monkeypatch: pytest.Monk
     f = seen.Seen(path, keyhash, 0, durable=False)
     rates = []
     for lo in range(0, hashes.shape[0], 10_000):
-        f.add(hashes[lo:lo + 10_000])
+        batch = hashes[lo:lo + 10_000]
+        before = f.maybe(batch)
+        assert (f.add(batch) == before).all()  # add tells what maybe told before it
+        assert f.maybe(batch).all()
         f.grow(lo + 10_000)
         assert f.maybe(hashes[:lo + 10_000]).all()
         rates.append(float(f.maybe(fresh).mean()))

@@ -584,8 +584,7 @@ class _AddressPass:
         s.append("addressindex_to_type", new_codes.astype(np.uint8))
         meta["height"] = b - 1
         s.commit(meta)
-        if self._seen is not None:
-            self._seen.add(new_hashes)
+        if self._seen is not None:  # the new keys' bits were set by _resolve
             self._seen.grow(nxt)  # twice as large once past its capacity
         _fault("address-commit")
         for lo, hi, path in self._undo_files():
@@ -652,9 +651,12 @@ class _AddressPass:
             tail[:, 8 - min(8, width):] = umat[:, -min(8, width):]
             hashes = tail.view("<u8").ravel()
             # Only keys that may have a trusted entry are looked up (none while no address is committed).
+            # The filter's bits of every key are set in the same pass, before the commit: harmless for
+            # keys that do not end up committed (a look-up too many later).
+            maybe = None if self._seen is None else self._seen.add(hashes)
             found = np.full(len(keys), -1, dtype=np.int64)
             if count0:
-                ask = np.arange(len(keys)) if self._seen is None else np.flatnonzero(self._seen.maybe(hashes))
+                ask = np.arange(len(keys)) if maybe is None else np.flatnonzero(maybe)
                 if ask.shape[0] == len(keys):
                     found = self._lookup(keys)
                 elif ask.shape[0]:

@@ -43,6 +43,8 @@ BITS_PER_KEY = 16  # at least this many bits a key (up to twice as many right af
 PROBES = 4  # bits set in a key's word: about 0.3-1 % false positives at 16-32 bits a key
 MIN_WORDS = 1 << 21  # the smallest filter (16 MiB; a test makes it small to cross doublings)
 SLICE = 1 << 19  # key hashes read at once when building or extending (4 MiB; ~40 MB of working arrays)
+PENDING = 1 << 20  # hashes added in memory before their bits are written to the file together (8 MiB)
+PENDING_WORDS = 1 << 20  # the pending hashes' own filter (8 MiB: 64 bits a hash, next to no false positives)
 _MUL1 = 0x9E3779B97F4A7C15  # multiplicative hashing: the word from the high bits of the product
 _MUL2 = 0xC2B2AE3D27D4EB4F  # and the bits within it from another product's high bits
 
@@ -55,10 +57,24 @@ def words_for(count: int) -> int:
     return words
 
 
+def _merged(rows: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row once (sorted), the masks of the hashes falling in it OR-ed."""
+    import numpy as np
+
+    order = np.argsort(rows)
+    srows = rows[order]
+    first = np.flatnonzero(np.concatenate(([True], srows[1:] != srows[:-1])))
+    return srows[first], np.bitwise_or.reduceat(mask[order], first)
+
+
 class Seen:
     """The filter of ``path``, made to cover the ``count`` committed ids of ``keyhash`` (a ``<u8`` vec)."""
 
     def __init__(self, path: Path, keyhash: Path, count: int, *, durable: bool = True) -> None:
+        import numpy as np
+
+        self._pending_bits = np.zeros(PENDING_WORDS, dtype=np.uint64)  # the pending hashes' own filter
+        self._clear()
         self.path = path
         self.durable = durable
         self.words = 0
@@ -78,7 +94,7 @@ class Seen:
             self._build(keyhash, count)
         else:
             for lo in range(covered, count, SLICE):  # ids committed since the bits were last vouched for
-                self.add(read_rows(keyhash, "<u8", lo, min(count, lo + SLICE)))
+                self._write(read_rows(keyhash, "<u8", lo, min(count, lo + SLICE)), self.path)
         self.covered = count
         self.keyhash = keyhash
 
@@ -87,13 +103,14 @@ class Seen:
         """Keys the filter takes before it is rebuilt twice as large."""
         return self.words * 64 // BITS_PER_KEY
 
-    def _slots(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Each hash's row in the file (8-byte rows, the header's 8 first) and its ``PROBES``-bit mask."""
+    def _slots(self, hashes: np.ndarray, words: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """Each hash's row in the file (8-byte rows, the header's 8 first; with ``words``: its word in a
+        filter of that many words) and its ``PROBES``-bit mask."""
         import numpy as np
 
         h = np.asarray(hashes, dtype=np.uint64)
-        shift = np.uint64(64 - (self.words.bit_length() - 1))
-        rows = (h * np.uint64(_MUL1) >> shift).astype(np.int64) + HEADER // 8
+        shift = np.uint64(64 - ((words or self.words).bit_length() - 1))
+        rows = (h * np.uint64(_MUL1) >> shift).astype(np.int64) + (0 if words else HEADER // 8)
         x = (h ^ (h >> np.uint64(29))) * np.uint64(_MUL2)
         mask = np.zeros(h.shape[0], dtype=np.uint64)
         for i in range(PROBES):
@@ -108,28 +125,51 @@ class Seen:
         rows, mask = self._slots(hashes)
         got = Rows(rows).take(self.path, "<u8", self._length())
         found: np.ndarray = (got & mask) == mask
+        rows, mask = self._slots(hashes, PENDING_WORDS)
+        found |= (self._pending_bits[rows] & mask) == mask
         return found
 
-    def add(self, hashes: np.ndarray, path: Path | None = None) -> None:
-        """Set the bits of ``hashes`` (in the page cache: ``save`` makes them durable)."""
+    def add(self, hashes: np.ndarray) -> np.ndarray:
+        """Add ``hashes`` (kept in memory up to ``PENDING`` of them, then written to the file together:
+        each written page then takes many keys at once); returns ``maybe`` of each hash as it was before.
+        Hashes of keys whose ids end up not committed are harmless (a look-up too many)."""
         import numpy as np
 
         if not hashes.shape[0]:
-            return
-        rows, mask = self._slots(hashes)
-        order = np.argsort(rows, kind="stable")
-        rows, mask = rows[order], mask[order]
-        first = np.flatnonzero(np.concatenate(([True], rows[1:] != rows[:-1])))
-        rows, mask = rows[first], np.bitwise_or.reduceat(mask, first)  # each word once, its bits OR-ed
-        at = Rows(rows)
-        target = path or self.path
-        at.put(target, "<u8", self._length(), at.take(target, "<u8", self._length()) | mask)
+            return np.zeros(0, dtype=bool)
+        found = self.maybe(hashes)
+        rows, mask = _merged(*self._slots(hashes, PENDING_WORDS))
+        self._pending_bits[rows] |= mask
+        self._pending.append(np.asarray(hashes, dtype=np.uint64).copy())
+        self._pending_n += hashes.shape[0]
+        if self._pending_n >= PENDING:
+            self.flush()
+        return found
+
+    def flush(self) -> None:
+        """Write the pending hashes' bits to the file."""
+        if self._pending:
+            import numpy as np
+
+            self._write(np.concatenate(self._pending), self.path)
+        self._clear()
+
+    def _clear(self) -> None:
+        self._pending: list[np.ndarray] = []
+        self._pending_n = 0
+        self._pending_bits[:] = 0
+
+    def _write(self, hashes: np.ndarray, path: Path) -> None:
+        """Set the bits of ``hashes`` in the file ``path`` (in the page cache: ``save`` makes them durable)."""
+        rows, mask = _merged(*self._slots(hashes))
+        Rows(rows).or_into(path, self._length(), mask)
 
     def grow(self, count: int) -> None:
         """After ``count`` ids are committed (their bits added): a filter twice as large when past capacity."""
         self.covered = count
         if count > self.capacity:
             self._build(self.keyhash, count)
+            self._clear()  # every pending hash is a committed id's: in the new file
 
     def _build(self, keyhash: Path, count: int) -> None:
         """A filter of ``words_for(count)`` words holding the first ``count`` key hashes, written beside
@@ -141,7 +181,7 @@ class Seen:
                 fh.write(TAG + (0).to_bytes(8, "little") + self.words.to_bytes(8, "little"))
                 fh.truncate(HEADER + 8 * self.words)  # zeros (sparse until written)
             for lo in range(0, count, SLICE):
-                self.add(read_rows(keyhash, "<u8", lo, min(count, lo + SLICE)), tmp)
+                self._write(read_rows(keyhash, "<u8", lo, min(count, lo + SLICE)), tmp)
             self._vouch(tmp, count)
             os.replace(tmp, self.path)
             if self.durable:
@@ -163,9 +203,10 @@ class Seen:
             os.close(fd)
 
     def save(self) -> None:
-        """Vouch for the ids covered so far (at the end of a run; a kill before leaves the older count,
-        and the ids since are added again on the next open)."""
+        """Write the pending hashes and vouch for the ids covered so far (at the end of a run; a kill
+        before leaves the older count, and the ids since are added again on the next open)."""
         try:
+            self.flush()
             self._vouch(self.path, self.covered)
         except OSError as exc:
             raise self._error(exc) from exc
