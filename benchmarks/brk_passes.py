@@ -41,6 +41,7 @@ def main() -> None:
     args = parser.parse_args()
     from cairn_servers.brk import addresses, utxo
     from cairn_servers.brk.compute import _Computer, computed_dir
+    from cairn_servers.core.heap import return_large_buffers, trim_heap
 
     if args.fresh:
         for d in (computed_dir(args.out), utxo.utxo_dir(args.out), addresses.addresses_dir(args.out)):
@@ -55,6 +56,8 @@ def main() -> None:
             stop_now[0] = args.stop_height is not None and event == "commit" and f["height"] >= args.stop_height
 
     load0 = os.getloadavg()
+    return_large_buffers()  # as compute() does
+    trim_heap()
     _Computer(args.out, durable=True, progress=progress, stop=lambda: stop_now[0]).run()
     stop_now[0] = False
     utxo.update(args.out, durable=True, progress=progress, stop=lambda: stop_now[0])
