@@ -41,6 +41,7 @@ TAG = b"bloomW64"  # the format: one 64-bit word a key (earlier formats are rebu
 HEADER = 64  # bytes before the words (8 rows of 8 bytes)
 BITS_PER_KEY = 16  # at least this many bits a key (up to twice as many right after a doubling)
 PROBES = 4  # bits set in a key's word: about 0.3-1 % false positives at 16-32 bits a key
+WINDOW = 1 << 18  # words a rebuild sets in memory at once (2 MiB)
 MIN_WORDS = 1 << 21  # the smallest filter (16 MiB; a test makes it small to cross doublings)
 SLICE = 1 << 19  # key hashes read at once when building or extending (4 MiB; ~40 MB of working arrays)
 PENDING = 1 << 20  # hashes added in memory before their bits are written to the file together (8 MiB)
@@ -90,7 +91,9 @@ class Seen:
                     covered = min(int.from_bytes(head[8:16], "little"), count)
         except FileNotFoundError:
             pass
-        if self.words < words_for(count):  # missing, of an earlier format, or too small: built anew
+        if self.words < words_for(count) or count - covered > PENDING:
+            # Missing, of an earlier format, too small, or far behind (a kill late in a long run): built
+            # anew, in time proportional to the count.
             self._build(keyhash, count)
         else:
             for lo in range(covered, count, SLICE):  # ids committed since the bits were last vouched for
@@ -173,21 +176,61 @@ class Seen:
 
     def _build(self, keyhash: Path, count: int) -> None:
         """A filter of ``words_for(count)`` words holding the first ``count`` key hashes, written beside
-        ``seen.bin`` and renamed over it (a kill leaves the old one, or none)."""
+        ``seen.bin`` and renamed over it (a kill leaves the old one, or none).
+
+        Work and I/O in proportion to ``count``, memory bounded: the key hashes are read in slices and
+        each appended to the bucket of its window of ``WINDOW`` words (in a scratch file, buckets laid
+        out by a first counting pass); then each window is built in memory from its bucket and written
+        once, in file order. (Setting the bits slice by slice through maps would write every page of the
+        filter once a slice: work that grows with the square of the count.)"""
+        import numpy as np
+
         self.words = words_for(count)
+        window = min(WINDOW, self.words)
+        shift = (self.words // window).bit_length() - 1  # word >> (log2 words - shift): its window
         tmp = self.path.with_name(f"{TEMP_PREFIX}{self.path.name}.build")
+        scratch = self.path.with_name(f"{TEMP_PREFIX}{self.path.name}.buckets")
+        log_window = window.bit_length() - 1
+
+        def windows_of(lo: int) -> tuple[np.ndarray, np.ndarray]:
+            hashes = read_rows(keyhash, "<u8", lo, min(count, lo + SLICE))
+            rows, _ = self._slots(hashes, self.words)
+            return hashes, rows >> log_window
+
         try:
-            with open(tmp, "wb") as fh:
-                fh.write(TAG + (0).to_bytes(8, "little") + self.words.to_bytes(8, "little"))
-                fh.truncate(HEADER + 8 * self.words)  # zeros (sparse until written)
+            counts = np.zeros(1 << shift, dtype=np.int64)
             for lo in range(0, count, SLICE):
-                self._write(read_rows(keyhash, "<u8", lo, min(count, lo + SLICE)), tmp)
+                counts += np.bincount(windows_of(lo)[1], minlength=counts.shape[0])
+            at = np.concatenate(([0], np.cumsum(counts)))
+            cursor = at[:-1].copy()
+            with open(scratch, "wb") as bucket:
+                for lo in range(0, count, SLICE):
+                    hashes, win = windows_of(lo)
+                    order = np.argsort(win, kind="stable")
+                    hashes, win = hashes[order], win[order]
+                    cut = np.flatnonzero(np.concatenate(([True], win[1:] != win[:-1], [True])))
+                    for a, b in zip(cut[:-1].tolist(), cut[1:].tolist()):
+                        w = int(win[a])
+                        os.pwrite(bucket.fileno(), hashes[a:b].tobytes(), 8 * int(cursor[w]))
+                        cursor[w] += b - a
+            with open(tmp, "wb") as fh:
+                fh.write((TAG + (0).to_bytes(8, "little") + self.words.to_bytes(8, "little")).ljust(HEADER, b"\0"))
+                bits = np.zeros(window, dtype=np.uint64)
+                for w in range(counts.shape[0]):
+                    bits[:] = 0
+                    if counts[w]:
+                        rows, mask = _merged(*self._slots(read_rows(scratch, "<u8", int(at[w]), int(at[w + 1])),
+                                                          self.words))
+                        bits[rows - w * window] = mask
+                    fh.write(bits.tobytes())
+            scratch.unlink()
             self._vouch(tmp, count)
             os.replace(tmp, self.path)
             if self.durable:
                 fsync_dir(self.path.parent)
         except OSError as exc:
             tmp.unlink(missing_ok=True)
+            scratch.unlink(missing_ok=True)
             raise self._error(exc) from exc
 
     def _vouch(self, path: Path, count: int) -> None:
