@@ -11,12 +11,16 @@ filter blocks): the cost per new address would grow with the chain. This one kee
 * one 64-bit word a key, ``PROBES`` bits in it (a "register-blocked" bloom filter): a look-up or an
   insert touches one word, so one page of the file;
 * the words are a power of two; when the committed addresses pass the capacity, a filter twice as large
-  is built from ``addressindex_to_keyhash`` (read in bounded slices) and replaces the old one
-  atomically. Each key is re-inserted once per doubling: over a chain, fewer than two inserts a key;
-* the bits live in the file, never in the process: every look-up and insert sorts its words and goes
-  through maps of at most ``gather.ROWS`` words (``gather.Rows``), unmapped right after, so the
-  resident set is bounded (16 MiB of touched pages at most) whatever the filter's size. The pages stay
-  in the kernel's page cache, which the kernel may drop and re-read.
+  is built from ``addressindex_to_keyhash`` (bucketed by window, each window built in memory and
+  written once: see ``_build``) and replaces the old one atomically. Each key is re-inserted once per
+  doubling: over a chain, fewer than two inserts a key, and a rebuild's work is proportional to the
+  address count;
+* the bits live in the file, never in the process: every look-up sorts its words and goes through maps
+  of at most ``gather.ROWS`` words (``gather.Rows``), unmapped right after, so the resident set is
+  bounded (16 MiB of touched pages at most) whatever the filter's size. New keys are kept in memory
+  (up to ``PENDING`` of them, with a small filter of their own that look-ups also ask) and written
+  to the file together, so a written page takes many keys; the pages stay in the kernel's page cache,
+  which the kernel may drop and re-read.
 
 The file: a 64-byte header (``TAG``, the number of committed ids the bits cover, the number of words),
 then the words. Bits are only ever set: ids rolled back leave theirs (a look-up too many, never a wrong
