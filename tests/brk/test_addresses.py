@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cairn_servers.brk import addresses
+from cairn_servers.brk import addresses, seen
 from cairn_servers.brk.blocks.files import unxor
 from cairn_servers.brk.indexer import index, open_store
 from cairn_servers.brk.sample import write_sample
@@ -92,39 +92,81 @@ def test_the_same_figures_whatever_the_block_grouping(tmp_path: Path, monkeypatc
 
 
 def test_the_seen_filter_never_hides_a_known_address(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Keys whose hash bit is clear in seen.bin are not looked up: after incremental runs with the
-    filter lost, left stale by a kill (covering fewer ids than committed), or dropped past SEEN_MAX, every
-    figure equals a run that looks every key up."""
+    """Keys the filter (seen.bin) says were never given an id are not looked up: after incremental runs
+    with the filter lost, left stale by a kill (covering fewer ids than committed), of an earlier format,
+    or growing (doubling) many times past its starting size, every figure equals a run that looks every
+    key up."""
     blocks = tmp_path / "blocks"
     write_sample(blocks, 300, seed=4)
     fresh = tmp_path / "fresh"
     index(blocks, fresh)
-    monkeypatch.setattr(addresses, "SEEN_MAX", -1)  # no filter: every key looked up
+    monkeypatch.setattr(addresses, "FILTER", False)  # no filter: every key looked up
     assert addresses.update(fresh, durable=False, blocks_dir=blocks) is not None
     want = _address_files(fresh)
     assert not (addresses.addresses_dir(fresh) / "seen.bin").exists()
     new = np.frombuffer(want["height_to_new_address_count.bin"], dtype="<u8")
     paid = np.frombuffer(want["outputindex_to_addressindex.bin"], dtype="<u4")
-    assert int(new.sum()) < int((paid != addresses.NONE).sum())  # addresses are paid again: hits matter
+    count = int(new.sum())
+    assert count < int((paid != addresses.NONE).sum())  # addresses are paid again: hits matter
+    monkeypatch.setattr(addresses, "FILTER", True)
     monkeypatch.setattr(addresses, "CHUNK_ROWS", 200)
     old = b""
-    for case in ("stale", "lost", "dropped", "untagged"):
-        monkeypatch.setattr(addresses, "SEEN_MAX", 40 if case == "dropped" else addresses.SEEN_BITS >> 3)
+    for case in ("stale", "lost", "untagged", "grown"):
+        # "grown": a filter of 64 words (256 keys) at first, so it doubles several times within a run.
+        monkeypatch.setattr(seen, "MIN_WORDS", 64 if case == "grown" else 1 << 21)
+        monkeypatch.setattr(seen, "PENDING", 50 if case == "grown" else 1 << 20)  # written to the file often
         out = tmp_path / case
-        seen = addresses.addresses_dir(out) / "seen.bin"
+        path = addresses.addresses_dir(out) / "seen.bin"
         for stop in (100, 200, 300):
             have = open_store(out).lengths["height_to_blockhash"] if (out / "manifest.json").exists() else 0
             index(blocks, out, max_blocks=stop - have)
             if stop == 300 and case == "stale":
-                seen.write_bytes(old)  # as after a kill between a commit and the end of the run
+                path.write_bytes(old)  # as after a kill between a commit and the end of the run
             if stop == 300 and case == "lost":
-                seen.unlink()
-            if stop == 300 and case == "untagged":  # the earlier one-bit format: count, then the bits
-                seen.write_bytes(old[8:])
+                path.unlink()
+            if stop == 300 and case == "untagged":  # the earlier 16 MiB three-probe format
+                path.write_bytes(b"bloom3\x00\x00" + (40).to_bytes(8, "little") + b"\xff" * (1 << 20))
             assert addresses.update(out, durable=False, blocks_dir=blocks) is not None
-            if stop == 100 and case != "dropped":
-                old = seen.read_bytes()
-                assert old[:8] == addresses.SEEN_TAG
-                assert 0 < int.from_bytes(old[8:16], "little") < 40 * 100
-        assert seen.exists() == (case != "dropped")
+            head = path.read_bytes()[:seen.HEADER]
+            assert head[:8] == seen.TAG
+            if stop == 100:
+                old = path.read_bytes()
+                assert 0 < int.from_bytes(old[8:16], "little") < count
+        assert int.from_bytes(head[8:16], "little") == count  # vouches for every committed id
+        words = int.from_bytes(head[16:24], "little")
+        assert words == seen.words_for(count) and path.stat().st_size == seen.HEADER + 8 * words
+        if case == "grown":
+            assert words >= 8 * 64 and words * 64 >= count * seen.BITS_PER_KEY  # three doublings or more
         assert _address_files(out) == want, case
+
+
+def test_the_filter_grows_with_its_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past its capacity the filter is rebuilt twice as large from the key hashes: every key added is
+    still found, fresh keys are let through at well under 2 % however many keys it holds (a fixed-size
+    filter would let nearly all through), and a reopened filter is not rebuilt."""
+    monkeypatch.setattr(seen, "MIN_WORDS", 1024)  # 4,096 keys before the first doubling
+    monkeypatch.setattr(seen, "PENDING", 25_000)  # written to the file every few batches
+    rng = np.random.default_rng(11)
+    hashes = rng.integers(0, 1 << 63, 200_000, dtype=np.int64).astype(np.uint64) * np.uint64(2) + np.uint64(1)
+    fresh = rng.integers(0, 1 << 63, 20_000, dtype=np.int64).astype(np.uint64) * np.uint64(2)  # even: never added
+    keyhash = tmp_path / "keyhash.bin"
+    keyhash.write_bytes(hashes.tobytes())
+    path = tmp_path / "seen.bin"
+    f = seen.Seen(path, keyhash, 0, durable=False)
+    rates = []
+    for lo in range(0, hashes.shape[0], 10_000):
+        batch = hashes[lo:lo + 10_000]
+        before = f.maybe(batch)
+        assert (f.add(batch) == before).all()  # add tells what maybe told before it
+        assert f.maybe(batch).all()
+        f.grow(lo + 10_000)
+        assert f.maybe(hashes[:lo + 10_000]).all()
+        rates.append(float(f.maybe(fresh).mean()))
+    assert f.words == seen.words_for(200_000) == 1 << 16
+    assert max(rates) < 0.02, rates
+    f.save()
+    size = path.stat().st_size
+    again = seen.Seen(path, keyhash, 200_000, durable=False)
+    assert again.words == f.words and again.maybe(hashes).all() and path.stat().st_size == size
+    stale = seen.Seen(path, keyhash, 150_000, durable=False)  # ids rolled back: their bits may stay
+    assert stale.covered == 150_000 and stale.maybe(hashes[:150_000]).all()

@@ -23,7 +23,8 @@ empty, unknown) are left out.
 
 Per chunk everything is vectorised: the (address, block) pairs are aggregated, sorted by address,
 and a segmented running sum gives each address's balance before and after every block it touches.
-A key is looked up in the index only when its bit in ``seen.bin`` (``_Seen``) is set.
+A key is looked up in the index only when the filter ``seen.bin`` (``cairn_servers.brk.seen``, a bloom
+filter on disk that grows with the address count) says it may have been given an id.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from cairn_servers.brk.gather import gather, read_rows, scatter
 from cairn_servers.brk.reader import StoreReader
+from cairn_servers.brk.seen import Seen
 from cairn_servers.brk.vecs import VecSpec, VecStore
 from cairn_servers.core.errors import CairnError, StorageError
 from cairn_servers.core.files import atomic_file
@@ -66,10 +68,7 @@ _U64 = Struct("<Q").unpack_from
 _MISS = b"\xff" * 8  # the look-up of a key not in the index: id -1
 GROUP_BYTES = 8 << 20  # block bytes walked at once (memory)
 _FEW, _MANY = 4, 32  # output_offsets: this few transactions with this many steps to go: a plain loop
-SEEN_BITS = 1 << 27  # the bloom filter of key hashes already given an id (16 MiB), see _Seen
-SEEN_PROBES = 3  # bits a key: 0.1 % false positives at 4 M addresses, 1 % at 11 M, 7 % at 24 M
-SEEN_MAX = 24 << 20  # addresses; beyond, too many false positives to be worth keeping
-SEEN_TAG = b"bloom3\x00\x00"  # seen.bin's format (the earlier one-bit filter had no tag: it is rebuilt)
+FILTER = True  # False: every key is looked up in the index, seen.bin unused (tests compare the two)
 
 
 def specs() -> list[VecSpec]:
@@ -198,79 +197,6 @@ def _unique_rows(mat: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return mat[first], first, inverse
 
 
-class _Seen:
-    """A bloom filter of the key hashes of every committed address (``SEEN_PROBES`` bits a key in
-    ``SEEN_BITS``): a key with any of its bits clear was never given an id, so it is not looked up in the
-    index (on a chain of fresh addresses nearly every key, each look-up a call into the engine). The file
-    ``seen.bin`` holds a format tag, the number of ids it covers and the bits; it is rewritten
-    (atomically) at the end of a run and extended from ``addressindex_to_keyhash`` when it covers fewer
-    ids than are committed (a kill, an older store, a file of the earlier one-bit format), so a bit is
-    never missing for a committed address. Ids rolled back leave their bits set: a look-up too many,
-    never a wrong id. Past ``SEEN_MAX`` addresses the filter is dropped (the index's own bloom filters
-    do the work)."""
-
-    def __init__(self, path: Path, keyhash: Path, count: int) -> None:
-        import numpy as np
-
-        self.path = path
-        self.bits = np.zeros(SEEN_BITS // 8, dtype=np.uint8)
-        covered = 0
-        try:
-            with open(path, "rb") as fh:
-                if os.fstat(fh.fileno()).st_size == 16 + self.bits.shape[0] and fh.read(8) == SEEN_TAG:
-                    covered = min(int.from_bytes(fh.read(8), "little"), count)
-                    if fh.readinto(self.bits.data) != self.bits.shape[0]:
-                        covered = 0
-                        self.bits[:] = 0
-        except FileNotFoundError:
-            pass
-        for lo in range(covered, count, 1 << 22):  # bounded reads (of ``addressindex_to_keyhash``)
-            self.add(read_rows(keyhash, "<u8", lo, min(count, lo + (1 << 22))))
-        self.covered = count
-
-    @staticmethod
-    def _probes(hashes: np.ndarray) -> np.ndarray:
-        """The bit positions of each hash, shape (n, SEEN_PROBES): h1 + i * h2 (double hashing)."""
-        import numpy as np
-
-        h = hashes.astype(np.uint64)
-        h1 = h & np.uint64(0xFFFFFFFF)
-        h2 = (h >> np.uint64(32)) | np.uint64(1)
-        steps = np.arange(SEEN_PROBES, dtype=np.uint64)
-        probes: np.ndarray = ((h1[:, None] + steps[None, :] * h2[:, None]) % np.uint64(SEEN_BITS)).astype(np.int64)
-        return probes
-
-    def add(self, hashes: np.ndarray) -> None:
-        import numpy as np
-
-        bit = np.sort(self._probes(hashes).ravel())
-        if not bit.shape[0]:
-            return
-        byte = bit >> 3
-        first = np.flatnonzero(np.concatenate(([True], byte[1:] != byte[:-1])))  # each byte once, its bits OR-ed
-        self.bits[byte[first]] |= np.bitwise_or.reduceat((1 << (bit & 7)).astype(np.uint8), first)
-
-    def maybe(self, hashes: np.ndarray) -> np.ndarray:
-        import numpy as np
-
-        bit = self._probes(hashes)
-        found: np.ndarray = ((self.bits[bit >> 3] >> (bit & 7).astype(np.uint8)) & 1 == 1).all(axis=1)
-        return found
-
-    def save(self, durable: bool) -> None:
-        """Write the filter atomically; on a failed write the previous ``seen.bin`` (or none) stays, which
-        covers fewer ids and is extended on the next run."""
-        try:
-            with atomic_file(self.path, durable=durable) as fh:
-                fh.write(SEEN_TAG)
-                fh.write(self.covered.to_bytes(8, "little"))
-                fh.write(self.bits.data)
-        except OSError as exc:
-            raise StorageError(f"Cannot write {self.path}: {exc.strerror or exc}. Free some space (or fix the "
-                               "permissions) and run the same command again: the address index is committed "
-                               "and this look-up filter is rebuilt from it.") from exc
-
-
 def update(out: Path, *, durable: bool = True, blocks_dir: Path | None = None,
            progress: Callable[..., None] | None = None, stop: Callable[[], bool] | None = None
            ) -> dict[str, Any] | None:
@@ -315,7 +241,7 @@ class _AddressPass:
         self._fds: dict[int, int] = {}
         self._buf = np.zeros(0, dtype=np.uint8)  # the blocks being walked (one buffer, reused)
         self._db: Any = None
-        self._seen: _Seen | None = None
+        self._seen: Seen | None = None
         n = self.n
         f_out = self.raw.read("height_to_first_outputindex", 0, n + 1).astype(np.int64)
         if f_out.shape[0] == n:
@@ -332,12 +258,10 @@ class _AddressPass:
         if self._db is None:
             from cairn_servers.brk.rocks import open_rocksdb
 
-            # The transaction index's settings, with a bounded 32 MB block cache. Without the seen filter
-            # most look-ups are of keys not stored: memtable bloom filters make those cheaper (with it,
-            # they would only slow the writes).
+            # The transaction index's settings, with a bounded 16 MB block cache and partitioned index and
+            # filter blocks: seen.bin answers most look-ups, so the cache serves few reads.
             try:
-                self._db = open_rocksdb(self.root / "index", memtable_mb=32, cache_mb=32,
-                                        memtable_bloom=self._seen is None)
+                self._db = open_rocksdb(self.root / "index", memtable_mb=32, cache_mb=16, partitioned=True)
             except Exception as exc:  # rocksdict raises plain exceptions (a lock held, a corrupt file)
                 raise StorageError(f"Cannot open the address index {self.root / 'index'}: {exc}.") from exc
         return self._db
@@ -457,23 +381,21 @@ class _AddressPass:
         start = s.lengths["height_to_blockhash"]
         done = 0
         count = s.lengths["addressindex_to_keyhash"]
-        if start < self.n and count <= SEEN_MAX:
-            self._seen = _Seen(self.root / "seen.bin", s.path("addressindex_to_keyhash"), count)
+        if start < self.n and FILTER:
+            self._seen = Seen(self.root / "seen.bin", s.path("addressindex_to_keyhash"), count,
+                              durable=self.durable)
         stage = Stage(progress, "addresses", self.raw, start, self.n, should_stop)
+        rows = self.first_out[:-1] + self.first_in[:-1]  # once: a chunk's end is a search in it
         while start < self.n:
-            rows = self.first_out[:-1] + self.first_in[:-1]
             limit = int(np.searchsorted(rows, int(rows[start]) + CHUNK_ROWS, "right"))
             stop = max(start + 1, min(self.n, limit))
             self._chunk(start, stop, meta)
             done += stop - start
             start = stop
-            if self._seen is not None and self._seen.covered > SEEN_MAX:
-                self._seen = None
-                (self.root / "seen.bin").unlink(missing_ok=True)
             if stage.done(stop):
                 break
         if self._seen is not None:
-            self._seen.save(self.durable)
+            self._seen.save()
         return {"height": s.lengths["height_to_blockhash"] - 1, "computed_heights": done, "rolled_back_to": rolled}
 
     def _block_positions(self, heights: range) -> list[tuple[int, int, int]]:
@@ -663,9 +585,8 @@ class _AddressPass:
         s.append("addressindex_to_type", new_codes.astype(np.uint8))
         meta["height"] = b - 1
         s.commit(meta)
-        if self._seen is not None:
-            self._seen.add(new_hashes)
-            self._seen.covered = nxt
+        if self._seen is not None:  # the new keys' bits were set by _resolve
+            self._seen.grow(nxt)  # twice as large once past its capacity
         _fault("address-commit")
         for lo, hi, path in self._undo_files():
             if hi < b - UNDO_HEIGHTS:
@@ -731,9 +652,12 @@ class _AddressPass:
             tail[:, 8 - min(8, width):] = umat[:, -min(8, width):]
             hashes = tail.view("<u8").ravel()
             # Only keys that may have a trusted entry are looked up (none while no address is committed).
+            # The filter's bits of every key are set in the same pass, before the commit: harmless for
+            # keys that do not end up committed (a look-up too many later).
+            maybe = None if self._seen is None else self._seen.add(hashes)
             found = np.full(len(keys), -1, dtype=np.int64)
             if count0:
-                ask = np.arange(len(keys)) if self._seen is None else np.flatnonzero(self._seen.maybe(hashes))
+                ask = np.arange(len(keys)) if maybe is None else np.flatnonzero(maybe)
                 if ask.shape[0] == len(keys):
                     found = self._lookup(keys)
                 elif ask.shape[0]:

@@ -84,6 +84,26 @@ class Rows:
 
         self._each(path, dtype, length, True, write)
 
+    def or_into(self, path: Path, length: int, masks: np.ndarray) -> np.ndarray:
+        """``file[rows] |= masks`` in place for a file of ``<u8`` rows (rows distinct), in one pass of maps;
+        returns the rows' values before."""
+        import numpy as np
+
+        old = np.empty(self.rows.shape[0], dtype=np.uint64)
+        if not self.rows.shape[0]:
+            return old
+        ordered = np.asarray(masks, dtype=np.uint64)[self.order]
+        got = np.empty_like(old)
+
+        def apply(a: int, rel: np.ndarray, view: np.ndarray) -> None:
+            before = view[rel]
+            got[a:a + rel.shape[0]] = before
+            view[rel] = before | ordered[a:a + rel.shape[0]]
+
+        self._each(path, "<u8", length, True, apply)
+        old[self.order] = got
+        return old
+
 
 def gather(path: Path, dtype: str, length: int, rows: np.ndarray) -> np.ndarray:
     """``file[rows]`` of a file of ``length`` rows of ``dtype`` (1-d), in the order of ``rows``."""

@@ -7,9 +7,11 @@ values, and want the same settings.
   touches the disk;
 * bounded memory: two memtables of ``memtable_mb`` plus a block cache of ``cache_mb`` that also holds the
   index and filter blocks, so the engine's memory stays bounded whatever the number of keys;
-* ``memtable_bloom``: a bloom filter over each memtable's keys too (a tenth of its size), so a look-up
-  of a key not yet stored skips the memtables' skip lists: worth it where nearly every look-up misses
-  (the address index on a chain of fresh addresses).
+* ``partitioned``: index and filter blocks cut into 4 KiB partitions under a small top level kept in
+  the cache, so a look-up in a store whose filters outgrow the cache reads one partition a file (a few
+  KiB) rather than the file's whole filter (MBs): the address index, whose look-ups are rare on a
+  chain of fresh addresses (its own filter, ``seen.bin``, answers first) but are real reads on a chain
+  that pays old addresses again.
 """
 
 from __future__ import annotations
@@ -20,10 +22,10 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-def open_rocksdb(path: Path, *, memtable_mb: int, cache_mb: int, memtable_bloom: bool = False) -> Any:
+def open_rocksdb(path: Path, *, memtable_mb: int, cache_mb: int, partitioned: bool = False) -> Any:
     """An ``Rdict`` on ``path`` (created with its parents when missing). rocksdict raises plain
     exceptions (a lock held, a corrupt file): callers turn them into their own ``StorageError``."""
-    from rocksdict import BlockBasedOptions, Cache, DBCompressionType, Options, Rdict
+    from rocksdict import BlockBasedIndexType, BlockBasedOptions, Cache, DBCompressionType, Options, Rdict
 
     opt = Options(raw_mode=True)
     opt.create_if_missing(True)
@@ -33,15 +35,17 @@ def open_rocksdb(path: Path, *, memtable_mb: int, cache_mb: int, memtable_bloom:
     opt.set_bottommost_compression_type(DBCompressionType.lz4())
     opt.set_level_compaction_dynamic_level_bytes(True)
     opt.increase_parallelism(2)
-    if memtable_bloom:
-        opt.set_memtable_prefix_bloom_ratio(0.1)
-        opt.set_memtable_whole_key_filtering(True)
     bbo = BlockBasedOptions()
     bbo.set_block_cache(Cache(cache_mb << 20))
     bbo.set_bloom_filter(10, False)
     bbo.set_cache_index_and_filter_blocks(True)
     bbo.set_pin_l0_filter_and_index_blocks_in_cache(True)
     bbo.set_block_size(4 << 10)
+    if partitioned:
+        bbo.set_index_type(BlockBasedIndexType.two_level_index_search())
+        bbo.set_partition_filters(True)
+        bbo.set_metadata_block_size(4 << 10)
+        bbo.set_pin_top_level_index_and_filter(True)
     opt.set_block_based_table_factory(bbo)
     path.mkdir(parents=True, exist_ok=True)
     return Rdict(str(path), opt)

@@ -150,6 +150,7 @@ class _Chain:
 
         self.first_out = bounds("height_to_first_outputindex", "outputindex_to_value")
         self.first_in = bounds("height_to_first_inputindex", "inputindex_to_outputindex")
+        self.rows = self.first_out[:-1] + self.first_in[:-1]  # once: a chunk's end is a search in it
         self.n_out = int(self.first_out[-1])
         self._vecs = out / "vecs"
 
@@ -159,7 +160,7 @@ class _Chain:
     def chunk_end(self, a: int) -> int:
         import numpy as np
 
-        rows = self.first_out[:-1] + self.first_in[:-1]
+        rows = self.rows
         limit = int(np.searchsorted(rows, int(rows[a]) + CHUNK_ROWS, "right"))
         return max(a + 1, min(self.n, limit))
 
