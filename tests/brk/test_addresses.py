@@ -113,7 +113,7 @@ def test_the_seen_filter_never_hides_a_known_address(tmp_path: Path, monkeypatch
     old = b""
     for case in ("stale", "lost", "untagged", "grown"):
         # "grown": a filter of 64 words (256 keys) at first, so it doubles several times within a run.
-        monkeypatch.setattr(seen, "MIN_WORDS", 64 if case == "grown" else 1 << 21)
+        monkeypatch.setattr(seen, "MIN_WORDS", 64 if case == "grown" else seen.MIN_WORDS)
         monkeypatch.setattr(seen, "PENDING", 50 if case == "grown" else 1 << 20)  # written to the file often
         out = tmp_path / case
         path = addresses.addresses_dir(out) / "seen.bin"
