@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 from cairn_servers.brk.gather import Rows, read_rows
 from cairn_servers.core.errors import StorageError
-from cairn_servers.core.files import TEMP_PREFIX, fsync_dir
+from cairn_servers.core.files import TEMP_PREFIX, replace_file
 
 if TYPE_CHECKING:
     import numpy as np
@@ -229,9 +229,7 @@ class Seen:
                     fh.write(bits.tobytes())
             scratch.unlink()
             self._vouch(tmp, count)
-            os.replace(tmp, self.path)
-            if self.durable:
-                fsync_dir(self.path.parent)
+            replace_file(tmp, self.path, durable=self.durable)  # the bits were synced by _vouch
         except OSError as exc:
             tmp.unlink(missing_ok=True)
             scratch.unlink(missing_ok=True)
