@@ -229,12 +229,7 @@ class Pipeline:
         with self.cond:
             while not all(c.exited for c in self.children):
                 self.cond.wait(0.2)
-        for child in self.children:
-            if child.proc.stdin is not None:
-                try:
-                    child.proc.stdin.close()
-                except OSError:
-                    pass
+        self._close_inputs()
         if self._relay is not None:
             self._relay.flush()
         self._check()
@@ -242,6 +237,9 @@ class Pipeline:
     def abandon(self) -> None:
         """The parent is leaving at once (a second Ctrl-C, an error): stages see end of file and stop."""
         self.closing = True
+        self._close_inputs()
+
+    def _close_inputs(self) -> None:
         for child in self.children:
             if child.proc.stdin is not None:
                 try:
