@@ -315,20 +315,22 @@ def test_context_before_and_after(store: Store, tmp_path: Path) -> None:
 
 
 def test_search_accepts_any_text_property(store: Store, tmp_path: Path) -> None:
-    from hypothesis import given, settings
+    from hypothesis import example, given, settings
     from hypothesis import strategies as st
 
     sources.add(store, "alpha", str(write(tmp_path, "a.txt", ALPHA)))
 
     @settings(max_examples=200, deadline=None)
     @given(st.text(max_size=60))
+    @example("\x08-0")  # a control character separates words: only an excluded word is left
     def check(query: str) -> None:
         try:
             res = searching.search(store, query, limit=3)
         except InvalidInput as exc:
             # the one refusal: words to exclude (-word) and none to search for
             assert "only excludes words" in exc.message
-            rest = re.sub(r'(^|\s)-(?=[\w"])(?:"[^"]*"?|\S+)', " ", query)  # the excluded terms taken out
+            spaced = re.sub(r"[\x00-\x1f\x7f]", " ", query)  # control characters separate words
+            rest = re.sub(r'(^|\s)-(?=[\w"])(?:"[^"]*"?|\S+)', " ", spaced)  # the excluded terms taken out
             assert not re.search(r"\w", rest), (query, rest)
             return
         assert len(res["hits"]) <= 3

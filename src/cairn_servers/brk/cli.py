@@ -220,9 +220,10 @@ def _index_pipeline(args: argparse.Namespace, jobs: int, out: Any, blocks_dir: A
                 progress.known(indexer.store.lengths["height_to_blockhash"] - 1)
                 pipeline.set_progress(progress if progress.mode != "none" else None)
                 indexer.progress = pipeline.index_event if progress.mode != "none" else None
-    finally:
-        if not closed:
-            pipeline.abandon()
+    except BaseException as exc:
+        if not closed:  # an error: the stages stop first, so the error stays the last line on stderr
+            pipeline.abandon(wait=0.0 if isinstance(exc, KeyboardInterrupt) else 30.0)
+        raise
 
 
 def _jobs(text: str) -> int:

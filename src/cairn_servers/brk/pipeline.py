@@ -234,10 +234,18 @@ class Pipeline:
             self._relay.flush()
         self._check()
 
-    def abandon(self) -> None:
-        """The parent is leaving at once (a second Ctrl-C, an error): stages see end of file and stop."""
+    def abandon(self, *, wait: float = 0.0) -> None:
+        """The parent is leaving (an error, a second Ctrl-C): stages see end of file and stop at their next
+        committed chunk. ``wait``: seconds to wait for them, so that what they say on stderr comes before
+        the parent's own error (its last line)."""
         self.closing = True
+        for child in self.children:
+            child.send("stop")
         self._close_inputs()
+        deadline = time.monotonic() + wait
+        with self.cond:
+            while not all(c.exited for c in self.children) and time.monotonic() < deadline:
+                self.cond.wait(min(0.2, max(0.0, deadline - time.monotonic())))
 
     def _close_inputs(self) -> None:
         for child in self.children:
