@@ -269,6 +269,66 @@ def test_health_answers_while_heavy_searches_run(ctx: HttpServer, ctx_config: Pa
     assert health[15] < median_search / 3, (health, median_search)
 
 
+def test_costly_searches_leave_the_loop_for_a_thread_with_the_same_answer(ctx_config: Path) -> None:
+    """Built-in tools on SQLite are tried on the event loop under a budget of a few ms: a cheap search is
+    answered there; a costly one (256 indexed words) is stopped and done again on a tool thread, and its
+    answer is the one the service gives."""
+    from cairn_servers.ctx import config as ctx_conf
+    from cairn_servers.ctx.http import create_app
+    from cairn_servers.ctx.tools import Toolbox
+
+    from ..mcp._http import serving
+
+    conf = ctx_conf.load(ctx_config)
+    app = create_app(conf)
+    budget = app.state.loop_budget
+    vocab = _vocabulary(ctx_config)
+    pick = random.Random(5)
+    costly = [" ".join(pick.sample(vocab, 256)) for _ in range(6)]
+    with serving(app, path="") as base, httpx.Client(timeout=60) as client:
+        for _ in range(20):
+            assert client.post(base + "/tools/search", json={"query": "install", "limit": 5}).status_code == 200
+        assert client.get(base + "/tools/sources").status_code == 200
+        cheap_tries, cheap_stopped = budget.tries, budget.stopped
+        answers = [client.post(base + "/tools/search", json={"query": q, "limit": 5}).json() for q in costly]
+    assert cheap_tries == 21 and cheap_stopped < cheap_tries // 2, (cheap_tries, cheap_stopped)
+    # each costly one (20-130 ms) is stopped, until the stopped tries use up the second's waste cap
+    assert 0 < budget.stopped - cheap_stopped <= budget.tries - cheap_tries <= len(costly), (budget.tries, budget.stopped)
+    box = Toolbox(conf)
+    try:
+        assert answers == [box.call("search", {"query": q, "limit": 5}) for q in costly]
+    finally:
+        box.close()
+
+
+def test_the_loop_budget_caps_its_waste_and_skips_what_it_cannot_stop() -> None:
+    from cairn_servers.ctx import http as ctx_http
+    from cairn_servers.core import deadline
+
+    budget = ctx_http.LoopBudget(sqlite=True)
+    assert budget.allows("search", {"query": "x"}) and budget.allows("get", {"id": "1"})
+    assert not budget.allows("search", {"query": "x", "mode": "hybrid"})  # an embedding: not stoppable
+    assert not budget.allows("find_mentions", {})  # a Lua tool waits on its worker
+    assert not ctx_http.LoopBudget(sqlite=False).allows("search", {"query": "x"})  # PostgreSQL: the network
+
+    def spin() -> bytes:
+        while True:
+            deadline.check()  # what a statement's progress handler does
+
+    stopped = 0
+    while budget.allows("search", {"query": "x"}):
+        assert budget.run(spin) is None
+        stopped += 1
+        assert stopped <= 2 * (ctx_http.LOOP_WASTE / ctx_http.LOOP_TRY + 1)  # (a new second may begin)
+    assert budget.wasted >= ctx_http.LOOP_WASTE  # the rest of this second goes to the threads
+
+    def late() -> bytes:  # past the budget, but never stopped (no statement ran): its answer is kept
+        time.sleep(2 * ctx_http.LOOP_TRY)
+        return b"late but kept"
+
+    assert budget.run(late) == b"late but kept"
+
+
 def test_a_query_past_the_term_cap_is_refused_at_once(ctx: HttpServer) -> None:
     """The audit's 100,000 distinct words (689 KB): 400 over REST and an error over MCP, in well under a
     second of work, and the server answers /health meanwhile."""

@@ -55,6 +55,32 @@ def bounded(at: float, what: str) -> Iterator[None]:
         raise Timeout(f"{what}.")
 
 
+class OverBudget(Exception):
+    """Work under :func:`budget` ran past it (stopped: to be done again where waiting is allowed)."""
+
+
+@contextmanager
+def budget(seconds: float) -> Iterator[None]:
+    """Work in this block stops once it has run ``seconds`` (SQLite's progress handler interrupts its
+    statement) and leaves as :class:`OverBudget`: a try at work that is cheap most of the time, on a thread
+    that must not wait long (an HTTP server's event loop), done again elsewhere when it was not cheap.
+    Unlike :func:`bounded`, work that ends late keeps its answer. An outer, earlier deadline stays in force."""
+    outer = getattr(_local, "at", None), getattr(_local, "what", "")
+    mine = time.monotonic() + seconds
+    if outer[0] is not None and outer[0] <= mine:
+        yield
+        return
+    _local.at, _local.what = mine, "The request"
+    try:
+        yield
+    except BaseException:
+        if time.monotonic() >= mine:  # it failed (an interrupted statement, ...) for lack of time
+            raise OverBudget() from None
+        raise
+    finally:
+        _local.at, _local.what = outer
+
+
 def at() -> float | None:
     """This thread's deadline (``time.monotonic()``), or None when its work is not bounded."""
     return getattr(_local, "at", None)

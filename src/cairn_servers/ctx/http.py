@@ -6,9 +6,12 @@ envelope ``{"error": {"code", "message"}}`` (``cairn_servers.core.errors.envelop
 auth, 403 a request from a web page of another site or for another host (without a token), 404 unknown tool/document/route, 405, 408 Lua timeout, 413 body too large, 415 content type,
 499 a call cancelled by a client that disconnected (nobody reads it),
 500 internal). Unexpected exceptions are logged to stderr with their traceback; the client only
-learns their type. Tool calls run on worker threads, never on the event loop (built-in tools on
-``TOOL_THREADS`` threads of their own, Lua tools and agents on the shared pool), each call on a service
-leased from the toolbox's pool. A GET never runs a Lua tool or agent.
+learns their type. Each call runs on a service leased from the toolbox's pool. Lua tools and agents run
+on the shared thread pool, and so does any built-in tool on PostgreSQL or a semantic or hybrid search.
+A built-in tool on SQLite (keyword search, get, sources) is first tried on the event loop under
+:class:`LoopBudget` (a few ms, the statement interrupted past it): most answer there, which spares two
+thread hops that cost about a third of the throughput. Past the budget, the call is done again on one of
+``TOOL_THREADS`` threads, and the event loop never waits longer. A GET never runs a Lua tool or agent.
 """
 
 from __future__ import annotations
@@ -32,7 +35,50 @@ if TYPE_CHECKING:
     from cairn_servers.ctx.tools import Toolbox
 
 MAX_BODY = 1 << 20  # bytes of a request body
-TOOL_THREADS = 4  # threads answering built-in tools (search, get, sources)
+TOOL_THREADS = 4  # threads answering built-in tools (search, get, sources) the event loop did not answer
+LOOP_TRY = 0.005  # seconds a built-in tool may run on the event loop before it is stopped and sent to a thread
+LOOP_WASTE = 0.05  # seconds per second the loop may spend on such stopped tries; past it, threads answer all
+
+
+class LoopBudget:
+    """Which built-in calls are tried on the event loop (see the module docstring). A stopped try is work
+    thrown away, so the tries' waste is capped: once stopped tries used ``LOOP_WASTE`` s within one second,
+    every call goes to the threads until the next second (a flood of costly queries costs the loop at
+    most 5 %)."""
+
+    def __init__(self, sqlite: bool) -> None:
+        self.sqlite = sqlite
+        self.second = 0
+        self.wasted = 0.0
+        self.tries = self.stopped = 0  # (for tests and benchmarks)
+
+    def allows(self, name: str, params: Any) -> bool:
+        if not self.sqlite or name not in ("search", "get", "sources"):
+            return False  # a PostgreSQL statement waits on the network; a Lua tool on its worker
+        if name == "search" and not (isinstance(params, dict) and params.get("mode", "keyword") == "keyword"):
+            return False  # an embedding is computed (not interruptible)
+        import time
+
+        now = int(time.monotonic())
+        if now != self.second:
+            self.second, self.wasted = now, 0.0
+        return self.wasted < LOOP_WASTE
+
+    def run(self, fn: Callable[[], bytes]) -> bytes | None:
+        """``fn()`` on this (the loop's) thread under the budget; None when it was stopped."""
+        import time
+
+        from cairn_servers.core import deadline
+
+        self.tries += 1
+        start = time.monotonic()
+        try:
+            with deadline.budget(LOOP_TRY):
+                return fn()
+        except deadline.OverBudget:
+            self.stopped += 1
+            self.wasted += time.monotonic() - start
+            return None
 
 
 class UnsupportedMediaType(InvalidInput):
@@ -144,18 +190,29 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
         params = await read_json(request)
         op = box.op(name)  # 404 before any work
         if not op.extra.get("lua"):
-            # On the tool threads, never on the event loop: a search's time depends on its terms and the
-            # backend (a PostgreSQL round trip), and /health and every other request must not wait for it.
-            # A client that disconnects stops it: its statement is interrupted (SQLite) or cancelled (PostgreSQL).
-            # The answer is encoded there too: a document's JSON is most of the CPU a large answer costs.
-            return await run_cancellable(request, lambda cancelled: _dumps(box.call(name, params, cancelled)),
-                                         tool_threads)
+            return await built_in(name, params, request)
         return await run_while_connected(request, name, params)
+
+    async def built_in(name: str, params: Any, request: "Request | None" = None) -> Any:
+        """A built-in tool's answer, encoded: tried on the loop (see LoopBudget), else on the tool threads.
+        There, /health and every other request go on while it runs (a search's time depends on its terms
+        and the backend), and a client that disconnects stops it: its statement is interrupted (SQLite)
+        or cancelled (PostgreSQL). The answer is encoded where it was made: a document's JSON is most of
+        the CPU a large answer costs."""
+        if loop_budget.allows(name, params):
+            answer = loop_budget.run(lambda: _dumps(box.call(name, params)))
+            if answer is not None:
+                return answer
+        if request is None:
+            return await off_loop(lambda: _dumps(box.call(name, params)))
+        return await run_cancellable(request, lambda cancelled: _dumps(box.call(name, params, cancelled)),
+                                     tool_threads)
 
     # Built-in tools run on a few threads of their own: a few threads contend less for the GIL and reuse the
     # pool's services (their caches of term counts and rankings) more than anyio's 40 would; Lua tools,
     # which mostly wait for their worker process, use the larger shared pool.
     tool_threads = ThreadPoolExecutor(max_workers=TOOL_THREADS, thread_name_prefix="ctx-tool")
+    loop_budget = LoopBudget(sqlite=config.db.url is None)
 
     async def off_loop(fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(tool_threads, fn, *args)
@@ -189,8 +246,7 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
         method, path = op.http
         if method == "GET":
             async def answer(request: "Request") -> Any:
-                args = query_args(op, request.query_params)
-                return await off_loop(lambda: _dumps(box.call(op.name, args)))
+                return await built_in(op.name, query_args(op, request.query_params))
         else:
             async def answer(request: "Request") -> Any:
                 return await call(op.name, request)
@@ -296,6 +352,7 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan,
                     exception_handlers={HTTPException: http_error})
     app.state.toolbox = box
+    app.state.loop_budget = loop_budget
     return app
 
 
