@@ -165,11 +165,27 @@ def test_a_small_recent_map_gives_the_same_vecs(tmp_path: Path) -> None:
     index(tmp_path / "b", tmp_path / "ref", durable=False)
     ix = Indexer(tmp_path / "b", tmp_path / "small", durable=False, recent_txs=500, commit_blocks=2)
     ix.run()
-    assert 0 < ix._recent_n <= 500 + 2 * 120 and len(ix._recent) <= ix._recent_n
+    assert 0 < ix._recent.count <= 500 + 2 * 120 and len(ix._recent.batches) >= 2
     r, t = open_store(tmp_path / "ref"), open_store(tmp_path / "small")
     for spec in SPECS:
         assert r.path(spec.name).read_bytes() == t.path(spec.name).read_bytes(), spec.name
     check_txindex(tmp_path / "small")
+
+
+def test_the_recent_txids_answer_the_latest_and_check_the_whole_txid() -> None:
+    from cairn_servers.brk.indexer import _RecentTxids
+
+    recent = _RecentTxids(limit=5)
+    a, b = b"\x01" * 8 + b"a" * 24, b"\x01" * 8 + b"b" * 24  # the same 8-byte prefix
+    c, d, e = b"c" * 32, b"d" * 31 + b"\x00", b"d" * 31 + b"\x01"
+    recent.add({a: 1, c: 2})
+    recent.add({b: 3, c: 4, d: 5})  # c again: the later batch answers
+    assert recent.lookup({a, b, c, d, e, b"z" * 32}) == {a: 1, b: 3, c: 4, d: 5}
+    recent.add({e: 6})  # 6 held, past the limit of 5: the oldest batch goes
+    assert len(recent.batches) == 2 and recent.count == 4
+    assert recent.lookup({a, b, c, e}) == {b: 3, c: 4, e: 6}
+    recent.clear()
+    assert recent.lookup({b}) == {} and recent.count == 0
 
 
 def test_one_place_opens_rocksdb() -> None:

@@ -141,6 +141,63 @@ def open_store(out: Path, *, durable: bool = True) -> VecStore:
     return VecStore(out, SPECS, durable=durable)
 
 
+class _RecentTxids:
+    """The txid maps (txid -> first_outputindex << 24 | output_count) of the last committed batches, up to
+    ``limit`` transactions: most inputs spend recent outputs, and this answers them without the engine.
+
+    Compact, so its memory is a few MB however the chain grows: per batch, three numpy columns sorted
+    by the txid's first 8 bytes (the prefix, the whole txid, the value: 48 bytes a transaction, where a dict
+    of bytes keys took about 240). A chunk's wanted txids are looked up at once, newest batch first (a
+    txid repeated in a later batch is answered by the later one); a prefix hit is checked against the
+    whole txid, so a shared prefix only sends that txid to the engine."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.batches: deque[tuple[Any, Any, Any]] = deque()  # (prefixes, txids, values), oldest first
+        self.count = 0
+
+    def add(self, txmap: dict[bytes, int]) -> None:
+        import numpy as np
+
+        if not txmap or self.limit <= 0:
+            return
+        keys = np.frombuffer(b"".join(txmap), dtype="S32")
+        prefixes = np.frombuffer(keys.tobytes(), dtype="<u8")[::4]
+        order = np.argsort(prefixes, kind="stable")
+        values = np.fromiter(txmap.values(), dtype=np.uint64, count=len(txmap))
+        self.batches.append((prefixes[order], keys[order], values[order]))
+        self.count += len(txmap)
+        while len(self.batches) > 1 and self.count > self.limit:
+            self.count -= len(self.batches.popleft()[0])
+
+    def lookup(self, want: set[bytes]) -> dict[bytes, int]:
+        import numpy as np
+
+        if not want or not self.batches:
+            return {}
+        asked = list(want)
+        keys = np.frombuffer(b"".join(asked), dtype="S32")
+        prefixes = np.frombuffer(keys.tobytes(), dtype="<u8")[::4]
+        open_ = np.ones(len(asked), dtype=bool)  # not yet answered
+        found: dict[bytes, int] = {}
+        for bp, bk, bv in reversed(self.batches):
+            rows = np.flatnonzero(open_)
+            if rows.size == 0:
+                break
+            pos = np.searchsorted(bp, prefixes[rows])
+            pos[pos == bp.size] = 0
+            hit = bk[pos] == keys[rows]
+            if hit.any():
+                rows, pos = rows[hit], pos[hit]
+                open_[rows] = False
+                found.update(zip([asked[i] for i in rows.tolist()], bv[pos].tolist()))
+        return found
+
+    def clear(self) -> None:
+        self.batches.clear()
+        self.count = 0
+
+
 def _hashes(raw: bytes) -> list[bytes]:
     return [raw[i:i + 32] for i in range(0, len(raw), 32)]
 
@@ -213,11 +270,7 @@ class Indexer:
         # spend recent outputs, and a dict hit costs a tenth of a microsecond against several for the
         # engine. Bounded, so memory does not grow with the chain; dropped on rollback.
         self.recent_txs = recent_txs
-        # One dict for all of them (one probe per prevout), and per batch its txids and the end of its
-        # outputs, to drop the oldest batch's entries unless a later batch re-used the txid.
-        self._recent: dict[bytes, int] = {}
-        self._recent_batches: deque[tuple[list[bytes], int]] = deque()
-        self._recent_n = 0
+        self._recent = _RecentTxids(recent_txs)
         # Each commit fsyncs ~30 files (~80 ms here), so batches are bounded by time as well as size.
         self.commit_seconds = commit_seconds
         self.log = log or (lambda msg: print(f"brk: {msg}", file=sys.stderr))
@@ -343,25 +396,10 @@ class Indexer:
         want.discard(NULL_HASH)
         want -= own  # spent within the chunk (a rare earlier duplicate is looked up one by one)
         want.difference_update(batch.txmap)
-        recent = self._recent  # a repeated txid holds its latest there
-        found = {t: recent[t] for t in want if t in recent}
+        found = self._recent.lookup(want)  # a repeated txid: its latest
         want.difference_update(found)
         found.update(self._resolve(sorted(want)))
         batch.committed = found
-
-    def _remember(self, txmap: dict[bytes, int], out_end: int) -> None:
-        """Keep a committed batch's txid map (its outputs end at ``out_end``) among the recent ones."""
-        recent = self._recent
-        recent.update(txmap)
-        self._recent_batches.append((list(txmap), out_end))
-        self._recent_n += len(txmap)
-        while self._recent_batches and self._recent_n > self.recent_txs:
-            keys, end = self._recent_batches.popleft()
-            self._recent_n -= len(keys)
-            for t in keys:
-                v = recent.get(t)
-                if v is not None and v >> _OUT_SHIFT < end:  # not re-used by a later batch
-                    del recent[t]
 
     # -- scanning -------------------------------------------------------------------------------
     def scan_files(self) -> int:
@@ -522,8 +560,6 @@ class Indexer:
         _fault("rollback-vecs")
         self.chain = self.chain[:height]
         self._recent.clear()
-        self._recent_batches.clear()
-        self._recent_n = 0
         s.truncate({spec.name: lengths[spec.index] for spec in SPECS if spec.index in lengths}, self._meta())
 
     def _meta(self) -> dict[str, Any]:
@@ -834,7 +870,7 @@ class Indexer:
         # Second, the index (one atomic batch). A kill before it leaves the index behind the vecs;
         # opening re-inserts these transactions from txindex_to_txid.
         self.txindex.insert(tx0, batch.txids)
-        self._remember(batch.txmap, s.lengths["outputindex_to_value"])
+        self._recent.add(batch.txmap)
         trim_heap(min_interval=1.0)  # the batch's freed objects go back to the OS, not to a growing heap
         if self.on_commit is not None:
             self.on_commit()
