@@ -311,7 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "$BRK_PRICES=off turns that off)")
     p.add_argument("--interval", type=float, default=5.0, help="seconds between polls with --watch")
     p.add_argument("--commit-every", type=int, default=10_000,
-                   help="commit at least every N blocks (default 10000; also every 3 s and 64 MB)")
+                   help="commit at least every N blocks (default 10000; also every 3 s and 32 MB of block data)")
     p.add_argument("--max-blocks", type=int, help="stop after indexing this many blocks")
     p.add_argument("--no-fsync", action="store_true", help="skip fsync on commit (faster; unsafe on power loss)")
     p.add_argument("--cache-mb", type=int, default=64,
