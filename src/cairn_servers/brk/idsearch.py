@@ -118,6 +118,13 @@ def stem(word: str) -> str:
         word = word[:-2]
     elif word.endswith("s") and not word.endswith(("ss", "us", "is")):
         word = word[:-1]
+    word = _step_1b(word)
+    if word.endswith("y") and len(word) > 2 and _has_vowel(word[:-1]):  # step 1c: empty = emptied (empti)
+        word = word[:-1] + "i"
+    return word
+
+
+def _step_1b(word: str) -> str:
     for suffix in ("eed", "ed", "ing"):
         if not word.endswith(suffix):
             continue
@@ -161,7 +168,8 @@ def _phrases() -> tuple[dict[str, list[tuple[str, ...]]], dict[tuple[str, ...], 
         for phrase in phrases:
             seq = tuple(words(phrase))
             if seq and seq != key:
-                expand.setdefault(name, []).append(seq)
+                if len(seq) == 1:  # a synonym: each stands for the other. A phrase only gives its short
+                    expand.setdefault(name, []).append(seq)  # form: "time" alone is not "all time"
                 collapse[seq] = name
         if len(key) > 1:  # hash_rate: the id's two words stand for the short form too
             collapse[key] = name
@@ -208,6 +216,7 @@ class IdIndex:
     def __init__(self, definitions: Mapping[str, str]) -> None:
         self.postings: dict[str, dict[str, float]] = {}
         self.own: dict[str, frozenset[str]] = {}
+        parts: dict[str, set[str]] = {}
         for vec_id, text in definitions.items():
             weights: dict[str, float] = {}
             own: set[str] = set()
@@ -216,8 +225,11 @@ class IdIndex:
             direct = set(words(vec_id))
             for w in own:
                 weights[w] = 3.0 if w in direct else 2.0
-            for group in concepts(text):
-                for w in group:
+            for part in text.split("; "):  # a base's line, then its statistic's: each worked out once
+                found = parts.get(part)
+                if found is None:
+                    found = parts[part] = {w for group in concepts(part) for w in group}
+                for w in found:
                     weights.setdefault(w, 1.0)
             self.own[vec_id] = frozenset(direct)
             for w, weight in weights.items():
@@ -283,6 +295,8 @@ def search(iface: Interface, q: Any, index: Any = None, limit: Any = 10, page: A
         raise InvalidInput(f"limit must be {MAX_LIMIT} or less, got {size}.")
     first = _int(page, "page", minimum=0) * size
     text = str(q)
+    if len(text) > MAX_QUERY:
+        raise InvalidInput(f"q is {len(text):,} characters long; the limit is {MAX_QUERY}. Use fewer words.")
     if not concepts(text):
         raise InvalidInput(f"Nothing to search for in {text[:80]!r}: give words describing the data, "
                            "e.g. 'realized price' or 'fee rate median'.")

@@ -66,5 +66,5 @@ def render(interface: Interface) -> str:
 
 
 def _line(text: Any) -> str:
-    text = " ".join(str(text).split())
-    return text if not text or text.endswith(".") else text + "."
+    line = " ".join(str(text).split())
+    return line if not line or line.endswith(".") else line + "."

@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from cairn_servers.core.ops import Op
 
 from cairn_servers.brk.interface import Interface, Vecs, normalize_format, version
-from cairn_servers.brk.idsearch import MAX_LIMIT, MAX_QUERY
 from cairn_servers.core.ops import Registry
 
 OPS = Registry("brk")
@@ -86,12 +85,9 @@ def get_index_to_vecids(iface: Interface, index: str, page: int | str = 0) -> li
     return iface.get_index_to_vecids(index, page)
 
 
-_QUERY = {"maxLength": MAX_QUERY}
-_LIMIT = {"minimum": 1, "maximum": MAX_LIMIT}
-
-
-@OPS.op(mcp="search_vecids", http="GET /api/vecs/search",
-        params={"q": _QUERY, "index": {"aliases": ("i",)}, "limit": _LIMIT, "page": _PAGE})
+# search_vecids' limits are checked by the search (cairn_servers.brk.idsearch), not by the schema: `brk ids
+# --search` then refuses a bad value with the very message the tool and the route give.
+@OPS.op(mcp="search_vecids", http="GET /api/vecs/search", params={"index": {"aliases": ("i",)}, "page": _PAGE})
 def search_vecids(iface: Interface, q: str, index: str | None = None, limit: int | str = 10,
                   page: int | str = 0) -> list[dict[str, Any]]:
     """Vec ids found by words, best first: ranked by the words of each id and of its one-line definition
@@ -110,8 +106,8 @@ def search_vecids(iface: Interface, q: str, index: str | None = None, limit: int
 
 
 @OPS.op(cli="ids", params={"index": {"flags": ("--index",)}, "page": _PAGE,
-                           "search": {"flags": ("--search",), "metavar": "WORDS", **_QUERY},
-                           "limit": {"flags": ("--limit",), "metavar": "N", **_LIMIT}})
+                           "search": {"flags": ("--search",), "metavar": "WORDS"},
+                           "limit": {"flags": ("--limit",), "metavar": "N"}})
 def ids(iface: Interface, index: str | None = None, page: int | str = 0, search: str | None = None,
         limit: int | str | None = None) -> list[str] | list[dict[str, Any]]:
     """Vec ids, sorted, 1,000 per page: all of them, or with --index, those available on that index.
