@@ -1,4 +1,4 @@
-"""Id search: every id has a definition; twenty plain-English phrasings (tests/data/brk_id_questions.json)
+"""Id search: every id has a definition; twenty plain-English phrasings (tests/brk/id_questions.json)
 find their id in the top 3 over the catalogue of a real store with prices (mainnet 0..589); the
 abbreviation table both ways; empty and garbage queries; the HTTP route, the MCP tool (official SDK client
 over Streamable HTTP), `brk ids --search` and ``/llms.txt`` on a real server; the search's speed."""
@@ -34,7 +34,7 @@ from cairn_servers.brk.sample import write_mainnet_sample
 from ..mcp._http import serving
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*(removed|deprecated) as of 2026")
-QUESTIONS = Path(__file__).resolve().parents[1] / "data" / "brk_id_questions.json"
+QUESTIONS = Path(__file__).resolve().parent / "id_questions.json"
 SEED_TOOLS = ["get_accepted_indexes", "get_index_count", "get_index_to_vecids", "get_indexes", "get_vec_count",
               "get_vecid_count", "get_vecid_to_indexes", "get_vecids", "get_vecs", "get_version"]
 # Mainnet 0..589 spans 2009-01-03 .. 2009-01-15: a price for each day, so the realized ids exist.

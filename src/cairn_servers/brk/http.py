@@ -86,7 +86,7 @@ def create_app(interface: Interface, *, allowed_hosts: list[str] | None = None) 
         headers["ETag"], headers["Cache-Control"] = interface.etag(), "no-cache"
         if none_match(request.headers.get("if-none-match"), headers["ETag"]):
             return Response(status_code=304, headers=headers)
-        return Response(render(interface), media_type=MEDIA["md"], headers=headers)
+        return Response(render(interface, openapi()["paths"]), media_type=MEDIA["md"], headers=headers)
 
     def index_to_id(request: Request) -> Any:
         """/api/vecs/INDEX-to-ID[.ext]: get_vecs with the index and the id (and the format) in the path."""

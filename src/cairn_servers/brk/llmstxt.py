@@ -21,12 +21,12 @@ SUMMARY = ("Bitcoin datasets (vecs) computed from a node's block files: block st
            "Read-only JSON over HTTP, and the same operations as MCP tools at POST /mcp.")
 
 
-def render(interface: Interface) -> str:
-    """The Markdown of ``/llms.txt`` for the store ``interface`` serves."""
+def render(interface: Interface, paths: dict[str, Any]) -> str:
+    """The Markdown of ``/llms.txt`` for the store ``interface`` serves; ``paths``: the OpenAPI paths of the
+    HTTP API (``cairn_servers.brk.http.openapi``)."""
     from cairn_servers.brk.catalog import ACCEPTED, INDEXES
     from cairn_servers.brk.definitions import STATS, definition
     from cairn_servers.brk.families import FAMILIES
-    from cairn_servers.brk.http import openapi
     from cairn_servers.brk.ops import OPS
 
     lines = ["# brk", "", f"> {SUMMARY}", "",
@@ -34,7 +34,7 @@ def render(interface: Interface) -> str:
              "with `GET /api/vecs/query?index=INDEX&ids=ID&from=-10` (negative rows count from the end). "
              "The full description: [/openapi.json](/openapi.json).", "",
              "## HTTP API", ""]
-    for path, methods in openapi()["paths"].items():
+    for path, methods in paths.items():
         for method, entry in methods.items():
             params = entry.get("parameters", [])
             names = ", ".join(f"`{p['name']}`" + ("" if p.get("required") else "?") for p in params
