@@ -48,8 +48,7 @@ BASES = {
     "input_count": "number of transaction inputs (coins spent)",
     "output_count": "number of transaction outputs created",
     "fee": "transaction fees paid to miners, in sats",
-    "fee_rate": "fee rate in sats per virtual byte (sat/vB): a block's fees over its vsize, or one "
-                "transaction's fee / vsize on txindex",
+    "fee_rate": "fee rate in sats per virtual byte (sat/vB): a block's fees over its vsize",
     "coinbase": "coinbase reward paid to the miner: block subsidy plus fees, in sats",
     "subsidy": "block subsidy, the newly issued coins of a block reward without fees, in sats",
     "difficulty": "mining difficulty: how hard it is to find a block",
@@ -122,7 +121,7 @@ RAW = {
 
 # Ids that are also on txindex, where they are one transaction's.
 ON_TXINDEX = {"input_count": "per transaction on txindex", "output_count": "per transaction on txindex",
-              "fee": "per transaction on txindex"}
+              "fee": "per transaction on txindex", "fee_rate": "one transaction's fee / vsize on txindex"}
 
 STATS = {
     "sum": "total per period",
