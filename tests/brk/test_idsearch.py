@@ -269,7 +269,10 @@ def test_llms_txt(base_url: str, iface: Interface) -> None:
     assert f"## Ids ({len(catalogue):,} in this store" in text
     assert "realized_price" in listed and "realized_price_avg" not in listed and "fee_btc_cumulative" not in listed
     assert set(listed) <= set(catalogue) and len(listed) > 150
-    assert f"- `mvrv` ({', '.join(catalogue['mvrv'])}): {definition('mvrv')}" in lines
+    assert catalogue["mvrv"][0] == "height" and len(catalogue["mvrv"]) == 8
+    assert f"- `mvrv` (height, every date index): {definition('mvrv')}" in lines
+    assert f"- `fee_rate` (height, every period, txindex): {definition('fee_rate')}" in lines
+    assert f"- `txid` (txindex): {definition('txid')}" in lines
 
 
 def test_search_speed(iface: Interface) -> None:

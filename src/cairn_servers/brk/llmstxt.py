@@ -57,12 +57,27 @@ def render(interface: Interface, paths: dict[str, Any]) -> str:
     lines += ["", "## Statistic suffixes (coarse indexes)", "",
               "A base id `X` on a coarse index (date, week, ..., halvingepoch) also has:"]
     lines += [f"- `X_{s}`: {text}" for s, text in STATS.items()]
-    lines += ["", f"## Ids ({len(catalogue):,} in this store, statistic variants folded)", ""]
+    lines += ["", f"## Ids ({len(catalogue):,} in this store, statistic variants folded)", "",
+              "Each with the indexes it is on; \"every period\" = the date indexes (dateindex .. decadeindex), "
+              "difficultyepoch and halvingepoch.", ""]
     for vec_id in sorted(catalogue):
         if vec_id.endswith(variants) and vec_id.rsplit("_", 1)[0] in catalogue:
             continue
-        lines.append(f"- `{vec_id}` ({', '.join(catalogue[vec_id])}): {definition(vec_id) or ''}")
+        lines.append(f"- `{vec_id}` ({_where(catalogue[vec_id])}): {definition(vec_id) or ''}")
     return "\n".join(lines) + "\n"
+
+
+def _where(indexes: tuple[str, ...]) -> str:
+    """The indexes of an id, the usual runs named: ``height, every period, txindex``."""
+    from cairn_servers.brk.dates import DATE_INDEXES, HEIGHT_INDEXES
+
+    names = list(indexes)
+    for run, name in ((HEIGHT_INDEXES, "every period"), (DATE_INDEXES, "every date index")):
+        at = next((i for i in range(len(names) - len(run) + 1) if tuple(names[i:i + len(run)]) == run), None)
+        if at is not None:
+            names[at:at + len(run)] = [name]
+            break
+    return ", ".join(names)
 
 
 def _line(text: Any) -> str:
