@@ -197,6 +197,32 @@ def test_empty_and_garbage_queries_over_http_mcp_and_cli(out: Path, base_url: st
     asyncio.run(asyncio.wait_for(over_mcp(), 60))
 
 
+def test_any_text_is_an_answer_or_a_clear_refusal(iface: Interface) -> None:
+    from hypothesis import example, given, settings
+    from hypothesis import strategies as st
+
+    from cairn_servers.core.errors import InvalidInput
+
+    @settings(max_examples=200, deadline=None, derandomize=True, database=None)
+    @given(st.text(max_size=80))
+    @example("\ud800 fee")  # a lone surrogate
+    @example("10y 1k p2tr_count ____ ---")
+    def check(query: str) -> None:
+        try:
+            found = search(iface, q=query, limit=5)
+        except InvalidInput as exc:
+            if "lone UTF-16 surrogate" in exc.message:  # refused by the schema, as every text parameter is
+                assert any("\ud800" <= c <= "\udfff" for c in query)
+                return
+            # no word left: nothing but small words, punctuation, spaces
+            assert exc.message.startswith("Nothing to search for in "), exc.message
+            assert concepts(query) == []
+            return
+        assert len(found) <= 5 and all(r["id"] in iface.id_indexes() for r in found)
+
+    check()
+
+
 # -- the surfaces ----------------------------------------------------------------------------------------
 
 def test_http_route_and_openapi(base_url: str, iface: Interface) -> None:
