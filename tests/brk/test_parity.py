@@ -59,7 +59,17 @@ CASES: dict[str, list[Case]] = {
                             Case({"page": 0}, "bad_request"), Case({"index": "tx", "page": "x"}, "bad_request"),
                             Case({"index": "tx", "i": "date"}, "bad_request", ("mcp", "http"))],
     "ids": [Case({}), Case({"index": "tx"}), Case({"index": "week", "page": "0"}), Case({"index": "nope"}, "not_found"),
-            Case({"page": "x"}, "bad_request")],
+            Case({"page": "x"}, "bad_request"),
+            Case({"search": "number of unspent outputs"}), Case({"search": "fee rate", "index": "tx", "limit": 2}),
+            Case({"search": "supply", "limit": "3", "page": "1"}), Case({"search": "xyzzy"}),
+            Case({"search": " the "}, "bad_request"), Case({"search": "fee", "limit": 0}, "bad_request"),
+            Case({"search": "fee", "index": "nope"}, "not_found")],
+    "search_vecids": [Case({"q": "number of unspent outputs"}), Case({"q": "fee rate", "i": "tx", "limit": 2}),
+                      Case({"q": "supply", "limit": "3", "page": "1"}), Case({"q": "xyzzy"}),
+                      Case({"q": " the "}, "bad_request"), Case({"q": "fee", "limit": 0}, "bad_request"),
+                      Case({"q": "fee", "limit": 101}, "bad_request"), Case({"q": "fee", "page": -1}, "bad_request"),
+                      Case({"q": "x" * 501}, "bad_request"), Case({"q": "fee", "index": "nope"}, "not_found"),
+                      Case({}, "bad_request", ("mcp", "http")), Case({"q": "fee", "nope": 1}, "bad_request", ("mcp", "http"))],
     "get_vecid_to_indexes": [Case({"id": "txid"}), Case({"id": "Supply-BTC"}), Case({"id": "tx_cont"}, "not_found"),
                              Case({}, "bad_request", ("mcp", "http"))],
     "get_vecs": [
@@ -86,7 +96,9 @@ CASES: dict[str, list[Case]] = {
     ],
 }
 # An operation on the CLI only answers as the MCP/HTTP operations it stands for.
-SAME_AS = {"ids": lambda args: ("get_index_to_vecids" if "index" in args else "get_vecids", args)}
+SAME_AS = {"ids": lambda args: (
+    ("search_vecids", {("q" if k == "search" else k): v for k, v in args.items()}) if "search" in args
+    else ("get_index_to_vecids" if "index" in args else "get_vecids", args))}
 
 
 class Outcome(NamedTuple):
@@ -273,6 +285,10 @@ def test_answers_are_the_documented_ones(outcomes: dict[tuple[str, int, str], Ou
     assert got("get_vecs", 18).error == ("Invalid parameter for 'get_vecs': from and f name the same parameter; "
                                         "give one")
     assert got("get_vecids", 3).error == "page must be 0 or more, got -1."
+    assert got("search_vecids", 0).value[0]["id"] == "utxo_count"
+    assert [r["id"] for r in got("search_vecids", 1).value] == ["fee_rate", "fee"]
+    assert got("search_vecids", 3).value == []
+    assert got("ids", 5).value == got("search_vecids", 0).value
 
 
 def test_every_declared_route_and_tool_is_served(out: Path) -> None:

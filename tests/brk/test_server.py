@@ -1,5 +1,5 @@
-"""brk's server: HTTP routes (ETag/304, CORS, errors, OpenAPI), the ten MCP tools through the official
-SDK client over Streamable HTTP and over stdio (`brk mcp`), the conformance suite's generic scenarios
+"""brk's server: HTTP routes (ETag/304, CORS, errors, OpenAPI), the MCP tools (the ten seed tools and
+search_vecids) through the official SDK client over Streamable HTTP and over stdio (`brk mcp`), the conformance suite's generic scenarios
 against `brk serve`'s /mcp, and readers under load while the indexer appends blocks."""
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ async def _every_tool(server: Any) -> None:
         tools = sorted(t.name for t in (await client.list_tools()).tools)
         assert tools == ["get_accepted_indexes", "get_index_count", "get_index_to_vecids", "get_indexes",
                          "get_vec_count", "get_vecid_count", "get_vecid_to_indexes", "get_vecids", "get_vecs",
-                         "get_version"]
+                         "get_version", "search_vecids"]  # the ten seed tools, then id search
 
         async def call(name: str, args: dict[str, Any] | None = None) -> Any:
             res = await client.call_tool(name, args or {})

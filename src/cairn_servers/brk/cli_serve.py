@@ -311,7 +311,7 @@ def add_commands(sub: Any) -> None:
                         "online; $BRK_PRICES=off turns that off)")
     p.set_defaults(func=_cmd_run)
 
-    p = sub.add_parser("mcp", help="serve the ten MCP tools over stdio")
+    p = sub.add_parser("mcp", help="serve the MCP tools over stdio")
     out_arg(p)
     log_arg(p)
     p.set_defaults(func=_cmd_mcp)

@@ -76,6 +76,18 @@ def create_app(interface: Interface, *, allowed_hosts: list[str] | None = None) 
 
     vecs_op = OPS["get_vecs"]
 
+    async def llms_txt(request: Request) -> Response:
+        """The API and the store's ids in Markdown, for agents (``cairn_servers.brk.llmstxt``)."""
+        from cairn_servers.brk.llmstxt import render
+
+        headers = dict(CORS)
+        if request.method == "OPTIONS":
+            return Response(status_code=204, headers=headers)
+        headers["ETag"], headers["Cache-Control"] = interface.etag(), "no-cache"
+        if none_match(request.headers.get("if-none-match"), headers["ETag"]):
+            return Response(status_code=304, headers=headers)
+        return Response(render(interface, openapi()["paths"]), media_type=MEDIA["md"], headers=headers)
+
     def index_to_id(request: Request) -> Any:
         """/api/vecs/INDEX-to-ID[.ext]: get_vecs with the index and the id (and the format) in the path."""
         path = request.path_params["pair"]
@@ -101,6 +113,7 @@ def create_app(interface: Interface, *, allowed_hosts: list[str] | None = None) 
         Route("/health", api(lambda r: {"status": "ok", "height": interface.tip(), "version": version()}),
               methods=["GET", "OPTIONS"]),
         Route("/openapi.json", api(lambda r: openapi()), methods=["GET", "OPTIONS"]),
+        Route("/llms.txt", llms_txt, methods=["GET", "OPTIONS"]),
         Route("/mcp", mcp_app(build_server(interface), stateless=True, allowed_hosts=allowed_hosts),
               methods=["GET", "POST", "DELETE", "OPTIONS"]),
         Route("/", _page, methods=["GET"]),
@@ -205,7 +218,10 @@ def openapi() -> dict[str, Any]:
         "id picks the format", "parameters": [*in_path, *range_params], "responses": query["responses"]}}
     paths["/health"] = {"get": {"operationId": "health", "summary": "Liveness and the served tip height",
                                 "responses": {"200": {"description": "OK"}}}}
-    paths["/mcp"] = {"post": {"summary": "MCP Streamable HTTP (stateless): the ten tools",
+    paths["/llms.txt"] = {"get": {"operationId": "llms_txt", "summary": "This API, the MCP tools, the indexes and "
+                                  "every id with its definition, in Markdown for agents",
+                                  "responses": {"200": {"description": "OK"}}}}
+    paths["/mcp"] = {"post": {"summary": f"MCP Streamable HTTP (stateless): the {len(OPS.on('mcp'))} tools",
                               "responses": {"200": {"description": "JSON-RPC reply"}}}}
     return {
         "openapi": "3.1.0",

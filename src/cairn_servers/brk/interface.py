@@ -174,6 +174,12 @@ class Interface:
         self._refresh()
         return _page(self._index_ids[self.resolve_index(index)], _int(page, "page", minimum=0))
 
+    def id_indexes(self) -> dict[str, tuple[str, ...]]:
+        """Every served id -> the indexes it is on. Replaced whole, never changed, when the catalogue
+        changes (prices arrive), so callers may key caches on the object (``cairn_servers.brk.idsearch``)."""
+        self._refresh()
+        return self._id_indexes
+
     def get_vecid_to_indexes(self, vec_id: Any) -> list[str]:
         self._refresh()
         return list(self._id_indexes[self.resolve_id(vec_id)])

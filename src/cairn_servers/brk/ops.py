@@ -85,13 +85,47 @@ def get_index_to_vecids(iface: Interface, index: str, page: int | str = 0) -> li
     return iface.get_index_to_vecids(index, page)
 
 
-@OPS.op(cli="ids", params={"index": {"flags": ("--index",)}, "page": _PAGE})
-def ids(iface: Interface, index: str | None = None, page: int | str = 0) -> list[str]:
+# search_vecids' limits are checked by the search (cairn_servers.brk.idsearch), not by the schema: `brk ids
+# --search` then refuses a bad value with the very message the tool and the route give.
+@OPS.op(mcp="search_vecids", http="GET /api/vecs/search", params={"index": {"aliases": ("i",)}, "page": _PAGE})
+def search_vecids(iface: Interface, q: str, index: str | None = None, limit: int | str = 10,
+                  page: int | str = 0) -> list[dict[str, Any]]:
+    """Vec ids found by words, best first: ranked by the words of each id and of its one-line definition
+    ("long term holder realized price", "coins unmoved for 10 years", "fee rate median"). Abbreviations
+    and their words are the same (utxo, mvrv, sopr, nupl, lth, sth, tx, btc, usd, avg, ...). Each result
+    is {id, definition, indexes}. No match is an empty list.
+
+    :param q: words describing the data (up to 500 characters)
+    :param index: only ids available on this index (an index or accepted name, e.g. date)
+    :param limit: results per page (1-100)
+    :param page: page number, 0-based
+    """
+    from cairn_servers.brk.idsearch import search
+
+    return search(iface, q, index, limit, page)
+
+
+@OPS.op(cli="ids", params={"index": {"flags": ("--index",)}, "page": _PAGE,
+                           "search": {"flags": ("--search",), "metavar": "WORDS"},
+                           "limit": {"flags": ("--limit",), "metavar": "N"}})
+def ids(iface: Interface, index: str | None = None, page: int | str = 0, search: str | None = None,
+        limit: int | str | None = None) -> list[str] | list[dict[str, Any]]:
     """Vec ids, sorted, 1,000 per page: all of them, or with --index, those available on that index.
+    With --search, the ids found by words instead, best first, with their definitions and indexes.
 
     :param index: only the ids available on this index
-    :param page: page number, 0-based; 1,000 ids per page
+    :param page: page number, 0-based; 1,000 ids per page (with --search, --limit per page)
+    :param search: words describing the data, e.g. "realized price"; ranked by the words of each id and its definition
+    :param limit: with --search, results per page (1-100, default 10)
     """
+    if search is not None:  # the same answer as search_vecids (the parity tests compare them)
+        from cairn_servers.brk.idsearch import search as find
+
+        return find(iface, search, index, 10 if limit is None else limit, page)
+    if limit is not None:
+        from cairn_servers.core.errors import InvalidInput
+
+        raise InvalidInput("--limit goes with --search; list every id with --page.")
     return iface.get_index_to_vecids(index, page) if index is not None else iface.get_vecids(page)
 
 
