@@ -11,7 +11,7 @@ UV_VERSION := 0.13.9
 # less CPU on a spawn-heavy part of the suite, measured on a fresh clone).
 export PYTHONDONTWRITEBYTECODE :=
 
-.PHONY: demo test test-serial test-random stress bench node-tools browser typecheck venv prepare clean
+.PHONY: demo test test-serial test-random stress bench node-tools browser typecheck venv prepare precollect clean
 
 venv: $(STAMP)
 
@@ -52,9 +52,14 @@ demo: $(STAMP)
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 XDIST := -n $(JOBS) --dist loadfile
 
-# The set-up steps side by side: the venv then mypy, the Node tools, the browser check.
+# The set-up steps side by side: the venv then mypy, the Node tools, the browser check, and one collection
+# of the tests (it writes the bytecode and pytest's rewritten test modules once, before the workers start
+# and would each compile them again; its errors, if any, are reported by the run itself).
 prepare:
-	@$(MAKE) --no-print-directory -j3 --output-sync=target typecheck $(NODE_STAMP) browser
+	@$(MAKE) --no-print-directory -j3 --output-sync=target typecheck $(NODE_STAMP) browser precollect
+
+precollect: $(STAMP)
+	@$(PY) -m pytest -qq --collect-only -p no:xdist > /dev/null 2>&1 || true
 
 test: prepare
 	$(PY) -m pytest -q $(XDIST)
