@@ -24,6 +24,19 @@ def mainnet_blocks(test_data: Path, tmp_path: Path) -> Path:
     return blocks
 
 
+def mainnet_store(base: Path, *, addresses: bool = False) -> Path:
+    """Mainnet heights 0..589 written to ``base/blocks``, indexed and computed into ``base/out`` (the address
+    pass too with ``addresses``, which reads the blocks); returns ``base/out``."""
+    from cairn_servers.brk.compute import compute
+    from cairn_servers.brk.indexer import index
+    from cairn_servers.brk.sample import write_mainnet_sample
+
+    write_mainnet_sample(base / "blocks")
+    index(base / "blocks", base / "out")
+    compute(base / "out", blocks_dir=base / "blocks" if addresses else None)
+    return base / "out"
+
+
 @pytest.fixture(autouse=True)
 def _no_price_downloads(monkeypatch: pytest.MonkeyPatch) -> None:
     """`brk run` and `brk index --watch` fetch daily prices in the background: never from the internet in

@@ -26,12 +26,11 @@ from cairn_servers.brk.definitions import definition, undefined
 from cairn_servers.brk.families import FAMILIES
 from cairn_servers.brk.http import create_app, openapi
 from cairn_servers.brk.idsearch import EQUIVALENTS, IdIndex, concepts, stem, words
-from cairn_servers.brk.indexer import index
 from cairn_servers.brk.interface import Interface
 from cairn_servers.brk.ops import OPS
-from cairn_servers.brk.sample import write_mainnet_sample
 
 from ..mcp._http import serving
+from .conftest import mainnet_store
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*(removed|deprecated) as of 2026")
 QUESTIONS = Path(__file__).resolve().parent / "id_questions.json"
@@ -44,9 +43,7 @@ CSV = "date,price\n" + "".join(f"2009-01-{d:02d},{0.5 + d / 100:.2f}\n" for d in
 @pytest.fixture(scope="module")
 def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.mktemp("brk_idsearch")
-    write_mainnet_sample(base / "blocks")
-    index(base / "blocks", base / "out")
-    compute(base / "out", blocks_dir=base / "blocks")
+    mainnet_store(base, addresses=True)
     (base / "prices.csv").write_text(CSV)
     prices.import_csv(base / "out", base / "prices.csv")
     compute(base / "out", blocks_dir=base / "blocks")

@@ -16,24 +16,18 @@ import pytest
 from cairn_servers.brk import interface as iface_mod
 from cairn_servers.brk import prices
 from cairn_servers.brk.cli import main
-from cairn_servers.brk.compute import compute
-from cairn_servers.brk.indexer import index
 from cairn_servers.brk.interface import Interface
 from cairn_servers.brk.ops import OPS, render_vecs
 from cairn_servers.core.errors import InvalidInput, NetworkError, NotFound, TooLarge
+
+from .conftest import mainnet_store
 
 BTC = 100_000_000
 
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from cairn_servers.brk.sample import write_mainnet_sample
-
-    base = tmp_path_factory.mktemp("brk_iface")
-    write_mainnet_sample(base / "blocks")
-    index(base / "blocks", base / "out")
-    compute(base / "out")
-    return base / "out"
+    return mainnet_store(tmp_path_factory.mktemp("brk_iface"))
 
 
 @pytest.fixture(scope="module")

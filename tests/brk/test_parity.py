@@ -21,16 +21,14 @@ import httpx
 import pytest
 
 from cairn_servers.brk.cli import main
-from cairn_servers.brk.compute import compute
 from cairn_servers.brk.http import create_app, openapi
-from cairn_servers.brk.indexer import index
 from cairn_servers.brk.interface import Interface
 from cairn_servers.brk.ops import OPS
-from cairn_servers.brk.sample import write_mainnet_sample
 from cairn_servers.core.errors import InvalidInput, NotFound
 from cairn_servers.core.ops import Op
 
 from ..mcp._http import serving
+from .conftest import mainnet_store
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*(removed|deprecated) as of 2026")
 SURFACES = ("cli", "mcp", "http")
@@ -122,11 +120,7 @@ def _cases() -> Iterator[tuple[str, int, Case]]:
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    base = tmp_path_factory.mktemp("brk_parity")
-    write_mainnet_sample(base / "blocks")
-    index(base / "blocks", base / "out")
-    compute(base / "out")
-    return base / "out"
+    return mainnet_store(tmp_path_factory.mktemp("brk_parity"))
 
 
 # -- the three surfaces, spelled from the declarations --------------------------------------------------

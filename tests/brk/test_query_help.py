@@ -14,24 +14,18 @@ from typing import Any
 import httpx
 import pytest
 
-from cairn_servers.brk.compute import compute
 from cairn_servers.brk.http import create_app, none_match
-from cairn_servers.brk.indexer import index
 from cairn_servers.brk.interface import Interface, suggest
-from cairn_servers.brk.sample import write_mainnet_sample
 
 from ..mcp._http import serving
+from .conftest import mainnet_store
 
 PRICE_HINT = "brk price import"
 
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    base = tmp_path_factory.mktemp("brk_help")
-    write_mainnet_sample(base / "blocks")
-    index(base / "blocks", base / "out")
-    compute(base / "out")
-    return base / "out"
+    return mainnet_store(tmp_path_factory.mktemp("brk_help"))
 
 
 def _brk(*args: str) -> subprocess.CompletedProcess[str]:

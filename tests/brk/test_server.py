@@ -19,12 +19,13 @@ import pytest
 
 from cairn_servers.brk.compute import compute
 from cairn_servers.brk.http import create_app
-from cairn_servers.brk.indexer import Indexer, index
+from cairn_servers.brk.indexer import Indexer
 from cairn_servers.brk.interface import Interface
-from cairn_servers.brk.sample import write_mainnet_sample, write_sample
+from cairn_servers.brk.sample import write_sample
 
 from ..mcp._http import free_port, serving
 from ..mcp.test_conformance import CONFORMANCE, NODE_BIN, node_env, parse_results, wait_listening
+from .conftest import mainnet_store
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.filterwarnings("ignore:.*(removed|deprecated) as of 2026")
@@ -32,11 +33,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:.*(removed|deprecated) as of 202
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    base = tmp_path_factory.mktemp("brk_server")
-    write_mainnet_sample(base / "blocks")
-    index(base / "blocks", base / "out")
-    compute(base / "out")
-    return base / "out"
+    return mainnet_store(tmp_path_factory.mktemp("brk_server"))
 
 
 @pytest.fixture(scope="module")

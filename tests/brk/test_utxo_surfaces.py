@@ -22,14 +22,13 @@ from cairn_servers.brk.dates import DATE_INDEXES, HEIGHT_INDEXES
 from cairn_servers.brk.compute import compute
 from cairn_servers.brk.families import FAMILIES
 from cairn_servers.brk.http import create_app
-from cairn_servers.brk.indexer import index
 from cairn_servers.brk.interface import Interface
 from cairn_servers.brk.ops import OPS
-from cairn_servers.brk.sample import write_mainnet_sample
 from cairn_servers.brk.tools import INSTRUCTIONS
 from cairn_servers.core.errors import NotFound
 
 from ..mcp._http import serving
+from .conftest import mainnet_store
 from ._prices import kraken, kraken_body
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*(removed|deprecated) as of 2026")
@@ -49,9 +48,7 @@ def _brk(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.mktemp("brk_surfaces")
-    write_mainnet_sample(base / "blocks")
-    index(base / "blocks", base / "out")
-    compute(base / "out", blocks_dir=base / "blocks")
+    mainnet_store(base, addresses=True)
     return base
 
 
