@@ -288,6 +288,23 @@ def source_add(store: Store, alias: str | None = None, url: str | None = None, f
                        refresh_hours=refresh_hours, aliases=aliases, **_net(max_bytes, timeout))
 
 
+@OPS.op(name="diff", mcp="diff", cli="diff",
+        extra={"help": "sections added, removed or changed by a source's updates"}, params={
+    "source": _ALIAS,
+    "since": {"type": "integer", "minimum": 1, "flags": ("--since",), "metavar": "VERSION"},
+})
+def diff(store: Store, source: str, since: int | None = None) -> dict[str, Any]:
+    """Sections added, removed or changed in a source since a version (default: the version before the current one), by anchor (alias#heading/path). added and changed carry their current lines; removed carry removedIn and was, a citation of their last lines (alias:start-end@version). Every update that changes a source's text is a new version; the last 20 updates are kept.
+
+    :param source: Alias of an installed source.
+    :param since: The version to compare with (hits of find carry each source's current version).
+    """
+    from cairn_servers.blz import versions
+    from cairn_servers.blz.service import require
+
+    return versions.diff(store, require(store, source).alias, since)
+
+
 # -- on MCP only ----------------------------------------------------------------------------------
 
 @OPS.op(name="source-refresh", mcp="source-refresh", read_only=False, open_world=True, params={
@@ -340,7 +357,8 @@ def learn_blz(store: Store) -> dict[str, Any]:
                   "maxLines": {"min": 1, "perSnippet": True},
                   "query": {"+word": "required, even in a fallback", "-word": "excluded",
                             '"a phrase"': "words in that order", "title:word": "in a section's own heading"}},
-        "citations": "alias:start-end (1-based, inclusive); several ranges: alias:1-3,5-9",
+        "citations": "alias:start-end (1-based, inclusive); several ranges: alias:1-3,5-9; as of a version: "
+                     "alias:start-end@V (the lines that text is on now); a section: alias#heading/path (a hit's anchor)",
         "examples": [f"find(query='hooks', source='{first}')",
                      f"find(query='hooks', source={aliases[:2] or ['react', 'bun']}, headingLevel='1-2')",
                      "find(query='hooks', headingsOnly=True)",
@@ -348,11 +366,12 @@ def learn_blz(store: Store) -> dict[str, Any]:
                      f"find(snippets=['{first}:1-20'], linesAfter=10, maxLines=40)",
                      f"toc(source='{first}', maxDepth=2, filter='hooks')",
                      f"find(snippets=['{first}:1-20'], contextMode='all')",
+                     f"find(snippets=['{first}:1-20@1'])", f"diff(source='{first}')",
                      "list-sources(filter='react')", "lookup(query='orm', category='database')",
                      "source-add(alias='bun')", "source-add(alias='hono.dev', dryRun=True)",
                      "source-add(alias='mine', url='https://example.com/docs/llms.txt', exact=True)",
                      "run-command(command='stats')"],
-        "tools": ["find", "toc", "list-sources", "lookup", "source-add", "source-refresh", "run-command",
+        "tools": ["find", "toc", "diff", "list-sources", "lookup", "source-add", "source-refresh", "run-command",
                   "learn-blz"],
         "resources": ["blz://registry", "blz://sources/{alias}"],
     }

@@ -141,7 +141,7 @@ def _hits(hits: list[dict[str, Any]]) -> list[str]:
 
 
 def get_text(data: dict[str, Any]) -> str:
-    parts = []
+    parts = [f"({c['message']})" for c in data.get("citations", [])]  # where durable citations led
     for s in data["snippets"]:
         head = f"--- {s['alias']}:{s['lines']}"
         if s["headingPath"]:
@@ -162,6 +162,18 @@ def find_text(data: dict[str, Any]) -> str:
         out += _hits(data["hits"]) or ["No results."]
     if data["executed"]["retrievedSnippets"]:
         out.append(get_text(data))
+    return "\n".join(out)
+
+
+def diff_text(data: dict[str, Any]) -> str:
+    """``blz diff``: one section a line, ``+`` added, ``-`` removed, ``~`` changed, then the totals."""
+    out = []
+    for sign, key in (("+", "added"), ("-", "removed"), ("~", "changed")):
+        for e in data[key]:
+            where = (f"{e['alias'] if 'alias' in e else data['alias']}:{e['lines']}" if "lines" in e
+                     else f"removed in version {e['removedIn']}; was {e['was']}")
+            out.append(f"{sign} {e['anchor']}  {where}  {' > '.join(e['headingPath'])}")
+    out.append(data["message"])
     return "\n".join(out)
 
 
@@ -259,7 +271,7 @@ def _add_exit(data: Any) -> int:
 
 TEXT: dict[str, Callable[[dict[str, Any]], str]] = {
     "search": search_text, "get": get_text, "find": find_text, "toc": toc_text, "list-sources": list_text,
-    "stats": stats_text, "source-add": add_text,
+    "stats": stats_text, "source-add": add_text, "diff": diff_text,
     "lookup": lookup_text}
 # The header of an empty table (csv, tsv, md: a search with no hits still names its columns).
 COLUMNS: dict[str, list[str]] = {
