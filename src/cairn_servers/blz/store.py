@@ -526,7 +526,7 @@ class Store:
         and the versions older than the last :data:`cairn_servers.blz.limits.KEEP_VERSIONS` are dropped. The
         same content indexed again (a repair, another language choice) keeps its version."""
         from cairn_servers.blz.citation import section_anchors
-        from cairn_servers.blz.limits import KEEP_VERSIONS as KEEP
+        from cairn_servers.blz import limits
 
         lines = doc.lines
         sep = PATH_SEP
@@ -575,7 +575,8 @@ class Store:
                     db.execute("INSERT INTO versions VALUES (?,?,?,?,?,?,?)",
                                (row.alias, last + 1, row.fetched_at, row.sha256, row.lines, line_map,
                                 json.dumps(changes, separators=(",", ":")) if changes is not None else None))
-                    db.execute("DELETE FROM versions WHERE alias = ? AND version < ?", (row.alias, last + 1 - KEEP))
+                    # the base version of the oldest map kept stays citable; its own row goes
+                    db.execute("DELETE FROM versions WHERE alias = ? AND version < ?", (row.alias, last + 2 - limits.KEEP_VERSIONS))
                 db.execute("COMMIT")
             except BaseException:
                 if db.in_transaction:  # SQLite has already rolled back after SQLITE_FULL / IOERR

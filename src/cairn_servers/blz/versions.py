@@ -10,7 +10,8 @@ Every update that changes a source's content gives it a new version (1 at ``blz 
 - any old line in neither was deleted.
 
 A map is a few entries per edited place (never a per-line table and never the old text), kept with the
-sections added, removed and changed in that update (by anchor), for the last :data:`KEEP` updates.
+sections added, removed and changed in that update (by anchor), for the last
+:data:`cairn_servers.blz.limits.KEEP_VERSIONS` updates.
 Old files are not kept.
 
 The diff is a patience diff (lines unique in both texts anchor the alignment, the longest increasing
@@ -28,8 +29,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from cairn_servers.blz.store import Store
-
-from cairn_servers.blz.limits import KEEP_VERSIONS as KEEP
 
 _MOVE_MIN_CHARS = 6  # a one-line moved run counts when its line holds this much text (else 2+ lines)
 _SMALL_GAP = 400  # gaps up to this many lines a side are aligned by difflib when no line is unique
@@ -334,6 +333,7 @@ def section_changes(old_lines: list[str], old_heads: list[tuple[int, str, list[s
 
 def _steps(store: Store, alias: str, since: int, current: int, what: str) -> list[tuple[int, bytes | None, str | None]]:
     """The stored steps from version ``since`` to ``current``, or the reason they cannot be followed."""
+    from cairn_servers.blz import limits
     from cairn_servers.core.errors import InvalidInput, NotFound
 
     if since > current:
@@ -347,7 +347,7 @@ def _steps(store: Store, alias: str, since: int, current: int, what: str) -> lis
         oldest = v - 1
     if since < oldest or chain != list(range(since + 1, current + 1)):
         raise InvalidInput(f"{what} cannot be followed to version {current}: "
-                           + (f"{alias}'s versions {oldest}-{current} are kept (the line maps of the last {KEEP} "
+                           + (f"{alias}'s versions {oldest}-{current} are kept (the line maps of the last {limits.KEEP_VERSIONS} "
                               f"updates)" if oldest < current else f"{alias} keeps no line map before version {current}")
                            + f". Cite its current lines instead: find gives them with version {current}.")
     return steps
