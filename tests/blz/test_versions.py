@@ -124,6 +124,9 @@ def test_anchors_and_old_citations_resolve_across_three_updates(store: Store, do
         # the heading's section: to the line before the next heading of its level
         assert got["snippets"][0]["lines"] == f"{now['epsilon'][0]}-{now['epsilon'][1] + 1}"
         assert got["citations"][0]["status"] == "found" and got["snippets"][0]["version"] == n
+        hit = service.find(store, "epsilon line")["hits"][0]  # the same store: its cached versions renewed
+        assert (hit["anchor"], hit["version"], hit["lines"]) == ("guide#guide/epsilon-api", n,
+                                                                 f"{now['epsilon'][0]}-{now['epsilon'][0] + 6}")
         # the sub-section's anchor, by its last segments too
         sub = service.get(store, ["guide#epsilon-details"])["snippets"][0]
         assert sub["content"].startswith("### epsilon details")

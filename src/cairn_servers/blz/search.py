@@ -79,7 +79,7 @@ def search(store: Store, query: str, sources: list[str] | str | None = None, lim
     result["hasMore"] = len(window) > limit
     hits = []
     shown = window[:limit]
-    versions = store.current_versions() if shown else {}
+    versions = store.current_versions(just_checked=True) if shown else {}
     legacy: dict[str, list[tuple[int, int, str, list[str], bool]]] = {}
     for (rowid, rank), (first, last, hpath, body) in zip(shown, store.sections([r for r, _ in shown])):
         alias, url = by_sid[rowid >> SID_SHIFT]

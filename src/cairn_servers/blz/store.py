@@ -42,7 +42,7 @@ _SECTIONS = """CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING fts5(
     tokenize = 'unicode61 remove_diacritics 2');"""
 
 # map: the line map from the version before (cairn_servers.blz.versions.LineMap.encode), NULL for the first;
-# changes: JSON {added, removed, changed} sections (by anchor) in that update.
+# changes: {added, removed, changed} sections (by anchor) in that update, as compressed JSON (encode_changes).
 _VERSIONS = """
 CREATE TABLE IF NOT EXISTS versions(
     alias TEXT NOT NULL, version INTEGER NOT NULL, at TEXT NOT NULL, sha256 TEXT NOT NULL,
@@ -220,12 +220,15 @@ class Store:
         self._by_sid = (version, by_sid)
         return by_sid
 
-    def current_versions(self) -> dict[str, int]:
+    def current_versions(self, just_checked: bool = False) -> dict[str, int]:
         """alias -> its current version, for every source (callers must not change the dict); kept
-        while the database is unchanged, as :meth:`aliases_by_sid` is."""
+        while the database is unchanged, as :meth:`aliases_by_sid` is. ``just_checked``: the caller
+        called :meth:`aliases_by_sid` a moment ago (nothing written since): its check stands for this one."""
+        cached = self._versions
+        if just_checked and cached is not None and self._by_sid is not None and cached[0] == self._by_sid[0]:
+            return cached[1]
         db = self.db
         key = (db.execute("PRAGMA data_version").fetchone()[0], db.total_changes)
-        cached = self._versions
         if cached is not None and cached[0] == key:
             return cached[1]
         found = {alias: int(v) for alias, v in db.execute("SELECT alias, MAX(version) FROM versions GROUP BY alias")}
@@ -237,7 +240,7 @@ class Store:
         return [(int(v), str(at), int(n), bool(has)) for v, at, n, has in self.db.execute(
             "SELECT version, at, lines, map IS NOT NULL FROM versions WHERE alias = ? ORDER BY version", (alias,))]
 
-    def version_steps(self, alias: str, since: int) -> list[tuple[int, bytes | None, str | None]]:
+    def version_steps(self, alias: str, since: int) -> list[tuple[int, bytes | None, bytes | None]]:
         """``(version, line map, changes JSON)`` of every version after ``since``, oldest first."""
         return list(self.db.execute("SELECT version, map, changes FROM versions WHERE alias = ? AND version > ? "
                                     "ORDER BY version", (alias, since)))
@@ -574,7 +577,7 @@ class Store:
                 elif old[1] != row.sha256:
                     db.execute("INSERT INTO versions VALUES (?,?,?,?,?,?,?)",
                                (row.alias, last + 1, row.fetched_at, row.sha256, row.lines, line_map,
-                                json.dumps(changes, separators=(",", ":")) if changes is not None else None))
+                                encode_changes(changes) if changes is not None else None))
                     # the base version of the oldest map kept stays citable; its own row goes
                     db.execute("DELETE FROM versions WHERE alias = ? AND version < ?", (row.alias, last + 2 - limits.KEEP_VERSIONS))
                 db.execute("COMMIT")
@@ -636,6 +639,23 @@ class Store:
                 folder.rmdir()
             except OSError:
                 pass
+
+
+def encode_changes(changes: dict[str, Any]) -> bytes:
+    """A version's section changes as stored: JSON, compressed (``versions.changes``)."""
+    import zlib
+
+    return zlib.compress(json.dumps(changes, separators=(",", ":")).encode(), 6)
+
+
+def decode_changes(blob: bytes | str | None) -> dict[str, Any]:
+    """:func:`encode_changes` undone; {} for none."""
+    if not blob:
+        return {}
+    import zlib
+
+    found = json.loads(zlib.decompress(blob) if isinstance(blob, bytes) else blob)
+    return found if isinstance(found, dict) else {}
 
 
 def rowid_ranges(sid: int, levels: tuple[int, ...] | None = None) -> list[tuple[int, int]]:

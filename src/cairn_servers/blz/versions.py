@@ -331,7 +331,7 @@ def section_changes(old_lines: list[str], old_heads: list[tuple[int, str, list[s
 
 # -- resolving durable citations and listing changes (the store's side) -----------------------------
 
-def _steps(store: Store, alias: str, since: int, current: int, what: str) -> list[tuple[int, bytes | None, str | None]]:
+def _steps(store: Store, alias: str, since: int, current: int, what: str) -> list[tuple[int, bytes | None, bytes | None]]:
     """The stored steps from version ``since`` to ``current``, or the reason they cannot be followed."""
     from cairn_servers.blz import limits
     from cairn_servers.core.errors import InvalidInput, NotFound
@@ -440,8 +440,10 @@ def resolve_anchor(store: Store, alias: str, anchor: str, citation: str) -> tupl
         return (first, last), {"citation": citation, "version": current, "status": "found", "anchor": f"{alias}#{name}",
                                "headingPath": path, "lines": f"{first}-{last}",
                                "message": f"{citation} in version {current}: lines {first}-{last}"}
+    from cairn_servers.blz.store import decode_changes
+
     for v, _m, changes in reversed(store.version_steps(alias, 0)):
-        for gone in (json.loads(changes).get("removed", []) if changes else []):
+        for gone in decode_changes(changes).get("removed", []):
             if gone.get("anchor") == anchor:
                 return None, {"citation": citation, "version": current, "status": "removed", "removedIn": v,
                               "headingPath": gone.get("headingPath", []), "was": f"{alias}:{gone['was']}@{v - 1}",
@@ -464,8 +466,10 @@ def diff(store: Store, alias: str, since: int | None = None) -> dict[str, Any]:
         raise InvalidInput(f"since must be a version number from 1, not {since}.")
     steps = _steps(store, alias, since, current, f"{alias}@{since}") if since != current else []
     state: dict[str, tuple[str, dict[str, Any], int]] = {}  # anchor -> (status, entry, version)
+    from cairn_servers.blz.store import decode_changes
+
     for v, _m, changes in steps:
-        found = json.loads(changes) if changes else {}
+        found = decode_changes(changes)
         for kind in ("added", "removed", "changed"):
             for entry in found.get(kind, []):
                 a = entry["anchor"]
