@@ -175,6 +175,7 @@ def test_citation_forms_are_parsed_or_refused() -> None:
     ref = parse_ref("react#Hooks/use-effect/")
     assert (ref.alias, ref.ranges, ref.anchor) == ("react", [], "hooks/use-effect")
     assert slug("useEffect") == "use-effect" and slug("[Props](https://x) & refs!") == "props-refs"
+    assert slug("Initial render {/*initial-render*/}") == "initial-render" and slug("???") == "_"
     for bad, message in (("react:1-3@0", "Invalid version '0'"), ("react:1-3@x", "Invalid version 'x'"),
                          ("react#a b", "Invalid anchor 'a b'"), ("react#hooks@2", "an anchor names a section")):
         with pytest.raises(InvalidInput, match=message):

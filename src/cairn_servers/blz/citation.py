@@ -62,8 +62,10 @@ def merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 _VERSION = re.compile(r"v?(\d{1,9})\Z", re.IGNORECASE)
 _ANCHOR = re.compile(r"[\w-]+(?:/[\w-]+)*\Z")
-_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_CAMEL = re.compile(r"([a-z0-9])([A-Z])")
+_HAS_CAMEL = re.compile(r"[a-z0-9][A-Z]")
 _LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
+_MDX_COMMENT = re.compile(r"\{/\*.*?\*/\}")  # react.dev's explicit heading ids: {/*initial-render*/}
 _NOT_WORD = re.compile(r"[\W_]+")
 
 
@@ -103,10 +105,14 @@ def parse_ref(text: str) -> Ref:
 
 def slug(text: str) -> str:
     """One heading as an anchor segment: link targets and punctuation dropped, camelCase split,
-    lower-cased words joined by '-' (``useEffect`` -> ``use-effect``, ``Props & refs`` -> ``props-refs``)."""
+    lower-cased words joined by '-' (``useEffect`` -> ``use-effect``, ``Props & refs`` -> ``props-refs``);
+    MDX comments (``{/*id*/}``) dropped."""
     if "](" in text:
         text = _LINK.sub(r"\1", text)
-    text = _CAMEL.sub("-", text)
+    if "{/*" in text:
+        text = _MDX_COMMENT.sub("", text)
+    if _HAS_CAMEL.search(text):  # most headings have none: searching is cheaper than substituting
+        text = _CAMEL.sub(r"\1-\2", text)
     return _NOT_WORD.sub("-", text).strip("-").lower() or "_"
 
 

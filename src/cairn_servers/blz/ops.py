@@ -101,7 +101,11 @@ def find(store: Store, query: str | None = None, snippets: list[str] | None = No
          max_results: int = 10, headings_only: bool = False, heading_level: str | int | list[str | int] | None = None,
          max_lines: int | None = None, lines_before: int | None = None,
          lines_after: int | None = None) -> dict[str, Any]:
-    """Search documentation (query) and/or retrieve exact cited line ranges (snippets). Hits carry alias, lines, headingPath, snippet, score (0-100 relative to the top hit) and sourceUrl; cite them as alias:lines.
+    """Search documentation (query) and/or retrieve exact cited line ranges (snippets). Hits carry alias, lines, headingPath, snippet, score (0-100 relative to the top hit), sourceUrl, version and anchor; cite them as alias:lines, or as alias:lines@version or by anchor (alias#heading/path) to keep the citation valid after the source is updated.
+
+    Snippets take alias:120-142, alias:1-3,5-9, alias:120-142@3 (the lines that text is on now,
+    with citations saying what happened to which part: moved, changed, removed) and alias#anchor
+    (the section's current lines).
 
     Query syntax: every word must match; "a phrase" matches those words in that order; +word is
     required even when the search falls back; -word (or -"a phrase") drops every section holding
@@ -112,7 +116,8 @@ def find(store: Store, query: str | None = None, snippets: list[str] | None = No
     apply, and note says what was done.
 
     :param query: Search text: words, "quoted phrases", +required, -excluded, title:heading-words.
-    :param snippets: Citations to retrieve, e.g. ["bun:120-145", "react:1-3,5-9"].
+    :param snippets: Citations to retrieve, e.g. ["bun:120-145", "react:1-3,5-9", "react:120-142@3",
+        "react#use-effect/usage"].
     :param source: Alias to search, or several: a list (["react", "bun"]) or "react,bun"; "tag:NAME"
         for every source tagged NAME; omit to search every installed source on one comparable score scale.
     :param context_mode: How to expand snippets: none, symmetric (linePadding lines each side) or all
@@ -484,9 +489,14 @@ def search(store: Store, query: str, source: list[str] | None = None, max_result
 def get(store: Store, citations: list[str], context_mode: str | None = None, line_padding: int | None = None,
         max_lines: int | None = None, lines_before: int | None = None,
         lines_after: int | None = None) -> dict[str, Any]:
-    """Print cited lines: alias:120-142, alias:1-3,5-9.
+    """Print cited lines: alias:120-142, alias:1-3,5-9, alias:120-142@V, alias#heading/path.
 
-    :param citations: Citations to retrieve: alias:START-END, several ranges as alias:1-3,5-9.
+    alias:START-END@V names the lines as they were in version V: blz prints the lines that text is
+    on now and says what happened to each part (moved, edited, removed). alias#heading/path names a
+    section by its anchor (search hits carry it): its current lines.
+
+    :param citations: Citations to retrieve: alias:START-END, several ranges as alias:1-3,5-9, as of a
+        version as alias:START-END@V, or a section as alias#heading/path.
     :param context_mode: none, symmetric (-C lines each side) or all (the whole enclosing heading
         section); omitted, symmetric when -C, -B or -A is given, else none.
     :param line_padding: N lines of context each side (0-50).
