@@ -122,7 +122,14 @@ def section_anchors(rows: list[tuple[bool, tuple[str, ...]]]) -> list[str]:
     unique with ``-2``, ``-3``... in file order; a section continuing the one before (a long
     section's later window) shares its anchor; one outside any heading has none ("")."""
     seen: set[str] = set()
-    parts: dict[str, str] = {}
+    bases: dict[tuple[str, ...], str] = {}  # a path -> its slugged form (paths share their parents)
+
+    def based(path: tuple[str, ...]) -> str:
+        found = bases.get(path)
+        if found is None:
+            found = bases[path] = (based(path[:-1]) + "/" if len(path) > 1 else "") + slug(path[-1])
+        return found
+
     out: list[str] = []
     prev_path: tuple[str, ...] | None = None
     prev = ""
@@ -130,13 +137,7 @@ def section_anchors(rows: list[tuple[bool, tuple[str, ...]]]) -> list[str]:
         if not path:
             prev, prev_path = "", path
         elif head or path != prev_path:
-            segs = []
-            for p in path:
-                s = parts.get(p)
-                if s is None:
-                    s = parts[p] = slug(p)
-                segs.append(s)
-            base = anchor = "/".join(segs)
+            base = anchor = based(path)
             n = 2
             while anchor in seen:
                 anchor = f"{base}-{n}"
