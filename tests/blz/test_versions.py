@@ -259,3 +259,24 @@ def test_mcp_find_follows_durable_citations_and_diff_lists_sections(data_root: P
     assert found["snippets"][0]["content"] == lines_of(v1, *zeta)
     assert found["snippets"][1]["content"].startswith("## Epsilon api")
     assert {e["anchor"] for e in got["diff"]["removed"]} == {"guide#guide/gamma-api", "guide#guide/gamma-api/gamma-details"}
+
+
+def test_line_map_of_unrelated_and_repetitive_texts() -> None:
+    """Nothing in common, and a text of repeated lines: bounded work, every kept run exact."""
+    m = versions.line_map([f"a{k}" for k in range(3000)], [f"b{k}" for k in range(2000)])
+    assert m.same == [] and m.changed == [(1, 3000, 1, 2000)]
+    old = ["x", "y"] * 3000 + [f"u{k}" for k in range(3000)]
+    new = [f"u{k}" for k in range(0, 3000, 2)] + ["y", "x"] * 2900
+    m = versions.line_map(old, new)
+    for i, j, n in m.same:
+        assert old[i - 1:i - 1 + n] == new[j - 1:j - 1 + n]
+
+
+def test_sections_indexed_without_stored_anchors_get_the_same_ones(store: Store, doc: Path) -> None:
+    """A store from before anchors were kept with each section: hits compute the same anchors."""
+    sources.add(store, "guide", str(doc))
+    before = [(h["lines"], h["anchor"]) for h in service.find(store, "details", limit=20)["hits"]]
+    assert before and all(a for _l, a in before)
+    store.db.execute("UPDATE sections SET hpath = substr(hpath, 1, instr(hpath, char(30)) - 1)")
+    assert store.db.execute("SELECT count(*) FROM sections WHERE instr(hpath, char(30)) > 0").fetchone()[0] == 0
+    assert [(h["lines"], h["anchor"]) for h in service.find(store, "details", limit=20)["hits"]] == before

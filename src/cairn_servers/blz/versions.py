@@ -91,7 +91,16 @@ def _joined(same: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
 
 def _align(a: list[str], b: list[str], alo: int, ahi: int, blo: int, bhi: int,
            out: list[tuple[int, int, int]]) -> None:
-    """Append monotonic equal runs of ``a[alo:ahi]`` and ``b[blo:bhi]`` to ``out`` (0-based)."""
+    """Append monotonic equal runs of ``a[alo:ahi]`` and ``b[blo:bhi]`` to ``out`` (0-based). The gaps
+    between runs are aligned in turn from a work list (no recursion: a file can nest gaps deeply)."""
+    work = [(alo, ahi, blo, bhi)]
+    while work:
+        _align_one(a, b, *work.pop(), out, work)
+
+
+def _align_one(a: list[str], b: list[str], alo: int, ahi: int, blo: int, bhi: int,
+               out: list[tuple[int, int, int]], work: list[tuple[int, int, int, int]]) -> None:
+    """One step of :func:`_align`: runs of this gap to ``out``, its inner gaps to ``work``."""
     while alo < ahi and blo < bhi and a[alo] == b[blo]:  # common head
         n = 1
         while alo + n < ahi and blo + n < bhi and a[alo + n] == b[blo + n]:
@@ -128,11 +137,11 @@ def _align(a: list[str], b: list[str], alo: int, ahi: int, blo: int, bhi: int,
         while i + e < ahi and j + e < bhi and a[i + e] == b[j + e]:
             e += 1
         if i - s > pi and j - s > pj:
-            _align(a, b, pi, i - s, pj, j - s, out)
+            work.append((pi, i - s, pj, j - s))
         out.append((i - s, j - s, s + e))
         pi, pj = i + e, j + e
     if pi < ahi and pj < bhi:
-        _align(a, b, pi, ahi, pj, bhi, out)
+        work.append((pi, ahi, pj, bhi))
 
 
 def _unique_lis(a: list[str], b: list[str], alo: int, ahi: int, blo: int,
