@@ -137,6 +137,7 @@ def test_anchors_and_old_citations_resolve_across_three_updates(store: Store, do
     gone = service.get(store, ["guide#guide/beta-api"])
     assert gone["snippets"] == [] and gone["citations"][0]["status"] == "removed"
     assert gone["citations"][0]["removedIn"] == 4 and gone["citations"][0]["was"].endswith("@3")
+    assert service.get(store, ["guide#betaapi"])["citations"][0]["removedIn"] == 4  # by its last segment, loosely
     with pytest.raises(NotFound, match="No section guide#guide/never"):
         service.get(store, ["guide#guide/never"])
     # diff: since version 1, and since the version before
@@ -218,6 +219,9 @@ def test_cli_get_at_a_version_anchor_and_diff(data_root: Path, doc: Path) -> Non
     code, out, _ = cli("get", f"guide:{gamma[0]}-{gamma[1]}@1", "--text")
     assert code == 0 and out == (f"(guide:{gamma[0]}-{gamma[1]}@1 (version 1) in version 2: {gamma[0]}-{gamma[1]} "
                                  "removed in version 2)\n")
+    code, out, err = cli("get", f"guide:{gamma[0]}-{gamma[1]}@1", "--jsonl")  # rows are snippets: told on stderr
+    assert code == 0 and out == "" and err == (f"blz: note: guide:{gamma[0]}-{gamma[1]}@1 (version 1) in version 2: "
+                                               f"{gamma[0]}-{gamma[1]} removed in version 2\n")
     code, out, _ = cli("get", "guide#delta-api", "--text")
     assert code == 0 and out.startswith("(guide#delta-api in version 2: lines ") and "EDITED in version 2" in out
     code, out, _ = cli("diff", "guide", "--since", "1", "--text")

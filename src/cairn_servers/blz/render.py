@@ -51,6 +51,10 @@ def run_op(op: Op, target: Any, args: dict[str, Any], fmt: str, out: TextIO, err
     if fmt not in ("json", "text") and isinstance(data, dict) and fallback_note(data):
         # jsonl, csv, tsv and md carry the hits alone: the fallback is told beside them
         err.write(f"blz: note: {fallback_note(data)}\n")
+    if fmt not in ("json", "text") and isinstance(data, dict):
+        # likewise where durable citations led (moved, edited, removed): the rows are the snippets alone
+        for cited in data.get("citations") or []:
+            err.write(f"blz: note: {cited['message']}\n")
     rendered = render(op.name, data, fmt)
     if rendered:
         if op.name != "get":  # `get` prints the cited lines exactly; nothing else may show $HOME

@@ -432,12 +432,13 @@ def resolve_anchor(store: Store, alias: str, anchor: str, citation: str) -> tupl
     def loose(a: str) -> str:
         return a.replace("-", "").replace("_", "")
 
-    found = [r for r in runs if r[2] == anchor]
-    for test in (lambda a: loose(a) == loose(anchor), lambda a: a.endswith("/" + anchor),
-                 lambda a: loose(a).endswith("/" + loose(anchor))):
+    tests = (lambda a: a == anchor, lambda a: loose(a) == loose(anchor), lambda a: a.endswith("/" + anchor),
+             lambda a: loose(a).endswith("/" + loose(anchor)))
+    found: list[tuple[int, int, str, list[str], bool]] = []
+    for test in tests:
+        found = [r for r in runs if test(r[2])]
         if found:
             break
-        found = [r for r in runs if test(r[2])]
     if len(found) > 1:
         names = ", ".join(f"{alias}#{r[2]}" for r in found[:5])
         raise InvalidInput(f"{citation} names {len(found)} sections: {names}{', ...' if len(found) > 5 else ''}. "
@@ -451,9 +452,11 @@ def resolve_anchor(store: Store, alias: str, anchor: str, citation: str) -> tupl
                                "message": f"{citation} in version {current}: lines {first}-{last}"}
     from cairn_servers.blz.store import decode_changes
 
-    for v, _m, changes in reversed(store.version_steps(alias, 0)):
-        for gone in decode_changes(changes).get("removed", []):
-            if gone.get("anchor") == anchor:
+    removed = [(v, gone) for v, _m, changes in reversed(store.version_steps(alias, 0))
+               for gone in decode_changes(changes).get("removed", [])]
+    for test in tests:  # the latest removal of a section the anchor names, matched as above
+        for v, gone in removed:
+            if test(str(gone.get("anchor", ""))):
                 return None, {"citation": citation, "version": current, "status": "removed", "removedIn": v,
                               "headingPath": gone.get("headingPath", []), "was": f"{alias}:{gone['was']}@{v - 1}",
                               "message": f"{citation}: section removed in version {v} (it was {alias}:"
