@@ -309,7 +309,7 @@ def test_schema_2_store_is_migrated_on_open(data_root: Path, tmp_path: Path) -> 
     store = Store(data_root)
     try:
         assert answers(store) == before  # the level filter works on the migrated store
-        assert version(data_root) == store_module.SCHEMA_VERSION == 3 and rowids(data_root) == ids
+        assert version(data_root) == store_module.SCHEMA_VERSION == 4 and rowids(data_root) == ids
         assert service.validate(store)["ok"] is True
         assert store.has_term("marker")  # the vocabulary table follows the new table
         sources.add(store, "beta", str(write(tmp_path, "beta.txt", BETA)))  # writes work as before
@@ -340,7 +340,7 @@ def test_a_failed_migration_changes_nothing_and_is_retried(data_root: Path, tmp_
     monkeypatch.undo()
     store = Store(data_root)
     try:
-        assert answers(store) == before and version(data_root) == 3
+        assert answers(store) == before and version(data_root) == 4
     finally:
         store.close()
 
@@ -388,4 +388,4 @@ def test_processes_opening_a_schema_2_store_at_once_migrate_it_once(data_root: P
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err
         assert json.loads(out) == expected
-    assert version(data_root) == 3
+    assert version(data_root) == 4

@@ -42,7 +42,7 @@ def test_inspector_lists_and_calls_blz_tools(tmp_path: Path, data_root: Path) ->
     store.close()
 
     listed = inspector(data_root, "--method", "tools/list")
-    assert {t["name"] for t in listed["tools"]} == {"find", "toc", "list-sources", "lookup", "source-add", "source-refresh", "run-command",
+    assert {t["name"] for t in listed["tools"]} == {"find", "toc", "diff", "list-sources", "lookup", "source-add", "source-refresh", "run-command",
                                                       "learn-blz"}
 
     found = inspector(data_root, "--method", "tools/call", "--tool-name", "find", "--tool-arg", "query=hooks",

@@ -15,7 +15,7 @@ def _tree(name: str) -> ast.Module:
     return ast.parse((BLZ / f"{name}.py").read_text(), filename=f"{name}.py")
 
 
-@pytest.mark.parametrize("module", ["service", "search", "sources", "ops", "render", "tools", "cli"])
+@pytest.mark.parametrize("module", ["service", "search", "sources", "ops", "render", "tools", "cli", "versions"])
 def test_only_the_store_touches_the_connection(module: str) -> None:
     """No `.db`, `.execute` or `sqlite3` outside cairn_servers/blz/store.py: services call named store methods."""
     bad = [f"{module}.py:{node.lineno}: .{node.attr}" for node in ast.walk(_tree(module))

@@ -22,7 +22,7 @@ from .conftest import DocServer
 pytestmark = [pytest.mark.filterwarnings("ignore:.*(removed|deprecated) as of 2026"), pytest.mark.timeout(120)]
 
 GUIDE = "# Guide\n\nIntro words.\n\n## Hooks\n\nHooks let you use state.\nMore hooks text.\n\n## Other\n\nzebra\n"
-TOOLS = {"find", "toc", "list-sources", "lookup", "source-add", "source-refresh", "run-command", "learn-blz"}
+TOOLS = {"find", "toc", "diff", "list-sources", "lookup", "source-add", "source-refresh", "run-command", "learn-blz"}
 
 
 def seeded(tmp_path: Path, data_root: Path) -> StdioServerParameters:
@@ -63,7 +63,7 @@ async def exercise(params: StdioServerParameters, http: DocServer, secret: str) 
 
         found = data(await client.call_tool("find", {"query": "hooks", "source": "guide", "maxResults": 5}))
         hit = found["hits"][0]
-        assert set(hit) == {"alias", "lines", "headingPath", "snippet", "score", "sourceUrl"}
+        assert set(hit) == {"alias", "lines", "headingPath", "snippet", "score", "sourceUrl", "anchor", "version"}
         assert (hit["alias"], hit["lines"], hit["headingPath"], hit["score"]) == ("guide", "5-9", ["Guide", "Hooks"], 100.0)
         assert found["executed"] == {"searched": True, "retrievedSnippets": False} and found["snippets"] == []
         seen.append(found)

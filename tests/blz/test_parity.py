@@ -103,7 +103,16 @@ CASES: dict[str, tuple[str, list[tuple[dict[str, Any], bool]]]] = {
         ({"query": "-hooks -deep"}, ERR),  # excludes only
         ({"query": "hooks", "source": "tag:nope"}, ERR),  # no source carries the tag
         ({"query": '+"' + " ".join(["hooks"] * 4097) + '"'}, ERR),  # a required phrase counts its words too
+        # Durable citations: lines as of a version, sections by anchor.
+        ({"snippets": ["guide:7@1", "guide#guide/hooks"]}, OK),
+        ({"snippets": ["guide#hooks"], "contextMode": "all"}, OK),
+        ({"snippets": ["guide:7@0"]}, ERR),
+        ({"snippets": ["guide:7@9"]}, ERR),
+        ({"snippets": ["guide#no/such/section"]}, ERR),
+        ({"snippets": ["guide#guide/hooks@1"]}, ERR),
     ]),
+    "diff": ("tool", [({"source": "guide"}, OK), ({"source": "GUIDE", "since": 1}, OK), ({"source": "ghost"}, ERR),
+                      ({"source": "guide", "since": 0}, ERR), ({"source": "guide", "since": 5}, ERR)]),
     "toc": ("tool", [
         ({"source": "guide"}, OK),
         ({"source": "GUIDE", "maxDepth": 1}, OK),
@@ -167,6 +176,8 @@ CASES: dict[str, tuple[str, list[tuple[dict[str, Any], bool]]]] = {
         ({"citations": ["guide:1-12"], "maxLines": 4, "linesBefore": 1}, OK),
         ({"citations": ["guide:7"], "maxLines": 0}, ERR),
         ({"citations": ["guide:7"], "linesBefore": 51}, ERR),
+        ({"citations": ["guide:5-7@1", "guide#guide/other"]}, OK),
+        ({"citations": ["guide:7@x"]}, ERR),
     ]),
     "stats": ("run-command", [({}, OK)]),
     "history": ("run-command", [({}, OK), ({"alias": "guide"}, OK), ({"alias": "Bad/Alias"}, ERR)]),

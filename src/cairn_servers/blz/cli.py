@@ -86,7 +86,7 @@ def build_parser(out: TextIO | None = None, err: TextIO | None = None,
     if only is not None and only != "mcp":
         return p
     add_completion(sub, "blz")
-    m = sub.add_parser("mcp", help="serve the MCP tools over stdio: find, toc, list-sources, lookup, "
+    m = sub.add_parser("mcp", help="serve the MCP tools over stdio: find, toc, diff, list-sources, lookup, "
                        "source-add, source-refresh, run-command, learn-blz")
     m.add_argument("--log-level", metavar="LEVEL",
                    help="diagnostics on stderr: error, warn (default), info, debug, off (or $BLZ_LOG)")

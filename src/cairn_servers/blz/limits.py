@@ -32,5 +32,6 @@ CATEGORIES = {
     "workflow": "background jobs and durable workflows",
 }
 
+KEEP_VERSIONS = 20  # updates whose line maps a source keeps: citations up to this many versions old resolve
 DEFAULT_REFRESH_HOURS = 24  # a source checked longer ago than this is stale (list, update --stale)
 MAX_REFRESH_HOURS = 24 * 366

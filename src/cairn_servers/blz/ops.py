@@ -101,7 +101,11 @@ def find(store: Store, query: str | None = None, snippets: list[str] | None = No
          max_results: int = 10, headings_only: bool = False, heading_level: str | int | list[str | int] | None = None,
          max_lines: int | None = None, lines_before: int | None = None,
          lines_after: int | None = None) -> dict[str, Any]:
-    """Search documentation (query) and/or retrieve exact cited line ranges (snippets). Hits carry alias, lines, headingPath, snippet, score (0-100 relative to the top hit) and sourceUrl; cite them as alias:lines.
+    """Search documentation (query) and/or retrieve exact cited line ranges (snippets). Hits carry alias, lines, headingPath, snippet, score (0-100 relative to the top hit), sourceUrl, version and anchor; cite them as alias:lines, or as alias:lines@version or by anchor (alias#heading/path) to keep the citation valid after the source is updated.
+
+    Snippets take alias:120-142, alias:1-3,5-9, alias:120-142@3 (the lines that text is on now,
+    with citations saying what happened to which part: moved, changed, removed) and alias#anchor
+    (the section's current lines).
 
     Query syntax: every word must match; "a phrase" matches those words in that order; +word is
     required even when the search falls back; -word (or -"a phrase") drops every section holding
@@ -112,7 +116,8 @@ def find(store: Store, query: str | None = None, snippets: list[str] | None = No
     apply, and note says what was done.
 
     :param query: Search text: words, "quoted phrases", +required, -excluded, title:heading-words.
-    :param snippets: Citations to retrieve, e.g. ["bun:120-145", "react:1-3,5-9"].
+    :param snippets: Citations to retrieve, e.g. ["bun:120-145", "react:1-3,5-9", "react:120-142@3",
+        "react#use-effect/usage"].
     :param source: Alias to search, or several: a list (["react", "bun"]) or "react,bun"; "tag:NAME"
         for every source tagged NAME; omit to search every installed source on one comparable score scale.
     :param context_mode: How to expand snippets: none, symmetric (linePadding lines each side) or all
@@ -288,6 +293,23 @@ def source_add(store: Store, alias: str | None = None, url: str | None = None, f
                        refresh_hours=refresh_hours, aliases=aliases, **_net(max_bytes, timeout))
 
 
+@OPS.op(name="diff", mcp="diff", cli="diff",
+        extra={"help": "sections added, removed or changed by a source's updates"}, params={
+    "source": _ALIAS,
+    "since": {"type": "integer", "minimum": 1, "flags": ("--since",), "metavar": "VERSION"},
+})
+def diff(store: Store, source: str, since: int | None = None) -> dict[str, Any]:
+    """Sections added, removed or changed in a source since a version (default: the version before the current one), by anchor (alias#heading/path). added and changed carry their current lines; removed carry removedIn and was, a citation of their last lines (alias:start-end@version). Every update that changes a source's text is a new version; the last 20 updates are kept.
+
+    :param source: Alias of an installed source.
+    :param since: The version to compare with (hits of find carry each source's current version).
+    """
+    from cairn_servers.blz import versions
+    from cairn_servers.blz.service import require
+
+    return versions.diff(store, require(store, source).alias, since)
+
+
 # -- on MCP only ----------------------------------------------------------------------------------
 
 @OPS.op(name="source-refresh", mcp="source-refresh", read_only=False, open_world=True, params={
@@ -340,7 +362,8 @@ def learn_blz(store: Store) -> dict[str, Any]:
                   "maxLines": {"min": 1, "perSnippet": True},
                   "query": {"+word": "required, even in a fallback", "-word": "excluded",
                             '"a phrase"': "words in that order", "title:word": "in a section's own heading"}},
-        "citations": "alias:start-end (1-based, inclusive); several ranges: alias:1-3,5-9",
+        "citations": "alias:start-end (1-based, inclusive); several ranges: alias:1-3,5-9; as of a version: "
+                     "alias:start-end@V (the lines that text is on now); a section: alias#heading/path (a hit's anchor)",
         "examples": [f"find(query='hooks', source='{first}')",
                      f"find(query='hooks', source={aliases[:2] or ['react', 'bun']}, headingLevel='1-2')",
                      "find(query='hooks', headingsOnly=True)",
@@ -348,11 +371,12 @@ def learn_blz(store: Store) -> dict[str, Any]:
                      f"find(snippets=['{first}:1-20'], linesAfter=10, maxLines=40)",
                      f"toc(source='{first}', maxDepth=2, filter='hooks')",
                      f"find(snippets=['{first}:1-20'], contextMode='all')",
+                     f"find(snippets=['{first}:1-20@1'])", f"diff(source='{first}')",
                      "list-sources(filter='react')", "lookup(query='orm', category='database')",
                      "source-add(alias='bun')", "source-add(alias='hono.dev', dryRun=True)",
                      "source-add(alias='mine', url='https://example.com/docs/llms.txt', exact=True)",
                      "run-command(command='stats')"],
-        "tools": ["find", "toc", "list-sources", "lookup", "source-add", "source-refresh", "run-command",
+        "tools": ["find", "toc", "diff", "list-sources", "lookup", "source-add", "source-refresh", "run-command",
                   "learn-blz"],
         "resources": ["blz://registry", "blz://sources/{alias}"],
     }
@@ -465,9 +489,14 @@ def search(store: Store, query: str, source: list[str] | None = None, max_result
 def get(store: Store, citations: list[str], context_mode: str | None = None, line_padding: int | None = None,
         max_lines: int | None = None, lines_before: int | None = None,
         lines_after: int | None = None) -> dict[str, Any]:
-    """Print cited lines: alias:120-142, alias:1-3,5-9.
+    """Print cited lines: alias:120-142, alias:1-3,5-9, alias:120-142@V, alias#heading/path.
 
-    :param citations: Citations to retrieve: alias:START-END, several ranges as alias:1-3,5-9.
+    alias:START-END@V names the lines as they were in version V: blz prints the lines that text is
+    on now and says what happened to each part (moved, edited, removed). alias#heading/path names a
+    section by its anchor (search hits carry it): its current lines.
+
+    :param citations: Citations to retrieve: alias:START-END, several ranges as alias:1-3,5-9, as of a
+        version as alias:START-END@V, or a section as alias#heading/path.
     :param context_mode: none, symmetric (-C lines each side) or all (the whole enclosing heading
         section); omitted, symmetric when -C, -B or -A is given, else none.
     :param line_padding: N lines of context each side (0-50).

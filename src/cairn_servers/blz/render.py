@@ -51,6 +51,10 @@ def run_op(op: Op, target: Any, args: dict[str, Any], fmt: str, out: TextIO, err
     if fmt not in ("json", "text") and isinstance(data, dict) and fallback_note(data):
         # jsonl, csv, tsv and md carry the hits alone: the fallback is told beside them
         err.write(f"blz: note: {fallback_note(data)}\n")
+    if fmt not in ("json", "text") and isinstance(data, dict):
+        # likewise where durable citations led (moved, edited, removed): the rows are the snippets alone
+        for cited in data.get("citations") or []:
+            err.write(f"blz: note: {cited['message']}\n")
     rendered = render(op.name, data, fmt)
     if rendered:
         if op.name != "get":  # `get` prints the cited lines exactly; nothing else may show $HOME
@@ -141,7 +145,7 @@ def _hits(hits: list[dict[str, Any]]) -> list[str]:
 
 
 def get_text(data: dict[str, Any]) -> str:
-    parts = []
+    parts = [f"({c['message']})" for c in data.get("citations", [])]  # where durable citations led
     for s in data["snippets"]:
         head = f"--- {s['alias']}:{s['lines']}"
         if s["headingPath"]:
@@ -162,6 +166,18 @@ def find_text(data: dict[str, Any]) -> str:
         out += _hits(data["hits"]) or ["No results."]
     if data["executed"]["retrievedSnippets"]:
         out.append(get_text(data))
+    return "\n".join(out)
+
+
+def diff_text(data: dict[str, Any]) -> str:
+    """``blz diff``: one section a line, ``+`` added, ``-`` removed, ``~`` changed, then the totals."""
+    out = []
+    for sign, key in (("+", "added"), ("-", "removed"), ("~", "changed")):
+        for e in data[key]:
+            where = (f"{e['alias'] if 'alias' in e else data['alias']}:{e['lines']}" if "lines" in e
+                     else f"removed in version {e['removedIn']}; was {e['was']}")
+            out.append(f"{sign} {e['anchor']}  {where}  {' > '.join(e['headingPath'])}")
+    out.append(data["message"])
     return "\n".join(out)
 
 
@@ -259,7 +275,7 @@ def _add_exit(data: Any) -> int:
 
 TEXT: dict[str, Callable[[dict[str, Any]], str]] = {
     "search": search_text, "get": get_text, "find": find_text, "toc": toc_text, "list-sources": list_text,
-    "stats": stats_text, "source-add": add_text,
+    "stats": stats_text, "source-add": add_text, "diff": diff_text,
     "lookup": lookup_text}
 # The header of an empty table (csv, tsv, md: a search with no hits still names its columns).
 COLUMNS: dict[str, list[str]] = {

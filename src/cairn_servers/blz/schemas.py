@@ -23,10 +23,22 @@ def _obj(props: dict[str, Any], required: list[str] | None = None) -> dict[str, 
     return out
 
 
+_NULLINT = {"type": ["integer", "null"]}
 HIT = _obj({"alias": _STR, "lines": _STR, "headingPath": _PATH, "snippet": _STR, "score": {"type": "number"},
-            "sourceUrl": _NULLSTR}, ["alias", "lines", "headingPath", "snippet", "score"])
+            "sourceUrl": _NULLSTR, "anchor": _NULLSTR, "version": _NULLINT},
+           ["alias", "lines", "headingPath", "snippet", "score"])
 SNIPPET = _obj({"alias": _STR, "lines": _STR, "content": _STR, "headingPath": _PATH,
-                "truncated": {"type": "boolean"}, "remaining": _STR}, ["alias", "lines", "content", "headingPath"])
+                "truncated": {"type": "boolean"}, "remaining": _STR, "cited": _STR, "version": _NULLINT},
+               ["alias", "lines", "content", "headingPath"])
+# What a durable citation (alias:lines@V, alias#anchor) led to.
+CITATION = _obj({"citation": _STR, "version": _INT,
+                 "status": {"enum": ["unchanged", "moved", "changed", "partly removed", "removed", "found"]},
+                 "lines": _NULLSTR, "anchor": _STR, "headingPath": _PATH, "removedIn": _INT, "was": _STR,
+                 "parts": {"type": "array", "items": _obj({"was": _STR, "now": _STR, "removedIn": _INT,
+                                                           "text": {"enum": ["same", "changed", "removed"]}})},
+                 "message": _STR}, ["citation", "version", "status", "message"])
+_SECTION = _obj({"anchor": _STR, "headingPath": _PATH, "lines": _STR, "version": _INT, "addedIn": _INT,
+                 "changedIn": _INT, "removedIn": _INT, "was": _STR}, ["anchor", "headingPath"])
 SOURCE = _obj({"alias": _STR, "title": _NULLSTR, "url": _STR, "kind": {"enum": ["installed", "registry"]},
                "fetchedAt": _STR, "checkedAt": _NULLSTR, "category": _NULLSTR, "suggestedCommand": _STR,
                "tags": _PATH, "aliases": _PATH, "refreshHours": _INT, "ageHours": {"type": ["number", "null"]},
@@ -53,8 +65,13 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                     "headingLevels": {"type": "array", "items": _INT},
                     "hits": {"type": "array", "items": HIT}},
                    ["query", "hits"]),
-    "get": _obj({"snippets": {"type": "array", "items": SNIPPET}}, ["snippets"]),
+    "get": _obj({"snippets": {"type": "array", "items": SNIPPET}, "citations": {"type": "array", "items": CITATION}},
+                ["snippets"]),
+    "diff": _obj({"alias": _STR, "version": _INT, "since": _INT, "added": {"type": "array", "items": _SECTION},
+                  "removed": {"type": "array", "items": _SECTION}, "changed": {"type": "array", "items": _SECTION},
+                  "message": _STR}, ["alias", "version", "since", "added", "removed", "changed"]),
     "find": _obj({"snippets": {"type": "array", "items": SNIPPET}, "hits": {"type": "array", "items": HIT},
+                  "citations": {"type": "array", "items": CITATION},
                   "executed": _obj({"searched": {"type": "boolean"}, "retrievedSnippets": {"type": "boolean"}}),
                   "fallback": {"enum": [None, "any-term", "corrected"]}, "correctedQuery": _STR,
                   "note": _STR},

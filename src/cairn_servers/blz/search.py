@@ -7,7 +7,7 @@ from typing import Any
 
 from cairn_servers.blz.citation import check_alias
 from cairn_servers.blz.limits import MAX_DEPTH, MAX_LIMIT
-from cairn_servers.blz.store import PATH_SEP, SID_SHIFT, Store
+from cairn_servers.blz.store import ANCHOR_SEP, PATH_SEP, SID_SHIFT, Store
 from cairn_servers.core.errors import InvalidInput, NotFound
 from cairn_servers.blz.query import Term, any_words, match, parse, written
 
@@ -79,14 +79,30 @@ def search(store: Store, query: str, sources: list[str] | str | None = None, lim
     result["hasMore"] = len(window) > limit
     hits = []
     shown = window[:limit]
+    versions = store.current_versions(just_checked=True) if shown else {}
+    legacy: dict[str, list[tuple[int, int, str, list[str], bool]]] = {}
     for (rowid, rank), (first, last, hpath, body) in zip(shown, store.sections([r for r, _ in shown])):
         alias, url = by_sid[rowid >> SID_SHIFT]
+        path, sep, anchor = hpath.partition(ANCHOR_SEP)
+        if not sep:  # indexed before anchors were stored with each section: computed (once per source)
+            if alias not in legacy:
+                legacy[alias] = store.anchored(alias)
+            anchor = anchor_at(legacy[alias], int(first))
         hits.append({"alias": alias, "lines": f"{first}-{last}",
-                     "headingPath": hpath.split(PATH_SEP) if hpath else [],
+                     "headingPath": path.split(PATH_SEP) if path else [],
                      "snippet": snippet(body, needles), "score": round(100.0 * rank / top, 1) if top else 0.0,
-                     "sourceUrl": url})
+                     "sourceUrl": url, "anchor": f"{alias}#{anchor}" if anchor else None,
+                     "version": versions.get(alias)})
     result["hits"] = hits
     return result
+
+
+def anchor_at(runs: list[tuple[int, int, str, list[str], bool]], line: int) -> str:
+    """The anchor of the run (:meth:`Store.anchored`) holding ``line``, else ""."""
+    from bisect import bisect_right
+
+    k = bisect_right([r[0] for r in runs], line) - 1
+    return runs[k][2] if k >= 0 and runs[k][1] >= line else ""
 
 
 def fallback_note(result: dict[str, Any]) -> str | None:

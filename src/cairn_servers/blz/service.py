@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from cairn_servers.blz.citation import check_alias, merge, parse_citation
+from cairn_servers.blz.citation import check_alias, merge, parse_ref
 from cairn_servers.blz.limits import (CONTEXT_MODES, DEFAULT_MAX_LINES, MAX_DEPTH, MAX_PADDING, TOC_DEFAULT_LIMIT,
                               TOC_MAX_LIMIT)
 from cairn_servers.blz.store import SourceRow, Store, file_digest
@@ -61,11 +61,25 @@ def get(store: Store, citations: list[str], context: str | None = None, padding:
         padding = 5  # symmetric context without an explicit padding: a few lines each side
     lead = before if before is not None else padding or 0
     tail = after if after is not None else padding or 0
-    spans: list[tuple[str, Any, int, int]] = []
+    spans: list[tuple[str, Any, int, int, str | None]] = []
+    reports: list[dict[str, Any]] = []
     for citation in citations:
-        alias, ranges = parse_citation(citation)
-        row = require(store, alias)
+        ref = parse_ref(citation)
+        row = require(store, ref.alias)
         alias = row.alias  # another name of the source is cited by its alias
+        ranges = ref.ranges
+        durable = ref.anchor is not None or ref.version is not None
+        if ref.anchor is not None:
+            from cairn_servers.blz.versions import resolve_anchor
+
+            span, report = resolve_anchor(store, alias, ref.anchor, citation.strip())
+            ranges = [span] if span else []
+            reports.append(report)
+        elif ref.version is not None and ref.version != store.current_versions().get(alias, 1):
+            from cairn_servers.blz.versions import resolve_lines
+
+            ranges, report = resolve_lines(store, alias, ranges, ref.version, citation.strip())
+            reports.append(report)
         wanted = []
         for start, end in ranges:
             if start > row.lines:
@@ -79,13 +93,14 @@ def get(store: Store, citations: list[str], context: str | None = None, padding:
                 heads = [llmstxt.Heading(*h) for h in store.enclosing_headings(alias, start, end)]
                 start, end = llmstxt.enclosing(heads, start, end, row.lines)
             wanted.append((start, end))
-        spans += [(alias, row, start, end) for start, end in merge(wanted)]
+        spans += [(alias, row, start, end, citation.strip() if durable else None) for start, end in merge(wanted)]
     # The line budget is shared fairly: short spans whole, the long ones splitting what is left, so a
     # long first span (a whole section with --context all) cannot crowd out the citations after it.
-    caps = _shares([min(end - start + 1, max_lines or end - start + 1) for _, _, start, end in spans],
+    caps = _shares([min(end - start + 1, max_lines or end - start + 1) for _, _, start, end, _c in spans],
                    DEFAULT_MAX_LINES)
     snippets: list[dict[str, Any]] = []
-    for (alias, row, start, end), cap in zip(spans, caps):
+    versions = store.current_versions() if reports or any(c for *_s, c in spans) else {}
+    for (alias, row, start, end, cited), cap in zip(spans, caps):
         if cap < 1:  # more spans than lines in the budget: named, never dropped silently
             snippets.append({"alias": alias, "lines": f"{start}-{start - 1}", "content": "", "headingPath": [],
                              "truncated": True, "remaining": f"{alias}:{start}-{end}"})
@@ -97,8 +112,14 @@ def get(store: Store, citations: list[str], context: str | None = None, padding:
         if last < end:
             snip["truncated"] = True
             snip["remaining"] = f"{alias}:{last + 1}-{end}"
+        if cited is not None:  # a durable citation: which one, and the version these lines are of
+            snip["cited"] = cited
+            snip["version"] = versions.get(alias)
         snippets.append(snip)
-    return {"snippets": snippets}
+    out: dict[str, Any] = {"snippets": snippets}
+    if reports:
+        out["citations"] = reports
+    return out
 
 
 def _shares(sizes: list[int], budget: int) -> list[int]:
@@ -138,7 +159,10 @@ def find(store: Store, query: str | None = None, snippets: list[str] | None = No
             out["note"] = found["note"]
         out["executed"]["searched"] = True
     if snippets:
-        out["snippets"] = get(store, snippets, context, padding, max_lines, before, after)["snippets"]
+        got = get(store, snippets, context, padding, max_lines, before, after)
+        out["snippets"] = got["snippets"]
+        if "citations" in got:
+            out["citations"] = got["citations"]
         out["executed"]["retrievedSnippets"] = True
     return out
 

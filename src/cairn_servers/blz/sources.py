@@ -429,6 +429,9 @@ def _ingest(store: Store, alias: str, url: str, result: fetching.FetchResult, ac
     options: dict[str, Any] = {"allLanguages": all_languages, **(extra or {})}
     if doc.skipped:
         options.update(skippedLines=doc.skipped_lines, skippedPages=len(doc.skipped), skippedLanguages=languages)
+    previous = store.source(alias)
+    line_map, changes = (_since(store, previous, doc) if previous is not None and previous.sha256 != sha256_hex(body)
+                         else (None, None))
     name, sha = store.write_file(alias, body)
     stamp = now_iso()
     row = SourceRow(alias=alias, url=url, title=doc.title, file=name, sha256=sha, bytes=len(body),
@@ -436,7 +439,7 @@ def _ingest(store: Store, alias: str, url: str, result: fetching.FetchResult, ac
                     etag=result.etag, last_modified=result.last_modified, fetched_at=stamp,
                     added_at=added_at or stamp, checked_at=stamp)
     try:
-        store.replace_source(row, doc, action, detail, options)
+        store.replace_source(row, doc, action, detail, options, line_map=line_map, changes=changes)
     except BaseException:
         current = store.source(alias)
         if current is None or current.file != name:  # the new file is not in use: drop it
@@ -445,6 +448,28 @@ def _ingest(store: Store, alias: str, url: str, result: fetching.FetchResult, ac
     return {"alias": alias, "url": url, "title": doc.title, "lines": row.lines, "headings": row.headings,
             "sections": row.sections, "bytes": row.bytes, "sha256": sha,
             "skippedLines": doc.skipped_lines, "skippedLanguages": languages}
+
+
+def _since(store: Store, old: SourceRow, doc: llmstxt.Document) -> tuple[bytes | None, dict[str, Any] | None]:
+    """The line map (encoded) and the sections added, removed and changed from the stored version of
+    ``old`` to ``doc``; (None, None) when the stored file is gone or damaged (nothing to compare)."""
+    from cairn_servers.blz.citation import section_anchors
+    from cairn_servers.blz.versions import line_map, section_changes
+
+    try:
+        data = store.file_path(old).read_bytes()
+    except OSError:
+        return None, None
+    if sha256_hex(data) != old.sha256:
+        return None, None
+    before = llmstxt.decode_lines(data)
+    new_heads: list[tuple[int, str, list[str]]] = []
+    for s, anchor in zip(doc.sections, section_anchors([(bool(s.heading), s.path) for s in doc.sections])):
+        if anchor and (not new_heads or new_heads[-1][1] != anchor):
+            new_heads.append((s.start, anchor, list(s.path)))
+    old_heads = [(first, anchor, path) for first, _last, anchor, path, _h in store.anchored(old.alias)]
+    return (line_map(before, doc.lines).encode(),
+            section_changes(before, old_heads, doc.lines, new_heads))
 
 
 # -- several at once: `blz add --manifest FILE` -----------------------------------------------------

@@ -2,7 +2,8 @@
 
 Layout under the data root (``$BLZ_DATA_DIR``, else ``$XDG_DATA_HOME/blz``)::
 
-    blz.db                         sources, headings, history, and ONE FTS5 table for every source
+    blz.db                         sources, headings, history, versions (line maps between a source's
+                                   versions), and ONE FTS5 table for every source
     sources/<alias>/<sha16>.txt    the fetched file exactly as received (content-addressed)
 
 All sources share one FTS5 table, so BM25 statistics (document frequencies, average lengths) are
@@ -29,14 +30,24 @@ if TYPE_CHECKING:
 
     from cairn_servers.blz.llmstxt import Document
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 SID_SHIFT = 32
 LEVEL_SHIFT = 28  # rowid bits 28-31: the level of the heading a section is under (0: none)
 PATH_SEP = "\x1f"  # joins heading paths in the hpath column (cheaper than JSON both ways)
+# ends the hpath column's path, followed by the section's anchor (a hit gets it without another query)
+ANCHOR_SEP = "\x1e"
 
 _SECTIONS = """CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING fts5(
     heading, path, body, first_line UNINDEXED, last_line UNINDEXED, hpath UNINDEXED,
     tokenize = 'unicode61 remove_diacritics 2');"""
+
+# map: the line map from the version before (cairn_servers.blz.versions.LineMap.encode), NULL for the first;
+# changes: {added, removed, changed} sections (by anchor) in that update, as compressed JSON (encode_changes).
+_VERSIONS = """
+CREATE TABLE IF NOT EXISTS versions(
+    alias TEXT NOT NULL, version INTEGER NOT NULL, at TEXT NOT NULL, sha256 TEXT NOT NULL,
+    lines INTEGER NOT NULL, map BLOB, changes TEXT, PRIMARY KEY(alias, version)) WITHOUT ROWID;
+"""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT) WITHOUT ROWID;
@@ -50,12 +61,13 @@ CREATE TABLE IF NOT EXISTS headings(
 CREATE TABLE IF NOT EXISTS history(
     id INTEGER PRIMARY KEY, alias TEXT NOT NULL, action TEXT NOT NULL, at TEXT NOT NULL,
     url TEXT, sha256 TEXT, lines INTEGER, detail TEXT);
--- rowid = sid << 32 | level << 28 | n: one source's sections are one rowid range, and its sections
+""" + _VERSIONS + """-- rowid = sid << 32 | level << 28 | n: one source's sections are one rowid range, and its sections
 -- under headings of one level are a range inside it; FTS5 filters rowid ranges without reading row
 -- contents (an UNINDEXED alias or level column costs a content lookup per match: 3x slower).
 """ + _SECTIONS.format(name="sections") + """
 CREATE VIRTUAL TABLE IF NOT EXISTS sections_vocab USING fts5vocab(sections, 'row');
 """
+
 
 # Markdown links in headings: index the link text, not the URL (URL words would outrank real titles).
 _LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
@@ -136,6 +148,7 @@ class Store:
         self._db: sqlite3.Connection | None = None
         self._offsets: dict[str, array[int]] = {}
         self._by_sid: tuple[tuple[int, int], dict[int, tuple[str, str]]] | None = None
+        self._versions: tuple[tuple[int, int], dict[str, int]] | None = None
 
     # -- connection ---------------------------------------------------------------------------
 
@@ -158,8 +171,10 @@ class Store:
                 if version > SCHEMA_VERSION:
                     raise StorageError(f"{self.root / 'blz.db'} was written by a newer blz (schema "
                                        f"{version}). Upgrade blz or point BLZ_DATA_DIR elsewhere.")
-                if version == 2:
-                    _migrate_levels(db)
+                if version in (2, 3):
+                    if version == 2:
+                        _migrate_levels(db)
+                    _migrate_versions(db)
                 elif version:  # an older development schema: its sources must be added again
                     raise StorageError(f"{self.root / 'blz.db'} uses an older blz schema ({version}). "
                                        "Move it away and add your sources again.")
@@ -176,6 +191,7 @@ class Store:
             self._db.close()
             self._db = None
         self._by_sid = None  # a new connection counts its changes from 0 again
+        self._versions = None
 
     # -- reads --------------------------------------------------------------------------------
 
@@ -203,6 +219,61 @@ class Store:
         by_sid = {sid: (alias, url) for alias, url, sid in db.execute("SELECT alias, url, sid FROM sources")}
         self._by_sid = (version, by_sid)
         return by_sid
+
+    def current_versions(self, just_checked: bool = False) -> dict[str, int]:
+        """alias -> its current version, for every source (callers must not change the dict); kept
+        while the database is unchanged, as :meth:`aliases_by_sid` is. ``just_checked``: the caller
+        called :meth:`aliases_by_sid` a moment ago (nothing written since): its check stands for this one."""
+        cached = self._versions
+        if just_checked and cached is not None and self._by_sid is not None and cached[0] == self._by_sid[0]:
+            return cached[1]
+        db = self.db
+        key = (db.execute("PRAGMA data_version").fetchone()[0], db.total_changes)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        found = {alias: int(v) for alias, v in db.execute("SELECT alias, MAX(version) FROM versions GROUP BY alias")}
+        self._versions = (key, found)
+        return found
+
+    def versions(self, alias: str) -> list[tuple[int, str, int, bool]]:
+        """``(version, at, lines, has a line map from the version before)`` of each version kept, oldest first."""
+        return [(int(v), str(at), int(n), bool(has)) for v, at, n, has in self.db.execute(
+            "SELECT version, at, lines, map IS NOT NULL FROM versions WHERE alias = ? ORDER BY version", (alias,))]
+
+    def version_steps(self, alias: str, since: int) -> list[tuple[int, bytes | None, bytes | None]]:
+        """``(version, line map, changes JSON)`` of every version after ``since``, oldest first."""
+        return list(self.db.execute("SELECT version, map, changes FROM versions WHERE alias = ? AND version > ? "
+                                    "ORDER BY version", (alias, since)))
+
+    def heading_end(self, alias: str, line: int) -> int | None:
+        """The last line of the section of the heading on ``line``, None when no heading is there."""
+        found = self.db.execute("SELECT last_line FROM headings WHERE alias = ? AND line = ?", (alias, line)).fetchone()
+        return int(found[0]) if found else None
+
+    def anchored(self, alias: str) -> list[tuple[int, int, str, list[str], bool]]:
+        """Each anchored run of ``alias``'s sections, in file order: ``(first_line, last_line, anchor,
+        heading path, starts at a heading)``; a long section's windows are one run. The anchors are
+        computed again from the stored paths (:func:`cairn_servers.blz.citation.section_anchors`), so
+        sections indexed before anchors existed get the same ones."""
+        from cairn_servers.blz.citation import section_anchors
+
+        row = self.source(alias)
+        if row is None:
+            return []
+        rows = self.db.execute("SELECT c3, c4, c0 != '', c5 FROM sections_content WHERE id BETWEEN ? AND ? "
+                               "ORDER BY c3", row.rowids).fetchall()
+        paths = [tuple(h.partition(ANCHOR_SEP)[0].split(PATH_SEP)) if h and h[0] != ANCHOR_SEP else ()
+                 for _f, _l, _h, h in rows]
+        anchors = section_anchors([(bool(head), path) for (_f, _l, head, _p), path in zip(rows, paths)])
+        out: list[tuple[int, int, str, list[str], bool]] = []
+        for (first, last, head, _h), path, anchor in zip(rows, paths, anchors):
+            if not anchor:
+                continue
+            if out and out[-1][2] == anchor:
+                out[-1] = (out[-1][0], int(last), anchor, out[-1][3], out[-1][4])
+            else:
+                out.append((int(first), int(last), anchor, list(path), bool(head)))
+        return out
 
     def options(self, alias: str) -> dict[str, Any]:
         """What was chosen and left out when ``alias`` was indexed: ``allLanguages`` (bool) and,
@@ -447,18 +518,28 @@ class Store:
         return name, sha
 
     def replace_source(self, row: SourceRow, doc: Document, action: str, detail: str = "",
-                       options: dict[str, Any] | None = None) -> SourceRow:
+                       options: dict[str, Any] | None = None, *, line_map: bytes | None = None,
+                       changes: dict[str, Any] | None = None) -> SourceRow:
         """Swap ``row.alias``'s index for ``doc``'s in one transaction, then drop stale files.
         ``options`` (see :meth:`options`) are stored in the same transaction. Returns the row as
-        stored (with its sid)."""
+        stored (with its sid).
+
+        A new source starts at version 1; new content for an existing one is the next version, stored
+        with ``line_map`` and ``changes`` (from the version before; None when they could not be made),
+        and the versions older than the last :data:`cairn_servers.blz.limits.KEEP_VERSIONS` are dropped. The
+        same content indexed again (a repair, another language choice) keeps its version."""
+        from cairn_servers.blz.citation import section_anchors
+        from cairn_servers.blz import limits
+
         lines = doc.lines
         sep = PATH_SEP
         link = _LINK.sub
         db = self.db
+        anchors = section_anchors([(bool(s.heading), s.path) for s in doc.sections])
         try:
             db.execute("BEGIN IMMEDIATE")
             try:
-                old = db.execute("SELECT sid FROM sources WHERE alias = ?", (row.alias,)).fetchone()
+                old = db.execute("SELECT sid, sha256 FROM sources WHERE alias = ?", (row.alias,)).fetchone()
                 sid = old[0] if old else db.execute("SELECT COALESCE(MAX(sid), 0) + 1 FROM sources").fetchone()[0]
                 row = row._replace(sid=sid)
                 base = sid << SID_SHIFT
@@ -474,7 +555,7 @@ class Store:
                          link(r"\1", " ".join(s.path[:-1] if s.heading else s.path)),
                          # the heading line itself is in `heading`, not in the body
                          "\n".join(lines[(s.start if s.heading else s.start - 1):s.end]),
-                         s.start, s.end, sep.join(s.path))
+                         s.start, s.end, sep.join(s.path) + ANCHOR_SEP + anchors[n])
                         for n, s in sorted(enumerate(sections), key=lambda item: rowid[item[0]]))
                 lo, hi = row.rowids
                 db.execute("DELETE FROM sections WHERE rowid BETWEEN ? AND ?", (lo, hi))
@@ -488,6 +569,17 @@ class Store:
                 if options:
                     db.execute("INSERT INTO meta VALUES (?, ?)", (_OPTIONS + row.alias, json.dumps(options)))
                 self._log(row.alias, action, row.url, row.sha256, row.lines, detail)
+                last = db.execute("SELECT MAX(version) FROM versions WHERE alias = ?", (row.alias,)).fetchone()[0]
+                if old is None or last is None:  # a new source (or one from before versions): version 1
+                    db.execute("DELETE FROM versions WHERE alias = ?", (row.alias,))
+                    db.execute("INSERT INTO versions(alias, version, at, sha256, lines) VALUES (?,1,?,?,?)",
+                               (row.alias, row.fetched_at, row.sha256, row.lines))
+                elif old[1] != row.sha256:
+                    db.execute("INSERT INTO versions VALUES (?,?,?,?,?,?,?)",
+                               (row.alias, last + 1, row.fetched_at, row.sha256, row.lines, line_map,
+                                encode_changes(changes) if changes is not None else None))
+                    # the base version of the oldest map kept stays citable; its own row goes
+                    db.execute("DELETE FROM versions WHERE alias = ? AND version < ?", (row.alias, last + 2 - limits.KEEP_VERSIONS))
                 db.execute("COMMIT")
             except BaseException:
                 if db.in_transaction:  # SQLite has already rolled back after SQLITE_FULL / IOERR
@@ -517,6 +609,7 @@ class Store:
             self.db.execute("DELETE FROM headings WHERE alias = ?", (alias,))
             self.db.execute("DELETE FROM sources WHERE alias = ?", (alias,))
             self.db.execute("DELETE FROM meta WHERE key = ?", (_OPTIONS + alias,))
+            self.db.execute("DELETE FROM versions WHERE alias = ?", (alias,))
             self._log(alias, "remove", row.url if row else None, row.sha256 if row else None,
                       row.lines if row else None, "")
         self._drop_stale_files(alias, keep=None)
@@ -546,6 +639,23 @@ class Store:
                 folder.rmdir()
             except OSError:
                 pass
+
+
+def encode_changes(changes: dict[str, Any]) -> bytes:
+    """A version's section changes as stored: JSON, compressed (``versions.changes``)."""
+    import zlib
+
+    return zlib.compress(json.dumps(changes, separators=(",", ":")).encode(), 6)
+
+
+def decode_changes(blob: bytes | str | None) -> dict[str, Any]:
+    """:func:`encode_changes` undone; {} for none."""
+    if not blob:
+        return {}
+    import zlib
+
+    found = json.loads(zlib.decompress(blob) if isinstance(blob, bytes) else blob)
+    return found if isinstance(found, dict) else {}
 
 
 def rowid_ranges(sid: int, levels: tuple[int, ...] | None = None) -> list[tuple[int, int]]:
@@ -613,7 +723,24 @@ def _migrate_levels(db: sqlite3.Connection) -> None:
             db.execute("DROP TABLE sections")
             db.execute("ALTER TABLE sections_v3 RENAME TO sections")
             db.execute("CREATE VIRTUAL TABLE sections_vocab USING fts5vocab(sections, 'row')")
-            db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            db.execute("PRAGMA user_version=3")
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+
+
+def _migrate_versions(db: sqlite3.Connection) -> None:
+    """Schema 3 -> 4: the versions table, with each installed source at version 1 (no line map yet).
+    Sections indexed before carry no anchor in hpath; their anchors are computed when asked for."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        if db.execute("PRAGMA user_version").fetchone()[0] == 3:
+            db.execute(_VERSIONS)
+            db.execute("INSERT OR IGNORE INTO versions(alias, version, at, sha256, lines) "
+                       "SELECT alias, 1, COALESCE(fetched_at, ''), sha256, COALESCE(lines, 0) FROM sources")
+            db.execute("PRAGMA user_version=4")
         db.execute("COMMIT")
     except BaseException:
         if db.in_transaction:

@@ -1,6 +1,6 @@
 """``blz mcp``: the seed's MCP tools, resources and prompt over stdio, on the cairn_servers.mcp core.
 
-Tools: find, toc, list-sources, lookup, source-add and source-refresh (the only mutations) and learn-blz are the
+Tools: find, toc, diff, list-sources, lookup, source-add and source-refresh (the only mutations) and learn-blz are the
 operations of :mod:`cairn_servers.blz.ops` on MCP (schemas, descriptions and validation from their declarations);
 run-command (whitelisted read-only commands, in-process, through :mod:`cairn_servers.blz.render`) is this
 surface's own. Resources: blz://sources/{alias}, blz://registry. Prompt: discover-docs.
