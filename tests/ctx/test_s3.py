@@ -3,11 +3,14 @@ checking on (an IAM user with an access key; any other key is refused), driven t
 
 from __future__ import annotations
 
+import http.client
+import http.server
 import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -150,6 +153,64 @@ def test_sync_is_incremental_follows_deletions_and_pages(tmp_path: Path, s3: S3,
     gone = svc.sync("s3").sources[0]
     assert (gone.scanned, gone.deleted, gone.unchanged) == (3, 1, 3)
     assert "docs/guide.md" not in ids(svc) and not svc.search("heron")
+
+
+class _Proxy(http.server.ThreadingHTTPServer):
+    """An HTTP proxy in front of the S3 server that, once ``drop_downloads`` is set, hangs up on every
+    object download (listings still pass): an endpoint failing in the middle of a sync."""
+
+    daemon_threads = True
+    drop_downloads = False
+    upstream: tuple[str, int] = ("127.0.0.1", 0)
+
+
+class _Forward(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Proxy
+
+    def do_GET(self) -> None:
+        if self.server.drop_downloads and "list-type=" not in self.path:
+            self.close_connection = True
+            return
+        conn = http.client.HTTPConnection(*self.server.upstream, timeout=10)
+        conn.request("GET", self.path, headers=dict(self.headers))  # the Host header as signed
+        resp = conn.getresponse()
+        data = resp.read()
+        self.send_response(resp.status)
+        for name, value in resp.getheaders():
+            if name.lower() not in ("content-length", "transfer-encoding", "connection", "server", "date"):
+                self.send_header(name, value)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+        conn.close()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def test_an_endpoint_failing_during_downloads_keeps_what_is_indexed(tmp_path: Path, s3: S3, bucket: str) -> None:
+    s3.put(bucket, {"a.md": "# A\n\nalbatross", "b.md": "# B\n\nbittern"})
+    proxy = _Proxy(("127.0.0.1", 0), _Forward)
+    host, port = s3.url.removeprefix("http://").split(":")
+    proxy.upstream = (host, int(port))
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    try:
+        svc = service(tmp_path, f"http://127.0.0.1:{proxy.server_address[1]}", bucket)
+        assert svc.sync("s3").sources[0].added == 2
+        s3.put(bucket, {"b.md": "# B\n\nbittern and bluethroat", "c.md": "# C\n\ncurlew"})
+        proxy.drop_downloads = True
+        report = svc.sync("s3").sources[0]
+        assert (report.scanned, report.unchanged, report.updated, report.added, report.deleted) == (3, 1, 0, 0, 0)
+        assert "while downloading b.md" in (report.error or "")  # told once: c.md was not waited for
+        assert ids(svc) == {"a.md", "b.md"} and svc.search("bittern") and not svc.search("bluethroat")
+        proxy.drop_downloads = False
+        report = svc.sync("s3").sources[0]
+        assert (report.unchanged, report.updated, report.added, report.error) == (1, 1, 1, None)
+        assert svc.search("bluethroat")[0].source_id == "b.md"
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
 
 
 def test_prefix_and_globs_choose_the_keys(tmp_path: Path, s3: S3, bucket: str) -> None:
