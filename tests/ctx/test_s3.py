@@ -330,3 +330,12 @@ def test_config_show_and_start_up_never_touch_boto3(tmp_path: Path) -> None:
             "print([m for m in ('boto3', 'botocore') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_without_boto3_the_source_fails_with_the_install_command(tmp_path: Path, s3: S3, bucket: str,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "boto3", None)  # `import boto3` raises ImportError, as when not installed
+    report = service(tmp_path, s3.url, bucket).sync("s3").sources[0]
+    assert not report.ok and report.error_code == "extension"
+    assert report.error == ('s3:kb: the S3 connector needs boto3, which is not installed. Install it with: '
+                            'pip install "cairn-servers[s3]"  (or: pip install boto3)')
