@@ -121,47 +121,18 @@ def ids(svc: Service) -> set[str]:
     return {sid for (sid,) in svc.store.sql("SELECT source_id FROM documents")}
 
 
-def test_sync_is_incremental_follows_deletions_and_pages(tmp_path: Path, s3: S3, bucket: str) -> None:
-    s3.put(bucket, {
-        "docs/guide.md": "# Guide\n\nThe heron migrates north in spring.\n",
-        "docs/notes.txt": "Meeting notes: the kestrel hovers.\n",
-        "docs/report.pdf": pdf_bytes([["Quarterly report", "Revenue of the osprey unit grew."]]),
-        "docs/sub/deep.md": "# Deep\n\nA nested key with a cormorant.\n",
-        "docs/big.txt": "x" * 5000,  # over max_file_bytes: skipped with a warning, never downloaded
-        "docs/app.py": "print('not included by the default globs')\n",
-        "docs/folder/": "",  # a folder marker
-    })
-    svc = service(tmp_path, s3.url, bucket, "page_size = 2\nmax_file_bytes = 4000")  # 7 keys: 4 pages
-    first = svc.sync("s3").sources[0]
-    assert first.ok, first.error
-    assert (first.scanned, first.added, first.unchanged) == (4, 4, 0)
-    assert ids(svc) == {"docs/guide.md", "docs/notes.txt", "docs/report.pdf", "docs/sub/deep.md"}
-    assert any(w.startswith("docs/big.txt: skipped:") and "max_file_bytes" in w for w in first.warnings)
-    hit = svc.search("osprey")[0]
-    assert hit.source_id == "docs/report.pdf" and hit.source == "s3:kb"  # the PDF went through extraction
-    assert svc.get(hit.id).source_url == f"s3://{bucket}/docs/report.pdf"
-
-    again = svc.sync("s3").sources[0]  # nothing changed: nothing downloaded or re-extracted
-    assert (again.scanned, again.unchanged, again.added, again.updated, again.deleted) == (4, 4, 0, 0, 0)
-
-    s3.put(bucket, {"docs/notes.txt": "Meeting notes: the kestrel hovers over the dunes.\n"})
-    changed = svc.sync("s3").sources[0]
-    assert (changed.unchanged, changed.updated, changed.added, changed.deleted) == (3, 1, 0, 0)
-    assert svc.search("dunes")[0].source_id == "docs/notes.txt"
-
-    s3.client.delete_object(Bucket=bucket, Key="docs/guide.md")
-    gone = svc.sync("s3").sources[0]
-    assert (gone.scanned, gone.deleted, gone.unchanged) == (3, 1, 3)
-    assert "docs/guide.md" not in ids(svc) and not svc.search("heron")
-
-
 class _Proxy(http.server.ThreadingHTTPServer):
-    """An HTTP proxy in front of the S3 server that, once ``drop_downloads`` is set, hangs up on every
-    object download (listings still pass): an endpoint failing in the middle of a sync."""
+    """An HTTP proxy in front of the S3 server that counts the listings and downloads it passes on and,
+    once ``drop_downloads`` is set, hangs up on every download: an endpoint failing in the middle of a sync."""
 
     daemon_threads = True
     drop_downloads = False
+    lists = downloads = 0
     upstream: tuple[str, int] = ("127.0.0.1", 0)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
 
 
 class _Forward(http.server.BaseHTTPRequestHandler):
@@ -169,9 +140,14 @@ class _Forward(http.server.BaseHTTPRequestHandler):
     server: _Proxy
 
     def do_GET(self) -> None:
-        if self.server.drop_downloads and "list-type=" not in self.path:
+        listing = "list-type=" in self.path
+        if self.server.drop_downloads and not listing:
             self.close_connection = True
             return
+        if listing:
+            self.server.lists += 1
+        else:
+            self.server.downloads += 1
         conn = http.client.HTTPConnection(*self.server.upstream, timeout=10)
         conn.request("GET", self.path, headers=dict(self.headers))  # the Host header as signed
         resp = conn.getresponse()
@@ -189,28 +165,72 @@ class _Forward(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def test_an_endpoint_failing_during_downloads_keeps_what_is_indexed(tmp_path: Path, s3: S3, bucket: str) -> None:
-    s3.put(bucket, {"a.md": "# A\n\nalbatross", "b.md": "# B\n\nbittern"})
-    proxy = _Proxy(("127.0.0.1", 0), _Forward)
+@pytest.fixture
+def proxy(s3: S3) -> Iterator[_Proxy]:
+    server = _Proxy(("127.0.0.1", 0), _Forward)
     host, port = s3.url.removeprefix("http://").split(":")
-    proxy.upstream = (host, int(port))
-    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    server.upstream = (host, int(port))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        svc = service(tmp_path, f"http://127.0.0.1:{proxy.server_address[1]}", bucket)
-        assert svc.sync("s3").sources[0].added == 2
-        s3.put(bucket, {"b.md": "# B\n\nbittern and bluethroat", "c.md": "# C\n\ncurlew"})
-        proxy.drop_downloads = True
-        report = svc.sync("s3").sources[0]
-        assert (report.scanned, report.unchanged, report.updated, report.added, report.deleted) == (3, 1, 0, 0, 0)
-        assert "while downloading b.md" in (report.error or "")  # told once: c.md was not waited for
-        assert ids(svc) == {"a.md", "b.md"} and svc.search("bittern") and not svc.search("bluethroat")
-        proxy.drop_downloads = False
-        report = svc.sync("s3").sources[0]
-        assert (report.unchanged, report.updated, report.added, report.error) == (1, 1, 1, None)
-        assert svc.search("bluethroat")[0].source_id == "b.md"
+        yield server
     finally:
-        proxy.shutdown()
-        proxy.server_close()
+        server.shutdown()
+        server.server_close()
+
+
+def test_sync_is_incremental_follows_deletions_and_pages(tmp_path: Path, s3: S3, bucket: str,
+                                                         proxy: _Proxy) -> None:
+    s3.put(bucket, {
+        "docs/guide.md": "# Guide\n\nThe heron migrates north in spring.\n",
+        "docs/notes.txt": "Meeting notes: the kestrel hovers.\n",
+        "docs/report.pdf": pdf_bytes([["Quarterly report", "Revenue of the osprey unit grew."]]),
+        "docs/sub/deep.md": "# Deep\n\nA nested key with a cormorant.\n",
+        "docs/big.txt": "x" * 5000,  # over max_file_bytes: skipped with a warning, never downloaded
+        "docs/app.py": "print('not included by the default globs')\n",
+        "docs/folder/": "",  # a folder marker
+    })
+    svc = service(tmp_path, proxy.url, bucket, "page_size = 2\nmax_file_bytes = 4000")
+    first = svc.sync("s3").sources[0]
+    assert first.ok, first.error
+    assert (first.scanned, first.added, first.unchanged) == (4, 4, 0)
+    assert (proxy.lists, proxy.downloads) == (4, 4)  # 7 keys listed 2 a page; big.txt was never downloaded
+    assert ids(svc) == {"docs/guide.md", "docs/notes.txt", "docs/report.pdf", "docs/sub/deep.md"}
+    assert any(w.startswith("docs/big.txt: skipped:") and "max_file_bytes" in w for w in first.warnings)
+    hit = svc.search("osprey")[0]
+    assert hit.source_id == "docs/report.pdf" and hit.source == "s3:kb"  # the PDF went through extraction
+    assert svc.get(hit.id).source_url == f"s3://{bucket}/docs/report.pdf"
+
+    again = svc.sync("s3").sources[0]  # nothing changed: nothing downloaded or re-extracted
+    assert (again.scanned, again.unchanged, again.added, again.updated, again.deleted) == (4, 4, 0, 0, 0)
+    assert (proxy.lists, proxy.downloads) == (8, 4)
+
+    s3.put(bucket, {"docs/notes.txt": "Meeting notes: the kestrel hovers over the dunes.\n"})
+    changed = svc.sync("s3").sources[0]
+    assert (changed.unchanged, changed.updated, changed.added, changed.deleted) == (3, 1, 0, 0)
+    assert proxy.downloads == 5  # only the changed object
+    assert svc.search("dunes")[0].source_id == "docs/notes.txt"
+
+    s3.client.delete_object(Bucket=bucket, Key="docs/guide.md")
+    gone = svc.sync("s3").sources[0]
+    assert (gone.scanned, gone.deleted, gone.unchanged) == (3, 1, 3)
+    assert "docs/guide.md" not in ids(svc) and not svc.search("heron")
+
+
+def test_an_endpoint_failing_during_downloads_keeps_what_is_indexed(tmp_path: Path, s3: S3, bucket: str,
+                                                                     proxy: _Proxy) -> None:
+    s3.put(bucket, {"a.md": "# A\n\nalbatross", "b.md": "# B\n\nbittern"})
+    svc = service(tmp_path, proxy.url, bucket)
+    assert svc.sync("s3").sources[0].added == 2
+    s3.put(bucket, {"b.md": "# B\n\nbittern and bluethroat", "c.md": "# C\n\ncurlew"})
+    proxy.drop_downloads = True
+    report = svc.sync("s3").sources[0]
+    assert (report.scanned, report.unchanged, report.updated, report.added, report.deleted) == (3, 1, 0, 0, 0)
+    assert "while downloading b.md" in (report.error or "")  # told once: c.md was not waited for
+    assert ids(svc) == {"a.md", "b.md"} and svc.search("bittern") and not svc.search("bluethroat")
+    proxy.drop_downloads = False
+    report = svc.sync("s3").sources[0]
+    assert (report.unchanged, report.updated, report.added, report.error) == (1, 1, 1, None)
+    assert svc.search("bluethroat")[0].source_id == "b.md"
 
 
 def test_prefix_and_globs_choose_the_keys(tmp_path: Path, s3: S3, bucket: str) -> None:
@@ -339,3 +359,15 @@ def test_without_boto3_the_source_fails_with_the_install_command(tmp_path: Path,
     assert not report.ok and report.error_code == "extension"
     assert report.error == ('s3:kb: the S3 connector needs boto3, which is not installed. Install it with: '
                             'pip install "cairn-servers[s3]"  (or: pip install boto3)')
+
+
+def test_a_body_is_read_at_most_one_byte_past_its_cap(tmp_path: Path, s3: S3, bucket: str) -> None:
+    """An object that grew after the listing (its listed size was under the cap) is cut at cap + 1 bytes
+    and skipped with the cap's warning: a body is never read whole into memory."""
+    from cairn_servers.ctx.connectors.s3 import S3Connector
+
+    s3.put(bucket, {"grown.txt": "y" * 300_000})
+    connector = S3Connector(service(tmp_path, s3.url, bucket).config.connectors[0])
+    assert len(connector._download("grown.txt", (1000, "max_file_bytes")) or b"") == 1001
+    assert connector._loader("grown.txt", None, (1000, "max_file_bytes"))() is None
+    assert connector.warnings == ["grown.txt: skipped: 1,001 bytes is over the 1,000 bytes cap (max_file_bytes)"]
