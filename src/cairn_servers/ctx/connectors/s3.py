@@ -32,8 +32,9 @@ from cairn_servers.ctx.connectors.base import Entry, Item, Matcher, Skips, file_
 INSTALL = 'pip install "cairn-servers[s3]"  (or: pip install boto3)'
 READ_CHUNK = 1 << 20  # bytes per read of an object's body
 _AUTH_CODES = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken", "TokenRefreshRequired",
-               "AccessDenied", "AllAccessDisabled", "InvalidClientTokenId", "AuthorizationHeaderMalformed",
-               "InvalidSecurity", "Forbidden", "403", "401"}
+               "AccessDenied", "AllAccessDisabled", "InvalidClientTokenId", "InvalidSecurity", "Forbidden", "403",
+               "401"}
+_REGION_CODES = {"AuthorizationHeaderMalformed", "PermanentRedirect", "IllegalLocationConstraintException", "301"}
 
 
 class S3Connector(Skips):
@@ -118,6 +119,9 @@ class S3Connector(Skips):
             if code in ("NoSuchBucket", "404") and doing == "listing":
                 return NotFound(f"{src}: {self.place} does not exist. Fix {self.where} bucket "
                                 "(and endpoint_url for a server other than AWS).")
+            if code in _REGION_CODES:
+                return InvalidInput(f"{src}: {self.place} answered {code} while {doing}: it is in another region "
+                                    f"than {self.region or 'the default one'}. Fix {self.where} region.")
             if code in _AUTH_CODES:
                 return Unauthorized(f"{src}: {self.place} refused the credentials while {doing} ({code}). Check "
                                     f"the access key and secret ({self._credential_source()}) and that they may "
