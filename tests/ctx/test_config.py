@@ -70,7 +70,7 @@ greeting = "hi"
         ("[server]\nbind = 'localhost'\n", "[server] bind: must be host:port"),
         ("[connectors.filesystem.a]\n", "[connectors.filesystem.a] root: is required"),
         ("[connectors.filesystem.a]\nroot = 'x'\ninclude = ['*.md']\n", "[connectors.filesystem.a] include: unknown key."),
-        ("[connectors.ftp.a]\nroot = 'x'\n", "[connectors] ftp: unknown key. Known keys: filesystem, git, script."),
+        ("[connectors.ftp.a]\nroot = 'x'\n", "[connectors] ftp: unknown key. Known keys: filesystem, git, s3, script."),
         ("[connectors.git.a]\nurl = 'x'\nroot = '../up'\n", "[connectors.git.a] root: must be a relative path inside the repository"),
         ("[connectors.filesystem.Bad]\nroot = 'x'\n", "[connectors.filesystem.Bad]: connector names use lowercase"),
         ("[extras]\n", "unknown section [extras]"),

@@ -28,7 +28,7 @@ DEFAULT_CONFIG = Path("config") / "ctx.toml"
 # Text and the document formats cairn_servers.ctx.extract reads.
 DEFAULT_INCLUDE = ["**/*.md", "**/*.txt", "**/*.pdf", "**/*.docx", "**/*.pptx", "**/*.xlsx", "**/*.html", "**/*.htm"]
 MAX_DOCUMENT_BYTES = 50_000_000  # PDF and Office files (text files: max_file_bytes, 2 MB)
-CONNECTOR_TYPES = ("filesystem", "git", "script")
+CONNECTOR_TYPES = ("filesystem", "git", "s3", "script")
 MODES = ("keyword", "semantic", "hybrid")
 VECTOR_INDEXES = ("hnsw", "exact")
 
@@ -265,6 +265,8 @@ def _connector(file: Path, base: Path, ctype: str, name: str, table: Any) -> Con
             "max_file_bytes": r.int("max_file_bytes", 2_000_000, lo=1),
             "max_document_bytes": r.int("max_document_bytes", MAX_DOCUMENT_BYTES, lo=1),
         }
+    elif ctype == "s3":
+        opts = _s3_options(r)
     else:  # script: path, timeout; other keys are handed to the script as its config
         opts = dict(r.table)
         opts["path"] = r.path("path", None, base)
@@ -273,6 +275,59 @@ def _connector(file: Path, base: Path, ctype: str, name: str, table: Any) -> Con
             if key in opts:
                 r.globs(key, [])
     return ConnectorConfig(type=ctype, name=name, options=opts)
+
+
+S3_KEYS = ["bucket", "prefix", "region", "endpoint_url", "include_globs", "exclude_globs", "access_key_env",
+           "secret_key_env", "session_token_env", "max_file_bytes", "max_document_bytes", "page_size", "timeout"]
+# Credentials are never read from ctx.toml: a key under one of these names is refused, not ignored.
+_S3_CREDENTIAL_KEYS = ("access_key", "access_key_id", "aws_access_key_id", "secret_key", "secret_access_key",
+                       "aws_secret_access_key", "session_token", "aws_session_token", "password", "secret")
+_ENV_NAME = r"[A-Za-z_][A-Za-z0-9_]{0,127}"
+# S3 bucket names: 3-63 lowercase letters, digits, '.' and '-', starting and ending with a letter or digit.
+_BUCKET = r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]"
+
+
+def _s3_options(r: _Reader) -> dict[str, Any]:
+    """``[connectors.s3.NAME]``: validated options. Credentials come from the environment only."""
+    for key in r.table:
+        if key.lower() in _S3_CREDENTIAL_KEYS:
+            r.fail(key, "credentials are never read from the config file. Put them in the environment "
+                        "(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) or name the variables that hold them with "
+                        "access_key_env and secret_key_env.")
+    r.check_keys(S3_KEYS)
+    bucket = r.text("bucket", None)
+    if not re.fullmatch(_BUCKET, bucket):
+        r.fail("bucket", f"is not a valid bucket name (3-63 lowercase letters, digits, '.' and '-'): {bucket!r}")
+    endpoint = r.text("endpoint_url", "")
+    if endpoint and not re.fullmatch(r"(?i)https?://[^\s/@]+(/[^\s]*)?", endpoint):
+        r.fail("endpoint_url", f"must be an http:// or https:// URL with no user info, such as "
+                               f"http://127.0.0.1:9000, not {mask_url(endpoint)!r}")
+    region = r.text("region", "")
+    if region and not re.fullmatch(r"[a-z0-9-]{1,40}", region):
+        r.fail("region", f"is not a region name such as us-east-1 or auto: {region!r}")
+    names: dict[str, str] = {}
+    for key in ("access_key_env", "secret_key_env", "session_token_env"):
+        value = r.text(key, "")
+        if value and not re.fullmatch(_ENV_NAME, value):  # the value itself is not quoted: it may be a pasted key
+            r.fail(key, "must be the NAME of an environment variable (letters, digits and '_'), not a key; "
+                        "put the key itself in that variable")
+        names[key] = value
+    if bool(names["access_key_env"]) != bool(names["secret_key_env"]):
+        r.fail("access_key_env" if not names["access_key_env"] else "secret_key_env",
+               "access_key_env and secret_key_env are set together (or neither, for the standard AWS_* variables)")
+    return {
+        "bucket": bucket,
+        "prefix": r.text("prefix", ""),
+        "region": region,
+        "endpoint_url": endpoint,
+        "include_globs": r.globs("include_globs", DEFAULT_INCLUDE),
+        "exclude_globs": r.globs("exclude_globs", []),
+        **names,
+        "max_file_bytes": r.int("max_file_bytes", 2_000_000, lo=1),
+        "max_document_bytes": r.int("max_document_bytes", MAX_DOCUMENT_BYTES, lo=1),
+        "page_size": r.int("page_size", 1000, lo=1, hi=1000),
+        "timeout": r.float("timeout", 30.0, 0.1, 3600.0),
+    }
 
 
 def load(path: str | os.PathLike[str] | None = None) -> Config:
@@ -784,6 +839,14 @@ max_document_bytes = 50000000     # the same for PDF, DOCX, PPTX and XLSX files
 # root = "."
 # include_globs = ["**/*.md"]
 # shallow = true
+
+# [connectors.s3.reports]           # objects in an S3 bucket (AWS, MinIO, R2, ...): pip install "cairn-servers[s3]"
+# bucket = "team-reports"
+# prefix = "published/"            # only keys starting with this
+# region = "eu-west-1"
+# endpoint_url = "http://127.0.0.1:9000"   # MinIO, R2 and other S3-compatible servers; unset for AWS
+# access_key_env = "REPORTS_KEY_ID"        # variables holding the credentials (never the keys themselves);
+# secret_key_env = "REPORTS_SECRET"        # unset: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, profiles, roles
 
 # [tools.script.word_count]        # a Lua tool: POST /tools/word_count, MCP tool `word_count`
 # path = "tools/word_count.lua"

@@ -134,9 +134,11 @@ def _sync_source(store: Store, config: ConnectorConfig, chunking: ChunkingConfig
             continue
         try:
             item = entry.load()
-        except CairnError as exc:
-            report.error = exc.message
+        except CairnError as exc:  # the source failed while reading this entry (an S3 endpoint went away)
+            report.error = scrub(exc.message)
             item = None
+            if old is not None:
+                seen.add(entry.source_id)  # a failed read keeps the version already indexed
         if item is None:
             continue  # skipped by policy (binary, vanished): not seen, so removed if indexed before
         seen.add(entry.source_id)

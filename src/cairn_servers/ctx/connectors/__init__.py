@@ -5,8 +5,9 @@ listing); each carries a *fingerprint* (size and mtime, a blob hash, a body hash
 callable that reads the full :class:`Item` only when the fingerprint changed. Files in a document
 format (PDF, DOCX, PPTX, XLSX, HTML) go through :func:`file_item`, which extracts their text
 (``cairn_servers.ctx.extract``) and turns a file that gives none into a per-file warning. Connector types are
-registered by name (:func:`register`); the ``script`` type (Lua) registers itself from its own
-module, so this package knows nothing about Lua. The building blocks live in
+registered by name (:func:`register`); the ``script`` type (Lua) and the ``s3`` type (boto3) register
+themselves from their own modules, imported when one is configured, so this package knows nothing about
+Lua or boto3. The building blocks live in
 :mod:`cairn_servers.ctx.connectors.base`, which the connector modules import (never this package).
 """
 
@@ -34,6 +35,10 @@ def create(config: ConnectorConfig) -> Connector:
         from cairn_servers.ctx.connectors.script import ScriptConnector  # Lua: loaded only when configured
 
         factory = _TYPES.setdefault("script", ScriptConnector)
+    if factory is None and config.type == "s3":
+        from cairn_servers.ctx.connectors.s3 import S3Connector  # boto3: imported only when a bucket is synced
+
+        factory = _TYPES.setdefault("s3", S3Connector)
     if factory is None:
         raise ExtensionError(
             f"Connector type {config.type!r} ({config.source}) is not available in this build; "
