@@ -188,6 +188,15 @@ def test_crawl_builds_a_source_from_the_sitemaps(site: Site, data_root: Path, ne
     assert [e["headingPath"][-1] for e in toc["entries"]] == TITLES
 
 
+def test_progress_is_pages_fetched_of_known_as_json_lines(site: Site, data_root: Path) -> None:
+    _load(site)
+    code, _out, err = blz("add", "docs", "--crawl", site.base + "/", "--crawl-delay", "0", "--progress", "json", "--json")
+    assert code == 0, err
+    events = [json.loads(line) for line in err.splitlines()]
+    assert events and all(e["stage"] == "pages" for e in events)
+    assert (events[-1]["event"], events[-1]["done"], events[-1]["total"]) == ("done", 7, 7)
+
+
 def test_page_cap_bounds_every_page_request(site: Site, data_root: Path) -> None:
     _load(site)
     info = js("add", "docs", "--crawl", site.base + "/", "--crawl-delay", "0", "--max-pages", "3")
@@ -216,7 +225,7 @@ def test_update_refetches_only_the_changed_page(site: Site, data_root: Path) -> 
     same = js("update", "docs")["results"][0]
     assert same["status"] == "unchanged" and same["crawl"]["notModified"] == 5
     assert [p for p, s in site.log if s == 200 and p in SITEMAP_PAGES] == []
-    old = js("get", "docs#errors/handling-errors")
+    before = js("search", "WidgetError exc", "-s", "docs")["hits"][0]  # in "Handling errors", after the edit
     site.files["/api/errors.html"] = site.files["/api/errors.html"].replace(
         b"<h2>Handling errors</h2>", b"<h2>Retrying</h2><p>Retry with backoff after WidgetClosed.</p><h2>Handling errors</h2>")
     site.log.clear()
@@ -227,9 +236,10 @@ def test_update_refetches_only_the_changed_page(site: Site, data_root: Path) -> 
                         "/api/errors.html": 200}
     assert "Retry with backoff" in stored(data_root)
     assert js("search", "backoff", "-s", "docs")["hits"][0]["headingPath"][-1] == "Retrying"
-    # the update went through the versioned path: the old citation resolves to the lines it moved to
-    version = old["results"][0]["version"] if "results" in old else None
-    assert js("diff", "docs")["added"][0]["anchor"].endswith("retrying"), version
+    # the update went through the versioned path: the old citation resolves to the lines the text moved to
+    assert [a["anchor"] for a in js("diff", "docs")["added"]] == ["docs#errors/retrying"]
+    moved = js("get", f"docs:{before['lines']}@{before['version']}")
+    assert moved["citations"][0]["status"] == "moved" and "print(exc.code)" in moved["snippets"][0]["content"]
 
 
 def test_bad_crawl_input_is_refused(site: Site, data_root: Path) -> None:

@@ -434,7 +434,9 @@ class Crawler:
                     for url_ in excluded[before:]:
                         self.warn(f"{url_}: excluded by robots.txt; not requested")
             if self.progress:
-                self.progress(len(pages), len(queue))
+                self.progress(i, len(queue))  # pages tried / pages known so far
+        if self.progress and i < len(queue):
+            self.progress(i, i)  # the stage ends here (the page cap may have stopped it early)
         return Result(pages, mode, self.requests, self.warnings, self.more_warnings, changed, kept)
 
 
