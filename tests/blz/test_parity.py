@@ -376,6 +376,8 @@ CLI_ONLY_PARAMS: dict[str, list[tuple[dict[str, Any], bool]]] = {
         ({"manifest": "{MANIFEST}", "only": ["gone"], "dryRun": True}, OK),
         ({"manifest": "{MANIFEST}", "only": ["nothing,else"]}, ERR),
         ({"alias": "lib", "only": ["lib"]}, ERR),
+        ({"alias": "lib", "crawlDelay": 0}, ERR),  # crawl limits without a crawl
+        ({"alias": "lib", "maxPageBytes": 1000}, ERR),
     ],
 }
 
