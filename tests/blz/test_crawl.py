@@ -282,4 +282,6 @@ def test_crawl_over_mcp_is_guarded_like_source_add(site: Site, data_root: Path) 
         command=cmd[0], args=cmd[1:], env={"BLZ_DATA_DIR": str(data_root), "BLZ_MCP_ALLOW_HOSTS": "127.0.0.1"}),
         site.base + "/"), 60))
     assert not allowed[0], allowed[1]
-    assert len(site.pages()) == 4
+    answer = json.loads(allowed[1])
+    assert len(site.pages()) == 4 and answer["crawl"]["pages"] == 3  # maxPages: 4 requests (one a 404)
+    assert any(w.startswith("page cap (4 requests) reached") for w in answer["crawl"]["warnings"])

@@ -214,15 +214,17 @@ def lookup(store: Store, query: str = "", category: str | None = None) -> dict[s
 
 @OPS.op(name="source-add", mcp="source-add", cli="add", read_only=False, open_world=True,
         extra={"help": "add a source from a URL, a local file, a domain, the registry, or a manifest",
-               # the seed's source-add answer; the CLI shows the whole result (title, sections, sha256, ...)
-               "mcp_fields": ("alias", "url", "message", "lines", "headings", "skippedLines"),
+               # the seed's source-add answer (and a crawl's summary); the CLI shows the whole result (title, sha256, ...)
+               "mcp_fields": ("alias", "url", "message", "lines", "headings", "skippedLines", "crawl"),
                "cli_description": "Add a documentation source: from the registry (`blz add react`), a domain "
                "(`blz add bun.sh` tries https://bun.sh/llms-full.txt, then /llms.txt, and adds it as bun), a URL, "
                "a file:// URL or a local file or folder (`blz add mydocs ~/docs/llms.txt`), or several from a "
                "manifest (--manifest FILE). For .../llms.txt the llms-full.txt beside it is tried first (the "
                "message says when it was taken); for a site or folder, llms-full.txt, llms.txt, then "
                "llms-small.txt in it. --exact fetches exactly the URL given; --dry-run fetches and parses but "
-               "writes nothing."}, params={
+               "writes nothing. For a site without an llms.txt, --crawl URL builds the source from its pages "
+               "(sitemaps, else same-site links; robots.txt honoured; see --max-pages, --crawl-depth, "
+               "--crawl-delay, --max-page-bytes)."}, params={
     # required over MCP (the seed's schema); on the command line `--manifest FILE` stands in for it
     "alias": {**_OPTIONAL_ALIAS, "required": ("mcp",)},
     "url": {"type": "string", "positional": True, "metavar": "URL",
@@ -260,7 +262,7 @@ def source_add(store: Store, alias: str | None = None, url: str | None = None, f
                timeout: float | None = None,
                guard: Guard | None = None, progress: Callable[[int, int | None], None] | None = None,
                on_error: Callable[[str, CairnError], None] | None = None) -> dict[str, Any]:
-    """Add a documentation source from the registry (alias only), a domain (alias: "bun.sh" tries https://bun.sh/llms-full.txt, then /llms.txt, and adds it as bun) or a URL. For .../llms.txt the llms-full.txt variant is tried first; for a site or folder, llms-full.txt, llms.txt, then llms-small.txt in it; exact: true fetches exactly the URL given; dryRun: true fetches and parses but writes nothing. With source-refresh, the only tools that change anything. Fetches from public internet addresses only (and hosts the user lists in BLZ_MCP_ALLOW_HOSTS); local files only inside the folders in BLZ_MCP_FILE_ROOTS.
+    """Add a documentation source from the registry (alias only), a domain (alias: "bun.sh" tries https://bun.sh/llms-full.txt, then /llms.txt, and adds it as bun) or a URL. For .../llms.txt the llms-full.txt variant is tried first; for a site or folder, llms-full.txt, llms.txt, then llms-small.txt in it; exact: true fetches exactly the URL given; dryRun: true fetches and parses but writes nothing; crawl: "https://site/" (instead of url) builds the source from a site that has no llms.txt. With source-refresh, the only tools that change anything. Fetches from public internet addresses only (and hosts the user lists in BLZ_MCP_ALLOW_HOSTS); local files only inside the folders in BLZ_MCP_FILE_ROOTS.
 
     :param alias: Name for the source (a-z 0-9 _ -, 1-64 characters); alone, the registry entry of
         that name, or a domain such as bun.sh (added under the name in it: bun).
