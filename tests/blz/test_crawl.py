@@ -6,6 +6,7 @@ lookup the process makes during a crawl is recorded at the socket layer."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import hashlib
 import io
 import json
@@ -88,7 +89,7 @@ def site() -> Iterator[Site]:
             state.log.append((path, 200))
             self.send_response(200)
             kind = ("application/xml" if path.endswith(".xml") else "text/plain" if path.endswith(".txt")
-                    else "text/html; charset=utf-8")
+                    else "text/markdown" if path.endswith(".md") else "text/html; charset=utf-8")
             self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(body)))
             self.send_header("ETag", tag)
@@ -245,6 +246,10 @@ def test_update_refetches_only_the_changed_page(site: Site, data_root: Path) -> 
 def test_bad_crawl_input_is_refused(site: Site, data_root: Path) -> None:
     code, _out, err = blz("add", "docs", "--crawl", "ftp://example.com/")
     assert code != 0 and "--crawl takes an http(s) URL of a site" in err
+    code, _out, err = blz("add", "docs", "--crawl", site.base + "/", "--exact")
+    assert code == 2 and "--exact fetches one URL; --crawl fetches a site's pages" in err
+    code, _out, err = blz("add", "docs", "--crawl", "http://127.0.0.1:1/")  # nothing listens there
+    assert code != 0 and "Cannot crawl http://127.0.0.1:1/" in err
     code, _out, err = blz("add", "docs", site.base + "/x.txt", "--max-pages", "3")
     assert code != 0 and "limit a crawl: add --crawl" in err
     code, _out, err = blz("add", "docs", "--crawl", site.base + "/", "--max-pages", "0")
@@ -253,6 +258,22 @@ def test_bad_crawl_input_is_refused(site: Site, data_root: Path) -> None:
     site.files = {"/robots.txt": b"User-agent: *\nDisallow: /\n"}
     code, _out, err = blz("add", "docs", "--crawl", site.base + "/", "--crawl-delay", "0")
     assert code != 0 and "excluded by robots.txt" in err and not site.pages()
+
+
+def test_gzip_sitemap_markdown_pages_and_dry_run(site: Site, data_root: Path) -> None:
+    page = b"# Alpha\n\nIntro text.\n\n# Second top\n\n```sh\n# a comment, not a heading\n```\n"
+    site.files["/docs/a.md"] = page
+    site.files["/sitemap.xml"] = gzip.compress(
+        f'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"><url><loc>{site.base}/docs/a.md</loc></url>'
+        f'<url><loc>{site.base}/blog/b.html</loc></url></urlset>'.encode())
+    dry = js("add", "docs", "--crawl", site.base + "/docs/", "--crawl-delay", "0", "--dry-run")
+    assert dry["message"].startswith(f"Dry run: would add docs (1 pages, ") and not (data_root / "sources").exists()
+    assert any("/blog/b.html: outside" in w for w in dry["crawl"]["warnings"])  # not under /docs/
+    assert not [p for p, _s in site.log if p.startswith("/blog/")]
+    assert js("add", "docs", "--crawl", site.base + "/docs/", "--crawl-delay", "0")["crawl"]["pages"] == 1
+    text = stored(data_root)
+    assert text.startswith(f"# Alpha\n\n{site.base}/docs/a.md\n\nIntro text.\n\n## Second top\n")
+    assert "```sh\n# a comment, not a heading\n```" in text
 
 
 def test_html_to_markdown_keeps_headings_and_code() -> None:

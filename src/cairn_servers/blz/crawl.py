@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from urllib.parse import urldefrag, urljoin, urlsplit
 
 from cairn_servers.blz.limits import CRAWL_MAX_DELAY, CRAWL_MAX_DEPTH, CRAWL_MAX_PAGES
-from cairn_servers.core.errors import CairnError, InvalidInput, NetworkError
+from cairn_servers.core.errors import CairnError, InvalidInput, NetworkError, Timeout
 
 if TYPE_CHECKING:
     import httpx
@@ -46,6 +46,11 @@ AGENT = "blz"  # the robots.txt user agent
 USER_AGENT = "blz/0.1 (cairn; +https://github.com/cairn) crawler"
 _HTML = ("text/html", "application/xhtml+xml")
 _TEXT = ("text/plain", "text/markdown", "text/x-markdown")
+# Links to these are not pages: never requested when following links.
+_NOT_PAGES = frozenset({"png", "jpg", "jpeg", "gif", "svg", "webp", "ico", "bmp", "avif", "pdf", "zip", "gz", "tgz",
+                        "tar", "bz2", "xz", "7z", "dmg", "exe", "msi", "deb", "rpm", "whl", "jar", "css", "js", "mjs",
+                        "map", "json", "xml", "rss", "atom", "woff", "woff2", "ttf", "otf", "eot", "mp3", "mp4",
+                        "webm", "mov", "avi", "wav", "ogg"})
 
 
 @dataclass
@@ -180,11 +185,12 @@ class Crawler:
         if pause > 0:
             time.sleep(pause)
 
-    def _get(self, url: str, *, limit: int, page: bool,
-             headers: dict[str, str] | None = None) -> tuple[str, int, bytes | None, Any] | None:
+    def _get(self, url: str, *, limit: int, page: bool, headers: dict[str, str] | None = None,
+             strict: bool = False) -> tuple[str, int, bytes | None, Any] | None:
         """GET ``url``, following same-site redirects by hand: ``(final URL, status, body or None,
         response headers)``, or None (with a warning) when it cannot be had: a redirect loop or off
-        the site, robots.txt, the page cap, a refused address or a network failure."""
+        the site, robots.txt, the page cap, a refused address or a network failure. ``strict``: a
+        refused address or a network failure is raised instead (the first request of a crawl)."""
         import httpx
 
         assert self._client is not None
@@ -213,12 +219,20 @@ class Crawler:
                     body = self._read(resp, url, limit)
                     return (str(resp.url), resp.status_code, body, resp.headers) if body is not None else None
             except httpx.TimeoutException:
+                if strict:
+                    raise Timeout(f"{url} did not answer within {self.limits.timeout:g} s. Retry, or raise the "
+                                  "timeout (--timeout).") from None
                 self.warn(f"{url}: no answer within {self.limits.timeout:g} s; skipped")
                 return None
             except httpx.HTTPError as exc:
+                if strict:
+                    raise NetworkError(f"Cannot crawl {self.start}: {exc or type(exc).__name__}. Check the URL and "
+                                       "your network connection.") from None
                 self.warn(f"{url}: {exc or type(exc).__name__}; skipped")
                 return None
             except CairnError as exc:  # the guard refused the address
+                if strict:
+                    raise
                 self.warn(f"{url}: {exc.message}")
                 return None
         self.warn(f"{url}: more than {MAX_REDIRECTS} redirects (a redirect loop?); skipped")
@@ -249,7 +263,7 @@ class Crawler:
         """Read robots.txt (a missing one allows everything); its Sitemap: URLs on this site."""
         from urllib.robotparser import RobotFileParser
 
-        got = self._get(self.origin + "/robots.txt", limit=512 * 1024, page=False)
+        got = self._get(self.origin + "/robots.txt", limit=512 * 1024, page=False, strict=True)
         if got is None:
             raise NetworkError(f"Cannot crawl {self.start}: {self.warnings[-1] if self.warnings else 'no answer'}. "
                                "Check the URL and your network connection.")
@@ -297,6 +311,11 @@ class Crawler:
                 if listed:  # robots.txt named it: say it is missing (a missing /sitemap.xml is usual)
                     self.warn(f"{url}: HTTP {status}; sitemap not read")
                 continue
+            if body[:2] == b"\x1f\x8b":  # sitemap.xml.gz
+                body = _gunzip(body, MAX_SITEMAP_BYTES)
+                if body is None:
+                    self.warn(f"{url}: a damaged or over {MAX_SITEMAP_BYTES >> 20} MiB gzip sitemap; not read")
+                    continue
             head = body[:4096].lower()
             if b"<!doctype" in head or b"<!entity" in body.lower():  # no entity expansion, ever
                 self.warn(f"{url}: a sitemap with a DTD or entities; not read")
@@ -358,7 +377,8 @@ class Crawler:
         if ctype in _HTML:
             title, text, links = html_to_markdown(body, final)
         elif ctype in _TEXT:
-            title, text, links = "", body.decode("utf-8", "replace"), []
+            title, text = markdown_page(body.decode("utf-8", "replace"))
+            links = []
         else:
             self.warn(f"{url}: {ctype}, not a page of text; skipped")
             return None, []
@@ -396,6 +416,8 @@ class Crawler:
                 self.warn(f"{url}: outside {self.origin}{self.folder}; not crawled")
             elif not self.allowed(url):
                 excluded.append(url)
+            elif depth and urlsplit(url).path.rsplit(".", 1)[-1].lower() in _NOT_PAGES:
+                pass  # a linked image, archive, stylesheet...: not a page
             else:
                 queue.append((url, depth))
 
@@ -438,6 +460,38 @@ class Crawler:
         if self.progress and i < len(queue):
             self.progress(i, i)  # the stage ends here (the page cap may have stopped it early)
         return Result(pages, mode, self.requests, self.warnings, self.more_warnings, changed, kept)
+
+
+def _gunzip(data: bytes, limit: int) -> bytes | None:
+    """``data`` decompressed, or None when damaged or larger than ``limit`` (no gzip bomb)."""
+    import zlib
+
+    try:
+        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        out = inflater.decompress(data, limit + 1)
+    except zlib.error:
+        return None
+    return None if len(out) > limit or inflater.unconsumed_tail else out
+
+
+def markdown_page(text: str) -> tuple[str, str]:
+    """``(title, body)`` of a Markdown or text page: its first ``# `` line is the title; any other
+    ``# `` line outside code fences goes one level down (the page's title is its only one)."""
+    title = ""
+    out: list[str] = []
+    fence = ""
+    for line in text.splitlines():
+        stripped = line.lstrip()
+        if stripped.startswith(("```", "~~~")):
+            mark = stripped[:3]
+            fence = "" if fence == mark else fence or mark
+        elif not fence and line.startswith("# "):
+            if not title:
+                title = line[2:].strip()
+                continue
+            line = "#" + line
+        out.append(line)
+    return title, "\n".join(out)
 
 
 def html_to_markdown(body: bytes, url: str) -> tuple[str, str, list[str]]:

@@ -287,6 +287,9 @@ def add(store: Store, alias: str, location: str | None = None, *, force: bool = 
     if crawl:
         from cairn_servers.blz.crawl import Limits
 
+        if exact:
+            raise InvalidInput("--exact fetches one URL; --crawl fetches a site's pages. Give one of them.")
+
         limits = Limits(total_bytes=max_bytes, timeout=timeout)
         for name, value in (("max_pages", max_pages), ("max_depth", crawl_depth), ("delay", crawl_delay),
                             ("page_bytes", max_page_bytes)):
