@@ -411,10 +411,18 @@ def _add_crawl(store: Store, alias: str, location: str | None, *, force: bool, d
         info["message"] = f"Dry run: would add {alias} {counts} by crawling {location} ({how}); nothing was written"
     else:
         info["message"] = f"Added {alias} {counts} by crawling {location} ({how}) in {info['elapsedMs']:.0f}ms"
-    n = len(result.warnings) + result.more_warnings
-    if n:
-        info["message"] += f"; {n} warning{'s' if n != 1 else ''} (see crawl.warnings)"
+    info["message"] += _crawl_warnings(result)
     return info
+
+
+def _crawl_warnings(result: Any, shown: int = 10) -> str:
+    """The message's tail listing a crawl's warnings (the first ``shown``; all are in crawl.warnings)."""
+    n = len(result.warnings) + result.more_warnings
+    if not n:
+        return ""
+    more = f"\n  ... and {n - shown} more (crawl.warnings in --json)" if n > shown else ""
+    return (f"; {n} warning{'s' if n != 1 else ''}:\n" + "\n".join(f"  - {w}" for w in result.warnings[:shown])
+            + more)
 
 
 def _refresh_crawl(store: Store, row: SourceRow, options: dict[str, Any], *, max_bytes: int, timeout: float,
