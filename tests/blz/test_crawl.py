@@ -265,15 +265,24 @@ def test_gzip_sitemap_markdown_pages_and_dry_run(site: Site, data_root: Path) ->
     site.files["/docs/a.md"] = page
     site.files["/sitemap.xml"] = gzip.compress(
         f'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"><url><loc>{site.base}/docs/a.md</loc></url>'
-        f'<url><loc>{site.base}/blog/b.html</loc></url></urlset>'.encode())
+        f'<url><loc>{site.base}/docs/app.html</loc></url><url><loc>{site.base}/blog/b.html</loc></url></urlset>'.encode())
+    site.files["/docs/app.html"] = b'<html><body><div id="root"></div><script src="/app.js"></script></body></html>'
+
     dry = js("add", "docs", "--crawl", site.base + "/docs/", "--crawl-delay", "0", "--dry-run")
     assert dry["message"].startswith(f"Dry run: would add docs (1 pages, ") and not (data_root / "sources").exists()
     assert any("/blog/b.html: outside" in w for w in dry["crawl"]["warnings"])  # not under /docs/
+    assert f"{site.base}/docs/app.html: no text in the page (one drawn by JavaScript?); skipped" in dry["crawl"]["warnings"]
     assert not [p for p, _s in site.log if p.startswith("/blog/")]
     assert js("add", "docs", "--crawl", site.base + "/docs/", "--crawl-delay", "0")["crawl"]["pages"] == 1
     text = stored(data_root)
     assert text.startswith(f"# Alpha\n\n{site.base}/docs/a.md\n\nIntro text.\n\n## Second top\n")
     assert "```sh\n# a comment, not a heading\n```" in text
+
+
+def test_html_to_markdown_reads_the_declared_charset() -> None:
+    page = "<html><body><main><h1>Caf\u00e9</h1><p>cr\u00e8me br\u00fbl\u00e9e</p></main></body></html>"
+    title, text, _links = html_to_markdown(page.encode("latin-1"), "http://h/", "iso-8859-1")
+    assert (title, text) == ("Caf\u00e9", "cr\u00e8me br\u00fbl\u00e9e")
 
 
 def test_html_to_markdown_keeps_headings_and_code() -> None:

@@ -373,16 +373,22 @@ class Crawler:
             self.warn(f"{url}: HTTP {status}; skipped")
             return None, []
         self.total += len(body)
-        ctype = (resp_headers.get("content-type") or "text/html").split(";")[0].strip().lower()
+        declared = resp_headers.get("content-type") or "text/html"
+        ctype = declared.split(";")[0].strip().lower()
+        charset = next((p.split("=", 1)[1].strip().strip('"') for p in declared.split(";")[1:]
+                        if p.strip().lower().startswith("charset=")), None)
         if ctype in _HTML:
-            title, text, links = html_to_markdown(body, final)
+            title, text, links = html_to_markdown(body, final, charset)
         elif ctype in _TEXT:
-            title, text = markdown_page(body.decode("utf-8", "replace"))
+            title, text = markdown_page(body.decode(_codec(charset), "replace"))
             links = []
         else:
             self.warn(f"{url}: {ctype}, not a page of text; skipped")
             return None, []
         title = " ".join(title.split()) or urlsplit(final).path or final
+        if not text.strip():
+            self.warn(f"{url}: no text in the page (one drawn by JavaScript?); skipped")
+            return None, [u for u in links if self.in_scope(u)]
         page = Page(url, title, text, depth, resp_headers.get("etag"), resp_headers.get("last-modified"))
         return page, [u for u in links if self.in_scope(u)]
 
@@ -494,18 +500,28 @@ def markdown_page(text: str) -> tuple[str, str]:
     return title, "\n".join(out)
 
 
-def html_to_markdown(body: bytes, url: str) -> tuple[str, str, list[str]]:
+def _codec(charset: str | None) -> str:
+    import codecs
+
+    try:
+        return codecs.lookup(charset or "utf-8").name
+    except LookupError:
+        return "utf-8"
+
+
+def html_to_markdown(body: bytes, url: str, charset: str | None = None) -> tuple[str, str, list[str]]:
     """``(title, Markdown, links)`` of an HTML page. The title is the first ``<h1>`` of the main
     content (else ``<title>``); the Markdown is the main content (``<main>``, ``[role=main]``,
     ``<article>``, else ``<body>``) without navigation, headers, footers, sidebars and scripts, its
     headings one level down when the page has more than one ``<h1>`` (the page's own title is the
-    only ``# `` line). Links are absolute, without fragments, from the whole page (navigation too)."""
+    only ``# `` line). Links are absolute, without fragments, from the whole page (navigation too).
+    ``charset``: the one the server declared (else the page's own ``<meta>``, else detected)."""
     import re
 
     from bs4 import BeautifulSoup
     from markdownify import MarkdownConverter
 
-    soup = BeautifulSoup(body, "html.parser")
+    soup = BeautifulSoup(body, "html.parser", from_encoding=_codec(charset) if charset else None)
     links: list[str] = []
     for a in soup.find_all("a", href=True):
         href = str(a.get("href") or "").strip()
