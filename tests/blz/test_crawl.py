@@ -13,6 +13,7 @@ import json
 import socket
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -37,6 +38,7 @@ TITLES = ["Widget documentation", "Installation", "Configuration", "Client API",
 class Site:
     files: dict[str, bytes] = field(default_factory=dict)
     log: list[tuple[str, int]] = field(default_factory=list)  # (path, status answered)
+    times: list[float] = field(default_factory=list)  # when each request arrived (time.monotonic)
     redirects: dict[str, str] = field(default_factory=lambda: {"/loop/a.html": "/loop/b.html",
                                                                 "/loop/b.html": "/loop/a.html"})
     port: int = 0
@@ -67,6 +69,7 @@ def site() -> Iterator[Site]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
             path = self.path
+            state.times.append(time.monotonic())
             if path in state.redirects:
                 state.log.append((path, 302))
                 self.send_response(302)
@@ -198,6 +201,13 @@ def test_progress_is_pages_fetched_of_known_as_json_lines(site: Site, data_root:
     assert (events[-1]["event"], events[-1]["done"], events[-1]["total"]) == ("done", 7, 7)
 
 
+def test_politeness_delay_spaces_every_request(site: Site, data_root: Path) -> None:
+    _load(site)  # robots.txt says Crawl-delay: 0; the user's delay is kept
+    assert blz("add", "docs", "--crawl", site.base + "/", "--crawl-delay", "0.05", "--max-pages", "3")[0] == 0
+    gaps = [b - a for a, b in zip(site.times, site.times[1:])]
+    assert len(gaps) >= 6 and min(gaps) >= 0.045, gaps
+
+
 def test_page_cap_bounds_every_page_request(site: Site, data_root: Path) -> None:
     _load(site)
     info = js("add", "docs", "--crawl", site.base + "/", "--crawl-delay", "0", "--max-pages", "3")
@@ -214,6 +224,13 @@ def test_links_are_followed_without_a_sitemap(site: Site, data_root: Path, netwo
     assert any("/private/secret.html: excluded by robots.txt" in w for w in info["crawl"]["warnings"])
     assert all(addr[0] == "127.0.0.1" for addr in network["connect"])
     assert "docs.example.com" not in network["resolve"] and "github.com" not in network["resolve"]
+    # update without a sitemap: the known pages asked for again, only the changed one downloaded
+    site.files["/guide/config.html"] = site.files["/guide/config.html"].replace(b"NO_COLOR", b"WIDGET_NO_COLOR")
+    site.log.clear()
+    done = js("update", "docs")["results"][0]
+    assert done["status"] == "updated" and (done["crawl"]["changed"], done["crawl"]["notModified"]) == (1, 4)
+    assert [p for p, s in site.log if s == 200 and p != "/robots.txt"] == ["/guide/config.html"]
+    assert js("search", "WIDGET_NO_COLOR", "-s", "docs")["hits"]
     site.log.clear()
     assert blz("add", "start", "--crawl", site.base + "/", "--crawl-delay", "0", "--crawl-depth", "0")[0] == 0
     assert site.pages() == ["/"]  # depth 0: the start page only
@@ -298,7 +315,13 @@ async def _mcp_add(params: StdioServerParameters, url: str) -> tuple[bool, str]:
         props = {t.name: t for t in (await client.list_tools()).tools}["source-add"].input_schema["properties"]
         assert {"crawl", "maxPages", "crawlDepth"} <= set(props) and "crawlDelay" not in props
         res = await client.call_tool("source-add", {"alias": "docs", "crawl": url, "maxPages": 4})
-        return bool(res.is_error), res.content[0].text  # type: ignore[union-attr]
+        if res.is_error:
+            return True, res.content[0].text  # type: ignore[union-attr]
+        again = await client.call_tool("source-refresh", {"alias": "docs"})  # under the same guard
+        assert not again.is_error, again.content
+        refreshed = json.loads(again.content[0].text)["results"][0]  # type: ignore[union-attr]
+        assert refreshed["status"] == "unchanged" and refreshed["crawl"]["notModified"] == 3
+        return False, res.content[0].text  # type: ignore[union-attr]
 
 
 def test_crawl_over_mcp_is_guarded_like_source_add(site: Site, data_root: Path) -> None:
@@ -313,5 +336,6 @@ def test_crawl_over_mcp_is_guarded_like_source_add(site: Site, data_root: Path) 
         site.base + "/"), 60))
     assert not allowed[0], allowed[1]
     answer = json.loads(allowed[1])
-    assert len(site.pages()) == 4 and answer["crawl"]["pages"] == 3  # maxPages: 4 requests (one a 404)
+    assert answer["crawl"]["pages"] == 3  # maxPages: 4 requests (one a 404), then as many for the refresh
+    assert site.pages() == ["/", "/guide/install.html", "/guide/config.html", "/guide/gone.html"] * 2
     assert any(w.startswith("page cap (4 requests) reached") for w in answer["crawl"]["warnings"])

@@ -35,7 +35,7 @@ DEFAULT_MAX_PAGES = 200
 MAX_PAGES = CRAWL_MAX_PAGES
 DEFAULT_DEPTH = 3
 MAX_DEPTH = CRAWL_MAX_DEPTH
-DEFAULT_DELAY = 0.2  # seconds between two requests to the site (robots.txt Crawl-delay may raise it)
+DEFAULT_DELAY = 0.2  # seconds between two requests when neither the user nor robots.txt (Crawl-delay) says
 MAX_CRAWL_DELAY = CRAWL_MAX_DELAY  # a larger Crawl-delay is capped (and said)
 DEFAULT_PAGE_BYTES = 5 * 1024 * 1024
 MAX_SITEMAPS = 50  # sitemap files read at most (index files included)
@@ -57,7 +57,7 @@ _NOT_PAGES = frozenset({"png", "jpg", "jpeg", "gif", "svg", "webp", "ico", "bmp"
 class Limits:
     max_pages: int = DEFAULT_MAX_PAGES  # page requests at most (each redirect hop counts)
     max_depth: int = DEFAULT_DEPTH  # link hops from the start URL (link discovery only)
-    delay: float = DEFAULT_DELAY
+    delay: float | None = None  # None: robots.txt's Crawl-delay, else DEFAULT_DELAY; given: at least this
     page_bytes: int = DEFAULT_PAGE_BYTES
     total_bytes: int = 64 * 1024 * 1024  # all pages together
     timeout: float = 30.0  # per request
@@ -69,7 +69,7 @@ class Limits:
         if not 0 <= self.max_depth <= MAX_DEPTH:
             raise InvalidInput(f"crawlDepth must be between 0 and {MAX_DEPTH}, not {self.max_depth}.",
                                details={"parameter": "crawlDepth"})
-        if not 0 <= self.delay <= MAX_CRAWL_DELAY:
+        if self.delay is not None and not 0 <= self.delay <= MAX_CRAWL_DELAY:
             raise InvalidInput(f"--crawl-delay must be between 0 and {MAX_CRAWL_DELAY:g} seconds, not {self.delay:g}.",
                                details={"parameter": "crawlDelay"})
         if self.page_bytes < 1 or self.total_bytes < 1 or self.timeout <= 0:
@@ -157,7 +157,7 @@ class Crawler:
         self.requests = 0  # every HTTP request made
         self.page_requests = 0  # those for pages (each redirect hop included): at most max_pages
         self.total = 0
-        self.delay = limits.delay
+        self.delay = DEFAULT_DELAY if limits.delay is None else limits.delay
         self._last = 0.0
         self._client: httpx.Client | None = None
         self._robots: Any = None
@@ -281,7 +281,9 @@ class Crawler:
             wanted = float(asked)
             if wanted > MAX_CRAWL_DELAY:
                 self.warn(f"robots.txt asks for {wanted:g} s between requests; {MAX_CRAWL_DELAY:g} s used")
-            self.delay = max(self.delay, min(wanted, MAX_CRAWL_DELAY))
+            wanted = min(wanted, MAX_CRAWL_DELAY)
+            # the site's own word replaces the default; a delay the user gave is kept when longer
+            self.delay = wanted if self.limits.delay is None else max(self.limits.delay, wanted)
         maps = [urldefrag(urljoin(self.origin + "/", u))[0] for u in parser.site_maps() or []]
         for u in maps:
             if not self.same_origin(u):

@@ -291,8 +291,8 @@ def source_add(store: Store, alias: str | None = None, url: str | None = None, f
         asks again only for changed pages (ETag / Last-Modified).
     :param max_pages: With crawl: page requests at most (default 200; redirect hops count).
     :param crawl_depth: With crawl: link hops followed from url when the site has no sitemap (default 3).
-    :param crawl_delay: With --crawl: seconds between two requests (default 0.2; robots.txt
-        Crawl-delay may raise it, up to 30).
+    :param crawl_delay: With --crawl: seconds between two requests at least (default: the site's
+        robots.txt Crawl-delay, else 0.2; a longer Crawl-delay is kept, up to 30).
     :param max_page_bytes: With --crawl: size cap of one page in bytes (default 5 MiB; --max-bytes
         caps all pages together).
     :param max_bytes: Download size cap in bytes (default 64 MiB).

@@ -436,7 +436,7 @@ def _refresh_crawl(store: Store, row: SourceRow, options: dict[str, Any], *, max
     kept_limits = meta.get("limits", {})
     limits = Limits(max_pages=int(kept_limits.get("maxPages", Limits.max_pages)),
                     max_depth=int(kept_limits.get("crawlDepth", Limits.max_depth)),
-                    delay=float(kept_limits.get("crawlDelay", Limits.delay)),
+                    delay=None if kept_limits.get("crawlDelay") is None else float(kept_limits["crawlDelay"]),
                     page_bytes=int(kept_limits.get("maxPageBytes", Limits.page_bytes)),
                     total_bytes=max_bytes, timeout=timeout)
     lines: list[str] | None = None
