@@ -41,6 +41,7 @@ class Site:
     times: list[float] = field(default_factory=list)  # when each request arrived (time.monotonic)
     redirects: dict[str, str] = field(default_factory=lambda: {"/loop/a.html": "/loop/b.html",
                                                                 "/loop/b.html": "/loop/a.html"})
+    slow: dict[str, float] = field(default_factory=dict)  # path -> seconds to wait before answering
     port: int = 0
 
     @property
@@ -77,6 +78,8 @@ def site() -> Iterator[Site]:
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
+            if path in state.slow:
+                time.sleep(state.slow[path])
             body = state.files.get(path)
             if body is None:
                 state.log.append((path, 404))
@@ -206,6 +209,20 @@ def test_politeness_delay_spaces_every_request(site: Site, data_root: Path) -> N
     assert blz("add", "docs", "--crawl", site.base + "/", "--crawl-delay", "0.05", "--max-pages", "3")[0] == 0
     gaps = [b - a for a, b in zip(site.times, site.times[1:])]
     assert len(gaps) >= 6 and min(gaps) >= 0.045, gaps
+
+
+def test_slow_and_large_pages_are_skipped_with_a_warning(site: Site, data_root: Path) -> None:
+    ok = b"<html><body><main><h1>Fine</h1><p>A page of normal size.</p></main></body></html>"
+    site.files.update({"/ok.html": ok, "/slow.html": ok, "/big.html": ok.replace(b"normal", b"x" * 5000)})
+    site.files["/sitemap.xml"] = (f'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
+                                  + "".join(f"<url><loc>{site.base}/{n}.html</loc></url>" for n in ("slow", "big", "ok"))
+                                  + "</urlset>").encode()
+    site.slow["/slow.html"] = 1.0
+    info = js("add", "docs", "--crawl", site.base + "/", "--crawl-delay", "0", "--timeout", "0.3",
+              "--max-page-bytes", "2000")
+    assert info["crawl"]["pages"] == 1
+    assert info["crawl"]["warnings"] == [f"{site.base}/slow.html: no answer within 0.3 s; skipped",
+                                         f"{site.base}/big.html: {len(site.files['/big.html']):,} bytes, over the 2,000-byte cap; skipped"]
 
 
 def test_page_cap_bounds_every_page_request(site: Site, data_root: Path) -> None:
