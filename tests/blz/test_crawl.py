@@ -211,18 +211,23 @@ def test_politeness_delay_spaces_every_request(site: Site, data_root: Path) -> N
     assert len(gaps) >= 6 and min(gaps) >= 0.045, gaps
 
 
-def test_slow_and_large_pages_are_skipped_with_a_warning(site: Site, data_root: Path) -> None:
+def test_slow_large_and_redirected_away_pages_are_skipped_with_a_warning(
+        site: Site, data_root: Path, network: dict[str, list[Any]]) -> None:
     ok = b"<html><body><main><h1>Fine</h1><p>A page of normal size.</p></main></body></html>"
     site.files.update({"/ok.html": ok, "/slow.html": ok, "/big.html": ok.replace(b"normal", b"x" * 5000)})
     site.files["/sitemap.xml"] = (f'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
-                                  + "".join(f"<url><loc>{site.base}/{n}.html</loc></url>" for n in ("slow", "big", "ok"))
+                                  + "".join(f"<url><loc>{site.base}/{n}.html</loc></url>" for n in ("slow", "big", "away", "ok"))
                                   + "</urlset>").encode()
     site.slow["/slow.html"] = 1.0
+    site.redirects["/away.html"] = "http://docs.example.com/moved.html"
     info = js("add", "docs", "--crawl", site.base + "/", "--crawl-delay", "0", "--timeout", "0.3",
               "--max-page-bytes", "2000")
     assert info["crawl"]["pages"] == 1
     assert info["crawl"]["warnings"] == [f"{site.base}/slow.html: no answer within 0.3 s; skipped",
-                                         f"{site.base}/big.html: {len(site.files['/big.html']):,} bytes, over the 2,000-byte cap; skipped"]
+                                         f"{site.base}/big.html: {len(site.files['/big.html']):,} bytes, over the 2,000-byte cap; skipped",
+                                         f"{site.base}/away.html: redirects outside {site.base}/ to "
+                                         "http://docs.example.com/moved.html; not followed"]
+    assert "docs.example.com" not in network["resolve"] and {a[0] for a in network["connect"]} == {"127.0.0.1"}
 
 
 def test_page_cap_bounds_every_page_request(site: Site, data_root: Path) -> None:

@@ -194,9 +194,13 @@ class Crawler:
         import httpx
 
         assert self._client is not None
-        for _hop in range(MAX_REDIRECTS + 1):
+        first = url
+        for hop in range(MAX_REDIRECTS + 1):
             if page:
                 if self.page_requests >= self.limits.max_pages:
+                    if hop:
+                        self.warn(f"{first}: the page cap ({self.limits.max_pages} requests) was reached while "
+                                  f"following its redirects; skipped")
                     return None
                 self.page_requests += 1
             self._wait()
@@ -206,11 +210,12 @@ class Crawler:
                     self._last = time.monotonic()
                     if resp.is_redirect and resp.headers.get("location"):
                         target = urldefrag(urljoin(url, resp.headers["location"]))[0]
-                        if not self.in_scope(target):
-                            self.warn(f"{url}: redirects off the crawled site to {target}; not followed")
+                        if not (self.in_scope(target) if page else self.same_origin(target)):
+                            where = f"{self.origin}{self.folder}" if page else self.origin
+                            self.warn(f"{first}: redirects outside {where} to {target}; not followed")
                             return None
                         if page and not self.allowed(target):
-                            self.warn(f"{url}: redirects to {target}, which robots.txt excludes; not followed")
+                            self.warn(f"{first}: redirects to {target}, which robots.txt excludes; not followed")
                             return None
                         url = target
                         continue
@@ -235,7 +240,7 @@ class Crawler:
                     raise
                 self.warn(f"{url}: {exc.message}")
                 return None
-        self.warn(f"{url}: more than {MAX_REDIRECTS} redirects (a redirect loop?); skipped")
+        self.warn(f"{first}: more than {MAX_REDIRECTS} redirects (a redirect loop?); skipped")
         return None
 
     def _read(self, resp: httpx.Response, url: str, limit: int) -> bytes | None:
