@@ -25,7 +25,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from cairn_servers.blz.cli import run
-from cairn_servers.blz.crawl import html_to_markdown
+from cairn_servers.blz.crawl import Robots, html_to_markdown
 
 pytestmark = [pytest.mark.filterwarnings("ignore:.*(removed|deprecated) as of 2026"), pytest.mark.timeout(120)]
 
@@ -316,6 +316,32 @@ def test_gzip_sitemap_markdown_pages_and_dry_run(site: Site, data_root: Path) ->
     text = stored(data_root)
     assert text.startswith(f"# Alpha\n\n{site.base}/docs/a.md\n\nIntro text.\n\n## Second top\n")
     assert "```sh\n# a comment, not a heading\n```" in text
+
+
+def test_robots_rules_as_rfc_9309_reads_them() -> None:
+    text = """User-agent: *
+Disallow: /
+
+User-agent: other
+User-agent: BLZ   # this group is blz's: only its rules count
+Disallow: /private/
+Disallow: /*.pdf$
+Disallow: /*?print=
+Allow: /private/public/
+Crawl-delay: 2
+Disallow:
+
+Sitemap: https://example.com/sitemap.xml
+"""
+    robots = Robots.parse(text)
+    assert (robots.delay, robots.sitemaps) == (2.0, ["https://example.com/sitemap.xml"])
+    ok = {"/": True, "/guide/": True, "/private/x.html": False, "/private/public/a.html": True,
+          "/docs/a.pdf": False, "/docs/a.pdf.html": True, "/docs/page?print=1": False, "/docs/page?x=1": True,
+          "/robots.txt": True}
+    assert {path: robots.allowed("https://example.com" + path) for path in ok} == ok
+    everyone = Robots.parse(text, agent="somebot")  # no group of its own: the "*" group
+    assert not everyone.allowed("https://example.com/guide/") and everyone.allowed("https://example.com/robots.txt")
+    assert Robots.parse("").allowed("https://example.com/anything") and Robots.parse("Disallow: /x\n").rules == []
 
 
 def test_html_to_markdown_reads_the_declared_charset() -> None:

@@ -16,6 +16,8 @@ with a warning. ``refresh`` sends each page's ETag / Last-Modified back: a 304 k
 
 from __future__ import annotations
 
+import functools
+import re
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
@@ -138,6 +140,77 @@ def cli_guard(start: str) -> Guard:
                  hint="Crawl that host itself: blz add NAME --crawl URL.")
 
 
+@dataclass
+class Robots:
+    """A robots.txt as RFC 9309 reads it, for the user agent ``blz``: the rules of the groups naming
+    ``blz`` (else of those naming ``*``; none: everything allowed), with ``*`` and ``$`` in paths; the
+    longest matching rule wins, and Allow wins a tie. /robots.txt itself is always allowed. Also the
+    group's Crawl-delay (not in the RFC, widely used) and every Sitemap line."""
+
+    rules: list[tuple[bool, str]] = field(default_factory=list)  # (allow, path pattern)
+    delay: float | None = None
+    sitemaps: list[str] = field(default_factory=list)
+
+    @classmethod
+    def parse(cls, text: str, agent: str = AGENT) -> Robots:
+        groups: list[tuple[list[str], list[tuple[bool, str]], list[float]]] = []
+        sitemaps: list[str] = []
+        open_group = False  # user-agent lines still being collected for the last group
+        for raw in text.splitlines():
+            line = raw.split("#", 1)[0].strip()
+            key, sep, value = line.partition(":")
+            if not sep:
+                continue
+            key, value = key.strip().lower(), value.strip()
+            if key == "sitemap":
+                if value:
+                    sitemaps.append(value)
+            elif key == "user-agent":
+                if not open_group:
+                    groups.append(([], [], []))
+                    open_group = True
+                groups[-1][0].append(value.lower())
+            elif groups and key in ("allow", "disallow", "crawl-delay"):
+                open_group = False
+                if key == "crawl-delay":
+                    try:
+                        groups[-1][2].append(float(value))
+                    except ValueError:
+                        pass
+                elif value:  # an empty Disallow allows everything: no rule
+                    groups[-1][1].append((key == "allow", value))
+        name = agent.lower()
+        chosen = [g for g in groups if name in g[0]] or [g for g in groups if "*" in g[0]]
+        delays = [d for g in chosen for d in g[2]]
+        return cls([rule for g in chosen for rule in g[1]], max(delays) if delays else None, sitemaps)
+
+    def allowed(self, url: str) -> bool:
+        from urllib.parse import unquote
+
+        parts = urlsplit(url)
+        path = unquote((parts.path or "/") + (f"?{parts.query}" if parts.query else ""))
+        if path == "/robots.txt":
+            return True
+        best: tuple[int, bool] | None = None
+        for allow, pattern in self.rules:
+            if _robots_pattern(pattern).match(path):
+                key = (len(pattern), allow)
+                if best is None or key > best:
+                    best = key
+        return best is None or best[1]
+
+
+@functools.lru_cache(maxsize=1024)
+def _robots_pattern(pattern: str) -> re.Pattern[str]:
+    """A robots.txt path pattern as a regular expression matched at the start of a path: ``*`` any
+    characters, a final ``$`` the end of the path."""
+    from urllib.parse import unquote
+
+    anchored = pattern.endswith("$")
+    body = unquote(pattern[:-1] if anchored else pattern)
+    return re.compile(".*".join(re.escape(piece) for piece in body.split("*")) + ("$" if anchored else ""), re.S)
+
+
 class Crawler:
     """One crawl (or refresh) of one site; :meth:`run` does the work."""
 
@@ -160,7 +233,7 @@ class Crawler:
         self.delay = DEFAULT_DELAY if limits.delay is None else limits.delay
         self._last = 0.0
         self._client: httpx.Client | None = None
-        self._robots: Any = None
+        self._robots: Robots | None = None
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -178,7 +251,7 @@ class Crawler:
         return f"{parts.scheme.lower()}://{parts.netloc.lower()}" == self.origin
 
     def allowed(self, url: str) -> bool:
-        return self._robots is None or bool(self._robots.can_fetch(AGENT, url))
+        return self._robots is None or self._robots.allowed(url)
 
     def _wait(self) -> None:
         pause = self._last + self.delay - time.monotonic()
@@ -266,8 +339,6 @@ class Crawler:
 
     def _read_robots(self) -> list[str]:
         """Read robots.txt (a missing one allows everything); its Sitemap: URLs on this site."""
-        from urllib.robotparser import RobotFileParser
-
         got = self._get(self.origin + "/robots.txt", limit=512 * 1024, page=False, strict=True)
         if got is None:
             raise NetworkError(f"Cannot crawl {self.start}: {self.warnings[-1] if self.warnings else 'no answer'}. "
@@ -278,10 +349,9 @@ class Crawler:
                                "crawled now. Retry later.")
         if status >= 400 or body is None:  # no robots.txt: everything is allowed
             return []
-        parser = RobotFileParser()
-        parser.parse(body.decode("utf-8", "replace").splitlines())
+        parser = Robots.parse(body.decode("utf-8", "replace"))
         self._robots = parser
-        asked = parser.crawl_delay(AGENT)
+        asked = parser.delay
         if asked is not None:
             wanted = float(asked)
             if wanted > MAX_CRAWL_DELAY:
@@ -289,7 +359,7 @@ class Crawler:
             wanted = min(wanted, MAX_CRAWL_DELAY)
             # the site's own word replaces the default; a delay the user gave is kept when longer
             self.delay = wanted if self.limits.delay is None else max(self.limits.delay, wanted)
-        maps = [urldefrag(urljoin(self.origin + "/", u))[0] for u in parser.site_maps() or []]
+        maps = [urldefrag(urljoin(self.origin + "/", u))[0] for u in parser.sitemaps]
         for u in maps:
             if not self.same_origin(u):
                 self.warn(f"robots.txt lists a sitemap on another site ({u}); not read")
@@ -523,8 +593,6 @@ def html_to_markdown(body: bytes, url: str, charset: str | None = None) -> tuple
     headings one level down when the page has more than one ``<h1>`` (the page's own title is the
     only ``# `` line). Links are absolute, without fragments, from the whole page (navigation too).
     ``charset``: the one the server declared (else the page's own ``<meta>``, else detected)."""
-    import re
-
     from bs4 import BeautifulSoup
     from markdownify import MarkdownConverter
 
