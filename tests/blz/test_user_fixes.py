@@ -96,7 +96,7 @@ async def _mcp_exact(params: Any, http: DocServer) -> None:
         schema = tools["source-add"].input_schema
         # the seed's names, plus exact, allLanguages, dryRun, and a source's tags, category and refresh interval
         assert set(schema["properties"]) == {"alias", "url", "force", "exact", "allLanguages", "dryRun", "tags",
-                                             "category", "refreshHours", "aliases"}
+                                             "category", "refreshHours", "aliases", "crawl", "maxPages", "crawlDepth"}
         assert schema["properties"]["exact"]["type"] == "boolean" and schema["required"] == ["alias"]
         assert "exact" in (tools["source-add"].description or "")
 

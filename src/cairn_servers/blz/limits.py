@@ -35,3 +35,7 @@ CATEGORIES = {
 KEEP_VERSIONS = 20  # updates whose line maps a source keeps: citations up to this many versions old resolve
 DEFAULT_REFRESH_HOURS = 24  # a source checked longer ago than this is stale (list, update --stale)
 MAX_REFRESH_HOURS = 24 * 366
+# blz add --crawl: the highest page cap, depth cap and politeness delay (seconds) accepted
+CRAWL_MAX_PAGES = 10_000
+CRAWL_MAX_DEPTH = 20
+CRAWL_MAX_DELAY = 30.0

@@ -15,8 +15,9 @@ names validation messages use (``Invalid parameter for 'toc': maxDepth: ...``), 
 
 from __future__ import annotations
 
-from cairn_servers.blz.limits import (CATEGORIES, CONTEXT_MODES, MAX_DEPTH, MAX_LIMIT, MAX_PADDING, MAX_REFRESH_HOURS,
-                              TOC_DEFAULT_LIMIT, TOC_MAX_LIMIT)
+from cairn_servers.blz.limits import (CATEGORIES, CONTEXT_MODES, CRAWL_MAX_DELAY, CRAWL_MAX_DEPTH, CRAWL_MAX_PAGES,
+                              MAX_DEPTH, MAX_LIMIT, MAX_PADDING, MAX_REFRESH_HOURS, TOC_DEFAULT_LIMIT,
+                              TOC_MAX_LIMIT)
 from cairn_servers.blz.schemas import TOC
 from cairn_servers.core.ops import Registry
 
@@ -213,15 +214,17 @@ def lookup(store: Store, query: str = "", category: str | None = None) -> dict[s
 
 @OPS.op(name="source-add", mcp="source-add", cli="add", read_only=False, open_world=True,
         extra={"help": "add a source from a URL, a local file, a domain, the registry, or a manifest",
-               # the seed's source-add answer; the CLI shows the whole result (title, sections, sha256, ...)
-               "mcp_fields": ("alias", "url", "message", "lines", "headings", "skippedLines"),
+               # the seed's source-add answer (and a crawl's summary); the CLI shows the whole result (title, sha256, ...)
+               "mcp_fields": ("alias", "url", "message", "lines", "headings", "skippedLines", "crawl"),
                "cli_description": "Add a documentation source: from the registry (`blz add react`), a domain "
                "(`blz add bun.sh` tries https://bun.sh/llms-full.txt, then /llms.txt, and adds it as bun), a URL, "
                "a file:// URL or a local file or folder (`blz add mydocs ~/docs/llms.txt`), or several from a "
                "manifest (--manifest FILE). For .../llms.txt the llms-full.txt beside it is tried first (the "
                "message says when it was taken); for a site or folder, llms-full.txt, llms.txt, then "
                "llms-small.txt in it. --exact fetches exactly the URL given; --dry-run fetches and parses but "
-               "writes nothing."}, params={
+               "writes nothing. For a site without an llms.txt, --crawl URL builds the source from its pages "
+               "(sitemaps, else same-site links; robots.txt honoured; see --max-pages, --crawl-depth, "
+               "--crawl-delay, --max-page-bytes)."}, params={
     # required over MCP (the seed's schema); on the command line `--manifest FILE` stands in for it
     "alias": {**_OPTIONAL_ALIAS, "required": ("mcp",)},
     "url": {"type": "string", "positional": True, "metavar": "URL",
@@ -238,16 +241,28 @@ def lookup(store: Store, query: str = "", category: str | None = None) -> dict[s
                       "flags": ("--refresh-hours",), "metavar": "HOURS"},
     "manifest": {"type": "string", "surfaces": ("cli",), "flags": ("--manifest",), "metavar": "FILE"},
     "only": {"surfaces": ("cli",), "flags": ("--only",), "metavar": "ALIASES"},
+    "crawl": {"type": "string", "flags": ("--crawl",), "metavar": "URL"},
+    "max_pages": {"wire": "maxPages", "type": "integer", "minimum": 1, "maximum": CRAWL_MAX_PAGES,
+                  "flags": ("--max-pages",), "metavar": "N"},
+    "crawl_depth": {"wire": "crawlDepth", "type": "integer", "minimum": 0, "maximum": CRAWL_MAX_DEPTH,
+                    "flags": ("--crawl-depth",), "metavar": "N"},
+    # the politeness delay and the per-page cap: the command-line user's own; agents get the defaults
+    "crawl_delay": {"wire": "crawlDelay", "surfaces": ("cli",), "type": "number", "minimum": 0,
+                    "maximum": CRAWL_MAX_DELAY, "flags": ("--crawl-delay",), "metavar": "SECONDS"},
+    "max_page_bytes": {"wire": "maxPageBytes", "surfaces": ("cli",), "type": "integer", "minimum": 1,
+                       "flags": ("--max-page-bytes",), "metavar": "BYTES"},
     **_NET, "guard": _CONTEXT, "progress": _CONTEXT, "on_error": _CONTEXT,
 })
 def source_add(store: Store, alias: str | None = None, url: str | None = None, force: bool = False,
                exact: bool = False, all_languages: bool = False, dry_run: bool = False,
                tags: list[str] | None = None, category: str | None = None, refresh_hours: int | None = None,
-               aliases: list[str] | None = None, manifest: str | None = None, only: list[str] | None = None, max_bytes: int | None = None,
+               aliases: list[str] | None = None, manifest: str | None = None, only: list[str] | None = None,
+               crawl: str | None = None, max_pages: int | None = None, crawl_depth: int | None = None,
+               crawl_delay: float | None = None, max_page_bytes: int | None = None, max_bytes: int | None = None,
                timeout: float | None = None,
                guard: Guard | None = None, progress: Callable[[int, int | None], None] | None = None,
                on_error: Callable[[str, CairnError], None] | None = None) -> dict[str, Any]:
-    """Add a documentation source from the registry (alias only), a domain (alias: "bun.sh" tries https://bun.sh/llms-full.txt, then /llms.txt, and adds it as bun) or a URL. For .../llms.txt the llms-full.txt variant is tried first; for a site or folder, llms-full.txt, llms.txt, then llms-small.txt in it; exact: true fetches exactly the URL given; dryRun: true fetches and parses but writes nothing. With source-refresh, the only tools that change anything. Fetches from public internet addresses only (and hosts the user lists in BLZ_MCP_ALLOW_HOSTS); local files only inside the folders in BLZ_MCP_FILE_ROOTS.
+    """Add a documentation source from the registry (alias only), a domain (alias: "bun.sh" tries https://bun.sh/llms-full.txt, then /llms.txt, and adds it as bun) or a URL. For .../llms.txt the llms-full.txt variant is tried first; for a site or folder, llms-full.txt, llms.txt, then llms-small.txt in it; exact: true fetches exactly the URL given; dryRun: true fetches and parses but writes nothing; crawl: "https://site/" (instead of url) builds the source from a site that has no llms.txt. With source-refresh, the only tools that change anything. Fetches from public internet addresses only (and hosts the user lists in BLZ_MCP_ALLOW_HOSTS); local files only inside the folders in BLZ_MCP_FILE_ROOTS.
 
     :param alias: Name for the source (a-z 0-9 _ -, 1-64 characters); alone, the registry entry of
         that name, or a domain such as bun.sh (added under the name in it: bun).
@@ -270,12 +285,25 @@ def source_add(store: Store, alias: str | None = None, url: str | None = None, f
     :param manifest: A TOML file listing sources ([[source]] tables with alias, and url or path):
         each is added as if given alone; one that fails is reported and the others still run.
     :param only: With a manifest, only the entries of these aliases (comma-separated, repeatable).
+    :param crawl: A site's URL (instead of url): build the source by crawling it, for sites without an
+        llms.txt. Pages come from its sitemaps, else from same-site links under that URL's folder;
+        robots.txt is honoured; each page is a "# title" heading with its URL under it. `blz update`
+        asks again only for changed pages (ETag / Last-Modified).
+    :param max_pages: With crawl: page requests at most (default 200; redirect hops count).
+    :param crawl_depth: With crawl: link hops followed from url when the site has no sitemap (default 3).
+    :param crawl_delay: With --crawl: seconds between two requests at least (default: the site's
+        robots.txt Crawl-delay, else 0.2; a longer Crawl-delay is kept, up to 30).
+    :param max_page_bytes: With --crawl: size cap of one page in bytes (default 5 MiB; --max-bytes
+        caps all pages together).
     :param max_bytes: Download size cap in bytes (default 64 MiB).
-    :param timeout: Download time budget in seconds (default 60).
+    :param timeout: Download time budget in seconds (default 60; with crawl, per request).
     """
     from cairn_servers.blz import sources
     from cairn_servers.core.errors import InvalidInput
 
+    if manifest is not None and (crawl is not None or any(v is not None for v in (max_pages, crawl_depth, crawl_delay,
+                                                                      max_page_bytes))):
+        raise InvalidInput("--crawl adds one site: blz add NAME --crawl URL (not with --manifest).")
     if manifest is not None:
         if alias is not None or url is not None:
             raise InvalidInput("Give either ALIAS [URL] or --manifest FILE, not both.")
@@ -286,11 +314,17 @@ def source_add(store: Store, alias: str | None = None, url: str | None = None, f
         raise InvalidInput("--only picks entries of a manifest: blz add --manifest FILE --only a,b")
     if alias is None:  # "" is an invalid alias, said as such
         raise InvalidInput("Name a source: blz add ALIAS [URL], blz add DOMAIN, or blz add --manifest FILE.")
-    if url and guard is not None:  # an agent's location is refused before anything is fetched
+    if crawl is not None:
+        if url is not None:
+            raise InvalidInput("Give the site to crawl once: blz add NAME --crawl URL (without a second URL).")
+        url = crawl
+    elif url and guard is not None:  # an agent's location is refused before anything is fetched
         sources.check_agent_location(url, exact, guard=guard)
     return sources.add(store, alias, url, force=force, exact=exact, progress=progress, guard=guard,
                        all_languages=all_languages, dry_run=dry_run, tags=tags, category=category,
-                       refresh_hours=refresh_hours, aliases=aliases, **_net(max_bytes, timeout))
+                       refresh_hours=refresh_hours, aliases=aliases, crawl=crawl is not None, max_pages=max_pages,
+                       crawl_depth=crawl_depth, crawl_delay=crawl_delay, max_page_bytes=max_page_bytes,
+                       **_net(max_bytes, timeout))
 
 
 @OPS.op(name="diff", mcp="diff", cli="diff",

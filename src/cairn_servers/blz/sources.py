@@ -262,7 +262,9 @@ def add(store: Store, alias: str, location: str | None = None, *, force: bool = 
         timeout: float = fetching.DEFAULT_TIMEOUT, progress: Progress | None = None,
         guard: Guard | None = None, all_languages: bool = False, dry_run: bool = False,
         tags: list[str] | None = None, category: str | None = None,
-        refresh_hours: int | None = None, aliases: list[str] | None = None) -> dict[str, Any]:
+        refresh_hours: int | None = None, aliases: list[str] | None = None, crawl: bool = False,
+        max_pages: int | None = None, crawl_depth: int | None = None, crawl_delay: float | None = None,
+        max_page_bytes: int | None = None) -> dict[str, Any]:
     """Fetch and index a source under ``alias``. Without ``location``, ``alias`` is a registry name
     (its URL; for a ``…/llms-full.txt`` entry, ``llms.txt`` beside it when that is gone) or a bare
     domain (``bun.sh``: ``https://bun.sh/llms-full.txt``, then ``https://bun.sh/llms.txt``, added
@@ -275,9 +277,30 @@ def add(store: Store, alias: str, location: str | None = None, *, force: bool = 
     added (lines, headings, lines in other languages left out) without writing anything.
     ``tags``, ``category``, ``refresh_hours`` and ``aliases`` (other names for the source, resolved by
     search, find, get and toc; :func:`settings`) are kept with the source.
+
+    ``crawl``: build the source from the site at ``location`` (:mod:`cairn_servers.blz.crawl`), with
+    ``max_pages``, ``crawl_depth``, ``crawl_delay`` and ``max_page_bytes`` (``max_bytes``: all pages
+    together; ``timeout``: per request); the limits are kept for `blz update`.
     """
     started = time.perf_counter()
     extra = settings(tags, category, refresh_hours, aliases)
+    if crawl:
+        from cairn_servers.blz.crawl import Limits
+
+        if exact:
+            raise InvalidInput("--exact fetches one URL; --crawl fetches a site's pages. Give one of them.")
+
+        limits = Limits(total_bytes=max_bytes, timeout=timeout)
+        for name, value in (("max_pages", max_pages), ("max_depth", crawl_depth), ("delay", crawl_delay),
+                            ("page_bytes", max_page_bytes)):
+            if value is not None:
+                setattr(limits, name, value)
+        limits.check()
+        return _add_crawl(store, alias, location, force=force, dry_run=dry_run, limits=limits, progress=progress,
+                          guard=guard, all_languages=all_languages, extra=extra, started=started)
+    if any(v is not None for v in (max_pages, crawl_depth, crawl_delay, max_page_bytes)):
+        raise InvalidInput("--max-pages, --crawl-depth, --crawl-delay and --max-page-bytes limit a crawl: "
+                           "add --crawl (blz add NAME --crawl URL).")
     missing: str | None = None
     derived = False  # the URL was not given: say which one was fetched
     if not location and ("." in alias or ":" in alias):  # a domain (an alias has neither)
@@ -337,6 +360,127 @@ def add(store: Store, alias: str, location: str | None = None, *, force: bool = 
     return info
 
 
+def _crawl_summary(result: Any) -> dict[str, Any]:
+    return {"mode": result.mode, "pages": len(result.pages), "requests": result.requests,
+            "changed": result.changed, "notModified": result.kept, "warnings": result.warnings,
+            "moreWarnings": result.more_warnings}
+
+
+def _crawl_meta(start: str, result: Any, records: list[dict[str, Any]], limits: Any) -> dict[str, Any]:
+    """What a crawled source keeps with its options: the start URL, the limits it was crawled with
+    and each page's URL, ETag, Last-Modified, depth and lines in the file (for conditional refresh)."""
+    return {"start": start, "mode": result.mode, "pages": records,
+            "limits": {"maxPages": limits.max_pages, "crawlDepth": limits.max_depth, "crawlDelay": limits.delay,
+                       "maxPageBytes": limits.page_bytes}}
+
+
+def _add_crawl(store: Store, alias: str, location: str | None, *, force: bool, dry_run: bool, limits: Any,
+               progress: Progress | None, guard: Guard | None, all_languages: bool, extra: dict[str, Any],
+               started: float) -> dict[str, Any]:
+    """``blz add ALIAS --crawl URL``: crawl the site, then store and index it as any other source."""
+    from cairn_servers.blz.crawl import Crawler
+
+    if not location:
+        raise InvalidInput("--crawl takes the site's URL: blz add NAME --crawl https://docs.example.com/")
+    alias = check_alias(alias)
+    existing = store.source(alias)
+    _check_names(store, alias, extra.get("aliases", []))
+    if existing and not force:
+        raise Conflict(f"Source {alias!r} already exists. Use --force to replace it, or "
+                       f"`blz update {alias}` to refresh it.")
+    result = Crawler(location, limits, guard=guard, progress=progress).run()
+    if not result.pages:
+        said = "; ".join(result.warnings[:5]) or "no page was found"
+        raise NotFound(f"Crawling {location} gave no pages ({said}). Check the URL, or raise --max-pages or "
+                       "--crawl-depth.")
+    body, records = result.body()
+    fetched = fetching.FetchResult(url=location, status=200, body=body)
+    if dry_run:
+        info = {"alias": alias, **_parse(location, fetched, all_languages)[1], "sha256": sha256_hex(body)}
+    else:
+        info = _ingest(store, alias, location, fetched, "add" if not existing else "replace",
+                       added_at=existing.added_at if existing else None, all_languages=all_languages,
+                       extra={**extra, "crawl": _crawl_meta(location, result, records, limits)})
+    info.update(extra)
+    info["crawl"] = _crawl_summary(result)
+    info["elapsedMs"] = round((time.perf_counter() - started) * 1000, 1)
+    counts = f"({len(result.pages):,} pages, {info['headings']:,} headings, {info['lines']:,} lines)"
+    how = "sitemap" if result.mode == "sitemap" else "links"
+    if dry_run:
+        info["dryRun"] = True
+        info["message"] = f"Dry run: would add {alias} {counts} by crawling {location} ({how}); nothing was written"
+    else:
+        info["message"] = f"Added {alias} {counts} by crawling {location} ({how}) in {info['elapsedMs']:.0f}ms"
+    info["message"] += _crawl_warnings(result)
+    return info
+
+
+def _crawl_warnings(result: Any, shown: int = 10) -> str:
+    """The message's tail listing a crawl's warnings (the first ``shown``; all are in crawl.warnings)."""
+    n = len(result.warnings) + result.more_warnings
+    if not n:
+        return ""
+    more = f"\n  ... and {n - shown} more (crawl.warnings in --json)" if n > shown else ""
+    return (f"; {n} warning{'s' if n != 1 else ''}:\n" + "\n".join(f"  - {w}" for w in result.warnings[:shown])
+            + more)
+
+
+def _refresh_crawl(store: Store, row: SourceRow, options: dict[str, Any], *, max_bytes: int, timeout: float,
+                   progress: Progress | None, guard: Guard | None, all_languages: bool, problems: list[str],
+                   extra: dict[str, Any]) -> dict[str, Any]:
+    """`blz update` of a crawled source: the site is discovered again, each known page asked for with
+    its ETag / Last-Modified (a 304 keeps the stored page), new pages fetched, gone ones dropped."""
+    from cairn_servers.blz.crawl import Crawler, Limits
+
+    meta = options["crawl"]
+    kept_limits = meta.get("limits", {})
+    limits = Limits(max_pages=int(kept_limits.get("maxPages", Limits.max_pages)),
+                    max_depth=int(kept_limits.get("crawlDepth", Limits.max_depth)),
+                    delay=None if kept_limits.get("crawlDelay") is None else float(kept_limits["crawlDelay"]),
+                    page_bytes=int(kept_limits.get("maxPageBytes", Limits.page_bytes)),
+                    total_bytes=max_bytes, timeout=timeout)
+    lines: list[str] | None = None
+
+    def stored_text(record: dict[str, Any]) -> str | None:
+        nonlocal lines
+        if lines is None:
+            try:
+                data = store.file_path(row).read_bytes()
+            except OSError:
+                return None
+            if sha256_hex(data) != row.sha256:
+                return None
+            lines = data.decode("utf-8", "replace").split("\n")
+        first, end = record.get("lines", [0, 0])
+        return "\n".join(lines[int(first):int(end)])
+
+    # a damaged source, or a change of languages, is fetched whole (a 304 would keep the damage)
+    stored = {} if problems else {str(r["url"]): r for r in meta.get("pages", []) if isinstance(r, dict)}
+    result = Crawler(str(meta["start"]), limits, guard=guard, progress=progress, stored=stored,
+                     stored_text=stored_text).run()
+    summary = _crawl_summary(result)
+    if not result.pages:
+        said = "; ".join(result.warnings[:5]) or "no page was found"
+        raise NotFound(f"Crawling {meta['start']} again gave no pages ({said}); the stored copy is kept.")
+    body, records = result.body()
+    if sha256_hex(body) == row.sha256 and not problems and all_languages == bool(options.get("allLanguages")):
+        store.touch(row.alias, etag=None, last_modified=None,
+                    detail=f"crawl: {result.kept} pages not modified, {result.changed} fetched, same content")
+        store.tidy(row)
+        return {"alias": row.alias, "status": "unchanged", "url": row.url, "crawl": summary,
+                "reason": f"same content ({result.kept} pages not modified (304), {result.changed} fetched)"}
+    detail = "repaired: " + "; ".join(problems) if problems else ""
+    fetched = fetching.FetchResult(url=row.url, status=200, body=body)
+    info = _ingest(store, row.alias, row.url, fetched, "update", added_at=row.added_at, detail=detail,
+                   all_languages=all_languages,
+                   extra={**extra, "crawl": _crawl_meta(str(meta["start"]), result, records, limits)})
+    info["status"] = "repaired" if problems else "updated"
+    info["crawl"] = summary
+    info["reason"] = "; ".join(problems) if problems else (
+        f"{result.changed} pages fetched, {result.kept} not modified (304)")
+    return info
+
+
 def _check_names(store: Store, alias: str, names: list[str]) -> None:
     """Conflict when ``alias`` is another source's other name, or one of ``names`` (its other names)
     names another source."""
@@ -379,6 +523,9 @@ def update(store: Store, alias: str, *, max_bytes: int = fetching.DEFAULT_MAX_BY
     if all_languages is None:
         all_languages = kept
     problems = source_problems(store, row)
+    if "crawl" in options and isinstance(options["crawl"], dict):
+        return _refresh_crawl(store, row, options, max_bytes=max_bytes, timeout=timeout, progress=progress,
+                              guard=guard, all_languages=all_languages, problems=problems, extra=extra)
     if problems or all_languages != kept:  # a 304 would keep the damage: ask for the content itself
         result = fetching.fetch(row.url, max_bytes=max_bytes, timeout=timeout, progress=progress, guard=guard)
     else:

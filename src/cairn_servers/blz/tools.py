@@ -224,7 +224,7 @@ def call_op(docs: Docs, op: Op, args: dict[str, Any], ctx: ToolContext) -> ToolR
     try:
         with SCRUBBED, docs.lock:
             result = op.fn(docs.store(), **kwargs)
-            return public_result({k: result[k] for k in fields} if fields else result)
+            return public_result({k: result[k] for k in fields if k in result} if fields else result)
     finally:
         if not op.read_only:
             trim_heap()  # indexing briefly needs ~20 MB that searches never need again
