@@ -734,18 +734,12 @@ def _migrate_levels(db: sqlite3.Connection) -> None:
 def _migrate_versions(db: sqlite3.Connection) -> None:
     """Schema 3 -> 4: the versions table, with each installed source at version 1 (no line map yet).
     Sections indexed before carry no anchor in hpath; their anchors are computed when asked for."""
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        if db.execute("PRAGMA user_version").fetchone()[0] == 3:
+    with _Transaction(db):
+        if db.execute("PRAGMA user_version").fetchone()[0] == 3:  # not done by another process meanwhile
             db.execute(_VERSIONS)
             db.execute("INSERT OR IGNORE INTO versions(alias, version, at, sha256, lines) "
                        "SELECT alias, 1, COALESCE(fetched_at, ''), sha256, COALESCE(lines, 0) FROM sources")
             db.execute("PRAGMA user_version=4")
-        db.execute("COMMIT")
-    except BaseException:
-        if db.in_transaction:
-            db.execute("ROLLBACK")
-        raise
 
 
 def _holds(path: Path, sha: str) -> bool:
