@@ -309,12 +309,7 @@ def add(store: Store, alias: str, location: str | None = None, *, force: bool = 
         missing = (f"Neither {urls[0]} nor {urls[1]} exists (HTTP 404). If {host} keeps its llms.txt "
                    f"elsewhere, give that URL: blz add {alias} URL.")
         derived = True
-    alias = check_alias(alias)
-    existing = store.source(alias)
-    _check_names(store, alias, extra.get("aliases", []))
-    if existing and not force:
-        raise Conflict(f"Source {alias!r} already exists. Use --force to replace it, or "
-                       f"`blz update {alias}` to refresh it.")
+    alias, existing = _claim(store, alias, extra, force)
     if not derived:
         if not location:
             entry = registry.get(alias)
@@ -382,12 +377,7 @@ def _add_crawl(store: Store, alias: str, location: str | None, *, force: bool, d
 
     if not location:
         raise InvalidInput("--crawl takes the site's URL: blz add NAME --crawl https://docs.example.com/")
-    alias = check_alias(alias)
-    existing = store.source(alias)
-    _check_names(store, alias, extra.get("aliases", []))
-    if existing and not force:
-        raise Conflict(f"Source {alias!r} already exists. Use --force to replace it, or "
-                       f"`blz update {alias}` to refresh it.")
+    alias, existing = _claim(store, alias, extra, force)
     result = Crawler(location, limits, guard=guard, progress=progress).run()
     if not result.pages:
         said = "; ".join(result.warnings[:5]) or "no page was found"
@@ -479,6 +469,18 @@ def _refresh_crawl(store: Store, row: SourceRow, options: dict[str, Any], *, max
     info["reason"] = "; ".join(problems) if problems else (
         f"{result.changed} pages fetched, {result.kept} not modified (304)")
     return info
+
+
+def _claim(store: Store, alias: str, extra: dict[str, Any], force: bool) -> tuple[str, SourceRow | None]:
+    """``alias`` checked, with its source if one is installed (a Conflict unless ``force``), and its
+    other names checked against the other sources'."""
+    alias = check_alias(alias)
+    existing = store.source(alias)
+    _check_names(store, alias, extra.get("aliases", []))
+    if existing and not force:
+        raise Conflict(f"Source {alias!r} already exists. Use --force to replace it, or "
+                       f"`blz update {alias}` to refresh it.")
+    return alias, existing
 
 
 def _check_names(store: Store, alias: str, names: list[str]) -> None:
