@@ -156,6 +156,8 @@ def test_end_to_end_on_mainnet(out: Path, tmp_path: Path) -> None:
     """Mainnet 0..589 covers dateindexes 0..7 (2009-01-03, then 2009-01-09 .. 2009-01-15)."""
     code, stdout, _ = _cli(out, "ids", "--index", "date", "--format", "json")
     assert code == 0 and not set(market.IDS) & set(json.loads(stdout))  # no prices: no market ids
+    code, _, stderr = _cli(out, "query", "--index", "date", "--ids", "drawdown")
+    assert code == 3 and "brk price import" in stderr and "Traceback" not in stderr  # not_found, naming the fix
     closes = [10.0, 12.0, 11.0, 15.0, 14.0, 9.0, 13.0, 16.0]  # a close per dateindex 0..7
     prices.save(out, [(d, p, p, p, p) for d, p in enumerate(closes)])
     compute(out)

@@ -15,7 +15,7 @@ Conventions (stated in each id's definition):
 * ``price_ath`` is the running maximum of the daily close (not of the intraday high);
 * ``drawdown`` = close / price_ath - 1 (0 at a new high, negative below it, as BRK's ``price_drawdown``);
 * ``price_<p>_ema`` uses alpha = 2 / (n + 1), seeded with the first close and NaN for its first n - 1
-  days;
+  closes;
 * ``volatility_<w>`` is the sample standard deviation (n - 1) of the daily log returns ln(close_d /
   close_{d-1}) over the last w days, annualised by sqrt(365).
 
@@ -139,7 +139,7 @@ def _rolling_mean(c: np.ndarray, sums: np.ndarray, counts: np.ndarray, w: int) -
 
 
 def _ema(c: np.ndarray, w: int) -> np.ndarray:
-    """EMA with alpha = 2 / (w + 1) seeded with the first close; NaN for its first w - 1 days, on days
+    """EMA with alpha = 2 / (w + 1) seeded with the first close; NaN for its first w - 1 closes, on days
     without a close (the average carries over them) and before the first close."""
     import numpy as np
 
