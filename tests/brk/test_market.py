@@ -29,11 +29,12 @@ REQUIRED = ("price_ath", "drawdown", "price_200d_sma", "mayer_multiple", "price_
 
 
 def _walk() -> list[float | None]:
+    """Cents to tens of thousands of dollars, as bitcoin's history (the DCA sums mix both scales)."""
     rnd = random.Random(31)
-    price, out = 100.0, []
+    price, out = 0.05, []
     for day in range(DAYS):
-        price *= math.exp(rnd.gauss(0.0005, 0.03))
-        out.append(None if day in GAPS else round(price, 2))
+        price *= math.exp(rnd.gauss(0.0035, 0.03))
+        out.append(None if day in GAPS else round(price, 6))
     return out
 
 
@@ -96,6 +97,14 @@ def _expected(c: list[float | None], d: int, emas: dict[str, list[float | None]]
         exp[f"price_{name}_cagr"] = None if r is None else (1 + r) ** (365 / market.RETURN_PERIODS[name]) - 1
     for name, w in market.VOLATILITY_WINDOWS.items():
         exp[f"volatility_{name}"] = _vol(c, d, w)
+    for name in market.DCA_PERIODS:
+        bought = [v for v in c[max(d - market.RETURN_PERIODS[name] + 1, 0):d + 1] if v is not None]
+        cost = len(bought) / math.fsum(1 / v for v in bought) if bought else None
+        exp[f"dca_cost_basis_{name}"] = cost
+        exp[f"dca_return_{name}"] = None if now is None or cost is None else now / cost - 1
+    for name in market.CAGR_PERIODS:
+        r = exp[f"dca_return_{name}"]
+        exp[f"dca_cagr_{name}"] = None if r is None else (1 + r) ** (365 / market.RETURN_PERIODS[name]) - 1
     return exp
 
 
@@ -193,9 +202,10 @@ def test_end_to_end_on_mainnet(out: Path, tmp_path: Path) -> None:
     assert sorted(first_of_day) == sorted(set(dates)) and len(first_of_day) == len(closes)
     for k, date in enumerate(sorted(first_of_day)):
         assert dd[first_of_day[date]] == day_rows[names.index("drawdown")][k]
+    assert iface.get_vecs("date", "close,price_ath", 2, 3).value() == [[11.0], [12.0]]
     # A price import that rewrites a past day: the series follow from that day on, without a recompute.
     prices.save(out, [(2, 20.0, 20.0, 20.0, 20.0)])
+    assert iface.get_vecs("date", "close,price_ath", 2, 3).value() == [[20.0], [20.0]]  # the served store too
     again = _query(out, "date", ("price_ath", "drawdown", "price_1d_return"))
     assert again[0] == [10, 12, 20, 20, 20, 20, 20, 20]
     assert again[1][3] == pytest.approx(15 / 20 - 1) and again[2][2] == pytest.approx(20 / 12 - 1)
-    assert iface.get_vecs("date", "price_ath", -1).value() == 20.0  # a running server picks it up too

@@ -148,7 +148,12 @@ class Source:
         changed = self.comp.refresh() or changed
         if self.prices.refresh():
             changed = True
-            self.price_version += 1
+            with self._lock:
+                self.price_version += 1
+                # The closes per period and the market series follow a price import at once (the realized
+                # values follow at the next compute, which bumps its generation).
+                for key in [k for k in self._cache if isinstance(k, tuple) and k[0] in ("price", "market", "market_period")]:
+                    del self._cache[key]
         changed = self.utxo.refresh() or changed
         changed = self.realized.refresh() or changed
         changed = self.addr.refresh() or changed

@@ -1,5 +1,6 @@
 """Market series derived from the daily closing price: all-time high, drawdown, moving averages, the Mayer
-multiple, returns, CAGR and volatility (BRK's market family; ids as in BRK's classic naming).
+multiple, returns, CAGR, volatility and dollar-cost averaging (BRK's market and investing families; ids
+as in BRK's classic naming, ``dca_*`` as in its current one).
 
 Every series is a function of ``dateindex_to_close`` alone, computed by :func:`compute` over the whole
 daily series (a few thousand days: milliseconds and a few MB), so it needs no stored state: the query
@@ -16,6 +17,8 @@ Conventions (stated in each id's definition):
 * ``drawdown`` = close / price_ath - 1 (0 at a new high, negative below it, as BRK's ``price_drawdown``);
 * ``price_<p>_ema`` uses alpha = 2 / (n + 1), seeded with the first close and NaN for its first n - 1
   closes;
+* ``dca_cost_basis_<p>`` is the average price of buying the same dollar amount on every day with a close
+  in the last p days (fewer since the first close, as BRK), n / sum(1 / close);
 * ``volatility_<w>`` is the sample standard deviation (n - 1) of the daily log returns ln(close_d /
   close_{d-1}) over the last w days, annualised by sqrt(365).
 
@@ -37,6 +40,8 @@ RETURN_PERIODS: dict[str, int] = {"1d": 1, "1w": 7, "1m": 30, "3m": 90, "6m": 18
                                   "4y": 1460, "10y": 3650}
 CAGR_PERIODS = ("2y", "4y", "10y")  # multi-year returns, also as a compound annual growth rate
 VOLATILITY_WINDOWS: dict[str, int] = {"1w": 7, "1m": 30, "1y": 365}
+# Dollar-cost averaging: the same dollar amount bought every day of the period (BRK's DCA periods).
+DCA_PERIODS = ("1w", "1m", "3m", "6m", "1y", "2y", "4y", "10y")
 ANNUAL_DAYS = 365
 
 _SPAN = {"d": "day", "w": "week", "m": "month", "y": "year"}
@@ -72,6 +77,16 @@ def _definitions() -> dict[str, str]:
         out[f"volatility_{name}"] = (f"{_span(name)} price volatility: sample standard deviation of the last "
                                      f"{days} daily log returns ln(close / previous close), annualised "
                                      f"by sqrt({ANNUAL_DAYS})")
+    for name in DCA_PERIODS:
+        days = RETURN_PERIODS[name]
+        out[f"dca_cost_basis_{name}"] = (f"{_span(name)} DCA cost basis: average price paid buying the same dollar "
+                                         f"amount every day of the last {days} days (days since the first "
+                                         f"close while fewer), the harmonic mean of those closes, in US dollars")
+        out[f"dca_return_{name}"] = f"{_span(name)} DCA return: close / dca_cost_basis_{name} - 1"
+    for name in CAGR_PERIODS:
+        days = RETURN_PERIODS[name]
+        out[f"dca_cagr_{name}"] = (f"{_span(name)} DCA compound annual growth rate (CAGR): "
+                                   f"(1 + dca_return_{name}) ^ ({ANNUAL_DAYS} / {days}) - 1")
     return out
 
 
@@ -117,6 +132,22 @@ def compute(close: np.ndarray) -> dict[str, np.ndarray]:
         with np.errstate(invalid="ignore"):
             out[f"price_{name}_cagr"] = np.power(1.0 + out[f"price_{name}_return"], 1.0 / years) - 1.0
 
+    # Window sums of 1 / close summed window by window, not as differences of a running sum: the early
+    # closes (cents) would dwarf the late ones (tens of thousands of dollars) and cancel their digits.
+    inverse = np.where(have, 1.0 / np.where(have, c, 1.0), 0.0)
+    for name in DCA_PERIODS:
+        w = RETURN_PERIODS[name]
+        lo = np.maximum(np.arange(n) + 1 - w, 0)
+        bought = (counts[1:] - counts[lo]).astype(np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            cost = np.where(bought > 0, bought / _trailing_sum(inverse, w), np.nan)
+            out[f"dca_cost_basis_{name}"] = cost
+            out[f"dca_return_{name}"] = c / cost - 1.0
+    for name in CAGR_PERIODS:
+        years = RETURN_PERIODS[name] / ANNUAL_DAYS
+        with np.errstate(invalid="ignore"):
+            out[f"dca_cagr_{name}"] = np.power(1.0 + out[f"dca_return_{name}"], 1.0 / years) - 1.0
+
     log_ret = np.full(n, np.nan)
     if n > 1:
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -135,6 +166,21 @@ def _rolling_mean(c: np.ndarray, sums: np.ndarray, counts: np.ndarray, w: int) -
     if n >= w:
         full = (counts[w:] - counts[:-w]) == w
         out[w - 1:] = np.where(full, (sums[w:] - sums[:-w]) / w, np.nan)
+    return out
+
+
+def _trailing_sum(x: np.ndarray, w: int) -> np.ndarray:
+    """Sum of the last ``w`` values at each day (fewer at the start), each window summed on its own."""
+    import numpy as np
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    n = x.shape[0]
+    padded = np.concatenate((np.zeros(w - 1), x))
+    out = np.empty(n)
+    step = max(1, (1 << 20) // w)  # bounded temporaries: about a million floats at a time
+    for lo in range(0, n, step):
+        hi = min(n, lo + step)
+        out[lo:hi] = sliding_window_view(padded[lo:hi + w - 1], w).sum(axis=1)
     return out
 
 
