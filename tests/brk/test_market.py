@@ -1,7 +1,7 @@
 """Market series (cairn_servers.brk.market): each recomputed here in plain Python from the daily closes, on a
 generated 3,700-day random walk with gaps (long enough for the 4-year windows and the 10-year return), and
 end to end on mainnet 0..589 with imported prices: `brk query` on days, weeks and heights, `brk ids`, the
-definitions, and a price import that rewrites a past day."""
+definitions, and a price import that rewrites a past day (in process and over a running HTTP server)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import math
 import random
 from pathlib import Path
 
+import httpx
 import pytest
 
 from cairn_servers.brk import market, prices
@@ -19,8 +20,10 @@ from cairn_servers.brk.catalog import INDEXES, ids
 from cairn_servers.brk.cli import main
 from cairn_servers.brk.compute import compute
 from cairn_servers.brk.definitions import definition
+from cairn_servers.brk.http import create_app
 from cairn_servers.brk.interface import Interface
 
+from ..mcp._http import serving
 from .conftest import mainnet_store
 
 DAYS = 3700
@@ -203,9 +206,18 @@ def test_end_to_end_on_mainnet(out: Path, tmp_path: Path) -> None:
     for k, date in enumerate(sorted(first_of_day)):
         assert dd[first_of_day[date]] == day_rows[names.index("drawdown")][k]
     assert iface.get_vecs("date", "close,price_ath", 2, 3).value() == [[11.0], [12.0]]
-    # A price import that rewrites a past day: the series follow from that day on, without a recompute.
-    prices.save(out, [(2, 20.0, 20.0, 20.0, 20.0)])
-    assert iface.get_vecs("date", "close,price_ath", 2, 3).value() == [[20.0], [20.0]]  # the served store too
+    with serving(create_app(iface)) as url, httpx.Client(base_url=url.removesuffix("/mcp"), timeout=30) as http:
+        route = "/api/vecs/dateindex-to-price_ath"
+        before = http.get(route, params={"from": 2, "to": 3})
+        assert before.json() == 12.0
+        assert http.get(route, params={"from": 2, "to": 3},
+                        headers={"If-None-Match": before.headers["etag"]}).status_code == 304
+        # A price import that rewrites a past day: the series follow from that day on, without a recompute,
+        # in the running server too (a new ETag: the old one gets the new answer, not a 304).
+        prices.save(out, [(2, 20.0, 20.0, 20.0, 20.0)])
+        after = http.get(route, params={"from": 2, "to": 3}, headers={"If-None-Match": before.headers["etag"]})
+        assert after.status_code == 200 and after.json() == 20.0 and after.headers["etag"] != before.headers["etag"]
+    assert iface.get_vecs("date", "close,price_ath", 2, 3).value() == [[20.0], [20.0]]
     again = _query(out, "date", ("price_ath", "drawdown", "price_1d_return"))
     assert again[0] == [10, 12, 20, 20, 20, 20, 20, 20]
     assert again[1][3] == pytest.approx(15 / 20 - 1) and again[2][2] == pytest.approx(20 / 12 - 1)

@@ -140,6 +140,7 @@ class Source:
         self.generation = -1
         self.heights = 0
         self.price_version = 0  # bumped on every price commit seen: the market series are keyed on it
+        self.price_tag = ""  # the price manifest's modification time (hex ns): part of the HTTP ETag
         self.refresh()
 
     def refresh(self) -> bool:
@@ -150,6 +151,7 @@ class Source:
             changed = True
             with self._lock:
                 self.price_version += 1
+                self.price_tag = _manifest_tag(self.out / "prices")
                 # The closes per period and the market series follow a price import at once (the realized
                 # values follow at the next compute, which bumps its generation).
                 for key in [k for k in self._cache if isinstance(k, tuple) and k[0] in ("price", "market", "market_period")]:
@@ -453,6 +455,16 @@ class Source:
 
             return format_days(day_nums(self.comp.read("height_to_dateindex", start, stop)))
         return format_days(first_day_of_period(index, np.arange(start, stop)))
+
+
+def _manifest_tag(root: Path) -> str:
+    """A store's last commit, as the modification time of its manifest in hex nanoseconds ("" when none)."""
+    import os
+
+    try:
+        return f"{os.stat(root / 'manifest.json').st_mtime_ns:x}"
+    except OSError:
+        return ""
 
 
 # -- the entries -------------------------------------------------------------------------------------
