@@ -22,6 +22,7 @@ from cairn_servers.brk.compute import compute
 from cairn_servers.brk.definitions import definition
 from cairn_servers.brk.http import create_app
 from cairn_servers.brk.interface import Interface
+from cairn_servers.brk.ops import OPS
 
 from ..mcp._http import serving
 from .conftest import mainnet_store
@@ -182,6 +183,14 @@ def test_end_to_end_on_mainnet(out: Path, tmp_path: Path) -> None:
     for vec_id in REQUIRED:
         assert iface.get_vecid_to_indexes(vec_id) == ["height", "dateindex", "weekindex", "monthindex",
                                                       "quarterindex", "semesterindex", "yearindex", "decadeindex"]
+    # Id search finds them by description (top 3).
+    asked = (("all time high price", "price_ath"), ("drawdown from the all-time high", "drawdown"),
+             ("200 day simple moving average", "price_200d_sma"), ("mayer multiple", "mayer_multiple"),
+             ("1 year price return", "price_1y_return"), ("monthly volatility", "volatility_1m"),
+             ("dollar cost averaging 4 years", "dca_cost_basis_4y"))
+    for question, expected_id in asked:
+        found = OPS["search_vecids"].call(iface, {"q": question, "limit": 3}, "http")
+        assert expected_id in [hit["id"] for hit in found], (question, found)
     emas = {name: _ema(list(closes), w) for name, w in market.MA_WINDOWS.items()}
     names = market.IDS
     day_rows = _query(out, "date", names)
