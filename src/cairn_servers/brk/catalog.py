@@ -10,7 +10,8 @@ per-tip caches; a ``Vec`` reads rows ``[start, stop)`` of one id on one index, b
 * period aggregates over heights: for a base series X on a coarse index, ``X_sum``, ``X_avg``,
   ``X_min``, ``X_max``, ``X_median``, ``X_p10/_p25/_p75/_p90``, ``X_cumulative``; the bare ``X`` is
   the sum for flows, the last value for states and the average for levels. They are reduced from the
-  stored height vecs and cached per tip; when the tip grows only the last period onwards is redone.
+  stored height vecs and cached per tip; when the tip grows only the last period onwards is redone;
+* market series (``cairn_servers.brk.market``): computed from the daily closes, cached per price commit.
 """
 
 from __future__ import annotations
