@@ -21,6 +21,7 @@ import pytest
 from cairn_servers.brk.dates import DATE_INDEXES, HEIGHT_INDEXES
 from cairn_servers.brk.compute import compute
 from cairn_servers.brk.families import FAMILIES
+from cairn_servers.brk.market import IDS as MARKET_IDS
 from cairn_servers.brk.http import create_app
 from cairn_servers.brk.interface import Interface
 from cairn_servers.brk.ops import OPS
@@ -33,7 +34,7 @@ from ._prices import kraken, kraken_body
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*(removed|deprecated) as of 2026")
 SAMPLE_IDS = [i for _, ids, _ in FAMILIES for i in ids]
-PRICED = {"close", "market_cap", "supply_usd", "realized_cap", "realized_price", "mvrv", "nupl", "sopr",
+PRICED = {*MARKET_IDS, "close", "market_cap", "supply_usd", "realized_cap", "realized_price", "mvrv", "nupl", "sopr",
           "supply_in_profit", "supply_in_loss", "supply_breakeven"}
 # Mainnet 0..589 spans 2009-01-03 .. 2009-01-15; a price for each day (a few cents apart, as if).
 CSV = "date,price\n" + "".join(f"2009-01-{d:02d},{0.5 + d / 100:.2f}\n" for d in range(1, 21))

@@ -10,7 +10,8 @@ per-tip caches; a ``Vec`` reads rows ``[start, stop)`` of one id on one index, b
 * period aggregates over heights: for a base series X on a coarse index, ``X_sum``, ``X_avg``,
   ``X_min``, ``X_max``, ``X_median``, ``X_p10/_p25/_p75/_p90``, ``X_cumulative``; the bare ``X`` is
   the sum for flows, the last value for states and the average for levels. They are reduced from the
-  stored height vecs and cached per tip; when the tip grows only the last period onwards is redone.
+  stored height vecs and cached per tip; when the tip grows only the last period onwards is redone;
+* market series (``cairn_servers.brk.market``): computed from the daily closes, cached per price commit.
 """
 
 from __future__ import annotations
@@ -139,13 +140,23 @@ class Source:
         self._cache: dict[Any, tuple[int, Any]] = {}
         self.generation = -1
         self.heights = 0
+        self.price_version = 0  # bumped on every price commit seen: the market series are keyed on it
+        self.price_tag = ""  # the price manifest's modification time (hex ns): part of the HTTP ETag
         self.refresh()
 
     def refresh(self) -> bool:
         """Pick up new commits; True when anything changed (callers rebuild id lists then)."""
         changed = self.raw.refresh()
         changed = self.comp.refresh() or changed
-        changed = self.prices.refresh() or changed
+        if self.prices.refresh():
+            changed = True
+            with self._lock:
+                self.price_version += 1
+                self.price_tag = _manifest_tag(self.out / "prices")
+                # The closes per period and the market series follow a price import at once (the realized
+                # values follow at the next compute, which bumps its generation).
+                for key in [k for k in self._cache if isinstance(k, tuple) and k[0] in ("price", "market", "market_period")]:
+                    del self._cache[key]
         changed = self.utxo.refresh() or changed
         changed = self.realized.refresh() or changed
         changed = self.addr.refresh() or changed
@@ -384,6 +395,59 @@ class Source:
             self._cache[("price", index, field)] = (self.heights, out)
         return out
 
+    def market_daily(self) -> dict[str, np.ndarray]:
+        """Every market series per dateindex (``cairn_servers.brk.market``), cached per price commit."""
+        key = ("market", self.price_version)
+        with self._lock:
+            hit = self._cache.get(key)
+        if hit is not None:
+            series: dict[str, np.ndarray] = hit[1]
+            return series
+        from cairn_servers.brk import market
+
+        series = market.compute(self.daily_price("close"))
+        with self._lock:
+            for old in [k for k in self._cache if isinstance(k, tuple) and k[:1] == ("market",)]:
+                del self._cache[old]  # one price version's series at a time
+            self._cache[key] = (0, series)
+        return series
+
+    def market(self, name: str, index: str, start: int, stop: int) -> np.ndarray:
+        """A market series per height (the block's day) or per period of a date index (its last day
+        with a value, as ``close``)."""
+        import numpy as np
+
+        daily = self.market_daily()[name]
+        if index == "height":
+            di = self.comp.read("height_to_dateindex", start, stop).astype(np.int64)
+            out = np.full(di.shape[0], np.nan)
+            ok = di < daily.shape[0]
+            out[ok] = daily[di[ok]]
+            return out
+        if index == "dateindex":
+            n_days = self.length(index)
+            result = np.full(max(min(stop, n_days) - start, 0), np.nan)
+            part = daily[start:min(stop, n_days)]
+            result[:part.shape[0]] = part
+            return result
+        key = ("market_period", index, name)  # one entry per id and index, replaced when the tip or prices move
+        with self._lock:
+            hit = self._cache.get(key)
+        if hit is None or hit[0] != self.heights or hit[1][0] != self.price_version:
+            from cairn_servers.brk.dates import period_of_dateindex
+
+            n_periods = self.length(index)
+            per_period = np.full(n_periods, np.nan)
+            per = period_of_dateindex(index, np.arange(daily.shape[0]))
+            ok = ~np.isnan(daily) & (per < n_periods)
+            per_period[per[ok]] = daily[ok]  # the last day with a value wins
+            with self._lock:
+                self._cache[key] = (self.heights, (self.price_version, per_period))
+        else:
+            per_period = hit[1][1]
+        sliced: np.ndarray = per_period[start:stop]
+        return sliced
+
     def dates(self, index: str, start: int, stop: int) -> list[str]:
         import numpy as np
 
@@ -392,6 +456,16 @@ class Source:
 
             return format_days(day_nums(self.comp.read("height_to_dateindex", start, stop)))
         return format_days(first_day_of_period(index, np.arange(start, stop)))
+
+
+def _manifest_tag(root: Path) -> str:
+    """A store's last commit, as the modification time of its manifest in hex nanoseconds ("" when none)."""
+    import os
+
+    try:
+        return f"{os.stat(root / 'manifest.json').st_mtime_ns:x}"
+    except OSError:
+        return ""
 
 
 # -- the entries -------------------------------------------------------------------------------------
@@ -441,6 +515,10 @@ def _price(src: Source, a: int, b: int, field: str, index: str) -> np.ndarray:
     return src.price(field, index, a, b)
 
 
+def _market(src: Source, a: int, b: int, name: str, index: str) -> np.ndarray:
+    return src.market(name, index, a, b)
+
+
 def _first_height(src: Source, a: int, b: int, index: str) -> np.ndarray:
     return src.first_heights(index)[a:b]
 
@@ -480,6 +558,7 @@ def table(index: str, prices: bool) -> dict[str, Recipe]:
                 row[field] = (_price, field, index)
             row["market_cap"] = row["supply_usd"]
             _realized(row, index)
+            _market_ids(row, index)
     elif index in HEIGHT_INDEXES:
         dated = index in DATE_INDEXES
         usd = prices and dated
@@ -495,6 +574,7 @@ def table(index: str, prices: bool) -> dict[str, Recipe]:
                 row[field] = (_price, field, index)
             row["market_cap"] = row["supply_usd"]
             _realized(row, index)
+            _market_ids(row, index)
     elif index == "txindex":
         row["txid"] = (_hex, "raw", "txindex_to_txid")
         for vec_id, name in RAW_TX.items():
@@ -529,6 +609,14 @@ def _realized(row: dict[str, Recipe], index: str) -> None:
     row["mvrv"] = (_ratio, row["market_cap"], row["realized_cap"], False)
     row["nupl"] = (_ratio, row["realized_cap"], row["market_cap"], True)
     row["sopr"] = (_ratio, row["value_destroyed_usd"], row["realized_value_destroyed"], False)
+
+
+def _market_ids(row: dict[str, Recipe], index: str) -> None:
+    """The market series (``cairn_servers.brk.market``) on ``height`` or a date index (a store with prices)."""
+    from cairn_servers.brk.market import IDS
+
+    for name in IDS:
+        row[name] = (_market, name, index)
 
 
 def _unit_variants(row: dict[str, Recipe], index: str, base: str, read: Recipe, sats: bool, usd: bool,

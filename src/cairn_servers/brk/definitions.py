@@ -161,6 +161,9 @@ def _base(name: str) -> str | None:
     """A base id's line, with its unit (``supply_btc``: the supply's line, in BTC)."""
     if name in BASES:
         return BASES[name]
+    market = _market()
+    if name in market:
+        return market[name]
     for unit, words in UNITS.items():
         if name.endswith("_" + unit):
             text = _pattern(name[:-len(unit) - 1])
@@ -205,6 +208,14 @@ def _age(text: str) -> str | None:
     if not number.isdigit() or unit is None:
         return None
     return f"{number} {unit}{'' if number == '1' else 's'}"
+
+
+@functools.lru_cache(maxsize=1)
+def _market() -> dict[str, str]:
+    """The market series' lines (``cairn_servers.brk.market``, standard library at import)."""
+    from cairn_servers.brk.market import DEFINITIONS
+
+    return DEFINITIONS
 
 
 @functools.lru_cache(maxsize=1)

@@ -27,6 +27,11 @@ FAMILIES: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("realized value", ("realized_cap", "realized_price", "mvrv", "nupl", "sopr", "supply_in_profit",
                         "supply_in_loss", "supply_breakeven"),
      "coins valued at the close of their creation day, supply in profit, in loss and at breakeven; needs prices"),
+    ("market", ("price_ath", "drawdown", "days_since_ath", "price_1w_sma", "price_1w_ema", "price_1d_return",
+                "volatility_1w"),
+     "from the daily close: all-time high, drawdown, moving averages price_<1w..200d..4y>_sma and _ema, "
+     "mayer_multiple, price_<1d..1y..10y>_return, price_<2y|4y|10y>_cagr, volatility_<1w|1m|1y>, "
+     "dca_cost_basis_<1w..10y>, dca_return_<1w..10y>; needs prices"),
 )
 
 

@@ -3,8 +3,9 @@ MCP Streamable HTTP (stateless) at POST /mcp. The /api/vecs routes, /version and
 generated from the operations in ``cairn_servers.brk.ops`` (the MCP tools too); what is HTTP's own is here.
 
 Every /api answer carries an ETag made of the computed store's generation, its tip height and whether
-prices exist, so ``If-None-Match`` gets a 304 until a new block (or a reorg, or a price import) lands.
-``If-None-Match`` uses the weak comparison of RFC 9110 section 13.1.2: ``W/"0-589-1"``, a list of
+prices exist (with the time of their last commit), so ``If-None-Match`` gets a 304 until a new block (or a
+reorg, or a price import) lands. ``If-None-Match`` uses the weak comparison of RFC 9110 section 13.1.2:
+``W/"0-589-1-18b2c4f3a1e07d40"``, a list of
 tags (``"a", W/"b"``) and ``*`` all match. ``/api/vecs/INDEX-to-ID.csv`` (``.json``, ``.tsv``, ``.md``,
 ``.markdown``) picks the format like ``?format=``.
 CORS is open (``*``) on the read-only API; /mcp keeps the MCP core's DNS-rebinding protection.

@@ -137,7 +137,8 @@ class Interface:
 
     def etag(self) -> str:
         self._refresh()
-        return f'"{self.source.generation}-{self.source.tip()}-{int(self.source.has_prices)}"'
+        prices = f"1-{self.source.price_tag}" if self.source.has_prices else "0"  # a price import changes it
+        return f'"{self.source.generation}-{self.source.tip()}-{prices}"'
 
     # -- the operations (declared in cairn_servers.brk.ops) ------------------------------------------------------
     @staticmethod
