@@ -249,3 +249,24 @@ def test_fenced_comments_stay_code_with_pages_around() -> None:
 def test_many_long_openers_closed_by_three_backticks() -> None:
     text = "# T\n\n" + "".join(f"````js\n// {i}\n```\n\n## H{i}\n\n" for i in range(300))
     assert [h.text for h in parse(text).headings] == ["T", *(f"H{i}" for i in range(300))]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([b"a", b"\n", b"\n\n", b" ", "😀".encode(), b"\xff", b"\xe2\x82", b"\xef\xbb\xbf"]),
+                max_size=40), st.sampled_from([1, 2, 3, 7, 1 << 20]))
+def test_lines_decoded_a_piece_at_a_time_are_those_of_the_whole(parts: list[bytes], step: int) -> None:
+    """decode_lines decodes a megabyte at a time: the lines (invalid bytes replaced, a BOM dropped) are
+    those of decoding line by line, whatever the piece size."""
+    from cairn_servers.blz import llmstxt
+
+    data = b"".join(parts)
+    whole = [ln.decode("utf-8", errors="replace") for ln in data.split(b"\n")]
+    if len(whole) > 1 and whole[-1] == "":
+        whole.pop()
+    whole[0] = whole[0].removeprefix("\ufeff")
+    saved = llmstxt.DECODE_STEP
+    llmstxt.DECODE_STEP = step
+    try:
+        assert llmstxt.decode_lines(data) == whole
+    finally:
+        llmstxt.DECODE_STEP = saved

