@@ -38,6 +38,7 @@ def describe(agent: "AgentConfig") -> dict[str, Any]:
         "name": agent.name,
         "description": agent.description,
         "kind": agent.kind,
+        "source": "toml" if agent.kind == "inline" else "lua",  # Context Harness's name for the kind
         "tools": list(agent.tools),
         "search": {"mode": agent.search_mode, "sources": list(agent.search_sources), "limit": agent.search_limit},
         "arguments": [{"name": a.name, "description": a.description, "required": a.required,
@@ -99,9 +100,14 @@ class Agents:
         agent = self.agent(name)
         if args is None:
             args = {}
+        declared = {a.name: a for a in agent.arguments}
+        if (isinstance(args, dict) and list(args) == ["arguments"] and isinstance(args["arguments"], dict)
+                and "arguments" not in declared):
+            # Context Harness's specification wraps the values, {"arguments": {"service": "..."}}, where its
+            # server and guides send them bare; both reach the agent the same way
+            args = args["arguments"]
         if not isinstance(args, dict):
             raise InvalidInput(f"The arguments of agent {name!r} must be an object of strings.", details={"agent": name})
-        declared = {a.name: a for a in agent.arguments}
         for key, value in args.items():
             if key not in declared:
                 raise InvalidInput(f"Agent {name!r}: unknown argument {key!r}. {_signature(agent)}",
