@@ -73,6 +73,11 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
         p.add_argument("target", nargs="?", default="all", help="connector name, type, type:name, or all (default)")
         p.add_argument("--full", action="store_true", help="re-read and re-chunk every document")
         p.add_argument("--dry-run", action="store_true", help="report what would change without writing")
+        p.add_argument("--since", metavar="DATE", help="write only new or changed documents updated on or after "
+                       "DATE (YYYY-MM-DD, ISO 8601 or unix seconds); the others wait for a later sync")
+        p.add_argument("--until", metavar="DATE", help="... and on or before DATE (a YYYY-MM-DD takes the whole day)")
+        p.add_argument("--limit", metavar="N", help="write at most N new or changed documents per source; "
+                       "the rest wait for a later sync")
         _progress_arg(p)
 
     # search, get: generated from their declarations (cairn_servers/ctx/ops.py), as MCP and HTTP are
@@ -278,7 +283,8 @@ def _run(args: argparse.Namespace) -> tuple[Any, Any, int]:
             from cairn_servers.core.output import ProgressBar
 
             summary = svc.sync(args.target, full=args.full, dry_run=args.dry_run,
-                               progress=ProgressBar(mode=args.progress))
+                               progress=ProgressBar(mode=args.progress), since=args.since, until=args.until,
+                               limit=args.limit)
             failed = [r for r in summary.sources if not r.ok]
             if failed:
                 _warn_failures(summary)
@@ -536,6 +542,7 @@ def _sync_text(summary: Any) -> str:
         lines.append(
             f"{r.source}: {prefix}{r.added} added, {r.updated} updated, {r.deleted} deleted, "
             f"{r.unchanged} unchanged, {r.skipped} skipped, {r.chunks} chunks written ({r.seconds:.2f} s)"
+            + (f", {r.held} held back by --since/--until/--limit" if r.held else "")
             + ("  [resumed an interrupted sync]" if r.resumed else "")
         )
         lines.extend(f"  warning: {w}" for w in r.warnings)
