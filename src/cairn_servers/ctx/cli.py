@@ -49,7 +49,8 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
 
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", default=argparse.SUPPRESS, metavar="PATH",
-                        help="config file (default: $CTX_CONFIG, else ./config/ctx.toml)")
+                        help="config file (default: $CTX_CONFIG, else the first of ./config/ctx.toml, "
+                             "./.ctx/ctx.toml, $XDG_CONFIG_HOME/ctx/ctx.toml)")
     add_format(common, "ctx", suppress=True)
 
     parser = parser_class()(prog="ctx", description=__doc__, parents=[common], epilog=EXIT_CODES,
