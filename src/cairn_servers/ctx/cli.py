@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 FORMAT_ENV = "CTX_OUTPUT_FORMAT"
 # The sub-commands, in the order `ctx --help` lists them.
 COMMANDS = ("init", "sources", "stats", "migrate", "sync", "search", "get", "embed", "export", "import", "serve",
-            "config", "agent", "tool", "completion")
+            "config", "agent", "tool", "connector", "completion")
 # The options every command takes (``common`` below) that may come before the sub-command's name.
 _VALUE_OPTIONS = ("--config", "--format")
 _FLAG_OPTIONS = ("--json", "--jsonl", "--text")
@@ -141,6 +141,7 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
         show = add_subcommand(asub, OPS["agent_show"], parents=[common])
         show.add_argument("--arg", dest="agent_args", action="append", default=[], metavar="KEY=VALUE",
                           help="an argument of the agent (repeatable); VALUE is text")
+        _init_arg(asub, common, "agent")
 
     if "tool" in wanted:
         p = sub.add_parser("tool", parents=[common], help="list the tools or run one once")
@@ -150,9 +151,24 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
         t.add_argument("name", help="tool name")
         t.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                        help="a parameter (repeatable); VALUE is read as JSON when it parses, else as text")
+        _init_arg(tsub, common, "tool")
+    if "connector" in wanted:
+        p = sub.add_parser("connector", parents=[common], help="start a Lua connector or try one without syncing")
+        csub = p.add_subparsers(dest="connector_command", metavar="ACTION", required=True)
+        _init_arg(csub, common, "connector")
+        t = csub.add_parser("test", parents=[common], help="scan a configured connector and read its items as a "
+                            "sync would, writing nothing")
+        t.add_argument("name", help="connector name or type:name")
+        t.add_argument("--limit", type=int, default=20, metavar="N", help="items to show (default 20; all are counted)")
     if "completion" in wanted:
         add_completion(sub, "ctx")
     return parser
+
+
+def _init_arg(actions: Any, common: argparse.ArgumentParser, kind: str) -> None:
+    p = actions.add_parser("init", parents=[common], help=f"write a starter Lua {kind}, {kind}s/NAME.lua beside "
+                           "ctx.toml (never overwriting), and print the section that registers it")
+    p.add_argument("name", metavar="NAME", help=f"the {kind}'s name: lowercase letters, digits, '_' and '-'")
 
 
 def _progress_arg(p: argparse.ArgumentParser) -> None:
@@ -253,6 +269,9 @@ def _exit_code(code: str | None) -> int:
 
 def _run(args: argparse.Namespace) -> tuple[Any, Any, int]:
     """(data to render, optional custom text renderer, exit status) for the command."""
+    action = getattr(args, f"{args.command}_command", None)
+    if action == "init" or args.command == "connector":  # tool|agent|connector init, connector test
+        return _run_scaffold(args, action)
     if args.command in ("serve", "tool", "config"):  # first: `serve mcp --stdio` need not import the service
         return _run_tools(args)
     if args.command == "agent":
@@ -332,6 +351,19 @@ def _transfer(svc: Any, args: argparse.Namespace) -> tuple[Any, Any, int]:
         sys.stderr.write(f"ctx: note: {note}\n")
     return imported, lambda: (f"Imported {imported.documents} documents, {imported.chunks} chunks, "
                               f"{imported.vectors} vectors in {imported.seconds} s"), 0
+
+
+def _run_scaffold(args: argparse.Namespace, action: str | None) -> tuple[Any, Any, int]:
+    """``ctx tool|agent|connector init NAME`` (no config needed: the script goes where it is or will be) and
+    ``ctx connector test NAME``."""
+    from cairn_servers.ctx import config as cfg
+    from cairn_servers.ctx import scaffold
+
+    if action == "init":
+        made = scaffold.init(args.command, args.name, cfg.resolve_path(getattr(args, "config", None)))
+        return made, lambda: scaffold.text(made), 0
+    report = scaffold.connector_test(cfg.load(getattr(args, "config", None)), args.name, args.limit)
+    return report, lambda: scaffold.connector_text(report), 0
 
 
 def _run_tools(args: argparse.Namespace) -> tuple[Any, Any, int]:
