@@ -86,6 +86,7 @@ def test_connector_init_test_and_sync(kb: Path, capsys: pytest.CaptureFixture[st
     (["agent", "init", "On-Call"], 2, "'On-Call' is not a valid agent name: use lowercase letters, digits, '_' and '-' "
                                       "(not first), at most 64 characters."),
     (["connector", "test", "nowhere"], 3, "No connector named 'nowhere'. Configured: filesystem:docs."),
+    (["connector", "test", "docs", "--limit", "0"], 2, "--limit must be 1 or more, not 0."),
 ])
 def test_bad_names(kb: Path, capsys: pytest.CaptureFixture[str], argv: list[str], code: int, message: str) -> None:
     got, _, err = ctx(capsys, *argv)
@@ -100,3 +101,11 @@ def test_init_never_overwrites(kb: Path, capsys: pytest.CaptureFixture[str]) -> 
                                          "script. Choose another name or remove the file.")
     assert mine.read_text() == "-- my own tool\n"
     assert sorted(p.name for p in mine.parent.iterdir()) == ["lookup.lua"]  # no temporary file left
+
+
+def test_connector_test_reports_a_script_error(kb: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write(kb.parent, {"connectors/broken.lua": 'connector = {}\nfunction connector.scan(config) error("boom") end\n'})
+    with kb.open("a") as fh:
+        fh.write('\n[connectors.script.broken]\npath = "connectors/broken.lua"\n')
+    code, _, err = ctx(capsys, "connector", "test", "broken")
+    assert code == 8 and err.strip() == "ctx: error: Lua connector 'broken': broken.lua:2: boom"

@@ -53,6 +53,7 @@ FILES = {
 }
 
 
+@pytest.mark.usefixtures("ctx_backend")  # on SQLite and on PostgreSQL
 def test_since_until_write_only_documents_dated_in_the_window(tmp_path: Path) -> None:
     dated(tmp_path / "docs", FILES)
     svc = service(tmp_path)
@@ -76,6 +77,7 @@ def test_since_until_write_only_documents_dated_in_the_window(tmp_path: Path) ->
         svc.close()
 
 
+@pytest.mark.usefixtures("ctx_backend")  # on SQLite and on PostgreSQL
 def test_limit_counts_documents_written_per_source_and_the_rest_follow(tmp_path: Path) -> None:
     dated(tmp_path / "docs", {f"n{i}.md": (f"# Note {i}\n\nbody {i}\n", at("2024-02-01") + i) for i in range(5)})
     svc = service(tmp_path)
