@@ -14,7 +14,9 @@ takes (strings; the MCP prompt arguments). Two kinds, as in Context Harness:
 
 Arguments are checked here, once, for every surface: an unknown agent is ``NotFound``; a missing
 required argument, an unknown one or a value that is not a string is ``InvalidInput`` with the same
-message on the CLI (exit 2), over HTTP (400) and MCP ``prompts/get`` (JSON-RPC -32602).
+message on the CLI (exit 2), over HTTP (400) and MCP ``prompts/get`` (JSON-RPC -32602). The values may
+also come wrapped, ``{"arguments": {...}}``, as Context Harness's specification writes the body of
+``POST /agents/{name}/prompt`` (unless the agent declares an argument named ``arguments``).
 """
 
 from __future__ import annotations
