@@ -61,9 +61,12 @@ def test_init_sync_search_get_sources_stats(tmp_path: Path) -> None:
 
 @pytest.mark.usefixtures("ctx_backend")  # on SQLite and on PostgreSQL ($CTX_DATABASE_URL)
 def test_errors_exit_codes_and_messages(tmp_path: Path) -> None:
-    r = ctx("search", "x", cwd=tmp_path)
+    r = ctx("search", "x", cwd=tmp_path, env={"XDG_CONFIG_HOME": str(tmp_path / "xdg")})
     assert r.returncode == 3
-    assert r.stderr == "ctx: error: No config file at config/ctx.toml. Run `ctx init` to create one, or pass --config PATH.\n"
+    xdg = tmp_path / "xdg" / "ctx"
+    assert r.stderr == ("ctx: error: No config file found; looked in ./config/ctx.toml, ./.ctx/ctx.toml, "
+                        f"./.ctx/config.toml, {xdg}/ctx.toml, {xdg}/config.toml. Run `ctx init` to create "
+                        "./config/ctx.toml, pass --config PATH, or set $CTX_CONFIG.\n")
     assert r.stdout == ""
 
     path = config_file(tmp_path, "[db]\npath = 'kb.sqlite'\n[retrieval]\nfinal_limt = 3\n", "bad.toml")

@@ -14,7 +14,9 @@ takes (strings; the MCP prompt arguments). Two kinds, as in Context Harness:
 
 Arguments are checked here, once, for every surface: an unknown agent is ``NotFound``; a missing
 required argument, an unknown one or a value that is not a string is ``InvalidInput`` with the same
-message on the CLI (exit 2), over HTTP (400) and MCP ``prompts/get`` (JSON-RPC -32602).
+message on the CLI (exit 2), over HTTP (400) and MCP ``prompts/get`` (JSON-RPC -32602). The values may
+also come wrapped, ``{"arguments": {...}}``, as Context Harness's specification writes the body of
+``POST /agents/{name}/prompt`` (unless the agent declares an argument named ``arguments``).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ def describe(agent: "AgentConfig") -> dict[str, Any]:
         "name": agent.name,
         "description": agent.description,
         "kind": agent.kind,
+        "source": "toml" if agent.kind == "inline" else "lua",  # Context Harness's name for the kind
         "tools": list(agent.tools),
         "search": {"mode": agent.search_mode, "sources": list(agent.search_sources), "limit": agent.search_limit},
         "arguments": [{"name": a.name, "description": a.description, "required": a.required,
@@ -99,9 +102,14 @@ class Agents:
         agent = self.agent(name)
         if args is None:
             args = {}
+        declared = {a.name: a for a in agent.arguments}
+        if (isinstance(args, dict) and list(args) == ["arguments"] and isinstance(args["arguments"], dict)
+                and "arguments" not in declared):
+            # Context Harness's specification wraps the values, {"arguments": {"service": "..."}}, where its
+            # server and guides send them bare; both reach the agent the same way
+            args = args["arguments"]
         if not isinstance(args, dict):
             raise InvalidInput(f"The arguments of agent {name!r} must be an object of strings.", details={"agent": name})
-        declared = {a.name: a for a in agent.arguments}
         for key, value in args.items():
             if key not in declared:
                 raise InvalidInput(f"Agent {name!r}: unknown argument {key!r}. {_signature(agent)}",

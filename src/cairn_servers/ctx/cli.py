@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 FORMAT_ENV = "CTX_OUTPUT_FORMAT"
 # The sub-commands, in the order `ctx --help` lists them.
 COMMANDS = ("init", "sources", "stats", "migrate", "sync", "search", "get", "embed", "export", "import", "serve",
-            "config", "agent", "tool", "completion")
+            "config", "agent", "tool", "connector", "completion")
 # The options every command takes (``common`` below) that may come before the sub-command's name.
 _VALUE_OPTIONS = ("--config", "--format")
 _FLAG_OPTIONS = ("--json", "--jsonl", "--text")
@@ -49,7 +49,8 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
 
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", default=argparse.SUPPRESS, metavar="PATH",
-                        help="config file (default: $CTX_CONFIG, else ./config/ctx.toml)")
+                        help="config file (default: $CTX_CONFIG, else the first of ./config/ctx.toml, "
+                             "./.ctx/ctx.toml, $XDG_CONFIG_HOME/ctx/ctx.toml)")
     add_format(common, "ctx", suppress=True)
 
     parser = parser_class()(prog="ctx", description=__doc__, parents=[common], epilog=EXIT_CODES,
@@ -73,6 +74,11 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
         p.add_argument("target", nargs="?", default="all", help="connector name, type, type:name, or all (default)")
         p.add_argument("--full", action="store_true", help="re-read and re-chunk every document")
         p.add_argument("--dry-run", action="store_true", help="report what would change without writing")
+        p.add_argument("--since", metavar="DATE", help="write only new or changed documents updated on or after "
+                       "DATE (YYYY-MM-DD, ISO 8601 or unix seconds); the others wait for a later sync")
+        p.add_argument("--until", metavar="DATE", help="... and on or before DATE (a YYYY-MM-DD takes the whole day)")
+        p.add_argument("--limit", metavar="N", help="write at most N new or changed documents per source; "
+                       "the rest wait for a later sync")
         _progress_arg(p)
 
     # search, get: generated from their declarations (cairn_servers/ctx/ops.py), as MCP and HTTP are
@@ -135,6 +141,7 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
         show = add_subcommand(asub, OPS["agent_show"], parents=[common])
         show.add_argument("--arg", dest="agent_args", action="append", default=[], metavar="KEY=VALUE",
                           help="an argument of the agent (repeatable); VALUE is text")
+        _init_arg(asub, common, "agent")
 
     if "tool" in wanted:
         p = sub.add_parser("tool", parents=[common], help="list the tools or run one once")
@@ -144,9 +151,24 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
         t.add_argument("name", help="tool name")
         t.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                        help="a parameter (repeatable); VALUE is read as JSON when it parses, else as text")
+        _init_arg(tsub, common, "tool")
+    if "connector" in wanted:
+        p = sub.add_parser("connector", parents=[common], help="start a Lua connector or try one without syncing")
+        csub = p.add_subparsers(dest="connector_command", metavar="ACTION", required=True)
+        _init_arg(csub, common, "connector")
+        t = csub.add_parser("test", parents=[common], help="scan a configured connector and read its items as a "
+                            "sync would, writing nothing")
+        t.add_argument("name", help="connector name or type:name")
+        t.add_argument("--limit", type=int, default=20, metavar="N", help="items to show (default 20; all are counted)")
     if "completion" in wanted:
         add_completion(sub, "ctx")
     return parser
+
+
+def _init_arg(actions: Any, common: argparse.ArgumentParser, kind: str) -> None:
+    p = actions.add_parser("init", parents=[common], help=f"write a starter Lua {kind}, {kind}s/NAME.lua beside "
+                           "ctx.toml (never overwriting), and print the section that registers it")
+    p.add_argument("name", metavar="NAME", help=f"the {kind}'s name: lowercase letters, digits, '_' and '-'")
 
 
 def _progress_arg(p: argparse.ArgumentParser) -> None:
@@ -247,6 +269,9 @@ def _exit_code(code: str | None) -> int:
 
 def _run(args: argparse.Namespace) -> tuple[Any, Any, int]:
     """(data to render, optional custom text renderer, exit status) for the command."""
+    action = getattr(args, f"{args.command}_command", None)
+    if action == "init" or args.command == "connector":  # tool|agent|connector init, connector test
+        return _run_scaffold(args, action)
     if args.command in ("serve", "tool", "config"):  # first: `serve mcp --stdio` need not import the service
         return _run_tools(args)
     if args.command == "agent":
@@ -278,7 +303,8 @@ def _run(args: argparse.Namespace) -> tuple[Any, Any, int]:
             from cairn_servers.core.output import ProgressBar
 
             summary = svc.sync(args.target, full=args.full, dry_run=args.dry_run,
-                               progress=ProgressBar(mode=args.progress))
+                               progress=ProgressBar(mode=args.progress), since=args.since, until=args.until,
+                               limit=args.limit)
             failed = [r for r in summary.sources if not r.ok]
             if failed:
                 _warn_failures(summary)
@@ -325,6 +351,19 @@ def _transfer(svc: Any, args: argparse.Namespace) -> tuple[Any, Any, int]:
         sys.stderr.write(f"ctx: note: {note}\n")
     return imported, lambda: (f"Imported {imported.documents} documents, {imported.chunks} chunks, "
                               f"{imported.vectors} vectors in {imported.seconds} s"), 0
+
+
+def _run_scaffold(args: argparse.Namespace, action: str | None) -> tuple[Any, Any, int]:
+    """``ctx tool|agent|connector init NAME`` (no config needed: the script goes where it is or will be) and
+    ``ctx connector test NAME``."""
+    from cairn_servers.ctx import config as cfg
+    from cairn_servers.ctx import scaffold
+
+    if action == "init":
+        made = scaffold.init(args.command, args.name, cfg.resolve_path(getattr(args, "config", None)))
+        return made, lambda: scaffold.text(made), 0
+    report = scaffold.connector_test(cfg.load(getattr(args, "config", None)), args.name, args.limit)
+    return report, lambda: scaffold.connector_text(report), 0
 
 
 def _run_tools(args: argparse.Namespace) -> tuple[Any, Any, int]:
@@ -536,6 +575,7 @@ def _sync_text(summary: Any) -> str:
         lines.append(
             f"{r.source}: {prefix}{r.added} added, {r.updated} updated, {r.deleted} deleted, "
             f"{r.unchanged} unchanged, {r.skipped} skipped, {r.chunks} chunks written ({r.seconds:.2f} s)"
+            + (f", {r.held} held back by --since/--until/--limit" if r.held else "")
             + ("  [resumed an interrupted sync]" if r.resumed else "")
         )
         lines.extend(f"  warning: {w}" for w in r.warnings)

@@ -1,6 +1,7 @@
 """``ctx.toml``: load, validate (unknown keys and bad values fail with file, key and reason), defaults.
 
-Location: ``--config`` flag > ``$CTX_CONFIG`` > ``./config/ctx.toml``. Relative paths inside the
+Location: ``--config`` flag > ``$CTX_CONFIG`` > the first that exists of ``./config/ctx.toml``,
+``./.ctx/ctx.toml`` and ``$XDG_CONFIG_HOME/ctx/ctx.toml`` (:func:`search_paths`). Relative paths inside the
 file (``[db] path``, connector ``root``, script ``path``, git ``cache_dir``) resolve against the
 directory that holds the config file, so ``ctx`` behaves the same from any working directory.
 String values may use ``${VAR}`` and ``${VAR:-default}`` (``cairn_servers.ctx.interpolate``); values taken
@@ -135,14 +136,26 @@ class Config:
     from_env: frozenset[KeyPath] = field(default=frozenset(), repr=False, compare=False)
 
 
+def search_paths() -> list[Path]:
+    """Where ctx looks for its config when neither ``--config`` nor ``$CTX_CONFIG`` names one, in order:
+    ``./config/ctx.toml``, ``./.ctx/ctx.toml`` then ``./.ctx/config.toml`` (Context Harness's name), and
+    ``$XDG_CONFIG_HOME/ctx/ctx.toml`` then ``.../config.toml`` (``~/.config`` when ``$XDG_CONFIG_HOME`` is
+    unset or, as the XDG specification says to treat it, relative)."""
+    xdg = os.environ.get("XDG_CONFIG_HOME", "")
+    home = Path(xdg) if xdg and Path(xdg).is_absolute() else Path("~/.config").expanduser()
+    return [DEFAULT_CONFIG, Path(".ctx") / "ctx.toml", Path(".ctx") / "config.toml",
+            home / "ctx" / "ctx.toml", home / "ctx" / "config.toml"]
+
+
 def resolve_path(flag: str | os.PathLike[str] | None) -> Path:
-    """The config file to use: flag, else ``$CTX_CONFIG``, else ``./config/ctx.toml``."""
+    """The config file to use: the flag, else ``$CTX_CONFIG``, else the first of :func:`search_paths` that
+    exists, else ``./config/ctx.toml`` (where ``ctx init`` writes one)."""
     if flag:
         return Path(flag).expanduser()
     env = os.environ.get("CTX_CONFIG")
     if env:
         return Path(env).expanduser()
-    return DEFAULT_CONFIG
+    return next((p for p in search_paths() if p.is_file()), DEFAULT_CONFIG)
 
 
 # ---- validation helpers -----------------------------------------------------------------------
@@ -336,7 +349,12 @@ def load(path: str | os.PathLike[str] | None = None) -> Config:
     try:
         raw = file.read_bytes()
     except FileNotFoundError:
-        raise NotFound(f"No config file at {file}. Run `ctx init` to create one, or pass --config PATH.") from None
+        if path or os.environ.get("CTX_CONFIG"):
+            raise NotFound(f"No config file at {file}. Run `ctx init` to create one, or pass --config PATH.") from None
+        looked = [str(p) if p.is_absolute() else f"./{p}" for p in search_paths()]
+        raise NotFound(f"No config file found; looked in {', '.join(looked)}. Run `ctx init` to create "
+                       f"./{DEFAULT_CONFIG}, pass --config PATH, or set $CTX_CONFIG.", details={"searched": looked}
+                       ) from None
     except OSError as exc:
         raise InvalidInput(f"Cannot read the config file {file}: {exc.strerror}.") from None
     try:

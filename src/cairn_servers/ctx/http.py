@@ -252,12 +252,14 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
                 return await call(op.name, request)
         return Route(path, endpoint(answer), methods=[method])
 
-    def agent_route(op: "Op") -> Route:
+    def agent_routes(op: "Op") -> list[Route]:
         """``GET /agents`` (the list) and ``POST /agents/{name}`` (one agent's prompt, resolved: the JSON body
-        holds its arguments, ``{"topic": "deploys"}``). A GET never runs an agent: a web page can make the
-        user's browser send one without asking (``GET /agents/{name}`` shows the definition)."""
+        holds its arguments, ``{"topic": "deploys"}``), each also at its declared aliases (Context Harness's
+        ``GET /agents/list`` and ``POST /agents/{name}/prompt``). A GET never runs an agent: a web page can
+        make the user's browser send one without asking (``GET /agents/{name}`` shows the definition)."""
         assert op.http is not None
         method, path = op.http
+        aliases: list[tuple[str, str]] = list(op.extra.get("http_aliases", ()))
 
         async def answer(request: "Request") -> Any:
             from cairn_servers.ctx.ops import to_json
@@ -267,7 +269,7 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
                 args.update(query_args(op, request.query_params))
                 return to_json(op, op.call(box.agents, args, "http"))
             if request.query_params:
-                raise InvalidInput(f"POST /agents/{args['name']} takes the agent's arguments as a JSON body "
+                raise InvalidInput(f"POST {request.url.path} takes the agent's arguments as a JSON body "
                                    '(such as {"topic": "deploys"}), not in the query string.')
             arguments = await read_json(request)  # an object of strings: checked with the agent's arguments
             # in the thread pool; a Lua agent stops (its worker killed) if the client goes away, as a Lua tool does
@@ -275,7 +277,8 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
                 request, lambda cancelled: op.call(box.agents, args, "http", arguments=arguments, cancelled=cancelled))
             return to_json(op, value)
 
-        return Route(path, endpoint(answer), methods=[method])
+        served = endpoint(answer)
+        return [Route(p, served, methods=[m]) for m, p in [(method, path), *aliases]]
 
     @endpoint
     async def agent_definition(request: "Request") -> Any:
@@ -311,7 +314,8 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
         # Any tool by name: the Lua tools' routes (POST /tools/NAME, in the OpenAPI document from their
         # declarations), and the built-in ones too (POST /tools/sources); 404 for an unknown name.
         Route("/tools/{name}", tool, methods=["POST"]),
-        *(agent_route(op) for op in OPS if op.extra.get("agents")),
+        # before GET /agents/{name}, which would take GET /agents/list for an agent named "list"
+        *(r for op in OPS if op.extra.get("agents") for r in agent_routes(op)),
         Route("/agents/{name}", agent_definition, methods=["GET"]),
         Route("/mcp", mcp),
         # The seed's client configuration points at the server's root URL: the same app answers there.
@@ -483,6 +487,13 @@ def openapi(box: "Toolbox") -> dict[str, Any]:
         else:
             methods["get"]["responses"] = {"200": reply('{"agents": [...]}'), **errors(401, 500)}
         paths[path] = methods
+    for op in OPS:  # the same operations at their aliases (Context Harness's routes), declared in ctx/ops.py
+        for i, (method, path) in enumerate(op.extra.get("http_aliases", ()) if op.http is not None else ()):
+            assert op.http is not None
+            main = paths[op.http[1]][op.http[0].lower()]
+            paths.setdefault(path, {})[method.lower()] = {
+                **main, "operationId": f"{op.name}_alias" + (str(i + 1) if i else ""),
+                "summary": f"{op.http[0]} {op.http[1]} at Context Harness's route: the same operation and answer"}
     paths["/tools/{name}"] = {"post": {
         "summary": "Call any tool by name; Lua tools answer {\"result\": ...}",
         "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string",

@@ -107,15 +107,20 @@ def sources(svc: Service) -> list[SourceStatus]:
 
 # Agents (cairn_servers.ctx.agents): prompts, not tools. MCP serves them as prompts (prompts/list, prompts/get,
 # from the same Agents), so these operations are on the CLI and HTTP only; they run on the Agents of
-# the configuration (extra["agents"]), not on a leased Service.
+# the configuration (extra["agents"]), not on a leased Service. extra["http_aliases"]: the same operation at
+# Context Harness's routes (GET /agents/list, POST /agents/{name}/prompt), so a client written for it works;
+# the HTTP server serves them and lists them in /openapi.json from here.
 
-@OPS.op(name="agent_list", cli="agent list", http="GET /agents", extra={"key": "agents", "agents": True})
+@OPS.op(name="agent_list", cli="agent list", http="GET /agents",
+        extra={"key": "agents", "agents": True, "http_aliases": (("GET", "/agents/list"),)})
 def agent_list(agents: Agents) -> list[dict[str, Any]]:
-    """The configured agents: name, description, kind, tools, search defaults and arguments."""
+    """The configured agents: name, description, kind (and source: toml or lua), tools, search defaults and
+    arguments."""
     return agents.describe_all()
 
 
-@OPS.op(name="agent_show", cli="agent show", http="POST /agents/{name}", extra={"agents": True},
+@OPS.op(name="agent_show", cli="agent show", http="POST /agents/{name}",
+        extra={"agents": True, "http_aliases": (("POST", "/agents/{name}/prompt"),)},
         params={"name": {"positional": True, "minLength": 1, "metavar": "NAME"},
                 "arguments": {"surfaces": ()}, "cancelled": {"surfaces": ()}})
 def agent_show(agents: Agents, name: str, arguments: dict[str, Any] | None = None,

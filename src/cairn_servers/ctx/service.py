@@ -241,12 +241,21 @@ class Service:
     # ---- sync & embeddings -------------------------------------------------------------------
 
     def sync(self, target: str = "all", *, full: bool = False, dry_run: bool = False,
-             progress: Progress | None = None) -> SyncSummary:
-        """Sync the connectors matching ``target`` (a name, a type, ``type:name`` or ``all``), then embed."""
-        from cairn_servers.ctx.sync import sync_source
+             progress: Progress | None = None, since: str | int | None = None, until: str | int | None = None,
+             limit: str | int | None = None) -> SyncSummary:
+        """Sync the connectors matching ``target`` (a name, a type, ``type:name`` or ``all``), then embed.
 
+        :param since: write only new or changed documents updated at/after this date (YYYY-MM-DD, ISO 8601,
+            unix seconds)
+        :param until: ... and at/before this one (a bare YYYY-MM-DD takes the whole day)
+        :param limit: write at most this many new or changed documents per source; the rest wait for a
+            later sync
+        """
+        from cairn_servers.ctx.sync import sync_source, window
+
+        only = window(since, until, limit)  # checked before any source is touched
         reports = [
-            sync_source(self.store, c, self.config.chunking, full=full, dry_run=dry_run, progress=progress)
+            sync_source(self.store, c, self.config.chunking, full=full, dry_run=dry_run, progress=progress, only=only)
             for c in self._select(target)
         ]
         with self.store.transaction():

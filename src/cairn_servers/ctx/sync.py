@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from cairn_servers.core.errors import CairnError
+from cairn_servers.core.errors import CairnError, InvalidInput
 from cairn_servers.core.sanitize import scrub
 from cairn_servers.ctx.chunk import chunk_text
 from cairn_servers.ctx.config import ChunkingConfig, ConnectorConfig
@@ -58,6 +58,50 @@ class SyncReport:
     would_add: list[str] = field(default_factory=list)
     would_update: list[str] = field(default_factory=list)
     would_delete: list[str] = field(default_factory=list)
+    held: int = 0  # new or changed documents left for a later sync by --since, --until or --limit
+
+
+@dataclass(frozen=True)
+class Window:
+    """Which new or changed documents a sync writes (``ctx sync --since/--until/--limit``): those updated at or
+    after ``since`` and at or before ``until`` (unix seconds), at most ``limit`` per source. The others
+    keep their indexed version (or stay out) and are written by a later sync; a document gone from the
+    source is still removed, since the scan itself is complete."""
+
+    since: int | None = None
+    until: int | None = None
+    limit: int | None = None
+
+    def admits(self, updated_at: int) -> bool:
+        return ((self.since is None or updated_at >= self.since)
+                and (self.until is None or updated_at <= self.until))
+
+
+def window(since: str | int | None = None, until: str | int | None = None,
+           limit: str | int | None = None) -> Window:
+    """``--since``, ``--until`` (``YYYY-MM-DD``, ISO 8601 or unix seconds; a bare date ``--until`` takes the
+    whole day, as Context Harness does) and ``--limit`` (documents written per source) checked, as a Window."""
+    from cairn_servers.ctx.times import parse_time
+
+    start = parse_time(since, "--since")
+    end = parse_time(until, "--until")
+    if end is not None and isinstance(until, str) and _bare_date(until):
+        end += 86_399  # 23:59:59 of that day
+    if start is not None and end is not None and start > end:
+        raise InvalidInput(f"--since {since} is after --until {until}: no document could be synced. "
+                           "Give a --since on or before the --until.")
+    count: int | None = None
+    if limit is not None:
+        text = str(limit).strip()
+        if isinstance(limit, bool) or not (text.isascii() and text.isdigit()) or int(text) < 1 or len(text) > 18:
+            raise InvalidInput(f"--limit must be a whole number of documents, 1 or more, not {str(limit)[:40]!r}.")
+        count = int(text)
+    return Window(start, end, count)
+
+
+def _bare_date(text: str) -> bool:
+    t = text.strip()
+    return len(t) == 10 and t[4] == "-" and t[7] == "-" and (t[:4] + t[5:7] + t[8:]).isdigit()
 
 
 def sync_source(
@@ -68,20 +112,22 @@ def sync_source(
     full: bool = False,
     dry_run: bool = False,
     progress: Progress | None = None,
+    only: Window | None = None,
 ) -> SyncReport:
     """Bring ``config``'s documents in the store up to date; never raises for source failures.
 
     Holds the store's lock on the source throughout (:meth:`KnowledgeStore.source_lock`): a second
     sync of the same source, from any process, waits and then finds the work done.
     """
+    only = only or Window()
     if dry_run:
-        return _sync_source(store, config, chunking, full=full, dry_run=dry_run, progress=progress)
+        return _sync_source(store, config, chunking, full=full, dry_run=dry_run, progress=progress, only=only)
     with store.source_lock(config.source):
-        return _sync_source(store, config, chunking, full=full, dry_run=dry_run, progress=progress)
+        return _sync_source(store, config, chunking, full=full, dry_run=dry_run, progress=progress, only=only)
 
 
 def _sync_source(store: Store, config: ConnectorConfig, chunking: ChunkingConfig, *, full: bool, dry_run: bool,
-                 progress: Progress | None) -> SyncReport:
+                 progress: Progress | None, only: Window) -> SyncReport:
     from cairn_servers.ctx import connectors
 
     started = time.monotonic()
@@ -132,6 +178,11 @@ def _sync_source(store: Store, config: ConnectorConfig, chunking: ChunkingConfig
             seen.add(entry.source_id)
             report.unchanged += 1
             continue
+        if only.limit is not None and report.added + report.updated >= only.limit:
+            if old is not None:
+                seen.add(entry.source_id)  # not read: kept as indexed until a later sync
+            report.held += 1
+            continue
         try:
             item = entry.load()
         except CairnError as exc:  # the source failed while reading this entry (an S3 endpoint went away)
@@ -142,8 +193,13 @@ def _sync_source(store: Store, config: ConnectorConfig, chunking: ChunkingConfig
         if item is None:
             continue  # skipped by policy (binary, vanished): not seen, so removed if indexed before
         seen.add(entry.source_id)
-        content_hash = hashlib.sha256(item.body.encode("utf-8")).hexdigest()
         updated_at = int(item.updated_at or time.time())
+        if not only.admits(updated_at):
+            if old is None:
+                seen.discard(entry.source_id)  # left out until a sync that admits it
+            report.held += 1  # its fingerprint is not stored: a sync without the window writes it
+            continue
+        content_hash = hashlib.sha256(item.body.encode("utf-8")).hexdigest()
         if old is not None and old.content_hash == content_hash and not full:
             report.unchanged += 1
             touches.append((old.rowid, entry.fingerprint, updated_at))
