@@ -55,6 +55,18 @@ def config_file(tmp_path: Path, body: str, name: str = "ctx.toml") -> Path:
     return path
 
 
+def synced(config: Path) -> Path:
+    """``config`` after a sync of all its sources, each of which must succeed."""
+    from cairn_servers.ctx.service import Service
+
+    svc = Service.from_config(config)
+    try:
+        assert all(r.ok for r in svc.sync("all").sources)
+    finally:
+        svc.close()
+    return config
+
+
 @pytest.fixture
 def docs_tree(tmp_path: Path) -> Path:
     root = tmp_path / "docs"

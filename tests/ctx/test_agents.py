@@ -27,7 +27,7 @@ from cairn_servers.ctx.http import create_app
 from cairn_servers.ctx.ops import OPS
 from cairn_servers.ctx.service import Service
 
-from .conftest import config_file, serving, write
+from .conftest import config_file, serving, synced, write
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.filterwarnings("ignore:.*(removed|deprecated) as of 2026")
@@ -92,13 +92,7 @@ return agent
 def make_kb(root: Path, body: str = CONFIG, scripts: dict[str, str] | None = None) -> Path:
     write(root / "docs", DOCS)
     write(root, {"agents/responder.lua": RESPONDER, **(scripts or {})})
-    path = config_file(root, body)
-    svc = Service.from_config(path)
-    try:
-        assert all(r.ok for r in svc.sync("all").sources)
-    finally:
-        svc.close()
-    return path
+    return synced(config_file(root, body))
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ from cairn_servers.core.errors import InvalidInput
 from cairn_servers.ctx import config
 from cairn_servers.ctx.http import create_app
 
-from .conftest import free_port, serving
+from .conftest import free_port, serving, synced
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "ctx"
@@ -41,12 +41,7 @@ def example_kb(base: Path) -> Path:
     cfg = root / "ctx.toml"
     cfg.write_text(cfg.read_text().replace('provider = "minilm"', 'provider = "disabled"', 1)  # keyword only
                    + '\n[tools.script.spin]\npath = "tools/spin.lua"\ntimeout = 0.3\n')
-    from cairn_servers.ctx.service import Service
-
-    svc = Service.from_config(cfg)
-    assert all(r.ok for r in svc.sync("all").sources)
-    svc.close()
-    return cfg
+    return synced(cfg)
 
 
 @pytest.fixture(scope="module")

@@ -14,9 +14,8 @@ import pytest
 from cairn_servers.ctx import config as cfg
 from cairn_servers.ctx.http import create_app
 from cairn_servers.ctx.ops import OPS
-from cairn_servers.ctx.service import Service
 
-from .conftest import config_file, serving, write
+from .conftest import config_file, serving, synced, write
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*(removed|deprecated) as of 2026")
 
@@ -85,13 +84,7 @@ GREETING = "I'm ready to help with the P1 payments-api incident. I've loaded 2 r
 def kb(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("upstream-agents")
     write(root, {**RUNBOOKS, "agents/incident-responder.lua": RESPONDER, "tools/jira.lua": JIRA})
-    path = config_file(root, CONFIG)
-    svc = Service.from_config(path)
-    try:
-        assert all(r.ok for r in svc.sync("all").sources)
-    finally:
-        svc.close()
-    return path
+    return synced(config_file(root, CONFIG))
 
 
 @pytest.fixture(scope="module")
