@@ -10,7 +10,9 @@ uvicorn's HTTP/1.1 protocol with three bounds added:
 * **read timeout**: once a request's first byte arrives, its headers must be in within
   ``read_timeout`` seconds, and then its body within another ``read_timeout`` seconds; otherwise the
   server answers ``408`` and closes the connection. The deadline is fixed when the phase starts, so a
-  client dripping a byte at a time does not extend it;
+  client dripping a byte at a time does not extend it. After a ``408`` (or ``503``) the server stops
+  sending and drops what still arrives for up to ``LINGER`` seconds before it closes, so the client
+  reads the answer rather than a connection reset;
 * **connection cap**: past ``max_connections`` open connections, the connection that has been idle (or
   half-way through its headers) the longest is closed to make room; when every connection has a
   request in progress, the new one is answered ``503`` and closed.
@@ -38,6 +40,8 @@ class Limits:
     read_timeout: float = 30.0  # seconds a request's headers, then its body, have to arrive in full
     max_connections: int = 1000  # open connections at once
 
+
+LINGER = 2.0  # seconds a connection answered 408 or 503 stays open, its input dropped, before it is closed
 
 SETTINGS = (("IDLE_TIMEOUT", "idle_timeout", "seconds"), ("READ_TIMEOUT", "read_timeout", "seconds"),
             ("MAX_CONNECTIONS", "max_connections", "connections"))
@@ -143,6 +147,8 @@ def protocol(limits: Limits) -> type:
                 self._make_room()
 
         def data_received(self, data: bytes) -> None:
+            if self.phase == "lingering":
+                return  # after a 408 or 503: read and dropped (see _answer_and_close)
             super().data_received(data)
             self._track()
 
@@ -160,7 +166,7 @@ def protocol(limits: Limits) -> type:
 
         def _track(self) -> None:
             """After bytes arrived: the phase the request is in (a phase's deadline never moves)."""
-            if self.transport.is_closing() or self.phase == "closed":
+            if self.transport.is_closing() or self.phase in ("closed", "lingering"):
                 self._set(None)
                 return
             state = self.conn.their_state
@@ -188,8 +194,24 @@ def protocol(limits: Limits) -> type:
                 return
             if self.phase == "header" or (self.phase == "body" and self.cycle is not None
                                           and not self.cycle.response_started):
-                self.transport.write(request_timeout)
-            self._close()
+                self._answer_and_close(request_timeout)
+            else:
+                self._close()
+
+        def _answer_and_close(self, response: bytes) -> None:
+            """Write ``response``, end the sending side (FIN after it), then drop whatever the client still
+            sends for up to ``LINGER`` s before closing. Closing at once with bytes of the client still
+            unread (the rest of a dripped request) makes the kernel reset the connection, and a reset can
+            reach the client before it has read the answer, which it then never sees."""
+            self._set(None)
+            self.phase = "lingering"
+            self.transport.write(response)
+            try:
+                self.transport.write_eof()
+            except (NotImplementedError, RuntimeError, OSError):
+                self._close()
+                return
+            self.timer = self.loop.call_later(LINGER, self._close)
 
         def _close(self) -> None:
             self._set(None)
@@ -197,18 +219,21 @@ def protocol(limits: Limits) -> type:
             self.transport.close()
 
         def _make_room(self) -> None:
-            """Close the connection idle the longest (or half-way through its headers); if every
-            connection has a request in progress, answer this one 503."""
+            """Close a connection already answered 408 or 503 (lingering), else the one idle the longest
+            (or half-way through its headers); if every connection has a request in progress, answer this
+            one 503."""
             victim: BoundedH11Protocol | None = None
             for other in self.connections:
-                if other is self or not isinstance(other, BoundedH11Protocol) or other.phase not in ("idle", "header"):
+                if other is self or not isinstance(other, BoundedH11Protocol):
                     continue
-                if victim is None or other.since < victim.since:
+                if other.phase == "lingering":  # answered already: the first to go
+                    victim = other
+                    break
+                if other.phase in ("idle", "header") and (victim is None or other.since < victim.since):
                     victim = other
             if victim is not None:
                 victim._close()
             else:
-                self.transport.write(unavailable)
-                self._close()
+                self._answer_and_close(unavailable)
 
     return BoundedH11Protocol
