@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import io
+import json
 import ssl
 import subprocess
 import threading
@@ -10,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -137,3 +140,19 @@ def _serve(state: DocServer, tls: ssl.SSLContext | None = None) -> Iterator[DocS
     yield state
     httpd.shutdown()
     httpd.server_close()
+
+
+def blz(*argv: str) -> tuple[int, str, str]:
+    """``blz ARGV`` run in process: exit code, stdout, stderr."""
+    from cairn_servers.blz.cli import run
+
+    out, err = io.StringIO(), io.StringIO()
+    code = run(list(argv), out, err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def js(*argv: str) -> Any:
+    """``blz ARGV --json``, which must succeed: its JSON answer."""
+    code, out, err = blz(*argv, "--json")
+    assert code == 0, err
+    return json.loads(out)

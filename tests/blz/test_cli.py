@@ -14,13 +14,9 @@ import pytest
 from cairn_servers.blz.cli import run
 from cairn_servers.blz.schemas import SCHEMAS
 
+from .conftest import blz
+
 DOC = "# Guide\n\nIntro words.\n\n## Hooks\n\nHooks let you use state.\nMore hooks text.\n"
-
-
-def blz(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = run(list(argv), out, err)
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture

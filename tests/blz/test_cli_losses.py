@@ -3,19 +3,13 @@ that fell back to any of the words, an llms-full.txt taken for the llms.txt aske
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 
 import pytest
 
-from cairn_servers.blz.cli import run
 
-
-def blz(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = run(list(argv), out, err)
-    return code, out.getvalue(), err.getvalue()
+from .conftest import blz
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import gzip
 import hashlib
-import io
 import json
 import socket
 import sys
@@ -26,6 +25,8 @@ from mcp.client.stdio import StdioServerParameters
 
 from cairn_servers.blz.cli import run
 from cairn_servers.blz.crawl import Robots, html_to_markdown
+
+from .conftest import blz, js
 
 pytestmark = [pytest.mark.filterwarnings("ignore:.*(removed|deprecated) as of 2026"), pytest.mark.timeout(120)]
 
@@ -131,18 +132,6 @@ def network(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
     monkeypatch.setattr(socket.socket, "connect", connect)
     monkeypatch.setattr(socket, "getaddrinfo", resolve)
     return seen
-
-
-def blz(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = run(list(argv), out, err)
-    return code, out.getvalue(), err.getvalue()
-
-
-def js(*argv: str) -> Any:
-    code, out, err = blz(*argv, "--json")
-    assert code == 0, err
-    return json.loads(out)
 
 
 def stored(data_root: Path, alias: str = "docs") -> str:

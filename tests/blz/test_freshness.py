@@ -8,7 +8,6 @@ writing an older check time into its row, as a check days ago would have left it
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 import sqlite3
 import sys
@@ -22,25 +21,13 @@ from mcp.client.stdio import StdioServerParameters
 
 from cairn_servers.blz.cli import run
 
-from .conftest import DocServer
+from .conftest import DocServer, blz, js
 
 pytestmark = [pytest.mark.filterwarnings("ignore:.*(removed|deprecated) as of 2026"), pytest.mark.timeout(120)]
 
 GUIDE = b"# Guide\n\n## Hooks\n\nHooks let you use state.\n\n## Async\n\nasync effects run later.\n"
 LIB = b"# Lib\n\n## Install\n\nnpm install lib; async setup.\n"
 NOTES = b"# Notes\n\n## Async notes\n\nasync notes here.\n"
-
-
-def blz(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = run(list(argv), out, err)
-    return code, out.getvalue(), err.getvalue()
-
-
-def js(*argv: str) -> Any:
-    code, out, err = blz(*argv, "--json")
-    assert code == 0, err
-    return json.loads(out)
 
 
 def age(root: Path, alias: str, hours: float) -> None:

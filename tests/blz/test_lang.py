@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 import sys
 from pathlib import Path
@@ -20,6 +19,8 @@ from cairn_servers.blz.lang import foreign_pages, page_language
 from cairn_servers.blz.llmstxt import parse, split_lines
 from cairn_servers.blz.search import search
 from cairn_servers.blz.store import Store
+
+from .conftest import blz
 
 TEXT = {
     "en": ("This guide shows how to install the library and create your first project. You can use the "
@@ -125,12 +126,6 @@ def test_add_stores_the_whole_file_and_indexes_english(tmp_path: Path, store: St
     assert sources.update(store, "ex")["status"] == "unchanged"  # the new choice is kept
     sources.remove(store, "ex")
     assert store.options("ex") == {}
-
-
-def blz(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = run(list(argv), out, err)
-    return code, out.getvalue(), err.getvalue()
 
 
 def test_cli_all_languages_and_list(tmp_path: Path, data_root: Path) -> None:

@@ -5,7 +5,6 @@ a real `blz mcp` over stdio). CLI/MCP agreement on the same queries is in test_p
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 import re
 import sys
@@ -24,6 +23,8 @@ from cairn_servers.blz.query import Term, match, parse
 from cairn_servers.blz.search import search
 from cairn_servers.blz.store import Store
 from cairn_servers.core.errors import InvalidInput
+
+from .conftest import blz
 
 DOC = """# Guide
 
@@ -182,12 +183,6 @@ def test_the_snippet_centres_on_required_words(guide: Store) -> None:
 
 
 # -- the command line ---------------------------------------------------------------------------
-
-def blz(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = run(list(argv), out, err)
-    return code, out.getvalue(), err.getvalue()
-
 
 @pytest.fixture
 def cli_guide(tmp_path: Path, data_root: Path) -> None:

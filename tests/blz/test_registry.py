@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import io
 import json
 import re
 import sqlite3
@@ -27,19 +26,13 @@ from cairn_servers.blz import registry, sources
 from cairn_servers.blz.cli import run
 from cairn_servers.blz.store import Store
 
-from .conftest import DocServer
+from .conftest import DocServer, blz
 from .test_lang import multilingual
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*(removed|deprecated) as of 2026")
 
 FULL = b"# Site\n\n## Install\n\nnpm install site\n\n## Usage\n\nCall site().\n"
 INDEX = b"# Site\n\n> The index.\n\n## Docs\n\n- [Guide](https://example.test/guide.md)\n"
-
-
-def blz(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = run(list(argv), out, err)
-    return code, out.getvalue(), err.getvalue()
 
 
 def blz_json(*argv: str) -> tuple[int, Any, str]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 import os
 import subprocess
@@ -21,6 +20,8 @@ from cairn_servers.blz import sources
 from cairn_servers.blz.cli import build_parser, run
 from cairn_servers.blz.schemas import SCHEMAS
 from cairn_servers.blz.store import Store
+
+from .conftest import blz
 
 pytestmark = [pytest.mark.filterwarnings("ignore:.*(removed|deprecated) as of 2026"), pytest.mark.timeout(120)]
 
@@ -44,12 +45,6 @@ Last.
 
 OUTLINE = [(1, "Lib", "1-14"), (2, "Install", "3-9"), (3, "npm", "4-5"), (3, "yarn", "6-9"),
            (2, "Hooks", "10-12"), (3, "useState", "11-12"), (2, "Other hooks", "13-14")]
-
-
-def blz(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = run(list(argv), out, err)
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture
