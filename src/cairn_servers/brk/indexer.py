@@ -267,10 +267,8 @@ class Indexer:
         self.worker_min_bytes = worker_min_bytes
         self.cache_mb = cache_mb
         self.prefix_bytes = prefix_bytes
-        # The txid maps of the last committed batches, up to ``recent_txs`` transactions: most inputs
-        # spend recent outputs, and a dict hit costs a tenth of a microsecond against several for the
-        # engine. Bounded, so memory does not grow with the chain; dropped on rollback.
-        self.recent_txs = recent_txs
+        # The txids of the last committed batches, up to ``recent_txs`` transactions (see _RecentTxids):
+        # bounded, so memory does not grow with the chain; dropped on rollback.
         self._recent = _RecentTxids(recent_txs)
         # Each commit fsyncs ~30 files (~80 ms here), so batches are bounded by time as well as size.
         self.commit_seconds = commit_seconds
