@@ -191,6 +191,12 @@ def test_progress_is_pages_fetched_of_known_as_json_lines(site: Site, data_root:
     events = [json.loads(line) for line in err.splitlines()]
     assert events and all(e["stage"] == "pages" for e in events)
     assert (events[-1]["event"], events[-1]["done"], events[-1]["total"]) == ("done", 7, 7)
+    # an update of the crawled source counts pages too, not bytes of a "download"
+    code, _out, err = blz("update", "docs", "--progress", "json", "--json")
+    assert code == 0, err
+    events = [json.loads(line) for line in err.splitlines()]
+    assert events and all(e["stage"] == "pages" for e in events), events
+    assert (events[-1]["event"], events[-1]["done"]) == ("done", 7)
 
 
 def test_politeness_delay_spaces_every_request(site: Site, data_root: Path) -> None:
@@ -351,9 +357,17 @@ async def _mcp_add(params: StdioServerParameters, url: str) -> tuple[bool, str]:
     async with Client(params, cache=None) as client:
         props = {t.name: t for t in (await client.list_tools()).tools}["source-add"].input_schema["properties"]
         assert {"crawl", "maxPages", "crawlDepth"} <= set(props) and "crawlDelay" not in props
-        res = await client.call_tool("source-add", {"alias": "docs", "crawl": url, "maxPages": 4})
+        messages: list[str] = []
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:  # noqa: ARG001
+            messages.append(message or "")
+
+        res = await client.call_tool("source-add", {"alias": "docs", "crawl": url, "maxPages": 4},
+                                     progress_callback=on_progress)
         if res.is_error:
             return True, res.content[0].text  # type: ignore[union-attr]
+        # a crawl's progress counts pages, not bytes
+        assert messages and all(m.startswith("crawled ") and m.endswith(" pages found so far") for m in messages), messages
         again = await client.call_tool("source-refresh", {"alias": "docs"})  # under the same guard
         assert not again.is_error, again.content
         refreshed = json.loads(again.content[0].text)["results"][0]  # type: ignore[union-attr]

@@ -148,8 +148,9 @@ def run(argv: list[str], out: TextIO, err: TextIO) -> int:
         from cairn_servers.core.output import ProgressBar
 
         bar = ProgressBar(err, mode=args.progress)
-        label = "pages" if getattr(args, "op_crawl", None) else "download"  # blz add --crawl: pages fetched/known
-        progress = (lambda got, total: bar(label, got, total or 0)) if bar.enabled else None
+        # a download counts bytes, a crawl (blz add --crawl, blz update of a crawled source) pages tried / known
+        progress = ((lambda got, total, unit: bar("pages" if unit == "pages" else "download", got, total or 0))
+                    if bar.enabled else None)
     try:
         return run_op(args.op, _store(), cli_args(args.op, args), fmt, out, err, progress=progress)
     except KeyboardInterrupt:

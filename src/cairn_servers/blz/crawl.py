@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 
     from cairn_servers.core.guard import Guard
 
-Progress = Callable[[int, int | None], None]
+# (done, total or None, unit): "bytes" of a download, "pages" of a crawl (tried / known so far)
+Progress = Callable[[int, int | None, str], None]
 
 DEFAULT_MAX_PAGES = 200
 MAX_PAGES = CRAWL_MAX_PAGES
@@ -539,9 +540,9 @@ class Crawler:
                     for url_ in excluded[before:]:
                         self.warn(f"{url_}: excluded by robots.txt; not requested")
             if self.progress:
-                self.progress(i, len(queue))  # pages tried / pages known so far
+                self.progress(i, len(queue), "pages")  # pages tried / pages known so far
         if self.progress and i < len(queue):
-            self.progress(i, i)  # the stage ends here (the page cap may have stopped it early)
+            self.progress(i, i, "pages")  # the stage ends here (the page cap may have stopped it early)
         return Result(pages, mode, self.requests, self.warnings, self.more_warnings, changed, kept)
 
 

@@ -260,7 +260,7 @@ def source_add(store: Store, alias: str | None = None, url: str | None = None, f
                crawl: str | None = None, max_pages: int | None = None, crawl_depth: int | None = None,
                crawl_delay: float | None = None, max_page_bytes: int | None = None, max_bytes: int | None = None,
                timeout: float | None = None,
-               guard: Guard | None = None, progress: Callable[[int, int | None], None] | None = None,
+               guard: Guard | None = None, progress: Callable[[int, int | None, str], None] | None = None,
                on_error: Callable[[str, CairnError], None] | None = None) -> dict[str, Any]:
     """Add a documentation source from the registry (alias only), a domain (alias: "bun.sh" tries https://bun.sh/llms-full.txt, then /llms.txt, and adds it as bun) or a URL. For .../llms.txt the llms-full.txt variant is tried first; for a site or folder, llms-full.txt, llms.txt, then llms-small.txt in it; exact: true fetches exactly the URL given; dryRun: true fetches and parses but writes nothing; crawl: "https://site/" (instead of url) builds the source from a site that has no llms.txt. With source-refresh, the only tools that change anything. Fetches from public internet addresses only (and hosts the user lists in BLZ_MCP_ALLOW_HOSTS); local files only inside the folders in BLZ_MCP_FILE_ROOTS.
 
@@ -350,7 +350,7 @@ def diff(store: Store, source: str, since: int | None = None) -> dict[str, Any]:
     "alias": {"type": "string"}, "stale": {}, "guard": _CONTEXT, "progress": _CONTEXT,
 })
 def source_refresh(store: Store, alias: str | None = None, stale: bool = False, guard: Guard | None = None,
-                   progress: Callable[[int, int | None], None] | None = None) -> dict[str, Any]:
+                   progress: Callable[[int, int | None, str], None] | None = None) -> dict[str, Any]:
     """Refresh a documentation source (alias), or every stale one (stale: true), with a conditional request: unchanged sources are only marked checked. A source is stale when it was last fetched or checked longer ago than its refreshHours (default 24; see list-sources). Under the same limits as source-add: public internet addresses only (and hosts in BLZ_MCP_ALLOW_HOSTS), local files only inside BLZ_MCP_FILE_ROOTS. Returns results: [{alias, status: updated | unchanged | repaired | failed, ...}].
 
     :param alias: The source to refresh (see list-sources).
@@ -422,10 +422,12 @@ def learn_blz(store: Store) -> dict[str, Any]:
     "alias": _OPTIONAL_ALIAS, "every": {"wire": "all", "flags": ("--all",)},
     "stale": {"flags": ("--stale",)},
     "all_languages": {"wire": "allLanguages", "flags": ("--all-languages",)}, **_NET, "on_error": _CONTEXT,
+    "progress": _CONTEXT,
 })
 def update(store: Store, alias: str | None = None, every: bool = False, stale: bool = False,
            all_languages: bool = False, max_bytes: int | None = None, timeout: float | None = None,
-           on_error: Callable[[str, CairnError], None] | None = None) -> dict[str, Any]:
+           on_error: Callable[[str, CairnError], None] | None = None,
+           progress: Callable[[int, int | None, str], None] | None = None) -> dict[str, Any]:
     """Refresh sources (conditional request; 304 = no change).
 
     :param alias: The source to refresh.
@@ -452,7 +454,7 @@ def update(store: Store, alias: str | None = None, every: bool = False, stale: b
     for name in names:
         try:
             results.append(sources.update(store, name, all_languages=True if all_languages else None,
-                                          **_net(max_bytes, timeout)))
+                                          progress=progress, **_net(max_bytes, timeout)))
         except CairnError as exc:
             if alias:
                 raise

@@ -21,7 +21,7 @@ _STREAMED = ("hits", "snippets", "sources", "results", "events", "entries")
 
 
 def run_op(op: Op, target: Any, args: dict[str, Any], fmt: str, out: TextIO, err: TextIO,
-           progress: Callable[[int, int | None], None] | None = None) -> int:
+           progress: Callable[[int, int | None, str], None] | None = None) -> int:
     """Run ``op`` on ``target`` with CLI arguments (wire names, coerced), write its answer in ``fmt``
     to ``out`` (errors to ``err`` as ``blz: error: ...``); return the exit code. ``progress``: the
     download's, for an operation that reports one (``blz add``)."""

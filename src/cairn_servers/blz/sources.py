@@ -17,9 +17,14 @@ from cairn_servers.core import fetch as fetching
 from cairn_servers.core.errors import CairnError, Conflict, InvalidInput, NotFound
 
 if TYPE_CHECKING:  # imported by agent_guard(): the CLI never pays for socket and ipaddress
+    from cairn_servers.blz.crawl import Progress
     from cairn_servers.core.guard import Guard
 
-Progress = Callable[[int, int | None], None]
+
+def _in_bytes(progress: Progress | None) -> fetching.Progress | None:
+    """A download's byte counts as ``progress`` calls."""
+    return None if progress is None else (lambda done, total: progress(done, total, "bytes"))
+
 
 # "ftp:", "data:", "javascript:" ... (a single letter is a Windows drive, not a scheme)
 _SCHEME = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]+):")
@@ -137,7 +142,7 @@ def _fetch_first(urls: list[str], given: str, *, max_bytes: int, timeout: float,
     last: CairnError | None = None
     for i, url in enumerate(urls):
         try:
-            return url, fetching.fetch(url, max_bytes=max_bytes, timeout=timeout, progress=progress,
+            return url, fetching.fetch(url, max_bytes=max_bytes, timeout=timeout, progress=_in_bytes(progress),
                                        guard=guard), urls[:i]
         except NotFound as exc:  # try the next variant
             last = exc
@@ -529,10 +534,11 @@ def update(store: Store, alias: str, *, max_bytes: int = fetching.DEFAULT_MAX_BY
         return _refresh_crawl(store, row, options, max_bytes=max_bytes, timeout=timeout, progress=progress,
                               guard=guard, all_languages=all_languages, problems=problems, extra=extra)
     if problems or all_languages != kept:  # a 304 would keep the damage: ask for the content itself
-        result = fetching.fetch(row.url, max_bytes=max_bytes, timeout=timeout, progress=progress, guard=guard)
+        result = fetching.fetch(row.url, max_bytes=max_bytes, timeout=timeout, progress=_in_bytes(progress),
+                                guard=guard)
     else:
         result = fetching.fetch(row.url, etag=row.etag, last_modified=row.last_modified,
-                                max_bytes=max_bytes, timeout=timeout, progress=progress, guard=guard)
+                                max_bytes=max_bytes, timeout=timeout, progress=_in_bytes(progress), guard=guard)
         if result.not_modified:
             store.touch(alias, etag=result.etag, last_modified=result.last_modified, detail="304 Not Modified")
             store.tidy(row)

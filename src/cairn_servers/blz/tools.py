@@ -235,8 +235,11 @@ def _source_add_context(ctx: ToolContext) -> dict[str, Any]:
     download progress goes to the client."""
     from cairn_servers.blz import sources
 
-    def progress(done: int, total: int | None) -> None:
-        ctx.progress(done, total, f"fetched {done:,} bytes")
+    def progress(done: int, total: int | None, unit: str) -> None:
+        if unit == "pages":
+            ctx.progress(done, total, f"crawled {done:,} of {total or done:,} pages found so far")
+        else:
+            ctx.progress(done, total, f"fetched {done:,} bytes")
 
     return {"guard": sources.agent_guard(), "progress": progress}
 

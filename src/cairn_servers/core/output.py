@@ -211,7 +211,8 @@ class ProgressBar:
     """Progress of a long command on stderr, as ``brk index`` reports it: a bar on a terminal, JSON lines
     when stderr is piped (``mode`` auto), or either, or nothing (``bar``, ``json``, ``none``). A CLI's
     ``progress`` callback ``(label, done, total)``: ``ctx sync`` and ``ctx embed`` (per stage: a source,
-    ``embedding``), ``blz add`` and ``blz update`` (``download``, bytes; total 0 when unknown).
+    ``embedding``), ``blz add`` and ``blz update`` (``download``, bytes, total 0 when unknown; ``pages``, a
+    crawl's pages tried of those known so far; one stage per source).
 
     JSON lines: ``{"event": "progress" | "done", "stage": label, "done": n, "total": m, "elapsed_s": s,
     "per_s": rate}``, at most one a second per stage, and always the one that completes a stage
@@ -245,6 +246,8 @@ class ProgressBar:
                                           "total": total, "elapsed_s": round(elapsed, 2),
                                           "per_s": round(done / elapsed, 1) if elapsed > 0 else None}) + "\n")
             self.stream.flush()
+            if finished:  # a later stage of the same name (blz update --all: one per source) starts its own clock
+                del self.started[label]
             return
         width = 30
         if total > 0:
@@ -254,6 +257,7 @@ class ProgressBar:
             self.stream.write(f"\r{label[:30]:<30} {done:,}")
         if finished:
             self.stream.write("\n")
+            del self.started[label]
         self.stream.flush()
 
 
