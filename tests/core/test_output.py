@@ -92,3 +92,11 @@ def test_render_takes_dataclasses_without_importing_dataclasses_for_plain_data()
 
     assert json.loads(output.render([Row("a", 1)], "json")) == [{"id": "a", "n": 1}]
     assert output.render(Row("a", 1), "csv") == "id,n\na,1"
+
+
+def test_a_cell_holding_a_list_of_names_reads_as_a_list_in_tables() -> None:
+    """`brk ids --search x --format csv` showed an id's indexes as a JSON array in one cell."""
+    rows = [{"id": "close", "indexes": ["dateindex", "height"], "nested": [{"a": 1}], "flags": [True]}]
+    assert output.render(rows, "csv").splitlines()[1] == 'close,"dateindex, height","[{""a"": 1}]",[true]'
+    assert "| close | dateindex, height |" in output.render(rows, "md")
+    assert json.loads(output.render(rows, "json"))[0]["indexes"] == ["dateindex", "height"]  # JSON keeps the array

@@ -125,6 +125,8 @@ def _scalar(value: Any) -> str:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, list) and all(isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in value):
+        return ", ".join(str(v) for v in value)  # a cell of names (an id's indexes, a hit's tags) reads as a list
     if isinstance(value, (dict, list)):
         return json.dumps(value, ensure_ascii=False, default=str)
     return str(value)
