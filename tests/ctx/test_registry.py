@@ -103,6 +103,10 @@ def test_install_list_search_info(project: Path, tmp_path: Path, capsys: pytest.
                                                                      {"tool": 1, "agent": 1, "connector": 1})
     assert cloned["commit"] == git(tmp_path / "registry", "rev-parse", "HEAD").strip()
     assert [p.name for p in checkout.parent.iterdir()] == ["team"]  # no half-made clone left aside
+    code, text, _ = ctx(capsys, "config", "show", fmt="--text")  # shown as written, defaults filled in
+    assert isinstance(text, str) and text.endswith(
+        f'[registries.team]\nurl = "file://{tmp_path}/registry"\nbranch = "main"\nreadonly = false\n'
+        "auto_update = false\ntimeout = 120.0\n")
     code, done, _ = ctx(capsys, "registry", "install", "team")  # once is enough
     assert code == 0 and isinstance(done, dict) and done["registries"][0]["status"] == "present"
 
@@ -238,6 +242,26 @@ def test_a_script_that_does_not_load_is_not_installed(project: Path, tmp_path: P
     assert code == 8 and err == ("ctx: error: Lua tool 'half': half.lua must define `function tool.execute(params, "
                                  "context)`.\n")
     assert project.read_text() == before and sorted((project.parent / "tools").iterdir()) == []
+
+
+def test_a_git_that_hangs_is_stopped_at_the_timeout(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A server that accepts the connection and never answers: git (and its helper) is killed at 1 s."""
+    import socket
+    import time
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        with project.open("a") as fh:
+            fh.write(f'\n[registries.slow]\nurl = "http://127.0.0.1:{port}/r.git"\ntimeout = 1\n')
+        started = time.monotonic()
+        code, _, err = ctx(capsys, "registry", "install", "slow")
+        took = time.monotonic() - started
+    assert code == 6 and err == ("ctx: error: Registry 'slow': git took longer than 1 s. Raise `timeout` in the "
+                                 "registry's section, or check the network.\n")
+    assert took < 5, took
+    assert list((project.parent.parent / "data" / "ctx" / "registries").iterdir()) == []  # the clone aside: gone
 
 
 @pytest.mark.parametrize("extra, argv, exit_code, message", [

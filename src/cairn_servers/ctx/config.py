@@ -575,7 +575,7 @@ def _parse(data: dict[str, Any], file: Path, templated: dict[KeyPath, str]) -> C
         if url is not None and url.startswith("-"):
             g.fail("url", f"must be a git URL or a path, not {url[:70]!r}")
         if url is not None and url.startswith(("/", "./", "../", "~")):  # a local repository
-            url = str(g.path("url", None, base))
+            url = os.path.normpath(g.path("url", None, base))
         branch = g.text("branch", "main")
         if not branch or branch.startswith("-") or any(c.isspace() or c in "~^:?*[\\" for c in branch) or ".." in branch:
             g.fail("branch", f"must be a git branch or tag name, not {branch[:70]!r}")
@@ -817,7 +817,8 @@ def to_toml(data: dict[str, Any], header: str = "") -> str:
 def _is_table_section(prefix: list[str], key: str) -> bool:
     # Sub-tables are written as [sections] down to a connector or tool; deeper (script config) tables inline.
     depth = len(prefix)
-    return depth == 0 or (prefix[0] in ("connectors", "tools", "agents") and depth <= 2)
+    return depth == 0 or (prefix[0] in ("connectors", "tools", "agents") and depth <= 2) or (
+        prefix[0] == "registries" and depth == 1)
 
 
 def _key(key: str) -> str:

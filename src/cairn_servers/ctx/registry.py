@@ -661,6 +661,9 @@ def update_text(reports: list[dict[str, Any]]) -> str:
             for key in ("added", "removed", "changed"):
                 if r[key]:
                     lines.append(f"  {key}: {', '.join(r[key])}")
+            if r["changed"]:  # installed copies beside ctx.toml are the project's: never replaced behind its back
+                lines.append("  (a copy already installed keeps its version: `ctx registry install KIND/NAME --force` "
+                             "takes the new one)")
         else:
             lines.append(f"{r['registry']}: {r['status']}" + (f" ({r['message']})" if r.get("message") else ""))
     return "\n".join(lines)
