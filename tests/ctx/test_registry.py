@@ -197,6 +197,13 @@ def test_update_reports_what_changed(project: Path, tmp_path: Path, capsys: pyte
     code, text, _ = ctx(capsys, "registry", "update", fmt="--text")
     assert code == 0 and text == ("team: skipped (uncommitted changes in the checkout; commit or discard them "
                                   "first)\n")
+    # history rewritten upstream: no fast-forward, the checkout is left as it was
+    (checkout / "local.txt").unlink()
+    git(repo, "commit", "-q", "--amend", "-m", "rewritten", when="2024-03-03T12:00:00Z")
+    code, _, err = ctx(capsys, "registry", "update", "team")
+    assert code == 4 and err.startswith("ctx: error: Registry 'team': 'main' cannot be fast-forwarded (") and err.endswith(
+        f"). Remove {checkout} and run `ctx registry install team` to clone it afresh.\n"), err
+    assert git(checkout, "rev-parse", "HEAD").strip() == r["to"]
 
 
 def test_paths_leaving_a_registry_are_refused(project: Path, tmp_path: Path,
@@ -298,3 +305,17 @@ def test_errors(project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str
     code, _, err = ctx(capsys, *argv)
     head, _, tail = f"ctx: error: {message.format(**fill)}\n".partition("...")
     assert code == exit_code and err.startswith(head) and err.endswith(tail), err
+
+
+def test_a_password_in_a_registry_url_is_never_shown(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    port = free_port()
+    with project.open("a") as fh:
+        fh.write(f'\n[registries.private]\nurl = "http://ci:s3cret-pass@127.0.0.1:{port}/r.git"\n')
+    code, listed, _ = ctx(capsys, "registry", "list")
+    assert code == 0 and isinstance(listed, dict)
+    assert listed["registries"][1]["url"] == f"http://ci:***@127.0.0.1:{port}/r.git"
+    code, _, err = ctx(capsys, "registry", "install", "private")
+    assert code == 5 and f"***@127.0.0.1:{port}/r.git" in err and "s3cret" not in err
+    code, reports, err = ctx(capsys, "registry", "update")  # team is not installed; private fails: both reported
+    assert code == 3 and isinstance(reports, list) and [r["status"] for r in reports] == ["failed", "failed"]
+    assert "s3cret" not in json.dumps(reports) + err

@@ -257,6 +257,8 @@ def _by_convention(root: Path) -> dict[str, Any]:
 
 def catalog(conf: Config) -> tuple[list[dict[str, Any]], list[Extension]]:
     """The registries (with counts) and the extensions they offer, a later registry's winning."""
+    from cairn_servers.ctx.config import mask_url
+
     regs: list[dict[str, Any]] = []
     chosen: dict[str, Extension] = {}
     for reg in conf.registries:
@@ -264,7 +266,7 @@ def catalog(conf: Config) -> tuple[list[dict[str, Any]], list[Extension]]:
         installed = root.is_dir()
         found = _load(reg, root) if installed else []
         counts = {f"{kind}s": sum(1 for e in found if e.kind == kind) for kind in FOLDERS.values()}
-        regs.append({"name": reg.name, "url": reg.url, "branch": reg.branch, "path": str(root),
+        regs.append({"name": reg.name, "url": mask_url(reg.url) if reg.url else None, "branch": reg.branch, "path": str(root),
                      "installed": installed, "git": (root / ".git").exists(), "readonly": reg.readonly,
                      "commit": _head(root, reg.timeout) if installed else None, **counts})
         for ext in found:
@@ -532,7 +534,9 @@ def update(conf: Config, name: str | None) -> list[dict[str, Any]]:
         except CairnError as exc:
             if name is not None:
                 raise
-            reports.append({"registry": reg.name, "status": "failed", "message": exc.message,
+            from cairn_servers.core.sanitize import scrub
+
+            reports.append({"registry": reg.name, "status": "failed", "message": scrub(exc.message),
                             "exit_code": exc.exit_code})
     return reports
 
