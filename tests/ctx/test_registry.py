@@ -239,7 +239,10 @@ def test_paths_leaving_a_registry_are_refused(project: Path, tmp_path: Path,
 
 def test_a_script_that_does_not_load_is_not_installed(project: Path, tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    write(tmp_path, {"bad/tools/broken/tool.lua": "tool = {\n", "bad/tools/half/tool.lua": "tool = {}\n"})
+    write(tmp_path, {"bad/tools/broken/tool.lua": "tool = {\n", "bad/tools/half/tool.lua": "tool = {}\n",
+                     "bad/connectors/odd/connector.lua": "connector = {}\nfunction connector.scan(config)\n",
+                     # an attempt to run code at install time by closing a wrapper: it is only compiled
+                     "bad/agents/sneaky/agent.lua": "end error('ran at install') local function f()\n"})
     with project.open("a") as fh:
         fh.write('\n[registries.bad]\npath = "../bad"\n')
     before = project.read_text()
@@ -248,7 +251,14 @@ def test_a_script_that_does_not_load_is_not_installed(project: Path, tmp_path: P
     code, _, err = ctx(capsys, "registry", "install", "half")
     assert code == 8 and err == ("ctx: error: Lua tool 'half': half.lua must define `function tool.execute(params, "
                                  "context)`.\n")
-    assert project.read_text() == before and sorted((project.parent / "tools").iterdir()) == []
+    code, _, err = ctx(capsys, "registry", "install", "connectors/odd")
+    assert code == 8 and err == ("ctx: error: Lua connector 'odd' from registry 'bad': Lua syntax error: odd.lua:3: "
+                                 "'end' expected (to close 'function' at line 2) near <eof>\n")
+    code, _, err = ctx(capsys, "registry", "install", "sneaky")
+    assert code == 8 and err == ("ctx: error: Lua agent 'sneaky' from registry 'bad': Lua syntax error: sneaky.lua:1: "
+                                 "<eof> expected near 'end'\n")
+    assert project.read_text() == before
+    assert [sorted(p.iterdir()) for p in project.parent.iterdir() if p.is_dir()] == [[], [], []]
 
 
 def test_a_git_that_hangs_is_stopped_at_the_timeout(project: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -445,8 +445,9 @@ def _configured(conf: Config, ext: Extension) -> bool:
 
 
 def _check_script(ext: Extension, path: Path) -> None:
-    """The script loads in ctx's sandbox: a tool declares itself (its top level runs, in a worker, and
-    must define ``tool.execute``); an agent or connector must compile (it runs only when used)."""
+    """The script loads in ctx's sandbox: a tool declares itself (its top level runs in a Lua worker, as
+    when ctx starts it, and must define ``tool.execute``); an agent or connector must compile (it runs
+    only when used)."""
     from cairn_servers.ctx.config import ToolConfig
 
     label = f"Lua {ext.kind} {ext.name!r} from registry {ext.registry!r}"
@@ -457,14 +458,17 @@ def _check_script(ext: Extension, path: Path) -> None:
         with LuaPool(1) as pool:
             declare_tool(ToolConfig(name=ext.name, path=path, timeout=30.0, config={}), pool)
         return
-    from cairn_servers.ctx.lua import Sandbox, read_script
+    from lupa import lua54
+
+    from cairn_servers.core.errors import ExtensionError
+    from cairn_servers.ctx.lua import MAX_MEMORY, read_script
 
     source = read_script(path, label)
-    sandbox = Sandbox(label, 5.0)
-    try:  # compiled as the body of a function that is never called: a syntax check, nothing runs
-        sandbox.execute(f"local _ = function(...) {source}\nend", path.name)
-    finally:
-        sandbox.close()
+    # Compiled only (Lua's load, text mode, as the sandbox loads scripts): nothing in the script runs here.
+    runtime = lua54.LuaRuntime(register_eval=False, register_builtins=False, max_memory=MAX_MEMORY)
+    loaded = runtime.globals().load(source, f"={path.name}", "t")  # the chunk, or (nil, message)
+    if isinstance(loaded, tuple) and loaded[0] is None:
+        raise ExtensionError(f"{label}: Lua syntax error: {loaded[1]}")
 
 
 def _install_toml_agent(conf: Config, ext: Extension, source: bytes, force: bool) -> dict[str, Any]:
