@@ -329,3 +329,30 @@ def test_a_password_in_a_registry_url_is_never_shown(project: Path, capsys: pyte
     code, reports, err = ctx(capsys, "registry", "update")  # team is not installed; private fails: both reported
     assert code == 3 and isinstance(reports, list) and [r["status"] for r in reports] == ["failed", "failed"]
     assert "s3cret" not in json.dumps(reports) + err
+
+
+def test_an_agent_in_toml_becomes_an_inline_agent(project: Path, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """A registry folder without git or manifest (read by convention); a TOML agent must fit ctx.toml."""
+    write(tmp_path, {"folder/agents/reviewer/agent.toml": 'description = "Reviews a change"\nsystem_prompt = '
+                                                          '"Review the change to {{area}}."\narguments = [{ name = '
+                                                          '"area", required = true }]\n',
+                     "folder/agents/loose/agent.toml": 'system_prompt = "x"\n[other]\nkey = 1\n'})
+    with project.open("a") as fh:
+        fh.write('\n[registries.folder]\npath = "../folder"\n')
+    code, done, err = ctx(capsys, "registry", "install", "agents/reviewer")
+    assert code == 0 and isinstance(done, dict) and done["path"] is None, err
+    assert project.read_text().endswith('\n[agents.inline.reviewer]\ndescription = "Reviews a change"\n'
+                                        'system_prompt = "Review the change to {{area}}."\narguments = [{ name = '
+                                        '"area", required = true }]\n')
+    code, shown, err = ctx(capsys, "agent", "show", "reviewer", "--arg", "area=docs")
+    assert code == 0 and isinstance(shown, dict) and shown["system"] == "Review the change to docs.", err
+    before = project.read_text()
+    code, _, err = ctx(capsys, "registry", "install", "loose")
+    assert code == 2 and err == ("ctx: error: agents/loose from registry 'folder' does not fit ctx.toml: "
+                                 "config/ctx.toml: unknown section [other]. Known sections: db, chunking, retrieval, "
+                                 "embedding, server, connectors, tools, agents, registries.\n")
+    assert project.read_text() == before
+    code, _, err = ctx(capsys, "registry", "install", "reviewer")
+    assert code == 4 and err == ("ctx: error: An agent named 'reviewer' is already in config/ctx.toml; edit or remove it "
+                                 "there.\n")

@@ -475,7 +475,7 @@ def _install_toml_agent(conf: Config, ext: Extension, source: bytes, force: bool
     """An agent written as TOML (its keys are an inline agent's): added as ``[agents.inline.NAME]``."""
     configured = _configured(conf, ext)
     if configured:
-        raise Conflict(f"[agents.*.{ext.name}] already exists in {conf.path}; edit or remove it there"
+        raise Conflict(f"An agent named {ext.name!r} is already in {conf.path}; edit or remove it there"
                        + (" (--force replaces scripts only)." if force else "."))
     try:
         body = source.decode("utf-8")
