@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 FORMAT_ENV = "CTX_OUTPUT_FORMAT"
 # The sub-commands, in the order `ctx --help` lists them.
 COMMANDS = ("init", "sources", "stats", "migrate", "sync", "search", "get", "embed", "export", "import", "serve",
-            "config", "agent", "tool", "connector", "completion")
+            "config", "agent", "tool", "connector", "registry", "completion")
 # The options every command takes (``common`` below) that may come before the sub-command's name.
 _VALUE_OPTIONS = ("--config", "--format")
 _FLAG_OPTIONS = ("--json", "--jsonl", "--text")
@@ -160,9 +160,32 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
                             "sync would, writing nothing")
         t.add_argument("name", help="connector name or type:name")
         t.add_argument("--limit", type=int, default=20, metavar="N", help="items to show (default 20; all are counted)")
+    if "registry" in wanted:
+        _registry_parser(sub, common)
     if "completion" in wanted:
         add_completion(sub, "ctx")
     return parser
+
+
+def _registry_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("registry", parents=[common], help="extension registries: git repositories of Lua tools, "
+                       "agents and connectors declared as [registries.NAME] in ctx.toml")
+    rsub = p.add_subparsers(dest="registry_command", metavar="ACTION", required=True)
+    rsub.add_parser("list", parents=[common], help="the registries and the extensions they offer")
+    s = rsub.add_parser("search", parents=[common], help="the extensions whose name, description or tags hold "
+                        "every WORD")
+    s.add_argument("words", nargs="+", metavar="WORD", help="a word to look for (case does not matter)")
+    i = rsub.add_parser("info", parents=[common], help="one extension: its registry, script, settings and README")
+    i.add_argument("extension", metavar="KIND/NAME", help="tools/NAME, agents/NAME or connectors/NAME "
+                   "(NAME alone when one kind has it)")
+    i = rsub.add_parser("install", parents=[common], help="clone the registries not on disk yet; given KIND/NAME, "
+                        "copy that extension beside ctx.toml (checked in the sandbox first) and register it")
+    i.add_argument("name", nargs="?", metavar="NAME", help="a registry (default: every one with a url), or an "
+                   "extension: tools/NAME, agents/NAME, connectors/NAME")
+    i.add_argument("--force", action="store_true", help="replace the extension's script if it is already there")
+    u = rsub.add_parser("update", parents=[common], help="fetch the git registries and fast-forward them; report "
+                        "the extensions added, removed or changed (a checkout with local changes is skipped)")
+    u.add_argument("name", nargs="?", metavar="NAME", help="one registry (default: all)")
 
 
 def _init_arg(actions: Any, common: argparse.ArgumentParser, kind: str) -> None:
@@ -270,6 +293,8 @@ def _exit_code(code: str | None) -> int:
 def _run(args: argparse.Namespace) -> tuple[Any, Any, int]:
     """(data to render, optional custom text renderer, exit status) for the command."""
     action = getattr(args, f"{args.command}_command", None)
+    if args.command == "registry":
+        return _run_registry(args, action)
     if action == "init" or args.command == "connector":  # tool|agent|connector init, connector test
         return _run_scaffold(args, action)
     if args.command in ("serve", "tool", "config"):  # first: `serve mcp --stdio` need not import the service
@@ -364,6 +389,34 @@ def _run_scaffold(args: argparse.Namespace, action: str | None) -> tuple[Any, An
         return made, lambda: scaffold.text(made), 0
     report = scaffold.connector_test(cfg.load(getattr(args, "config", None)), args.name, args.limit)
     return report, lambda: scaffold.connector_text(report), 0
+
+
+def _run_registry(args: argparse.Namespace, action: str | None) -> tuple[Any, Any, int]:
+    """``ctx registry list|search|info|install|update`` on the registries of the configuration."""
+    from cairn_servers.ctx import config as cfg
+    from cairn_servers.ctx import registry
+
+    conf = cfg.load(getattr(args, "config", None))
+    if action == "list":
+        listed = registry.listing(conf)
+        return listed, lambda: registry.list_text(listed), 0
+    if action == "search":
+        hits = registry.search(conf, args.words)
+        return hits, lambda: registry.search_text(hits, args.words), 0
+    if action == "info":
+        shown = registry.info(conf, args.extension)
+        return shown, lambda: registry.info_text(shown), 0
+    if action == "install":
+        done = registry.install(conf, args.name, force=args.force)
+        return done, lambda: registry.install_text(done), 0
+    reports = registry.update(conf, args.name)
+    failed = [r for r in reports if r["status"] == "failed"]
+    if failed:
+        from cairn_servers.core.sanitize import scrub
+
+        for r in failed:
+            sys.stderr.write(f"ctx: warning: registry {r['registry']} was not updated: {scrub(r['message'])}\n")
+    return reports, lambda: registry.update_text(reports), failed[0]["exit_code"] if failed else 0
 
 
 def _run_tools(args: argparse.Namespace) -> tuple[Any, Any, int]:

@@ -121,6 +121,20 @@ class ToolConfig:
 
 
 @dataclass(frozen=True)
+class RegistryConfig:
+    """``[registries.NAME]``: a git repository (or a plain folder) of Lua tools, agents and connectors
+    (:mod:`cairn_servers.ctx.registry`). ``path`` None: the clone lives under ctx's data directory."""
+
+    name: str
+    url: str | None
+    branch: str
+    path: Path | None
+    readonly: bool
+    auto_update: bool
+    timeout: float
+
+
+@dataclass(frozen=True)
 class Config:
     path: Path
     db: DbConfig
@@ -131,6 +145,7 @@ class Config:
     connectors: list[ConnectorConfig] = field(default_factory=list)
     tools: list[ToolConfig] = field(default_factory=list)
     agents: list[AgentConfig] = field(default_factory=list)  # cairn_servers.ctx.agent_config, imported when there are any
+    registries: list[RegistryConfig] = field(default_factory=list)  # in the file's order: later ones win
     # key paths (("server", "auth_token"), ("connectors", "git", "kb", "url")) of values that came
     # from the environment through ${VAR}: `ctx config show` masks them
     from_env: frozenset[KeyPath] = field(default=frozenset(), repr=False, compare=False)
@@ -370,7 +385,8 @@ def load(path: str | os.PathLike[str] | None = None) -> Config:
 def _is_path_key(path: KeyPath) -> bool:
     return (path == ("db", "path") or (len(path) == 4 and path[0] == "connectors" and path[3] in (
         "root", "path", "cache_dir")) or (len(path) == 4 and path[:2] in (("tools", "script"), ("agents", "script"))
-                                         and path[3] == "path"))
+                                         and path[3] == "path")) or (len(path) == 3 and path[0] == "registries"
+                                                                     and path[2] == "path")
 
 
 def parse(data: dict[str, Any], file: Path, text: str | None = None) -> Config:
@@ -416,7 +432,7 @@ def parse(data: dict[str, Any], file: Path, text: str | None = None) -> Config:
 def _parse(data: dict[str, Any], file: Path, templated: dict[KeyPath, str]) -> Config:
     base = file.parent.resolve() if file.parent != Path("") else Path.cwd()
     top = _Reader(file, "", data)
-    known = ["db", "chunking", "retrieval", "embedding", "server", "connectors", "tools", "agents"]
+    known = ["db", "chunking", "retrieval", "embedding", "server", "connectors", "tools", "agents", "registries"]
     for key in data:
         if key not in known:
             raise InvalidInput(f"{file}: unknown section [{key}]. Known sections: {', '.join(known)}.")
@@ -546,9 +562,31 @@ def _parse(data: dict[str, Any], file: Path, templated: dict[KeyPath, str]) -> C
             names.add(name)
             agents.append(_agent(file, base, kind, name, table, connectors, tools))
 
+    registries: list[RegistryConfig] = []
+    group = _Reader(file, "registries", data.get("registries", {}))
+    for name, table in group.table.items():
+        g = _Reader(file, f"registries.{name}", table)
+        g.check_keys(["url", "branch", "path", "readonly", "auto_update", "timeout"])
+        if not name or not set(name) <= _NAME_CHARS or name.startswith("-") or len(name) > MAX_NAME:
+            g.fail(None, f"registry names use lowercase letters, digits, '_' and '-', at most {MAX_NAME} characters")
+        url = g.text("url", "") or None
+        if url is None and "path" not in g.table:
+            g.fail(None, "needs `url` (a git repository to clone) or `path` (a folder of extensions), or both")
+        if url is not None and url.startswith("-"):
+            g.fail("url", f"must be a git URL or a path, not {url[:70]!r}")
+        if url is not None and url.startswith(("/", "./", "../", "~")):  # a local repository
+            url = os.path.normpath(g.path("url", None, base))
+        branch = g.text("branch", "main")
+        if not branch or branch.startswith("-") or any(c.isspace() or c in "~^:?*[\\" for c in branch) or ".." in branch:
+            g.fail("branch", f"must be a git branch or tag name, not {branch[:70]!r}")
+        registries.append(RegistryConfig(
+            name=name, url=url, branch=branch, path=g.path("path", None, base) if "path" in g.table else None,
+            readonly=g.bool("readonly", False), auto_update=g.bool("auto_update", False),
+            timeout=g.float("timeout", 120.0, 1.0, 3600.0)))
+
     return Config(
         path=file, db=db, chunking=chunking, retrieval=retrieval, embedding=embedding, server=server,
-        connectors=connectors, tools=tools, agents=agents,
+        connectors=connectors, tools=tools, agents=agents, registries=registries,
     )
 
 
@@ -700,6 +738,9 @@ def effective(conf: Config) -> dict[str, Any]:
         data["connectors"].setdefault(c.type, {})[c.name] = _plain(c.options)
     for t in conf.tools:
         data["tools"]["script"][t.name] = _plain({"path": t.path, "timeout": t.timeout, **t.config})
+    for reg in conf.registries:
+        data.setdefault("registries", {})[reg.name] = _plain(
+            {k: v for k, v in reg.__dict__.items() if k != "name" and v is not None})
     if data["server"]["auth_token"]:
         data["server"]["auth_token"] = MASK
     for path in conf.from_env:
@@ -776,7 +817,8 @@ def to_toml(data: dict[str, Any], header: str = "") -> str:
 def _is_table_section(prefix: list[str], key: str) -> bool:
     # Sub-tables are written as [sections] down to a connector or tool; deeper (script config) tables inline.
     depth = len(prefix)
-    return depth == 0 or (prefix[0] in ("connectors", "tools", "agents") and depth <= 2)
+    return depth == 0 or (prefix[0] in ("connectors", "tools", "agents") and depth <= 2) or (
+        prefix[0] == "registries" and depth == 1)
 
 
 def _key(key: str) -> str:
