@@ -15,7 +15,7 @@ import pytest
 from cairn_servers.core.errors import StorageError
 from cairn_servers.ctx import config as cfgmod
 from cairn_servers.ctx.service import Service
-from cairn_servers.ctx.store import SCHEMA_VERSION, DocumentRecord
+from cairn_servers.ctx.store import SCHEMA_VERSION, DocumentRecord, KnowledgeStore
 from cairn_servers.ctx.stores import open_store
 from cairn_servers.ctx.chunk import chunk_text
 
@@ -169,3 +169,54 @@ def test_config_masks_passwords_in_urls() -> None:
     assert cfgmod.mask_url("postgresql://db/kb?user=u&password=hunter2&x=1") == "postgresql://db/kb?user=u&password=***&x=1"
     # user info with no colon may be a token (https://TOKEN@host): masked whole
     assert cfgmod.mask_url("postgresql://u@db/kb") == "postgresql://***@db/kb"
+
+
+# The schema a new database gets, as the catalog describes it: the digest of the released version's (the schema
+# built by the statements of ctx before they were written once for both backends), so a store that writes its
+# statements differently still builds the same tables, and a database it made opens as one made before.
+_RELEASED_SCHEMA = {"sqlite": "6ccca8503d3a5fb1c3a88d10786ce74b3470c3643a92fd0f490edbb2cd1f6394", "postgres": "703f2b55c834ec3df180f075c020c9ab9fa20a5cbc7ea9214e7dfcd66063b8cb"}
+
+
+def _schema(store: KnowledgeStore, postgres: bool) -> list[tuple[object, ...]]:
+    """The schema of a knowledge base as its catalog lists it (FTS5's own shadow tables left out: SQLite's)."""
+    sql = store.sql
+    if not postgres:
+        return sql("SELECT type, name, tbl_name, sql FROM sqlite_master WHERE name NOT LIKE 'chunks_fts_%'"
+                   " ORDER BY type, name")
+    tables = ("meta", "documents", "chunks", "vectors", "checkpoints")
+    marks = ",".join("?" * len(tables))
+    return sql("SELECT table_name, column_name, data_type, is_nullable, is_identity, is_generated, column_default"
+               f" FROM information_schema.columns WHERE table_name IN ({marks}) ORDER BY table_name, column_name",
+               tables) + sql(f"SELECT tablename, indexname, indexdef FROM pg_indexes WHERE tablename IN ({marks})"
+                             " ORDER BY tablename, indexname", tables)
+
+
+def test_a_new_database_has_the_released_schema_and_reopens_without_migrating(tmp_path: Path) -> None:
+    import hashlib
+
+    cfg = _config(tmp_path, tmp_path / "docs")
+    db = cfgmod.load(cfg).db
+    store = open_store(db)
+    try:
+        assert store.migrated_from == 0
+        schema = _schema(store, bool(db.url))
+        digest = hashlib.sha256(json.dumps(schema, default=str).encode()).hexdigest()
+        assert digest == _RELEASED_SCHEMA["postgres" if db.url else "sqlite"], (digest, schema)
+        assert store.sql("SELECT key, value FROM meta ORDER BY key") == [("generation", "0"),
+                                                                         ("schema_version", str(SCHEMA_VERSION))]
+        body = "# Kept\n\nThe otter stays put.\n"
+        with store.transaction():
+            store.upsert(DocumentRecord("filesystem:docs", "kept.md", "Kept", body, 1_700_000_000, "fp", "ch"),
+                         chunk_text(body, 400, 40))
+            store.bump()
+    finally:
+        store.close()
+    again = open_store(db)
+    try:
+        assert again.migrated_from == SCHEMA_VERSION  # found current: no migration ran
+        assert _schema(again, bool(db.url)) == schema and again.generation() == 1
+        if not db.url:
+            assert again.db.total_changes == 0  # type: ignore[attr-defined]  # opening wrote nothing
+        assert [r[1] for r in again.sql("SELECT rowid, source_id FROM documents")] == ["kept.md"]
+    finally:
+        again.close()

@@ -3,7 +3,9 @@
 Two implementations with the same behaviour, chosen at start by :func:`cairn_servers.ctx.stores.open_store`: this module's
 :class:`SqliteStore` (one SQLite file, WAL, FTS5; the embedded default) and
 :class:`cairn_servers.ctx.store_pg.PostgresStore` (PostgreSQL + pgvector, ``[db] url``, imported only when
-configured). They are the only places that run SQL; everything else calls their named methods.
+configured). They are the only places that run SQL; everything else calls their named methods. The statements
+both run are written once, with their dialect differences named, in :mod:`cairn_servers.ctx.sql`; this module
+adds what only SQLite does (the file and its connection, FTS5 keyword search, the schema's SQLite steps).
 
 SQLite: one database (WAL) with documents, chunks, FTS5, vectors, checkpoints.
 
@@ -17,12 +19,11 @@ changes chunks or vectors, which tells in-memory caches (the vector matrix) to r
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,38 +32,12 @@ from typing import Any, ContextManager, Protocol
 from cairn_servers.core import deadline
 from cairn_servers.core.errors import Cancelled, StorageError, Timeout
 from cairn_servers.ctx.chunk import Chunk
+from cairn_servers.ctx.sql import SOURCE_UPDATED, SQLITE, SqlStore, tables
+from cairn_servers.ctx.sql import SCHEMA_VERSION as SCHEMA_VERSION, Known as Known  # (re-exported: callers' names)
 
-# Versioned schema migrations, applied in order at open (and by `ctx migrate`); ``meta.schema_version``
-# records the last one applied. Version 1 is the original schema; never edit a released step, add one.
-_V1 = """
-CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS documents(
-    rowid INTEGER PRIMARY KEY,
-    id TEXT NOT NULL UNIQUE,
-    source TEXT NOT NULL,
-    source_id TEXT NOT NULL,
-    title TEXT NOT NULL,
-    author TEXT,
-    source_url TEXT,
-    updated_at INTEGER NOT NULL,
-    fingerprint TEXT NOT NULL,
-    content_hash TEXT NOT NULL,
-    body TEXT NOT NULL,
-    metadata TEXT NOT NULL DEFAULT '{}',
-    indexed_at INTEGER NOT NULL,
-    UNIQUE(source, source_id)
-);
-CREATE INDEX IF NOT EXISTS documents_updated ON documents(updated_at);
-CREATE TABLE IF NOT EXISTS chunks(
-    rowid INTEGER PRIMARY KEY,
-    doc INTEGER NOT NULL REFERENCES documents(rowid) ON DELETE CASCADE,
-    ordinal INTEGER NOT NULL,
-    hash TEXT NOT NULL,
-    heading TEXT NOT NULL,
-    text TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS chunks_doc ON chunks(doc, ordinal);
-CREATE INDEX IF NOT EXISTS chunks_hash ON chunks(hash);
+# SQLite's schema migrations (see cairn_servers.ctx.sql.SCHEMA_VERSION). Version 1: the tables, with FTS5 as the
+# keyword index, kept in step with the chunks by triggers.
+_V1 = tables(SQLITE, keyword_index="""
 CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(
     heading, text, content='chunks', content_rowid='rowid', tokenize='porter unicode61 remove_diacritics 2'
 );
@@ -72,28 +47,12 @@ END;
 CREATE TRIGGER IF NOT EXISTS chunks_ad AFTER DELETE ON chunks BEGIN
     INSERT INTO chunks_fts(chunks_fts, rowid, heading, text) VALUES ('delete', old.rowid, old.heading, old.text);
 END;
-CREATE TABLE IF NOT EXISTS vectors(
-    hash TEXT NOT NULL,
-    model TEXT NOT NULL,
-    vec BLOB NOT NULL,
-    PRIMARY KEY(hash, model)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS checkpoints(
-    source TEXT PRIMARY KEY,
-    status TEXT NOT NULL,
-    started_at INTEGER NOT NULL,
-    finished_at INTEGER,
-    documents INTEGER NOT NULL DEFAULT 0,
-    error TEXT
-);
-"""
-_V2 = """
-CREATE INDEX IF NOT EXISTS documents_source_updated ON documents(source, updated_at);
-"""
+""")
+_V2 = SOURCE_UPDATED
 # Version 3 folds accents in PostgreSQL's keyword index; FTS5 (remove_diacritics 2) always did: nothing to do.
 _V3 = ""
 MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
-SCHEMA_VERSION = len(MIGRATIONS)
+assert len(MIGRATIONS) == SCHEMA_VERSION
 
 
 def document_id(source: str, source_id: str) -> str:
@@ -121,15 +80,6 @@ class DocumentRecord:
         return document_id(self.source, self.source_id)
 
 
-@dataclass(frozen=True)
-class Known:
-    """What the store remembers about a document, for change detection."""
-
-    rowid: int
-    fingerprint: str
-    content_hash: str
-
-
 _FULL_FIX = "The disk is full: free some space and run the command again; nothing indexed was lost."
 
 
@@ -143,27 +93,6 @@ def _disk_full(path: Path, exc: BaseException) -> bool:
         return shutil.disk_usage(path.parent).free < (1 << 20)
     except OSError:
         return False
-
-
-# The rows both stores return in one shape (the PostgreSQL store imports these).
-CHECKPOINT_COLUMNS = "source, status, started_at, finished_at, documents, error"
-EXPORTED_COLUMNS = ("rowid, id, source, source_id, title, author, source_url, updated_at, fingerprint, content_hash,"
-                    " body, metadata")
-
-
-def checkpoint_map(rows: Iterable[Sequence[Any]]) -> dict[str, dict[str, Any]]:
-    """source -> its last sync (``status``, ``started_at``, ``finished_at``, ``documents``, ``error``), from
-    rows of :data:`CHECKPOINT_COLUMNS`."""
-    return {
-        r[0]: {"status": r[1], "started_at": int(r[2]), "finished_at": None if r[3] is None else int(r[3]),
-               "documents": int(r[4]), "error": r[5]}
-        for r in rows
-    }
-
-
-def exported_row(r: Sequence[Any]) -> tuple[Any, ...]:
-    """A row of :data:`EXPORTED_COLUMNS` with its rowid and updated_at as ints."""
-    return (int(r[0]), *r[1:7], int(r[7]), *r[8:])
 
 
 @dataclass(frozen=True)
@@ -244,10 +173,12 @@ class KnowledgeStore(Protocol):
     def vectors_after(self, model: str, hash: str, limit: int) -> list[tuple[str, bytes]]: ...
 
 
-class SqliteStore:
+class SqliteStore(SqlStore):
     """One connection to the knowledge base's SQLite database."""
 
     native_vectors = False
+    dialect = SQLITE
+    migrations = MIGRATIONS
 
     def __init__(self, path: Path, *, create: bool = False, migrate: bool = True) -> None:
         self.path = Path(path)
@@ -293,25 +224,16 @@ class SqliteStore:
                     raise
                 time.sleep(0.02)
 
-    def migrate(self, target: int = SCHEMA_VERSION) -> int:
-        """Apply the migrations after the database's version up to ``target``, in one transaction;
-        returns the version found (0 for a new database)."""
-        if self._version() == target:
-            return target  # the common case: no write transaction at all
+    def _run(self, statement: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        return self.db.execute(statement, params)
+
+    def _run_many(self, statement: str, rows: Iterable[Sequence[Any]]) -> None:
+        self.db.executemany(statement, rows)
+
+    @contextmanager
+    def _migrating(self) -> Iterator[Callable[[str, Sequence[Any]], Any]]:
         with self.transaction():
-            self.db.execute("CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-            found = self._version()
-            if found > SCHEMA_VERSION:
-                raise StorageError(
-                    f"The knowledge base {self.path} has schema version {found}, newer than this ctx knows "
-                    f"({SCHEMA_VERSION}). Upgrade cairn.")
-            for step in MIGRATIONS[found:target]:
-                for statement in _split_sql(step):
-                    self.db.execute(statement)
-            self.db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', ?)",
-                            (str(max(found, target)),))
-            self.db.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('generation', '0')")
-        return found
+            yield self.db.execute
 
     def _version(self) -> int:
         try:
@@ -319,9 +241,6 @@ class SqliteStore:
         except sqlite3.OperationalError:  # no meta table: a new database
             return 0
         return int(row[0]) if row else 0
-
-    def schema_version(self) -> int:
-        return self._version()
 
     @contextmanager
     def source_lock(self, source: str) -> Iterator[None]:
@@ -337,10 +256,6 @@ class SqliteStore:
             yield
         finally:
             os.close(fd)
-
-    def sql(self, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """Rows of an ad-hoc read (``?`` placeholders), for tests and diagnostics only."""
-        return [tuple(r) for r in self.db.execute(statement, tuple(params)).fetchall()]
 
     def vector_search(self, model: str, query: bytes, k: int, *, sources: Sequence[str] | None = None,
                       since: int | None = None, until: int | None = None) -> dict[int, float]:
@@ -374,173 +289,9 @@ class SqliteStore:
                 raise StorageError(f"Cannot write the knowledge base {self.path}: {exc}. {fix}") from exc
             raise
 
-    def bump(self) -> None:
-        """Advance the generation counter (call inside the transaction that changed data)."""
-        self.db.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'")
-
-    def generation(self) -> int:
-        row = self.db.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
-        return int(row[0]) if row else 0
-
-    # ---- documents ---------------------------------------------------------------------------
-
-    def known(self, source: str) -> dict[str, Known]:
-        rows = self.db.execute(
-            "SELECT source_id, rowid, fingerprint, content_hash FROM documents WHERE source = ?", (source,)
-        )
-        return {sid: Known(rowid, fp, ch) for sid, rowid, fp, ch in rows}
-
-    def upsert(self, doc: DocumentRecord, chunks: Sequence[Chunk]) -> None:
-        """Replace the document and its chunks (inside the caller's transaction)."""
-        now = int(time.time())
-        row = self.db.execute(
-            "SELECT rowid FROM documents WHERE source = ? AND source_id = ?", (doc.source, doc.source_id)
-        ).fetchone()
-        values = (
-            doc.title, doc.author, doc.source_url, doc.updated_at, doc.fingerprint, doc.content_hash,
-            doc.body, json.dumps(doc.metadata, sort_keys=True, default=str), now,
-        )
-        if row:
-            rowid = int(row[0])
-            self.db.execute("DELETE FROM chunks WHERE doc = ?", (rowid,))
-            self.db.execute(
-                "UPDATE documents SET title=?, author=?, source_url=?, updated_at=?, fingerprint=?, content_hash=?,"
-                " body=?, metadata=?, indexed_at=? WHERE rowid = ?",
-                (*values, rowid),
-            )
-        else:
-            cur = self.db.execute(
-                "INSERT INTO documents(id, source, source_id, title, author, source_url, updated_at, fingerprint,"
-                " content_hash, body, metadata, indexed_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                (doc.id, doc.source, doc.source_id, *values),
-            )
-            rowid = int(cur.lastrowid or 0)
-        self.db.executemany(
-            "INSERT INTO chunks(doc, ordinal, hash, heading, text) VALUES (?,?,?,?,?)",
-            [(rowid, c.ordinal, c.hash, c.heading, c.text) for c in chunks],
-        )
-
-    def document(self, doc_id: str) -> tuple[Any, ...] | None:
-        """(rowid, id, source, source_id, title, body, source_url, updated_at, author, metadata JSON) of
-        the document ``doc_id``, or None."""
-        row = self.db.execute(
-            "SELECT rowid, id, source, source_id, title, body, source_url, updated_at, author, metadata"
-            " FROM documents WHERE id = ?", (doc_id,)
-        ).fetchone()
-        return tuple(row) if row is not None else None
-
-    def document_chunks(self, rowid: int) -> list[tuple[int, str, str, str]]:
-        """(ordinal, hash, heading, text) of a document's chunks, in order."""
-        rows = self.db.execute("SELECT ordinal, hash, heading, text FROM chunks WHERE doc = ? ORDER BY ordinal",
-                               (rowid,))
-        return [(o, h, hd, t) for o, h, hd, t in rows]
-
-    def chunk_documents(self, chunk_rowids: Sequence[int]) -> dict[int, str]:
-        """The document id of each chunk rowid still stored (batches of 500 bound variables)."""
-        out: dict[int, str] = {}
-        for s in range(0, len(chunk_rowids), 500):
-            part = list(chunk_rowids[s : s + 500])
-            out.update(self.db.execute(
-                "SELECT c.rowid, d.id FROM chunks c JOIN documents d ON d.rowid = c.doc"
-                f" WHERE c.rowid IN ({','.join('?' * len(part))})", part).fetchall())
-        return out
-
-    def chunk_hits(self, chunk_rowids: Sequence[int]) -> dict[int, tuple[str, str, str, str, int, str | None, str]]:
-        """For search results: chunk rowid -> (chunk text, title, source, source_id, updated_at, source_url,
-        the chunk's heading path)."""
-        out: dict[int, tuple[str, str, str, str, int, str | None, str]] = {}
-        for s in range(0, len(chunk_rowids), 500):
-            part = list(chunk_rowids[s : s + 500])
-            for row in self.db.execute(
-                    "SELECT c.rowid, c.text, d.title, d.source, d.source_id, d.updated_at, d.source_url, c.heading"
-                    f" FROM chunks c JOIN documents d ON d.rowid = c.doc WHERE c.rowid IN ({','.join('?' * len(part))})", part):
-                out[row[0]] = row[1:]
-        return out
-
-    def source_labels(self) -> set[str]:
-        """Every source label that has documents."""
-        return {r[0] for r in self.db.execute("SELECT DISTINCT source FROM documents")}
-
-    def document_counts(self) -> dict[str, int]:
-        """Documents per source label."""
-        return {s: int(n) for s, n in self.db.execute("SELECT source, COUNT(*) FROM documents GROUP BY source")}
-
-    def counts(self) -> tuple[int, int, int]:
-        """(documents, chunks, distinct chunk texts)."""
-        docs = self.db.execute("SELECT COUNT(*) FROM documents").fetchone()[0]
-        chunks, distinct = self.db.execute("SELECT COUNT(*), COUNT(DISTINCT hash) FROM chunks").fetchone()
-        return int(docs), int(chunks), int(distinct)
-
     def size_bytes(self) -> int:
         """The database's size on disk, its WAL and shared-memory files included."""
         return sum(p.stat().st_size for p in self.path.parent.glob(self.path.name + "*") if p.is_file())
-
-    def set_fingerprint(self, rowid: int, fingerprint: str, updated_at: int) -> None:
-        self.db.execute(
-            "UPDATE documents SET fingerprint = ?, updated_at = ? WHERE rowid = ?", (fingerprint, updated_at, rowid)
-        )
-
-    def delete(self, rowids: Sequence[int]) -> None:
-        for rowid in rowids:
-            self.db.execute("DELETE FROM chunks WHERE doc = ?", (rowid,))
-            self.db.execute("DELETE FROM documents WHERE rowid = ?", (rowid,))
-
-    def drop_orphan_vectors(self) -> int:
-        cur = self.db.execute("DELETE FROM vectors WHERE hash NOT IN (SELECT hash FROM chunks)")
-        return cur.rowcount
-
-    # ---- vectors -----------------------------------------------------------------------------
-
-    def pending(self, model: str, limit: int) -> list[tuple[str, str, str]]:
-        """Up to ``limit`` distinct (hash, heading, text) chunks without a vector for ``model``."""
-        rows = self.db.execute(
-            "SELECT c.hash, c.heading, c.text FROM chunks c WHERE NOT EXISTS"
-            " (SELECT 1 FROM vectors v WHERE v.hash = c.hash AND v.model = ?) GROUP BY c.hash ORDER BY c.hash LIMIT ?",
-            (model, limit),
-        )
-        return [(h, hd, t) for h, hd, t in rows]
-
-    def pending_count(self, model: str) -> int:
-        row = self.db.execute(
-            "SELECT COUNT(DISTINCT hash) FROM chunks c WHERE NOT EXISTS"
-            " (SELECT 1 FROM vectors v WHERE v.hash = c.hash AND v.model = ?)",
-            (model,),
-        ).fetchone()
-        return int(row[0])
-
-    def put_vectors(self, model: str, hashes: Sequence[str], blobs: Sequence[bytes]) -> None:
-        self.db.executemany(
-            "INSERT OR REPLACE INTO vectors(hash, model, vec) VALUES (?,?,?)",
-            [(h, model, b) for h, b in zip(hashes, blobs)],
-        )
-
-    def vector_count(self, model: str) -> int:
-        return int(self.db.execute("SELECT COUNT(*) FROM vectors WHERE model = ?", (model,)).fetchone()[0])
-
-    def clear_vectors(self) -> None:
-        self.db.execute("DELETE FROM vectors")
-
-    def vector_rows(self, model: str) -> list[tuple[int, str, int, bytes]]:
-        """(chunk rowid, source, updated_at, vector blob) of every chunk with a ``model`` vector, by rowid."""
-        return self.db.execute(
-            "SELECT c.rowid, d.source, d.updated_at, v.vec FROM chunks c JOIN documents d ON d.rowid = c.doc"
-            " JOIN vectors v ON v.hash = c.hash AND v.model = ? ORDER BY c.rowid",
-            (model,),
-        ).fetchall()
-
-    def vector_chunks(self) -> list[tuple[int, str, str, int]]:
-        """(chunk rowid, chunk hash, source, updated_at) of every chunk, by rowid: what the in-memory
-        vector matrix (:class:`cairn_servers.ctx.retrieval.VectorMatrix`) keeps per row, without the vectors."""
-        return self.db.execute(
-            "SELECT c.rowid, c.hash, d.source, d.updated_at FROM chunks c JOIN documents d ON d.rowid = c.doc"
-            " ORDER BY c.rowid").fetchall()
-
-    def vector_blobs(self, model: str) -> Iterator[tuple[str, bytes]]:
-        """(hash, vector blob) of every ``model`` vector, in the table's own order: one sequential read
-        (joined to the chunks in SQL, each vector was a B-tree lookup: ~4-9 s at 100k chunks, against ~0.6 s)."""
-        cursor = self.db.execute("SELECT hash, vec FROM vectors WHERE model = ?", (model,))
-        while rows := cursor.fetchmany(4096):
-            yield from rows
 
     # ---- full-text search ----------------------------------------------------------------------
 
@@ -605,17 +356,7 @@ class SqliteStore:
         ``df``: the terms' chunk counts when the caller has them (FTS5 weighs the terms itself). They say how
         much there is to rank: from :data:`SPLIT_MIN` matching chunks on, the ranking runs as two halves side by
         side (:meth:`_split_rank`), with the same scores and order."""
-        parts: list[str] = []
-        params: list[Any] = []
-        if sources is not None:
-            parts.append(f"d.source IN ({','.join('?' * len(sources))})")
-            params.extend(sources)
-        if since is not None:
-            parts.append("d.updated_at >= ?")
-            params.append(since)
-        if until is not None:
-            parts.append("d.updated_at < ?")
-            params.append(until)
+        parts, params = self.dialect.filters(sources, since, until)
         if parts:
             rowid = "f.rowid"
             head = ("SELECT f.rowid, -bm25(chunks_fts) AS s FROM chunks_fts f JOIN chunks c ON c.rowid = f.rowid"
@@ -706,25 +447,6 @@ class SqliteStore:
         rows.sort(key=lambda r: (-r[1], r[0]))
         return {int(r): float(s) for r, s in rows[:k]}
 
-    # ---- checkpoints -------------------------------------------------------------------------
-
-    def checkpoint(self, source: str, status: str, *, documents: int = 0, error: str | None = None) -> None:
-        now = int(time.time())
-        if status == "running":
-            self.db.execute(
-                "INSERT INTO checkpoints(source, status, started_at) VALUES (?, 'running', ?)"
-                " ON CONFLICT(source) DO UPDATE SET status='running', started_at=excluded.started_at, error=NULL",
-                (source, now),
-            )
-        else:
-            self.db.execute(
-                "UPDATE checkpoints SET status = ?, finished_at = ?, documents = ?, error = ? WHERE source = ?",
-                (status, now, documents, error, source),
-            )
-
-    def checkpoints(self) -> dict[str, dict[str, Any]]:
-        return checkpoint_map(self.db.execute(f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints"))
-
     # ---- export / import (cairn_servers.ctx.transfer) ------------------------------------------------------
 
     @contextmanager
@@ -739,46 +461,6 @@ class SqliteStore:
             yield
         finally:
             self.db.execute("COMMIT")
-
-    def has_documents(self) -> bool:
-        """Whether any document or vector is stored."""
-        return (self.db.execute("SELECT 1 FROM documents LIMIT 1").fetchone() is not None
-                or self.db.execute("SELECT 1 FROM vectors LIMIT 1").fetchone() is not None)
-
-    def has_document(self, doc_id: str) -> bool:
-        return self.db.execute("SELECT 1 FROM documents WHERE id = ?", (doc_id,)).fetchone() is not None
-
-    def chunks_after(self, rowid: int, limit: int) -> list[tuple[int, int, int, str, str, str]]:
-        """Up to ``limit`` chunks whose rowid is above ``rowid``, by rowid: (rowid, document rowid, ordinal,
-        hash, heading, text). A document's chunks are written together, so they come together."""
-        rows = self.db.execute("SELECT rowid, doc, ordinal, hash, heading, text FROM chunks WHERE rowid > ?"
-                               " ORDER BY rowid LIMIT ?", (rowid, limit))
-        return [(r, d, o, h, hd, t) for r, d, o, h, hd, t in rows]
-
-    def documents_by_rowid(self, rowids: Sequence[int]) -> dict[int, tuple[Any, ...]]:
-        """rowid -> (rowid, id, source, source_id, title, author, source_url, updated_at, fingerprint,
-        content_hash, body, metadata JSON) of these documents (batches of 500 bound variables)."""
-        out: dict[int, tuple[Any, ...]] = {}
-        for s in range(0, len(rowids), 500):
-            part = list(rowids[s : s + 500])
-            for row in self.db.execute(f"SELECT {EXPORTED_COLUMNS} FROM documents"
-                                       f" WHERE rowid IN ({','.join('?' * len(part))})", part):
-                out[row[0]] = exported_row(row)
-        return out
-
-    def chunkless_documents_after(self, rowid: int, limit: int) -> list[tuple[Any, ...]]:
-        """Up to ``limit`` documents without chunks whose rowid is above ``rowid``, by rowid (the columns of
-        :meth:`documents_by_rowid`)."""
-        rows = self.db.execute(f"SELECT {EXPORTED_COLUMNS} FROM documents d WHERE d.rowid > ? AND NOT EXISTS"
-                               " (SELECT 1 FROM chunks c WHERE c.doc = d.rowid) ORDER BY d.rowid LIMIT ?",
-                               (rowid, limit))
-        return [exported_row(r) for r in rows]
-
-    def vectors_after(self, model: str, hash: str, limit: int) -> list[tuple[str, bytes]]:
-        """Up to ``limit`` (hash, vector blob) of ``model`` whose hash sorts after ``hash``, by hash."""
-        rows = self.db.execute("SELECT hash, vec FROM vectors WHERE model = ? AND hash > ? ORDER BY hash LIMIT ?",
-                               (model, hash, limit))
-        return [(h, bytes(v)) for h, v in rows]
 
 
 Store = SqliteStore  # the name callers used before the PostgreSQL backend (benchmarks/ctx.py)
@@ -831,16 +513,3 @@ def _under(until: float | None, cancel: deadline.CancelCheck | None, fn: Any, *a
 def _starved(wall: float, cpu: float) -> bool:
     """Whether a thread spent a quarter of its time (and over a millisecond) waiting, not computing: no free core."""
     return wall - cpu > max(0.001, 0.25 * wall)
-
-
-def _split_sql(script: str) -> list[str]:
-    """Statements of ``script``; trigger bodies (BEGIN ... END;) stay whole."""
-    out: list[str] = []
-    buf: list[str] = []
-    for line in script.strip().splitlines():
-        buf.append(line)
-        joined = "\n".join(buf).strip()
-        if joined.endswith(";") and sqlite3.complete_statement(joined):
-            out.append(joined)
-            buf = []
-    return out

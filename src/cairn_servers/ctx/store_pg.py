@@ -1,7 +1,8 @@
 """The knowledge base on PostgreSQL + pgvector: the same behaviour as the SQLite store, shared by replicas.
 
 Selected by ``[db] url = "postgresql://..."`` or ``$CTX_DATABASE_URL`` (:func:`cairn_servers.ctx.stores.open_store`);
-this module, and the driver (psycopg 3), are imported only then.
+this module, and the driver (psycopg 3), are imported only then. The statements both stores run are written
+once in :mod:`cairn_servers.ctx.sql` (its ``POSTGRES`` dialect); this module adds what only PostgreSQL does.
 
 * **Keyword search**: ``chunks.tsv`` is a generated ``tsvector`` column (GIN index) over the heading
   and the text with accents folded and punctuation turned into spaces (:func:`_folded`), in the
@@ -23,21 +24,19 @@ this module, and the driver (psycopg 3), are imported only then.
 
 from __future__ import annotations
 
+import functools
 import hashlib
-import json
 import math
 import threading
-import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from cairn_servers.core.errors import StorageError
 from cairn_servers.core import deadline
-from cairn_servers.ctx.chunk import Chunk
 from cairn_servers.ctx.config import mask_url
-from cairn_servers.ctx.store import (CHECKPOINT_COLUMNS, EXPORTED_COLUMNS, DocumentRecord, Known, Match, checkpoint_map,
-                              exported_row)
+from cairn_servers.ctx.sql import POSTGRES, SCHEMA_VERSION, SOURCE_UPDATED, SqlStore, no_nul, tables, vector_text
+from cairn_servers.ctx.store import Match
 
 # The text search configuration: English Snowball stems, no stop words (created by migration 1).
 TS_CONFIG = "cairn"
@@ -70,65 +69,21 @@ def _joined(n: int, operator: str) -> str:
 
 
 def _term_params(terms: Sequence[str]) -> dict[str, Any]:
-    return {f"t{j}": _clean(t) or "" for j, t in enumerate(terms, 1)}
+    return {f"t{j}": no_nul(t) or "" for j, t in enumerate(terms, 1)}
 
 
+# Version 1: pgvector, the text search configuration, and the tables with a tsvector column and its GIN index.
 _V1 = f"""
 CREATE EXTENSION IF NOT EXISTS vector;
 CREATE TEXT SEARCH DICTIONARY cairn_stem (TEMPLATE = snowball, Language = english);
 CREATE TEXT SEARCH CONFIGURATION {TS_CONFIG} (COPY = pg_catalog.english);
 ALTER TEXT SEARCH CONFIGURATION {TS_CONFIG} ALTER MAPPING FOR asciiword, asciihword, hword_asciipart, word, hword,
-    hword_part WITH cairn_stem;
-CREATE TABLE IF NOT EXISTS documents(
-    rowid BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    id TEXT NOT NULL UNIQUE,
-    source TEXT NOT NULL,
-    source_id TEXT NOT NULL,
-    title TEXT NOT NULL,
-    author TEXT,
-    source_url TEXT,
-    updated_at BIGINT NOT NULL,
-    fingerprint TEXT NOT NULL,
-    content_hash TEXT NOT NULL,
-    body TEXT NOT NULL,
-    metadata TEXT NOT NULL DEFAULT '{{}}',
-    indexed_at BIGINT NOT NULL,
-    UNIQUE(source, source_id)
-);
-CREATE INDEX IF NOT EXISTS documents_updated ON documents(updated_at);
-CREATE TABLE IF NOT EXISTS chunks(
-    rowid BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    doc BIGINT NOT NULL REFERENCES documents(rowid) ON DELETE CASCADE,
-    ordinal INTEGER NOT NULL,
-    hash TEXT NOT NULL,
-    heading TEXT NOT NULL,
-    text TEXT NOT NULL,
+    hword_part WITH cairn_stem;""" + tables(POSTGRES, chunk_columns=f""",
     tsv TSVECTOR GENERATED ALWAYS AS (
         to_tsvector('{TS_CONFIG}', regexp_replace(heading, {_PUNCT_SQL}, ' ', 'g'))
         || to_tsvector('{TS_CONFIG}', regexp_replace(text, {_PUNCT_SQL}, ' ', 'g'))
-    ) STORED
-);
-CREATE INDEX IF NOT EXISTS chunks_doc ON chunks(doc, ordinal);
-CREATE INDEX IF NOT EXISTS chunks_hash ON chunks(hash);
-CREATE INDEX IF NOT EXISTS chunks_tsv ON chunks USING gin(tsv);
-CREATE TABLE IF NOT EXISTS vectors(
-    hash TEXT NOT NULL,
-    model TEXT NOT NULL,
-    vec vector NOT NULL,
-    PRIMARY KEY(hash, model)
-);
-CREATE TABLE IF NOT EXISTS checkpoints(
-    source TEXT PRIMARY KEY,
-    status TEXT NOT NULL,
-    started_at BIGINT NOT NULL,
-    finished_at BIGINT,
-    documents INTEGER NOT NULL DEFAULT 0,
-    error TEXT
-);
-"""
-_V2 = """
-CREATE INDEX IF NOT EXISTS documents_source_updated ON documents(source, updated_at);
-"""
+    ) STORED""", keyword_index="CREATE INDEX IF NOT EXISTS chunks_tsv ON chunks USING gin(tsv);")
+_V2 = SOURCE_UPDATED
 # Accents folded as SQLite's FTS5 folds them ("cafe" finds "café"): the tsvector is recomputed for every
 # chunk (a table rewrite; run `ctx migrate` before rolling a new version out to the servers).
 _V3 = f"""
@@ -140,7 +95,7 @@ CREATE INDEX chunks_tsv ON chunks USING gin(tsv);
 """
 # Same numbering as cairn_servers.ctx.store.MIGRATIONS: version N means the same schema on both backends.
 MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
-SCHEMA_VERSION = len(MIGRATIONS)
+assert len(MIGRATIONS) == SCHEMA_VERSION
 
 _MIGRATE_LOCK = 0x63616972_6E000001  # "cairn" + 1: the advisory lock migrations run under
 _DF_CAP = 10_000
@@ -155,21 +110,18 @@ def _lock_key(text: str) -> int:
     return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "big", signed=True)
 
 
-def _clean(text: str | None) -> str | None:
-    """PostgreSQL text cannot hold NUL; SQLite can. NULs carry nothing searchable, so they go."""
-    return text.replace("\x00", "") if text and "\x00" in text else text
+@functools.lru_cache(maxsize=256)
+def _statement(statement: str) -> bytes:
+    """A statement written with ``?`` placeholders as the driver takes it (``%s``)."""
+    return statement.replace("?", "%s").encode("utf-8")
 
 
-def _vector_text(blob: bytes) -> str:
-    import numpy as np
-
-    return "[" + ",".join(repr(x) for x in np.frombuffer(blob, dtype=np.float32).tolist()) + "]"
-
-
-class PostgresStore:
+class PostgresStore(SqlStore):
     """One connection to a PostgreSQL knowledge base (autocommit outside :meth:`transaction`)."""
 
     native_vectors = True
+    dialect = POSTGRES
+    migrations = MIGRATIONS
 
     def __init__(self, url: str, *, migrate: bool = True, vector_index: str = "hnsw") -> None:
         import psycopg
@@ -273,39 +225,26 @@ class PostgresStore:
         row = self.db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         return int(row[0]) if row else 0
 
-    def schema_version(self) -> int:
-        return self._version()
-
-    def migrate(self, target: int = SCHEMA_VERSION) -> int:
-        """Apply the migrations after the database's version up to ``target`` in one transaction,
-        under an advisory lock (replicas starting together apply them once); returns the version found."""
+    @contextmanager
+    def _migrating(self) -> Iterator[Callable[[str, Sequence[Any]], Any]]:
+        """A transaction under an advisory lock (replicas starting together apply the migrations once); its
+        statements run on the bare connection, so the driver's error is judged here."""
         import psycopg
 
-        if self._version() == target:
-            return target
+        def run(statement: str, params: Sequence[Any]) -> Any:
+            return conn.execute(_statement(statement), params) if params else conn.execute(statement.encode("utf-8"))
+
         try:
-            with self.db.transaction():  # statements on the bare connection: the driver's error is judged below
+            with self.db.transaction():
                 conn = self._conn
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATE_LOCK,))
-                conn.execute("CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-                found = self._version()
-                if found > SCHEMA_VERSION:
-                    raise StorageError(
-                        f"The knowledge base {self.label} has schema version {found}, newer than this ctx "
-                        f"knows ({SCHEMA_VERSION}). Upgrade cairn.")
-                for step in MIGRATIONS[found:target]:
-                    conn.execute(step.encode("utf-8"))
-                conn.execute(
-                    "INSERT INTO meta(key, value) VALUES ('schema_version', %s)"
-                    " ON CONFLICT(key) DO UPDATE SET value = excluded.value", (str(max(found, target)),))
-                conn.execute("INSERT INTO meta(key, value) VALUES ('generation', '0') ON CONFLICT DO NOTHING")
+                yield run
         except psycopg.Error as exc:
             if isinstance(exc, (psycopg.errors.ReadOnlySqlTransaction, psycopg.OperationalError)):
                 raise self._error(exc) from None
             raise StorageError(
                 f"Cannot prepare the knowledge base {self.label}: {self._reason(exc)}. The role needs to create "
                 "tables and the pgvector extension (CREATE EXTENSION vector) in this database.") from None
-        return found
 
     # ---- transactions and locks ------------------------------------------------------------
 
@@ -346,82 +285,12 @@ class PostgresStore:
             except psycopg.Error:  # the connection broke meanwhile: the lock went with it
                 pass
 
-    def bump(self) -> None:
-        self.db.execute("UPDATE meta SET value = (value::bigint + 1)::text WHERE key = 'generation'")
+    def _run(self, statement: str, params: Sequence[Any] = ()) -> Any:
+        return self.db.execute(_statement(statement), params or None)
 
-    def generation(self) -> int:
-        row = self.db.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
-        return int(row[0]) if row else 0
-
-    def sql(self, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """Rows of an ad-hoc read (``?`` placeholders, as for SQLite), for tests and diagnostics only."""
-        cur = self.db.execute(statement.replace("?", "%s").encode("utf-8"), tuple(params) or None)
-        return [tuple(r) for r in cur.fetchall()] if cur.description is not None else []
-
-    # ---- documents ---------------------------------------------------------------------------
-
-    def known(self, source: str) -> dict[str, Known]:
-        rows = self.db.execute(
-            "SELECT source_id, rowid, fingerprint, content_hash FROM documents WHERE source = %s", (source,))
-        return {sid: Known(int(rowid), fp, ch) for sid, rowid, fp, ch in rows}
-
-    def upsert(self, doc: DocumentRecord, chunks: Sequence[Chunk]) -> None:
-        """Replace the document and its chunks (inside the caller's transaction)."""
-        now = int(time.time())
-        row = self.db.execute(
-            "INSERT INTO documents(id, source, source_id, title, author, source_url, updated_at, fingerprint,"
-            " content_hash, body, metadata, indexed_at) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"
-            " ON CONFLICT (source, source_id) DO UPDATE SET title=excluded.title, author=excluded.author,"
-            " source_url=excluded.source_url, updated_at=excluded.updated_at, fingerprint=excluded.fingerprint,"
-            " content_hash=excluded.content_hash, body=excluded.body, metadata=excluded.metadata,"
-            " indexed_at=excluded.indexed_at RETURNING rowid",
-            (doc.id, doc.source, doc.source_id, _clean(doc.title), _clean(doc.author), _clean(doc.source_url),
-             doc.updated_at, doc.fingerprint, doc.content_hash, _clean(doc.body),
-             _clean(json.dumps(doc.metadata, sort_keys=True, default=str)), now),
-        ).fetchone()
-        assert row is not None
-        rowid = int(row[0])
-        self.db.execute("DELETE FROM chunks WHERE doc = %s", (rowid,))
-        if chunks:
-            with self.db.cursor() as cur:
-                cur.executemany(
-                    "INSERT INTO chunks(doc, ordinal, hash, heading, text) VALUES (%s,%s,%s,%s,%s)",
-                    [(rowid, c.ordinal, c.hash, _clean(c.heading), _clean(c.text)) for c in chunks])
-
-    def document(self, doc_id: str) -> tuple[Any, ...] | None:
-        row = self.db.execute(
-            "SELECT rowid, id, source, source_id, title, body, source_url, updated_at, author, metadata"
-            " FROM documents WHERE id = %s", (doc_id,)).fetchone()
-        return tuple(row) if row is not None else None
-
-    def document_chunks(self, rowid: int) -> list[tuple[int, str, str, str]]:
-        rows = self.db.execute("SELECT ordinal, hash, heading, text FROM chunks WHERE doc = %s ORDER BY ordinal",
-                               (rowid,))
-        return [(o, h, hd, t) for o, h, hd, t in rows]
-
-    def chunk_documents(self, chunk_rowids: Sequence[int]) -> dict[int, str]:
-        rows = self.db.execute(
-            "SELECT c.rowid, d.id FROM chunks c JOIN documents d ON d.rowid = c.doc WHERE c.rowid = ANY(%s)",
-            (list(chunk_rowids),))
-        return {int(r): d for r, d in rows}
-
-    def chunk_hits(self, chunk_rowids: Sequence[int]) -> dict[int, tuple[str, str, str, str, int, str | None, str]]:
-        rows = self.db.execute(
-            "SELECT c.rowid, c.text, d.title, d.source, d.source_id, d.updated_at, d.source_url, c.heading"
-            " FROM chunks c JOIN documents d ON d.rowid = c.doc WHERE c.rowid = ANY(%s)", (list(chunk_rowids),))
-        return {int(r[0]): (r[1], r[2], r[3], r[4], int(r[5]), r[6], r[7]) for r in rows}
-
-    def source_labels(self) -> set[str]:
-        return {r[0] for r in self.db.execute("SELECT DISTINCT source FROM documents")}
-
-    def document_counts(self) -> dict[str, int]:
-        return {s: int(n) for s, n in self.db.execute("SELECT source, COUNT(*) FROM documents GROUP BY source")}
-
-    def counts(self) -> tuple[int, int, int]:
-        docs = self.db.execute("SELECT COUNT(*) FROM documents").fetchone()
-        row = self.db.execute("SELECT COUNT(*), COUNT(DISTINCT hash) FROM chunks").fetchone()
-        assert docs is not None and row is not None
-        return int(docs[0]), int(row[0]), int(row[1])
+    def _run_many(self, statement: str, rows: Iterable[Sequence[Any]]) -> None:
+        with self.db.cursor() as cur:  # (not guarded: only inside transaction(), which judges its errors)
+            cur.executemany(_statement(statement), rows)
 
     def size_bytes(self) -> int:
         """The knowledge base's tables with their indexes and TOAST data."""
@@ -431,42 +300,13 @@ class PostgresStore:
             " to_regclass('vectors'), to_regclass('checkpoints'))").fetchone()
         return int(row[0]) if row else 0
 
-    def set_fingerprint(self, rowid: int, fingerprint: str, updated_at: int) -> None:
-        self.db.execute("UPDATE documents SET fingerprint = %s, updated_at = %s WHERE rowid = %s",
-                        (fingerprint, updated_at, rowid))
-
-    def delete(self, rowids: Sequence[int]) -> None:
-        self.db.execute("DELETE FROM documents WHERE rowid = ANY(%s)", (list(rowids),))  # chunks cascade
-
-    def drop_orphan_vectors(self) -> int:
-        cur = self.db.execute(
-            "DELETE FROM vectors v WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE c.hash = v.hash)")
-        return int(cur.rowcount)
-
     # ---- vectors -----------------------------------------------------------------------------
 
-    def pending(self, model: str, limit: int) -> list[tuple[str, str, str]]:
-        rows = self.db.execute(
-            "SELECT DISTINCT ON (c.hash) c.hash, c.heading, c.text FROM chunks c WHERE NOT EXISTS"
-            " (SELECT 1 FROM vectors v WHERE v.hash = c.hash AND v.model = %s) ORDER BY c.hash, c.rowid LIMIT %s",
-            (model, limit))
-        return [(h, hd, t) for h, hd, t in rows]
-
-    def pending_count(self, model: str) -> int:
-        row = self.db.execute(
-            "SELECT COUNT(DISTINCT hash) FROM chunks c WHERE NOT EXISTS"
-            " (SELECT 1 FROM vectors v WHERE v.hash = c.hash AND v.model = %s)", (model,)).fetchone()
-        return int(row[0]) if row else 0
-
     def put_vectors(self, model: str, hashes: Sequence[str], blobs: Sequence[bytes]) -> None:
-        if not hashes:
-            return
-        self._ensure_index(model, len(blobs[0]) // 4)
-        with self.db.cursor() as cur:
-            cur.executemany(
-                "INSERT INTO vectors(hash, model, vec) VALUES (%s, %s, %s::vector)"
-                " ON CONFLICT (hash, model) DO UPDATE SET vec = excluded.vec",
-                [(h, model, _vector_text(b)) for h, b in zip(hashes, blobs)])
+        """Store the vectors (:meth:`SqlStore.put_vectors`), the model's HNSW index created with its first."""
+        if hashes:
+            self._ensure_index(model, len(blobs[0]) // 4)
+        super().put_vectors(model, hashes, blobs)
 
     def _index_name(self, model: str) -> str:
         return "vectors_hnsw_" + hashlib.sha256(model.encode("utf-8")).hexdigest()[:16]
@@ -484,32 +324,6 @@ class PostgresStore:
                                         sql.Literal(model)))
         self._indexed.add(model)
 
-    def vector_count(self, model: str) -> int:
-        row = self.db.execute("SELECT COUNT(*) FROM vectors WHERE model = %s", (model,)).fetchone()
-        return int(row[0]) if row else 0
-
-    def clear_vectors(self) -> None:
-        self.db.execute("DELETE FROM vectors")
-
-    def vector_rows(self, model: str) -> list[tuple[int, str, int, bytes]]:
-        import numpy as np
-
-        rows = self.db.execute(
-            "SELECT c.rowid, d.source, d.updated_at, v.vec::real[] FROM chunks c JOIN documents d ON d.rowid = c.doc"
-            " JOIN vectors v ON v.hash = c.hash AND v.model = %s ORDER BY c.rowid", (model,))
-        return [(int(r), s, int(u), np.asarray(v, dtype=np.float32).tobytes()) for r, s, u, v in rows]
-
-    def vector_chunks(self) -> list[tuple[int, str, str, int]]:
-        rows = self.db.execute("SELECT c.rowid, c.hash, d.source, d.updated_at FROM chunks c"
-                               " JOIN documents d ON d.rowid = c.doc ORDER BY c.rowid").fetchall()
-        return [(int(r), h, s, int(u)) for r, h, s, u in rows]
-
-    def vector_blobs(self, model: str) -> Iterator[tuple[str, bytes]]:
-        import numpy as np
-
-        for h, v in self.db.execute("SELECT hash, vec::real[] FROM vectors WHERE model = %s", (model,)).fetchall():
-            yield h, np.asarray(v, dtype=np.float32).tobytes()
-
     def vector_search(self, model: str, query: bytes, k: int, *, sources: Sequence[str] | None = None,
                       since: int | None = None, until: int | None = None) -> dict[int, float]:
         """Chunk rowid -> cosine similarity (clipped to [0, 1]) of the ``k`` chunks nearest ``query``
@@ -523,14 +337,15 @@ class PostgresStore:
         if ef != self._ef:
             self.db.execute("SELECT set_config('hnsw.ef_search', %s, false)", (str(ef),))
             self._ef = ef
-        parts, params = _filters(sources, since, until)
-        vec = _vector_text(query)
+        parts, params = self.dialect.filters(sources, since, until)
+        vec = vector_text(query)
         cast = sql.SQL("vector({})").format(sql.Literal(dims))
         stmt = sql.SQL(
             "SELECT c.rowid, 1 - ((v.vec::{cast}) <=> %s::{cast}) FROM vectors v JOIN chunks c ON c.hash = v.hash"
             " JOIN documents d ON d.rowid = c.doc WHERE v.model = {model}{filters}"
             " ORDER BY (v.vec::{cast}) <=> %s::{cast} LIMIT %s").format(
-                cast=cast, model=sql.Literal(model), filters=sql.SQL("".join(" AND " + p for p in parts)))
+                cast=cast, model=sql.Literal(model),
+                filters=sql.SQL("".join(" AND " + p.replace("?", "%s") for p in parts)))  # (our text: no other ?)
         rows = self.db.execute(stmt, (vec, *params, vec, k))
         return {int(r): max(0.0, min(1.0, float(s))) for r, s in rows}
 
@@ -668,24 +483,6 @@ class PostgresStore:
         return self._keyword(terms, match.operator, k, counts=[(df or {}).get(t) for t in terms],
                              sources=sources, since=since, until=until, min_rowid=min_rowid)[1]
 
-    # ---- checkpoints -------------------------------------------------------------------------
-
-    def checkpoint(self, source: str, status: str, *, documents: int = 0, error: str | None = None) -> None:
-        now = int(time.time())
-        if status == "running":
-            self.db.execute(
-                "INSERT INTO checkpoints(source, status, started_at) VALUES (%s, 'running', %s)"
-                " ON CONFLICT(source) DO UPDATE SET status='running', started_at=excluded.started_at, error=NULL",
-                (source, now))
-        else:
-            self.db.execute(
-                "UPDATE checkpoints SET status = %s, finished_at = %s, documents = %s, error = %s WHERE source = %s",
-                (status, now, documents, _clean(error), source))
-
-    def checkpoints(self) -> dict[str, dict[str, Any]]:
-        return checkpoint_map(self.db.execute(f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints"))
-
-
     # ---- export / import (cairn_servers.ctx.transfer) ------------------------------------------------------
 
     @contextmanager
@@ -704,45 +501,6 @@ class PostgresStore:
             raise StorageError(
                 f"Cannot read the knowledge base {self.label}: {self._reason(exc)}. Check that the database server "
                 "is running, and run the command again.") from None
-
-    def has_documents(self) -> bool:
-        """Whether any document or vector is stored."""
-        row = self.db.execute("SELECT EXISTS (SELECT 1 FROM documents) OR EXISTS (SELECT 1 FROM vectors)").fetchone()
-        return bool(row and row[0])
-
-    def has_document(self, doc_id: str) -> bool:
-        return self.db.execute("SELECT 1 FROM documents WHERE id = %s", (doc_id,)).fetchone() is not None
-
-    def chunks_after(self, rowid: int, limit: int) -> list[tuple[int, int, int, str, str, str]]:
-        """Up to ``limit`` chunks whose rowid is above ``rowid``, by rowid: (rowid, document rowid, ordinal,
-        hash, heading, text). A document's chunks are written together (one INSERT), so they come together."""
-        rows = self.db.execute("SELECT rowid, doc, ordinal, hash, heading, text FROM chunks WHERE rowid > %s"
-                               " ORDER BY rowid LIMIT %s", (rowid, limit))
-        return [(int(r), int(d), int(o), h, hd, t) for r, d, o, h, hd, t in rows]
-
-    def documents_by_rowid(self, rowids: Sequence[int]) -> dict[int, tuple[Any, ...]]:
-        """rowid -> (rowid, id, source, source_id, title, author, source_url, updated_at, fingerprint,
-        content_hash, body, metadata JSON) of these documents."""
-        rows = self.db.execute(f"SELECT {EXPORTED_COLUMNS} FROM documents WHERE rowid = ANY(%s)", (list(rowids),))
-        return {int(r[0]): exported_row(r) for r in rows}
-
-    def chunkless_documents_after(self, rowid: int, limit: int) -> list[tuple[Any, ...]]:
-        """Up to ``limit`` documents without chunks whose rowid is above ``rowid``, by rowid (the columns of
-        :meth:`documents_by_rowid`)."""
-        rows = self.db.execute(f"SELECT {EXPORTED_COLUMNS} FROM documents d WHERE d.rowid > %s AND NOT EXISTS"
-                               " (SELECT 1 FROM chunks c WHERE c.doc = d.rowid) ORDER BY d.rowid LIMIT %s",
-                               (rowid, limit))
-        return [exported_row(r) for r in rows]
-
-    def vectors_after(self, model: str, hash: str, limit: int) -> list[tuple[str, bytes]]:
-        """Up to ``limit`` (hash, float32 vector blob) of ``model`` whose hash sorts after ``hash``, by hash
-        (byte order, as SQLite compares them)."""
-        import numpy as np
-
-        rows = self.db.execute('SELECT hash, vec::real[] FROM vectors WHERE model = %s AND hash COLLATE "C" > %s'
-                               ' ORDER BY hash COLLATE "C" LIMIT %s', (model, hash, limit))
-        return [(h, np.asarray(v, dtype=np.float32).tobytes()) for h, v in rows]
-
 
 class _Guarded:
     """A connection whose ``execute`` reports a lost server as a :class:`StorageError` (exit 7, HTTP 500
@@ -777,19 +535,3 @@ class _Guarded:
 
     def transaction(self) -> Any:
         return self.conn.transaction()
-
-
-def _filters(sources: Sequence[str] | None, since: int | None, until: int | None) -> tuple[list[str], list[Any]]:
-    """SQL conditions on ``d`` (documents) for the source and time filters, with their parameters."""
-    parts: list[str] = []
-    params: list[Any] = []
-    if sources is not None:
-        parts.append("d.source = ANY(%s)")
-        params.append(list(sources))
-    if since is not None:
-        parts.append("d.updated_at >= %s")
-        params.append(since)
-    if until is not None:
-        parts.append("d.updated_at < %s")
-        params.append(until)
-    return parts, params
