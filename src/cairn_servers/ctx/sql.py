@@ -1,30 +1,32 @@
 """The knowledge base's SQL, written once for both stores: the dialect differences and the shared statements.
 
-:class:`Dialect` names everything that differs between SQLite and PostgreSQL for the statements the two stores
-share (placeholders, lists of ids, text PostgreSQL cannot hold, byte-order comparison, the vector codec, one
-statement each backend writes its own way, how a migration step is run); :data:`SQLITE` and :data:`POSTGRES`
-are its two values, side by side. :class:`SqlStore` holds those statements, each written once with ``?``
-placeholders, and the one migration loop; :class:`cairn_servers.ctx.store.SqliteStore` and
+:class:`Dialect` names everything that differs between SQLite and PostgreSQL for what the two stores share
+(column types, placeholders, lists of ids, text PostgreSQL cannot hold, byte-order comparison, the vector codec,
+the one statement each writes its own way, how a migration step runs); :data:`SQLITE` and :data:`POSTGRES` are
+its two values, side by side. :func:`tables` is the schema's version 1 in a dialect. :class:`SqlStore` holds the
+statements, each written once with ``?`` placeholders, and the one migration loop; :class:`cairn_servers.ctx.store.SqliteStore` and
 :class:`cairn_servers.ctx.store_pg.PostgresStore` add what each backend does its own way (the connection and
 its errors, keyword search, vector search, locks, size on disk).
 
-Imported by the SQLite store on every ``ctx`` command: no driver and nothing heavy at module level.
+The records the stores take and return (:class:`DocumentRecord`, :class:`Known`) live here too, so that this
+module imports no store. Imported by the SQLite store on every ``ctx`` command: no driver and nothing heavy at module level.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from cairn_servers.core.errors import StorageError
 
 if TYPE_CHECKING:
     from cairn_servers.ctx.chunk import Chunk
-    from cairn_servers.ctx.store import DocumentRecord
 
 # Versioned schema migrations (each backend's steps: SqliteStore.migrations, PostgresStore.migrations), applied in
 # order at open and by `ctx migrate`; ``meta.schema_version`` records the last one applied. Version N means the same
@@ -36,6 +38,31 @@ SCHEMA_VERSION = 3
 CHECKPOINT_COLUMNS = "source, status, started_at, finished_at, documents, error"
 EXPORTED_COLUMNS = ("rowid, id, source, source_id, title, author, source_url, updated_at, fingerprint, content_hash,"
                     " body, metadata")
+
+
+def document_id(source: str, source_id: str) -> str:
+    """Stable document id: sha256 of ``source`` and ``source_id`` (32 hex digits)."""
+    return hashlib.sha256(f"{source}\x00{source_id}".encode("utf-8")).hexdigest()[:32]
+
+
+@dataclass
+class DocumentRecord:
+    """A document as the sync engine writes it."""
+
+    source: str
+    source_id: str
+    title: str
+    body: str
+    updated_at: int
+    fingerprint: str
+    content_hash: str
+    author: str | None = None
+    source_url: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        return document_id(self.source, self.source_id)
 
 
 @dataclass(frozen=True)
@@ -88,6 +115,12 @@ def _real_array_bytes(value: Any) -> bytes:
     return np.asarray(value, dtype=np.float32).tobytes()
 
 
+@functools.lru_cache(maxsize=256)
+def _percent(statement: str) -> bytes:
+    """A statement written with ``?`` placeholders as psycopg takes it (``%s``; our statements hold no other ``?``)."""
+    return statement.replace("?", "%s").encode("utf-8")
+
+
 def _statements(script: str) -> list[str]:
     """Statements of a SQLite ``script``; trigger bodies (BEGIN ... END;) stay whole."""
     import sqlite3
@@ -118,8 +151,9 @@ class Dialect:
     int64: str
     vector_type: str
     vectors_options: str  # the vectors table is keyed by (hash, model) only (SQLite: no hidden rowid)
-    # Placeholders: PostgreSQL's driver takes ``%s``; the shared statements are written with SQLite's ``?``.
-    percent_placeholders: bool
+    # A statement written with ``?`` placeholders as the driver takes it: SQLite's as it is (SqliteStore._run
+    # passes it straight on); psycopg's with ``%s``, as bytes.
+    statement: Callable[[str], Any]
     # A list of ids: SQLite binds each (``IN (?,?,...)``, 500 a statement); PostgreSQL binds one array (``= ANY(?)``).
     id_arrays: bool
     # Text bound into a row: PostgreSQL's text cannot hold NUL (see :func:`no_nul`).
@@ -172,18 +206,19 @@ _PENDING = ("SELECT {distinct}c.hash, c.heading, c.text FROM chunks c WHERE NOT 
 
 SQLITE = Dialect(
     name="sqlite", rowid="INTEGER PRIMARY KEY", int64="INTEGER", vector_type="BLOB", vectors_options=" WITHOUT ROWID",
-    percent_placeholders=False, id_arrays=False, text=_same, bytewise="",
+    statement=str, id_arrays=False, text=_same, bytewise="",
     pending=_PENDING.format(distinct="", group=" GROUP BY c.hash", then=""), script=_statements,
     vector_param="?", vector_in=bytes, vector_column="vec", vector_out=None)
 
 POSTGRES = Dialect(
     name="postgres", rowid="BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY", int64="BIGINT", vector_type="vector",
-    vectors_options="", percent_placeholders=True, id_arrays=True, text=no_nul, bytewise=' COLLATE "C"',
+    vectors_options="", statement=_percent, id_arrays=True, text=no_nul, bytewise=' COLLATE "C"',
     pending=_PENDING.format(distinct="DISTINCT ON (c.hash) ", group="", then=", c.rowid"), script=_whole,
     vector_param="?::vector", vector_in=vector_text, vector_column="vec::real[]", vector_out=_real_array_bytes)
 
 
-# ---- the schema-------------------------------------------------------------------------------------------------------
+# ---- the schema --------------------------------------------------------------------------------------------------
+
 
 def tables(dialect: Dialect, *, chunk_columns: str = "", keyword_index: str = "") -> str:
     """Version 1 of the schema: the tables both backends have, in the dialect's types, with the backend's own

@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ContextManager, Protocol
 
@@ -33,7 +33,9 @@ from cairn_servers.core import deadline
 from cairn_servers.core.errors import Cancelled, StorageError, Timeout
 from cairn_servers.ctx.chunk import Chunk
 from cairn_servers.ctx.sql import SOURCE_UPDATED, SQLITE, SqlStore, tables
-from cairn_servers.ctx.sql import SCHEMA_VERSION as SCHEMA_VERSION, Known as Known  # (re-exported: callers' names)
+# (re-exported: the names callers import from here)
+from cairn_servers.ctx.sql import SCHEMA_VERSION as SCHEMA_VERSION, DocumentRecord as DocumentRecord, Known as Known
+from cairn_servers.ctx.sql import document_id as document_id
 
 # SQLite's schema migrations (see cairn_servers.ctx.sql.SCHEMA_VERSION). Version 1: the tables, with FTS5 as the
 # keyword index, kept in step with the chunks by triggers.
@@ -53,31 +55,6 @@ _V2 = SOURCE_UPDATED
 _V3 = ""
 MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
 assert len(MIGRATIONS) == SCHEMA_VERSION
-
-
-def document_id(source: str, source_id: str) -> str:
-    """Stable document id: sha256 of ``source`` and ``source_id`` (32 hex digits)."""
-    return hashlib.sha256(f"{source}\x00{source_id}".encode("utf-8")).hexdigest()[:32]
-
-
-@dataclass
-class DocumentRecord:
-    """A document as the sync engine writes it."""
-
-    source: str
-    source_id: str
-    title: str
-    body: str
-    updated_at: int
-    fingerprint: str
-    content_hash: str
-    author: str | None = None
-    source_url: str | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def id(self) -> str:
-        return document_id(self.source, self.source_id)
 
 
 _FULL_FIX = "The disk is full: free some space and run the command again; nothing indexed was lost."

@@ -24,7 +24,6 @@ once in :mod:`cairn_servers.ctx.sql` (its ``POSTGRES`` dialect); this module add
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import math
 import threading
@@ -108,12 +107,6 @@ INLINE_TERMS = 8  # document frequencies for the IDF weights are counted up to t
 def _lock_key(text: str) -> int:
     """A signed 64-bit advisory lock key for ``text``."""
     return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "big", signed=True)
-
-
-@functools.lru_cache(maxsize=256)
-def _statement(statement: str) -> bytes:
-    """A statement written with ``?`` placeholders as the driver takes it (``%s``)."""
-    return statement.replace("?", "%s").encode("utf-8")
 
 
 class PostgresStore(SqlStore):
@@ -231,8 +224,9 @@ class PostgresStore(SqlStore):
         statements run on the bare connection, so the driver's error is judged here."""
         import psycopg
 
-        def run(statement: str, params: Sequence[Any]) -> Any:
-            return conn.execute(_statement(statement), params) if params else conn.execute(statement.encode("utf-8"))
+        def run(statement: str, params: Sequence[Any]) -> Any:  # a step without parameters runs as written
+            return conn.execute(self.dialect.statement(statement) if params else statement.encode("utf-8"),
+                                params or None)
 
         try:
             with self.db.transaction():
@@ -286,11 +280,11 @@ class PostgresStore(SqlStore):
                 pass
 
     def _run(self, statement: str, params: Sequence[Any] = ()) -> Any:
-        return self.db.execute(_statement(statement), params or None)
+        return self.db.execute(self.dialect.statement(statement), params or None)
 
     def _run_many(self, statement: str, rows: Iterable[Sequence[Any]]) -> None:
         with self.db.cursor() as cur:  # (not guarded: only inside transaction(), which judges its errors)
-            cur.executemany(_statement(statement), rows)
+            cur.executemany(self.dialect.statement(statement), rows)
 
     def size_bytes(self) -> int:
         """The knowledge base's tables with their indexes and TOAST data."""
