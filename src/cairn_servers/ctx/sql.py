@@ -140,36 +140,50 @@ def _whole(script: str) -> list[str]:
     return [script] if script.strip() else []
 
 
-@dataclass(frozen=True)
 class Dialect:
-    """What differs between the backends for the statements they share. A shared statement is written with
-    ``?`` placeholders and the ``{...}`` fields below; everything else in it is SQL both backends take."""
+    """What differs between the backends for what they share. A shared statement is written with ``?``
+    placeholders and these attributes; everything else in it is SQL both backends take. (A plain class, not a
+    dataclass: this module is imported on every ``ctx`` command, and a frozen dataclass costs its start-up.)
 
-    name: str
-    # Column types: a rowid (SQLite's own; an identity column), a 64-bit integer, a vector (float32 blob; pgvector).
-    rowid: str
-    int64: str
-    vector_type: str
-    vectors_options: str  # the vectors table is keyed by (hash, model) only (SQLite: no hidden rowid)
-    # A statement written with ``?`` placeholders as the driver takes it: SQLite's as it is (SqliteStore._run
-    # passes it straight on); psycopg's with ``%s``, as bytes.
-    statement: Callable[[str], Any]
-    # A list of ids: SQLite binds each (``IN (?,?,...)``, 500 a statement); PostgreSQL binds one array (``= ANY(?)``).
-    id_arrays: bool
-    # Text bound into a row: PostgreSQL's text cannot hold NUL (see :func:`no_nul`).
-    text: Callable[[str | None], str | None]
-    # ``>`` and ``ORDER BY`` on hashes in byte order, as SQLite compares text; PostgreSQL's collation may not.
-    bytewise: str
-    # One row per chunk hash of the chunks without a vector: SQLite groups; PostgreSQL keeps the first by rowid.
-    pending: str
-    # A migration step: SQLite executes one statement at a time; PostgreSQL takes the script whole.
-    script: Callable[[str], list[str]]
-    # Vectors. Written: the parameter's SQL and the blob as bound (a BLOB; pgvector's text input). Read: the
-    # column's SQL and its value as a float32 blob (None: it is one already).
-    vector_param: str
-    vector_in: Callable[[bytes], Any]
-    vector_column: str
-    vector_out: Callable[[Any], bytes] | None
+    * ``rowid``, ``int64``, ``vector_type``: column types (SQLite's rowid, an identity column; a 64-bit integer;
+      a vector: a float32 BLOB, pgvector's ``vector``); ``vectors_options``: the vectors table is keyed by
+      (hash, model) only (SQLite: ``WITHOUT ROWID``).
+    * ``statement``: a statement written with ``?`` as the driver takes it: SQLite's as it is (SqliteStore._run
+      passes it straight on), psycopg's with ``%s``, as bytes.
+    * ``id_arrays``: a list of ids is bound one by one (SQLite: ``IN (?,?,...)``, 500 a statement) or as one
+      array (PostgreSQL: ``= ANY(?)``).
+    * ``text``: text bound into a row as the backend can hold it (PostgreSQL's text cannot hold NUL).
+    * ``bytewise``: the collation that compares hashes in byte order, as SQLite compares text.
+    * ``pending``: one row per chunk hash of the chunks without a vector: SQLite groups; PostgreSQL keeps the
+      first by rowid.
+    * ``script``: a migration step as the statements to run (SQLite: one at a time; PostgreSQL: the whole).
+    * vectors, written: ``vector_param`` (the parameter's SQL) and ``vector_in`` (a float32 blob as bound);
+      read: ``vector_column`` (the column's SQL) and ``vector_out`` (its value as a float32 blob; None: it is one).
+    """
+
+    __slots__ = ("name", "rowid", "int64", "vector_type", "vectors_options", "statement", "id_arrays", "text",
+                 "bytewise", "pending", "script", "vector_param", "vector_in", "vector_column", "vector_out")
+
+    def __init__(self, *, name: str, rowid: str, int64: str, vector_type: str, vectors_options: str,
+                 statement: Callable[[str], Any], id_arrays: bool, text: Callable[[str | None], str | None],
+                 bytewise: str, pending: str, script: Callable[[str], list[str]], vector_param: str,
+                 vector_in: Callable[[bytes], Any], vector_column: str,
+                 vector_out: Callable[[Any], bytes] | None) -> None:
+        self.name = name
+        self.rowid = rowid
+        self.int64 = int64
+        self.vector_type = vector_type
+        self.vectors_options = vectors_options
+        self.statement = statement
+        self.id_arrays = id_arrays
+        self.text = text
+        self.bytewise = bytewise
+        self.pending = pending
+        self.script = script
+        self.vector_param = vector_param
+        self.vector_in = vector_in
+        self.vector_column = vector_column
+        self.vector_out = vector_out
 
     def among(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
         """``column`` among ``values``: an SQL condition and its parameters."""
