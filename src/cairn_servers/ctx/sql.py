@@ -65,13 +65,15 @@ class DocumentRecord:
         return document_id(self.source, self.source_id)
 
 
-@dataclass(frozen=True)
 class Known:
-    """What the store remembers about a document, for change detection."""
+    """What the store remembers about a document, for change detection. (A plain class, as :class:`Dialect`.)"""
 
-    rowid: int
-    fingerprint: str
-    content_hash: str
+    __slots__ = ("rowid", "fingerprint", "content_hash")
+
+    def __init__(self, rowid: int, fingerprint: str, content_hash: str) -> None:
+        self.rowid = rowid
+        self.fingerprint = fingerprint
+        self.content_hash = content_hash
 
 
 def checkpoint_map(rows: Iterable[Sequence[Any]]) -> dict[str, dict[str, Any]]:
