@@ -33,9 +33,12 @@ from cairn_servers.core import deadline
 from cairn_servers.core.errors import Cancelled, StorageError, Timeout
 from cairn_servers.ctx.chunk import Chunk
 from cairn_servers.ctx.sql import SOURCE_UPDATED, SQLITE, SqlStore, tables
-# (re-exported: the names callers import from here)
+# (re-exported: the names callers import from here, an earlier tree's store_pg.py among them, which
+# benchmarks/ctx_pg_keyword.py --baseline loads beside this one)
 from cairn_servers.ctx.sql import SCHEMA_VERSION as SCHEMA_VERSION, DocumentRecord as DocumentRecord, Known as Known
 from cairn_servers.ctx.sql import document_id as document_id
+from cairn_servers.ctx.sql import CHECKPOINT_COLUMNS as CHECKPOINT_COLUMNS, EXPORTED_COLUMNS as EXPORTED_COLUMNS
+from cairn_servers.ctx.sql import checkpoint_map as checkpoint_map, exported_row as exported_row
 
 # SQLite's schema migrations (see cairn_servers.ctx.sql.SCHEMA_VERSION). Version 1: the tables, with FTS5 as the
 # keyword index, kept in step with the chunks by triggers.
