@@ -166,6 +166,8 @@ class Source:
                 # values follow at the next compute, which bumps its generation).
                 for key in [k for k in self._cache if isinstance(k, tuple) and k[0] in ("price", "market", "market_period")]:
                     del self._cache[key]
+                for key in [k for k in self._cache if isinstance(k, tuple) and k[0] == "agg" and k[2] in mining.USD_BASES]:
+                    del self._cache[key]  # hash price: coinbases at the day's close
         changed = self.utxo.refresh() or changed
         changed = self.realized.refresh() or changed
         changed = self.addr.refresh() or changed

@@ -35,7 +35,8 @@ FAMILIES: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("mining", ("subsidy_btc", "fees_btc", "coinbase_btc", "pool_block_count_foundryusa", "foundryusa_dominance_1m",
                 "hash_value_ths", "annualized_issuance_btc"),
      "miner revenue and pools: subsidy, fees, coinbase (sats, _btc, _usd), pool_block_count_<pool> "
-     "(= <pool>_blocks_mined) and _cumulative, <pool>_dominance and _1w/_1m/_1y for every pool of the mempool.space list "
+     "(= <pool>_blocks_mined) and _cumulative, <pool>_dominance and _1w/_1m/_1y for every pool of the mempool.space "
+     "list "
      "(unknown when none matches), hash_price_ths/_phs, hash_value_ths/_phs, inflation_rate, annualized_issuance, "
      "puell_multiple; the dollar ones need prices"),
 )

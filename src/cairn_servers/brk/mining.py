@@ -108,7 +108,8 @@ def _pool_line(vec_id: str, slug: str, name: str) -> str | None:
         if vec_id.startswith(prefix):
             rest = vec_id[len(prefix):]
             if rest == "":
-                return f"number of blocks mined by the mining pool {name} (attributed by coinbase tag and payout address)"
+                return (f"number of blocks mined by the mining pool {name} (attributed by coinbase tag and payout "
+                        f"address)")
             if rest == "_cumulative":
                 return f"number of blocks mined by the mining pool {name} since the genesis block, cumulative"
             return None
