@@ -378,3 +378,22 @@ def test_reorg_sigkill_and_a_new_list_end_as_a_clean_run(tmp_path: Path, monkeyp
     assert again.meta["pools"] == mining.pools_digest() and again.meta["generation"] == 1
     assert _mining_bytes(killed) == expected
     assert (computed_dir(killed) / ".mining.lock").exists()
+
+
+def test_obfuscated_block_files_give_the_same_pools(tmp_path: Path) -> None:
+    """Bitcoin Core's xor.dat: the coinbases are read through the key."""
+    kinds = _kinds(60, 4)
+    plain, hidden = tmp_path / "plain", tmp_path / "hidden"
+    _pool_chain(plain, kinds)
+    key = bytes.fromhex("a1b2c3d4e5f60718")
+    data = (plain / "blk00000.dat").read_bytes()
+    hidden.mkdir()
+    (hidden / "xor.dat").write_bytes(key)
+    (hidden / "blk00000.dat").write_bytes(bytes(b ^ key[i % 8] for i, b in enumerate(data)))
+    for blocks in (plain, hidden):
+        index(blocks, tmp_path / f"out-{blocks.name}")
+        _attribute(tmp_path / f"out-{blocks.name}", blocks)
+    got = _mining_bytes(tmp_path / "out-hidden")
+    assert got == _mining_bytes(tmp_path / "out-plain")
+    assert np.frombuffer(got["height_to_pool"], "<u2").tolist() == \
+        [_expected_pool(BLOCKS[k][0], BLOCKS[k][1]) for k in kinds]

@@ -390,12 +390,14 @@ class _PoolPass:
     def _attribute(self, a: int, b: int) -> np.ndarray:
         import numpy as np
 
+        from cairn_servers.brk.gather import Rows
         from cairn_servers.core.errors import StorageError
 
         raw = self.raw
         first_tx = raw.read("height_to_first_txindex", a, b).astype(np.int64)
-        t0 = int(first_tx[0])
-        sizes = raw.read("txindex_to_size", t0, int(first_tx[-1]) + 1).astype(np.int64)[first_tx - t0]
+        # The coinbases' sizes only (a chunk's blocks hold millions of transactions).
+        sizes = Rows(first_tx).take(raw.root / "vecs" / "txindex_to_size.bin", "<u4",
+                                    raw.length("txindex_to_size")).astype(np.int64)
         files, offsets, lengths = self._positions(a, b)
         out = np.zeros(b - a, dtype=np.uint16)
         key = self.key if any(self.key) else None
@@ -404,6 +406,10 @@ class _PoolPass:
             want = min(int(lengths[i]), 80 + 9 + int(sizes[i]))
             fd = self._fds.get(file_no)
             if fd is None:
+                if len(self._fds) >= 32:  # blocks come file after file: a few open at a time, not thousands
+                    for old in self._fds.values():
+                        os.close(old)
+                    self._fds.clear()
                 path = self.paths.get(file_no)
                 if path is None:
                     raise StorageError(f"blk{file_no:05d}.dat is missing from the blocks directory")
