@@ -323,6 +323,19 @@ def test_mining_series_recomputed(pooled: tuple[Path, Path, list[int]]) -> None:
     assert _col(q, "height", "puell_multiple")[-1] == puell[-1]
 
 
+def test_id_search_finds_the_mining_ids(pooled: tuple[Path, Path, list[int]]) -> None:
+    from cairn_servers.brk.ops import OPS
+
+    q = Interface(pooled[1])
+    for text, want in (("blocks mined by Foundry USA", "pool_block_count_foundryusa"),
+                       ("share of blocks mined by AntPool over the last month", "antpool_dominance_1m"),
+                       ("miner revenue per terahash", "hash_price_ths"), ("Puell multiple", "puell_multiple"),
+                       ("yearly supply inflation", "inflation_rate"), ("new coins issued in a year", "annualized_issuance"),
+                       ("total transaction fees in bitcoin", "fees_btc_sum"), ("block subsidy", "subsidy")):
+        found = OPS["search_vecids"].call(q, {"q": text, "limit": 3})
+        assert want in [r["id"] for r in found], (text, found)
+
+
 # -- reorgs, kills, a new list ----------------------------------------------------------------------------
 
 def _attribute(out: Path, blocks: Path | None = None) -> None:
