@@ -22,7 +22,6 @@ lists and definitions are read on CLI paths.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 import sys
@@ -86,6 +85,8 @@ def slugs() -> tuple[str, ...]:
 
 @functools.lru_cache(maxsize=1)
 def pools_digest() -> str:
+    import hashlib
+
     return hashlib.sha256(POOLS_FILE.read_bytes()).hexdigest()
 
 
@@ -165,6 +166,8 @@ def _base58check(text: str) -> bytes | None:
         n = n * 58 + i
     raw = n.to_bytes((n.bit_length() + 7) // 8, "big")
     raw = b"\x00" * (len(text) - len(text.lstrip("1"))) + raw
+    import hashlib
+
     if len(raw) < 5 or hashlib.sha256(hashlib.sha256(raw[:-4]).digest()).digest()[:4] != raw[-4:]:
         return None
     return raw[:-4]
