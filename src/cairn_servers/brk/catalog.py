@@ -559,8 +559,7 @@ def _pool_period(src: Source, a: int, b: int, index: str, pid: int, kind: str, w
 def _pools(row: dict[str, Recipe], index: str) -> None:
     """Every pool's block counts and dominance (``cairn_servers.brk.mining``) on ``height`` or a coarse index."""
     for pool in mining.pools():
-        for vec_id, kind in mining.pool_ids(pool.slug).items():
-            window = vec_id.rpartition("_")[2] if vec_id.rpartition("_")[2] in mining.WINDOWS else ""
+        for vec_id, (kind, window) in mining.pool_ids(pool.slug).items():
             if index == "height":
                 row[vec_id] = (_pool, pool.id, kind, window)
             else:

@@ -92,19 +92,18 @@ def pools_digest() -> str:
 
 # -- ids and definitions -------------------------------------------------------------------------------
 
-def pool_ids(slug: str) -> dict[str, str]:
-    """id -> kind of one pool's ids: ``count`` (blocks a height; a period's sum), ``cumulative`` and
-    ``dominance`` (a height's value; a period's last)."""
-    ids = {f"pool_block_count_{slug}": "count", f"{slug}_blocks_mined": "count",
-           f"pool_block_count_{slug}_cumulative": "cumulative", f"{slug}_blocks_mined_cumulative": "cumulative",
-           f"{slug}_dominance": "dominance"}
+def pool_ids(slug: str) -> dict[str, tuple[str, str]]:
+    """id -> (kind, window) of one pool's ids: kind ``count`` (blocks a height; a period's sum), ``cumulative``
+    or ``dominance`` (a height's value; a period's last), over a window of :data:`WINDOWS` or all time ("")."""
+    ids = {f"pool_block_count_{slug}": ("count", ""), f"{slug}_blocks_mined": ("count", ""),
+           f"pool_block_count_{slug}_cumulative": ("cumulative", ""),
+           f"{slug}_blocks_mined_cumulative": ("cumulative", ""), f"{slug}_dominance": ("dominance", "")}
     for w in WINDOWS:
-        ids[f"{slug}_dominance_{w}"] = "dominance"
+        ids[f"{slug}_dominance_{w}"] = ("dominance", w)
     return ids
 
 
 def _pool_line(vec_id: str, slug: str, name: str) -> str | None:
-    rest = vec_id
     for prefix in (f"pool_block_count_{slug}", f"{slug}_blocks_mined"):
         if vec_id.startswith(prefix):
             rest = vec_id[len(prefix):]
