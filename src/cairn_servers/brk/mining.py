@@ -360,10 +360,13 @@ class _PoolPass:
             have = 0
         if have:
             top = min(have, self.n)
-            ours = np.asarray(s.read("height_to_blockhash")[:top])
-            theirs = self.raw.read("height_to_blockhash", 0, top)
-            differ = np.flatnonzero((ours != theirs).any(axis=1))
-            fork = int(differ[0]) if differ.size else top
+            fork = top  # the common tip first (one hash); the whole chain only when it differs
+            if top and not np.array_equal(s.read("height_to_blockhash")[top - 1],
+                                          self.raw.read("height_to_blockhash", top - 1, top)[0]):
+                ours = np.asarray(s.read("height_to_blockhash")[:top])
+                theirs = self.raw.read("height_to_blockhash", 0, top)
+                differ = np.flatnonzero((ours != theirs).any(axis=1))
+                fork = int(differ[0]) if differ.size else top
             if fork < have:
                 rolled = fork
                 meta["generation"] = int(meta["generation"]) + 1
