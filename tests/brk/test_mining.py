@@ -410,3 +410,23 @@ def test_obfuscated_block_files_give_the_same_pools(tmp_path: Path) -> None:
     assert got == _mining_bytes(tmp_path / "out-plain")
     assert np.frombuffer(got["height_to_pool"], "<u2").tolist() == \
         [_expected_pool(BLOCKS[k][0], BLOCKS[k][1]) for k in kinds]
+
+
+def test_missing_block_files_leave_the_attribution_waiting(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A pruned (or moved) blocks directory: a note on stderr, nothing attributed, the rest of the command goes
+    on; once the files are back the pass catches up."""
+    blocks = tmp_path / "blocks"
+    kinds = _kinds(40, 5)
+    _pool_chain(blocks, kinds)
+    out = tmp_path / "out"
+    index(blocks, out)
+    (blocks / "blk00000.dat").rename(tmp_path / "away.dat")
+    compute(out, blocks_dir=blocks)
+    err = capsys.readouterr().err
+    assert "brk: pool attribution not updated: blk00000.dat is missing from the blocks directory" in err
+    assert VecStore(mining.mining_dir(out), mining.specs()).lengths["height_to_pool"] == 0
+    assert Interface(out).get_vecs("height", "subsidy_btc", from_=-1).columns == [[50.0]]  # the rest is there
+    (tmp_path / "away.dat").rename(blocks / "blk00000.dat")
+    _attribute(out)
+    assert np.frombuffer(_mining_bytes(out)["height_to_pool"], "<u2").tolist() == \
+        [_expected_pool(BLOCKS[k][0], BLOCKS[k][1]) for k in kinds]

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cairn_servers.core.errors import StorageError
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -287,6 +289,10 @@ def parse_coinbase(block: bytes) -> tuple[bytes, list[bytes]]:
 
 # -- the pass ------------------------------------------------------------------------------------------
 
+class BlocksUnreadable(StorageError):
+    """A block's coinbase cannot be read from the blk files (pruned, moved or changed): attribution waits."""
+
+
 def mining_dir(out: Path) -> Path:
     return out / "mining"
 
@@ -300,27 +306,33 @@ def specs() -> list[Any]:
 def update(out: Path, *, durable: bool = True, blocks_dir: Path | None = None,
            progress: Callable[..., None] | None = None, stop: Callable[[], bool] | None = None
            ) -> dict[str, Any] | None:
-    """Bring ``OUT/mining`` up to the raw tip (None when no blocks directory is known: blocks read over RPC)."""
-    from cairn_servers.core.errors import CairnError
+    """Bring ``OUT/mining`` up to the raw tip (None when no blocks directory is known: blocks read over RPC).
+
+    Blocks that cannot be read (a pruned or moved blocks directory) leave the attribution where it is, with a
+    note on stderr; a store that cannot be written fails as the other passes do."""
+    from cairn_servers.core.errors import InvalidInput, NotFound
+    from cairn_servers.core.files import write_atomic
 
     root = mining_dir(out)
     remembered = root / "blocks_dir"
     if blocks_dir is not None:
         root.mkdir(parents=True, exist_ok=True)
         if not remembered.exists() or remembered.read_text() != str(blocks_dir):
-            remembered.write_text(str(blocks_dir))
+            write_atomic(remembered, str(blocks_dir).encode())
     elif remembered.exists():
         blocks_dir = Path(remembered.read_text())
     if blocks_dir is None or not blocks_dir.is_dir():
         return None
-    p = _PoolPass(out, blocks_dir, durable)
+    p = None
     try:
+        p = _PoolPass(out, blocks_dir, durable)
         return p.run(progress, stop)
-    except CairnError as exc:
+    except (BlocksUnreadable, NotFound, InvalidInput) as exc:
         print(f"brk: pool attribution not updated: {exc.message}", file=sys.stderr)
         return None
     finally:
-        p.close()
+        if p is not None:
+            p.close()
 
 
 class _PoolPass:
@@ -396,8 +408,6 @@ class _PoolPass:
         import numpy as np
 
         from cairn_servers.brk.gather import Rows
-        from cairn_servers.core.errors import StorageError
-
         raw = self.raw
         first_tx = raw.read("height_to_first_txindex", a, b).astype(np.int64)
         # The coinbases' sizes only (a chunk's blocks hold millions of transactions).
@@ -417,11 +427,11 @@ class _PoolPass:
                     self._fds.clear()
                 path = self.paths.get(file_no)
                 if path is None:
-                    raise StorageError(f"blk{file_no:05d}.dat is missing from the blocks directory")
+                    raise BlocksUnreadable(f"blk{file_no:05d}.dat is missing from the blocks directory")
                 fd = self._fds[file_no] = os.open(path, os.O_RDONLY)
             data = os.pread(fd, want, offset)
             if len(data) != want:
-                raise StorageError(f"blk{file_no:05d}.dat is shorter than indexed")
+                raise BlocksUnreadable(f"blk{file_no:05d}.dat is shorter than indexed")
             if key is not None:  # Bitcoin Core's XOR obfuscation
                 phase = offset % len(key)
                 stream = ((key[phase:] + key[:phase]) * (want // len(key) + 1))[:want]
@@ -429,7 +439,7 @@ class _PoolPass:
             try:
                 script_sig, outs = parse_coinbase(data)
             except (IndexError, KeyError) as exc:
-                raise StorageError(f"height {a + i}: the coinbase in blk{file_no:05d}.dat cannot be read") from exc
+                raise BlocksUnreadable(f"height {a + i}: the coinbase in blk{file_no:05d}.dat cannot be read") from exc
             out[i] = attribute(script_sig, outs)
         return out
 
@@ -439,8 +449,6 @@ class _PoolPass:
         import numpy as np
 
         from cairn_servers.brk.gather import Rows
-        from cairn_servers.core.errors import StorageError
-
         raw = self.raw
         n_pos = raw.length("blockpos_to_hash")
         if not hasattr(self, "_sorted"):
@@ -449,7 +457,7 @@ class _PoolPass:
             self._order = np.argsort(prefix, kind="stable")
             self._sorted = prefix[self._order]
         if not n_pos:
-            raise StorageError("the blocks were not read from blk files (no scan cache)")
+            raise BlocksUnreadable("the blocks were not read from blk files (no scan cache)")
         hashes = raw.read("height_to_blockhash", a, b)
         want = np.ascontiguousarray(hashes[:, :8]).view("<u8").ravel()
         lo = np.minimum(np.searchsorted(self._sorted, want, "left"), n_pos - 1)
@@ -469,7 +477,7 @@ class _PoolPass:
                     break
                 j += 1
             else:
-                raise StorageError(f"block {bytes(hashes[i])[::-1].hex()} is not in the scan cache")
+                raise BlocksUnreadable(f"block {bytes(hashes[i])[::-1].hex()} is not in the scan cache")
         return (take("blockpos_to_file", "<u4", pos), take("blockpos_to_offset", "<u8", pos),
                 take("blockpos_to_length", "<u4", pos))
 
