@@ -226,7 +226,7 @@ def test_every_pool_has_its_ids_on_every_index(tmp_path: Path) -> None:
     # BRK's slugs (mempool's rule; the second "Bitcoin India" as BRK names it).
     assert {"foundryusa", "antpool", "f2pool", "viabtc", "ocean", "1thash", "btccom", "braiinspool",
             "bitcoinindia", "bitcoinindiapool", "marapool"} <= set(slugs)
-    for idx in HEIGHT_INDEXES:
+    for idx in ("height", *HEIGHT_INDEXES):
         ids = set(catalog.ids(idx, False))
         for slug in slugs:
             assert {f"pool_block_count_{slug}", f"{slug}_blocks_mined", f"{slug}_dominance",
