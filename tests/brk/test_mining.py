@@ -336,6 +336,30 @@ def test_id_search_finds_the_mining_ids(pooled: tuple[Path, Path, list[int]]) ->
         assert want in [r["id"] for r in found], (text, found)
 
 
+def test_pools_over_http_and_in_llms_txt(pooled: tuple[Path, Path, list[int]]) -> None:
+    """A real server: a pool's counts by week through /api/vecs/query, and /llms.txt folding the pools' ids into
+    patterns and the list of pools."""
+    import httpx
+
+    from cairn_servers.brk.http import create_app
+
+    from ..mcp._http import serving
+
+    q = Interface(pooled[1])
+    with serving(create_app(q), "") as url, httpx.Client(base_url=url) as client:
+        r = client.get("/api/vecs/query", params={"index": "week", "ids": "pool_block_count_antpool,block_count"})
+        assert r.status_code == 200, r.text
+        antpool, blocks = r.json()
+        assert antpool == _col(q, "weekindex", "pool_block_count_antpool") and sum(antpool) > 0
+        assert len(antpool) == len(blocks) and all(a <= b for a, b in zip(antpool, blocks))
+        text = client.get("/llms.txt").text
+    lines = text.splitlines()
+    assert "- pattern `pool_block_count_<pool>`: " in text and "`bitcoinindiapool`" in text
+    assert not any(line.startswith(("- `pool_block_count_", "- `antpool_")) for line in lines)
+    assert any(line.startswith("- `puell_multiple` (height, every date index): ") for line in lines)
+    assert len(text) < 80_000
+
+
 # -- reorgs, kills, a new list ----------------------------------------------------------------------------
 
 def _attribute(out: Path, blocks: Path | None = None) -> None:

@@ -105,6 +105,24 @@ def pool_ids(slug: str) -> dict[str, tuple[str, str]]:
     return ids
 
 
+@functools.lru_cache(maxsize=1)
+def all_pool_ids() -> frozenset[str]:
+    """Every pool's ids (``/llms.txt`` folds them into :data:`POOL_PATTERNS`)."""
+    return frozenset(i for p in pools() for i in pool_ids(p.slug))
+
+
+# The pool ids as patterns, for listings that fold them (``cairn_servers.brk.llmstxt``).
+POOL_PATTERNS = (
+    ("pool_block_count_<pool>", "number of blocks mined by the pool; also `<pool>_blocks_mined`; a period's sum on "
+                                "coarse indexes"),
+    ("pool_block_count_<pool>_cumulative", "blocks mined by the pool since the genesis block; also "
+                                           "`<pool>_blocks_mined_cumulative`"),
+    ("<pool>_dominance", "the pool's share of every block mined since the genesis block, in percent"),
+    ("<pool>_dominance_<1w|1m|1y>", "the pool's share of the blocks of the last 7, 30 or 365 days of block time, in "
+                                    "percent"),
+)
+
+
 def _pool_line(vec_id: str, slug: str, name: str) -> str | None:
     for prefix in (f"pool_block_count_{slug}", f"{slug}_blocks_mined"):
         if vec_id.startswith(prefix):
