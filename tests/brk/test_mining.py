@@ -449,8 +449,12 @@ def test_missing_block_files_leave_the_attribution_waiting(tmp_path: Path, capsy
     err = capsys.readouterr().err
     assert "brk: pool attribution not updated: blk00000.dat is missing from the blocks directory" in err
     assert VecStore(mining.mining_dir(out), mining.specs()).lengths["height_to_pool"] == 0
-    assert Interface(out).get_vecs("height", "subsidy_btc", from_=-1).columns == [[50.0]]  # the rest is there
+    q = Interface(out)
+    assert q.get_vecs("height", "subsidy_btc", from_=-1).columns == [[50.0]]  # the rest is there
+    assert q.get_vecs("height", "pool_block_count_unknown", from_=-1).columns == [[None]]  # not yet known
+    assert q.etag().endswith('-m40"')  # HTTP caches see the attribution arrive
     (tmp_path / "away.dat").rename(blocks / "blk00000.dat")
     _attribute(out)
+    assert q.etag() == '"0-39-0"'
     assert np.frombuffer(_mining_bytes(out)["height_to_pool"], "<u2").tolist() == \
         [_expected_pool(BLOCKS[k][0], BLOCKS[k][1]) for k in kinds]

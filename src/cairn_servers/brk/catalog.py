@@ -187,6 +187,13 @@ class Source:
         return changed
 
     @property
+    def mining_behind(self) -> int:
+        """Heights served whose pool the attribution pass has not committed yet (0 when caught up or not run)."""
+        if not self.mining.exists:
+            return 0
+        return max(0, self.heights - self.mining.length("height_to_pool"))
+
+    @property
     def has_prices(self) -> bool:
         return self.prices.exists and self.prices.length("dateindex_to_close") > 0
 
