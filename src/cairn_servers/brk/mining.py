@@ -160,14 +160,20 @@ DEFINITIONS = {
 }
 
 
-def definition(vec_id: str) -> str | None:
-    """A pool id's line (other mining ids are in :data:`DEFINITIONS`)."""
+@functools.lru_cache(maxsize=1)
+def _pool_lines() -> dict[str, str]:
+    lines = {}
     for p in pools():
-        if p.slug in vec_id:
+        for vec_id in pool_ids(p.slug):
             line = _pool_line(vec_id, p.slug, p.name)
             if line is not None:
-                return line
-    return None
+                lines[vec_id] = line
+    return lines
+
+
+def definition(vec_id: str) -> str | None:
+    """A pool id's line (other mining ids are in :data:`DEFINITIONS`)."""
+    return _pool_lines().get(vec_id)
 
 
 # -- attribution ---------------------------------------------------------------------------------------
