@@ -11,7 +11,9 @@ per-tip caches; a ``Vec`` reads rows ``[start, stop)`` of one id on one index, b
   ``X_min``, ``X_max``, ``X_median``, ``X_p10/_p25/_p75/_p90``, ``X_cumulative``; the bare ``X`` is
   the sum for flows, the last value for states and the average for levels. They are reduced from the
   stored height vecs and cached per tip; when the tip grows only the last period onwards is redone;
-* market series (``cairn_servers.brk.market``): computed from the daily closes, cached per price commit.
+* market series (``cairn_servers.brk.market``): computed from the daily closes, cached per price commit;
+* mining series (``cairn_servers.brk.mining``): pool block counts and dominance from the per-block pool ids,
+  hash price and value, inflation and issuance from the computed vecs, the Puell multiple (a daily series).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from cairn_servers.brk.compute import CUMULATED, TYPE_COUNTS, computed_dir
 from cairn_servers.brk.addresses import COUNT_IDS, addresses_dir
+from cairn_servers.brk import mining
 from cairn_servers.brk.utxo import AGE_IDS, COIN_FLOWS, PROFIT_IDS, SUPPLY_TYPES, realized_dir, utxo_dir
 from cairn_servers.brk.dates import DATE_INDEXES, HEIGHT_INDEXES, first_day_of_period, format_days, period_of_height
 from cairn_servers.brk.reader import StoreReader
@@ -64,6 +67,7 @@ BASES: dict[str, tuple[str, str, str, bool]] = {
     "output_count": ("comp", "height_to_output_count", "flow", False),
     **{name: ("comp", f"height_to_{name}", "flow", False) for name in TYPE_COUNTS},
     "fee": ("raw", "height_to_fee", "flow", True),
+    "fees": ("raw", "height_to_fee", "flow", True),  # BRK's name
     "coinbase": ("comp", "height_to_coinbase", "flow", True),
     "subsidy": ("comp", "height_to_subsidy", "flow", True),
     "supply": ("comp", "height_to_supply", "state", True),
@@ -84,6 +88,8 @@ BASES: dict[str, tuple[str, str, str, bool]] = {
     # Addresses (cairn_servers.brk.addresses): counts after each block; new_address_count is a flow.
     **{name: ("addr", f"height_to_{name}", "flow" if name == "new_address_count" else "state", False)
        for name in COUNT_IDS},
+    # Mining (cairn_servers.brk.mining): computed when read.
+    **{name: ("mining", "", "state", sats) for name, sats in mining.HEIGHT_BASES.items()},
 }
 # Dollar series at creation prices (present with prices): realized_cap is absent where a height's day
 # has no close.
@@ -93,11 +99,13 @@ REALIZED_BASES: dict[str, tuple[str, str, str, bool]] = {
     "value_destroyed_usd": ("realized", "height_to_value_destroyed_usd", "flow", False),
     # Spendable supply (sats) whose creation-day close is below / above / equal to the day's close.
     **{name: ("realized", f"height_to_{name}", "state", True) for name in PROFIT_IDS},
+    **{name: ("mining", "", "state", sats) for name, sats in mining.USD_BASES.items()},
 }
 ALL_BASES = {**BASES, **REALIZED_BASES}
 # Flows with a stored running sum (``X_cumulative``) and the store holding it.
-CUMULATIVE_STORE = {**{name: "comp" for name in (*CUMULATED, "subsidy")}, "block_count": "",
+CUMULATIVE_STORE = {**{name: "comp" for name in (*CUMULATED, "subsidy", "fees")}, "block_count": "",
                     **{name: "utxo" for name in COIN_FLOWS}}
+CUMULATIVE_NAME = {"fees": "fee"}  # a base whose stored running sum has another name
 RAW_HEIGHT = {"timestamp": "height_to_timestamp", "bits": "height_to_bits", "block_version": "height_to_version",
               "first_txindex": "height_to_first_txindex", "first_inputindex": "height_to_first_inputindex",
               "first_outputindex": "height_to_first_outputindex"}
@@ -136,6 +144,7 @@ class Source:
         self.utxo = StoreReader(utxo_dir(out))
         self.realized = StoreReader(realized_dir(out))
         self.addr = StoreReader(addresses_dir(out))
+        self.mining = StoreReader(mining.mining_dir(out))
         self._lock = threading.Lock()
         self._cache: dict[Any, tuple[int, Any]] = {}
         self.generation = -1
@@ -157,13 +166,17 @@ class Source:
                 # values follow at the next compute, which bumps its generation).
                 for key in [k for k in self._cache if isinstance(k, tuple) and k[0] in ("price", "market", "market_period")]:
                     del self._cache[key]
+                for key in [k for k in self._cache if isinstance(k, tuple) and k[0] == "agg" and k[2] in mining.USD_BASES]:
+                    del self._cache[key]  # hash price: coinbases at the day's close
         changed = self.utxo.refresh() or changed
         changed = self.realized.refresh() or changed
         changed = self.addr.refresh() or changed
+        changed = self.mining.refresh() or changed
         if changed:
             with self._lock:
                 # Each store's generation only grows (a reorg or a price change bumps it): so does the sum.
-                gen = sum(int(r.meta.get("generation", 0)) for r in (self.comp, self.utxo, self.realized, self.addr))
+                gen = sum(int(r.meta.get("generation", 0))
+                          for r in (self.comp, self.utxo, self.realized, self.addr, self.mining))
                 if gen != self.generation or self.prices.exists != self._cache.get("prices", (0, None))[1]:
                     self._cache.clear()
                     self._cache["prices"] = (0, self.prices.exists)
@@ -172,6 +185,13 @@ class Source:
                 self.heights = min(self.comp.length("height_to_blockhash"),
                                    self.utxo.length("height_to_blockhash"))
         return changed
+
+    @property
+    def mining_behind(self) -> int:
+        """Heights served whose pool the attribution pass has not committed yet (0 when caught up or not run)."""
+        if not self.mining.exists:
+            return 0
+        return max(0, self.heights - self.mining.length("height_to_pool"))
 
     @property
     def has_prices(self) -> bool:
@@ -238,6 +258,8 @@ class Source:
 
         store, name, _, _ = ALL_BASES[base]
         stop = min(stop, self.heights)
+        if store == "mining":
+            return mining.height_series(self, base, start, stop)
         if base == "block_count":
             return np.ones(max(stop - start, 0), dtype=np.uint32)
         result: np.ndarray = self._reader(store).read(name, start, stop)
@@ -270,7 +292,8 @@ class Source:
 
             full: np.ndarray = self._incremental(("cum", base), build)
             return full[start:stop]
-        result: np.ndarray = self._reader(store).read(f"height_to_{base}_cumulative", start, stop)
+        name = CUMULATIVE_NAME.get(base, base)
+        result: np.ndarray = self._reader(store).read(f"height_to_{name}_cumulative", start, stop)
         return result
 
     def aggregate(self, index: str, base: str, stat: str) -> np.ndarray:
@@ -412,12 +435,25 @@ class Source:
             self._cache[key] = (0, series)
         return series
 
+    def mining_daily(self) -> dict[str, np.ndarray]:
+        """The daily mining series (``cairn_servers.brk.mining.daily``), cached per tip and price commit."""
+        key = ("mining_daily",)
+        with self._lock:
+            hit = self._cache.get(key)
+        if hit is not None and hit[0] == self.heights and hit[1][0] == self.price_version:
+            cached: dict[str, np.ndarray] = hit[1][1]
+            return cached
+        series = mining.daily(self)
+        with self._lock:
+            self._cache[key] = (self.heights, (self.price_version, series))
+        return series
+
     def market(self, name: str, index: str, start: int, stop: int) -> np.ndarray:
         """A market series per height (the block's day) or per period of a date index (its last day
         with a value, as ``close``)."""
         import numpy as np
 
-        daily = self.market_daily()[name]
+        daily = (self.mining_daily() if name in mining.DAILY else self.market_daily())[name]
         if index == "height":
             di = self.comp.read("height_to_dateindex", start, stop).astype(np.int64)
             out = np.full(di.shape[0], np.nan)
@@ -519,6 +555,24 @@ def _market(src: Source, a: int, b: int, name: str, index: str) -> np.ndarray:
     return src.market(name, index, a, b)
 
 
+def _pool(src: Source, a: int, b: int, pid: int, kind: str, window: str) -> np.ndarray:
+    return mining.pool_height(src, a, b, pid, kind, window)
+
+
+def _pool_period(src: Source, a: int, b: int, index: str, pid: int, kind: str, window: str) -> np.ndarray:
+    return mining.pool_period(src, a, b, index, pid, kind, window)
+
+
+def _pools(row: dict[str, Recipe], index: str) -> None:
+    """Every pool's block counts and dominance (``cairn_servers.brk.mining``) on ``height`` or a coarse index."""
+    for pool in mining.pools():
+        for vec_id, (kind, window) in mining.pool_ids(pool.slug).items():
+            if index == "height":
+                row[vec_id] = (_pool, pool.id, kind, window)
+            else:
+                row[vec_id] = (_pool_period, index, pool.id, kind, window)
+
+
 def _first_height(src: Source, a: int, b: int, index: str) -> np.ndarray:
     return src.first_heights(index)[a:b]
 
@@ -553,6 +607,7 @@ def table(index: str, prices: bool) -> dict[str, Recipe]:
             _unit_variants(row, index, base, (_height, base), sats, prices, "")
             if kind == "flow":
                 _unit_variants(row, index, base, (_cumulative, base), sats, False, "_cumulative")
+        _pools(row, index)
         if prices:
             for field in PRICES:
                 row[field] = (_price, field, index)
@@ -569,6 +624,7 @@ def table(index: str, prices: bool) -> dict[str, Recipe]:
             _unit_variants(row, index, base, (_agg, index, base, BARE[kind]), sats, usd, "")
             for stat in NAMED_STATS[kind]:
                 _unit_variants(row, index, base, (_agg, index, base, stat), sats, usd, f"_{stat}")
+        _pools(row, index)
         if usd:
             for field in PRICES:
                 row[field] = (_price, field, index)
@@ -615,7 +671,7 @@ def _market_ids(row: dict[str, Recipe], index: str) -> None:
     """The market series (``cairn_servers.brk.market``) on ``height`` or a date index (a store with prices)."""
     from cairn_servers.brk.market import IDS
 
-    for name in IDS:
+    for name in (*IDS, *mining.DAILY):
         row[name] = (_market, name, index)
 
 

@@ -164,6 +164,9 @@ def _base(name: str) -> str | None:
     market = _market()
     if name in market:
         return market[name]
+    mined = _mining_line(name)
+    if mined is not None:
+        return mined
     for unit, words in UNITS.items():
         if name.endswith("_" + unit):
             text = _pattern(name[:-len(unit) - 1])
@@ -175,6 +178,8 @@ def _base(name: str) -> str | None:
 def _pattern(name: str) -> str | None:
     if name in BASES:
         return BASES[name]
+    if name in _mining():
+        return _mining()[name]
     if name.startswith("supply_age_"):
         band = _age_band(name.removeprefix("supply_age_"))
         return None if band is None else f"supply by coin age, coins last moved {band} ago (HODL wave), in sats"
@@ -216,6 +221,25 @@ def _market() -> dict[str, str]:
     from cairn_servers.brk.market import DEFINITIONS
 
     return DEFINITIONS
+
+
+@functools.lru_cache(maxsize=1)
+def _mining() -> dict[str, str]:
+    """The mining series' lines (``cairn_servers.brk.mining``, standard library at import)."""
+    from cairn_servers.brk.mining import DEFINITIONS
+
+    return DEFINITIONS
+
+
+def _mining_line(name: str) -> str | None:
+    """A mining series' or a pool's line."""
+    if name in _mining():
+        return _mining()[name]
+    if "pool" in name or "_blocks_mined" in name or "_dominance" in name:
+        from cairn_servers.brk.mining import definition
+
+        return definition(name)
+    return None
 
 
 @functools.lru_cache(maxsize=1)

@@ -32,6 +32,13 @@ FAMILIES: tuple[tuple[str, tuple[str, ...], str], ...] = (
      "from the daily close: all-time high, drawdown, moving averages price_<1w..200d..4y>_sma and _ema, "
      "mayer_multiple, price_<1d..1y..10y>_return, price_<2y|4y|10y>_cagr, volatility_<1w|1m|1y>, "
      "dca_cost_basis_<1w..10y>, dca_return_<1w..10y>; needs prices"),
+    ("mining", ("subsidy_btc", "fees_btc", "coinbase_btc", "pool_block_count_foundryusa", "foundryusa_dominance_1m",
+                "hash_value_ths", "annualized_issuance_btc"),
+     "miner revenue and pools: subsidy, fees, coinbase (sats, _btc, _usd), pool_block_count_<pool> "
+     "(= <pool>_blocks_mined) and _cumulative, <pool>_dominance and _1w/_1m/_1y for every pool of the mempool.space "
+     "list "
+     "(unknown when none matches), hash_price_ths/_phs, hash_value_ths/_phs, inflation_rate, annualized_issuance, "
+     "puell_multiple; the dollar ones need prices"),
 )
 
 

@@ -138,7 +138,9 @@ class Interface:
     def etag(self) -> str:
         self._refresh()
         prices = f"1-{self.source.price_tag}" if self.source.has_prices else "0"  # a price import changes it
-        return f'"{self.source.generation}-{self.source.tip()}-{prices}"'
+        behind = self.source.mining_behind  # the pool attribution catching up changes it too
+        mining = f"-m{behind}" if behind else ""
+        return f'"{self.source.generation}-{self.source.tip()}-{prices}{mining}"'
 
     # -- the operations (declared in cairn_servers.brk.ops) ------------------------------------------------------
     @staticmethod

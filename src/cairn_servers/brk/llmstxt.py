@@ -5,7 +5,7 @@ Everything is generated: the routes from the OpenAPI description (itself built f
 ``cairn_servers.brk.ops``), the tools from the same operations, the families from
 ``cairn_servers.brk.families``, the indexes from the catalog, and every id the store serves with its
 one-line definition (``cairn_servers.brk.definitions``); only the statistic variants (``_avg``, ...) are
-folded into one list of suffixes.
+folded into one list of suffixes, and the mining pools' ids into a few patterns and the list of pools.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ if TYPE_CHECKING:
     from cairn_servers.brk.interface import Interface
 
 SUMMARY = ("Bitcoin datasets (vecs) computed from a node's block files: block statistics, supply and the UTXO "
-           "set, coin age, HODL waves, addresses, prices and realized value, on every timeframe (index). "
-           "Read-only JSON over HTTP, and the same operations as MCP tools at POST /mcp.")
+           "set, coin age, HODL waves, addresses, prices and realized value, miner revenue and pools, on every "
+           "timeframe (index). Read-only JSON over HTTP, and the same operations as MCP tools at POST /mcp.")
 
 
 def render(interface: Interface, paths: dict[str, Any]) -> str:
@@ -60,10 +60,17 @@ def render(interface: Interface, paths: dict[str, Any]) -> str:
     lines += ["", f"## Ids ({len(catalogue):,} in this store, statistic variants folded)", "",
               "Each with the indexes it is on; \"every period\" = the date indexes (dateindex .. decadeindex), "
               "difficultyepoch and halvingepoch.", ""]
+    from cairn_servers.brk.mining import POOL_PATTERNS, all_pool_ids, slugs
+
+    pooled = all_pool_ids()
     for vec_id in sorted(catalogue):
-        if vec_id.endswith(variants) and vec_id.rsplit("_", 1)[0] in catalogue:
+        if vec_id in pooled or vec_id.endswith(variants) and vec_id.rsplit("_", 1)[0] in catalogue:
             continue
         lines.append(f"- `{vec_id}` ({_where(catalogue[vec_id])}): {definition(vec_id) or ''}")
+    if any(vec_id in pooled for vec_id in catalogue):  # a few patterns, not 1,300 lines
+        lines += ["", "Mining pools, folded (height, every period; `<pool>` is one of the pools below):", ""]
+        lines += [f"- pattern `{pattern}`: {text}" for pattern, text in POOL_PATTERNS]
+        lines += ["", "Pools: " + ", ".join(f"`{slug}`" for slug in slugs()) + "."]
     return "\n".join(lines) + "\n"
 
 
