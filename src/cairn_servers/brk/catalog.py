@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from cairn_servers.brk.compute import CUMULATED, TYPE_COUNTS, computed_dir
 from cairn_servers.brk.addresses import COUNT_IDS, addresses_dir
-from cairn_servers.brk import mining
+from cairn_servers.brk import cohorts, mining
 from cairn_servers.brk.utxo import AGE_IDS, COIN_FLOWS, PROFIT_IDS, SUPPLY_TYPES, realized_dir, utxo_dir
 from cairn_servers.brk.dates import DATE_INDEXES, HEIGHT_INDEXES, first_day_of_period, format_days, period_of_height
 from cairn_servers.brk.reader import StoreReader
@@ -101,7 +101,14 @@ REALIZED_BASES: dict[str, tuple[str, str, str, bool]] = {
     **{name: ("realized", f"height_to_{name}", "state", True) for name in PROFIT_IDS},
     **{name: ("mining", "", "state", sats) for name, sats in mining.USD_BASES.items()},
 }
-ALL_BASES = {**BASES, **REALIZED_BASES}
+# UTXO cohorts (cairn_servers.brk.cohorts): ``<cohort>_<metric>``, a sum of stored atomic columns. Name -> (store,
+# metric, kind, in sats); only the bare id on coarse indexes (no per-period statistics: thousands of ids already).
+COHORT_BASES: dict[str, tuple[str, str, str, bool]] = {
+    f"{cohort}_{metric}": ("cohorts", metric, "state" if metric in cohorts.STATES else "flow",
+                           metric in cohorts.SATS_METRICS)
+    for cohort in cohorts.COHORTS for metric in cohorts.METRICS}
+COHORT_OF = {f"{cohort}_{metric}": cohort for cohort in cohorts.COHORTS for metric in cohorts.METRICS}
+ALL_BASES = {**BASES, **REALIZED_BASES, **COHORT_BASES}
 # Flows with a stored running sum (``X_cumulative``) and the store holding it.
 CUMULATIVE_STORE = {**{name: "comp" for name in (*CUMULATED, "subsidy", "fees")}, "block_count": "",
                     **{name: "utxo" for name in COIN_FLOWS}}
@@ -145,6 +152,7 @@ class Source:
         self.realized = StoreReader(realized_dir(out))
         self.addr = StoreReader(addresses_dir(out))
         self.mining = StoreReader(mining.mining_dir(out))
+        self.cohorts = StoreReader(cohorts.cohorts_dir(out))
         self._lock = threading.Lock()
         self._cache: dict[Any, tuple[int, Any]] = {}
         self.generation = -1
@@ -172,11 +180,12 @@ class Source:
         changed = self.realized.refresh() or changed
         changed = self.addr.refresh() or changed
         changed = self.mining.refresh() or changed
+        changed = self.cohorts.refresh() or changed
         if changed:
             with self._lock:
                 # Each store's generation only grows (a reorg or a price change bumps it): so does the sum.
                 gen = sum(int(r.meta.get("generation", 0))
-                          for r in (self.comp, self.utxo, self.realized, self.addr, self.mining))
+                          for r in (self.comp, self.utxo, self.realized, self.addr, self.mining, self.cohorts))
                 if gen != self.generation or self.prices.exists != self._cache.get("prices", (0, None))[1]:
                     self._cache.clear()
                     self._cache["prices"] = (0, self.prices.exists)
@@ -260,6 +269,8 @@ class Source:
         stop = min(stop, self.heights)
         if store == "mining":
             return mining.height_series(self, base, start, stop)
+        if store == "cohorts":
+            return self._cohort(name, COHORT_OF[base], start, stop)
         if base == "block_count":
             return np.ones(max(stop - start, 0), dtype=np.uint32)
         result: np.ndarray = self._reader(store).read(name, start, stop)
@@ -270,6 +281,20 @@ class Source:
             if base == "realized_cap":  # absent where the day has no close
                 result = np.where(np.isnan(self.price("close", "height", start, stop)), np.nan, result)
         return result
+
+    def _cohort(self, metric: str, cohort: str, start: int, stop: int) -> np.ndarray:
+        """A cohort's metric at heights [start, stop): the sum of its atomic columns (NaN where the pass lags)."""
+        import numpy as np
+
+        start = min(start, stop)
+        out = np.full(stop - start, np.nan)
+        if not self.cohorts.exists:
+            return out
+        rows = self.cohorts.read(f"height_to_{metric}", start, stop)
+        cols = cohorts.COHORTS[cohort]
+        part = rows[:, cols[0]] if len(cols) == 1 else rows[:, cols[0]:cols[-1] + 1].sum(axis=1)
+        out[:part.shape[0]] = part
+        return out
 
     def _reader(self, store: str) -> StoreReader:
         return {"raw": self.raw, "comp": self.comp, "utxo": self.utxo, "realized": self.realized,
@@ -586,6 +611,14 @@ def _ratio(src: Source, a: int, b: int, num: Recipe, den: Recipe, minus_one: boo
     return 1.0 - out if minus_one else out
 
 
+def _diff(src: Source, a: int, b: int, x: Recipe, y: Recipe) -> np.ndarray:
+    import numpy as np
+
+    result: np.ndarray = np.asarray(run(x, src, a, b), dtype=np.float64) - np.asarray(run(y, src, a, b),
+                                                                                      dtype=np.float64)
+    return result
+
+
 def _fee_rate(src: Source, a: int, b: int) -> np.ndarray:
     """A transaction's fee per virtual byte (sat/vB)."""
     fee = src.raw.read("txindex_to_fee", a, b).astype("<f8")
@@ -608,6 +641,7 @@ def table(index: str, prices: bool) -> dict[str, Recipe]:
             if kind == "flow":
                 _unit_variants(row, index, base, (_cumulative, base), sats, False, "_cumulative")
         _pools(row, index)
+        _cohorts(row, index, prices)
         if prices:
             for field in PRICES:
                 row[field] = (_price, field, index)
@@ -625,6 +659,7 @@ def table(index: str, prices: bool) -> dict[str, Recipe]:
             for stat in NAMED_STATS[kind]:
                 _unit_variants(row, index, base, (_agg, index, base, stat), sats, usd, f"_{stat}")
         _pools(row, index)
+        _cohorts(row, index, usd)
         if usd:
             for field in PRICES:
                 row[field] = (_price, field, index)
@@ -665,6 +700,24 @@ def _realized(row: dict[str, Recipe], index: str) -> None:
     row["mvrv"] = (_ratio, row["market_cap"], row["realized_cap"], False)
     row["nupl"] = (_ratio, row["realized_cap"], row["market_cap"], True)
     row["sopr"] = (_ratio, row["value_destroyed_usd"], row["realized_value_destroyed"], False)
+
+
+def _cohorts(row: dict[str, Recipe], index: str, usd: bool) -> None:
+    """Every UTXO cohort's metrics (``cairn_servers.brk.cohorts``): supply and counts always, the dollar ones
+    and the ratios with prices."""
+    for base, (_, metric, kind, sats) in COHORT_BASES.items():
+        if not usd and metric not in ("supply", "utxo_count"):
+            continue
+        read: Recipe = (_height, base) if index == "height" else (_agg, index, base, BARE[kind])
+        _unit_variants(row, index, base, read, sats, usd, "")
+    if not usd:
+        return
+    for c in cohorts.COHORTS:
+        row[f"{c}_realized_price"] = (_ratio, row[f"{c}_realized_cap"], row[f"{c}_supply_btc"], False)
+        row[f"{c}_mvrv"] = (_ratio, row[f"{c}_supply_usd"], row[f"{c}_realized_cap"], False)
+        row[f"{c}_nupl"] = (_ratio, row[f"{c}_realized_cap"], row[f"{c}_supply_usd"], True)
+        row[f"{c}_sopr"] = (_ratio, row[f"{c}_value_created"], row[f"{c}_value_destroyed"], False)
+        row[f"{c}_net_realized_pnl"] = (_diff, row[f"{c}_realized_profit"], row[f"{c}_realized_loss"])
 
 
 def _market_ids(row: dict[str, Recipe], index: str) -> None:

@@ -82,7 +82,7 @@ def locked(root: Path, name: str = ".lock") -> Iterator[None]:
         os.close(fd)
 
 
-PASSES = ("computed", "utxo", "addresses", "mining")  # in dependency order: utxo reads the computed vecs
+PASSES = ("computed", "utxo", "cohorts", "addresses", "mining")  # in dependency order: utxo reads the computed vecs
 
 
 def compute(out: Path, *, durable: bool = True, blocks_dir: Path | None = None,
@@ -114,7 +114,7 @@ def run_passes(out: Path, passes: tuple[str, ...], *, durable: bool = True, bloc
     def stopped() -> bool:
         return stop is not None and stop()
 
-    if "computed" in passes or "utxo" in passes:
+    if "computed" in passes or "utxo" in passes or "cohorts" in passes:
         with locked(computed_dir(out)):
             if "computed" in passes:
                 summary = _Computer(out, durable=durable, progress=progress, stop=stop).run()
@@ -122,6 +122,10 @@ def run_passes(out: Path, passes: tuple[str, ...], *, durable: bool = True, bloc
                 from cairn_servers.brk import utxo
 
                 utxo.update(out, durable=durable, progress=progress, stop=stop)
+            if "cohorts" in passes and not (len(passes) > 1 and stopped()):
+                from cairn_servers.brk import cohorts  # UTXO cohorts: reads the computed vecs and the prices
+
+                cohorts.update(out, durable=durable, progress=progress, stop=stop)
     if "addresses" in passes and not (len(passes) > 1 and stopped()):
         from cairn_servers.brk import addresses
 

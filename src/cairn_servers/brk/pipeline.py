@@ -59,8 +59,8 @@ def groups(jobs: int) -> list[tuple[str, ...]]:
     if jobs <= 1:
         return []
     if jobs == 2:
-        return [("computed", "utxo", "addresses", "mining")]
-    return [("computed", "utxo", "mining"), ("addresses",)]
+        return [("computed", "utxo", "cohorts", "addresses", "mining")]
+    return [("computed", "utxo", "cohorts", "mining"), ("addresses",)]
 
 
 class StageFailed(CairnError):

@@ -1,0 +1,487 @@
+"""UTXO cohorts (BRK's ids): supply, counts, realized and unrealized value of the UTXOs grouped by age, amount,
+output type, halving epoch and year of creation, per height in ``OUT/cohorts/``.
+
+A coin's cohorts:
+
+* age band: whole hours between the hour of the current block and the hour of its creating block, both on the
+  monotonic block time (the running maximum of timestamps, as every date index and the HODL waves); 21 bands
+  ``under_1h_old`` .. ``over_15y_old`` on BRK's boundaries (1 month = 30 days, 1 year = 365 days). ``sth`` is
+  the coins under 5 months (150 days) old, ``lth`` the others; ``over_<age>_old`` / ``under_<age>_old`` sum bands.
+* amount band: its value, 15 bands ``0sats`` .. ``over_100k_btc`` (powers of ten), plus ``over_<amount>`` /
+  ``under_<amount>``;
+* output type (the spendable ones: ``p2pk65`` .. ``p2a``, ``empty_outputs``, ``unknown_outputs``);
+* halving epoch of its creating height (``epoch_0`` .. ``epoch_4``) and year of its creation day (``class_2009``
+  .. ``class_2028``).
+
+OP_RETURN outputs are in no cohort (they are not supply). The cohorts of an age, amount, type, epoch or year
+dimension each sum to the whole spendable supply.
+
+**Bounded state.** Nothing is kept per UTXO. The state is two tables of integers: supply and UTXO count per
+creation *hour* (the age dimension: a coin moves between age bands as the block time advances, so each band's
+totals are kept and, at every block, the hours whose age crosses a boundary are moved from one band to the
+next: each boundary sweeps the hours once), and supply and count per creation *day* x group (amount band,
+type, epoch, year: a coin never changes group). Every coin of an hour or a day shares a creation price (the
+close of its creation day, else the last earlier close, else 0: as ``realized_cap``), so realized values are
+supply x price. Within a day the close is fixed: each cohort's supply in profit / in loss is reclassified at
+the first block of a day, and each block after that only adds what it creates and spends.
+
+The tables and the running per-cohort totals are checkpointed as ``state/cohorts-<H>.bin`` (written and
+renamed before the manifest naming ``H`` commits; logarithmically spaced heights kept), with a copy of the
+closes used: a reorg, a price change or a kill restarts from the newest checkpoint at or below the first
+height to redo, so every figure equals an uninterrupted run's, byte for byte (tested).
+
+Stored per height, one row of ``len(ATOMIC)`` columns per metric (the atomic cohorts: age bands then groups);
+the sums (``sth``, ``lth``, ``over_*``, ``under_*``) are read as sums of columns (``cohort_columns``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cairn_servers.brk.faults import fault as _fault
+from cairn_servers.brk.layout import OUTPUT_TYPES
+from cairn_servers.brk.progress import Stage
+from cairn_servers.brk.reader import StoreReader
+from cairn_servers.brk.vecs import VecSpec, VecStore
+from cairn_servers.core.files import replace_file
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from cairn_servers.brk.utxo import _Chain
+
+SATS = 100_000_000.0
+_H_D, _H_M, _H_Y = 24, 24 * 30, 24 * 365
+# Age boundaries in hours (BRK's), and their labels.
+AGE_EDGES = (1, _H_D, 7 * _H_D, _H_M, 2 * _H_M, 3 * _H_M, 4 * _H_M, 5 * _H_M, 6 * _H_M, _H_Y, 2 * _H_Y, 3 * _H_Y,
+             4 * _H_Y, 5 * _H_Y, 6 * _H_Y, 7 * _H_Y, 8 * _H_Y, 10 * _H_Y, 12 * _H_Y, 15 * _H_Y)
+AGE_LABELS = ("1h", "1d", "1w", "1m", "2m", "3m", "4m", "5m", "6m", "1y", "2y", "3y", "4y", "5y", "6y", "7y", "8y",
+              "10y", "12y", "15y")
+AGE_BANDS = ("utxos_under_1h_old",
+             *(f"utxos_{AGE_LABELS[i]}_to_{AGE_LABELS[i + 1]}_old" for i in range(len(AGE_EDGES) - 1)),
+             "utxos_over_15y_old")
+STH_BANDS = AGE_EDGES.index(5 * _H_M) + 1  # bands 0 .. 7: under 150 days
+# Amount boundaries in sats and their labels (BRK's).
+AMOUNT_EDGES = tuple(10 ** k for k in range(14))
+AMOUNT_LABELS = ("1sat", "10sats", "100sats", "1k_sats", "10k_sats", "100k_sats", "1m_sats", "10m_sats", "1btc",
+                 "10btc", "100btc", "1k_btc", "10k_btc", "100k_btc")
+_RANGE_LABELS = ("1sat", "10sats", "100sats", "1k_sats", "10k_sats", "100k_sats", "1m_sats", "10m_sats", "1btc",
+                 "10btc", "100btc", "1k_btc", "10k_btc", "100k_btc")
+AMOUNT_BANDS = ("utxos_0sats", *(f"utxos_{_RANGE_LABELS[i]}_to_{_RANGE_LABELS[i + 1]}" for i in range(13)),
+                "utxos_over_100k_btc")
+TYPE_NAMES = {"empty": "empty_outputs", "unknown": "unknown_outputs"}
+SPENDABLE = tuple(t for t in OUTPUT_TYPES if t != "opreturn")
+TYPE_COHORTS = tuple(TYPE_NAMES.get(t, t) for t in SPENDABLE)
+EPOCHS = 5  # epoch_0 .. epoch_4 (BRK's): coins of later epochs are in no epoch cohort
+FIRST_YEAR, YEARS = 2009, 20  # class_2009 .. class_2028
+EPOCH_COHORTS = tuple(f"epoch_{e}" for e in range(EPOCHS))
+YEAR_COHORTS = tuple(f"class_{FIRST_YEAR + y}" for y in range(YEARS))
+GROUPS = (*AMOUNT_BANDS, *TYPE_COHORTS, *EPOCH_COHORTS, *YEAR_COHORTS)
+NG = len(GROUPS) + 1  # the last group is a sink (epochs and years out of range), never stored
+G_TYPE, G_EPOCH, G_YEAR = len(AMOUNT_BANDS), len(AMOUNT_BANDS) + len(TYPE_COHORTS), \
+    len(AMOUNT_BANDS) + len(TYPE_COHORTS) + EPOCHS
+ATOMIC = (*AGE_BANDS, *GROUPS)  # the stored columns
+NA = len(AGE_BANDS)
+
+
+def _cohort_columns() -> dict[str, tuple[int, ...]]:
+    """Every cohort id -> the atomic columns it sums."""
+    cols: dict[str, tuple[int, ...]] = {name: (i,) for i, name in enumerate(ATOMIC)}
+    cols["sth"] = tuple(range(STH_BANDS))
+    cols["lth"] = tuple(range(STH_BANDS, NA))
+    for i, label in enumerate(AGE_LABELS):
+        if 1 <= i <= 18:  # over_1d .. over_12y
+            cols[f"utxos_over_{label}_old"] = tuple(range(i + 1, NA))
+        if i >= 2:  # under_1w .. under_15y
+            cols[f"utxos_under_{label}_old"] = tuple(range(0, i + 1))
+    for i, label in enumerate(AMOUNT_LABELS):
+        if i <= 12:
+            cols[f"utxos_over_{label}"] = tuple(NA + k for k in range(i + 1, len(AMOUNT_BANDS)))
+        if i >= 1:
+            cols[f"utxos_under_{label}"] = tuple(NA + k for k in range(0, i + 1))
+    return cols
+
+
+COHORTS = _cohort_columns()
+# The stored metrics: states (the last value on a coarse index) then flows (summed).
+STATES = ("supply", "utxo_count", "realized_cap", "supply_in_profit", "supply_in_loss", "unrealized_profit",
+          "unrealized_loss")
+FLOWS = ("realized_profit", "realized_loss", "value_created", "value_destroyed")
+METRICS = (*STATES, *FLOWS)
+SATS_METRICS = ("supply", "supply_in_profit", "supply_in_loss")
+# Blocks per chunk at most: the chunk's per-cohort rows stay a few MB whatever the block sizes.
+CHUNK_BLOCKS = int(os.environ.get("CAIRN_BRK_COHORT_BLOCKS", "2000"))
+VERSION = 1
+
+
+def cohorts_dir(out: Path) -> Path:
+    return out / "cohorts"
+
+
+def specs() -> list[VecSpec]:
+    return [VecSpec("height_to_blockhash", "height", "u1", 32, VERSION),
+            *(VecSpec(f"height_to_{m}", "height", "<f8", len(ATOMIC), VERSION) for m in METRICS),
+            VecSpec("dateindex_to_close", "dateindex", "<f8", 1, VERSION)]
+
+
+def update(out: Path, *, durable: bool = True, progress: Callable[..., None] | None = None,
+           stop: Callable[[], bool] | None = None) -> dict[str, Any]:
+    """Bring ``OUT/cohorts`` up to the computed tip (the caller holds the computer's lock)."""
+    import numpy as np
+
+    from cairn_servers.brk.utxo import _Chain
+
+    prices = StoreReader(out / "prices")
+    prices.refresh()
+    close = (prices.read("dateindex_to_close").astype(np.float64)
+             if prices.exists and prices.length("dateindex_to_close") else np.zeros(0))
+    prices.close()
+    chain = _Chain(out)
+    try:
+        return _CohortPass(out, chain, close, durable).run(progress, stop)
+    finally:
+        chain.close()
+
+
+def _year_of_days(n: int) -> np.ndarray:
+    """Calendar year of dateindex 0 .. n - 1."""
+    import numpy as np
+
+    from cairn_servers.brk.dates import day_nums
+
+    days = day_nums(np.arange(n)).astype("datetime64[D]")
+    years: np.ndarray = days.astype("datetime64[Y]").astype(np.int64) + 1970
+    return years
+
+
+class _CohortPass:
+    def __init__(self, out: Path, chain: _Chain, close: np.ndarray, durable: bool) -> None:
+        import numpy as np
+
+        self.chain = chain
+        self.store = VecStore(cohorts_dir(out), specs(), durable=durable)
+        self.state_dir = cohorts_dir(out) / "state"
+        self.state_dir.mkdir(exist_ok=True)
+        self.durable = durable
+        self.close = close
+        filled = close.copy()
+        idx = np.where(~np.isnan(filled), np.arange(filled.shape[0]), -1)
+        np.maximum.accumulate(idx, out=idx)
+        self.basis_known = np.where(idx >= 0, filled[np.maximum(idx, 0)], 0.0)
+        self.h0 = int(chain.mts[0]) // 3600 if chain.n else 0
+        self.hour = chain.mts // 3600 - self.h0  # hour of each height, from the chain's first
+        # the state after the last height done
+        self.f_sup = np.zeros(0, np.int64)
+        self.f_cnt = np.zeros(0, np.int64)
+        self.g_sup = np.zeros((0, NG), np.int64)
+        self.g_cnt = np.zeros((0, NG), np.int64)
+        self.age_state = np.zeros((NA, 7))
+        self.grp_state = np.zeros((NG, 7))
+
+    # -- prices -------------------------------------------------------------------------------------
+    def basis(self, days: np.ndarray) -> np.ndarray:
+        """Creation price of each dateindex (after the last close: the last close; none yet: 0)."""
+        import numpy as np
+
+        t = self.basis_known
+        if not t.shape[0]:
+            return np.zeros(days.shape[0])
+        return t[np.minimum(days, t.shape[0] - 1)]
+
+    def today(self, day: int) -> float:
+        return float(self.close[day]) if day < self.close.shape[0] else float("nan")
+
+    # -- checkpoints ----------------------------------------------------------------------------------
+    def _path(self, h: int) -> Path:
+        return self.state_dir / f"cohorts-{h}.bin"
+
+    def _heights(self) -> list[int]:
+        from cairn_servers.brk.utxo import _heights_of
+
+        return _heights_of(self.state_dir, "cohorts-")
+
+    def _save(self, h: int) -> None:
+        import numpy as np
+
+        tmp = self.state_dir / "cohorts.tmp"
+        head = np.array([self.f_sup.shape[0], self.g_sup.shape[0]], dtype="<i8")
+        with open(tmp, "wb") as f:
+            for arr in (head, self.f_sup, self.f_cnt, self.g_sup, self.g_cnt):
+                f.write(arr.astype("<i8").tobytes())
+            for arr in (self.age_state, self.grp_state):
+                f.write(arr.astype("<f8").tobytes())
+        replace_file(tmp, self._path(h), durable=self.durable)
+
+    def _load(self, h: int) -> None:
+        import numpy as np
+
+        if h == 0:
+            return
+        raw = np.fromfile(self._path(h), dtype="<i8")
+        nh, nd = int(raw[0]), int(raw[1])
+        at = 2
+        self.f_sup, at = raw[at:at + nh].copy(), at + nh
+        self.f_cnt, at = raw[at:at + nh].copy(), at + nh
+        self.g_sup, at = raw[at:at + nd * NG].reshape(nd, NG).copy(), at + nd * NG
+        self.g_cnt, at = raw[at:at + nd * NG].reshape(nd, NG).copy(), at + nd * NG
+        floats = raw[at:].view("<f8")
+        self.age_state = floats[:NA * 7].reshape(NA, 7).copy()
+        self.grp_state = floats[NA * 7:].reshape(NG, 7).copy()
+
+    # -- the pass -------------------------------------------------------------------------------------
+    def run(self, progress: Callable[..., None] | None, should_stop: Callable[[], bool] | None) -> dict[str, Any]:
+        import numpy as np
+
+        from cairn_servers.brk.utxo import _fork, _log_spaced
+
+        s = self.store
+        chain = self.chain
+        meta = dict(s.meta)
+        meta.setdefault("generation", 0)
+        have = s.lengths["height_to_blockhash"]
+        if any(s.lengths[f"height_to_{m}"] != have for m in METRICS) or int(meta.get("state", have)) != have:
+            have = 0  # a vec was reset (a version change): start again
+        fork = _fork(s, chain, have)
+        old = np.asarray(s.read("dateindex_to_close"))
+        m = min(old.shape[0], self.close.shape[0])
+        same = (old[:m] == self.close[:m]) | (np.isnan(old[:m]) & np.isnan(self.close[:m]))
+        changed = int(np.argmin(same)) if not same.all() else (m if old.shape[0] != self.close.shape[0] else -1)
+        if changed >= 0:
+            fork = min(fork, int(np.searchsorted(chain.dateindex[:chain.n], changed, "left")))
+        restart = have
+        missing = have > 0 and have not in self._heights()
+        if fork < have or have < s.lengths["height_to_blockhash"] or changed >= 0 or missing:
+            usable = [h for h in self._heights() if h <= min(fork, have) and not (missing and h == have)]
+            restart = usable[-1] if usable else 0
+            meta["generation"] = int(meta["generation"]) + 1
+            lengths = {name: restart for name in s.lengths}
+            lengths["dateindex_to_close"] = 0
+            meta["state"] = restart
+            s.truncate(lengths, meta)
+            s.append("dateindex_to_close", self.close)
+        for h in self._heights():
+            if h > restart or restart == 0:
+                self._path(h).unlink(missing_ok=True)
+        self._load(restart)
+        start, done = restart, 0
+        stage = Stage(progress, "cohorts", chain.raw, start, chain.n, should_stop)
+        while start < chain.n:
+            stop = min(chain.chunk_end(start), start + CHUNK_BLOCKS)
+            self._chunk(start, stop)
+            self._save(stop)
+            _fault("cohorts-state")  # the crash tests kill here: a checkpoint newer than the manifest
+            meta["height"] = stop - 1
+            meta["state"] = stop
+            s.commit(meta)
+            have_states = self._heights()
+            keep = _log_spaced(have_states, stop)
+            for h in have_states:
+                if h not in keep:
+                    self._path(h).unlink(missing_ok=True)
+            done += stop - start
+            start = stop
+            if stage.done(stop):
+                break
+        if s.pending_length("dateindex_to_close") != s.lengths["dateindex_to_close"]:
+            s.commit(meta)
+        return {"height": s.lengths["height_to_blockhash"] - 1, "computed_heights": done,
+                "restarted_from": restart if restart != have else None}
+
+    # -- one chunk ------------------------------------------------------------------------------------
+    def _chunk(self, a: int, b: int) -> None:
+        import numpy as np
+
+        from cairn_servers.brk.utxo import OPRETURN
+
+        chain = self.chain
+        nb = b - a
+        cblk, cval, ctyp = chain.created(a, b)
+        sblk, sval, styp, sch = chain.spent(a, b)
+        ck, sk = ctyp != OPRETURN, styp != OPRETURN
+        cblk, cval, ctyp = cblk[ck], cval[ck].astype(np.int64), ctyp[ck]
+        sblk, sval, styp, sch = sblk[sk], sval[sk].astype(np.int64), styp[sk], sch[sk]
+        day = chain.dateindex
+        cday, sday = day[a + cblk], day[sch]
+        hour = self.hour
+        closes = np.array([self.today(int(d)) for d in day[a:b]])
+        # per item: creation price, class against its block's close (1 profit, -1 loss, 0 even or no close)
+        cb, sb = self.basis(cday), self.basis(sday)
+        cc = np.nan_to_num(closes[cblk], nan=0.0)
+        sc = np.nan_to_num(closes[sblk], nan=0.0)
+        c_cls = np.where(np.isnan(closes[cblk]), 0, np.sign(cc - cb)).astype(np.int64)
+        s_cls = np.where(np.isnan(closes[sblk]), 0, np.sign(sc - sb)).astype(np.int64)
+
+        def fields(val: np.ndarray, bas: np.ndarray, cls: np.ndarray, sign: int) -> np.ndarray:
+            v = val.astype(np.float64) * sign
+            r = v / SATS * bas
+            p, lo = cls == 1, cls == -1
+            return np.stack((v, np.full(v.shape[0], float(sign)), r, v * p, r * p, v * lo, r * lo), axis=1)
+
+        c_f, s_f = fields(cval, cb, c_cls, 1), fields(sval, sb, s_cls, -1)
+
+        def per_block(blk: np.ndarray, coh: np.ndarray, f: np.ndarray, nc: int) -> np.ndarray:
+            key = blk * nc + coh
+            out = np.zeros((nb * nc, f.shape[1]))
+            for k in range(f.shape[1]):
+                out[:, k] = np.bincount(key, weights=f[:, k], minlength=nb * nc)
+            return out.reshape(nb, nc, f.shape[1])
+
+        # -- flows: what each block spends, by the coin's cohorts at the spending block --------------
+        s_age = hour[a + sblk] - hour[sch]
+        s_band = np.searchsorted(np.asarray(AGE_EDGES), s_age, "right")
+        s_groups = self._groups(sval, styp, sch, sday)
+        btc = sval.astype(np.float64) / SATS
+        created_usd, destroyed_usd = btc * sc, btc * sb
+        flow_f = np.stack((np.maximum(created_usd - destroyed_usd, 0.0), np.maximum(destroyed_usd - created_usd, 0.0),
+                           created_usd, destroyed_usd), axis=1)
+        flows_age = per_block(sblk, s_band, flow_f, NA)
+        flows_grp = sum(per_block(sblk, g, flow_f, NG) for g in s_groups)
+
+        # -- age: hour table swept block by block ----------------------------------------------------
+        top = int(hour[b - 1]) + 1
+        if self.f_sup.shape[0] < top:
+            grow = top - self.f_sup.shape[0]
+            self.f_sup = np.concatenate((self.f_sup, np.zeros(grow, np.int64)))
+            self.f_cnt = np.concatenate((self.f_cnt, np.zeros(grow, np.int64)))
+        from cairn_servers.brk.dates import dateindex_of_day
+
+        hour_basis = self.basis(dateindex_of_day((np.arange(top) + self.h0) // 24))
+        c_delta_age = per_block(cblk, np.zeros(cblk.shape[0], np.int64), c_f, NA)
+        s_delta_age = per_block(sblk, s_band, s_f, NA)
+        c_at = np.searchsorted(cblk, np.arange(nb + 1), "left")
+        s_at = np.searchsorted(sblk, np.arange(nb + 1), "left")
+        c_hour = hour[a + cblk]
+        s_hour = hour[sch]
+        edges = np.asarray(AGE_EDGES, dtype=np.int64)
+        age_out = np.zeros((nb, NA, 7))
+        state = self.age_state
+        cell_cls = np.zeros(0, np.int64)
+        for j in range(nb):
+            h_abs = a + j
+            h = int(hour[h_abs])
+            close = closes[j]
+            if h_abs == 0 or day[h_abs] != day[h_abs - 1] or j == 0:
+                cell_cls = np.where(close == close, np.sign(np.nan_to_num(close) - hour_basis), 0).astype(np.int64)
+            if h_abs == 0 or day[h_abs] != day[h_abs - 1]:
+                state = self._age_from_scratch(h, hour_basis, cell_cls)
+            else:
+                hp = int(hour[h_abs - 1])
+                if h > hp:
+                    lo_c = np.maximum(hp - edges + 1, 0)
+                    hi_c = np.maximum(h - edges + 1, 0)
+                    for k in np.flatnonzero(hi_c > lo_c).tolist():
+                        moved = self._cells(int(lo_c[k]), int(hi_c[k]), hour_basis, cell_cls)
+                        state[k] -= moved
+                        state[k + 1] += moved
+            state += c_delta_age[j]
+            state += s_delta_age[j]
+            lo, hi = c_at[j], c_at[j + 1]
+            if hi > lo:
+                self.f_sup[h] += int(cval[lo:hi].sum())
+                self.f_cnt[h] += hi - lo
+            lo, hi = s_at[j], s_at[j + 1]
+            if hi > lo:
+                np.subtract.at(self.f_sup, s_hour[lo:hi], sval[lo:hi])
+                np.subtract.at(self.f_cnt, s_hour[lo:hi], 1)
+            age_out[j] = state
+        self.age_state = state
+        del c_hour
+
+        # -- groups: day x group table, reclassified at each day's first block ----------------------
+        c_groups = self._groups(cval, ctyp, a + cblk, cday)
+        top_day = int(day[b - 1]) + 1
+        if self.g_sup.shape[0] < top_day:
+            grow = top_day - self.g_sup.shape[0]
+            self.g_sup = np.concatenate((self.g_sup, np.zeros((grow, NG), np.int64)))
+            self.g_cnt = np.concatenate((self.g_cnt, np.zeros((grow, NG), np.int64)))
+        deltas = (sum(per_block(cblk, g, c_f, NG) for g in c_groups)
+                  + sum(per_block(sblk, g, s_f, NG) for g in s_groups))
+        grp_out = np.zeros((nb, NG, 7))
+        bdays = day[a:b]
+        starts = np.flatnonzero(np.concatenate(([True], bdays[1:] != bdays[:-1])))
+        bounds = np.append(starts, nb)
+        state = self.grp_state
+        for g0, g1 in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+            if a + g0 == 0 or day[a + g0] != day[a + g0 - 1]:
+                state = self._groups_from_scratch(int(day[a + g0]) + 1, closes[g0])
+            run = np.cumsum(np.concatenate((state[None], deltas[g0:g1]), axis=0), axis=0)[1:]
+            grp_out[g0:g1] = run
+            state = run[-1].copy()
+            for blk, val, grp, dd, sign in ((cblk, cval, c_groups, cday, 1), (sblk, sval, s_groups, sday, -1)):
+                lo, hi = np.searchsorted(blk, [g0, g1], "left")
+                for g in grp:
+                    np.add.at(self.g_sup, (dd[lo:hi], g[lo:hi]), sign * val[lo:hi])
+                    np.add.at(self.g_cnt, (dd[lo:hi], g[lo:hi]), sign)
+        self.grp_state = state
+
+        # -- the rows -------------------------------------------------------------------------------
+        allst = np.concatenate((age_out, grp_out[:, :NG - 1]), axis=1)  # (nb, atomic, 7)
+        allfl = np.concatenate((flows_age, flows_grp[:, :NG - 1]), axis=1)
+        priced = ~np.isnan(closes)
+        cl = np.nan_to_num(closes)[:, None]
+        nan = np.full(allst.shape[:2], np.nan)
+        cols = {
+            "supply": allst[:, :, 0], "utxo_count": allst[:, :, 1],
+            "realized_cap": np.where(priced[:, None], allst[:, :, 2], nan),
+            "supply_in_profit": np.where(priced[:, None], allst[:, :, 3], nan),
+            "supply_in_loss": np.where(priced[:, None], allst[:, :, 5], nan),
+            "unrealized_profit": np.where(priced[:, None], allst[:, :, 3] / SATS * cl - allst[:, :, 4], nan),
+            "unrealized_loss": np.where(priced[:, None], allst[:, :, 6] - allst[:, :, 5] / SATS * cl, nan),
+        }
+        for i, name in enumerate(FLOWS):
+            cols[name] = np.where(priced[:, None], allfl[:, :, i], nan)
+        s = self.store
+        s.append("height_to_blockhash", chain.hashes(a, b))
+        for name in METRICS:
+            s.append(f"height_to_{name}", np.ascontiguousarray(cols[name], dtype="<f8"))
+
+    def _groups(self, val: np.ndarray, typ: np.ndarray, height: np.ndarray, day: np.ndarray) -> list[np.ndarray]:
+        """The four group columns of each coin: amount band, type, epoch, year (NG - 1: none)."""
+        import numpy as np
+
+        amount = np.searchsorted(np.asarray(AMOUNT_EDGES, dtype=np.int64), val, "right")
+        type_of = np.full(len(OUTPUT_TYPES), NG - 1, dtype=np.int64)
+        for i, t in enumerate(SPENDABLE):
+            type_of[OUTPUT_TYPES.index(t)] = G_TYPE + i
+        epoch = height // 210_000
+        epoch_g = np.where(epoch < EPOCHS, G_EPOCH + epoch, NG - 1)
+        year = _year_of_days(int(day.max()) + 1)[day] - FIRST_YEAR if day.shape[0] else day
+        year_g = np.where((year >= 0) & (year < YEARS), G_YEAR + year, NG - 1)
+        return [amount, type_of[typ], epoch_g.astype(np.int64), year_g.astype(np.int64)]
+
+    def _cells(self, lo: int, hi: int, hour_basis: np.ndarray, cell_cls: np.ndarray) -> np.ndarray:
+        """The 7 fields summed over the hour cells [lo, hi)."""
+        import numpy as np
+
+        sup = self.f_sup[lo:hi].astype(np.float64)
+        r = sup / SATS * hour_basis[lo:hi]
+        p, lo_ = cell_cls[lo:hi] == 1, cell_cls[lo:hi] == -1
+        return np.array([sup.sum(), float(self.f_cnt[lo:hi].sum()), r.sum(), sup[p].sum(), r[p].sum(),
+                         sup[lo_].sum(), r[lo_].sum()])
+
+    def _age_from_scratch(self, h: int, hour_basis: np.ndarray, cell_cls: np.ndarray) -> np.ndarray:
+        import numpy as np
+
+        n = h + 1
+        band = np.searchsorted(np.asarray(AGE_EDGES), h - np.arange(n), "right")
+        sup = self.f_sup[:n].astype(np.float64)
+        r = sup / SATS * hour_basis[:n]
+        p, lo = cell_cls[:n] == 1, cell_cls[:n] == -1
+        out = np.zeros((NA, 7))
+        for k, w in enumerate((sup, self.f_cnt[:n].astype(np.float64), r, sup * p, r * p, sup * lo, r * lo)):
+            out[:, k] = np.bincount(band, weights=w, minlength=NA)
+        return out
+
+    def _groups_from_scratch(self, n_days: int, close: float) -> np.ndarray:
+        import numpy as np
+
+        bas = self.basis(np.arange(n_days))  # coins are never younger than today: the rows up to it
+        cls = np.where(close == close, np.sign(np.nan_to_num(close) - bas), 0)[:, None]
+        sup = self.g_sup[:n_days].astype(np.float64)
+        cnt = self.g_cnt[:n_days].astype(np.float64)
+        r = sup / SATS * bas[:, None]
+        p, lo = cls == 1, cls == -1
+        return np.stack([w.sum(axis=0) for w in (sup, cnt, r, sup * p, r * p, sup * lo, r * lo)], axis=1)
