@@ -173,6 +173,7 @@ class _CohortPass:
         self.basis_known = np.where(idx >= 0, filled[np.maximum(idx, 0)], 0.0)
         self.h0 = int(chain.mts[0]) // 3600 if chain.n else 0
         self.hour = chain.mts // 3600 - self.h0  # hour of each height, from the chain's first
+        self.d0 = int(chain.dateindex[0]) if chain.n else 0  # the day table's first row: the chain's first day
         # the state after the last height done
         self.f_sup = np.zeros(0, np.int64)
         self.f_cnt = np.zeros(0, np.int64)
@@ -314,13 +315,28 @@ class _CohortPass:
         c_cls = np.where(np.isnan(closes[cblk]), 0, np.sign(cc - cb)).astype(np.int64)
         s_cls = np.where(np.isnan(closes[sblk]), 0, np.sign(sc - sb)).astype(np.int64)
 
-        def fields(val: np.ndarray, bas: np.ndarray, cls: np.ndarray, sign: int) -> np.ndarray:
-            v = val.astype(np.float64) * sign
-            r = v / SATS * bas
-            p, lo = cls == 1, cls == -1
-            return np.stack((v, np.full(v.shape[0], float(sign)), r, v * p, r * p, v * lo, r * lo), axis=1)
+        # Every item once: what the chunk creates (+) then what it spends (-).
+        blk_all = np.concatenate((cblk, sblk))
+        v_all = np.concatenate((cval, -sval)).astype(np.float64)
+        r_all = v_all / SATS * np.concatenate((cb, sb))
+        cls_all = np.concatenate((c_cls, s_cls)) + 1  # 0 loss, 1 even, 2 profit
+        sign_all = np.concatenate((np.ones(cblk.shape[0]), -np.ones(sblk.shape[0])))
 
-        c_f, s_f = fields(cval, cb, c_cls, 1), fields(sval, sb, s_cls, -1)
+        def state_deltas(coh: np.ndarray, nc: int) -> np.ndarray:
+            """Per block and cohort: the 7 state fields the items add (supply, count, realized, the profit and
+            loss parts of supply and realized)."""
+            key = (blk_all * nc + coh) * 3 + cls_all
+            n = nb * nc * 3
+            bv = np.bincount(key, weights=v_all, minlength=n).reshape(nb, nc, 3)
+            br = np.bincount(key, weights=r_all, minlength=n).reshape(nb, nc, 3)
+            bc = np.bincount(key, weights=sign_all, minlength=n).reshape(nb, nc, 3)
+            out = np.empty((nb, nc, 7))
+            out[..., 0] = bv[..., 0] + bv[..., 1] + bv[..., 2]
+            out[..., 1] = bc[..., 0] + bc[..., 1] + bc[..., 2]
+            out[..., 2] = br[..., 0] + br[..., 1] + br[..., 2]
+            out[..., 3], out[..., 4] = bv[..., 2], br[..., 2]
+            out[..., 5], out[..., 6] = bv[..., 0], br[..., 0]
+            return out
 
         def per_block(blk: np.ndarray, coh: np.ndarray, f: np.ndarray, nc: int) -> np.ndarray:
             key = blk * nc + coh
@@ -338,7 +354,9 @@ class _CohortPass:
         flow_f = np.stack((np.maximum(created_usd - destroyed_usd, 0.0), np.maximum(destroyed_usd - created_usd, 0.0),
                            created_usd, destroyed_usd), axis=1)
         flows_age = per_block(sblk, s_band, flow_f, NA)
-        flows_grp = sum(per_block(sblk, g, flow_f, NG) for g in s_groups)
+        flows_grp = per_block(sblk, s_groups[0], flow_f, NG)
+        for g in s_groups[1:]:
+            flows_grp += per_block(sblk, g, flow_f, NG)
 
         # -- age: hour table swept block by block ----------------------------------------------------
         top = int(hour[b - 1]) + 1
@@ -349,8 +367,7 @@ class _CohortPass:
         from cairn_servers.brk.dates import dateindex_of_day
 
         hour_basis = self.basis(dateindex_of_day((np.arange(top) + self.h0) // 24))
-        c_delta_age = per_block(cblk, np.zeros(cblk.shape[0], np.int64), c_f, NA)
-        s_delta_age = per_block(sblk, s_band, s_f, NA)
+        delta_age = state_deltas(np.concatenate((np.zeros(cblk.shape[0], np.int64), s_band)), NA)
         c_at = np.searchsorted(cblk, np.arange(nb + 1), "left")
         s_at = np.searchsorted(sblk, np.arange(nb + 1), "left")
         c_hour = hour[a + cblk]
@@ -376,8 +393,7 @@ class _CohortPass:
                         moved = self._cells(int(lo_c[k]), int(hi_c[k]), hour_basis, cell_cls)
                         state[k] -= moved
                         state[k + 1] += moved
-            state += c_delta_age[j]
-            state += s_delta_age[j]
+            state += delta_age[j]
             lo, hi = c_at[j], c_at[j + 1]
             if hi > lo:
                 self.f_sup[h] += int(cval[lo:hi].sum())
@@ -392,13 +408,14 @@ class _CohortPass:
 
         # -- groups: day x group table, reclassified at each day's first block ----------------------
         c_groups = self._groups(cval, ctyp, a + cblk, cday)
-        top_day = int(day[b - 1]) + 1
+        top_day = int(day[b - 1]) + 1 - self.d0
         if self.g_sup.shape[0] < top_day:
             grow = top_day - self.g_sup.shape[0]
             self.g_sup = np.concatenate((self.g_sup, np.zeros((grow, NG), np.int64)))
             self.g_cnt = np.concatenate((self.g_cnt, np.zeros((grow, NG), np.int64)))
-        deltas = (sum(per_block(cblk, g, c_f, NG) for g in c_groups)
-                  + sum(per_block(sblk, g, s_f, NG) for g in s_groups))
+        deltas = state_deltas(np.concatenate((c_groups[0], s_groups[0])), NG)
+        for k in range(1, len(c_groups)):
+            deltas += state_deltas(np.concatenate((c_groups[k], s_groups[k])), NG)
         grp_out = np.zeros((nb, NG, 7))
         bdays = day[a:b]
         starts = np.flatnonzero(np.concatenate(([True], bdays[1:] != bdays[:-1])))
@@ -413,8 +430,8 @@ class _CohortPass:
             for blk, val, grp, dd, sign in ((cblk, cval, c_groups, cday, 1), (sblk, sval, s_groups, sday, -1)):
                 lo, hi = np.searchsorted(blk, [g0, g1], "left")
                 for g in grp:
-                    np.add.at(self.g_sup, (dd[lo:hi], g[lo:hi]), sign * val[lo:hi])
-                    np.add.at(self.g_cnt, (dd[lo:hi], g[lo:hi]), sign)
+                    np.add.at(self.g_sup, (dd[lo:hi] - self.d0, g[lo:hi]), sign * val[lo:hi])
+                    np.add.at(self.g_cnt, (dd[lo:hi] - self.d0, g[lo:hi]), sign)
         self.grp_state = state
 
         # -- the rows -------------------------------------------------------------------------------
@@ -478,10 +495,93 @@ class _CohortPass:
     def _groups_from_scratch(self, n_days: int, close: float) -> np.ndarray:
         import numpy as np
 
-        bas = self.basis(np.arange(n_days))  # coins are never younger than today: the rows up to it
+        d0 = self.d0  # no coin is older than the chain, none younger than today
+        bas = self.basis(np.arange(d0, n_days))
         cls = np.where(close == close, np.sign(np.nan_to_num(close) - bas), 0)[:, None]
-        sup = self.g_sup[:n_days].astype(np.float64)
-        cnt = self.g_cnt[:n_days].astype(np.float64)
+        sup = self.g_sup[:n_days - d0].astype(np.float64)
+        cnt = self.g_cnt[:n_days - d0].astype(np.float64)
         r = sup / SATS * bas[:, None]
         p, lo = cls == 1, cls == -1
         return np.stack([w.sum(axis=0) for w in (sup, cnt, r, sup * p, r * p, sup * lo, r * lo)], axis=1)
+
+
+# -- definitions (id search, /llms.txt): one line per metric, with its formula --------------------------------
+METRIC_LINES = {
+    "supply": "supply held by {c}: the sum of their values, in sats",
+    "utxo_count": "number of unspent outputs (UTXOs) of {c}",
+    "realized_cap": "realized cap of {c}: sum of value x the close of each coin's creation day, in US dollars",
+    "realized_price": "realized price of {c}: realized_cap / supply_btc, their average cost basis in US dollars "
+                      "per BTC",
+    "realized_profit": "realized profit of {c}: over the coins spent, sum of value x (spend-day close - creation-day "
+                       "close) where positive, in US dollars",
+    "realized_loss": "realized loss of {c}: over the coins spent, sum of value x (creation-day close - spend-day "
+                     "close) where positive, in US dollars",
+    "net_realized_pnl": "net realized profit and loss of {c}: realized_profit - realized_loss, in US dollars",
+    "value_created": "value of the coins of {c} spent, at the spend day's close: sum of value x spend-day close, "
+                     "in US dollars",
+    "value_destroyed": "value of the coins of {c} spent, at their creation day's close: sum of value x "
+                       "creation-day close, in US dollars",
+    "sopr": "SOPR spent output profit ratio of {c}: value_created / value_destroyed",
+    "unrealized_profit": "unrealized profit of {c}: sum of value x (close - creation-day close) over the coins "
+                         "whose creation-day close is below the close, in US dollars",
+    "unrealized_loss": "unrealized loss of {c}: sum of value x (creation-day close - close) over the coins whose "
+                       "creation-day close is above the close, in US dollars",
+    "supply_in_profit": "supply in profit of {c}: value of the coins whose creation-day close is below the close, "
+                        "in sats",
+    "supply_in_loss": "supply in loss of {c}: value of the coins whose creation-day close is above the close, in sats",
+    "mvrv": "MVRV of {c}: supply_usd / realized_cap, market value to realized value",
+    "nupl": "NUPL net unrealized profit and loss of {c}: 1 - realized_cap / supply_usd",
+}
+_AGE_WORDS = {"h": "hour", "d": "day", "w": "week", "m": "month", "y": "year"}
+
+
+def _age_words(label: str) -> str:
+    n, unit = label[:-1], _AGE_WORDS[label[-1]]
+    return f"{n} {unit}{'' if n == '1' else 's'}"
+
+
+def _amount_words(label: str) -> str:
+    """``10sats`` -> ``10 sats``, ``1k_sats`` -> ``1k sats``, ``1m_sats`` -> ``1M sats``, ``10k_btc`` -> ``10k BTC``."""
+    number = label.split("_")[0].removesuffix("sats").removesuffix("sat").removesuffix("btc").replace("m", "M")
+    unit = "BTC" if label.endswith("btc") else ("sat" if label == "1sat" else "sats")
+    return f"{number} {unit}"
+
+
+def _cohort_texts() -> dict[str, str]:
+    texts = {"sth": "short-term holders' UTXOs (under 150 days old)",
+             "lth": "long-term holders' UTXOs (150 days old or more)"}
+    for i, name in enumerate(AGE_BANDS):
+        if i == 0:
+            texts[name] = "UTXOs under 1 hour old"
+        elif i == len(AGE_BANDS) - 1:
+            texts[name] = "UTXOs over 15 years old"
+        else:
+            texts[name] = f"UTXOs {_age_words(AGE_LABELS[i - 1])} to {_age_words(AGE_LABELS[i])} old"
+    for label in AGE_LABELS:
+        texts[f"utxos_over_{label}_old"] = f"UTXOs {_age_words(label)} old or more"
+        texts[f"utxos_under_{label}_old"] = f"UTXOs under {_age_words(label)} old"
+    words = [_amount_words(x) for x in AMOUNT_LABELS]
+    texts["utxos_0sats"] = "UTXOs of 0 sats"
+    for i in range(13):
+        texts[AMOUNT_BANDS[i + 1]] = f"UTXOs of {words[i]} to under {words[i + 1]}"
+    texts["utxos_over_100k_btc"] = "UTXOs of 100k BTC or more"
+    for i, label in enumerate(AMOUNT_LABELS):
+        texts[f"utxos_over_{label}"] = f"UTXOs of {words[i]} or more"
+        texts[f"utxos_under_{label}"] = f"UTXOs of under {words[i]}"
+    for t, name in zip(SPENDABLE, TYPE_COHORTS):
+        texts[name] = f"unspent {t} outputs"
+    for e in range(EPOCHS):
+        texts[f"epoch_{e}"] = f"UTXOs created in halving epoch {e} (heights {e * 210_000:,} to {(e + 1) * 210_000 - 1:,})"
+    for y in range(YEARS):
+        texts[f"class_{FIRST_YEAR + y}"] = f"UTXOs created in {FIRST_YEAR + y} (year class)"
+    return {c: texts[c] for c in COHORTS}
+
+
+def definition(name: str) -> str | None:
+    """The line of a cohort id without its unit (``sth_supply``, ``p2pkh_realized_price``), else None."""
+    for metric, line in METRIC_LINES.items():
+        if name.endswith("_" + metric):
+            cohort = name[:-len(metric) - 1]
+            if cohort in COHORTS:
+                return line.format(c=_cohort_texts()[cohort])
+    return None

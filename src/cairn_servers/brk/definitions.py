@@ -136,6 +136,7 @@ STATS = {
     "cumulative": "cumulative running total since the genesis block",
 }
 UNITS = {"btc": "in BTC (bitcoin)", "usd": "in US dollars (USD) at the period's close"}
+_COHORT_STARTS = ("sth_", "lth_", "utxos_", "p2", "empty_outputs_", "unknown_outputs_", "epoch_", "class_")
 _AGE_UNITS = {"d": "day", "w": "week", "m": "month", "y": "year"}
 
 
@@ -178,6 +179,12 @@ def _base(name: str) -> str | None:
 def _pattern(name: str) -> str | None:
     if name in BASES:
         return BASES[name]
+    if name.startswith(_COHORT_STARTS):
+        from cairn_servers.brk.cohorts import definition as cohort_line  # UTXO cohorts, with their formulas
+
+        line = cohort_line(name)
+        if line is not None:
+            return line
     if name in _mining():
         return _mining()[name]
     if name.startswith("supply_age_"):

@@ -28,6 +28,8 @@ INSTRUCTIONS = (
     "suffixes _sum/_avg/_min/_max/_median/_p10.._p90/_cumulative give aggregates per period, and "
     "_btc/_usd give value series in bitcoin or dollars (sats when bare). "
     "Families of ids (examples): " + sentence() + " "
+    "Cohort ids are <cohort>_<metric> (sth_sopr, lth_mvrv, utxos_1d_to_1w_old_supply_btc, p2pkh_realized_price): "
+    "search_vecids(\"short term holders realized price\") or get_vecids finds them. "
     "Explore before querying: search_vecids(q) finds ids by words (\"realized price\", \"coins unmoved for "
     "10 years\"), or list them with get_indexes, get_vecids or get_index_to_vecids, get_vecid_to_indexes; "
     "then get_vecs(index, ids, from, to, count, format). Negative from/to count from the end "
