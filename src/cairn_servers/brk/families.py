@@ -32,9 +32,9 @@ FAMILIES: tuple[tuple[str, tuple[str, ...], str], ...] = (
      "from the daily close: all-time high, drawdown, moving averages price_<1w..200d..4y>_sma and _ema, "
      "mayer_multiple, price_<1d..1y..10y>_return, price_<2y|4y|10y>_cagr, volatility_<1w|1m|1y>, "
      "dca_cost_basis_<1w..10y>, dca_return_<1w..10y>; needs prices"),
-    ("UTXO cohorts", ("sth_supply_btc", "lth_realized_price", "sth_sopr", "lth_mvrv", "utxos_1d_to_1w_old_supply_btc",
-                      "utxos_1btc_to_10btc_supply_btc", "p2pkh_supply_btc", "epoch_2_realized_price",
-                      "class_2017_supply_in_profit"),
+    ("UTXO cohorts", ("sth_supply_btc", "lth_supply_btc", "sth_realized_price", "sth_mvrv",
+                      "utxos_1d_to_1w_old_supply_btc", "utxos_1btc_to_10btc_supply_btc", "p2pkh_supply_btc",
+                      "epoch_0_realized_price", "class_2009_supply_in_profit"),
      "<cohort>_<metric>: cohorts sth, lth (150 days), age bands utxos_under_1h_old .. utxos_<1d>_to_<1w>_old .. "
      "utxos_over_15y_old and utxos_over_<age>_old / utxos_under_<age>_old, amount bands utxos_0sats .. "
      "utxos_<1btc>_to_<10btc> .. utxos_over_100k_btc and utxos_over_<amount> / utxos_under_<amount>, output types "
