@@ -62,7 +62,7 @@ def vec_bytes(out: Path) -> dict[str, bytes]:
     """Every file of a store (raw vecs, computed vecs, manifests), to compare two runs byte for byte."""
     # Crash-recovery aids depend on where earlier runs committed (the analytics' state checkpoints and
     # undo rows) and engine files on their history: compared by contents below, not file by file.
-    history = ("txindex", "utxo/state", "addresses/undo", "addresses/index", "addresses/balance.bin")
+    history = ("txindex", "utxo/state", "cohorts/state", "addresses/undo", "addresses/index", "addresses/balance.bin")
     files = {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*"))
              if p.is_file() and not str(p.relative_to(out)).startswith(history)}
     # The transaction index is a RocksDB directory whose files (logs, table numbers) differ from run to
@@ -88,6 +88,11 @@ def _analytics_state(out: Path, files: dict[str, bytes]) -> None:
         tip = json.loads(utxo.read_text())["meta"].get("state", 0)
         state = out / "utxo" / "state" / f"unspent-{tip}.bin"
         files["utxo state (tip)"] = state.read_bytes() if state.exists() else b""
+    cohorts = out / "cohorts" / "manifest.json"
+    if cohorts.exists():
+        tip = json.loads(cohorts.read_text())["meta"].get("state", 0)
+        state = out / "cohorts" / "state" / f"cohorts-{tip}.bin"
+        files["cohorts state (tip)"] = state.read_bytes() if state.exists() else b""
     manifest = out / "addresses" / "manifest.json"
     if manifest.exists():
         count = json.loads(manifest.read_text())["vecs"]["addressindex_to_keyhash"]["length"]

@@ -161,8 +161,8 @@ def _rerun_is_clean(blocks: Path, out: Path, clean: tuple[dict[str, bytes], dict
 
 @pytest.mark.parametrize(("jobs", "fault", "who"), [
     (2, "commit-index:3", "indexer"),  # the parent, between the vecs' commit and the index write
-    (2, "utxo-commit:2", "computed+utxo+addresses+mining"),  # the one stage process
-    (3, "utxo-commit:2", "computed+utxo+mining"),  # each of the two stage processes
+    (2, "utxo-commit:2", "computed+utxo+cohorts+addresses+mining"),  # the one stage process
+    (3, "utxo-commit:2", "computed+utxo+cohorts+mining"),  # each of the two stage processes
     (3, "address-commit:2", "addresses"),
 ])
 def test_a_kill_in_each_stage_then_a_rerun_ends_as_a_clean_run(
