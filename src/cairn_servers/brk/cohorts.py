@@ -585,3 +585,26 @@ def definition(name: str) -> str | None:
             if cohort in COHORTS:
                 return line.format(c=_cohort_texts()[cohort])
     return None
+
+
+DERIVED = ("realized_price", "mvrv", "nupl", "sopr", "net_realized_pnl")
+
+
+def all_ids() -> set[str]:
+    """Every cohort id the catalogue can serve (folded into a pattern by ``/llms.txt``)."""
+    found = set()
+    for c in COHORTS:
+        for m in (*METRICS, *DERIVED):
+            found.add(f"{c}_{m}")
+            if m in SATS_METRICS:
+                found.update((f"{c}_{m}_btc", f"{c}_{m}_usd"))
+    return found
+
+
+def patterns() -> list[tuple[str, str]]:
+    """``<cohort>_<metric>`` lines for ``/llms.txt``: one per metric, the cohort left as a placeholder."""
+    lines = []
+    for m in (*METRICS, *DERIVED):
+        units = " (also `_btc`, `_usd`)" if m in SATS_METRICS else ""
+        lines.append((f"<cohort>_{m}", METRIC_LINES[m].format(c="the cohort") + units))
+    return lines

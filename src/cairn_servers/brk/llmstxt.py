@@ -5,7 +5,8 @@ Everything is generated: the routes from the OpenAPI description (itself built f
 ``cairn_servers.brk.ops``), the tools from the same operations, the families from
 ``cairn_servers.brk.families``, the indexes from the catalog, and every id the store serves with its
 one-line definition (``cairn_servers.brk.definitions``); only the statistic variants (``_avg``, ...) are
-folded into one list of suffixes, and the mining pools' ids into a few patterns and the list of pools.
+folded into one list of suffixes, the mining pools' ids into a few patterns and the list of pools, and the UTXO
+cohorts' ids into one pattern per metric and the list of cohorts.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
     from cairn_servers.brk.interface import Interface
 
 SUMMARY = ("Bitcoin datasets (vecs) computed from a node's block files: block statistics, supply and the UTXO "
-           "set, coin age, HODL waves, addresses, prices and realized value, miner revenue and pools, on every "
+           "set, coin age, HODL waves, UTXO cohorts, addresses, prices and realized value, miner revenue and pools, on every "
            "timeframe (index). Read-only JSON over HTTP, and the same operations as MCP tools at POST /mcp.")
 
 
@@ -62,7 +63,9 @@ def render(interface: Interface, paths: dict[str, Any]) -> str:
               "difficultyepoch and halvingepoch.", ""]
     from cairn_servers.brk.mining import POOL_PATTERNS, all_pool_ids, slugs
 
-    pooled = all_pool_ids()
+    from cairn_servers.brk import cohorts
+
+    pooled = all_pool_ids() | cohorts.all_ids()
     for vec_id in sorted(catalogue):
         if vec_id in pooled or vec_id.endswith(variants) and vec_id.rsplit("_", 1)[0] in catalogue:
             continue
@@ -71,6 +74,11 @@ def render(interface: Interface, paths: dict[str, Any]) -> str:
         lines += ["", "Mining pools, folded (height, every period; `<pool>` is one of the pools below):", ""]
         lines += [f"- pattern `{pattern}`: {text}" for pattern, text in POOL_PATTERNS]
         lines += ["", "Pools: " + ", ".join(f"`{slug}`" for slug in slugs()) + "."]
+    if "sth_supply" in catalogue:
+        lines += ["", "UTXO cohorts, folded (height, every date index; `_supply`, `_supply_btc`, `_utxo_count` on every "
+                  "period; the others need prices; `<cohort>` is one of the cohorts below):", ""]
+        lines += [f"- pattern `{pattern}`: {text}" for pattern, text in cohorts.patterns()]
+        lines += ["", "Cohorts: " + ", ".join(f"`{c}`" for c in cohorts.COHORTS) + "."]
     return "\n".join(lines) + "\n"
 
 
