@@ -87,8 +87,11 @@ class Coins:
                 by_hash[block.GetHash()] = block
                 p += 8 + length
         where: dict[tuple[bytes, int], int] = {}
-        created, value, kind, spent = [], [], [], []
-        times = []
+        created: list[int] = []
+        value: list[int] = []
+        kind: list[int] = []
+        spent: list[int] = []
+        times: list[int] = []
         for h, bh in enumerate(hashes):
             block = by_hash[bytes(bh)]
             times.append(block.nTime)
@@ -196,7 +199,9 @@ def _invariants(out: Path) -> None:
     assert supply[-1] > 0
 
     def total(names: Any, metric: str) -> np.ndarray:
-        return np.sum([np.array(_vecs(q, index="height", ids=f"{n}_{metric}"), dtype=float) for n in names], axis=0)
+        result: np.ndarray = np.sum([np.array(_vecs(q, index="height", ids=f"{n}_{metric}"), dtype=float)
+                                     for n in names], axis=0)
+        return result
 
     assert np.array_equal(total(("sth", "lth"), "supply"), supply)
     for names in (cohorts.AGE_BANDS, cohorts.AMOUNT_BANDS, cohorts.TYPE_COHORTS):

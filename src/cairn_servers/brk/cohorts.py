@@ -190,7 +190,8 @@ class _CohortPass:
         t = self.basis_known
         if not t.shape[0]:
             return np.zeros(days.shape[0])
-        return t[np.minimum(days, t.shape[0] - 1)]
+        result: np.ndarray = t[np.minimum(days, t.shape[0] - 1)]
+        return result
 
     def today(self, day: int) -> float:
         return float(self.close[day]) if day < self.close.shape[0] else float("nan")
