@@ -611,11 +611,12 @@ def _ratio(src: Source, a: int, b: int, num: Recipe, den: Recipe, minus_one: boo
     return 1.0 - out if minus_one else out
 
 
-def _diff(src: Source, a: int, b: int, x: Recipe, y: Recipe) -> np.ndarray:
+def _combine(src: Source, a: int, b: int, x: Recipe, y: Recipe, sign: float) -> np.ndarray:
+    """x + sign x y."""
     import numpy as np
 
-    result: np.ndarray = np.asarray(run(x, src, a, b), dtype=np.float64) - np.asarray(run(y, src, a, b),
-                                                                                      dtype=np.float64)
+    result: np.ndarray = (np.asarray(run(x, src, a, b), dtype=np.float64)
+                          + sign * np.asarray(run(y, src, a, b), dtype=np.float64))
     return result
 
 
@@ -710,14 +711,41 @@ def _cohorts(row: dict[str, Recipe], index: str, usd: bool) -> None:
             continue
         read: Recipe = (_height, base) if index == "height" else (_agg, index, base, BARE[kind])
         _unit_variants(row, index, base, read, sats, usd, "")
+    for c in cohorts.COHORTS:
+        row[f"{c}_supply_rel_to_circulating_supply"] = (_ratio, row[f"{c}_supply"], row["supply"], False)
     if not usd:
         return
+
+    def r(c: str, m: str) -> Recipe:
+        return row[f"{c}_{m}"]
+
     for c in cohorts.COHORTS:
-        row[f"{c}_realized_price"] = (_ratio, row[f"{c}_realized_cap"], row[f"{c}_supply_btc"], False)
-        row[f"{c}_mvrv"] = (_ratio, row[f"{c}_supply_usd"], row[f"{c}_realized_cap"], False)
-        row[f"{c}_nupl"] = (_ratio, row[f"{c}_realized_cap"], row[f"{c}_supply_usd"], True)
-        row[f"{c}_sopr"] = (_ratio, row[f"{c}_value_created"], row[f"{c}_value_destroyed"], False)
-        row[f"{c}_net_realized_pnl"] = (_diff, row[f"{c}_realized_profit"], row[f"{c}_realized_loss"])
+        ratios = {
+            "realized_price": (r(c, "realized_cap"), r(c, "supply_btc")),
+            "mvrv": (r(c, "supply_usd"), r(c, "realized_cap")),
+            "sopr": (r(c, "value_created"), r(c, "value_destroyed")),
+            "supply_in_profit_rel_to_own_supply": (r(c, "supply_in_profit"), r(c, "supply")),
+            "supply_in_loss_rel_to_own_supply": (r(c, "supply_in_loss"), r(c, "supply")),
+            "supply_in_profit_rel_to_circulating_supply": (r(c, "supply_in_profit"), row["supply"]),
+            "supply_in_loss_rel_to_circulating_supply": (r(c, "supply_in_loss"), row["supply"]),
+            "unrealized_profit_rel_to_market_cap": (r(c, "unrealized_profit"), row["supply_usd"]),
+            "unrealized_loss_rel_to_market_cap": (r(c, "unrealized_loss"), row["supply_usd"]),
+            "realized_profit_to_loss_ratio": (r(c, "realized_profit"), r(c, "realized_loss")),
+            "realized_profit_rel_to_realized_cap": (r(c, "realized_profit"), r(c, "realized_cap")),
+            "realized_loss_rel_to_realized_cap": (r(c, "realized_loss"), r(c, "realized_cap")),
+        }
+        for m, (num, den) in ratios.items():
+            row[f"{c}_{m}"] = (_ratio, num, den, False)
+        row[f"{c}_nupl"] = (_ratio, r(c, "realized_cap"), r(c, "supply_usd"), True)
+        row[f"{c}_net_realized_pnl"] = (_combine, r(c, "realized_profit"), r(c, "realized_loss"), -1.0)
+        row[f"{c}_realized_gross_pnl"] = (_combine, r(c, "realized_profit"), r(c, "realized_loss"), 1.0)
+        row[f"{c}_net_unrealized_pnl"] = (_combine, r(c, "unrealized_profit"), r(c, "unrealized_loss"), -1.0)
+        row[f"{c}_realized_price_ratio"] = (_ratio, (_price, "close", index), r(c, "realized_price"), False)
+        row[f"{c}_sell_side_risk_ratio"] = (_ratio, r(c, "realized_gross_pnl"), r(c, "realized_cap"), False)
+        row[f"{c}_net_unrealized_pnl_rel_to_market_cap"] = (_ratio, r(c, "net_unrealized_pnl"), row["supply_usd"],
+                                                             False)
+        row[f"{c}_net_realized_pnl_rel_to_realized_cap"] = (_ratio, r(c, "net_realized_pnl"), r(c, "realized_cap"),
+                                                             False)
 
 
 def _market_ids(row: dict[str, Recipe], index: str) -> None:

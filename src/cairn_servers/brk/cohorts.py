@@ -532,6 +532,22 @@ METRIC_LINES = {
     "supply_in_loss": "supply in loss of {c}: value of the coins whose creation-day close is above the close, in sats",
     "mvrv": "MVRV of {c}: supply_usd / realized_cap, market value to realized value",
     "nupl": "NUPL net unrealized profit and loss of {c}: 1 - realized_cap / supply_usd",
+    "supply_rel_to_circulating_supply": "share of the supply held by {c}: supply / the whole supply",
+    "supply_in_profit_rel_to_own_supply": "share of {c} in profit: supply_in_profit / supply",
+    "supply_in_loss_rel_to_own_supply": "share of {c} in loss: supply_in_loss / supply",
+    "supply_in_profit_rel_to_circulating_supply": "supply in profit of {c} / the whole supply",
+    "supply_in_loss_rel_to_circulating_supply": "supply in loss of {c} / the whole supply",
+    "net_unrealized_pnl": "net unrealized profit and loss of {c}: unrealized_profit - unrealized_loss, in US dollars",
+    "unrealized_profit_rel_to_market_cap": "unrealized profit of {c} / the whole market cap",
+    "unrealized_loss_rel_to_market_cap": "unrealized loss of {c} / the whole market cap",
+    "net_unrealized_pnl_rel_to_market_cap": "net unrealized profit and loss of {c} / the whole market cap",
+    "realized_price_ratio": "realized price ratio of {c}: close / realized_price",
+    "realized_gross_pnl": "gross realized profit and loss of {c}: realized_profit + realized_loss, in US dollars",
+    "sell_side_risk_ratio": "sell-side risk ratio of {c}: realized_gross_pnl / realized_cap",
+    "realized_profit_to_loss_ratio": "realized profit to loss ratio of {c}: realized_profit / realized_loss",
+    "realized_profit_rel_to_realized_cap": "realized profit of {c} / their realized_cap",
+    "realized_loss_rel_to_realized_cap": "realized loss of {c} / their realized_cap",
+    "net_realized_pnl_rel_to_realized_cap": "net realized profit and loss of {c} / their realized_cap",
 }
 _AGE_WORDS = {"h": "hour", "d": "day", "w": "week", "m": "month", "y": "year"}
 
@@ -588,7 +604,14 @@ def definition(name: str) -> str | None:
     return None
 
 
-DERIVED = ("realized_price", "mvrv", "nupl", "sopr", "net_realized_pnl")
+# Read as ratios, sums or differences of the stored metrics (``cairn_servers.brk.catalog``); BRK's names.
+DERIVED = ("realized_price", "mvrv", "nupl", "sopr", "net_realized_pnl", "supply_rel_to_circulating_supply",
+           "supply_in_profit_rel_to_own_supply", "supply_in_loss_rel_to_own_supply",
+           "supply_in_profit_rel_to_circulating_supply", "supply_in_loss_rel_to_circulating_supply",
+           "net_unrealized_pnl", "unrealized_profit_rel_to_market_cap", "unrealized_loss_rel_to_market_cap",
+           "net_unrealized_pnl_rel_to_market_cap", "realized_price_ratio", "realized_gross_pnl",
+           "sell_side_risk_ratio", "realized_profit_to_loss_ratio", "realized_profit_rel_to_realized_cap",
+           "realized_loss_rel_to_realized_cap", "net_realized_pnl_rel_to_realized_cap")
 
 
 def all_ids() -> set[str]:

@@ -41,7 +41,9 @@ FAMILIES: tuple[tuple[str, tuple[str, ...], str], ...] = (
      "p2pkh .. p2tr, empty_outputs, unknown_outputs, halving epochs epoch_0 .. epoch_4, creation years class_2009 .. "
      "class_2028; metrics supply (_btc, _usd), utxo_count, realized_cap, realized_price, realized_profit, "
      "realized_loss, net_realized_pnl, value_created, value_destroyed, sopr, unrealized_profit, unrealized_loss, "
-     "supply_in_profit, supply_in_loss, mvrv, nupl; all but supply and utxo_count need prices"),
+     "supply_in_profit, supply_in_loss, mvrv, nupl, and BRK's ratios (sell_side_risk_ratio, realized_price_ratio, "
+     "supply_rel_to_circulating_supply, ..._rel_to_market_cap, ..._rel_to_realized_cap); all but supply, utxo_count and "
+     "supply_rel_to_circulating_supply need prices"),
     ("mining", ("subsidy_btc", "fees_btc", "coinbase_btc", "pool_block_count_foundryusa", "foundryusa_dominance_1m",
                 "hash_value_ths", "annualized_issuance_btc"),
      "miner revenue and pools: subsidy, fees, coinbase (sats, _btc, _usd), pool_block_count_<pool> "
