@@ -13,7 +13,9 @@ Ranking: each word of the question is a concept; a concept found in an id scores
 document frequency over the catalogue) times where it was found: in the id's own words 3, in an
 expansion of them 2, in the definition 1. The sum is scaled by the square of the share of concepts
 found, so an id matching every word beats one matching a rare word alone; ties go to the id with fewer
-words the question did not ask for (``realized_price`` before ``realized_price_avg``), then the shorter.
+words the question did not ask for (``realized_price`` before ``realized_price_avg``), then the shorter. The words
+of a UTXO cohort's name (``empty_outputs`` in ``empty_outputs_sopr``) weigh as a definition's: they qualify the
+metric, so "profit ratio of spent outputs" is ``sopr``. A page sorts only the matches that can reach it.
 
 The index is built once per catalogue (1,602 ids on a store with prices: about 33 ms) and kept while the
 catalogue object is the same; a query then reads only the postings of its words.
@@ -217,6 +219,7 @@ class IdIndex:
         self.postings: dict[str, dict[str, float]] = {}
         self.own: dict[str, frozenset[str]] = {}
         parts: dict[str, set[str]] = {}
+        qualifiers = _cohort_prefixes()
         for vec_id, text in definitions.items():
             weights: dict[str, float] = {}
             own: set[str] = set()
@@ -225,6 +228,12 @@ class IdIndex:
             direct = set(words(vec_id))
             for w in own:
                 weights[w] = 3.0 if w in direct else 2.0
+            cohort = _cohort_of(vec_id, qualifiers)
+            if cohort:  # a cohort's name qualifies the metric: its words weigh as a definition's
+                for group in concepts(cohort):
+                    for w in group:
+                        if w in weights and w not in set(words(vec_id[len(cohort):])):
+                            weights[w] = 1.0
             for part in text.split("; "):  # a base's line, then its statistic's: each worked out once
                 found = parts.get(part)
                 if found is None:
@@ -237,8 +246,9 @@ class IdIndex:
         self.n = len(definitions)
         self.idf = {w: math.log(1.0 + self.n / len(ids)) for w, ids in self.postings.items()}
 
-    def search(self, query: str) -> list[str]:
-        """Ids matching at least one concept of ``query``, best first."""
+    def search(self, query: str, want: int | None = None) -> list[str]:
+        """Ids matching at least one concept of ``query``, best first (with ``want``: at least the first
+        ``want`` of them in order, the rest left out: a page needs no full sort of thousands of matches)."""
         groups = concepts(query)
         if not groups:
             return []
@@ -261,8 +271,30 @@ class IdIndex:
                 scores[vec_id] = scores.get(vec_id, 0.0) + value
                 found[vec_id] = found.get(vec_id, 0) + 1
         n = len(groups)
-        ranked = sorted(scores, key=lambda v: (-scores[v] * (found[v] / n) ** 2, len(self.own[v] - asked), len(v), v))
+        primary = {v: -score * (found[v] / n) ** 2 for v, score in scores.items()}
+        candidates: Any = primary
+        if want is not None and want < len(primary):
+            import heapq
+
+            cut = heapq.nsmallest(want, primary.values())[-1]
+            candidates = [v for v, p in primary.items() if p <= cut]  # ties at the cut are kept
+        ranked = sorted(candidates, key=lambda v: (primary[v], len(self.own[v] - asked), len(v), v))
         return ranked
+
+
+def _cohort_prefixes() -> tuple[str, ...]:
+    """The UTXO cohorts' names (``cairn_servers.brk.cohorts``), longest first."""
+    from cairn_servers.brk.cohorts import COHORTS
+
+    return tuple(sorted(COHORTS, key=len, reverse=True))
+
+
+def _cohort_of(vec_id: str, prefixes: tuple[str, ...]) -> str:
+    """The cohort an id is about (``empty_outputs`` of ``empty_outputs_sopr``), else ''."""
+    for c in prefixes:
+        if vec_id.startswith(c + "_"):
+            return c
+    return ""
 
 
 _cache: tuple[object, IdIndex] | None = None
@@ -301,7 +333,7 @@ def search(iface: Interface, q: Any, index: Any = None, limit: Any = 10, page: A
         raise InvalidInput(f"Nothing to search for in {text[:80]!r}: give words describing the data, "
                            "e.g. 'realized price' or 'fee rate median'.")
     catalogue = iface.id_indexes()
-    ranked = index_for(catalogue).search(text)
+    ranked = index_for(catalogue).search(text, None if index is not None else first + size)
     if index is not None:
         on = iface.resolve_index(index)
         ranked = [vec_id for vec_id in ranked if on in catalogue[vec_id]]
