@@ -268,3 +268,36 @@ def test_minilm_parallel_calls_give_the_vectors_of_one_call_at_a_time() -> None:
     one.workers, many.workers = 1, 4  # type: ignore[attr-defined]
     a, b = one.embed(texts), many.embed(texts)
     assert a.shape == (8, 384) and np.allclose(a, b, atol=1e-6)
+
+
+def test_a_failing_provider_is_logged_once_retried_and_stopped(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+    from cairn_servers.core.errors import NetworkError
+    from cairn_servers.ctx.sync import BackgroundEmbedder
+
+    write(tmp_path / "docs", PAGES)
+    off = Service.from_config(_config(tmp_path, "disabled", "off.toml"))
+    off.sync("all")
+    calls: list[int] = []
+
+    class Down:
+        identity, dims = "down:m:4", 4
+
+        def embed(self, texts: list[str]) -> Any:
+            calls.append(len(texts))
+            raise NetworkError("The embedding endpoint http://127.0.0.1:9/v1 could not be reached: refused.")
+
+    config = load(_config(tmp_path))
+    bg = BackgroundEmbedder(lambda: Service(config).store, Down(), idle=0.01, backoff=0.01)
+    bg.start()
+    deadline = time.monotonic() + 10
+    while len(calls) < 3:  # retried, after a wait that doubles
+        assert time.monotonic() < deadline and bg.running
+        time.sleep(0.01)
+    bg.stop()
+    assert not bg.running
+    assert bg.error == "The embedding endpoint http://127.0.0.1:9/v1 could not be reached: refused."
+    err = capfd.readouterr().err
+    assert err.count("background embedding stopped for") == 1 and "could not be reached" in err
+    assert off.stats().vectors == 0
+    off.close()

@@ -367,7 +367,8 @@ def _embed_text(heading: str, text: str) -> str:
 BACKGROUND_STEP = 256  # chunk texts embedded and committed per step of the background embedder
 BACKGROUND_BATCH = 32  # texts per provider call: the most a shutdown waits for
 BACKGROUND_IDLE_S = 2.0  # between looks for new pending chunks (a look is one small read)
-BACKGROUND_BACKOFF_S = 30.0  # after the provider failed
+BACKGROUND_BACKOFF_S = 30.0  # after the provider failed; doubled after each failure in a row
+BACKGROUND_BACKOFF_MAX_S = 600.0
 
 
 class BackgroundEmbedder:
@@ -378,8 +379,9 @@ class BackgroundEmbedder:
     A step runs only under the model's embedding lock, taken without waiting: while a ``ctx sync`` or
     ``ctx embed`` of another process embeds, the server leaves it the work. When nothing is pending it
     looks again every :data:`BACKGROUND_IDLE_S` seconds, and only queries the chunks once the store was
-    written to (its generation moved). A provider failure is logged once (stderr) and retried after
-    :data:`BACKGROUND_BACKOFF_S`. :meth:`stop` ends it between two provider calls; the group under way
+    written to (its generation moved). A failure (the provider, the database: a read-only replica) is logged
+    once (stderr) and retried after :data:`BACKGROUND_BACKOFF_S`, twice as long after each failure in a row
+    (at most :data:`BACKGROUND_BACKOFF_MAX_S`). :meth:`stop` ends it between two provider calls; the group under way
     is not committed and stays pending."""
 
     def __init__(self, open_store: Callable[[], Store], embedder: "Embedder", *, step: int = BACKGROUND_STEP,
@@ -416,6 +418,7 @@ class BackgroundEmbedder:
         from cairn_servers.core import log
 
         store: Store | None = None
+        failures = 0
         try:
             while not self._stop.is_set():
                 try:
@@ -423,12 +426,14 @@ class BackgroundEmbedder:
                         store = self._open()
                     done = self.run_step(store)
                     wait = 0.0 if done else self.idle
+                    failures = 0
                 except Exception as exc:  # the provider or the database failed: retry later
                     message = scrub(getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}")
+                    wait = min(self.backoff * 2 ** failures, BACKGROUND_BACKOFF_MAX_S)
+                    failures += 1
                     if message != self.error:
-                        log.warn(f"background embedding stopped for {self.backoff:g} s: {message}")
+                        log.warn(f"background embedding stopped for {wait:g} s: {message}")
                     self.error = message
-                    wait = self.backoff
                     if store is not None:  # a broken connection is opened again
                         store.close()
                         store = None
