@@ -167,7 +167,11 @@ def test_serve_embeds_in_the_background_answers_meanwhile_and_stops_cleanly(tmp_
     assert not [t for t in threading.enumerate() if t.name == "ctx-embed"]
 
 
-def test_shutdown_mid_step_stops_after_the_call_under_way_and_commits_nothing(tmp_path: Path, gate: Gate) -> None:
+def test_shutdown_mid_step_stops_after_the_call_under_way_and_commits_its_vectors(
+        tmp_path: Path, gate: Gate, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cairn_servers.ctx import sync
+
+    monkeypatch.setattr(sync, "BACKGROUND_BATCH", 2)  # two calls for the three pages: the stop comes between
     write(tmp_path / "docs", PAGES)
     off = Service.from_config(_config(tmp_path, "disabled", "off.toml"))
     off.sync("all")
@@ -179,7 +183,7 @@ def test_shutdown_mid_step_stops_after_the_call_under_way_and_commits_nothing(tm
     embedder = app.state.embedding
     assert not embedder.running and gate.calls == 1  # no second call after the stop
     check = Service.from_config(_config(tmp_path))
-    assert check.stats().vectors == 0 and check.stats().pending_embeddings == 3  # its group was not committed
+    assert check.stats().vectors == 2 and check.stats().pending_embeddings == 1  # the first call's two, committed
     check.close()
 
 

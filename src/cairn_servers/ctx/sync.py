@@ -284,7 +284,7 @@ def embed_pending(
 ) -> EmbedReport:
     """Embed chunks that have no vector for ``embedder``, ``batch_size`` texts per call of the provider, at most
     ``limit`` of them; a failure stops early and leaves them pending. ``stop()`` true (a server shutting
-    down) ends the run between two calls, the group under way not committed (its chunks stay pending).
+    down) ends the run between two calls, the vectors already made committed.
 
     Under the store's embedding lock for the model (:meth:`KnowledgeStore.source_lock` on a name no source
     can have), as indexing is under its source's: a second sync or ``ctx embed`` (from any process) waits,
@@ -341,17 +341,20 @@ def _embed_pending(
         except Exception as exc:  # a provider bug must not fail the sync
             report.error, report.error_code = scrub(f"{type(exc).__name__}: {exc}"), "internal"
             break
-        if stop is not None and stop():
-            break
+        if not vectors:
+            break  # stopped before the group's first call
         import numpy as np
 
         matrix = np.concatenate(vectors).astype(np.float32, copy=False)
+        done = rows[: len(matrix)]  # all of them, unless a stop came between two calls
         with store.transaction():
-            store.put_vectors(embedder.identity, [h for h, _, _ in rows], [row.tobytes() for row in matrix])
+            store.put_vectors(embedder.identity, [h for h, _, _ in done], [row.tobytes() for row in matrix])
             store.bump()
-        report.embedded += len(rows)
+        report.embedded += len(done)
         if progress:
             progress("embedding", report.embedded, total)
+        if stop is not None and stop():
+            break
     report.pending = store.pending_count(embedder.identity) if count_pending else -1
     report.seconds = round(time.monotonic() - started, 3)
     return report
@@ -364,7 +367,9 @@ def _embed_text(heading: str, text: str) -> str:
 
 # ---- background embedding (``ctx serve``) --------------------------------------------------------
 
-BACKGROUND_STEP = 256  # chunk texts embedded and committed per step of the background embedder
+# Chunk texts embedded and committed per step of the background embedder: each commit makes the next semantic
+# query of a server reload its vectors (cairn_servers.ctx.retrieval.matrix_for), so not too often.
+BACKGROUND_STEP = 1024
 BACKGROUND_BATCH = 32  # texts per provider call: the most a shutdown waits for
 BACKGROUND_IDLE_S = 2.0  # between looks for new pending chunks (a look is one small read)
 BACKGROUND_BACKOFF_S = 30.0  # after the provider failed; doubled after each failure in a row
@@ -373,7 +378,7 @@ BACKGROUND_BACKOFF_MAX_S = 600.0
 
 class BackgroundEmbedder:
     """Embeds pending chunks in a thread of a server (``ctx serve``): one bounded step at a time
-    (:data:`BACKGROUND_STEP` texts, committed together, :data:`BACKGROUND_BATCH` per provider call), on its own
+    (:data:`BACKGROUND_STEP` texts committed together, :data:`BACKGROUND_BATCH` per provider call), on its own
     connection (``open_store``), so requests never wait for it; keyword search already finds the chunks.
 
     A step runs only under the model's embedding lock, taken without waiting: while a ``ctx sync`` or
@@ -381,17 +386,19 @@ class BackgroundEmbedder:
     looks again every :data:`BACKGROUND_IDLE_S` seconds, and only queries the chunks once the store was
     written to (its generation moved). A failure (the provider, the database: a read-only replica) is logged
     once (stderr) and retried after :data:`BACKGROUND_BACKOFF_S`, twice as long after each failure in a row
-    (at most :data:`BACKGROUND_BACKOFF_MAX_S`). :meth:`stop` ends it between two provider calls; the group under way
-    is not committed and stays pending."""
+    (at most :data:`BACKGROUND_BACKOFF_MAX_S`). :meth:`stop` ends it between two provider calls, committing the vectors
+    the step has made."""
 
-    def __init__(self, open_store: Callable[[], Store], embedder: "Embedder", *, step: int = BACKGROUND_STEP,
-                 batch: int = BACKGROUND_BATCH, idle: float = BACKGROUND_IDLE_S,
+    def __init__(self, open_store: Callable[[], Store], embedder: "Embedder", *, step: int | None = None,
+                 batch: int | None = None, idle: float = BACKGROUND_IDLE_S,
                  backoff: float = BACKGROUND_BACKOFF_S) -> None:
         import threading
 
         self._open = open_store
         self.embedder = embedder
-        self.step_size, self.batch, self.idle, self.backoff = step, batch, idle, backoff
+        self.step_size = BACKGROUND_STEP if step is None else step
+        self.batch = BACKGROUND_BATCH if batch is None else batch
+        self.idle, self.backoff = idle, backoff
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._idle_generation: int | None = None
