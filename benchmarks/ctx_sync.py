@@ -20,7 +20,8 @@ alternately, ``--rounds`` times, each sync on a fresh knowledge base):
 chunks/s of the minilm model with one onnxruntime call at a time on one thread (the old setting), one call at a
 time on two intra-op threads, calls side by side on as many threads as cores (one intra-op thread each: the
 shipped setting), the texts cut at 128 and 192 tokens instead of 256, and the model's MatMuls in integers (all 36
-over weights, or the 24 whose input is a LayerNorm's; :func:`integer_matmuls`) (quality of each: see
+over weights, the 24 whose input is a LayerNorm's, or all 36 with each token scaled to the int8 range;
+:func:`integer_matmuls`) (quality of each: see
 docs/benchmarks.md; none of the three is shipped); with each, the process's CPU seconds per wall second (2 on two free cores when the calls run side by side).
 """
 
@@ -170,9 +171,12 @@ def _pb_node(inputs: list[str], outputs: list[str], name: str, op: str, attrs: t
     return _pb_encode(fields + [(3, 2, name.encode()), (4, 2, op.encode())] + [(5, 2, a) for a in attrs])
 
 
-def integer_matmuls(model: bytes, inputs_from: tuple[str, ...] | None = None) -> tuple[bytes, int]:
+def integer_matmuls(model: bytes, inputs_from: tuple[str, ...] | None = None,
+                    per_token: bool = False) -> tuple[bytes, int]:
     """``model`` with its MatMuls over int8 weights computed in integers (only those whose input comes from a node
-    of a type in ``inputs_from``, when given); and how many were changed."""
+    of a type in ``inputs_from``, when given); and how many were changed. ``per_token``: each row of the input is
+    divided by its largest magnitude before the (per-call) quantization and the result multiplied back, so
+    every token uses the whole int8 range."""
     def text(v: Any) -> str:
         return bytes(v).decode()
 
@@ -214,13 +218,22 @@ def integer_matmuls(model: bytes, inputs_from: tuple[str, ...] | None = None) ->
         weights, (y,) = part(nodes[cast], 1)[0], part(node, 2)
         p = f"{y}/int8"
         to_float = _pb_encode([(1, 2, b"to"), (3, 0, 1), (20, 0, 2)])
-        replaced[k] = [
-            _pb_node([x], [f"{p}/x", f"{p}/xs", f"{p}/xz"], f"{p}/q", "DynamicQuantizeLinear"),
+        pre: list[bytes] = []
+        source, out_name = x, y
+        if per_token:  # opset 17: ReduceMax takes axes as an attribute
+            axes = _pb_encode([(1, 2, b"axes"), (8, 0, (1 << 64) - 1), (20, 0, 7)])
+            keep = _pb_encode([(1, 2, b"keepdims"), (3, 0, 1), (20, 0, 2)])
+            pre = [_pb_node([x], [f"{p}/abs"], f"{p}/abs", "Abs"),
+                   _pb_node([f"{p}/abs"], [f"{p}/rowmax"], f"{p}/rowmax", "ReduceMax", (axes, keep)),
+                   _pb_node([x, f"{p}/rowmax"], [f"{p}/xn"], f"{p}/xn", "Div")]
+            source, out_name = f"{p}/xn", f"{p}/yn"
+        replaced[k] = pre + [
+            _pb_node([source], [f"{p}/x", f"{p}/xs", f"{p}/xz"], f"{p}/q", "DynamicQuantizeLinear"),
             _pb_node([f"{p}/x", weights, f"{p}/xz"], [f"{p}/i"], f"{p}/mm", "MatMulInteger"),
             _pb_node([f"{p}/xs", scale], [f"{p}/s"], f"{p}/scales", "Mul"),
             _pb_node([f"{p}/i"], [f"{p}/f"], f"{p}/cast", "Cast", (to_float,)),
-            _pb_node([f"{p}/f", f"{p}/s"], [y], f"{p}/rescale", "Mul"),
-        ]
+            _pb_node([f"{p}/f", f"{p}/s"], [out_name], f"{p}/rescale", "Mul"),
+        ] + ([_pb_node([out_name, f"{p}/rowmax"], [y], f"{p}/unscale", "Mul")] if per_token else [])
         uses[w] -= 1
         if uses[w] == 0:
             dropped.add(mul)
@@ -282,7 +295,9 @@ def levers(corpus: Path, rounds: int) -> dict[str, Any]:
             # one text per call: the activations' scale is per call, so a vector must not depend on its batch
             f"{cores}_calls_integer_matmuls": embedder(session(1, integer_matmuls(raw_model)[0]), 256, cores, 1),
             f"{cores}_calls_integer_matmuls_after_layernorm": embedder(
-                session(1, integer_matmuls(raw_model, ("LayerNormalization",))[0]), 256, cores, 1)}
+                session(1, integer_matmuls(raw_model, ("LayerNormalization",))[0]), 256, cores, 1),
+            f"{cores}_calls_integer_matmuls_per_token": embedder(
+                session(1, integer_matmuls(raw_model, per_token=True)[0]), 256, cores, 1)}
     ways["one_call_1_thread (old)"].embed(texts[:8])  # warm
     figures: dict[str, list[float]] = {k: [] for k in ways}
     busy: dict[str, list[float]] = {k: [] for k in ways}  # CPU seconds of the process per wall second
