@@ -212,7 +212,7 @@ class Explorer:
         return gather(reader.root / "vecs" / f"{name}.bin", entry["dtype"], reader.length(name), rows)
 
     # -- blocks -------------------------------------------------------------------------------------
-    def height_of(self, block: str) -> int:
+    def height_of(self, block: str | int) -> int:
         """A height, or a block hash, to a height served; ``NotFound`` otherwise."""
         text = str(block).strip()
         if len(text) == 64:
@@ -462,7 +462,7 @@ class Explorer:
         o0 = self._one(self.raw, "txindex_to_first_outputindex", t)
         n = self._one(self.raw, "txindex_to_output_count", t)
         spenders = self._spender(np.arange(o0, o0 + n))
-        result = []
+        result: list[dict[str, Any]] = []
         for i in spenders.tolist():
             if i < 0:
                 result.append({"spent": False})
@@ -508,19 +508,19 @@ class Explorer:
             return -1
         return a
 
-    def resolve(self, address: str) -> tuple[dict[str, str], int]:
-        """An address (or ``scripthash:HEX``, a 64-hex-digit script hash) -> its label and address id."""
+    def resolve(self, address: str, kind: str = "any") -> tuple[dict[str, str], int]:
+        """An address (``kind`` "address"), a script hash (the SHA-256 of the output script in 64 hexadecimal
+        digits, ``kind`` "scripthash") or either ("any") -> its label and address id (-1: no history)."""
         from cairn_servers.brk.script import address_key, address_script
 
         self._ready()
         text = str(address).strip()
-        if text.startswith("scripthash:"):
-            sh = text.removeprefix("scripthash:")
-            if len(sh) != 64 or not set(sh) <= _HEX:
-                raise InvalidInput(f"Invalid script hash {sh[:100]!r}: give the SHA-256 of the output script, "
+        if kind == "scripthash" or (kind == "any" and len(text) == 64 and set(text) <= _HEX):
+            if len(text) != 64 or not set(text) <= _HEX:
+                raise InvalidInput(f"Invalid script hash {text[:100]!r}: give the SHA-256 of the output script, "
                                    "64 hexadecimal digits.")
-            key = self._db("addr").get(b"\xfe" + bytes.fromhex(sh))
-            return {"scripthash": sh.lower()}, self._address_id(key)
+            key = self._db("addr").get(b"\xfe" + bytes.fromhex(text))
+            return {"scripthash": text.lower()}, self._address_id(key)
         return {"address": text}, self._address_id(address_key(address_script(text, self.network)))
 
     def _history(self, a: int, *, before: int | None = None, limit: int | None = None) -> list[int]:
@@ -558,9 +558,9 @@ class Explorer:
         mine = addrs == a
         return outs[mine], owner[mine]
 
-    def address(self, address: str) -> dict[str, Any]:
+    def address(self, address: str, kind: str = "any") -> dict[str, Any]:
         """Esplora's address (or script hash) object: confirmed and mempool statistics."""
-        label, a = self.resolve(address)
+        label, a = self.resolve(address, kind)
         txs = self._history(a)
         outs, _ = self._funded(a, txs)
         values = self._rows(self.raw, "outputindex_to_value", outs).astype("int64") if outs.size else outs
@@ -570,10 +570,10 @@ class Explorer:
                  "spent_txo_count": int(spent.sum()), "spent_txo_sum": int(values[spent].sum()), "tx_count": len(txs)}
         return {**label, "chain_stats": chain, "mempool_stats": zero}
 
-    def address_txs(self, address: str, last_txid: str | None = None) -> list[dict[str, Any]]:
+    def address_txs(self, address: str, last_txid: str | None = None, kind: str = "any") -> list[dict[str, Any]]:
         """Confirmed transactions of an address, newest first, 25 a page: the first page, or those after
         ``last_txid`` (the last one of the previous page). An unknown ``last_txid`` gives an empty page."""
-        _, a = self.resolve(address)
+        _, a = self.resolve(address, kind)
         before = None
         if last_txid is not None:
             try:
@@ -584,9 +584,15 @@ class Explorer:
                 return []
         return [self.tx_json(t) for t in self._history(a, before=before, limit=PAGE)]
 
-    def utxos(self, address: str) -> list[dict[str, Any]]:
-        """The unspent outputs of an address up to the tip served, oldest first."""
+    def address_txids(self, address: str, limit: int = PAGE) -> list[str]:
+        """The newest ``limit`` txids of an address."""
         _, a = self.resolve(address)
+        return [bytes(self.raw.read("txindex_to_txid", t, t + 1)[0])[::-1].hex()
+                for t in self._history(a, limit=limit)]
+
+    def utxos(self, address: str, kind: str = "any") -> list[dict[str, Any]]:
+        """The unspent outputs of an address up to the tip served, oldest first."""
+        _, a = self.resolve(address, kind)
         outs, owners = self._funded(a, self._history(a)[::-1])
         if not outs.size:
             return []
