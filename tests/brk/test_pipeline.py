@@ -162,6 +162,7 @@ def _rerun_is_clean(blocks: Path, out: Path, clean: tuple[dict[str, bytes], dict
 @pytest.mark.parametrize(("jobs", "fault", "who"), [
     (2, "commit-index:3", "indexer"),  # the parent, between the vecs' commit and the index write
     (2, "utxo-commit:2", "computed+utxo+addresses+explorer"),  # the one stage process
+    (2, "explorer-chunk:2", "computed+utxo+addresses+explorer"),  # between the explorer's index writes and commit
     (3, "utxo-commit:2", "computed+utxo"),  # each of the two stage processes
     (3, "address-commit:2", "addresses+explorer"),
 ])
