@@ -174,8 +174,8 @@ class Explorer:
             self.raw.refresh()
             self.addr.refresh()
             if self.expl.refresh():
-                for db in self._dbs.values():
-                    db.close()
+                # Dropped, not closed: a request in another thread may still be reading through them (they
+                # close when the last reference goes).
                 self._dbs = {}
                 self._heights = {}
 
