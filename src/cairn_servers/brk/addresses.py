@@ -7,8 +7,8 @@ the address is the script type plus its payload (the 20/32-byte hash, or the pub
 output, which counts as an address as in BRK). Types with no address (bare multisig, OP_RETURN,
 empty, unknown) are left out.
 
-* ``OUT/addresses/scripthash/``: RocksDB, the SHA-256 of each address's output script -> its address
-  bytes (the block explorer's ``/scripthash/`` routes; Esplora's script hash).
+* ``OUT/addresses/scripthash/``: RocksDB, the first 16 bytes of the SHA-256 of each address's output
+  script -> its address bytes (the block explorer's ``/scripthash/`` routes; Esplora's script hash).
 * ``OUT/addresses/index/``: RocksDB, address bytes -> address id (8 bytes), ids given in order of
   first appearance. An entry is trusted only if its id is below the committed address count and the
   id's stored 8-byte key hash matches, so entries left by an interrupted run or an orphaned block
