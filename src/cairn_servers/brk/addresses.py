@@ -7,6 +7,8 @@ the address is the script type plus its payload (the 20/32-byte hash, or the pub
 output, which counts as an address as in BRK). Types with no address (bare multisig, OP_RETURN,
 empty, unknown) are left out.
 
+* ``OUT/addresses/scripthash/``: RocksDB, the first 16 bytes of the SHA-256 of each address's output
+  script -> its address bytes (the block explorer's ``/scripthash/`` routes; Esplora's script hash).
 * ``OUT/addresses/index/``: RocksDB, address bytes -> address id (8 bytes), ids given in order of
   first appearance. An entry is trusted only if its id is below the committed address count and the
   id's stored 8-byte key hash matches, so entries left by an interrupted run or an orphaned block
@@ -79,6 +81,38 @@ def specs() -> list[VecSpec]:
             VecSpec("outputindex_to_addressindex", "outputindex", "<u4"),
             VecSpec("addressindex_to_keyhash", "addressindex", "<u8"),
             VecSpec("addressindex_to_type", "addressindex", "u1")]
+
+
+# Type code -> the output script around the payload (P2A's payload is its whole script).
+SCRIPTS: dict[int, tuple[bytes, bytes]] = {
+    0: (b"\x41", b"\xac"), 1: (b"\x21", b"\xac"), 2: (b"\x76\xa9\x14", b"\x88\xac"), 4: (b"\xa9\x14", b"\x87"),
+    6: (b"\x00\x14", b""), 7: (b"\x00\x20", b""), 8: (b"\x51\x20", b""), 9: (b"", b""),
+}
+# Keys of ``OUT/addresses/scripthash/``: the first 16 bytes of the SHA-256 of the output script -> the
+# address key. A reader checks the whole hash against the script the value names (a shared prefix never
+# answers for another script), and that address's id as usual (stale entries, left by an interrupted chunk
+# or an orphaned block, never answer either).
+SCRIPTHASH_BYTES = 16
+
+
+def address_script(key: bytes) -> bytes:
+    """The output script of an address key (type code + payload)."""
+    pre, post = SCRIPTS[key[0]]
+    return pre + key[1:] + post
+
+
+def script_hash_keys(keys: list[bytes]) -> np.ndarray:
+    """The script-hash index keys of address keys of one type: the first ``SCRIPTHASH_BYTES`` bytes of the
+    SHA-256 of each one's script, as an (n, SCRIPTHASH_BYTES) byte array."""
+    from hashlib import sha256
+
+    import numpy as np
+
+    if not keys:
+        return np.zeros((0, SCRIPTHASH_BYTES), dtype=np.uint8)
+    pre, post = SCRIPTS[keys[0][0]]
+    digests = b"".join([sha256(pre + k[1:] + post).digest() for k in keys])  # the floor is sha256 itself
+    return np.frombuffer(digests, dtype=np.uint8).reshape(-1, 32)[:, :SCRIPTHASH_BYTES]
 
 
 def addresses_dir(out: Path) -> Path:
@@ -241,6 +275,7 @@ class _AddressPass:
         self._fds: dict[int, int] = {}
         self._buf = np.zeros(0, dtype=np.uint8)  # the blocks being walked (one buffer, reused)
         self._db: Any = None
+        self._sh: Any = None
         self._seen: Seen | None = None
         n = self.n
         f_out = self.raw.read("height_to_first_outputindex", 0, n + 1).astype(np.int64)
@@ -266,10 +301,26 @@ class _AddressPass:
                 raise StorageError(f"Cannot open the address index {self.root / 'index'}: {exc}.") from exc
         return self._db
 
+    @property
+    def scripthashes(self) -> Any:
+        """``OUT/addresses/scripthash/``: script hash -> address key, apart from the index (in it, the random
+        keys made every look-up and compaction of the address keys dearer)."""
+        if self._sh is None:
+            from cairn_servers.brk.rocks import open_rocksdb
+
+            try:
+                self._sh = open_rocksdb(self.root / "scripthash", memtable_mb=16, cache_mb=8)
+            except Exception as exc:  # rocksdict raises plain exceptions (a lock held, a corrupt file)
+                raise StorageError(f"Cannot open the script hash index {self.root / 'scripthash'}: {exc}.") from exc
+        return self._sh
+
     def close(self) -> None:
         if self._db is not None:
             self._db.close()
             self._db = None
+        if self._sh is not None:
+            self._sh.close()
+            self._sh = None
         for fd in self._fds.values():
             os.close(fd)
         self.raw.close()
@@ -333,7 +384,11 @@ class _AddressPass:
         if self._db is not None:
             self._db.close()
             self._db = None
+        if self._sh is not None:
+            self._sh.close()
+            self._sh = None
         shutil.rmtree(self.root / "index", ignore_errors=True)
+        shutil.rmtree(self.root / "scripthash", ignore_errors=True)
         for _, _, path in self._undo_files():
             path.unlink()
         (self.root / "balance.bin").unlink(missing_ok=True)
@@ -353,10 +408,12 @@ class _AddressPass:
         meta = dict(s.meta)
         meta.setdefault("generation", 0)
         have = s.lengths["height_to_blockhash"]
-        # An interrupted chunk: its undo file reaches past the committed height.
-        if not self._undo_to(have):
+        # An interrupted chunk: its undo file reaches past the committed height. A store indexed before the
+        # index kept script hashes (the block explorer's /scripthash/) is rebuilt once.
+        if not self._undo_to(have) or (have and not meta.get("scripthashes")):
             self._reset(meta)
             have = 0
+        meta["scripthashes"] = 1
         fork = have
         if have:
             top = min(have, self.n)
@@ -535,6 +592,16 @@ class _AddressPass:
             options = WriteOptions()
             options.memtable_insert_hint_per_batch = True
             self.db.write(wb, options)
+            # The block explorer's /scripthash/ look-up: sha256(script)[:16] -> key. Random keys: a batch
+            # of its own, sorted, without the insert hint (unsorted, or with the hint, a write took 4x as long).
+            wb = WriteBatch(raw_mode=True)
+            for keys, _ in new:  # each type's entries sorted (unsorted, a batch took 4x as long)
+                hashed = script_hash_keys(keys)
+                order = np.argsort(hashed[:, :8].copy().view(">u8").ravel())
+                mat = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), -1)
+                deque(map(wb.put, np.ascontiguousarray(hashed[order]).view(f"V{SCRIPTHASH_BYTES}").ravel().tolist(),
+                          np.ascontiguousarray(mat[order]).view(f"V{mat.shape[1]}").ravel().tolist()), maxlen=0)
+            self.scripthashes.write(wb)
         from cairn_servers.brk.faults import fault as _fault
 
         _fault("address-undo")  # the crash tests kill here: balances and index ahead of the manifest

@@ -90,6 +90,10 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     if "embed" in wanted:
         p = sub.add_parser("embed", parents=[common], help="compute embeddings")
         p.add_argument("action", choices=["pending", "rebuild"], help="pending: missing vectors only; rebuild: all")
+        p.add_argument("--limit", metavar="N", help="embed at most N chunk texts; the rest stay pending")
+        p.add_argument("--batch-size", metavar="N", help="texts per call of the provider (default: [embedding] "
+                       "batch_size)")
+        p.add_argument("--dry-run", action="store_true", help="count what would be embedded; embed (or drop) nothing")
         _progress_arg(p)
 
     if "export" in wanted:
@@ -316,6 +320,11 @@ def _run(args: argparse.Namespace) -> tuple[Any, Any, int]:
             from cairn_servers.core.ops import cli_args
 
             data = op.call(svc, cli_args(op, args), "cli")
+            note = _unembedded_text(data) if op.name == "search" else None
+            from cairn_servers.core.output import choose_format
+
+            if note and choose_format(getattr(args, "format", None), FORMAT_ENV) != "text":  # the text output says it itself; JSON and tables keep their shape
+                sys.stderr.write(f"ctx: note: {note}\n")
             text = TEXT.get(op.name)
             return data, (lambda: text(data)) if text else None, 0
         if args.command == "stats":
@@ -339,7 +348,8 @@ def _run(args: argparse.Namespace) -> tuple[Any, Any, int]:
             from cairn_servers.core.output import ProgressBar
 
             bar = ProgressBar(mode=args.progress)
-            embedded = svc.embed_rebuild(progress=bar) if args.action == "rebuild" else svc.embed_pending(progress=bar)
+            run = svc.embed_rebuild if args.action == "rebuild" else svc.embed_pending
+            embedded = run(progress=bar, limit=args.limit, batch_size=args.batch_size, dry_run=args.dry_run)
             if embedded.error:
                 from cairn_servers.core.sanitize import scrub
 
@@ -548,9 +558,20 @@ def _warn_failures(summary: Any) -> None:
             sys.stderr.write(f"ctx: warning: {r.source} was not synced: {scrub(r.error or '')}\n")
 
 
+def _unembedded_text(results: Any) -> str | None:
+    """The line that says semantic ranking could not see some chunks (semantic and hybrid search), or None."""
+    n = getattr(results, "unembedded", None)
+    if not n:
+        return None
+    return (f"{n} chunk{'s are' if n != 1 else ' is'} not embedded yet: semantic ranking does not see "
+            f"{'them' if n != 1 else 'it'} (hybrid ranks {'them' if n != 1 else 'it'} by keyword). `ctx embed pending` "
+            "embeds them; `ctx serve` does it in the background.")
+
+
 def _search_text(results: list[Any]) -> str:
+    note = _unembedded_text(results)
     if not results:
-        return "No results."
+        return "No results." + (f"\n{note}" if note else "")
     lines = []
     for i, r in enumerate(results, 1):
         lines.append(f"{i}. {r.title}  [{r.score:.3f}]")
@@ -560,6 +581,8 @@ def _search_text(results: list[Any]) -> str:
         explain = getattr(r, "explain", None)
         if explain is not None:
             lines.append(f"   why: {_explain_text(explain)}")
+    if note:
+        lines.append(note)
     return "\n".join(lines)
 
 

@@ -334,7 +334,15 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
 
     @asynccontextmanager
     async def lifespan(app: Any) -> Any:
+        from cairn_servers.ctx.service import background_embedder
+
+        embedding = background_embedder(config)  # pending chunks embedded while serving (None: disabled)
+        app.state.embedding = embedding
+        if embedding is not None:
+            embedding.start()
         yield
+        if embedding is not None:
+            await asyncio.to_thread(embedding.stop)  # after the provider call under way
         tool_threads.shutdown(wait=False, cancel_futures=True)
         box.close()
 

@@ -143,7 +143,9 @@ def to_json(op: Op, value: Any) -> Any:
     key = op.extra.get("key")
     if key is not None:
         # flat dataclasses: a shallow dict is a quarter of the cost of asdict's deep copy per search
-        return {key: [item if isinstance(item, dict) else dict(item.__dict__) for item in value]}
+        answer = {key: [item if isinstance(item, dict) else dict(item.__dict__) for item in value]}
+        answer.update(getattr(value, "extra", None) or {})  # search: "unembedded" (semantic, hybrid)
+        return answer
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
     return value

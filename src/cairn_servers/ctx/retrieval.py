@@ -125,8 +125,10 @@ class VectorMatrix:
     """Every chunk vector of one model as one contiguous float32 matrix, plus per-row filter columns."""
 
     def __init__(self, index: "VectorIndex", chunk_rows: "npt.NDArray[np.int64]", sources: "npt.NDArray[np.int32]",
-                 source_names: list[str], updated: "npt.NDArray[np.int64]", generation: int) -> None:
+                 source_names: list[str], updated: "npt.NDArray[np.int64]", generation: int,
+                 unembedded: int = 0) -> None:
         self.index = index
+        self.unembedded = unembedded  # chunks without a vector of this model when it was loaded
         self.chunk_rows = chunk_rows
         self.sources = sources
         self.source_names = source_names
@@ -175,6 +177,7 @@ class VectorMatrix:
         have = np.zeros(len(chunks), dtype=bool)
         have[np.array(filled, dtype=np.intp)] = True
         del filled
+        unembedded = len(chunks) - int(have.sum())
         if not have.all():  # chunks still waiting for their vector
             matrix = matrix[have]
         kept = [row for row, ok in zip(chunks, have.tolist()) if ok]
@@ -188,6 +191,7 @@ class VectorMatrix:
             names,
             np.fromiter((r[3] for r in kept), dtype=np.int64, count=len(kept)),
             generation,
+            unembedded,
         )
 
     def mask(self, filters: Filters) -> "npt.NDArray[np.bool_] | None":

@@ -10,6 +10,7 @@ render what these return. SQL stays in the store's named methods
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,7 @@ from cairn_servers.ctx.sync import EmbedReport, Progress, SyncReport
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from cairn_servers.ctx.sync import BackgroundEmbedder
     from cairn_servers.search.embed import Embedder
 
 
@@ -53,6 +55,19 @@ class ExplainedResult(SearchResult):
     rounding) with ``fusion`` (``method``, ``alpha``, and ``k`` for rrf)."""
 
     explain: dict[str, Any] = field(default_factory=dict)
+
+
+class SearchResults(list[SearchResult]):
+    """A search's results, with ``unembedded`` (semantic and hybrid search; None in keyword mode): how many
+    chunks have no vector of the configured model yet, so semantic ranking could not see them (hybrid ranks
+    them by keyword alone). The tools answer it beside ``results`` (:attr:`extra`)."""
+
+    unembedded: int | None = None
+
+    @property
+    def extra(self) -> dict[str, Any]:
+        """The fields a tool answers beside ``results``."""
+        return {} if self.unembedded is None else {"unembedded": self.unembedded}
 
 
 @dataclass
@@ -138,6 +153,30 @@ def init(config_path: str | os.PathLike[str] | None = None) -> InitReport:
     config = cfg.load(path)
     open_store(config.db, create=True).close()
     return InitReport(config_path=str(path), db_path=config.db.label, created_config=created)
+
+
+def background_embedder(config: cfg.Config) -> "BackgroundEmbedder | None":
+    """The embedder ``ctx serve`` runs in the background for ``config`` (not started), or None when embeddings
+    are disabled or the provider cannot be set up (said on stderr: search still answers by keyword)."""
+    from cairn_servers.core import log
+    from cairn_servers.ctx.sync import BackgroundEmbedder
+    from cairn_servers.search import embed
+
+    if config.embedding.provider == "disabled":
+        return None
+    try:
+        embedder = embed.create(config.embedding)
+    except Exception as exc:
+        log.warn(f"no background embedding: {scrub(str(getattr(exc, 'message', exc)))}")
+        return None
+    if hasattr(embedder, "workers"):  # leave a core to the requests
+        embedder.workers = max(1, embedder.workers - 1)
+    return BackgroundEmbedder(lambda: open_store(config.db, create=True), embedder)
+
+
+# (database label, model) -> (store generation, chunks without a vector): Service.unembedded on PostgreSQL
+_unembedded: dict[tuple[str, str], tuple[int, int]] = {}
+_unembedded_lock = threading.Lock()
 
 
 class Service:
@@ -261,15 +300,24 @@ class Service:
         with self.store.transaction():
             if not dry_run and self.store.drop_orphan_vectors():
                 self.store.bump()
+        # The documents are committed, so keyword search finds them already; embedding comes after.
         embedding = None
         if not dry_run and self.config.embedding.provider != "disabled":
             embedding = self.embed_pending(progress=progress)
         return SyncSummary(reports, embedding)
 
-    def embed_pending(self, *, progress: Progress | None = None) -> EmbedReport:
-        """Embed every chunk that has no vector for the configured model yet."""
-        from cairn_servers.ctx.sync import embed_pending
+    def embed_pending(self, *, progress: Progress | None = None, limit: str | int | None = None,
+                      batch_size: str | int | None = None, dry_run: bool = False) -> EmbedReport:
+        """Embed the chunks that have no vector for the configured model yet.
 
+        :param limit: embed at most this many chunk texts (the rest stay pending for a later run)
+        :param batch_size: texts per call of the provider (default: [embedding] batch_size)
+        :param dry_run: count the pending chunks, embed nothing (the model is not loaded)
+        """
+        from cairn_servers.ctx.sync import count_arg, embed_pending
+
+        most = count_arg(limit, "--limit", "chunks")
+        batch = count_arg(batch_size, "--batch-size", "texts", 100_000) or self.config.embedding.batch_size
         try:
             embedder = self.embedder()
         except InvalidInput:
@@ -278,15 +326,47 @@ class Service:
             model = f"{self.config.embedding.provider}:{self.config.embedding.model}"
             return EmbedReport(model=model, pending=-1, error=scrub(str(getattr(exc, "message", exc))),
                                error_code=getattr(exc, "code", "internal"))
-        return embed_pending(self.store, embedder, self.config.embedding.batch_size, progress=progress)
+        if dry_run:
+            pending = self.store.pending_count(embedder.identity)
+            return EmbedReport(model=embedder.identity, pending=pending, dry_run=True,
+                               would_embed=pending if most is None else min(pending, most))
+        return embed_pending(self.store, embedder, batch, progress=progress, limit=most)
 
-    def embed_rebuild(self, *, progress: Progress | None = None) -> EmbedReport:
-        """Drop every stored vector and embed all chunks again with the configured model."""
-        self.embedder()
+    def embed_rebuild(self, *, progress: Progress | None = None, limit: str | int | None = None,
+                      batch_size: str | int | None = None, dry_run: bool = False) -> EmbedReport:
+        """Drop every stored vector and embed all chunks again with the configured model (with ``limit``, that
+        many now; the rest stay pending). ``dry_run``: count what would be embedded, drop nothing."""
+        from cairn_servers.ctx.sync import count_arg
+
+        count_arg(limit, "--limit", "chunks")
+        count_arg(batch_size, "--batch-size", "texts", 100_000)
+        embedder = self.embedder()
+        if dry_run:
+            total = self.store.counts()[2]  # distinct chunk texts: all of them would be embedded again
+            return EmbedReport(model=embedder.identity, pending=total, dry_run=True,
+                               would_embed=total if limit is None else min(total, int(str(limit).strip())))
         with self.store.transaction():
             self.store.clear_vectors()
             self.store.bump()
-        return self.embed_pending(progress=progress)
+        return self.embed_pending(progress=progress, limit=limit, batch_size=batch_size)
+
+    def unembedded(self, embedder: "Embedder") -> int:
+        """Chunks that semantic search cannot see yet (no vector for ``embedder``'s model): counted once per write
+        to the store (its generation), per database and model, so a search pays for it only after a change."""
+        if not self.store.native_vectors:  # SQLite: the in-memory matrix counted them as it loaded
+            from cairn_servers.ctx.retrieval import matrix_for
+
+            return matrix_for(self.store, embedder).unembedded
+        key = (self.store.label, embedder.identity)
+        generation = self.store.generation()
+        with _unembedded_lock:
+            cached = _unembedded.get(key)
+        if cached is not None and cached[0] == generation:
+            return cached[1]
+        count = self.store.unembedded_chunks(embedder.identity)
+        with _unembedded_lock:
+            _unembedded[key] = (generation, count)
+        return count
 
     # ---- search & get ------------------------------------------------------------------------
 
@@ -329,14 +409,37 @@ class Service:
         elif embedder is not None:
             kw, vec = retrieval.hybrid_candidates(store, embedder, query, filters, k_kw, k_vec)
         deadline.check()  # a Lua tool's context.search: no grouping once its time is up
+        unembedded = self.unembedded(embedder) if embedder is not None else None
         if mode == "keyword":
             top = max(kw.values(), default=0.0)
             scored = [(cid, s / top if top > 0 else 0.0) for cid, s in kw.items()]
         elif mode == "semantic":
             scored = list(vec.items())
         else:
-            scored = fuse(r.fusion, kw, vec, r.hybrid_alpha, hybrid_defaults(self.config.embedding.provider)[1])
-        return self._group(scored, query, limit, self._explainer(mode, kw, vec) if explain else None)
+            rrf_k = hybrid_defaults(self.config.embedding.provider)[1]
+            scored = fuse(r.fusion, kw, vec, r.hybrid_alpha, rrf_k)
+            if unembedded and embedder is not None:
+                scored = self._keyword_for_unembedded(scored, kw, vec, embedder, rrf_k)
+        results = SearchResults(self._group(scored, query, limit, self._explainer(mode, kw, vec) if explain else None))
+        results.unembedded = unembedded
+        return results
+
+    def _keyword_for_unembedded(self, scored: list[tuple[int, float]], kw: dict[int, float], vec: dict[int, float],
+                                embedder: "Embedder", rrf_k: int) -> list[tuple[int, float]]:
+        """Hybrid scores where a keyword candidate without a vector (not embedded yet) scores as keyword search
+        alone would score it: its keyword rank stands in for the vector rank it cannot have, so a document
+        synced a moment ago ranks by its words until it is embedded."""
+        from cairn_servers.search.fusion import fuse
+
+        blind = [cid for cid in kw if cid not in vec]
+        if not blind:
+            return scored
+        missing = set(blind) - self.store.embedded_chunks(embedder.identity, blind)
+        if not missing:
+            return scored
+        alone = dict(fuse(self.config.retrieval.fusion, kw, {}, 0.0, rrf_k))
+        out = [(cid, alone[cid] if cid in missing else score) for cid, score in scored]
+        return sorted(out, key=lambda cs: (-cs[1], cs[0]))
 
     def _explainer(self, mode: str, kw: dict[int, float], vec: dict[int, float]) -> Callable[[int, float], dict[str, Any]]:
         """The ``explain`` of a result from its best chunk (rowid) and that chunk's score: its place and score in

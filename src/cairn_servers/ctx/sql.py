@@ -556,3 +556,18 @@ class SqlStore:
                          f" ORDER BY {order} LIMIT ?", (model, hash, limit))
         decode = self.dialect.vector_out or bytes
         return [(h, decode(v)) for h, v in rows]
+
+    def unembedded_chunks(self, model: str) -> int:
+        """How many chunks (not distinct texts) have no ``model`` vector yet."""
+        rows = self._run("SELECT COUNT(*) FROM chunks c WHERE NOT EXISTS"
+                         " (SELECT 1 FROM vectors v WHERE v.hash = c.hash AND v.model = ?)", (model,))
+        return int(next(iter(rows))[0])
+
+    def embedded_chunks(self, model: str, chunk_rowids: Sequence[int]) -> set[int]:
+        """Those of ``chunk_rowids`` (at most a search's candidates) that have a ``model`` vector."""
+        out: set[int] = set()
+        for cond, params in self.dialect.ids("c.rowid", chunk_rowids):
+            out.update(int(r) for (r,) in self._run(
+                f"SELECT c.rowid FROM chunks c WHERE {cond} AND EXISTS"
+                " (SELECT 1 FROM vectors v WHERE v.hash = c.hash AND v.model = ?)", (*params, model)))
+        return out

@@ -151,6 +151,10 @@ class KnowledgeStore(Protocol):
     def documents_by_rowid(self, rowids: Sequence[int]) -> dict[int, tuple[Any, ...]]: ...
     def chunkless_documents_after(self, rowid: int, limit: int) -> list[tuple[Any, ...]]: ...
     def vectors_after(self, model: str, hash: str, limit: int) -> list[tuple[str, bytes]]: ...
+    # background embedding, and the count of chunks semantic search cannot see yet
+    def try_source_lock(self, source: str) -> ContextManager[bool]: ...
+    def unembedded_chunks(self, model: str) -> int: ...
+    def embedded_chunks(self, model: str, chunk_rowids: Sequence[int]) -> set[int]: ...
 
 
 class SqliteStore(SqlStore):
@@ -441,6 +445,23 @@ class SqliteStore(SqlStore):
             yield
         finally:
             self.db.execute("COMMIT")
+
+    @contextmanager
+    def try_source_lock(self, source: str) -> Iterator[bool]:
+        """:meth:`source_lock` without waiting: yields whether it was taken (False: another process holds it)."""
+        import fcntl
+
+        lock = self.path.parent / f".{self.path.name}.sync-{hashlib.sha256(source.encode()).hexdigest()[:16]}.lock"
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            yield True
+        finally:
+            os.close(fd)
 
 
 Store = SqliteStore  # the name callers used before the PostgreSQL backend (benchmarks/ctx.py)

@@ -496,6 +496,25 @@ class PostgresStore(SqlStore):
                 f"Cannot read the knowledge base {self.label}: {self._reason(exc)}. Check that the database server "
                 "is running, and run the command again.") from None
 
+    @contextmanager
+    def try_source_lock(self, source: str) -> Iterator[bool]:
+        """:meth:`source_lock` without waiting: yields whether it was taken (False: another session holds it)."""
+        key = _lock_key("cairn_servers.ctx.sync\x00" + source)
+        row = self.db.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
+        if not (row and row[0]):
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            import psycopg
+
+            try:
+                if not self._conn.closed:
+                    self._conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+            except psycopg.Error:  # the connection broke meanwhile: the lock went with it
+                pass
+
 class _Guarded:
     """A connection whose ``execute`` reports a lost server as a :class:`StorageError` (exit 7, HTTP 500
     with the ``storage`` code and a fix) instead of a driver exception."""

@@ -265,7 +265,8 @@ def _failed(store: Store, report: SyncReport, message: str, dry_run: bool, start
 
 @dataclass
 class EmbedReport:
-    """What one embedding run did."""
+    """What one embedding run did. ``pending``: chunk texts still without a vector afterwards (with
+    ``dry_run``, before: nothing was embedded, and ``would_embed`` says how many a real run would)."""
 
     model: str
     embedded: int = 0
@@ -273,36 +274,63 @@ class EmbedReport:
     error: str | None = None
     error_code: str | None = None
     seconds: float = 0.0
+    dry_run: bool = False
+    would_embed: int = 0
 
 
 def embed_pending(
-    store: Store, embedder: "Embedder", batch_size: int, *, progress: Progress | None = None, limit: int | None = None
+    store: Store, embedder: "Embedder", batch_size: int, *, progress: Progress | None = None, limit: int | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> EmbedReport:
-    """Embed chunks that have no vector for ``embedder``; a failure stops early and leaves them pending.
+    """Embed chunks that have no vector for ``embedder``, ``batch_size`` texts per call of the provider, at most
+    ``limit`` of them; a failure stops early and leaves them pending. ``stop()`` true (a server shutting
+    down) ends the run between two calls, the vectors already made committed.
 
     Under the store's embedding lock for the model (:meth:`KnowledgeStore.source_lock` on a name no source
     can have), as indexing is under its source's: a second sync or ``ctx embed`` (from any process) waits,
     then finds the chunks embedded, so overlapping runs never embed a chunk twice."""
-    with store.source_lock(f"\x00embedding {embedder.identity}"):
-        return _embed_pending(store, embedder, batch_size, progress=progress, limit=limit)
+    with store.source_lock(embedding_lock(embedder.identity)):
+        return _embed_pending(store, embedder, batch_size, progress=progress, limit=limit, stop=stop)
+
+
+def count_arg(value: str | int | None, flag: str, what: str, most: int = 10**12) -> int | None:
+    """``--limit`` / ``--batch-size`` of ``ctx embed``: a whole number from 1 to ``most``, or None when not given."""
+    if value is None:
+        return None
+    text = str(value).strip()
+    if isinstance(value, bool) or not (text.isascii() and text.isdigit()) or len(text) > 18 \
+            or not 1 <= int(text) <= most:
+        raise InvalidInput(f"{flag} must be a whole number of {what} from 1 to {most}, not {str(value)[:40]!r}.")
+    return int(text)
+
+
+def embedding_lock(model: str) -> str:
+    """The name of the store lock held while ``model``'s vectors are computed (no source can have it)."""
+    return f"\x00embedding {model}"
 
 
 def _embed_pending(
-    store: Store, embedder: "Embedder", batch_size: int, *, progress: Progress | None = None, limit: int | None = None
+    store: Store, embedder: "Embedder", batch_size: int, *, progress: Progress | None = None, limit: int | None = None,
+    stop: Callable[[], bool] | None = None, count_pending: bool = True,
 ) -> EmbedReport:
     started = time.monotonic()
     report = EmbedReport(model=embedder.identity)
-    total = store.pending_count(embedder.identity)
+    total = store.pending_count(embedder.identity) if progress else 0
+    if limit is not None:
+        total = min(total, limit)
+    batch_size = max(1, batch_size)
     # Commit a few batches at a time: fewer fsyncs, and a kill loses at most one group's work.
     group = max(batch_size, 1024)
     while limit is None or report.embedded < limit:
-        rows = store.pending(embedder.identity, group)
+        rows = store.pending(embedder.identity, group if limit is None else min(group, limit - report.embedded))
         if not rows:
             break
         try:
             vectors = []
             step = min(batch_size, PROGRESS_STEP) if progress else batch_size  # a bar that moves
             for s in range(0, len(rows), step):
+                if stop is not None and stop():
+                    break
                 part = rows[s : s + step]
                 vectors.append(embedder.embed([_embed_text(h, t) for _, h, t in part]))
                 if progress:
@@ -313,16 +341,21 @@ def _embed_pending(
         except Exception as exc:  # a provider bug must not fail the sync
             report.error, report.error_code = scrub(f"{type(exc).__name__}: {exc}"), "internal"
             break
+        if not vectors:
+            break  # stopped before the group's first call
         import numpy as np
 
         matrix = np.concatenate(vectors).astype(np.float32, copy=False)
+        done = rows[: len(matrix)]  # all of them, unless a stop came between two calls
         with store.transaction():
-            store.put_vectors(embedder.identity, [h for h, _, _ in rows], [row.tobytes() for row in matrix])
+            store.put_vectors(embedder.identity, [h for h, _, _ in done], [row.tobytes() for row in matrix])
             store.bump()
-        report.embedded += len(rows)
+        report.embedded += len(done)
         if progress:
             progress("embedding", report.embedded, total)
-    report.pending = store.pending_count(embedder.identity)
+        if stop is not None and stop():
+            break
+    report.pending = store.pending_count(embedder.identity) if count_pending else -1
     report.seconds = round(time.monotonic() - started, 3)
     return report
 
@@ -330,3 +363,108 @@ def _embed_pending(
 def _embed_text(heading: str, text: str) -> str:
     # The heading path gives short chunks their topic.
     return f"{heading}\n{text}" if heading and not text.startswith(heading.rsplit(" > ", 1)[-1]) else text
+
+
+# ---- background embedding (``ctx serve``) --------------------------------------------------------
+
+# Chunk texts embedded and committed per step of the background embedder: each commit makes the next semantic
+# query of a server reload its vectors (cairn_servers.ctx.retrieval.matrix_for), so not too often.
+BACKGROUND_STEP = 1024
+BACKGROUND_BATCH = 32  # texts per provider call: the most a shutdown waits for
+BACKGROUND_IDLE_S = 2.0  # between looks for new pending chunks (a look is one small read)
+BACKGROUND_BACKOFF_S = 30.0  # after the provider failed; doubled after each failure in a row
+BACKGROUND_BACKOFF_MAX_S = 600.0
+
+
+class BackgroundEmbedder:
+    """Embeds pending chunks in a thread of a server (``ctx serve``): one bounded step at a time
+    (:data:`BACKGROUND_STEP` texts committed together, :data:`BACKGROUND_BATCH` per provider call), on its own
+    connection (``open_store``), so requests never wait for it; keyword search already finds the chunks.
+
+    A step runs only under the model's embedding lock, taken without waiting: while a ``ctx sync`` or
+    ``ctx embed`` of another process embeds, the server leaves it the work. When nothing is pending it
+    looks again every :data:`BACKGROUND_IDLE_S` seconds, and only queries the chunks once the store was
+    written to (its generation moved). A failure (the provider, the database: a read-only replica) is logged
+    once (stderr) and retried after :data:`BACKGROUND_BACKOFF_S`, twice as long after each failure in a row
+    (at most :data:`BACKGROUND_BACKOFF_MAX_S`). :meth:`stop` ends it between two provider calls, committing the vectors
+    the step has made."""
+
+    def __init__(self, open_store: Callable[[], Store], embedder: "Embedder", *, step: int | None = None,
+                 batch: int | None = None, idle: float = BACKGROUND_IDLE_S,
+                 backoff: float = BACKGROUND_BACKOFF_S) -> None:
+        import threading
+
+        self._open = open_store
+        self.embedder = embedder
+        self.step_size = BACKGROUND_STEP if step is None else step
+        self.batch = BACKGROUND_BATCH if batch is None else batch
+        self.idle, self.backoff = idle, backoff
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._idle_generation: int | None = None
+        self.embedded = 0  # chunk texts embedded since start
+        self.error: str | None = None  # the last failure, None once a step succeeded
+
+    def start(self) -> None:
+        import threading
+
+        self._thread = threading.Thread(target=self._run, name="ctx-embed", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """Stop after the provider call under way; wait for that (at most ``timeout`` seconds)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _run(self) -> None:
+        from cairn_servers.core import log
+
+        store: Store | None = None
+        failures = 0
+        try:
+            while not self._stop.is_set():
+                try:
+                    if store is None:
+                        store = self._open()
+                    done = self.run_step(store)
+                    wait = 0.0 if done else self.idle
+                    failures = 0
+                except Exception as exc:  # the provider or the database failed: retry later
+                    message = scrub(getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}")
+                    wait = min(self.backoff * 2 ** failures, BACKGROUND_BACKOFF_MAX_S)
+                    failures += 1
+                    if message != self.error:
+                        log.warn(f"background embedding stopped for {wait:g} s: {message}")
+                    self.error = message
+                    if store is not None:  # a broken connection is opened again
+                        store.close()
+                        store = None
+                if wait:
+                    self._stop.wait(wait)
+        finally:
+            if store is not None:
+                store.close()
+
+    def run_step(self, store: Store) -> int:
+        """One step: embed up to ``step`` pending chunk texts; how many were embedded (0: none pending,
+        another process is embedding, or a stop was asked)."""
+        generation = store.generation()
+        if generation == self._idle_generation:
+            return 0  # nothing written since nothing was pending
+        with store.try_source_lock(embedding_lock(self.embedder.identity)) as mine:
+            if not mine:
+                return 0
+            report = _embed_pending(store, self.embedder, self.batch, limit=self.step_size,
+                                    stop=self._stop.is_set, count_pending=False)
+        if report.error:
+            raise CairnError(report.error)
+        self.error = None
+        self.embedded += report.embedded
+        if report.embedded == 0 and not self._stop.is_set():
+            self._idle_generation = generation
+        return report.embedded

