@@ -338,3 +338,19 @@ def test_price_change_reorg_and_kill_equal_a_fresh_run(tmp_path: Path, monkeypat
     compute(fresh)
     assert _bytes(out) == _bytes(fresh)
     _invariants(out)
+
+
+def test_a_lagging_cohort_pass_is_read_once_it_commits(generated: Path, tmp_path: Path) -> None:
+    """The cohort pass commits after the tip the interface serves: a day read before it commits (null) is read
+    again after (not kept from the cache)."""
+    from cairn_servers.brk.compute import run_passes
+
+    out = tmp_path / "out"
+    shutil.copytree(generated, out)
+    want = _vecs(Interface(out), index="date", ids="sth_supply,p2pkh_utxo_count", **{"from": -1})
+    shutil.rmtree(cohorts.cohorts_dir(out))
+    q = Interface(out)
+    assert _vecs(q, index="date", ids="sth_supply,p2pkh_utxo_count", **{"from": -1}) == [[None], [None]]
+    run_passes(out, ("cohorts",))
+    assert _vecs(q, index="date", ids="sth_supply,p2pkh_utxo_count", **{"from": -1}) == want
+    assert want[0][0] > 0

@@ -180,7 +180,11 @@ class Source:
         changed = self.realized.refresh() or changed
         changed = self.addr.refresh() or changed
         changed = self.mining.refresh() or changed
-        changed = self.cohorts.refresh() or changed
+        if self.cohorts.refresh():
+            changed = True
+            with self._lock:  # the cohort pass commits after the served tip: its periods read before are redone
+                for key in [k for k in self._cache if isinstance(k, tuple) and k[0] == "agg" and k[2] in COHORT_OF]:
+                    del self._cache[key]
         if changed:
             with self._lock:
                 # Each store's generation only grows (a reorg or a price change bumps it): so does the sum.
