@@ -354,3 +354,12 @@ def test_a_lagging_cohort_pass_is_read_once_it_commits(generated: Path, tmp_path
     run_passes(out, ("cohorts",))
     assert _vecs(q, index="date", ids="sth_supply,p2pkh_utxo_count", **{"from": -1}) == want
     assert want[0][0] > 0
+    # Read a few rows at a time (as a long chain is): the same figures.
+    from cairn_servers.brk import catalog
+
+    some = "sth_supply,utxos_over_1btc_utxo_count,p2pkh_supply_btc"
+    whole = _vecs(Interface(out), index="height", ids=some)
+    assert len(whole[0]) == 600 and whole[0][-1] > 0
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(catalog, "COHORT_READ_ROWS", 7)
+        assert _vecs(Interface(out), index="height", ids=some) == whole

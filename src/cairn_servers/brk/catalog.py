@@ -107,6 +107,7 @@ COHORT_BASES: dict[str, tuple[str, str, str, bool]] = {
     f"{cohort}_{metric}": ("cohorts", metric, "state" if metric in cohorts.STATES else "flow",
                            metric in cohorts.SATS_METRICS)
     for cohort in cohorts.COHORTS for metric in cohorts.METRICS}
+COHORT_READ_ROWS = 1 << 16  # rows of every atomic cohort read at a time (4.5 MB): a whole chain is never held
 COHORT_OF = {f"{cohort}_{metric}": cohort for cohort in cohorts.COHORTS for metric in cohorts.METRICS}
 ALL_BASES = {**BASES, **REALIZED_BASES, **COHORT_BASES}
 # Flows with a stored running sum (``X_cumulative``) and the store holding it.
@@ -294,10 +295,14 @@ class Source:
         out = np.full(stop - start, np.nan)
         if not self.cohorts.exists:
             return out
-        rows = self.cohorts.read(f"height_to_{metric}", start, stop)
         cols = cohorts.COHORTS[cohort]
-        part = rows[:, cols[0]] if len(cols) == 1 else rows[:, cols[0]:cols[-1] + 1].sum(axis=1)
-        out[:part.shape[0]] = part
+        step = COHORT_READ_ROWS
+        for a in range(start, stop, step):
+            rows = self.cohorts.read(f"height_to_{metric}", a, min(a + step, stop))
+            part = rows[:, cols[0]] if len(cols) == 1 else rows[:, cols[0]:cols[-1] + 1].sum(axis=1)
+            out[a - start:a - start + part.shape[0]] = part
+            if part.shape[0] < min(a + step, stop) - a:
+                break
         return out
 
     def _reader(self, store: str) -> StoreReader:
