@@ -68,9 +68,7 @@ STH_BANDS = AGE_EDGES.index(5 * _H_M) + 1  # bands 0 .. 7: under 150 days
 AMOUNT_EDGES = tuple(10 ** k for k in range(14))
 AMOUNT_LABELS = ("1sat", "10sats", "100sats", "1k_sats", "10k_sats", "100k_sats", "1m_sats", "10m_sats", "1btc",
                  "10btc", "100btc", "1k_btc", "10k_btc", "100k_btc")
-_RANGE_LABELS = ("1sat", "10sats", "100sats", "1k_sats", "10k_sats", "100k_sats", "1m_sats", "10m_sats", "1btc",
-                 "10btc", "100btc", "1k_btc", "10k_btc", "100k_btc")
-AMOUNT_BANDS = ("utxos_0sats", *(f"utxos_{_RANGE_LABELS[i]}_to_{_RANGE_LABELS[i + 1]}" for i in range(13)),
+AMOUNT_BANDS = ("utxos_0sats", *(f"utxos_{AMOUNT_LABELS[i]}_to_{AMOUNT_LABELS[i + 1]}" for i in range(13)),
                 "utxos_over_100k_btc")
 TYPE_NAMES = {"empty": "empty_outputs", "unknown": "unknown_outputs"}
 SPENDABLE = tuple(t for t in OUTPUT_TYPES if t != "opreturn")
@@ -106,6 +104,8 @@ def _cohort_columns() -> dict[str, tuple[int, ...]]:
 
 
 COHORTS = _cohort_columns()
+# Every cohort is a run of adjacent columns: the catalogue reads it as one slice.
+assert all(cols == tuple(range(cols[0], cols[-1] + 1)) for cols in COHORTS.values())
 # The stored metrics: states (the last value on a coarse index) then flows (summed).
 STATES = ("supply", "utxo_count", "realized_cap", "supply_in_profit", "supply_in_loss", "unrealized_profit",
           "unrealized_loss")
@@ -371,7 +371,6 @@ class _CohortPass:
         delta_age = state_deltas(np.concatenate((np.zeros(cblk.shape[0], np.int64), s_band)), NA)
         c_at = np.searchsorted(cblk, np.arange(nb + 1), "left")
         s_at = np.searchsorted(sblk, np.arange(nb + 1), "left")
-        c_hour = hour[a + cblk]
         s_hour = hour[sch]
         edges = np.asarray(AGE_EDGES, dtype=np.int64)
         age_out = np.zeros((nb, NA, 7))
@@ -405,7 +404,6 @@ class _CohortPass:
                 np.subtract.at(self.f_cnt, s_hour[lo:hi], 1)
             age_out[j] = state
         self.age_state = state
-        del c_hour
 
         # -- groups: day x group table, reclassified at each day's first block ----------------------
         c_groups = self._groups(cval, ctyp, a + cblk, cday)
