@@ -226,7 +226,8 @@ class SampleChain:
         self.spends += 1
         return full, txid, wtxid, fee
 
-    def _tx(self, ins: list[bytes], wits: list[bytes] | None, outs: list[tuple[int, bytes]]) -> tuple[bytes, bytes, bytes]:
+    def _tx(self, ins: list[bytes], wits: list[bytes] | None,
+            outs: list[tuple[int, bytes]]) -> tuple[bytes, bytes, bytes]:
         body = (varint(len(ins)) + b"".join(ins) + varint(len(outs))
                 + b"".join(struct.pack("<q", v) + varint(len(s)) + s for v, s in outs))
         return _serialize(struct.pack("<i", 2), body, wits, bytes(4))
