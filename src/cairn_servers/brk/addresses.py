@@ -81,6 +81,32 @@ def specs() -> list[VecSpec]:
             VecSpec("addressindex_to_type", "addressindex", "u1")]
 
 
+# Type code -> the output script around the payload (P2A's payload is its whole script).
+SCRIPTS: dict[int, tuple[bytes, bytes]] = {
+    0: (b"\x41", b"\xac"), 1: (b"\x21", b"\xac"), 2: (b"\x76\xa9\x14", b"\x88\xac"), 4: (b"\xa9\x14", b"\x87"),
+    6: (b"\x00\x14", b""), 7: (b"\x00\x20", b""), 8: (b"\x51\x20", b""), 9: (b"", b""),
+}
+# Index keys of script hashes: this byte, then the SHA-256 of the output script (33 bytes; no address key
+# starts with it), -> the address key. Stale entries are harmless: the key they name is checked as usual.
+SCRIPTHASH = b"\xfe"
+
+
+def address_script(key: bytes) -> bytes:
+    """The output script of an address key (type code + payload)."""
+    pre, post = SCRIPTS[key[0]]
+    return pre + key[1:] + post
+
+
+def script_hash_keys(keys: list[bytes]) -> list[bytes]:
+    """The index keys of the script hashes of address keys of one type (``SCRIPTHASH`` + SHA-256)."""
+    from hashlib import sha256
+
+    if not keys:
+        return []
+    pre, post = SCRIPTS[keys[0][0]]
+    return [SCRIPTHASH + sha256(pre + k[1:] + post).digest() for k in keys]
+
+
 def addresses_dir(out: Path) -> Path:
     return out / "addresses"
 
@@ -353,10 +379,12 @@ class _AddressPass:
         meta = dict(s.meta)
         meta.setdefault("generation", 0)
         have = s.lengths["height_to_blockhash"]
-        # An interrupted chunk: its undo file reaches past the committed height.
-        if not self._undo_to(have):
+        # An interrupted chunk: its undo file reaches past the committed height. A store indexed before the
+        # index kept script hashes (the block explorer's /scripthash/) is rebuilt once.
+        if not self._undo_to(have) or (have and not meta.get("scripthashes")):
             self._reset(meta)
             have = 0
+        meta["scripthashes"] = 1
         fork = have
         if have:
             top = min(have, self.n)
@@ -532,6 +560,8 @@ class _AddressPass:
             wb = WriteBatch(raw_mode=True)
             for keys, ids in new:  # in key order, and the engine told so: cheaper inserts
                 deque(map(wb.put, keys, ids.astype("<u8").view("V8").tolist()), maxlen=0)
+            for keys, _ in new:  # the block explorer's /scripthash/ look-up: SCRIPTHASH + sha256(script) -> key
+                deque(map(wb.put, script_hash_keys(keys), keys), maxlen=0)
             options = WriteOptions()
             options.memtable_insert_hint_per_batch = True
             self.db.write(wb, options)

@@ -82,7 +82,8 @@ def locked(root: Path, name: str = ".lock") -> Iterator[None]:
         os.close(fd)
 
 
-PASSES = ("computed", "utxo", "addresses")  # in dependency order: utxo reads the computed vecs
+# In dependency order: utxo reads the computed vecs, explorer the address pass's ids.
+PASSES = ("computed", "utxo", "addresses", "explorer")
 
 
 def compute(out: Path, *, durable: bool = True, blocks_dir: Path | None = None,
@@ -127,6 +128,11 @@ def run_passes(out: Path, passes: tuple[str, ...], *, durable: bool = True, bloc
 
         with locked(computed_dir(out), ".addresses.lock"):
             addresses.update(out, durable=durable, blocks_dir=blocks_dir, progress=progress, stop=stop)
+    if "explorer" in passes and not (len(passes) > 1 and stopped()):
+        from cairn_servers.brk import explorer
+
+        with locked(computed_dir(out), ".addresses.lock"):  # it reads what the address pass writes
+            explorer.update(out, durable=durable, progress=progress, stop=stop)
     return summary
 
 

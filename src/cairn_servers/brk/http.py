@@ -1,4 +1,5 @@
-"""brk's HTTP API (Starlette): /api/vecs/..., /version, /health, /openapi.json, the web page at /, and
+"""brk's HTTP API (Starlette): /api/vecs/..., the block explorer's Esplora-compatible routes
+(``cairn_servers.brk.esplora_http``), /version, /health, /openapi.json, the web page at /, and
 MCP Streamable HTTP (stateless) at POST /mcp. The /api/vecs routes, /version and their OpenAPI entries are
 generated from the operations in ``cairn_servers.brk.ops`` (the MCP tools too); what is HTTP's own is here.
 
@@ -44,6 +45,7 @@ def create_app(interface: Interface, *, allowed_hosts: list[str] | None = None) 
     from starlette.responses import Response
     from starlette.routing import Route
 
+    from cairn_servers.brk.esplora_http import routes as esplora_routes
     from cairn_servers.brk.interface import version
     from cairn_servers.brk.ops import OPS, answer
     from cairn_servers.brk.tools import build_server
@@ -111,6 +113,7 @@ def create_app(interface: Interface, *, allowed_hosts: list[str] | None = None) 
     routes = [
         *(route(op) for op in OPS.on("http")),
         Route("/api/vecs/{pair:str}", api(index_to_id, vecs_op), methods=["GET", "OPTIONS"]),
+        *esplora_routes(interface),  # the block explorer (Esplora's API), then 404 for any other /api path
         Route("/health", api(lambda r: {"status": "ok", "height": interface.tip(), "version": version()}),
               methods=["GET", "OPTIONS"]),
         Route("/openapi.json", api(lambda r: openapi()), methods=["GET", "OPTIONS"]),
@@ -217,6 +220,9 @@ def openapi() -> dict[str, Any]:
     paths["/api/vecs/{index}-to-{id}"] = {"get": {
         "operationId": "get_vecs_by_path", "summary": "Values of one vec; .csv/.tsv/.md/.json after the "
         "id picks the format", "parameters": [*in_path, *range_params], "responses": query["responses"]}}
+    from cairn_servers.brk.esplora_http import openapi_paths as esplora_paths
+
+    paths.update(esplora_paths())
     paths["/health"] = {"get": {"operationId": "health", "summary": "Liveness and the served tip height",
                                 "responses": {"200": {"description": "OK"}}}}
     paths["/llms.txt"] = {"get": {"operationId": "llms_txt", "summary": "This API, the MCP tools, the indexes and "

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from cairn_servers.brk.catalog import Recipe, Vec
+    from cairn_servers.brk.esplora import Explorer
 
 # The catalog (and the readers behind it) is imported by ``Interface()``, not here: the operations
 # (``cairn_servers.brk.ops``) import this module to declare themselves.
@@ -129,6 +130,17 @@ class Interface:
                 if row is None:
                     row = tables[index] = table(index, bool(self._catalog_prices))
         return row
+
+    @property
+    def explorer(self) -> Explorer:
+        """The block explorer's look-ups (``cairn_servers.brk.esplora``), opened on first use."""
+        found = self.__dict__.get("_explorer")
+        if found is None:
+            from cairn_servers.brk.esplora import Explorer
+
+            with self._lock:
+                found = self.__dict__.setdefault("_explorer", Explorer(self.out))
+        return found  # type: ignore[no-any-return]
 
     def tip(self) -> int:
         """The committed height served (-1 when nothing is computed yet)."""

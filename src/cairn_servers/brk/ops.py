@@ -197,3 +197,68 @@ def answer(op: Op, result: Any) -> Any:
     the data itself."""
     render = op.extra.get("render")
     return result if render is None else render(result)
+
+
+# -- the block explorer (cairn_servers.brk.esplora; the Esplora-compatible routes are in brk.esplora_http) ------
+
+@OPS.op(mcp="get_block", cli="block", http="GET /api/explorer/block",
+        params={"block": {"positional": True, "metavar": "HEIGHT|HASH"}, "start": {"flags": ("--start",),
+                                                                                  "metavar": "N"}})
+def get_block(iface: Interface, block: str | int, start: int | str = 0) -> dict[str, Any]:
+    """One block of the chain, by height or hash: its id (hash), height, time, size, weight, transaction
+    count, merkle root, previous block, difficulty, ..., and 25 of its txids from `start` (0, 25, 50, ...).
+
+    :param block: a height (0 = genesis) or a block hash (64 hexadecimal digits)
+    :param start: the first txid listed: a multiple of 25
+    """
+    from cairn_servers.brk.esplora import PAGE, parse_int
+
+    ex = iface.explorer
+    ex.refresh()
+    height = ex.height_of(block)
+    first = parse_int(start, "start index")
+    if first % PAGE:
+        from cairn_servers.core.errors import InvalidInput
+
+        raise InvalidInput(f"Invalid start index {first}: it must be a multiple of {PAGE}.")
+    result = ex.block(height)
+    result["txids"] = ex.block_txids(result["id"])[first:first + PAGE]
+    return result
+
+
+@OPS.op(mcp="get_tx", cli="tx", http="GET /api/explorer/tx", params={"txid": {"positional": True, "metavar": "TXID"}})
+def get_tx(iface: Interface, txid: str) -> dict[str, Any]:
+    """One transaction by txid: its inputs (with the outputs they spend: value, script, address), its
+    outputs, size, weight, fee and the block that confirmed it (Esplora's transaction object).
+
+    :param txid: the transaction id, 64 hexadecimal digits
+    """
+    return iface.explorer.get_tx(txid)
+
+
+@OPS.op(mcp="get_address", cli="address", http="GET /api/explorer/address",
+        params={"address": {"positional": True, "metavar": "ADDRESS"}})
+def get_address(iface: Interface, address: str) -> dict[str, Any]:
+    """An address's totals and latest transactions: outputs received and spent (count and sats), the
+    balance (received - spent, in sats), its transaction count and its 25 newest txids, newest first.
+
+    :param address: a Bitcoin address (1..., 3..., bc1...), a public key in hex (pay-to-public-key
+        outputs), or a script hash (the SHA-256 of an output script, 64 hexadecimal digits)
+    """
+    ex = iface.explorer
+    result = ex.address(address)
+    stats = result["chain_stats"]
+    result["balance"] = stats["funded_txo_sum"] - stats["spent_txo_sum"]
+    result["txids"] = ex.address_txids(address)
+    return result
+
+
+@OPS.op(mcp="get_address_utxos", cli="address-utxos", http="GET /api/explorer/address-utxos",
+        params={"address": {"positional": True, "metavar": "ADDRESS"}})
+def get_address_utxos(iface: Interface, address: str) -> list[dict[str, Any]]:
+    """The unspent outputs of an address, oldest first: txid, vout, value (sats) and the block that
+    confirmed each.
+
+    :param address: a Bitcoin address, a public key in hex, or a script hash (64 hexadecimal digits)
+    """
+    return iface.explorer.utxos(address)

@@ -5,8 +5,9 @@ process runs its passes (``cairn_servers.brk.compute.run_passes``) over the heig
 committed, again and again as the indexer commits more:
 
 * ``N == 1``: no stage process; the passes run after the indexer in the same process (``compute``).
-* ``N == 2``: one stage process runs ``computed``, ``utxo`` (with ``realized``) and ``addresses`` in turn.
-* ``N >= 3``: two stage processes, ``computed`` + ``utxo`` in one and ``addresses`` in the other (it costs
+* ``N == 2``: one stage process runs ``computed``, ``utxo`` (with ``realized``), ``addresses`` and
+  ``explorer`` (the block explorer's indexes, which read the address pass's ids) in turn.
+* ``N >= 3``: two stage processes, ``computed`` + ``utxo`` in one and ``addresses`` + ``explorer`` in the other (it costs
   about four times the three others together; a finer split would not go faster, the indexer stays the
   slowest process: see docs/brk.md).
 
@@ -59,8 +60,8 @@ def groups(jobs: int) -> list[tuple[str, ...]]:
     if jobs <= 1:
         return []
     if jobs == 2:
-        return [("computed", "utxo", "addresses")]
-    return [("computed", "utxo"), ("addresses",)]
+        return [("computed", "utxo", "addresses", "explorer")]
+    return [("computed", "utxo"), ("addresses", "explorer")]
 
 
 class StageFailed(CairnError):
