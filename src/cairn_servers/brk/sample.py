@@ -16,13 +16,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from cairn_servers.brk.addrcode import address_script
 from cairn_servers.brk.blocks.files import MAGICS
 from cairn_servers.brk.blockwrite import merkle_root as _merkle
 from cairn_servers.brk.blockwrite import mine_header, varint
 from cairn_servers.brk.blockwrite import sha256d as _sha256d
 from cairn_servers.brk.blocks.parser import bits_to_target
 from cairn_servers.brk.dense import DenseChain
+from cairn_servers.brk.script import address_script
 from cairn_servers.core.errors import InvalidInput
 
 REGTEST_BITS = 0x207FFFFF
@@ -418,7 +418,7 @@ def _check_payments(n_blocks: int, txs_per_block: int | None, pay: Sequence[tupl
         if not 1 <= sats <= 21_000_000 * COIN:
             raise InvalidInput(f"--pay {address}:{sats}: SATS must be between 1 and 2,100,000,000,000,000.")
         if address not in scripts:
-            scripts[address] = address_script(address)
+            scripts[address] = address_script(address, "regtest")
         pays.append((scripts[address], sats))
     # What the chain has mined by each payment's height, halved (random spends burn some): a plan that
     # cannot be funded fails here, before any file is written.
@@ -434,7 +434,7 @@ def _check_payments(n_blocks: int, txs_per_block: int | None, pay: Sequence[tupl
         if 2 * paid > mined:
             raise InvalidInput(f"--pay: the payments up to height {h} add up to {paid} sats, more than half of the "
                                f"{mined} sats mined and spendable by then; pay less, or write more blocks.")
-    return pays, [address_script(a) for a in change]
+    return pays, [address_script(a, "regtest") for a in change]
 
 
 MAINNET_SAMPLE = Path(__file__).resolve().parent / "samples" / "mainnet-0-589.blk"
