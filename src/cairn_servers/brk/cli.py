@@ -327,7 +327,12 @@ def build_parser() -> argparse.ArgumentParser:
     format_arg(p)
     p.set_defaults(func=_cmd_index)
 
-    p = sub.add_parser("sample", help="write a deterministic regtest sample chain")
+    p = sub.add_parser("sample", help="write a deterministic regtest sample chain",
+                       description="Write a deterministic regtest-magic chain (blk*.dat files) for brk index. With "
+                                   "--pay it also pays given addresses, and with --spend spends some of them again "
+                                   "with change, so a wallet sees receives, spends and change. Block 0 is the "
+                                   "sample's own genesis, not Bitcoin Core's regtest one: give a wallet library "
+                                   "its hash (brk serve: GET /api/block-height/0).")
     p.add_argument("--blocks", type=int, default=1000, help="number of blocks (default 1000)")
     p.add_argument("--out", required=True, help="directory to write blk*.dat files into")
     p.add_argument("--seed", type=int, default=7)
