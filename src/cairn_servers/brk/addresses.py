@@ -97,14 +97,19 @@ def address_script(key: bytes) -> bytes:
     return pre + key[1:] + post
 
 
-def script_hash_keys(keys: list[bytes]) -> list[bytes]:
-    """The index keys of the script hashes of address keys of one type (``SCRIPTHASH`` + SHA-256)."""
+def script_hash_keys(keys: list[bytes]) -> np.ndarray:
+    """The index keys (``SCRIPTHASH`` + SHA-256 of the script) of address keys of one type, as (n, 33) bytes."""
     from hashlib import sha256
 
-    if not keys:
-        return []
-    pre, post = SCRIPTS[keys[0][0]]
-    return [SCRIPTHASH + sha256(pre + k[1:] + post).digest() for k in keys]
+    import numpy as np
+
+    result = np.empty((len(keys), 33), dtype=np.uint8)
+    if keys:
+        pre, post = SCRIPTS[keys[0][0]]
+        digests = b"".join([sha256(pre + k[1:] + post).digest() for k in keys])  # the floor is sha256 itself
+        result[:, 0] = SCRIPTHASH[0]
+        result[:, 1:] = np.frombuffer(digests, dtype=np.uint8).reshape(-1, 32)
+    return result
 
 
 def addresses_dir(out: Path) -> Path:
@@ -560,11 +565,18 @@ class _AddressPass:
             wb = WriteBatch(raw_mode=True)
             for keys, ids in new:  # in key order, and the engine told so: cheaper inserts
                 deque(map(wb.put, keys, ids.astype("<u8").view("V8").tolist()), maxlen=0)
-            for keys, _ in new:  # the block explorer's /scripthash/ look-up: SCRIPTHASH + sha256(script) -> key
-                deque(map(wb.put, script_hash_keys(keys), keys), maxlen=0)
             options = WriteOptions()
             options.memtable_insert_hint_per_batch = True
             self.db.write(wb, options)
+            # The block explorer's /scripthash/ look-up: SCRIPTHASH + sha256(script) -> key. Random keys: a batch
+            # of its own, sorted, without the insert hint (unsorted, or with the hint, a write took 4x as long).
+            hashed = np.concatenate([script_hash_keys(keys) for keys, _ in new])
+            every = [k for keys, _ in new for k in keys]
+            order = np.argsort(hashed[:, 1:9].copy().view(">u8").ravel())  # sorted: a random batch took 4x as long
+            wb = WriteBatch(raw_mode=True)
+            deque(map(wb.put, hashed[order].view("V33").ravel().tolist(), map(every.__getitem__, order.tolist())),
+                  maxlen=0)
+            self.db.write(wb)
         from cairn_servers.brk.faults import fault as _fault
 
         _fault("address-undo")  # the crash tests kill here: balances and index ahead of the manifest

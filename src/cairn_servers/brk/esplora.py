@@ -524,23 +524,61 @@ class Explorer:
         return {"address": text}, self._address_id(address_key(address_script(text, self.network)))
 
     def _history(self, a: int, *, before: int | None = None, limit: int | None = None) -> list[int]:
-        """The txindexes of address ``a``, newest first (those below ``before`` only; at most ``limit``)."""
+        """The txindexes of address ``a``, newest first (those below ``before`` only; at most ``limit``).
+
+        Entries are checked (``_involves``): one left by an interrupted run or a rolled-back chain whose
+        txindex now holds another transaction is skipped."""
+        import numpy as np
+
         if a < 0:
             return []
         n = int(self.expl.meta.get("txs", 0))
         top = n if before is None else min(before, n)
+        if top <= 0:
+            return []
         prefix = b"H" + a.to_bytes(4, "big")
         it = self._db("expl").iter()
+        it.seek_for_prev(prefix + (top - 1).to_bytes(5, "big"))
         result: list[int] = []
-        it.seek_for_prev(prefix + max(0, top - 1).to_bytes(5, "big"))
+        batch = 1 << 30 if limit is None else max(8, limit + limit // 4)
         while it.valid() and (limit is None or len(result) < limit):
-            key = it.key()
-            if not key.startswith(prefix):
+            found: list[int] = []
+            while it.valid() and len(found) < batch:
+                key = it.key()
+                if not key.startswith(prefix):
+                    break
+                t = int.from_bytes(key[5:], "big")
+                if t < top:
+                    found.append(t)
+                it.prev()
+            if not found:
                 break
-            t = int.from_bytes(key[5:], "big")
-            if t < top:
-                result.append(t)
-            it.prev()
+            ok = self._involves(a, np.asarray(found, dtype=np.int64))
+            result.extend(t for t, good in zip(found, ok.tolist()) if good)
+            if it.valid() and not it.key().startswith(prefix):
+                break
+        return result if limit is None else result[:limit]
+
+    def _involves(self, a: int, txs: np.ndarray) -> np.ndarray:
+        """Whether each transaction pays address ``a`` or spends one of its outputs."""
+        import numpy as np
+
+        def expand(first_vec: str, count_vec: str) -> tuple[np.ndarray, np.ndarray]:
+            first = self._rows(self.raw, first_vec, txs).astype(np.int64)
+            count = self._rows(self.raw, count_vec, txs).astype(np.int64)
+            rows = np.repeat(first - np.cumsum(count) + count, count) + np.arange(int(count.sum()))
+            return rows, np.repeat(np.arange(txs.shape[0]), count)
+
+        result = np.zeros(txs.shape[0], dtype=bool)
+        n_addr = self.addr.length("outputindex_to_addressindex")
+        outs, owner = expand("txindex_to_first_outputindex", "txindex_to_output_count")
+        inside = outs < n_addr
+        result[owner[inside][self._rows(self.addr, "outputindex_to_addressindex", outs[inside]) == a]] = True
+        ins, owner = expand("txindex_to_first_inputindex", "txindex_to_input_count")
+        spent = self._rows(self.raw, "inputindex_to_outputindex", ins)
+        real = (spent != np.uint64(NO_OUTPUT)) & (spent < np.uint64(n_addr))
+        got = self._rows(self.addr, "outputindex_to_addressindex", spent[real].astype(np.int64))
+        result[owner[real][got == a]] = True
         return result
 
     def _funded(self, a: int, txs: list[int]) -> tuple[np.ndarray, np.ndarray]:

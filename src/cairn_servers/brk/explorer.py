@@ -16,30 +16,31 @@ Address ids come from the address pass (``OUT/addresses``): this pass runs after
 the height it committed (nor past a height it has not yet redone after a reorg). Scripts that are not
 an address (bare multisig, OP_RETURN, non-standard) have no history here.
 
-Crash and reorg safety, as the address pass: before a chunk's history keys are written, they are saved
-to ``undo/<a>-<b>.npy`` (fsynced); on opening, keys of heights past the committed tip are deleted, and a
-reorg deletes those of the rolled-back heights (undo rows are kept for ``UNDO_HEIGHTS`` heights; a deeper
-reorg rebuilds the pass). Readers only trust history entries below the committed transaction count.
+Crash and reorg safety without undo rows: readers trust a history entry only when its transaction is
+committed here and really pays the address or spends one of its outputs (checked against the vecs), a
+block hash only when the height holds it, a spender only when that input spends that output. So what an
+interrupted chunk or a rolled-back chain left behind never answers, and a reorg only cuts the vecs back to
+the fork (and deletes the rolled-back block hashes); the new chain's entries are written over.
 """
 
 from __future__ import annotations
 
 import os
+from collections import deque
 from collections.abc import Callable
+from itertools import repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cairn_servers.brk.reader import StoreReader
 from cairn_servers.brk.vecs import VecSpec, VecStore
 from cairn_servers.core.errors import StorageError
-from cairn_servers.core.files import atomic_file
 
 if TYPE_CHECKING:
     import numpy as np
 
 NONE = (1 << 32) - 1  # outputindex_to_addressindex of an output without an address
 NO_OUTPUT = (1 << 64) - 1  # inputindex_to_outputindex of a coinbase input
-UNDO_HEIGHTS = 10_000
 CHUNK_ROWS = int(os.environ.get("CAIRN_BRK_UTXO_CHUNK", "250000"))  # inputs + outputs a chunk (memory)
 HISTORY = b"H"
 BLOCK = b"B"
@@ -89,8 +90,6 @@ class _ExplorerPass:
         self.addr = StoreReader(out / "addresses")
         self.addr.refresh()
         self.store = VecStore(self.root, specs(), durable=durable)
-        self.undo_dir = self.root / "undo"
-        self.undo_dir.mkdir(exist_ok=True)
         self._db: Any = None
         # The address pass's committed heights that agree with the raw chain: this pass's reach.
         n_raw = self.raw.length("height_to_blockhash")
@@ -127,46 +126,6 @@ class _ExplorerPass:
     def _spender_path(self) -> Path:
         return self.root / "spender.bin"
 
-    # -- undo -------------------------------------------------------------------------------------
-    def _undo_files(self) -> list[tuple[int, int, Path]]:
-        found = []
-        for p in self.undo_dir.glob("*.npy"):
-            try:
-                a, b = (int(x) for x in p.stem.split("-"))
-            except ValueError:
-                continue
-            found.append((a, b, p))
-        return sorted(found)
-
-    def _undo_to(self, height: int, first_tx: int) -> bool:
-        """Delete the history keys of heights from ``height`` on (transactions from ``first_tx``); False if
-        the kept undo rows do not reach that far."""
-        import numpy as np
-        from rocksdict import WriteBatch
-
-        files = [f for f in self._undo_files() if f[1] > height]
-        if height < self.store.lengths["height_to_blockhash"] and (not files or files[0][0] > height):
-            return False
-        for a, _, path in reversed(files):
-            keys = np.load(path)
-            tx = np.zeros((keys.shape[0], 8), dtype=np.uint8)
-            tx[:, 3:] = keys[:, 5:]
-            late = tx.view(">u8").ravel() >= first_tx
-            wb = WriteBatch(raw_mode=True)
-            for key in keys[late].view(f"V{KEY_BYTES}").ravel().tolist():
-                wb.delete(key)
-            self.db.write(wb)
-            if a < height:
-                self._save_undo(a, height, keys[~late])
-            path.unlink()
-        return True
-
-    def _save_undo(self, a: int, b: int, keys: np.ndarray) -> None:
-        import numpy as np
-
-        with atomic_file(self.undo_dir / f"{a}-{b}.npy", durable=self.durable) as fh:
-            np.save(fh, keys)
-
     def _first(self, height: int, vec: str = "height_to_first_txindex", total: str = "txindex_to_txid") -> int:
         """The raw chain's first txindex (or other row) of ``height`` (its end past the tip)."""
         if height >= self.n_raw:
@@ -180,8 +139,6 @@ class _ExplorerPass:
             self._db.close()
             self._db = None
         shutil.rmtree(self.root / "index", ignore_errors=True)
-        for _, _, path in self._undo_files():
-            path.unlink()
         self._spender_path.unlink(missing_ok=True)
         meta["generation"] = int(meta.get("generation", 0)) + 1
         for key in ("txs", "inputs", "outputs"):
@@ -199,10 +156,6 @@ class _ExplorerPass:
         meta = dict(s.meta)
         meta.setdefault("generation", 0)
         have = s.lengths["height_to_blockhash"]
-        # An interrupted chunk left keys past the committed transactions: delete them.
-        if not self._undo_to(have, int(meta.get("txs", 0))):
-            self._reset(meta)
-            have = 0
         fork = have
         if have:
             top = min(have, self.n_raw)
@@ -212,22 +165,18 @@ class _ExplorerPass:
             fork = int(differ[0]) if differ.size else top
         rolled = None
         if fork < have:
-            rolled = fork
-            old = np.asarray(s.read("height_to_blockhash")[fork:have])
-            if self._undo_to(fork, min(self._first(fork), int(meta.get("txs", 0)))):
-                from rocksdict import WriteBatch
+            from rocksdict import WriteBatch
 
-                wb = WriteBatch(raw_mode=True)
-                for h in old:
-                    wb.delete(BLOCK + bytes(h))
-                self.db.write(wb)
-                meta["generation"] = int(meta["generation"]) + 1
-                meta["txs"] = self._first(fork)
-                meta["inputs"] = self._first(fork, "height_to_first_inputindex", "inputindex_to_outputindex")
-                meta["outputs"] = self._first(fork, "height_to_first_outputindex", "outputindex_to_value")
-                s.truncate({name: fork for name in s.lengths}, meta)
-            else:
-                self._reset(meta)
+            rolled = fork
+            wb = WriteBatch(raw_mode=True)
+            for h in np.asarray(s.read("height_to_blockhash")[fork:have]):
+                wb.delete(BLOCK + bytes(h))
+            self.db.write(wb)
+            meta["generation"] = int(meta["generation"]) + 1
+            meta["txs"] = self._first(fork)
+            meta["inputs"] = self._first(fork, "height_to_first_inputindex", "inputindex_to_outputindex")
+            meta["outputs"] = self._first(fork, "height_to_first_outputindex", "outputindex_to_value")
+            s.truncate({name: fork for name in s.lengths}, meta)
         start = s.lengths["height_to_blockhash"]
         done = 0
         if start < self.n:
@@ -283,12 +232,12 @@ class _ExplorerPass:
         pair_addr = np.concatenate((out_addr, s_addr))
         pair_tx = np.concatenate((out_tx, in_tx[real]))
         keep = pair_addr != NONE
-        packed = np.unique((pair_addr[keep] << 40) | pair_tx[keep])  # key order: address, then txindex
+        packed = np.sort((pair_addr[keep] << 40) | pair_tx[keep])  # key order: address, then txindex
+        if packed.size:
+            packed = packed[np.concatenate(([True], packed[1:] != packed[:-1]))]
         keys = history_keys(packed >> 40, packed & ((1 << 40) - 1))
-        self._save_undo(a, b, keys)
         wb = WriteBatch(raw_mode=True)
-        for key in keys.view(f"V{KEY_BYTES}").ravel().tolist():
-            wb.put(key, b"")
+        deque(map(wb.put, keys.view(f"V{KEY_BYTES}").ravel().tolist(), repeat(b"")), maxlen=0)
         hashes = self.raw.read("height_to_blockhash", a, b)
         for h, height in zip(hashes, range(a, b)):
             wb.put(BLOCK + bytes(h), height.to_bytes(4, "little"))
@@ -305,7 +254,7 @@ class _ExplorerPass:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-        fault("explorer-undo")
+        fault("explorer-chunk")
         s = self.store
         s.append("height_to_blockhash", hashes)
         s.append("height_to_blockpos", self._blockpos(hashes))
@@ -314,9 +263,6 @@ class _ExplorerPass:
         meta["inputs"] = i1
         meta["outputs"] = o1
         s.commit(meta)
-        for _, hi, path in self._undo_files():
-            if hi < b - UNDO_HEIGHTS:
-                path.unlink()
 
     def _blockpos(self, hashes: np.ndarray) -> np.ndarray:
         """The scan-cache row of each block hash (the latest one holding it)."""
