@@ -58,7 +58,11 @@ class ChainView:
     sent: dict[str, int] = field(default_factory=dict)  # txid -> sats spent from the wallet's outputs
     received: dict[str, int] = field(default_factory=dict)  # txid -> sats paid to the wallet's scripts
     utxos: dict[tuple[str, int], tuple[int, bytes]] = field(default_factory=dict)  # unspent: value, script
-    touches: dict[bytes, int] = field(default_factory=dict)  # script -> transactions funding or spending it
+    history: dict[bytes, set[str]] = field(default_factory=dict)  # script -> txids funding or spending it
+    blocks: list[Any] = field(default_factory=list)  # python-bitcoinlib CBlock by height
+    raw: dict[str, bytes] = field(default_factory=dict)  # txid -> serialized transaction (wallet's only)
+    fees: dict[str, int] = field(default_factory=dict)  # txid -> fee (wallet's only)
+    spenders: dict[tuple[str, int], tuple[str, int, int]] = field(default_factory=dict)  # outpoint -> txid, vin, height
 
 
 def _blocks(blocks_dir: Path) -> Iterator[bytes]:
@@ -78,6 +82,7 @@ def chain_view(blocks_dir: Path, scripts: set[bytes]) -> ChainView:
 
     view = ChainView()
     mine: dict[tuple[str, int], tuple[int, bytes]] = {}  # every wallet output ever created
+    values: dict[tuple[str, int], int] = {}  # every output's value (a small chain)
     prev = "00" * 32
     for height, raw in enumerate(_blocks(blocks_dir)):
         block = CBlock.deserialize(raw)
@@ -85,18 +90,24 @@ def chain_view(blocks_dir: Path, scripts: set[bytes]) -> ChainView:
         prev = b2lx(block.GetHash())
         view.genesis = view.genesis or prev
         view.tip = (height, prev)
+        view.blocks.append(block)
         for tx in block.vtx:
             txid = b2lx(tx.GetTxid())
             touched: set[bytes] = set()
+            fee = 0
             if not tx.is_coinbase():
-                for txin in tx.vin:
+                for vin, txin in enumerate(tx.vin):
                     key = (b2lx(txin.prevout.hash), txin.prevout.n)
+                    fee += values[key]
+                    view.spenders[key] = (txid, vin, height)
                     if key in mine:
                         value, script = mine[key]
                         view.sent[txid] = view.sent.get(txid, 0) + value
                         view.utxos.pop(key)
                         touched.add(script)
+                fee -= sum(out.nValue for out in tx.vout)
             for vout, out in enumerate(tx.vout):
+                values[(txid, vout)] = out.nValue
                 script = bytes(out.scriptPubKey)
                 if script in scripts:
                     mine[(txid, vout)] = view.utxos[(txid, vout)] = (out.nValue, script)
@@ -104,8 +115,10 @@ def chain_view(blocks_dir: Path, scripts: set[bytes]) -> ChainView:
                     touched.add(script)
             if touched:
                 view.heights[txid] = height
+                view.raw[txid] = tx.serialize()
+                view.fees[txid] = fee
                 for script in touched:
-                    view.touches[script] = view.touches.get(script, 0) + 1
+                    view.history.setdefault(script, set()).add(txid)
     return view
 
 
@@ -166,7 +179,7 @@ def test_chain_exercises_the_wallet(chain: tuple[Path, ChainView]) -> None:
     spends = [t for t in view.heights if t in view.sent]
     assert len(spends) == 12 and all(view.received.get(t, 0) > 0 for t in spends)  # spent, with change back
     assert len(view.heights) == BUSY + 2 * (len(RECEIVE) - 1) + 12
-    assert max(view.touches.values()) > 25  # external 0's history needs a second page (/txs/chain/:last)
+    assert max(len(h) for h in view.history.values()) > 25  # a history of more than one page (/txs/chain/:last)
     assert view.tip[0] == BLOCKS - 1
 
 
@@ -205,3 +218,77 @@ def test_bdk_full_scan_matches_the_blocks(chain: tuple[Path, ChainView], esplora
              for u in wallet.list_unspent()}
     assert utxos == view.utxos
     assert all(not u.is_spent for u in wallet.list_unspent())
+
+
+def _merkle_root(txid: str, branch: list[str], pos: int) -> str:
+    """The root a merkle proof leads to (hashes in display order, as Esplora gives them)."""
+    from hashlib import sha256
+
+    node = bytes.fromhex(txid)[::-1]
+    for sibling in branch:
+        pair = (bytes.fromhex(sibling)[::-1] + node) if pos & 1 else (node + bytes.fromhex(sibling)[::-1])
+        node = sha256(sha256(pair).digest()).digest()
+        pos >>= 1
+    return node[::-1].hex()
+
+
+def test_bdk_client_reads_blocks_transactions_and_spends(chain: tuple[Path, ChainView], esplora: str) -> None:
+    """BDK's other Esplora calls (a wallet's look-ups one by one) parse brk's answers into what the blocks hold:
+    transactions and their status, fee, size and merkle proof; outputs' spenders; block hashes, headers,
+    blocks and txids by position; an address's pages."""
+    import bdkpython as bdk
+    from bitcoin.core import b2lx
+
+    _, view = chain
+    client = bdk.EsploraClient(esplora)
+    assert (client.get_height(), str(client.get_tip_hash())) == view.tip
+    for txid in sorted(view.heights)[::5]:
+        height = view.heights[txid]
+        block = view.blocks[height]
+        bhash = b2lx(block.GetHash())
+        assert client.get_tx(bdk.Txid.from_string(txid)).serialize() == view.raw[txid]
+        info = client.get_tx_info(bdk.Txid.from_string(txid))
+        tx = next(t for t in block.vtx if b2lx(t.GetTxid()) == txid)
+        stripped = len(tx.serialize(params={"include_witness": False}))
+        assert (str(info.txid), info.version, info.locktime, info.size, info.weight, info.fee) == (
+            txid, tx.nVersion, tx.nLockTime, len(view.raw[txid]), 3 * stripped + len(view.raw[txid]), view.fees[txid])
+        status = client.get_tx_status(bdk.Txid.from_string(txid))
+        assert (status.confirmed, status.block_height, str(status.block_hash), status.block_time) == (
+            True, height, bhash, block.nTime)
+        proof = client.get_merkle_proof(bdk.Txid.from_string(txid))
+        assert proof.block_height == height
+        assert _merkle_root(txid, [str(h) for h in proof.merkle], proof.pos) == b2lx(block.hashMerkleRoot)
+        assert str(client.get_txid_at_block_index(bdk.BlockHash.from_string(bhash), proof.pos)) == txid
+        for vout in range(len(tx.vout)):
+            out = client.get_output_status(bdk.Txid.from_string(txid), vout)
+            spender = view.spenders.get((txid, vout))
+            if spender is None:
+                assert not out.spent and out.txid is None, (txid, vout)
+            else:
+                assert (out.spent, str(out.txid), out.vin, out.status.block_height) == (True, *spender), (txid, vout)
+    for height in range(0, len(view.blocks), 37):
+        block = view.blocks[height]
+        bhash = client.get_block_hash(height)
+        assert str(bhash) == b2lx(block.GetHash())
+        header = client.get_header_by_hash(bhash)
+        assert (header.version, str(header.prev_blockhash), str(header.merkle_root), header.time, header.bits,
+                header.nonce) == (block.nVersion, b2lx(block.hashPrevBlock), b2lx(block.hashMerkleRoot), block.nTime,
+                                  block.nBits, block.nNonce)
+        full = client.get_block_by_hash(bhash)
+        assert [str(t.compute_txid()) for t in full.txdata] == [b2lx(t.GetTxid()) for t in block.vtx]
+    # An address's history page by page (what `get_address_txs` pages with last_seen), newest first.
+    wallet = _wallet(view.genesis)
+    address = _address(wallet, "external", 0)
+    script = bytes(address.script_pubkey().to_bytes())
+    pages: list[Any] = []
+    last = None
+    while True:
+        page = client.get_address_txs(address, last)
+        pages += page
+        if len(page) < 25:
+            break
+        last = page[-1].txid
+    heights = [t.status.block_height for t in pages]
+    assert heights == sorted(heights, reverse=True) and len(pages) > 25
+    assert sorted(str(t.txid) for t in pages) == sorted(view.history[script])
+
