@@ -62,7 +62,8 @@ def vec_bytes(out: Path) -> dict[str, bytes]:
     """Every file of a store (raw vecs, computed vecs, manifests), to compare two runs byte for byte."""
     # Crash-recovery aids depend on where earlier runs committed (the analytics' state checkpoints and
     # undo rows) and engine files on their history: compared by contents below, not file by file.
-    history = ("txindex", "utxo/state", "addresses/undo", "addresses/index", "addresses/balance.bin")
+    history = ("txindex", "utxo/state", "addresses/undo", "addresses/index", "addresses/balance.bin",
+               "addresses/scripthash", "explorer/index", "explorer/spender.bin")
     files = {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*"))
              if p.is_file() and not str(p.relative_to(out)).startswith(history)}
     # The transaction index is a RocksDB directory whose files (logs, table numbers) differ from run to
@@ -100,3 +101,24 @@ def _analytics_state(out: Path, files: dict[str, bytes]) -> None:
         finally:
             db.close()
         files["address index (contents)"] = repr(live).encode()
+        if (out / "addresses" / "scripthash").is_dir():
+            keys = {k for k, _ in live}
+            db = Rdict(str(out / "addresses" / "scripthash"), Options(raw_mode=True))
+            try:  # entries naming an address the index holds (others are left by an interrupted chunk)
+                files["script hashes (contents)"] = repr(sorted((k, v) for k, v in db.items() if v in keys)).encode()
+            finally:
+                db.close()
+    explorer = out / "explorer" / "manifest.json"
+    if explorer.exists():
+        from rocksdict import Options, Rdict
+
+        meta = json.loads(explorer.read_text())["meta"]
+        files["spenders"] = (out / "explorer" / "spender.bin").read_bytes()[:8 * int(meta.get("outputs", 0))]
+        db = Rdict(str(out / "explorer" / "index"), Options(raw_mode=True))
+        try:  # the committed entries (an interrupted chunk may leave later ones, which readers skip)
+            files["explorer index (contents)"] = repr(sorted(
+                (k, v) for k, v in db.items()
+                if (k[:1] == b"H" and int.from_bytes(k[5:], "big") < int(meta.get("txs", 0)))
+                or (k[:1] == b"B" and int.from_bytes(v, "little") <= int(meta.get("height", -1))))).encode()
+        finally:
+            db.close()

@@ -36,6 +36,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:.*(removed|deprecated) as of 202
 QUESTIONS = Path(__file__).resolve().parent / "id_questions.json"
 SEED_TOOLS = ["get_accepted_indexes", "get_index_count", "get_index_to_vecids", "get_indexes", "get_vec_count",
               "get_vecid_count", "get_vecid_to_indexes", "get_vecids", "get_vecs", "get_version"]
+EXPLORER_TOOLS = ["get_block", "get_tx", "get_address", "get_address_utxos"]  # the block explorer's
 # Mainnet 0..589 spans 2009-01-03 .. 2009-01-15: a price for each day, so the realized ids exist.
 CSV = "date,price\n" + "".join(f"2009-01-{d:02d},{0.5 + d / 100:.2f}\n" for d in range(1, 21))
 
@@ -245,7 +246,7 @@ def test_mcp_tool_beside_the_ten_seed_tools(base_url: str) -> None:
 
         async with Client(f"{base_url}/mcp", cache=None) as client:
             tools = {t.name: t for t in (await client.list_tools()).tools}
-            assert sorted(tools) == sorted([*SEED_TOOLS, "search_vecids"])
+            assert sorted(tools) == sorted([*SEED_TOOLS, "search_vecids", *EXPLORER_TOOLS])
             schema = tools["search_vecids"].input_schema
             assert schema["required"] == ["q"] and set(schema["properties"]) == {"q", "index", "i", "limit", "page"}
             assert client.instructions is not None and "search_vecids" in client.instructions

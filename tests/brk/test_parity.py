@@ -44,6 +44,10 @@ class Case(NamedTuple):
 
 
 NO_ARGS = [Case({}), Case({"nope": 1}, "bad_request", ("mcp", "http"))]
+GENESIS = "000000000019d6689c085ae165831e934ff763ae46a2a6c172b3f1b60a8ce26f"
+TX170 = "f4184fc596403b9d638783cf57adfe4c75c605f6356fbc91338530e9831e9e16"  # the first payment between people
+PUBKEY9 = ("0411db93e1dcdb8a016b49840f8c53bc1eb68a382e97b1482ecad7b148a6909a5cb2e0eaddfb84ccf9744464f82e160bfa9b8b64f9"
+           "d4c03f999b8643f656b412a3")  # block 9's coinbase paid this key (P2PK); it paid block 170's payment
 CASES: dict[str, list[Case]] = {
     "get_index_count": NO_ARGS,
     "get_vecid_count": NO_ARGS,
@@ -92,6 +96,17 @@ CASES: dict[str, list[Case]] = {
         Case({"index": "date", "ids": "supply", "f": 1, "from": 2}, "bad_request", ("mcp", "http")),
         Case({"index": "date", "ids": "supply", "to": [1]}, "bad_request", ("mcp",)),
     ],
+    "get_block": [Case({"block": "170"}), Case({"block": GENESIS}), Case({"block": 0, "start": 0}),
+                  Case({"block": "590"}, "not_found"), Case({"block": "1" * 64}, "not_found"),
+                  Case({"block": "x"}, "bad_request"), Case({"block": 1, "start": 3}, "bad_request"),
+                  Case({}, "bad_request", ("mcp", "http"))],
+    "get_tx": [Case({"txid": TX170}), Case({"txid": "zz"}, "bad_request"), Case({"txid": "0" * 64}, "not_found"),
+               Case({}, "bad_request", ("mcp", "http"))],
+    "get_address": [Case({"address": PUBKEY9}), Case({"address": "1A1zP1eP5QGefi2DMPTfTL5SLmv7DivfNa"}),
+                    Case({"address": "348dc4a6a27203ca9acb1c9073872fff5c7c837e794c82f1249ffebe11710dcc"}),
+                    Case({"address": "1A1zP1eP5QGefi2DMPTfTL5SLmv7DivfNb"}, "bad_request"),
+                    Case({"address": "tb1qw508d6qejxtdg4y5r3zarvary0c5xw7kxpjzsx"}, "bad_request")],
+    "get_address_utxos": [Case({"address": PUBKEY9}), Case({"address": "bc1q"}, "bad_request")],
 }
 # An operation on the CLI only answers as the MCP/HTTP operations it stands for.
 SAME_AS = {"ids": lambda args: (
@@ -120,7 +135,7 @@ def _cases() -> Iterator[tuple[str, int, Case]]:
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return mainnet_store(tmp_path_factory.mktemp("brk_parity"))
+    return mainnet_store(tmp_path_factory.mktemp("brk_parity"), addresses=True)  # the explorer's indexes too
 
 
 # -- the three surfaces, spelled from the declarations --------------------------------------------------
@@ -283,6 +298,14 @@ def test_answers_are_the_documented_ones(outcomes: dict[tuple[str, int, str], Ou
     assert [r["id"] for r in got("search_vecids", 1).value] == ["fee_rate", "fee"]
     assert got("search_vecids", 3).value == []
     assert got("ids", 5).value == got("search_vecids", 0).value
+    assert got("get_block", 0).value["txids"][1] == TX170 and got("get_block", 1).value["height"] == 0
+    assert got("get_block", 3).error == "Block not found: height 590 is past the tip (589)."
+    assert got("get_tx", 0).value["vin"][0]["prevout"]["value"] == 5_000_000_000
+    assert got("get_tx", 1).error == "Invalid txid 'zz': give 64 hexadecimal digits."
+    stats = got("get_address", 0).value
+    assert stats["balance"] == stats["chain_stats"]["funded_txo_sum"] - stats["chain_stats"]["spent_txo_sum"] > 0
+    assert got("get_address", 1).value["chain_stats"]["tx_count"] == 0  # genesis pays a key, not this P2PKH
+    assert got("get_address", 3).error.startswith("Invalid Bitcoin address '1A1zP1eP5QGefi2DMPTfTL5SLmv7DivfNb'")
 
 
 def test_every_declared_route_and_tool_is_served(out: Path) -> None:

@@ -90,7 +90,7 @@ def test_progress_covers_every_stage_process(tmp_path: Path) -> None:
               "blocks_per_s", "mb_per_s", "eta_s"}
     assert all(set(line) - {"file", "files", "found"} == fields for line in lines)
     assert (lines[-1]["event"], lines[-1]["stage"], lines[-1]["committed_height"]) == ("done", "index", 140)
-    for name in ("index", "computed", "utxo", "addresses"):
+    for name in ("index", "computed", "utxo", "addresses", "explorer"):
         mine = [line for line in lines[:-1] if line["stage"] == name]
         if name != "index":
             assert mine[0]["event"] == "stage" and [x["event"] for x in mine].count("stage") == 1
@@ -161,9 +161,9 @@ def _rerun_is_clean(blocks: Path, out: Path, clean: tuple[dict[str, bytes], dict
 
 @pytest.mark.parametrize(("jobs", "fault", "who"), [
     (2, "commit-index:3", "indexer"),  # the parent, between the vecs' commit and the index write
-    (2, "utxo-commit:2", "computed+utxo+addresses"),  # the one stage process
+    (2, "utxo-commit:2", "computed+utxo+addresses+explorer"),  # the one stage process
     (3, "utxo-commit:2", "computed+utxo"),  # each of the two stage processes
-    (3, "address-commit:2", "addresses"),
+    (3, "address-commit:2", "addresses+explorer"),
 ])
 def test_a_kill_in_each_stage_then_a_rerun_ends_as_a_clean_run(
         chain: tuple[Path, dict[str, bytes], dict[str, object]], tmp_path: Path, jobs: int, fault: str, who: str
@@ -255,14 +255,14 @@ def test_a_reorg_while_the_stages_compute_ends_as_a_clean_run(tmp_path: Path) ->
     assert fork <= before < n_old - 1, before
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
-        if [height(s) for s in ("computed", "utxo", "addresses")] == [n_new - 1] * 3:
+        if [height(s) for s in ("computed", "utxo", "addresses", "explorer")] == [n_new - 1] * 4:
             break
         time.sleep(0.1)
     proc.send_signal(signal.SIGTERM)
     proc.wait(60)
     rest = log.read_text()
     assert proc.returncode == 0, rest
-    assert [height(s) for s in ("computed", "utxo", "addresses")] == [n_new - 1] * 3, rest
+    assert [height(s) for s in ("computed", "utxo", "addresses", "explorer")] == [n_new - 1] * 4, rest
     assert f"reorg: rolling back from height {n_old - 1} to {fork - 1}" in rest, rest
     assert golden.checksums(out) == golden.checksums(clean)
     raw_out, raw_clean = vec_bytes(out), vec_bytes(clean)

@@ -117,9 +117,10 @@ async def _every_tool(server: Any) -> None:
         assert client.server_info is not None and client.server_info.name == "brk"
         assert client.instructions is not None and "vecs" in client.instructions and "index" in client.instructions
         tools = sorted(t.name for t in (await client.list_tools()).tools)
-        assert tools == ["get_accepted_indexes", "get_index_count", "get_index_to_vecids", "get_indexes",
-                         "get_vec_count", "get_vecid_count", "get_vecid_to_indexes", "get_vecids", "get_vecs",
-                         "get_version", "search_vecids"]  # the ten seed tools, then id search
+        assert tools == sorted(["get_accepted_indexes", "get_index_count", "get_index_to_vecids", "get_indexes",
+                                "get_vec_count", "get_vecid_count", "get_vecid_to_indexes", "get_vecids", "get_vecs",
+                                "get_version",  # the ten seed tools, then id search and the block explorer
+                                "search_vecids", "get_address", "get_address_utxos", "get_block", "get_tx"])
 
         async def call(name: str, args: dict[str, Any] | None = None) -> Any:
             res = await client.call_tool(name, args or {})

@@ -7,6 +7,8 @@ the address is the script type plus its payload (the 20/32-byte hash, or the pub
 output, which counts as an address as in BRK). Types with no address (bare multisig, OP_RETURN,
 empty, unknown) are left out.
 
+* ``OUT/addresses/scripthash/``: RocksDB, the SHA-256 of each address's output script -> its address
+  bytes (the block explorer's ``/scripthash/`` routes; Esplora's script hash).
 * ``OUT/addresses/index/``: RocksDB, address bytes -> address id (8 bytes), ids given in order of
   first appearance. An entry is trusted only if its id is below the committed address count and the
   id's stored 8-byte key hash matches, so entries left by an interrupted run or an orphaned block
@@ -86,8 +88,8 @@ SCRIPTS: dict[int, tuple[bytes, bytes]] = {
     0: (b"\x41", b"\xac"), 1: (b"\x21", b"\xac"), 2: (b"\x76\xa9\x14", b"\x88\xac"), 4: (b"\xa9\x14", b"\x87"),
     6: (b"\x00\x14", b""), 7: (b"\x00\x20", b""), 8: (b"\x51\x20", b""), 9: (b"", b""),
 }
-# Index keys of script hashes: this byte, then the SHA-256 of the output script (33 bytes; no address key
-# starts with it), -> the address key. Stale entries are harmless: the key they name is checked as usual.
+# Keys of ``OUT/addresses/scripthash/``: this byte, then the SHA-256 of the output script, -> the address key.
+# Stale entries (an interrupted chunk, an orphaned block) are harmless: the key they name is checked as usual.
 SCRIPTHASH = b"\xfe"
 
 
@@ -272,6 +274,7 @@ class _AddressPass:
         self._fds: dict[int, int] = {}
         self._buf = np.zeros(0, dtype=np.uint8)  # the blocks being walked (one buffer, reused)
         self._db: Any = None
+        self._sh: Any = None
         self._seen: Seen | None = None
         n = self.n
         f_out = self.raw.read("height_to_first_outputindex", 0, n + 1).astype(np.int64)
@@ -297,10 +300,26 @@ class _AddressPass:
                 raise StorageError(f"Cannot open the address index {self.root / 'index'}: {exc}.") from exc
         return self._db
 
+    @property
+    def scripthashes(self) -> Any:
+        """``OUT/addresses/scripthash/``: script hash -> address key, apart from the index (in it, the random
+        keys made every look-up and compaction of the address keys dearer)."""
+        if self._sh is None:
+            from cairn_servers.brk.rocks import open_rocksdb
+
+            try:
+                self._sh = open_rocksdb(self.root / "scripthash", memtable_mb=16, cache_mb=8)
+            except Exception as exc:  # rocksdict raises plain exceptions (a lock held, a corrupt file)
+                raise StorageError(f"Cannot open the script hash index {self.root / 'scripthash'}: {exc}.") from exc
+        return self._sh
+
     def close(self) -> None:
         if self._db is not None:
             self._db.close()
             self._db = None
+        if self._sh is not None:
+            self._sh.close()
+            self._sh = None
         for fd in self._fds.values():
             os.close(fd)
         self.raw.close()
@@ -364,7 +383,11 @@ class _AddressPass:
         if self._db is not None:
             self._db.close()
             self._db = None
+        if self._sh is not None:
+            self._sh.close()
+            self._sh = None
         shutil.rmtree(self.root / "index", ignore_errors=True)
+        shutil.rmtree(self.root / "scripthash", ignore_errors=True)
         for _, _, path in self._undo_files():
             path.unlink()
         (self.root / "balance.bin").unlink(missing_ok=True)
@@ -576,7 +599,7 @@ class _AddressPass:
             wb = WriteBatch(raw_mode=True)
             deque(map(wb.put, hashed[order].view("V33").ravel().tolist(), map(every.__getitem__, order.tolist())),
                   maxlen=0)
-            self.db.write(wb)
+            self.scripthashes.write(wb)
         from cairn_servers.brk.faults import fault as _fault
 
         _fault("address-undo")  # the crash tests kill here: balances and index ahead of the manifest

@@ -9,7 +9,7 @@ Everything is read from what ``brk index`` keeps, in bounded memory, per request
 * input values and prevouts: ``inputindex_to_outputindex`` and ``outputindex_to_value``, the prevout's
   script from its own transaction;
 * spends: ``OUT/explorer/spender.bin``; histories and block hashes: ``OUT/explorer/index``
-  (``cairn_servers.brk.explorer``); addresses: ``OUT/addresses`` (address key -> id, and script hash ->
+  (``cairn_servers.brk.explorer``); addresses: ``OUT/addresses`` (address key -> id; script hash ->
   address key for ``/scripthash/``).
 
 Served up to the explorer index's committed tip. brk has no mempool: mempool answers are empty.
@@ -194,7 +194,7 @@ class Explorer:
             from rocksdict import AccessType, Options, Rdict
 
             path = {"tx": self.out / "txindex", "addr": self.out / "addresses" / "index",
-                    "expl": self.out / "explorer" / "index"}[name]
+                    "sh": self.out / "addresses" / "scripthash", "expl": self.out / "explorer" / "index"}[name]
             try:
                 db = Rdict(str(path), Options(raw_mode=True), access_type=AccessType.read_only())
             except Exception as exc:  # rocksdict raises plain exceptions
@@ -519,7 +519,8 @@ class Explorer:
             if len(text) != 64 or not set(text) <= _HEX:
                 raise InvalidInput(f"Invalid script hash {text[:100]!r}: give the SHA-256 of the output script, "
                                    "64 hexadecimal digits.")
-            key = self._db("addr").get(b"\xfe" + bytes.fromhex(text))
+            key = self._db("sh").get(b"\xfe" + bytes.fromhex(text)) if (self.out / "addresses" / "scripthash").exists() \
+                else None
             return {"scripthash": text.lower()}, self._address_id(key)
         return {"address": text}, self._address_id(address_key(address_script(text, self.network)))
 
