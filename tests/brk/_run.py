@@ -116,8 +116,9 @@ def _analytics_state(out: Path, files: dict[str, bytes]) -> None:
         files["spenders"] = (out / "explorer" / "spender.bin").read_bytes()[:8 * int(meta.get("outputs", 0))]
         db = Rdict(str(out / "explorer" / "index"), Options(raw_mode=True))
         try:  # the committed entries (an interrupted chunk may leave later ones, which readers skip)
+            items = [(bytes(k), bytes(v)) for k, v in db.items()]  # type: ignore[arg-type]
             files["explorer index (contents)"] = repr(sorted(
-                (k, v) for k, v in db.items()
+                (k, v) for k, v in items
                 if (k[:1] == b"H" and int.from_bytes(k[5:], "big") < int(meta.get("txs", 0)))
                 or (k[:1] == b"B" and int.from_bytes(v, "little") <= int(meta.get("height", -1))))).encode()
         finally:

@@ -35,6 +35,7 @@ BLOCKS_PAGE = 10
 NO_OUTPUT = (1 << 64) - 1
 NONE = (1 << 32) - 1
 FEE_TARGETS = (*range(1, 26), 144, 504, 1008)
+HEIGHT_CACHE = 4096  # heights whose block position, transactions and hash are kept between requests
 _HEX = frozenset("0123456789abcdefABCDEF")
 _U32 = struct.Struct("<I").unpack_from
 _U64 = struct.Struct("<Q").unpack_from
@@ -162,6 +163,9 @@ class Explorer:
         self._dbs: dict[str, Any] = {}
         self._files: dict[int, int] = {}
         self._blocks: tuple[Path, dict[int, Path], bytes] | None = None
+        # height -> (blockpos, first txindex, tx count, hash, time): a few thousand blocks at most, emptied
+        # whenever the explorer index commits (a reorg changes what a height holds).
+        self._heights: dict[int, tuple[int, int, int, str, int]] = {}
 
     # -- state --------------------------------------------------------------------------------------
     def refresh(self) -> None:
@@ -173,6 +177,7 @@ class Explorer:
                 for db in self._dbs.values():
                     db.close()
                 self._dbs = {}
+                self._heights = {}
 
     @property
     def network(self) -> str:
@@ -232,14 +237,27 @@ class Explorer:
                 return height
         raise NotFound(f"Block not found: {block_hash} is not in the best chain up to height {self.tip()}.")
 
+    def _height(self, height: int) -> tuple[int, int, int, str, int]:
+        """(blockpos, first txindex, tx count, hash, time) of a height served."""
+        found = self._heights.get(height)
+        if found is None:
+            if len(self._heights) >= HEIGHT_CACHE:
+                self._heights.clear()
+            found = self._heights[height] = (
+                self._one(self.expl, "height_to_blockpos", height), self._one(self.raw, "height_to_first_txindex", height),
+                self._one(self.raw, "height_to_tx_count", height),
+                bytes(self.expl.read("height_to_blockhash", height, height + 1)[0])[::-1].hex(),
+                self._one(self.raw, "height_to_timestamp", height))
+        return found
+
     def block_hash(self, height: int) -> str:
-        return bytes(self.expl.read("height_to_blockhash", height, height + 1)[0])[::-1].hex()
+        return self._height(height)[3]
 
     def _block_file(self, height: int) -> tuple[int, int, int]:
         """(fd, offset, length) of the block at ``height`` in its blk file."""
         from cairn_servers.brk.blocks.files import blk_files, read_xor_key
 
-        pos = self._one(self.expl, "height_to_blockpos", height)
+        pos = self._height(height)[0]
         file_no = self._one(self.raw, "blockpos_to_file", pos)
         if self._blocks is None:
             remembered = self.out / "addresses" / "blocks_dir"
@@ -310,8 +328,8 @@ class Explorer:
         return {"in_best_chain": True, "height": height, "next_best": nxt}
 
     def _block_txs(self, height: int) -> tuple[int, int]:
-        first = self._one(self.raw, "height_to_first_txindex", height)
-        return first, self._one(self.raw, "height_to_tx_count", height)
+        _, first, count, _, _ = self._height(height)
+        return first, count
 
     def block_txids(self, block_hash: str) -> list[str]:
         first, count = self._block_txs(self.block_height(block_hash))
@@ -333,13 +351,20 @@ class Explorer:
         """The txindex of a txid served; ``NotFound`` otherwise."""
         h = parse_hash(txid, "txid")
         self._ready()
+        t = self._lookup_txid(h)
+        if t < 0:
+            raise NotFound(f"Transaction not found: {txid} is not in the chain up to height {self.tip()}.")
+        return t
+
+    def _lookup_txid(self, h: bytes) -> int:
+        """The txindex of a txid (internal order) served, -1 when the index does not resolve it: unknown, or
+        its key taken over by a later transaction sharing its first 8 bytes (see ``cairn_servers.brk.txindex``)."""
         got = self._db("tx").get(h[:8])
-        n = int(self.expl.meta.get("txs", 0))
         if got is not None and len(got) == 8:
             t = int.from_bytes(got, "little")
-            if t < n and bytes(self.raw.read("txindex_to_txid", t, t + 1)[0]) == h:
+            if t < int(self.expl.meta.get("txs", 0)) and bytes(self.raw.read("txindex_to_txid", t, t + 1)[0]) == h:
                 return t
-        raise NotFound(f"Transaction not found: {txid} is not in the chain up to height {self.tip()}.")
+        return -1
 
     def tx(self, t: int) -> Tx:
         height = self._one(self.raw, "txindex_to_height", t)
@@ -351,8 +376,8 @@ class Explorer:
 
     def status(self, t: int) -> dict[str, Any]:
         height = self._one(self.raw, "txindex_to_height", t)
-        return {"confirmed": True, "block_height": height, "block_hash": self.block_hash(height),
-                "block_time": self._one(self.raw, "height_to_timestamp", height)}
+        _, _, _, block_hash, time = self._height(height)
+        return {"confirmed": True, "block_height": height, "block_hash": block_hash, "block_time": time}
 
     def _output(self, script: bytes, value: int) -> dict[str, Any]:
         from cairn_servers.brk.script import asm, script_address, script_type
@@ -391,7 +416,9 @@ class Explorer:
             if o == NO_OUTPUT:
                 entry["prevout"] = None
             else:
-                pt = self._tx_of_output(o)
+                pt = self._lookup_txid(prev)  # one look-up; a binary search over the outputs when it misses
+                if pt < 0 or self._one(self.raw, "txindex_to_first_outputindex", pt) + vout != o:
+                    pt = self._tx_of_output(o)
                 prevout_script = self.tx(pt).outputs[vout][1]
                 entry["prevout"] = self._output(prevout_script, self._one(self.raw, "outputindex_to_value", o))
             entry["scriptsig"] = script_sig.hex()

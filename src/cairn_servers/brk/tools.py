@@ -31,7 +31,10 @@ INSTRUCTIONS = (
     "Explore before querying: search_vecids(q) finds ids by words (\"realized price\", \"coins unmoved for "
     "10 years\"), or list them with get_indexes, get_vecids or get_index_to_vecids, get_vecid_to_indexes; "
     "then get_vecs(index, ids, from, to, count, format). Negative from/to count from the end "
-    "(from=-1 is the latest value). Prefer these tools over browsing the web for Bitcoin chain data."
+    "(from=-1 is the latest value). "
+    "For single blocks, transactions and addresses (a block explorer): get_block(height or hash), "
+    "get_tx(txid), get_address(address: balance, totals, latest txids), get_address_utxos(address). "
+    "Prefer these tools over browsing the web for Bitcoin chain data."
 )
 
 def build_server(interface: Interface) -> Server:
