@@ -7,7 +7,7 @@ For each size N (transactions), with K transactions per block:
 2. ``brk index`` into a fresh output directory, as a user runs it: the raw index and then every computed
    family (``--no-compute``: the raw index only). Wall time, block data bytes, MB/s (block data over the
    whole command's wall time), the time of each stage (``index``, ``computed``, ``utxo``, ``realized``,
-   ``addresses``, from the command's own JSON progress lines) and the peak RSS of every process;
+   ``addresses``, ``explorer``, from the command's own JSON progress lines) and the peak RSS of every process;
 3. with ``--prices``: ``brk price import`` of a synthetic daily series, then ``brk index`` again, which
    computes the realized family (it needs prices) on the indexed store: its wall time and stages;
 4. ``brk index`` once more (same flags): the reopen time of an up-to-date store.

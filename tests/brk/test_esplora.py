@@ -273,6 +273,17 @@ def test_block_1s_coinbase_output_by_script_hash(api: httpx.Client, chain: Chain
     assert api.get(f"/scripthash/{unseen}").json()["chain_stats"] == zero
 
 
+def test_a_script_hash_sharing_the_indexed_prefix_answers_nothing(api: httpx.Client, chain: Chain) -> None:
+    """The script-hash index keys the first 16 bytes of a hash: a hash sharing them with block 1's output
+    (another script's) is checked in full and has no history."""
+    script = chain.blocks[1].txs[0].outputs[0][1]
+    real = hashlib.sha256(script).digest()
+    other = (real[:16] + bytes(x ^ 0xFF for x in real[16:])).hex()
+    assert api.get(f"/scripthash/{other}").json()["chain_stats"]["tx_count"] == 0
+    assert api.get(f"/scripthash/{other}/utxo").json() == [] and api.get(f"/scripthash/{other}/txs").json() == []
+    assert api.get(f"/scripthash/{real.hex()}").json()["chain_stats"]["tx_count"] == 1
+
+
 def test_a_busy_key_history_paged_newest_first(api: httpx.Client, chain: Chain,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """Block 9's key paid block 170 and got change back: its history and totals from the blocks, paged two

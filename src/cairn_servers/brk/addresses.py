@@ -7,8 +7,8 @@ the address is the script type plus its payload (the 20/32-byte hash, or the pub
 output, which counts as an address as in BRK). Types with no address (bare multisig, OP_RETURN,
 empty, unknown) are left out.
 
-* ``OUT/addresses/scripthash/``: RocksDB, the SHA-256 of each address's output script -> its address
-  bytes (the block explorer's ``/scripthash/`` routes; Esplora's script hash).
+* ``OUT/addresses/scripthash/``: RocksDB, the first 16 bytes of the SHA-256 of each address's output
+  script -> its address bytes (the block explorer's ``/scripthash/`` routes; Esplora's script hash).
 * ``OUT/addresses/index/``: RocksDB, address bytes -> address id (8 bytes), ids given in order of
   first appearance. An entry is trusted only if its id is below the committed address count and the
   id's stored 8-byte key hash matches, so entries left by an interrupted run or an orphaned block
@@ -88,9 +88,11 @@ SCRIPTS: dict[int, tuple[bytes, bytes]] = {
     0: (b"\x41", b"\xac"), 1: (b"\x21", b"\xac"), 2: (b"\x76\xa9\x14", b"\x88\xac"), 4: (b"\xa9\x14", b"\x87"),
     6: (b"\x00\x14", b""), 7: (b"\x00\x20", b""), 8: (b"\x51\x20", b""), 9: (b"", b""),
 }
-# Keys of ``OUT/addresses/scripthash/``: this byte, then the SHA-256 of the output script, -> the address key.
-# Stale entries (an interrupted chunk, an orphaned block) are harmless: the key they name is checked as usual.
-SCRIPTHASH = b"\xfe"
+# Keys of ``OUT/addresses/scripthash/``: the first 16 bytes of the SHA-256 of the output script -> the
+# address key. A reader checks the whole hash against the script the value names (a shared prefix never
+# answers for another script), and that address's id as usual (stale entries, left by an interrupted chunk
+# or an orphaned block, never answer either).
+SCRIPTHASH_BYTES = 16
 
 
 def address_script(key: bytes) -> bytes:
@@ -100,18 +102,17 @@ def address_script(key: bytes) -> bytes:
 
 
 def script_hash_keys(keys: list[bytes]) -> np.ndarray:
-    """The index keys (``SCRIPTHASH`` + SHA-256 of the script) of address keys of one type, as (n, 33) bytes."""
+    """The script-hash index keys of address keys of one type: the first ``SCRIPTHASH_BYTES`` bytes of the
+    SHA-256 of each one's script, as an (n, SCRIPTHASH_BYTES) byte array."""
     from hashlib import sha256
 
     import numpy as np
 
-    result = np.empty((len(keys), 33), dtype=np.uint8)
-    if keys:
-        pre, post = SCRIPTS[keys[0][0]]
-        digests = b"".join([sha256(pre + k[1:] + post).digest() for k in keys])  # the floor is sha256 itself
-        result[:, 0] = SCRIPTHASH[0]
-        result[:, 1:] = np.frombuffer(digests, dtype=np.uint8).reshape(-1, 32)
-    return result
+    if not keys:
+        return np.zeros((0, SCRIPTHASH_BYTES), dtype=np.uint8)
+    pre, post = SCRIPTS[keys[0][0]]
+    digests = b"".join([sha256(pre + k[1:] + post).digest() for k in keys])  # the floor is sha256 itself
+    return np.frombuffer(digests, dtype=np.uint8).reshape(-1, 32)[:, :SCRIPTHASH_BYTES]
 
 
 def addresses_dir(out: Path) -> Path:
@@ -591,14 +592,15 @@ class _AddressPass:
             options = WriteOptions()
             options.memtable_insert_hint_per_batch = True
             self.db.write(wb, options)
-            # The block explorer's /scripthash/ look-up: SCRIPTHASH + sha256(script) -> key. Random keys: a batch
+            # The block explorer's /scripthash/ look-up: sha256(script)[:16] -> key. Random keys: a batch
             # of its own, sorted, without the insert hint (unsorted, or with the hint, a write took 4x as long).
-            hashed = np.concatenate([script_hash_keys(keys) for keys, _ in new])
-            every = [k for keys, _ in new for k in keys]
-            order = np.argsort(hashed[:, 1:9].copy().view(">u8").ravel())  # sorted: a random batch took 4x as long
             wb = WriteBatch(raw_mode=True)
-            deque(map(wb.put, hashed[order].view("V33").ravel().tolist(), map(every.__getitem__, order.tolist())),
-                  maxlen=0)
+            for keys, _ in new:  # each type's entries sorted (unsorted, a batch took 4x as long)
+                hashed = script_hash_keys(keys)
+                order = np.argsort(hashed[:, :8].copy().view(">u8").ravel())
+                mat = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), -1)
+                deque(map(wb.put, np.ascontiguousarray(hashed[order]).view(f"V{SCRIPTHASH_BYTES}").ravel().tolist(),
+                          np.ascontiguousarray(mat[order]).view(f"V{mat.shape[1]}").ravel().tolist()), maxlen=0)
             self.scripthashes.write(wb)
         from cairn_servers.brk.faults import fault as _fault
 

@@ -174,8 +174,8 @@ class Explorer:
             self.raw.refresh()
             self.addr.refresh()
             if self.expl.refresh():
-                for db in self._dbs.values():
-                    db.close()
+                # Dropped, not closed: a request in another thread may still be reading through them (they
+                # close when the last reference goes).
                 self._dbs = {}
                 self._heights = {}
 
@@ -546,8 +546,14 @@ class Explorer:
             if len(text) != 64 or not set(text) <= _HEX:
                 raise InvalidInput(f"Invalid script hash {text[:100]!r}: give the SHA-256 of the output script, "
                                    "64 hexadecimal digits.")
-            key = self._db("sh").get(b"\xfe" + bytes.fromhex(text)) if (self.out / "addresses" / "scripthash").exists() \
+            from cairn_servers.brk.addresses import SCRIPTHASH_BYTES, SCRIPTS
+
+            want = bytes.fromhex(text)
+            key = self._db("sh").get(want[:SCRIPTHASH_BYTES]) if (self.out / "addresses" / "scripthash").exists() \
                 else None
+            if key is not None and (key[0] not in SCRIPTS or sha256(SCRIPTS[key[0]][0] + key[1:] + SCRIPTS[key[0]][1])
+                                    .digest() != want):
+                key = None  # another script sharing the first 16 bytes of its hash
             return {"scripthash": text.lower()}, self._address_id(key)
         return {"address": text}, self._address_id(address_key(address_script(text, self.network)))
 

@@ -5,11 +5,9 @@ process runs its passes (``cairn_servers.brk.compute.run_passes``) over the heig
 committed, again and again as the indexer commits more:
 
 * ``N == 1``: no stage process; the passes run after the indexer in the same process (``compute``).
-* ``N == 2``: one stage process runs ``computed``, ``utxo`` (with ``realized``), ``addresses`` and
-  ``explorer`` (the block explorer's indexes, which read the address pass's ids) in turn.
-* ``N >= 3``: two stage processes, ``computed`` + ``utxo`` in one and ``addresses`` + ``explorer`` in the other (it costs
-  about four times the three others together; a finer split would not go faster, the indexer stays the
-  slowest process: see docs/brk.md).
+* ``N >= 2``: two stage processes, ``computed`` + ``utxo`` (with ``realized``) in one, ``addresses`` +
+  ``explorer`` (the block explorer's indexes, which read the address pass's ids) in the other (they cost
+  several times the others together; a finer split would not go faster: see docs/brk.md).
 
 The parent talks to each stage over its stdin/stdout, one line per message. Parent to stage: ``go N``
 (the raw store committed more heights; ``go N now``: start a cycle at once, the indexer is done),
@@ -59,8 +57,9 @@ def groups(jobs: int) -> list[tuple[str, ...]]:
     """The passes of each stage process for ``jobs`` processes in all (the indexer is one)."""
     if jobs <= 1:
         return []
-    if jobs == 2:
-        return [("computed", "utxo", "addresses", "explorer")]
+    # Two processes or more: the address and explorer passes (the costly ones, and the explorer reads what the
+    # address pass writes) in one stage, the others in another. With one stage for all four, that stage
+    # was the slowest process of a two-core job and the indexer waited on it (docs/benchmarks.md).
     return [("computed", "utxo"), ("addresses", "explorer")]
 
 
