@@ -320,8 +320,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-compute", action="store_true", help="index raw vecs only (no computed datasets)")
     p.add_argument("--jobs", type=_jobs, metavar="N",
                    help="processes to use (default: the machine's cores). 1: the computed datasets are computed "
-                        "after indexing, in this process; 2: they run in one more process beside the indexer, "
-                        "following each committed height; 3 or more: the address pass gets a process of its own")
+                        "after indexing, in this process; 2 or more: they run in two more processes beside the "
+                        "indexer (the address and block explorer passes in one), following each committed height")
     p.add_argument("--progress", choices=("auto", "bar", "json", "none"), default="auto",
                    help="progress on stderr: auto (a bar on a terminal, else JSON lines), bar, json or none")
     format_arg(p)
