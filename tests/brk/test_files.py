@@ -93,8 +93,8 @@ def test_missing_dir_is_explained(tmp_path: Path) -> None:
 # -- Hardening round 2 (issue 20.6): every read of a node's directory is bounded ---------------------
 
 
-def _chain(path: Path, blocks: int = 150, **kw: int) -> Path:
-    write_sample(path, blocks, seed=3, **kw)
+def _chain(path: Path, blocks: int = 150, max_file_bytes: int = 128 << 20) -> Path:
+    write_sample(path, blocks, seed=3, max_file_bytes=max_file_bytes)
     return path
 
 

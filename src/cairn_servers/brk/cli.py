@@ -4,7 +4,7 @@ Commands:
   brk index  [--blocks-dir DIR] --out DIR [--watch] [--jobs N]
                                                      index new blocks (resumes; rolls back on reorgs)
   brk fetch  --rpc-url URL --blocks-dir DIR          mirror a bitcoind's best chain into blk files
-  brk sample --blocks N --out DIR [--txs-per-block K] [--mainnet]
+  brk sample --blocks N --out DIR [--txs-per-block K] [--pay ADDR:SATS[:COUNT]] [--mainnet]
                                                      write a regtest sample chain (or mainnet 0..589)
   brk status --out DIR                               the committed tip and vec lengths
   brk serve  --out DIR [--bind 127.0.0.1:3110]       HTTP API, web page and MCP (POST /mcp)
@@ -241,14 +241,15 @@ def _jobs(text: str) -> int:
 def _cmd_sample(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from cairn_servers.brk.sample import write_mainnet_sample, write_sample
+    from cairn_servers.brk.sample import parse_pay, write_mainnet_sample, write_sample
 
     if args.mainnet:
         summary = write_mainnet_sample(Path(args.out).expanduser())
     else:
         summary = write_sample(Path(args.out).expanduser(), args.blocks, seed=args.seed,
                                max_file_bytes=args.max_file_bytes, txs_per_block=args.txs_per_block,
-                               pool_cap=args.pool_cap)
+                               pool_cap=args.pool_cap, pay=[p for text in args.pay for p in parse_pay(text)],
+                               spend=args.spend, change=args.change)
     print_data(summary, args.format)
     return 0
 
@@ -326,7 +327,12 @@ def build_parser() -> argparse.ArgumentParser:
     format_arg(p)
     p.set_defaults(func=_cmd_index)
 
-    p = sub.add_parser("sample", help="write a deterministic regtest sample chain")
+    p = sub.add_parser("sample", help="write a deterministic regtest sample chain",
+                       description="Write a deterministic regtest-magic chain (blk*.dat files) for brk index. With "
+                                   "--pay it also pays given addresses, and with --spend spends some of them again "
+                                   "with change, so a wallet sees receives, spends and change. Block 0 is the "
+                                   "sample's own genesis, not Bitcoin Core's regtest one: give a wallet library "
+                                   "its hash (brk serve: GET /api/block-height/0).")
     p.add_argument("--blocks", type=int, default=1000, help="number of blocks (default 1000)")
     p.add_argument("--out", required=True, help="directory to write blk*.dat files into")
     p.add_argument("--seed", type=int, default=7)
@@ -337,6 +343,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pool-cap", type=int, default=1 << 18,
                    help="with --txs-per-block: at most this many spendable coins kept by the generator "
                         "(bounds its memory; default 262144)")
+    p.add_argument("--pay", action="append", default=[], metavar="ADDR:SATS[:COUNT]",
+                   help="pay SATS to a regtest address (bcrt1..., m/n... or 2...), COUNT times (default 1), one "
+                        "transaction each, spread evenly over heights 101 to the last but one; repeatable, paid in "
+                        "the order given (sparse chain only)")
+    p.add_argument("--spend", type=int, default=0, metavar="N",
+                   help="spend the first N paid outputs again, each 1-12 blocks after it was paid: most of it to "
+                        "an outside address, the rest as change to the --change addresses (default 0)")
+    p.add_argument("--change", action="append", default=[], metavar="ADDR",
+                   help="where the change of --spend goes, each address in turn; repeatable (default: no change)")
     p.add_argument("--mainnet", action="store_true", help="write the bundled mainnet heights 0..589 instead")
     format_arg(p)
     p.set_defaults(func=_cmd_sample)
