@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import struct
 import threading
+from functools import lru_cache
 from hashlib import sha256
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,6 +40,15 @@ HEIGHT_CACHE = 4096  # heights whose block position, transactions and hash are k
 _HEX = frozenset("0123456789abcdefABCDEF")
 _U32 = struct.Struct("<I").unpack_from
 _U64 = struct.Struct("<Q").unpack_from
+
+
+@lru_cache(maxsize=4096)
+def _described(script: bytes, network: str) -> tuple[str, str, str | None]:
+    """An output script's asm, type and address (None: not an address). Cached: a history page repeats its
+    address in most transactions, and the bech32 and base58 encodings are half the cost of a page."""
+    from cairn_servers.brk.script import asm, script_address, script_type
+
+    return asm(script), script_type(script), script_address(script, network)
 
 
 def sha256d(data: bytes) -> bytes:
@@ -380,11 +390,9 @@ class Explorer:
         return {"confirmed": True, "block_height": height, "block_hash": block_hash, "block_time": time}
 
     def _output(self, script: bytes, value: int) -> dict[str, Any]:
-        from cairn_servers.brk.script import asm, script_address, script_type
-
-        result: dict[str, Any] = {"scriptpubkey": script.hex(), "scriptpubkey_asm": asm(script),
-                                  "scriptpubkey_type": script_type(script)}
-        address = script_address(script, self.network)
+        script_asm, kind, address = _described(script, self.network)
+        result: dict[str, Any] = {"scriptpubkey": script.hex(), "scriptpubkey_asm": script_asm,
+                                  "scriptpubkey_type": kind}
         if address is not None:
             result["scriptpubkey_address"] = address
         result["value"] = value
