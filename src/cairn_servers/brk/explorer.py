@@ -26,7 +26,6 @@ the fork (and deletes the rolled-back block hashes); the new chain's entries are
 from __future__ import annotations
 
 import os
-from collections import deque
 from collections.abc import Callable
 from itertools import repeat
 from pathlib import Path
@@ -205,9 +204,10 @@ class _ExplorerPass:
 
     def _chunk(self, a: int, b: int, meta: dict[str, Any]) -> None:
         import numpy as np
-        from rocksdict import WriteBatch, WriteOptions
+        from rocksdict import WriteBatch
 
         from cairn_servers.brk.faults import fault
+        from cairn_servers.brk.rocks import ingest_sorted
         from cairn_servers.brk.gather import Rows, gather
 
         t0, t1, i0, i1, o0, o1 = self._ends(a, b)
@@ -241,11 +241,9 @@ class _ExplorerPass:
         for h, height in zip(hashes, range(a, b)):
             wb.put(BLOCK + bytes(h), height.to_bytes(4, "little"))
         self.db.write(wb)
-        wb = WriteBatch(raw_mode=True)  # the history keys in key order, and the engine told so: cheaper inserts
-        deque(map(wb.put, keys.view(f"V{KEY_BYTES}").ravel().tolist(), repeat(b"")), maxlen=0)
-        options = WriteOptions()
-        options.memtable_insert_hint_per_batch = True
-        self.db.write(wb, options)
+        # The history keys (strictly increasing): one table file moved into the engine, no log nor memtable.
+        ingest_sorted(self.db, self.root / "index", keys.view(f"V{KEY_BYTES}").ravel().tolist(), repeat(b""),
+                      partitioned=True)
         # Spenders: 1 + the input, at each spent output (in place; trusted once committed).
         with open(self._spender_path, "ab") as fh:
             if fh.tell() < 8 * o1:
