@@ -320,7 +320,7 @@ class _AddressPass:
             from cairn_servers.brk.rocks import open_rocksdb
 
             try:
-                self._sh = open_rocksdb(self.root / "scripthash", memtable_mb=16, cache_mb=8)
+                self._sh = open_rocksdb(self.root / "scripthash", memtable_mb=16, cache_mb=8, l0_files=16)
             except Exception as exc:  # rocksdict raises plain exceptions (a lock held, a corrupt file)
                 raise StorageError(f"Cannot open the script hash index {self.root / 'scripthash'}: {exc}.") from exc
         return self._sh

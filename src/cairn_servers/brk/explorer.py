@@ -109,7 +109,7 @@ class _ExplorerPass:
             from cairn_servers.brk.rocks import open_rocksdb
 
             try:
-                self._db = open_rocksdb(self.root / "index", memtable_mb=16, cache_mb=8, partitioned=True)
+                self._db = open_rocksdb(self.root / "index", memtable_mb=16, cache_mb=8, partitioned=True, l0_files=16)
             except Exception as exc:  # rocksdict raises plain exceptions (a lock held, a corrupt file)
                 raise StorageError(f"Cannot open the explorer index {self.root / 'index'}: {exc}.") from exc
         return self._db
