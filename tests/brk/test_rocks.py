@@ -46,3 +46,22 @@ def test_ingest_sorted(tmp_path: Path) -> None:
         assert db.get(b"H2") == b"B" and db.get(b"H4") == b"d" and db.get(b"H5") is None
     finally:
         db.close()
+
+
+def test_sorted_history_keys_past_2_23_addresses() -> None:
+    """Address ids of 2**23 and more (a chain of some millions of transactions) and txindexes past 2**32:
+    keys in strict key order, each pair once, decoding back to the pairs (a 64-bit packing of a 32-bit id
+    shifted by 40 bits overflowed: wrong ids, and the table writer refused the order)."""
+    from cairn_servers.brk.explorer import KEY_BYTES, sorted_history_keys
+
+    rng = np.random.default_rng(11)
+    for tx_top in (1 << 30, 1 << 39):
+        addr = rng.integers(0, 1 << 32, 5000, dtype=np.int64)
+        addr[:100] = (1 << 23) + np.arange(100)
+        addr[100:200] = (1 << 32) - 1 - np.arange(100)
+        tx = rng.integers(0, tx_top, 5000, dtype=np.int64)
+        addr, tx = np.concatenate((addr, addr[:300])), np.concatenate((tx, tx[:300]))  # repeats
+        keys = [bytes(k) for k in sorted_history_keys(addr, tx)]
+        want = sorted({b"H" + int(x).to_bytes(4, "big") + int(y).to_bytes(5, "big") for x, y in zip(addr, tx)})
+        assert keys == want and all(len(k) == KEY_BYTES for k in keys)
+    assert sorted_history_keys(np.zeros(0, np.int64), np.zeros(0, np.int64)).shape == (0, KEY_BYTES)

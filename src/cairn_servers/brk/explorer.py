@@ -65,6 +65,27 @@ def history_keys(addr: np.ndarray, tx: np.ndarray) -> np.ndarray:
     return keys
 
 
+def sorted_history_keys(addr: np.ndarray, tx: np.ndarray) -> np.ndarray:
+    """The history keys of (address id, txindex) pairs, in key order (address, then txindex), each once.
+
+    Address ids reach 2**32 and txindexes 2**40: packed into one 64-bit integer (one sort of integers)
+    while the txindexes fit in 32 bits, else sorted on the two columns."""
+    import numpy as np
+
+    a = addr.astype(np.uint64)
+    t = tx.astype(np.uint64)
+    if not a.size:
+        return history_keys(a, t)
+    if int(t.max()) < 1 << 32:
+        packed = np.sort((a << np.uint64(32)) | t)
+        packed = packed[np.concatenate(([True], packed[1:] != packed[:-1]))]
+        return history_keys(packed >> np.uint64(32), packed & np.uint64((1 << 32) - 1))
+    order = np.lexsort((t, a))
+    a, t = a[order], t[order]
+    first = np.concatenate(([True], (a[1:] != a[:-1]) | (t[1:] != t[:-1])))
+    return history_keys(a[first], t[first])
+
+
 def update(out: Path, *, durable: bool = True, progress: Callable[..., None] | None = None,
            stop: Callable[[], bool] | None = None) -> dict[str, Any] | None:
     """Bring ``OUT/explorer`` up to the address pass's committed tip (None when there is no address pass)."""
@@ -232,10 +253,7 @@ class _ExplorerPass:
         pair_addr = np.concatenate((out_addr, s_addr))
         pair_tx = np.concatenate((out_tx, in_tx[real]))
         keep = pair_addr != NONE
-        packed = np.sort((pair_addr[keep] << 40) | pair_tx[keep])  # key order: address, then txindex
-        if packed.size:
-            packed = packed[np.concatenate(([True], packed[1:] != packed[:-1]))]
-        keys = history_keys(packed >> 40, packed & ((1 << 40) - 1))
+        keys = sorted_history_keys(pair_addr[keep], pair_tx[keep])
         hashes = self.raw.read("height_to_blockhash", a, b)
         wb = WriteBatch(raw_mode=True)
         for h, height in zip(hashes, range(a, b)):
