@@ -26,7 +26,6 @@ the fork (and deletes the rolled-back block hashes); the new chain's entries are
 from __future__ import annotations
 
 import os
-from collections import deque
 from collections.abc import Callable
 from itertools import repeat
 from pathlib import Path
@@ -64,6 +63,27 @@ def history_keys(addr: np.ndarray, tx: np.ndarray) -> np.ndarray:
     keys[:, 1:5] = addr.astype(">u4").view(np.uint8).reshape(-1, 4)
     keys[:, 5:] = tx.astype(">u8").view(np.uint8).reshape(-1, 8)[:, 3:]
     return keys
+
+
+def sorted_history_keys(addr: np.ndarray, tx: np.ndarray) -> np.ndarray:
+    """The history keys of (address id, txindex) pairs, in key order (address, then txindex), each once.
+
+    Address ids reach 2**32 and txindexes 2**40: packed into one 64-bit integer (one sort of integers)
+    while the txindexes fit in 32 bits, else sorted on the two columns."""
+    import numpy as np
+
+    a = addr.astype(np.uint64)
+    t = tx.astype(np.uint64)
+    if not a.size:
+        return history_keys(a, t)
+    if int(t.max()) < 1 << 32:
+        packed = np.sort((a << np.uint64(32)) | t)
+        packed = packed[np.concatenate(([True], packed[1:] != packed[:-1]))]
+        return history_keys(packed >> np.uint64(32), packed & np.uint64((1 << 32) - 1))
+    order = np.lexsort((t, a))
+    a, t = a[order], t[order]
+    first = np.concatenate(([True], (a[1:] != a[:-1]) | (t[1:] != t[:-1])))
+    return history_keys(a[first], t[first])
 
 
 def update(out: Path, *, durable: bool = True, progress: Callable[..., None] | None = None,
@@ -110,7 +130,7 @@ class _ExplorerPass:
             from cairn_servers.brk.rocks import open_rocksdb
 
             try:
-                self._db = open_rocksdb(self.root / "index", memtable_mb=16, cache_mb=8, partitioned=True)
+                self._db = open_rocksdb(self.root / "index", memtable_mb=16, cache_mb=8, partitioned=True, l0_files=16)
             except Exception as exc:  # rocksdict raises plain exceptions (a lock held, a corrupt file)
                 raise StorageError(f"Cannot open the explorer index {self.root / 'index'}: {exc}.") from exc
         return self._db
@@ -205,9 +225,10 @@ class _ExplorerPass:
 
     def _chunk(self, a: int, b: int, meta: dict[str, Any]) -> None:
         import numpy as np
-        from rocksdict import WriteBatch, WriteOptions
+        from rocksdict import WriteBatch
 
         from cairn_servers.brk.faults import fault
+        from cairn_servers.brk.rocks import ingest_sorted
         from cairn_servers.brk.gather import Rows, gather
 
         t0, t1, i0, i1, o0, o1 = self._ends(a, b)
@@ -232,20 +253,15 @@ class _ExplorerPass:
         pair_addr = np.concatenate((out_addr, s_addr))
         pair_tx = np.concatenate((out_tx, in_tx[real]))
         keep = pair_addr != NONE
-        packed = np.sort((pair_addr[keep] << 40) | pair_tx[keep])  # key order: address, then txindex
-        if packed.size:
-            packed = packed[np.concatenate(([True], packed[1:] != packed[:-1]))]
-        keys = history_keys(packed >> 40, packed & ((1 << 40) - 1))
+        keys = sorted_history_keys(pair_addr[keep], pair_tx[keep])
         hashes = self.raw.read("height_to_blockhash", a, b)
         wb = WriteBatch(raw_mode=True)
         for h, height in zip(hashes, range(a, b)):
             wb.put(BLOCK + bytes(h), height.to_bytes(4, "little"))
         self.db.write(wb)
-        wb = WriteBatch(raw_mode=True)  # the history keys in key order, and the engine told so: cheaper inserts
-        deque(map(wb.put, keys.view(f"V{KEY_BYTES}").ravel().tolist(), repeat(b"")), maxlen=0)
-        options = WriteOptions()
-        options.memtable_insert_hint_per_batch = True
-        self.db.write(wb, options)
+        # The history keys (strictly increasing): one table file moved into the engine, no log nor memtable.
+        ingest_sorted(self.db, self.root / "index", keys.view(f"V{KEY_BYTES}").ravel().tolist(), repeat(b""),
+                      partitioned=True)
         # Spenders: 1 + the input, at each spent output (in place; trusted once committed).
         with open(self._spender_path, "ab") as fh:
             if fh.tell() < 8 * o1:
