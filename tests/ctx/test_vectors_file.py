@@ -1,0 +1,165 @@
+"""The memory-mapped vector files of SQLite knowledge bases (:mod:`cairn_servers.ctx.vectorfile`): the ANN index
+against the exact scan, writes applied as their own rows (no reload), a SIGKILL between the files and their state,
+and a new process answering without reading the matrix."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cairn_servers.ctx import vectorfile
+from cairn_servers.ctx.chunk import Chunk, chunk_hash
+from cairn_servers.ctx.store import DocumentRecord, SqliteStore
+
+MODEL = "fake:unit:16"
+DIMS = 16
+
+
+def _add(store: SqliteStore, rng: np.random.Generator, docs: range, per_doc: int = 10, *, source: str = "fs:a",
+         updated: int = 1_600_000_000) -> dict[str, np.ndarray]:
+    """Documents of ``per_doc`` distinct chunks each, every chunk with a random vector; hash -> vector."""
+    vectors: dict[str, np.ndarray] = {}
+    with store.transaction():
+        for d in docs:
+            chunks = []
+            for k in range(per_doc):
+                body = f"doc {d} chunk {k} {source}"
+                h = chunk_hash("", body)
+                chunks.append(Chunk(k, "", body, h))
+                vectors[h] = rng.normal(size=DIMS).astype(np.float32)
+            store.upsert(DocumentRecord(source=source, source_id=f"d{d}.md", title=f"D{d}", body="",
+                                        updated_at=updated + d, fingerprint="x", content_hash=str(d)), chunks)
+        store.put_vectors(MODEL, list(vectors), [v.tobytes() for v in vectors.values()])
+        store.bump()
+    return vectors
+
+
+def _exact(store: SqliteStore, q: np.ndarray, k: int) -> list[int]:
+    """The top ``k`` chunk rowids by cosine, computed from SQLite alone."""
+    rows = store.vector_rows(MODEL)
+    m = np.frombuffer(b"".join(r[3] for r in rows), dtype=np.float32).reshape(len(rows), DIMS)
+    m = m / np.linalg.norm(m, axis=1, keepdims=True)
+    scores = m @ (q / np.linalg.norm(q))
+    order = np.lexsort((np.array([r[0] for r in rows]), -scores))[:k]
+    return [rows[i][0] for i in order]
+
+
+def test_ann_recall_against_exact(tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    store = SqliteStore(tmp_path / "kb.sqlite", create=True)
+    _add(store, rng, range(300))  # 3,000 rows, the index threshold lowered to 1,000
+    files = vectorfile.files_for(store, MODEL, DIMS, ann_min_rows=1000)
+    assert files.ann is not None and files.ann_rows == 3000
+    found = 0
+    for _ in range(50):
+        q = rng.normal(size=DIMS).astype(np.float32)
+        ann = [c for c, _ in files.search(q, 10)]
+        exact = [c for c, _ in files.search(q, 10, exact=True)]
+        assert exact == _exact(store, q, 10)
+        found += len(set(ann) & set(exact))
+    assert found / 500 >= 0.95
+    vectorfile.forget(store)
+
+
+def test_write_is_applied_incrementally(tmp_path: Path) -> None:
+    rng = np.random.default_rng(2)
+    store = SqliteStore(tmp_path / "kb.sqlite", create=True)
+    _add(store, rng, range(200))
+    files = vectorfile.files_for(store, MODEL, DIMS, ann_min_rows=1000, fold_min_rows=10_000)
+    epoch, rows = files.state["epoch"], files.size
+    matrix = vectorfile.directory(store, MODEL) / f"matrix-{epoch}.f32"
+    before = matrix.stat().st_ino
+    added = _add(store, rng, range(200, 203), source="fs:b")  # 30 new rows
+    with store.transaction():  # a deleted document: its rows die
+        store.delete([store.sql("SELECT rowid FROM documents WHERE source_id = 'd0.md'")[0][0]])
+        store.bump()
+    after = vectorfile.files_for(store, MODEL, DIMS, ann_min_rows=1000, fold_min_rows=10_000)
+    assert after is not files
+    # The same files, 30 rows appended, 10 rows marked dead: no rebuild.
+    assert after.state["epoch"] == epoch and matrix.stat().st_ino == before and after.size == rows + 30
+    assert after.state["alive"] == rows + 30 - 10 and after.ann_rows == rows  # the new rows are the exact tail
+    q = next(iter(added.values()))
+    best = after.search(q, 1, ("fs:b",))
+    assert best and best[0][1] == pytest.approx(1.0, abs=1e-5)
+    assert store.sql("SELECT hash FROM chunks WHERE rowid = ?", [best[0][0]])[0][0] == next(iter(added))
+    gone = {r[0] for r in store.sql("SELECT rowid FROM chunks")}
+    for _ in range(20):
+        qv = rng.normal(size=DIMS).astype(np.float32)
+        hits = [c for c, _ in after.search(qv, 10)]
+        assert set(hits) <= gone and hits == _exact(store, qv, 10)[: len(hits)] or \
+            len(set(hits) & set(_exact(store, qv, 10))) >= 8
+    assert after.unembedded == 0
+    vectorfile.forget(store)
+
+
+KILLED = """
+import sys
+from cairn_servers.ctx import vectorfile
+from cairn_servers.ctx.store import SqliteStore
+store = SqliteStore(__import__("pathlib").Path(sys.argv[1]))
+vectorfile.files_for(store, sys.argv[2], int(sys.argv[3]), ann_min_rows=1000, fold_min_rows=10_000)
+"""
+
+
+def test_sigkill_between_the_files_and_their_state(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    store = SqliteStore(tmp_path / "kb.sqlite", create=True)
+    _add(store, rng, range(150))
+    files = vectorfile.files_for(store, MODEL, DIMS, ann_min_rows=1000)
+    committed = files.size
+    vectorfile.forget(store)
+    _add(store, rng, range(150, 160))  # committed in SQLite; the files are behind
+    env = dict(os.environ, CAIRN_VECTORS_KILL="after-append")
+    done = subprocess.run([sys.executable, "-c", KILLED, str(store.path), MODEL, str(DIMS)], env=env,
+                          capture_output=True, timeout=60)
+    assert done.returncode == -9  # killed after appending its rows, before replacing state.json
+    folder = vectorfile.directory(store, MODEL)
+    state = vectorfile._read_state(folder)
+    assert state is not None and state["rows"] == committed  # the state still counts the old rows only
+    matrix = folder / f"matrix-{state['epoch']}.f32"
+    assert matrix.stat().st_size == (committed + 100) * DIMS * 4  # the appended, uncounted rows
+    again = vectorfile.files_for(store, MODEL, DIMS, ann_min_rows=1000, fold_min_rows=10_000)
+    assert again.size == committed + 100 and matrix.stat().st_size == again.size * DIMS * 4
+    assert again.state["alive"] == committed + 100
+    for _ in range(10):
+        q = rng.normal(size=DIMS).astype(np.float32)
+        assert [c for c, _ in again.search(q, 10, exact=True)] == _exact(store, q, 10)
+    vectorfile.forget(store)
+
+
+FIRST = """
+import sys, time, resource
+import numpy as np
+from cairn_servers.ctx import vectorfile
+from cairn_servers.ctx.store import SqliteStore
+def read() -> int:
+    with open("/proc/self/io") as f:
+        return int(dict(line.split(": ") for line in f.read().splitlines())["rchar"])
+vectorfile._usearch()  # the libraries' own files are not the matrix
+store = SqliteStore(__import__("pathlib").Path(sys.argv[1]))
+before = read()
+files = vectorfile.files_for(store, sys.argv[2], int(sys.argv[3]))
+hits = files.search(np.ones(int(sys.argv[3]), dtype=np.float32), 10)
+print(len(hits), files.ann is not None, read() - before)
+"""
+
+
+def test_first_query_does_not_read_the_matrix(tmp_path: Path) -> None:
+    rng = np.random.default_rng(4)
+    store = SqliteStore(tmp_path / "kb.sqlite", create=True)
+    _add(store, rng, range(2500), per_doc=10)  # 25,000 rows: over the default index threshold
+    files = vectorfile.files_for(store, MODEL, DIMS)
+    assert files.ann is not None
+    vectorfile.forget(store)
+    matrix_bytes = files.size * DIMS * 4
+    out = subprocess.run([sys.executable, "-c", FIRST, str(store.path), MODEL, str(DIMS)], capture_output=True,
+                         text=True, timeout=60, check=True).stdout.split()
+    assert out[:2] == ["10", "True"]
+    # Bytes read with read(2) to open the files and answer: the state, not the matrix (mapped, touched only at the
+    # rescored rows) nor the index (mapped as a view).
+    assert int(out[2]) < matrix_bytes // 20
