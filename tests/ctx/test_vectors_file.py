@@ -5,6 +5,7 @@ and a new process answering without reading the matrix."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,12 +17,13 @@ from cairn_servers.ctx import vectorfile
 from cairn_servers.ctx.chunk import Chunk, chunk_hash
 from cairn_servers.ctx.store import DocumentRecord, SqliteStore
 
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "ctx"
 MODEL = "fake:unit:16"
 DIMS = 16
 
 
 def _add(store: SqliteStore, rng: np.random.Generator, docs: range, per_doc: int = 10, *, source: str = "fs:a",
-         updated: int = 1_600_000_000) -> dict[str, np.ndarray]:
+         updated: int = 1_600_000_000, model: str = MODEL, dims: int = DIMS) -> dict[str, np.ndarray]:
     """Documents of ``per_doc`` distinct chunks each, every chunk with a random vector; hash -> vector."""
     vectors: dict[str, np.ndarray] = {}
     with store.transaction():
@@ -31,10 +33,10 @@ def _add(store: SqliteStore, rng: np.random.Generator, docs: range, per_doc: int
                 body = f"doc {d} chunk {k} {source}"
                 h = chunk_hash("", body)
                 chunks.append(Chunk(k, "", body, h))
-                vectors[h] = rng.normal(size=DIMS).astype(np.float32)
+                vectors[h] = rng.normal(size=dims).astype(np.float32)
             store.upsert(DocumentRecord(source=source, source_id=f"d{d}.md", title=f"D{d}", body="",
                                         updated_at=updated + d, fingerprint="x", content_hash=str(d)), chunks)
-        store.put_vectors(MODEL, list(vectors), [v.tobytes() for v in vectors.values()])
+        store.put_vectors(model, list(vectors), [v.tobytes() for v in vectors.values()])
         store.bump()
     return vectors
 
@@ -143,7 +145,7 @@ def read() -> int:
 vectorfile._usearch()  # the libraries' own files are not the matrix
 store = SqliteStore(__import__("pathlib").Path(sys.argv[1]))
 before = read()
-files = vectorfile.files_for(store, sys.argv[2], int(sys.argv[3]))
+files = vectorfile.files_for(store, sys.argv[2], int(sys.argv[3]), ann_min_rows=1000)
 hits = files.search(np.ones(int(sys.argv[3]), dtype=np.float32), 10)
 print(len(hits), files.ann is not None, read() - before)
 """
@@ -152,14 +154,57 @@ print(len(hits), files.ann is not None, read() - before)
 def test_first_query_does_not_read_the_matrix(tmp_path: Path) -> None:
     rng = np.random.default_rng(4)
     store = SqliteStore(tmp_path / "kb.sqlite", create=True)
-    _add(store, rng, range(2500), per_doc=10)  # 25,000 rows: over the default index threshold
-    files = vectorfile.files_for(store, MODEL, DIMS)
+    _add(store, rng, range(400), model="fake:unit:384", dims=384)  # 4,000 rows of minilm's size: 6 MB
+    files = vectorfile.files_for(store, "fake:unit:384", 384, ann_min_rows=1000)
     assert files.ann is not None
     vectorfile.forget(store)
-    matrix_bytes = files.size * DIMS * 4
-    out = subprocess.run([sys.executable, "-c", FIRST, str(store.path), MODEL, str(DIMS)], capture_output=True,
+    matrix_bytes = files.size * 384 * 4
+    out = subprocess.run([sys.executable, "-c", FIRST, str(store.path), "fake:unit:384", "384"], capture_output=True,
                          text=True, timeout=60, check=True).stdout.split()
     assert out[:2] == ["10", "True"]
     # Bytes read with read(2) to open the files and answer: the state, not the matrix (mapped, touched only at the
     # rescored rows) nor the index (mapped as a view).
     assert int(out[2]) < matrix_bytes // 20
+
+
+def test_filters_through_the_index(tmp_path: Path) -> None:
+    rng = np.random.default_rng(6)
+    store = SqliteStore(tmp_path / "kb.sqlite", create=True)
+    _add(store, rng, range(250), source="fs:a")
+    _add(store, rng, range(250, 255), source="fs:b", updated=1_700_000_000)  # 50 rows of a small source
+    files = vectorfile.files_for(store, MODEL, DIMS, ann_min_rows=1000)
+    assert files.ann is not None and files.ann_rows == files.size == 2550
+    b = {r[0] for r in store.sql("SELECT c.rowid FROM chunks c JOIN documents d ON d.rowid = c.doc"
+                                 " WHERE d.source = 'fs:b'")}
+    for _ in range(10):
+        q = rng.normal(size=DIMS).astype(np.float32)
+        for hits in (files.search(q, 10, ("fs:b",)), files.search(q, 10, since=1_700_000_000)):
+            assert len(hits) == 10 and {c for c, _ in hits} <= b
+            exact = files.search(q, 10, ("fs:b",), exact=True)  # the narrow filter: its rows scanned
+            assert [c for c, _ in hits] == [c for c, _ in exact]
+            assert [s for _, s in hits] == pytest.approx([s for _, s in exact], abs=1e-5)
+    vectorfile.forget(store)
+
+
+def test_embed_rebuild_writes_the_files_again(tmp_path: Path) -> None:
+    from cairn_servers.ctx.service import Service
+
+    root = tmp_path / "example"
+    shutil.copytree(EXAMPLE, root, ignore=shutil.ignore_patterns("data"))
+    cfg = root / "ctx.toml"
+    cfg.write_text(cfg.read_text().replace('provider = "disabled"', 'provider = "local"'))
+    svc = Service.from_config(cfg)
+    assert all(r.ok for r in svc.sync("all").sources)
+    assert svc.search("connect to the VPN", "semantic", limit=1)[0].source_id == "vpn"
+    identity = svc.embedder().identity
+    folder = vectorfile.directory(svc.store, identity)
+    first = vectorfile._read_state(folder)
+    assert first is not None and first["alive"] == svc.store.counts()[1]
+    svc.embed_rebuild()
+    again = vectorfile._read_state(folder)
+    assert again is not None and again["epoch"] == first["epoch"] + 1 and again["alive"] == first["alive"]
+    assert sorted(p.name for p in folder.iterdir()) == ["lock", f"matrix-{again['epoch']}.f32",
+                                                        f"rows-{again['epoch']}.bin", "state.json"]
+    assert svc.search("connect to the VPN", "semantic", limit=1)[0].source_id == "vpn"
+    vectorfile.forget(svc.store)
+    svc.close()

@@ -170,12 +170,13 @@ def _current(store: "Store", model: str, chunks: list[int]) -> Iterator[tuple[in
             [model, *part])
 
 
-def build(store: "Store", model: str, dims: int, *, ann_min_rows: int = ANN_MIN_ROWS) -> dict[str, Any]:
+def build(store: "Store", model: str, dims: int, *, ann_min_rows: int | None = None) -> dict[str, Any]:
     """Write the model's files from the database (a new epoch), the index too when large enough; the new state."""
     import numpy as np
 
     from cairn_servers.ctx.retrieval import VectorMatrix
 
+    ann_min_rows = ANN_MIN_ROWS if ann_min_rows is None else ann_min_rows
     folder = directory(store, model)
     folder.mkdir(parents=True, exist_ok=True)
     _log_ready(store)
@@ -241,8 +242,8 @@ def _ann_build(folder: Path, state: dict[str, Any], upto: int, base: str | None 
     return name, upto
 
 
-def catch_up(store: "Store", model: str, dims: int, *, ann_min_rows: int = ANN_MIN_ROWS,
-             fold_min_rows: int = FOLD_MIN_ROWS) -> dict[str, Any]:
+def catch_up(store: "Store", model: str, dims: int, *, ann_min_rows: int | None = None,
+             fold_min_rows: int | None = None) -> dict[str, Any]:
     """Apply the database's changes since the files' state (building them when missing or far behind); the state."""
     folder = directory(store, model)
     state = _read_state(folder)
@@ -258,11 +259,13 @@ def catch_up(store: "Store", model: str, dims: int, *, ann_min_rows: int = ANN_M
     return build(store, model, dims, ann_min_rows=ann_min_rows)
 
 
-def _apply(store: "Store", folder: Path, state: dict[str, Any], ann_min_rows: int,
-           fold_min_rows: int) -> dict[str, Any] | None:
+def _apply(store: "Store", folder: Path, state: dict[str, Any], ann_min_rows: int | None,
+           fold_min_rows: int | None) -> dict[str, Any] | None:
     """One catch-up under the folder's lock: the new state, or None when building again is cheaper."""
     import numpy as np
 
+    ann_min_rows = ANN_MIN_ROWS if ann_min_rows is None else ann_min_rows
+    fold_min_rows = FOLD_MIN_ROWS if fold_min_rows is None else fold_min_rows
     model, epoch, committed = state["model"], state["epoch"], int(state["rows"])
     matrix_path, rows_path = folder / f"matrix-{epoch}.f32", folder / f"rows-{epoch}.bin"
     width, row_size = state["dims"] * 4, _row_dtype().itemsize
@@ -443,8 +446,8 @@ _lock = threading.Lock()
 _busy: set[tuple[str, str]] = set()
 
 
-def files_for(store: "Store", model: str, dims: int, *, ann_min_rows: int = ANN_MIN_ROWS,
-              fold_min_rows: int = FOLD_MIN_ROWS) -> VectorFiles:
+def files_for(store: "Store", model: str, dims: int, *, ann_min_rows: int | None = None,
+              fold_min_rows: int | None = None) -> VectorFiles:
     """The mapped files for this database and model, caught up with the store's generation. While one thread
     catches up, other threads keep answering from the state they have (they do not wait for it)."""
     key = (store.label, model)
