@@ -208,3 +208,22 @@ def test_embed_rebuild_writes_the_files_again(tmp_path: Path) -> None:
     assert svc.search("connect to the VPN", "semantic", limit=1)[0].source_id == "vpn"
     vectorfile.forget(svc.store)
     svc.close()
+
+
+def test_a_database_that_cannot_be_written_gets_no_log(tmp_path: Path) -> None:
+    """Without the change log (a read-only database), every change makes the next query write the files again."""
+    rng = np.random.default_rng(7)
+    store = SqliteStore(tmp_path / "kb.sqlite", create=True)
+    _add(store, rng, range(20))
+    store.sql("PRAGMA query_only = ON")
+    files = vectorfile.files_for(store, MODEL, DIMS)
+    assert files.state["seq"] == -1 and files.size == 200
+    assert not store.sql("SELECT name FROM sqlite_master WHERE name = 'vector_log'")
+    store.sql("PRAGMA query_only = OFF")
+    added = _add(store, rng, range(20, 21))
+    store.sql("PRAGMA query_only = ON")
+    again = vectorfile.files_for(store, MODEL, DIMS)
+    assert again.state["epoch"] == files.state["epoch"] + 1 and again.size == 210
+    best = again.search(next(iter(added.values())), 1)
+    assert store.sql("SELECT hash FROM chunks WHERE rowid = ?", [best[0][0]])[0][0] == next(iter(added))
+    vectorfile.forget(store)

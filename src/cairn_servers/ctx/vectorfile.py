@@ -69,9 +69,18 @@ CREATE TRIGGER IF NOT EXISTS vector_log_vec_del AFTER DELETE ON vectors
 
 
 def directory(store: "Store", model: str) -> Path:
-    """``<db>.vectors/<model>``, the model's name made safe for a file name."""
+    """``<db>.vectors/<model>``, the model's name made safe for a file name; when the database's folder cannot be
+    written (a read-only mount), a folder of this user's in the temporary directory instead."""
     path = Path(getattr(store, "path"))
-    return path.parent / f"{path.name}.vectors" / re.sub(r"[^A-Za-z0-9_.-]+", "_", model)
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", model)
+    beside = path.parent / f"{path.name}.vectors"
+    if beside.is_dir() and os.access(beside, os.W_OK) or not beside.exists() and os.access(path.parent, os.W_OK):
+        return beside / name
+    import hashlib
+    import tempfile
+
+    key = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"ctx-vectors-{os.getuid()}" / key / name
 
 
 def _row_dtype() -> Any:
@@ -144,14 +153,19 @@ class _FileLock:
         os.close(self.fd)
 
 
-def _log_ready(store: "Store") -> None:
-    """The change log and its triggers (one write transaction, once per database)."""
+def _log_ready(store: "Store") -> bool:
+    """The change log and its triggers (one write transaction, once per database); False when the database
+    cannot be written (then every change makes the next query write the files again, as a reload would)."""
     if store.sql("SELECT COUNT(*) FROM sqlite_master WHERE name = 'vector_log_vec_del'")[0][0]:
-        return
-    with store.transaction():
-        for statement in LOG.split(";\n"):
-            if statement.strip():
-                store.sql(statement)
+        return True
+    try:
+        with store.transaction():
+            for statement in LOG.split(";\n"):
+                if statement.strip():
+                    store.sql(statement)
+    except Exception:  # read-only (a mount, PRAGMA query_only): no log
+        return False
+    return True
 
 
 def _log_position(store: "Store") -> int:
@@ -178,13 +192,13 @@ def build(store: "Store", model: str, dims: int, *, ann_min_rows: int | None = N
 
     ann_min_rows = ANN_MIN_ROWS if ann_min_rows is None else ann_min_rows
     folder = directory(store, model)
-    folder.mkdir(parents=True, exist_ok=True)
-    _log_ready(store)
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    logged = _log_ready(store)
     with _FileLock(folder):
         old = _read_state(folder)
         epoch = (old["epoch"] + 1) if old else 1
         with store.snapshot():
-            seq = _log_position(store)
+            seq = _log_position(store) if logged else -1
             generation = store.generation()
             chunks = store.counts()[1]
             m = VectorMatrix.load(store, model, dims, scan=False)
@@ -247,7 +261,7 @@ def catch_up(store: "Store", model: str, dims: int, *, ann_min_rows: int | None 
     """Apply the database's changes since the files' state (building them when missing or far behind); the state."""
     folder = directory(store, model)
     state = _read_state(folder)
-    if state is not None and state["dims"] == dims:
+    if state is not None and state["dims"] == dims and state["seq"] >= 0:
         with _FileLock(folder):
             state = _read_state(folder)
             if state is not None and state["generation"] == store.generation():
