@@ -227,3 +227,22 @@ def test_a_database_that_cannot_be_written_gets_no_log(tmp_path: Path) -> None:
     best = again.search(next(iter(added.values())), 1)
     assert store.sql("SELECT hash FROM chunks WHERE rowid = ?", [best[0][0]])[0][0] == next(iter(added))
     vectorfile.forget(store)
+
+
+def test_the_index_is_mapped_once_per_file(tmp_path: Path) -> None:
+    rng = np.random.default_rng(8)
+    store = SqliteStore(tmp_path / "kb.sqlite", create=True)
+    _add(store, rng, range(150))
+    files = vectorfile.files_for(store, MODEL, DIMS, ann_min_rows=1000, fold_min_rows=10_000)
+    _add(store, rng, range(150, 151))  # into the tail: the same index file
+    after = vectorfile.files_for(store, MODEL, DIMS, ann_min_rows=1000, fold_min_rows=10_000)
+    assert after is not files and after.ann is files.ann and after.size == files.size + 10
+    _add(store, rng, range(151, 160))  # 100 tail rows, folded into a new index file
+    folded = vectorfile.files_for(store, MODEL, DIMS, ann_min_rows=1000, fold_min_rows=50)
+    assert folded.ann is not files.ann and folded.ann_rows == folded.size == files.size + 100
+    assert sorted(p.name for p in vectorfile.directory(store, MODEL).iterdir() if p.suffix == ".usearch") == \
+        [f"ann-1-{folded.size}.usearch"]
+    for _ in range(10):
+        q = rng.normal(size=DIMS).astype(np.float32)
+        assert len({c for c, _ in folded.search(q, 10)} & {c for c, _ in folded.search(q, 10, exact=True)}) >= 8
+    vectorfile.forget(store)

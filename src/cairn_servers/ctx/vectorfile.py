@@ -359,7 +359,8 @@ def _prune(store: "Store", folder: Path, seq: int) -> None:
 class VectorFiles:
     """One state of the files, mapped: what a query reads. Never changed in place: a catch-up makes a new one."""
 
-    def __init__(self, folder: Path, state: dict[str, Any]) -> None:
+    def __init__(self, folder: Path, state: dict[str, Any], previous: "VectorFiles | None" = None) -> None:
+        """``previous``: the state this one follows; its index, when the same file, is used again (not mapped anew)."""
         import numpy as np
 
         self.folder, self.state = folder, state
@@ -380,7 +381,10 @@ class VectorFiles:
             self.rows = np.zeros(0, dtype=_row_dtype())
         self.ann_rows = int(state["ann_rows"]) if state.get("ann") else 0
         self.ann: Any = None
-        if self.ann_rows:
+        if self.ann_rows and previous is not None and previous.ann is not None and \
+                previous.state.get("ann") == state["ann"] and previous.state["epoch"] == epoch:
+            self.ann = previous.ann
+        elif self.ann_rows:
             self.ann = _usearch().restore(str(folder / state["ann"]), view=True)
             self.ann.expansion_search = EXPANSION_SEARCH
 
@@ -476,7 +480,7 @@ def files_for(store: "Store", model: str, dims: int, *, ann_min_rows: int | None
         state = _read_state(folder)
         if state is None or state["generation"] != generation or state["dims"] != dims:
             state = catch_up(store, model, dims, ann_min_rows=ann_min_rows, fold_min_rows=fold_min_rows)
-        files = VectorFiles(folder, state)
+        files = VectorFiles(folder, state, cached)
         with _lock:
             _files[key] = files
         return files
