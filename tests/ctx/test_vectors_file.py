@@ -246,3 +246,22 @@ def test_the_index_is_mapped_once_per_file(tmp_path: Path) -> None:
         q = rng.normal(size=DIMS).astype(np.float32)
         assert len({c for c, _ in folded.search(q, 10)} & {c for c, _ in folded.search(q, 10, exact=True)}) >= 8
     vectorfile.forget(store)
+
+
+def test_applied_log_entries_are_deleted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(9)
+    store = SqliteStore(tmp_path / "kb.sqlite", create=True)
+    _add(store, rng, range(10))
+    vectorfile.files_for(store, MODEL, DIMS)
+    _add(store, rng, range(10, 12))  # 20 chunks and 20 vectors: 40 entries
+    monkeypatch.setattr(vectorfile, "PRUNE_ENTRIES", 1000)
+    files = vectorfile.files_for(store, MODEL, DIMS)
+    assert store.sql("SELECT COUNT(*) FROM vector_log")[0][0] == 40 and files.size == 120  # under the threshold
+    monkeypatch.setattr(vectorfile, "PRUNE_ENTRIES", 30)
+    _add(store, rng, range(12, 13))
+    files = vectorfile.files_for(store, MODEL, DIMS)
+    assert store.sql("SELECT COUNT(*) FROM vector_log")[0][0] == 0 and files.size == 130
+    assert store.sql("PRAGMA busy_timeout")[0][0] == 10000
+    _add(store, rng, range(13, 14))  # the log goes on from there
+    assert vectorfile.files_for(store, MODEL, DIMS).size == 140
+    vectorfile.forget(store)

@@ -345,15 +345,26 @@ def _apply(store: "Store", folder: Path, state: dict[str, Any], ann_min_rows: in
     return state
 
 
+PRUNE_ENTRIES = 50_000  # applied log entries left before a catch-up deletes them
+
+
 def _prune(store: "Store", folder: Path, seq: int) -> None:
-    """Delete applied log entries when this model's files are the only ones (other models would miss them)."""
+    """Delete the applied log entries once there are :data:`PRUNE_ENTRIES`, when this model's files are the only
+    ones (another model's would miss them). Never waits: while another connection writes (a sync), it is left
+    to a later catch-up, so a search does not wait for the sync's transaction."""
     if len([p for p in folder.parent.iterdir() if p.is_dir()]) != 1:
         return
+    first = store.sql("SELECT MIN(seq) FROM vector_log")[0][0]
+    if first is None or seq - int(first) < PRUNE_ENTRIES:
+        return
+    store.sql("PRAGMA busy_timeout = 0")
     try:
         with store.transaction():
             store.sql("DELETE FROM vector_log WHERE seq <= ?", [seq])
     except Exception:  # a read-only or busy database: the entries stay, harmless
         pass
+    finally:
+        store.sql("PRAGMA busy_timeout = 10000")
 
 
 class VectorFiles:
