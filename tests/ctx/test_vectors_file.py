@@ -95,7 +95,7 @@ def test_write_is_applied_incrementally(tmp_path: Path) -> None:
         hits = [c for c, _ in after.search(qv, 10)]
         assert set(hits) <= gone and hits == _exact(store, qv, 10)[: len(hits)] or \
             len(set(hits) & set(_exact(store, qv, 10))) >= 8
-    assert after.unembedded == 0
+    assert after.unembedded == 0 and after.state["chunks"] == store.counts()[1]
     vectorfile.forget(store)
 
 
@@ -264,4 +264,28 @@ def test_applied_log_entries_are_deleted(tmp_path: Path, monkeypatch: pytest.Mon
     assert store.sql("PRAGMA busy_timeout")[0][0] == 10000
     _add(store, rng, range(13, 14))  # the log goes on from there
     assert vectorfile.files_for(store, MODEL, DIMS).size == 140
+    vectorfile.forget(store)
+
+
+def test_unembedded_follows_the_log(tmp_path: Path) -> None:
+    rng = np.random.default_rng(10)
+    store = SqliteStore(tmp_path / "kb.sqlite", create=True)
+    _add(store, rng, range(10))
+    assert vectorfile.files_for(store, MODEL, DIMS).unembedded == 0
+    with store.transaction():  # a document whose 3 chunks wait for their vectors
+        store.upsert(DocumentRecord(source="fs:a", source_id="new.md", title="New", body="", updated_at=1,
+                                    fingerprint="x", content_hash="n"),
+                     [Chunk(k, "", f"pending {k}", chunk_hash("", f"pending {k}")) for k in range(3)])
+        store.bump()
+    assert vectorfile.files_for(store, MODEL, DIMS).unembedded == 3
+    with store.transaction():
+        store.put_vectors(MODEL, [chunk_hash("", "pending 0")], [rng.normal(size=DIMS).astype(np.float32).tobytes()])
+        store.bump()
+    files = vectorfile.files_for(store, MODEL, DIMS)
+    assert files.unembedded == 2 and files.size == 101
+    with store.transaction():
+        store.delete([store.sql("SELECT rowid FROM documents WHERE source_id = 'new.md'")[0][0]])
+        store.bump()
+    files = vectorfile.files_for(store, MODEL, DIMS)
+    assert files.unembedded == 0 and files.state["chunks"] == store.counts()[1] == 100
     vectorfile.forget(store)

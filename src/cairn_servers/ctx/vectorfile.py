@@ -50,11 +50,12 @@ ROW = [("chunk", "<i8"), ("updated", "<i8"), ("source", "<i4"), ("alive", "u1"),
 BATCH = 500  # chunk rowids per IN (...) lookup
 
 LOG = """
-CREATE TABLE IF NOT EXISTS vector_log(seq INTEGER PRIMARY KEY AUTOINCREMENT, chunk INTEGER, hash TEXT);
+CREATE TABLE IF NOT EXISTS vector_log(seq INTEGER PRIMARY KEY AUTOINCREMENT, chunk INTEGER, hash TEXT,
+    delta INTEGER NOT NULL DEFAULT 0);
 CREATE TRIGGER IF NOT EXISTS vector_log_chunk_ins AFTER INSERT ON chunks
-    BEGIN INSERT INTO vector_log(chunk) VALUES (new.rowid); END;
+    BEGIN INSERT INTO vector_log(chunk, delta) VALUES (new.rowid, 1); END;
 CREATE TRIGGER IF NOT EXISTS vector_log_chunk_del AFTER DELETE ON chunks
-    BEGIN INSERT INTO vector_log(chunk) VALUES (old.rowid); END;
+    BEGIN INSERT INTO vector_log(chunk, delta) VALUES (old.rowid, -1); END;
 CREATE TRIGGER IF NOT EXISTS vector_log_chunk_upd AFTER UPDATE OF hash, doc ON chunks
     BEGIN INSERT INTO vector_log(chunk) VALUES (old.rowid); INSERT INTO vector_log(chunk) VALUES (new.rowid); END;
 CREATE TRIGGER IF NOT EXISTS vector_log_doc_upd AFTER UPDATE OF source, updated_at ON documents
@@ -200,7 +201,7 @@ def build(store: "Store", model: str, dims: int, *, ann_min_rows: int | None = N
         with store.snapshot():
             seq = _log_position(store) if logged else -1
             generation = store.generation()
-            chunks = store.counts()[1]
+            chunks = int(store.sql("SELECT COUNT(*) FROM chunks")[0][0])
             m = VectorMatrix.load(store, model, dims, scan=False)
         rows = np.zeros(m.index.size, dtype=_row_dtype())
         rows["chunk"], rows["updated"], rows["source"], rows["alive"] = m.chunk_rows, m.updated, m.sources, 1
@@ -292,17 +293,17 @@ def _apply(store: "Store", folder: Path, state: dict[str, Any], ann_min_rows: in
         generation = store.generation()
         if seq < state["seq"]:
             return None  # the log was emptied (a copied or restored database): build again
-        entries = store.sql("SELECT chunk, hash FROM vector_log WHERE seq > ? AND seq <= ?", [state["seq"], seq])
+        entries = store.sql("SELECT chunk, hash, delta FROM vector_log WHERE seq > ? AND seq <= ?", [state["seq"], seq])
         if len(entries) > max(BATCH * 20, committed * REBUILD_SHARE):
             return None
-        affected = {int(c) for c, _ in entries if c is not None}
-        hashes = sorted({h for _, h in entries if h is not None})
+        affected = {int(c) for c, _, _ in entries if c is not None}
+        hashes = sorted({h for _, h, _ in entries if h is not None})
         for s in range(0, len(hashes), BATCH):
             part = hashes[s : s + BATCH]
             affected.update(int(r[0]) for r in store.sql(
                 f"SELECT rowid FROM chunks WHERE hash IN ({','.join('?' * len(part))})", part))
         current = list(_current(store, model, sorted(affected)))
-        chunks = store.counts()[1] if affected else state["chunks"]
+        chunks = int(state["chunks"]) + sum(d for _, _, d in entries)  # (no COUNT(*): ~70 ms at a million chunks)
     names: list[str] = list(state["sources"])
     code = {n: i for i, n in enumerate(names)}
     dead = 0
