@@ -50,6 +50,7 @@ import os
 import random
 import re
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -520,7 +521,7 @@ def bench_scale(kb: Path, chunks: int, queries: int) -> dict[str, object]:
     import numpy as np
 
     sys.path[:0] = [str(REPO / "benchmarks")]
-    from ctx_server import free_port, start_server
+    from ctx_server import free_port
 
     out: dict[str, object] = {}
     cfg = kb / "kb.toml"
@@ -533,7 +534,18 @@ def bench_scale(kb: Path, chunks: int, queries: int) -> dict[str, object]:
     qs = [" ".join(rng.choice(words) for _ in range(rng.randint(1, 4))) for _ in range(queries + 300)]
     port = free_port()
     started = time.perf_counter()
-    proc = start_server(cfg, port)
+    log = open(kb / "serve.log", "wb")  # (a pipe nobody reads would stall the server once full)
+    proc = subprocess.Popen([sys.executable, "-m", "cairn_servers.ctx.cli", "serve", "mcp", "--config", str(cfg),
+                             "--bind", f"127.0.0.1:{port}"], env=dict(os.environ, PYTHONPATH=str(REPO / "src")),
+                            stdout=subprocess.DEVNULL, stderr=log)
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            if time.perf_counter() - started > 60 or proc.poll() is not None:
+                raise SystemExit(f"ctx serve did not start: see {kb / 'serve.log'}")
+            time.sleep(0.02)
     url = f"http://127.0.0.1:{port}/tools/search"
     try:
         with httpx.Client(timeout=120) as c:
@@ -573,7 +585,8 @@ def bench_scale(kb: Path, chunks: int, queries: int) -> dict[str, object]:
         out["server_rss_mb"] = round(int(status["VmRSS"].split()[0]) / 1024, 1)
     finally:
         proc.terminate()
-        proc.wait(30)
+        proc.wait(60)
+        log.close()
     from cairn_servers.ctx import retrieval
     from cairn_servers.ctx.service import Service
     from cairn_servers.ctx.store import Match

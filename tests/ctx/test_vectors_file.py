@@ -289,3 +289,19 @@ def test_unembedded_follows_the_log(tmp_path: Path) -> None:
     files = vectorfile.files_for(store, MODEL, DIMS)
     assert files.unembedded == 0 and files.state["chunks"] == store.counts()[1] == 100
     vectorfile.forget(store)
+
+
+def test_files_without_their_log_are_written_again(tmp_path: Path) -> None:
+    rng = np.random.default_rng(12)
+    store = SqliteStore(tmp_path / "kb.sqlite", create=True)
+    _add(store, rng, range(10))
+    first = vectorfile.files_for(store, MODEL, DIMS)
+    with store.transaction():  # a database restored from before the files had their log
+        for (name,) in store.sql("SELECT name FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'vector_log%'"):
+            store.sql(f"DROP TRIGGER {name}")
+        store.sql("DROP TABLE vector_log")
+    _add(store, rng, range(10, 11))
+    again = vectorfile.files_for(store, MODEL, DIMS)
+    assert again.state["epoch"] == first.state["epoch"] + 1 and again.size == 110
+    assert store.sql("SELECT COUNT(*) FROM sqlite_master WHERE name = 'vector_log'")[0][0] == 1
+    vectorfile.forget(store)

@@ -288,6 +288,8 @@ def _apply(store: "Store", folder: Path, state: dict[str, Any], ann_min_rows: in
     for path, size in ((matrix_path, committed * width), (rows_path, committed * row_size)):
         if path.stat().st_size != size:
             os.truncate(path, size)
+    if not store.sql("SELECT COUNT(*) FROM sqlite_master WHERE name = 'vector_log'")[0][0]:
+        return None  # no log (dropped, or a database restored from before the files): build again
     with store.snapshot():
         seq = _log_position(store)
         generation = store.generation()
