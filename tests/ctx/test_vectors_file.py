@@ -4,6 +4,7 @@ and a new process answering without reading the matrix."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -304,4 +305,23 @@ def test_files_without_their_log_are_written_again(tmp_path: Path) -> None:
     again = vectorfile.files_for(store, MODEL, DIMS)
     assert again.state["epoch"] == first.state["epoch"] + 1 and again.size == 110
     assert store.sql("SELECT COUNT(*) FROM sqlite_master WHERE name = 'vector_log'")[0][0] == 1
+    vectorfile.forget(store)
+
+
+def test_files_written_without_fsync_before_a_reboot_are_written_again(tmp_path: Path) -> None:
+    rng = np.random.default_rng(13)
+    store = SqliteStore(tmp_path / "kb.sqlite", create=True)
+    _add(store, rng, range(10))
+    first = vectorfile.files_for(store, MODEL, DIMS)
+    assert first.state["durable"] is True  # written by a build: fsynced
+    _add(store, rng, range(10, 11))
+    caught = vectorfile.files_for(store, MODEL, DIMS)
+    assert caught.state["durable"] is False and caught.state["boot"] and caught.state["epoch"] == first.state["epoch"]
+    folder = vectorfile.directory(store, MODEL)
+    state = json.loads((folder / "state.json").read_text())
+    (folder / "state.json").write_text(json.dumps(dict(state, boot="another boot")))  # the machine restarted
+    vectorfile.forget(store)
+    _add(store, rng, range(11, 12))
+    again = vectorfile.files_for(store, MODEL, DIMS)
+    assert again.state["epoch"] == first.state["epoch"] + 1 and again.state["durable"] is True and again.size == 120
     vectorfile.forget(store)

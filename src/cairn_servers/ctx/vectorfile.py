@@ -9,7 +9,7 @@ database, ``<db>.vectors/<model>/`` holds what search reads:
 * ``ann-<epoch>-<rows>.usearch``: a usearch HNSW index (int8, cosine) of the first ``ann_rows`` rows, once the
   matrix has :data:`ANN_MIN_ROWS` rows; rows after it (the tail) are scanned exactly;
 * ``state.json``: the committed row count, the change-log position applied, the files in use. Replaced atomically
-  (written, fsynced, renamed) after the rows it counts were fsynced.
+  (written, renamed) after the rows it counts were written.
 
 Triggers on ``chunks``, ``documents`` and ``vectors`` append the rowids and hashes a transaction touched to
 ``vector_log``, in that transaction. Catching up reads the log after ``state.json``'s position, marks the rows of
@@ -18,7 +18,10 @@ those chunks dead and appends their current vectors: a write costs its own rows,
 A crash: SQLite's commit comes first, so the files are never ahead of the database. Killed after appending rows
 but before ``state.json`` was replaced, the next catch-up truncates the files to the committed row count and
 replays the log from the committed position (marking rows dead and appending again are both idempotent). Killed
-before SQLite committed, neither the rows nor their log entries exist.
+before SQLite committed, neither the rows nor their log entries exist. A catch-up does not fsync (a killed
+process loses nothing the kernel holds): its ``state.json`` records the machine's boot id, and one written before
+the last boot (a power loss could have kept it and lost rows) makes the files be written again. A build or a
+fold into the index fsyncs the files, then the state.
 
 A new process maps the files and the index (``Index.restore(view=True)``): its first query reads only the pages
 it touches.
@@ -102,33 +105,57 @@ def _usearch() -> Any:
     return Index
 
 
-def _fsync_append(path: Path, data: bytes) -> None:
+def _append(path: Path, data: bytes, sync: bool = True) -> None:
     with open(path, "ab") as f:
         f.write(data)
         f.flush()
-        os.fsync(f.fileno())
+        if sync:
+            os.fsync(f.fileno())
 
 
-def _write_state(folder: Path, state: dict[str, Any]) -> None:
-    tmp = folder / "state.json.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, folder / "state.json")
-    fd = os.open(folder, os.O_RDONLY)
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
 
 
+def _boot() -> str:
+    """This boot of the machine: what a catch-up's unsynced writes survive (a process killed, not the machine)."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _write_state(folder: Path, state: dict[str, Any], sync: bool = True) -> None:
+    """``state.json`` replaced atomically. ``sync``: the files it counts were fsynced, and it is too (durable);
+    otherwise it records this boot, and after another boot the files are not trusted (see :func:`_read_state`)."""
+    state["durable"], state["boot"] = sync, "" if sync else _boot()
+    tmp = folder / "state.json.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(state, f)
+        f.flush()
+        if sync:
+            os.fsync(f.fileno())
+    os.replace(tmp, folder / "state.json")
+    if sync:
+        _fsync(folder)
+
+
 def _read_state(folder: Path) -> dict[str, Any] | None:
+    """The committed state, or None (the files are written again): missing, of another version, or written
+    without fsync before the machine last started (a power loss may have kept the state and lost rows)."""
     try:
         state: dict[str, Any] = json.loads((folder / "state.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return state if state.get("version") == STATE_VERSION else None
+    if state.get("version") != STATE_VERSION:
+        return None
+    if not state.get("durable", True) and state.get("boot") != _boot():
+        return None
+    return state
 
 
 def _kill_point(name: str) -> None:
@@ -196,8 +223,8 @@ def build(store: "Store", model: str, dims: int, *, ann_min_rows: int | None = N
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     logged = _log_ready(store)
     with _FileLock(folder):
-        old = _read_state(folder)
-        epoch = (old["epoch"] + 1) if old else 1
+        used = [int(found.group(1)) for p in folder.iterdir() if (found := re.match(r"matrix-(\d+)\.f32$", p.name))]
+        epoch = max(used, default=0) + 1  # new names: a process may still map the old files
         with store.snapshot():
             seq = _log_position(store) if logged else -1
             generation = store.generation()
@@ -208,8 +235,8 @@ def build(store: "Store", model: str, dims: int, *, ann_min_rows: int | None = N
         matrix_path, rows_path = folder / f"matrix-{epoch}.f32", folder / f"rows-{epoch}.bin"
         for path in (matrix_path, rows_path):
             path.unlink(missing_ok=True)
-        _fsync_append(matrix_path, m.index.matrix.tobytes())
-        _fsync_append(rows_path, rows.tobytes())
+        _append(matrix_path, m.index.matrix.tobytes())
+        _append(rows_path, rows.tobytes())
         state: dict[str, Any] = {"version": STATE_VERSION, "model": model, "dims": dims, "epoch": epoch, "rows": int(m.index.size),
                  "alive": int(m.index.size), "seq": seq, "generation": generation, "chunks": chunks,
                  "sources": m.source_names, "ann": None, "ann_rows": 0}
@@ -313,8 +340,7 @@ def _apply(store: "Store", folder: Path, state: dict[str, Any], ann_min_rows: in
         rows = np.memmap(rows_path, dtype=_row_dtype(), mode="r+", shape=(committed,))
         hit = np.flatnonzero(np.isin(rows["chunk"], np.fromiter(affected, dtype=np.int64)) & (rows["alive"] == 1))
         if hit.size:
-            rows["alive"][hit] = 0
-            rows.flush()
+            rows["alive"][hit] = 0  # (written back by the kernel: other processes map the same pages)
         dead = int(hit.size)
         del rows
     if current:
@@ -332,17 +358,21 @@ def _apply(store: "Store", folder: Path, state: dict[str, Any], ann_min_rows: in
         vecs = normalize(np.frombuffer(b"".join(v for _, _, _, v in current), dtype=np.float32).reshape(len(current), -1))
         if vecs.shape[1] != state["dims"]:
             raise ValueError(f"a stored {model} vector has {vecs.shape[1]} dimensions, not {state['dims']}")
-        _fsync_append(matrix_path, vecs.tobytes())
-        _fsync_append(rows_path, new.tobytes())
+        _append(matrix_path, vecs.tobytes(), sync=False)
+        _append(rows_path, new.tobytes(), sync=False)
     _kill_point("after-append")
     state = dict(state, rows=committed + len(current), alive=int(state["alive"]) - dead + len(current), seq=seq,
                  generation=generation, chunks=chunks, sources=names)
     if state["rows"] - state["alive"] > state["rows"] * REBUILD_SHARE and state["rows"] > BATCH * 20:
         return None
     tail = state["rows"] - int(state["ann_rows"])
+    durable = False  # a catch-up costs no fsync (~5-30 ms each under load); a fold or a build makes all durable
     if state["rows"] >= ann_min_rows and tail >= max(fold_min_rows, int(state["rows"] * FOLD_SHARE)):
         state["ann"], state["ann_rows"] = _ann_build(folder, state, state["rows"], base=state["ann"])
-    _write_state(folder, state)
+        _fsync(matrix_path)
+        _fsync(rows_path)
+        durable = True
+    _write_state(folder, state, durable)
     _clean(folder, state)
     _prune(store, folder, seq)
     return state
