@@ -33,6 +33,7 @@ import json
 import os
 import re
 import threading
+import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -420,6 +421,8 @@ class VectorFiles:
             self.matrix = np.memmap(folder / f"matrix-{epoch}.f32", dtype=np.float32, mode="r",
                                     shape=(self.size, self.dims))
             self.rows = np.memmap(folder / f"rows-{epoch}.bin", dtype=_row_dtype(), mode="r", shape=(self.size,))
+            self._fd = os.open(folder / f"matrix-{epoch}.f32", os.O_RDONLY)
+            weakref.finalize(self, os.close, self._fd)
         else:
             self.matrix = np.zeros((0, self.dims), dtype=np.float32)
             self.rows = np.zeros(0, dtype=_row_dtype())
@@ -497,9 +500,27 @@ class VectorFiles:
         import numpy as np
 
         out = np.empty(rows.size, dtype=np.float32)
-        for s in range(0, rows.size, 65536):  # in blocks: no gathered copy the size of the matrix
-            part = rows[s : s + 65536]
-            out[s : s + part.size] = self.matrix[part] @ q
+        scattered = rows < self.ann_rows if self.ann is not None else np.zeros(rows.size, dtype=bool)
+        if scattered.any():
+            # The index's candidates, read with pread: a page fault on the mapped matrix maps the kernel's whole
+            # folio around the row (~360 KB a row at a million rows, measured), so 30 queries made 1.4 GB resident.
+            picked = np.flatnonzero(scattered)
+            out[picked] = self._read(rows[picked]) @ q
+        rest = np.flatnonzero(~scattered)
+        for s in range(0, rest.size, 65536):  # the exact scan, mapped, in blocks: no copy the size of the matrix
+            part = rest[s : s + 65536]
+            out[part] = self.matrix[rows[part]] @ q
+        return out
+
+    def _read(self, rows: "npt.NDArray[np.intp]") -> "npt.NDArray[np.float32]":
+        """The matrix's ``rows``, read from the file."""
+        import numpy as np
+
+        width = self.dims * 4
+        out = np.empty((rows.size, self.dims), dtype=np.float32)
+        view = out.reshape(-1).view(np.uint8).data  # a memoryview of bytes
+        for i, r in enumerate(rows.tolist()):
+            os.preadv(self._fd, [view[i * width : (i + 1) * width]], r * width)
         return out
 
 
