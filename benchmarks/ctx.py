@@ -38,7 +38,7 @@ knowledge base built once in DIR (outside the repository) and reused.
 (``cairn_servers.ctx.retrieval.query_vector``) is emptied before every timed search, so each one embeds its query.
 
 ``--provider minilm`` (or ``e5``) measures search only, with that model's 384-dimension vectors: the
-knowledge base gets random unit vectors stored under the model's identity ("vectors already stored":
+knowledge base gets synthetic unit vectors around 2,000 topics (:func:`clustered`) stored under the model's identity ("vectors already stored":
 embedding 100k chunks with it takes hours here) and each query is embedded by the real model.
 """
 
