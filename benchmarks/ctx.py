@@ -28,13 +28,17 @@ Text: react.dev's and Hono's llms files of the repository's test data (tests/dat
 into a temporary directory).
 
 Usage: .venv/bin/python benchmarks/ctx.py [--chunks 100000] [--files 10000] [--queries 300] [--documents 200]
-       [--only documents|transfer|startup|search] [--compare REF] [--rounds 20] [--provider minilm|e5]
+       [--only documents|transfer|startup|search|scale] [--compare REF] [--rounds 20] [--provider minilm|e5]
+       [--kb DIR]
+
+``--only scale --kb DIR --chunks N`` (the knowledge base at a million chunks): :func:`bench_scale`, over HTTP on a
+knowledge base built once in DIR (outside the repository) and reused.
 
 ``--only search`` builds the knowledge base and measures search only (any provider). The query-vector cache
 (``cairn_servers.ctx.retrieval.query_vector``) is emptied before every timed search, so each one embeds its query.
 
 ``--provider minilm`` (or ``e5``) measures search only, with that model's 384-dimension vectors: the
-knowledge base gets random unit vectors stored under the model's identity ("vectors already stored":
+knowledge base gets synthetic unit vectors around 2,000 topics (:func:`clustered`) stored under the model's identity ("vectors already stored":
 embedding 100k chunks with it takes hours here) and each query is embedded by the real model.
 """
 
@@ -46,12 +50,14 @@ import os
 import random
 import re
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "src"), str(REPO)]
@@ -179,6 +185,25 @@ def bench_embed() -> dict[str, object]:
             "seconds": round(s, 3), "chunks_per_s": round(len(chunks) / s, 1)}
 
 
+CLUSTERS = 2000  # topics of the synthetic vectors
+
+
+def cluster_centers(np_rng: Any, dims: int) -> Any:
+    """Unit topic directions: embeddings of real text are not spread evenly over the sphere (their nearest
+    neighbours share a topic), and an HNSW index is measured on data of that kind."""
+    c = np_rng.standard_normal((CLUSTERS, dims)).astype("float32")
+    return c / __import__("numpy").linalg.norm(c, axis=1, keepdims=True)
+
+
+def clustered(np_rng: Any, centers: Any, n: int) -> Any:
+    """``n`` unit vectors, each a topic plus noise of the same length (cosine ~0.5 within a topic, ~0 across)."""
+    import numpy as np
+
+    noise = np_rng.standard_normal((n, centers.shape[1])).astype("float32") / np.float32(np.sqrt(centers.shape[1]))
+    vecs = centers[np_rng.integers(0, centers.shape[0], n)] + noise
+    return vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
+
+
 def build_kb(base: Path, n_chunks: int, provider: str = "local") -> Path:
     from cairn_servers.ctx.chunk import chunk_hash, Chunk
     from cairn_servers.ctx.store import DocumentRecord, Store
@@ -191,6 +216,7 @@ def build_kb(base: Path, n_chunks: int, provider: str = "local") -> Path:
     np_rng = __import__("numpy").random.default_rng(4)
     per_doc = 10
     sources = [f"filesystem:s{i}" for i in range(4)]
+    centers = None if provider == "local" else cluster_centers(np_rng, embedder.dims)
     for start in range(0, n_chunks, 5000):
         docs = []
         texts: dict[str, str] = {}
@@ -208,14 +234,16 @@ def build_kb(base: Path, n_chunks: int, provider: str = "local") -> Path:
         if provider == "local":
             vecs = embedder.embed([texts[h] for h in hashes])
         else:  # stored vectors of the model's size; the queries are embedded by the real model
-            vecs = np_rng.standard_normal((len(hashes), embedder.dims)).astype("float32")
-            vecs /= __import__("numpy").linalg.norm(vecs, axis=1, keepdims=True)
+            vecs = clustered(np_rng, centers, len(hashes))
         with store.transaction():
             for doc, chunks in docs:
                 store.upsert(doc, chunks)
             store.put_vectors(embedder.identity, hashes, [v.tobytes() for v in vecs])
             store.bump()
     store.db.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")
+    from cairn_servers.ctx.vectorfile import build
+
+    build(store, embedder.identity, embedder.dims)  # the vector files and their index, as `ctx embed rebuild` writes them
     store.close()
     (base / "kb.toml").write_text(f'[db]\npath = "kb.sqlite"\n[embedding]\nprovider = "{provider}"\n' + "".join(
         f'[connectors.filesystem.s{i}]\nroot = "."\n' for i in range(4)))
@@ -260,11 +288,11 @@ def bench_search(cfg: Path, queries: int) -> dict[str, object]:
         vector = embed_queries(embedder, [q])[0]
         embed_s.append(time.perf_counter() - t)
         t = time.perf_counter()
-        matrix.index.search(vector, 80)
+        matrix.search(vector, 80)
         scan_s.append(time.perf_counter() - t)
     out["query_embedding"] = ms(embed_s)
     out["vector_scan_top80"] = ms(scan_s)
-    out["vector_scan_int8"] = matrix.index.scan is not None
+    out["vector_ann"] = matrix.ann is not None
     return out
 
 
@@ -453,13 +481,155 @@ def bench_startup(base: Path, compare: str | None, rounds: int) -> dict[str, obj
     return out
 
 
+# The writer of the scale benchmark's sync: ``changed`` documents get new chunk texts and vectors, committed one
+# document at a time as ``ctx sync`` commits them (argv: config, changed, seed).
+_WRITER = """
+import sys, random, numpy as np
+sys.path[:0] = [sys.argv[4]]
+from ctx import cluster_centers, clustered
+from cairn_servers.ctx.chunk import Chunk, chunk_hash
+from cairn_servers.ctx.service import Service
+svc = Service.from_config(sys.argv[1])
+store, embedder = svc.store, svc.embedder()
+rng, np_rng = random.Random(int(sys.argv[3])), np.random.default_rng(int(sys.argv[3]))
+centers = cluster_centers(np.random.default_rng(4), embedder.dims)
+docs = store.sql("SELECT rowid, source, source_id, title, updated_at FROM documents ORDER BY random() LIMIT ?", [int(sys.argv[2])])
+from cairn_servers.ctx.store import DocumentRecord
+for rowid, source, source_id, title, updated in docs:
+    chunks = [Chunk(k, f"# {title} > ## Part {k}", b, chunk_hash(f"# {title}", b)) for k, b in
+              enumerate(f"changed {rng.random()} text of part {k}" for k in range(10))]
+    vecs = clustered(np_rng, centers, len(chunks))
+    with store.transaction():
+        store.upsert(DocumentRecord(source=source, source_id=source_id, title=title, body="", updated_at=updated + 1,
+                                    fingerprint="y", content_hash=str(rng.random())), chunks)
+        store.put_vectors(embedder.identity, [c.hash for c in chunks], [v.tobytes() for v in vecs])
+        store.bump()
+print(len(docs))
+"""
+
+
+def bench_scale(kb: Path, chunks: int, queries: int) -> dict[str, object]:
+    """Over HTTP, a ``ctx serve`` process on the knowledge base ``kb`` (built there once, with minilm-sized vectors
+    around topics; kept for later runs): its first semantic query, p50 / p95 of each mode over ``queries``
+    distinct queries one at a time, semantic p95 while another process changes 100 documents (the files caught up,
+    not reloaded), and the server's peak RSS; then in this process, the HNSW index's recall@10 against the exact
+    scan (100 real query embeddings and 100 vectors of the stored kind) and keyword search's top-10 against an
+    exact BM25 ranking of all matches (100 queries)."""
+    import threading
+
+    import httpx
+    import numpy as np
+
+    sys.path[:0] = [str(REPO / "benchmarks")]
+    from ctx_server import free_port
+
+    out: dict[str, object] = {}
+    cfg = kb / "kb.toml"
+    if not cfg.exists():
+        t = time.perf_counter()
+        build_kb(kb, chunks, "minilm")
+        out["build_kb_s"] = round(time.perf_counter() - t, 1)
+    rng = random.Random(3)
+    words = vocabulary()
+    qs = [" ".join(rng.choice(words) for _ in range(rng.randint(1, 4))) for _ in range(queries + 300)]
+    port = free_port()
+    started = time.perf_counter()
+    log = open(kb / "serve.log", "wb")  # (a pipe nobody reads would stall the server once full)
+    proc = subprocess.Popen([sys.executable, "-m", "cairn_servers.ctx.cli", "serve", "mcp", "--config", str(cfg),
+                             "--bind", f"127.0.0.1:{port}"], env=dict(os.environ, PYTHONPATH=str(REPO / "src")),
+                            stdout=subprocess.DEVNULL, stderr=log)
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            if time.perf_counter() - started > 60 or proc.poll() is not None:
+                raise SystemExit(f"ctx serve did not start: see {kb / 'serve.log'}")
+            time.sleep(0.02)
+    url = f"http://127.0.0.1:{port}/tools/search"
+    try:
+        with httpx.Client(timeout=120) as c:
+            out["server_listening_s"] = round(time.perf_counter() - started, 3)
+            t = time.perf_counter()
+            r = c.post(url, json={"query": "how do hooks update state", "mode": "semantic", "limit": 10})
+            out["first_semantic_query_s"] = round(time.perf_counter() - t, 3)
+            assert r.status_code == 200 and r.json()["results"], r.text
+            for q in qs[-20:]:  # the model warmed up
+                c.post(url, json={"query": q, "mode": "hybrid", "limit": 10})
+            for mode in ("keyword", "semantic", "hybrid"):
+                times = []
+                for q in qs[:queries]:
+                    t = time.perf_counter()
+                    r = c.post(url, json={"query": q, "mode": mode, "limit": 10})
+                    times.append(time.perf_counter() - t)
+                    assert r.status_code == 200, r.text
+                out[mode] = ms(times)
+            writer = subprocess.Popen([sys.executable, "-c", _WRITER, str(cfg), "100", "9", str(REPO / "benchmarks")],
+                                      env=dict(os.environ, PYTHONPATH=str(REPO / "src")), stdout=subprocess.PIPE)
+            during, i = [], 0
+            while writer.poll() is None:
+                t = time.perf_counter()
+                r = c.post(url, json={"query": qs[queries + i % 250], "mode": "semantic", "limit": 10})
+                during.append(time.perf_counter() - t)
+                i += 1
+            assert writer.returncode == 0
+            for _ in range(20):  # after the sync: the files caught up once
+                t = time.perf_counter()
+                c.post(url, json={"query": qs[queries + i % 250], "mode": "semantic", "limit": 10})
+                during.append(time.perf_counter() - t)
+                i += 1
+            out["semantic_during_sync_of_100_documents"] = dict(ms(during), queries=len(during))
+        with open(f"/proc/{proc.pid}/status") as f:
+            status = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
+        out["server_peak_rss_mb"] = round(int(status["VmHWM"].split()[0]) / 1024, 1)
+        out["server_rss_mb"] = round(int(status["VmRSS"].split()[0]) / 1024, 1)
+    finally:
+        proc.terminate()
+        proc.wait(60)
+        log.close()
+    from cairn_servers.ctx import retrieval
+    from cairn_servers.ctx.service import Service
+    from cairn_servers.ctx.store import Match
+    from cairn_servers.ctx.vectorfile import files_for
+    from cairn_servers.search.embed import embed_queries
+
+    svc = Service.from_config(cfg)
+    embedder = svc.embedder()
+    files = files_for(svc.store, embedder.identity, embedder.dims)
+    out["rows"], out["ann_rows"] = files.size, files.ann_rows
+    np_rng = np.random.default_rng(11)
+    real = embed_queries(embedder, qs[:100])
+    near = clustered(np_rng, cluster_centers(np.random.default_rng(4), embedder.dims), 100)
+    for name, vecs in (("real_queries", real), ("stored_kind", near)):
+        found = 0
+        for q in vecs:
+            found += len({c for c, _ in files.search(q, 10)} & {c for c, _ in files.search(q, 10, exact=True)})
+        out[f"ann_recall_at_10_{name}"] = round(found / (10 * len(vecs)), 4)
+    overlap, slow = 0.0, []
+    store = svc.store
+    for q in qs[:100]:
+        kept = retrieval.keyword_terms(q)
+        t = time.perf_counter()
+        got = retrieval.keyword(store, q, retrieval.Filters(), 10)
+        slow.append(time.perf_counter() - t)
+        match = Match(tuple(dict.fromkeys(kept)), "OR").fts5()
+        exact = [r for r, in store.sql("SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ?"
+                                       " ORDER BY -bm25(chunks_fts) DESC, rowid LIMIT 10", (match,))]
+        overlap += len(set(got) & set(exact)) / max(1, min(10, len(exact)))
+    out["keyword_top10_overlap_with_exact_bm25"] = round(overlap / 100, 4)
+    out["keyword_in_process"] = ms(slow)
+    svc.close()
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--chunks", type=int, default=100_000)
     ap.add_argument("--files", type=int, default=10_000)
     ap.add_argument("--queries", type=int, default=300)
     ap.add_argument("--documents", type=int, default=200, help="PDFs and DOCX files for the document sync")
-    ap.add_argument("--only", choices=["documents", "transfer", "startup", "search"], help="run only this part")
+    ap.add_argument("--only", choices=["documents", "transfer", "startup", "search", "scale"], help="run only this part")
+    ap.add_argument("--kb", type=Path, help="scale: the knowledge base's folder (built there when empty, then reused)")
     ap.add_argument("--compare", metavar="REF",
                     help="transfer, startup: also measure search under REF's src (a git ref)")
     ap.add_argument("--rounds", type=int, default=20, help="startup: runs of each tree")
@@ -467,6 +637,14 @@ def main() -> None:
     args = ap.parse_args()
     result: dict[str, object] = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0],
                                              "load_average": [round(x, 2) for x in os.getloadavg()]}}
+    if args.only == "scale":
+        if args.kb is None:
+            raise SystemExit("--only scale needs --kb DIR (a folder outside the repository, kept between runs)")
+        args.kb.mkdir(parents=True, exist_ok=True)
+        result["scale"] = bench_scale(args.kb, args.chunks, args.queries)
+        result["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]  # type: ignore[index]
+        print(json.dumps(result, indent=2))
+        return
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
         if args.only == "startup":

@@ -164,13 +164,17 @@ def score(svc: Any, questions: dict[str, list[str]], mode: str, misses: list[Any
     return {"recall@5": round(hit5 / n, 3), "mrr@10": round(rr / n, 3)}
 
 
-def run_model(model: str, show_misses: bool, sweep: bool, cache: Path | None, int8: bool = False) -> dict[str, Any]:
+def run_model(model: str, show_misses: bool, sweep: bool, cache: Path | None, int8: bool = False,
+              ann: bool = False) -> dict[str, Any]:
+    from cairn_servers.ctx import vectorfile
     from cairn_servers.ctx.service import Service
     from cairn_servers.search import embed, vectors
     from tests.ctx.test_quality import build_corpus
 
     if int8:
         vectors.INT8_MIN_ROWS = 1
+    if ann:
+        vectorfile.ANN_MIN_ROWS = 1
 
     if model == "static64":
         embed.register_provider("local", Static64)
@@ -194,7 +198,7 @@ def run_model(model: str, show_misses: bool, sweep: bool, cache: Path | None, in
 
     spec = json.loads(QUESTIONS.read_text(encoding="utf-8"))
     halves: dict[str, dict[str, list[str]]] = {h: spec[h] for h in ("literal", "paraphrase")}
-    out: dict[str, Any] = {"model": model, **({"int8_scan": True} if int8 else {})}
+    out: dict[str, Any] = {"model": model, **({"int8_scan": True} if int8 else {}), **({"ann": True} if ann else {})}
     with tempfile.TemporaryDirectory(prefix="ctx-quality-") as tmp:
         base = Path(tmp)
         out["documents"] = build_corpus(data_dir(), base / "corpus")
@@ -264,17 +268,18 @@ def main() -> int:
     ap.add_argument("--cache", type=Path, help="keep passage vectors in this folder (one file per model) and "
                     "reuse them on later runs; passages_per_s is then given only for a run that embedded")
     ap.add_argument("--int8-scan", action="store_true", help="search through the int8 scan at this corpus size")
+    ap.add_argument("--ann", action="store_true", help="search through the HNSW index at this corpus size")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # child process: measure this model only
     args = ap.parse_args()
     if args.one:
-        print(json.dumps(run_model(args.one, args.misses, args.sweep, args.cache, args.int8_scan)))
+        print(json.dumps(run_model(args.one, args.misses, args.sweep, args.cache, args.int8_scan, args.ann)))
         return 0
     results = []
     for model in args.models.split(","):
         if model not in MODELS:
             ap.error(f"unknown model {model!r}; use {', '.join(MODELS)}")
         cmd = [sys.executable, __file__, "--one", model] + ["--misses"] * args.misses + ["--sweep"] * args.sweep
-        cmd += ["--int8-scan"] * args.int8_scan
+        cmd += ["--int8-scan"] * args.int8_scan + ["--ann"] * args.ann
         cmd += ["--cache", str(args.cache)] if args.cache else []
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:

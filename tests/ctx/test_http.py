@@ -393,7 +393,7 @@ def test_remote_binds_need_the_flag_and_a_token(kb: Path) -> None:
 
 
 def test_semantic_and_hybrid_run_in_the_pool_and_reuse_the_vector_matrix(tmp_path: Path) -> None:
-    from cairn_servers.ctx import retrieval
+    from cairn_servers.ctx import vectorfile
     from cairn_servers.ctx.service import Service
 
     root = tmp_path / "example"
@@ -406,7 +406,7 @@ def test_semantic_and_hybrid_run_in_the_pool_and_reuse_the_vector_matrix(tmp_pat
     db = str(conf.db.path.resolve())
 
     def matrix() -> object:
-        (m,) = [v for k, v in retrieval._matrices.items() if k[0] == db]
+        (m,) = [v for k, v in vectorfile._files.items() if k[0] == db]
         return m
 
     with serving(create_app(conf)) as base:
@@ -420,7 +420,7 @@ def test_semantic_and_hybrid_run_in_the_pool_and_reuse_the_vector_matrix(tmp_pat
         assert all(r.ok for r in svc.sync("all").sources)  # another process's sync, in effect
         after = post(base, "/tools/search", {"query": "printer badge", "mode": "semantic", "limit": 1}).json()
         assert after["results"][0]["source_id"] == "printing.md"
-        assert matrix() is not first  # the generation moved: reloaded once
+        assert matrix() is not first  # the generation moved: the new rows applied once
     svc.close()
 
 

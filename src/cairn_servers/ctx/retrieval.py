@@ -4,8 +4,9 @@
   English stop words dropped when other terms remain): FTS5 BM25 on SQLite, IDF-weighted ``ts_rank``
   on PostgreSQL; filters are SQL conditions evaluated before the ``LIMIT``. Scores are relative to
   the best hit (best = 1.0).
-* semantic: SQLite: exact cosine over the in-memory matrix of unit vectors, filters as boolean masks
-  applied before top-k; PostgreSQL: pgvector's HNSW index, filters in SQL. Scores are the cosine,
+* semantic: SQLite: the model's memory-mapped vector files (:mod:`cairn_servers.ctx.vectorfile`): an exact
+  cosine scan, or from :data:`~cairn_servers.ctx.vectorfile.ANN_MIN_ROWS` rows a usearch HNSW index rescored in
+  float32, filters as row masks; PostgreSQL: pgvector's HNSW index, filters in SQL. Scores are the cosine,
   clipped to [0, 1].
 * hybrid: both candidate lists fused per chunk (:mod:`cairn_servers.search.fusion`), then grouped.
 
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from cairn_servers.search.embed import Embedder
+    from cairn_servers.ctx.vectorfile import VectorFiles
     from cairn_servers.search.vectors import VectorIndex
 
 STOP_WORDS = frozenset(
@@ -136,7 +138,7 @@ class VectorMatrix:
         self.generation = generation
 
     @classmethod
-    def load(cls, store: Store, model: str, dims: int) -> "VectorMatrix":
+    def load(cls, store: Store, model: str, dims: int, *, scan: bool = True) -> "VectorMatrix":
         """Every chunk with a ``model`` vector, by chunk rowid. Two sequential reads in one snapshot (the
         chunks with their filter columns; the model's vectors in table order), each vector copied into its
         chunk's rows of one preallocated matrix: no per-row lookup in SQL, no list of 100k blobs."""
@@ -185,7 +187,7 @@ class VectorMatrix:
         names = sorted({r[2] for r in kept})
         code = {n: i for i, n in enumerate(names)}
         return cls(
-            VectorIndex(matrix, owned=True),
+            VectorIndex(matrix, owned=True, int8_min_rows=None if scan else 1 << 62),
             np.fromiter((r[0] for r in kept), dtype=np.int64, count=len(kept)),
             np.fromiter((code[r[2]] for r in kept), dtype=np.int32, count=len(kept)),
             names,
@@ -210,19 +212,15 @@ class VectorMatrix:
         return m
 
 
-_matrices: dict[tuple[str, str], VectorMatrix] = {}
 _lock = threading.Lock()
 
 
-def matrix_for(store: Store, embedder: "Embedder") -> VectorMatrix:
-    """The cached matrix for this database and model, reloaded when the store's generation moved."""
-    key = (store.label, embedder.identity)
-    with _lock:
-        cached = _matrices.get(key)
-        if cached is None or cached.generation != store.generation():
-            cached = VectorMatrix.load(store, embedder.identity, embedder.dims)
-            _matrices[key] = cached
-        return cached
+def matrix_for(store: Store, embedder: "Embedder") -> "VectorFiles":
+    """The model's vector files of this SQLite database (:mod:`cairn_servers.ctx.vectorfile`), mapped and caught
+    up with the store's last commit: a write costs its own rows, never a reload."""
+    from cairn_servers.ctx.vectorfile import files_for
+
+    return files_for(store, embedder.identity, embedder.dims)
 
 
 def semantic(store: Store, embedder: "Embedder", text: str, filters: Filters, k: int) -> dict[int, float]:
@@ -234,12 +232,12 @@ def semantic(store: Store, embedder: "Embedder", text: str, filters: Filters, k:
     return semantic_in(matrix_for(store, embedder), embedder, text, filters, k)
 
 
-def semantic_in(m: VectorMatrix, embedder: "Embedder", text: str, filters: Filters, k: int) -> dict[int, float]:
-    """:func:`semantic` over an already loaded matrix (no database access, so it can run in a thread)."""
-    if m.index.size == 0:
+def semantic_in(m: "VectorFiles", embedder: "Embedder", text: str, filters: Filters, k: int) -> dict[int, float]:
+    """:func:`semantic` over already mapped vector files (no database access, so it can run in a thread)."""
+    if m.size == 0:
         return {}
-    hits = m.index.search(query_vector(embedder, text), k, m.mask(filters))
-    return {int(m.chunk_rows[h.row]): max(0.0, min(1.0, h.score)) for h in hits}
+    hits = m.search(query_vector(embedder, text), k, filters.sources, filters.since, filters.until)
+    return {chunk: max(0.0, min(1.0, score)) for chunk, score in hits}
 
 
 QUERY_CACHE_SIZE = 256  # query vectors kept per embedder (384 floats each: ~0.4 MB in all)

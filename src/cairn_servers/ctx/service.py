@@ -348,12 +348,17 @@ class Service:
         with self.store.transaction():
             self.store.clear_vectors()
             self.store.bump()
-        return self.embed_pending(progress=progress, limit=limit, batch_size=batch_size)
+        report = self.embed_pending(progress=progress, limit=limit, batch_size=batch_size)
+        if not self.store.native_vectors:  # SQLite: the vector files and their index, written again
+            from cairn_servers.ctx.vectorfile import build
+
+            build(self.store, embedder.identity, embedder.dims)
+        return report
 
     def unembedded(self, embedder: "Embedder") -> int:
         """Chunks that semantic search cannot see yet (no vector for ``embedder``'s model): counted once per write
         to the store (its generation), per database and model, so a search pays for it only after a change."""
-        if not self.store.native_vectors:  # SQLite: the in-memory matrix counted them as it loaded
+        if not self.store.native_vectors:  # SQLite: the vector files counted them as they caught up
             from cairn_servers.ctx.retrieval import matrix_for
 
             return matrix_for(self.store, embedder).unembedded

@@ -368,7 +368,7 @@ def _embed_text(heading: str, text: str) -> str:
 # ---- background embedding (``ctx serve``) --------------------------------------------------------
 
 # Chunk texts embedded and committed per step of the background embedder: each commit makes the next semantic
-# query of a server reload its vectors (cairn_servers.ctx.retrieval.matrix_for), so not too often.
+# query of a server apply the step's rows to the vector files (cairn_servers.ctx.vectorfile), so not too often.
 BACKGROUND_STEP = 1024
 BACKGROUND_BATCH = 32  # texts per provider call: the most a shutdown waits for
 BACKGROUND_IDLE_S = 2.0  # between looks for new pending chunks (a look is one small read)
