@@ -1,4 +1,4 @@
-"""The in-memory vector matrix of SQLite knowledge bases (:class:`cairn_servers.ctx.retrieval.VectorMatrix`), loaded with
+"""The in-memory vector matrix of SQLite knowledge bases (:class:`cairn_servers.ctx.vectorfile.VectorMatrix`), loaded with
 two sequential reads instead of one SQL join per vector, holds exactly what the join gave: the same chunks in the
 same order, the same filter columns and the same normalised vectors."""
 
@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from cairn_servers.ctx.chunk import Chunk, chunk_hash
-from cairn_servers.ctx.retrieval import Filters, VectorMatrix
+from cairn_servers.ctx.retrieval import Filters
+from cairn_servers.ctx.vectorfile import VectorMatrix
 from cairn_servers.ctx.store import DocumentRecord, SqliteStore
 from cairn_servers.ctx.service import Service
 from cairn_servers.search.vectors import normalize
@@ -66,7 +67,7 @@ def test_matrix_holds_what_the_join_gave(tmp_path: Path) -> None:
     # Filters and answers: the same as over the join's matrix.
     q = np.random.default_rng(9).normal(size=8).astype(np.float32)
     for filters in (Filters(), Filters(sources=("filesystem:s1",)), Filters(since=1_600_004_000)):
-        mask = m.mask(filters)
+        mask = m.mask(filters.sources, filters.since, filters.until)
         ref = None if mask is None else np.array(
             [(filters.sources is None or s in filters.sources) and (filters.since is None or u >= filters.since)
              for s, u in zip(sources, updated)])

@@ -35,7 +35,10 @@ from cairn_servers.core.errors import StorageError
 if TYPE_CHECKING:
     import numpy as np
 
-    from cairn_servers.brk.catalog import Source
+
+    # cairn_servers.brk.catalog.Source, which imports this module's family through compute: named, not
+    # imported, so no import cycle (not even a type-only one) joins them
+    Source = Any
 
 POOLS_FILE = Path(__file__).resolve().parent / "data" / "pools-v2.json"
 # mempool's ids of pools that mine only test networks (as BRK, left out of the mainnet list).
@@ -615,7 +618,7 @@ def height_series(src: Source, base: str, a: int, b: int) -> np.ndarray:
     acc = np.concatenate(([0.0], np.cumsum(flow)))
     day = acc[heights - lo + 1] - acc[first - lo]
     if base == "annualized_issuance":
-        return day * 365.0
+        return np.asarray(day * 365.0)
     ths = src.comp.read("height_to_hash_rate", a, b).astype(np.float64) / TERA
     with np.errstate(invalid="ignore", divide="ignore"):
         per = np.where(ths > 0, day / ths, np.nan)

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from cairn_servers.core.errors import (CairnError, Conflict, InvalidInput, NetworkError, NotFound, StorageError,
                                        Timeout, TooLarge)
+from cairn_servers.core.files import replace_file
 
 if TYPE_CHECKING:
     from cairn_servers.ctx.config import Config, RegistryConfig
@@ -410,7 +411,7 @@ def install_extension(conf: Config, ext: Extension, force: bool) -> dict[str, An
         _check_script(ext, tmp)
         existed = os.path.lexists(dest)
         if force:
-            os.replace(tmp, dest)
+            replace_file(tmp, dest)
         else:
             try:
                 os.link(tmp, dest)

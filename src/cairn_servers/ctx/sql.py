@@ -532,7 +532,7 @@ class SqlStore:
 
     def vector_chunks(self) -> list[tuple[int, str, str, int]]:
         """(chunk rowid, chunk hash, source, updated_at) of every chunk, by rowid: what the in-memory
-        vector matrix (:class:`cairn_servers.ctx.retrieval.VectorMatrix`) keeps per row, without the vectors."""
+        vector matrix (:class:`cairn_servers.ctx.vectorfile.VectorMatrix`) keeps per row, without the vectors."""
         rows: list[tuple[int, str, str, int]] = self._run(
             "SELECT c.rowid, c.hash, d.source, d.updated_at FROM chunks c JOIN documents d ON d.rowid = c.doc"
             " ORDER BY c.rowid").fetchall()

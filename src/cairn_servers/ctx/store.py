@@ -243,7 +243,7 @@ class SqliteStore(SqlStore):
 
     def vector_search(self, model: str, query: bytes, k: int, *, sources: Sequence[str] | None = None,
                       since: int | None = None, until: int | None = None) -> dict[int, float]:
-        raise NotImplementedError("SQLite vectors are searched in memory (cairn_servers.ctx.retrieval.VectorMatrix)")
+        raise NotImplementedError("SQLite vectors are searched in memory (cairn_servers.ctx.vectorfile.VectorMatrix)")
 
     def close(self) -> None:
         helper, self._helper = self._helper, None

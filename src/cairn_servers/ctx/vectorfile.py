@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from cairn_servers.ctx.store import KnowledgeStore as Store
+    from cairn_servers.search.vectors import VectorIndex
 
 ANN_MIN_ROWS = 20_000  # below this the exact scan (~3 ms) stays; from it on, the HNSW index answers
 FOLD_MIN_ROWS = 20_000  # tail rows (not in the index) that make a catch-up add them to the index ...
@@ -133,16 +134,10 @@ def _boot() -> str:
 def _write_state(folder: Path, state: dict[str, Any], sync: bool = True) -> None:
     """``state.json`` replaced atomically. ``sync``: the files it counts were fsynced, and it is too (durable);
     otherwise it records this boot, and after another boot the files are not trusted (see :func:`_read_state`)."""
+    from cairn_servers.core.files import write_atomic
+
     state["durable"], state["boot"] = sync, "" if sync else _boot()
-    tmp = folder / "state.json.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(state, f)
-        f.flush()
-        if sync:
-            os.fsync(f.fileno())
-    os.replace(tmp, folder / "state.json")
-    if sync:
-        _fsync(folder)
+    write_atomic(folder / "state.json", json.dumps(state).encode("utf-8"), durable=sync)
 
 
 def _read_state(folder: Path) -> dict[str, Any] | None:
@@ -217,8 +212,6 @@ def build(store: "Store", model: str, dims: int, *, ann_min_rows: int | None = N
     """Write the model's files from the database (a new epoch), the index too when large enough; the new state."""
     import numpy as np
 
-    from cairn_servers.ctx.retrieval import VectorMatrix
-
     ann_min_rows = ANN_MIN_ROWS if ann_min_rows is None else ann_min_rows
     folder = directory(store, model)
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -279,9 +272,9 @@ def _ann_build(folder: Path, state: dict[str, Any], upto: int, base: str | None 
     name = f"ann-{state['epoch']}-{upto}.usearch"
     tmp = folder / (name + ".tmp")
     index.save(str(tmp))
-    with open(tmp, "rb+") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, folder / name)
+    from cairn_servers.core.files import replace_file
+
+    replace_file(tmp, folder / name)  # its data synced, then the rename and the folder
     return name, upto
 
 
@@ -559,3 +552,94 @@ def forget(store: "Store") -> None:
     with _lock:
         for key in [k for k in _files if k[0] == store.label]:
             del _files[key]
+
+
+class VectorMatrix:
+    """Every chunk vector of one model as one contiguous float32 matrix, plus per-row filter columns."""
+
+    def __init__(self, index: "VectorIndex", chunk_rows: "npt.NDArray[np.int64]", sources: "npt.NDArray[np.int32]",
+                 source_names: list[str], updated: "npt.NDArray[np.int64]", generation: int,
+                 unembedded: int = 0) -> None:
+        self.index = index
+        self.unembedded = unembedded  # chunks without a vector of this model when it was loaded
+        self.chunk_rows = chunk_rows
+        self.sources = sources
+        self.source_names = source_names
+        self.updated = updated
+        self.generation = generation
+
+    @classmethod
+    def load(cls, store: Store, model: str, dims: int, *, scan: bool = True) -> "VectorMatrix":
+        """Every chunk with a ``model`` vector, by chunk rowid. Two sequential reads in one snapshot (the
+        chunks with their filter columns; the model's vectors in table order), each vector copied into its
+        chunk's rows of one preallocated matrix: no per-row lookup in SQL, no list of 100k blobs."""
+        import numpy as np
+
+        from cairn_servers.search.vectors import VectorIndex
+
+        generation = store.generation()
+        with store.snapshot():
+            chunks = store.vector_chunks()
+            first: dict[str, int] = {}  # hash -> its first chunk's position
+            more: dict[int, int] = {}  # position -> the next chunk's with the same hash (chunks sharing a text)
+            last: dict[str, int] = {}
+            for i, row in enumerate(chunks):
+                j = first.setdefault(row[1], i)
+                if j != i:
+                    more[last.get(row[1], j)] = i
+                    last[row[1]] = i
+            del last
+            matrix = np.zeros((len(chunks), dims), dtype=np.float32)
+            flat = matrix.reshape(-1).view(np.uint8).data  # a memoryview of bytes, even with 0 rows
+            width = dims * 4
+            filled: list[int] = []
+            for h, blob in store.vector_blobs(model):
+                at = first.get(h)
+                if at is None:
+                    continue  # a vector no chunk uses any more
+                i = at
+                if len(blob) != width:
+                    raise ValueError(f"a stored {model} vector has {len(blob) // 4} dimensions, not {dims}")
+                flat[i * width : (i + 1) * width] = blob
+                filled.append(i)
+                while i in more:
+                    i = more[i]
+                    flat[i * width : (i + 1) * width] = blob
+                    filled.append(i)
+        del first, more, flat
+        have = np.zeros(len(chunks), dtype=bool)
+        have[np.array(filled, dtype=np.intp)] = True
+        del filled
+        unembedded = len(chunks) - int(have.sum())
+        if not have.all():  # chunks still waiting for their vector
+            matrix = matrix[have]
+        kept = [row for row, ok in zip(chunks, have.tolist()) if ok]
+        del chunks
+        names = sorted({r[2] for r in kept})
+        code = {n: i for i, n in enumerate(names)}
+        return cls(
+            VectorIndex(matrix, owned=True, int8_min_rows=None if scan else 1 << 62),
+            np.fromiter((r[0] for r in kept), dtype=np.int64, count=len(kept)),
+            np.fromiter((code[r[2]] for r in kept), dtype=np.int32, count=len(kept)),
+            names,
+            np.fromiter((r[3] for r in kept), dtype=np.int64, count=len(kept)),
+            generation,
+            unembedded,
+        )
+
+    def mask(self, sources: "tuple[str, ...] | None", since: int | None,
+             until: int | None) -> "npt.NDArray[np.bool_] | None":
+        """The rows a search's filters keep (None: all of them)."""
+        import numpy as np
+
+        if sources is None and since is None and until is None:
+            return None
+        m = np.ones(self.chunk_rows.shape[0], dtype=bool)
+        if sources is not None:
+            codes = [i for i, n in enumerate(self.source_names) if n in sources]
+            m &= np.isin(self.sources, np.array(codes, dtype=np.int32))
+        if since is not None:
+            m &= self.updated >= since
+        if until is not None:
+            m &= self.updated < until
+        return m
