@@ -174,7 +174,7 @@ def prepare_brk(base: Path) -> Path:
     if not (out / "computed").exists():
         write_mainnet_sample(base / "blocks")
         index(base / "blocks", out)
-        compute(out)
+        compute(out, blocks_dir=base / "blocks")  # the address and block explorer passes read the blocks
     return out
 
 

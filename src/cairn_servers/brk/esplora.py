@@ -200,7 +200,7 @@ class Explorer:
     def _ready(self) -> None:
         self.refresh()
         if not self.expl.exists:
-            raise StorageError(f"{self.out} has no block explorer index yet. Run `brk index --blocks-dir DIR --out "
+            raise NotFound(f"{self.out} has no block explorer index yet. Run `brk index --blocks-dir DIR --out "
                                f"{self.out}` (it builds the address and explorer indexes after the raw index).")
 
     def _db(self, name: str) -> Any:

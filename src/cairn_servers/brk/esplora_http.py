@@ -171,7 +171,7 @@ def routes(interface: Interface) -> list[Route]:
         get("/api/mempool", lambda ex, p: NO_MEMPOOL),
         get("/api/mempool/txids", lambda ex, p: []),
         get("/api/mempool/recent", lambda ex, p: []),
-    ] + [Route("/api/{rest:path}", unknown, methods=["GET", "POST", "PUT", "DELETE", "PATCH"])]
+    ] + [Route("/api/{rest:path}", unknown, methods=["GET"])]  # other methods: 405 (the API is read-only)
 
 
 def openapi_paths() -> dict[str, Any]:
@@ -184,5 +184,5 @@ def openapi_paths() -> dict[str, Any]:
             "responses": {"200": {"description": "OK"}, "400": {"description": "Malformed input (text)"},
                           "404": {"description": "Not in the chain (text)"}}}}
     paths["/api/tx"] = {"post": {"operationId": "esplora_broadcast", "summary": "Broadcast: 501, brk has no node",
-                                 "responses": {"501": {"description": BROADCAST}}}}
+                                 "responses": {"501": {"description": BROADCAST + " (text)"}}}}
     return paths

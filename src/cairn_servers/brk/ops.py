@@ -174,7 +174,7 @@ def get_vecs(iface: Interface, index: str, ids: str | list[str], from_: int | st
     per id). csv/tsv/md give a header of ids and one row per index position.
 
     :param index: index or accepted name: height, date, week, month, ...
-    :param ids: vec ids, comma or space separated (or a list), e.g. close,tx_count; cohort ids are <cohort>_<metric>, e.g. sth_realized_price, utxos_1btc_to_10btc_supply_btc (search_vecids finds them)
+    :param ids: vec ids, comma or space separated (or a list), e.g. close,tx_count; cohort ids are <cohort>_<metric>, e.g. sth_realized_price, utxos_1btc_to_10btc_supply_btc (a search of the ids by words finds them)
     :param from_: first row, inclusive; negative counts from the end (-1 = latest)
     :param to: end row, exclusive; negative counts from the end; wins over count
     :param count: number of rows from `from`
