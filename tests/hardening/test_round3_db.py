@@ -208,7 +208,9 @@ def test_connections_and_descriptors_stay_flat_across_bursts(ctx_backend: str, t
                 assert s["connections"] is not None and 1 <= s["connections"] <= 4, seen
             else:
                 assert 1 <= s["db_files"] <= 4, seen
-        assert seen[1]["fds"] <= seen[0]["fds"] + 2, f"descriptors grew: {seen}"
+        # beyond the database files (at most pool_size, checked above; the pool may fill up only in the second
+        # burst), the descriptors do not grow
+        assert seen[1]["fds"] - seen[1]["db_files"] <= seen[0]["fds"] - seen[0]["db_files"] + 2, f"descriptors grew: {seen}"
         if ctx_backend == "postgres":
             assert seen[1]["connections"] <= seen[0]["connections"], seen
     finally:
