@@ -120,18 +120,27 @@ class ToolConfig:
     config: dict[str, Any] = field(repr=False)  # may hold ${VAR} secrets
 
 
-@dataclass(frozen=True)
 class RegistryConfig:
     """``[registries.NAME]``: a git repository (or a plain folder) of Lua tools, agents and connectors
-    (:mod:`cairn_servers.ctx.registry`). ``path`` None: the clone lives under ctx's data directory."""
+    (:mod:`cairn_servers.ctx.registry`). ``path`` None: the clone lives under ctx's data directory.
+    (A plain class with slots, not a frozen dataclass: this module is imported by every ``ctx`` command,
+    and a dataclass costs its start-up.)"""
 
-    name: str
-    url: str | None
-    branch: str
-    path: Path | None
-    readonly: bool
-    auto_update: bool
-    timeout: float
+    __slots__ = ("name", "url", "branch", "path", "readonly", "auto_update", "timeout")
+
+    def __init__(self, name: str, url: str | None, branch: str, path: Path | None, readonly: bool,
+                 auto_update: bool, timeout: float) -> None:
+        self.name, self.url, self.branch, self.path = name, url, branch, path
+        self.readonly, self.auto_update, self.timeout = readonly, auto_update, timeout
+
+    def fields(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__slots__}
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RegistryConfig) and self.fields() == other.fields()
+
+    def __repr__(self) -> str:
+        return f"RegistryConfig({', '.join(f'{k}={v!r}' for k, v in self.fields().items())})"
 
 
 @dataclass(frozen=True)
@@ -740,7 +749,7 @@ def effective(conf: Config) -> dict[str, Any]:
         data["tools"]["script"][t.name] = _plain({"path": t.path, "timeout": t.timeout, **t.config})
     for reg in conf.registries:
         data.setdefault("registries", {})[reg.name] = _plain(
-            {k: v for k, v in reg.__dict__.items() if k != "name" and v is not None})
+            {k: v for k, v in reg.fields().items() if k != "name" and v is not None})
     if data["server"]["auth_token"]:
         data["server"]["auth_token"] = MASK
     for path in conf.from_env:
