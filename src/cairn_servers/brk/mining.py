@@ -181,75 +181,15 @@ def definition(vec_id: str) -> str | None:
 
 # -- attribution ---------------------------------------------------------------------------------------
 
-_B58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
-_BECH32 = "qpzry9x8gf2tvdw0s3jn54khce6mua7l"
-
-
-def _base58check(text: str) -> bytes | None:
-    n = 0
-    for c in text:
-        i = _B58.find(c)
-        if i < 0:
-            return None
-        n = n * 58 + i
-    raw = n.to_bytes((n.bit_length() + 7) // 8, "big")
-    raw = b"\x00" * (len(text) - len(text.lstrip("1"))) + raw
-    import hashlib
-
-    if len(raw) < 5 or hashlib.sha256(hashlib.sha256(raw[:-4]).digest()).digest()[:4] != raw[-4:]:
-        return None
-    return raw[:-4]
-
-
-def _bech32_polymod(values: list[int]) -> int:
-    gen = (0x3B6A57B2, 0x26508E6D, 0x1EA119FA, 0x3D4233DD, 0x2A1462B3)
-    chk = 1
-    for v in values:
-        top = chk >> 25
-        chk = (chk & 0x1FFFFFF) << 5 ^ v
-        for i in range(5):
-            chk ^= gen[i] if (top >> i) & 1 else 0
-    return chk
-
-
-def _segwit(text: str) -> tuple[int, bytes] | None:
-    """(witness version, program) of a mainnet bech32/bech32m address."""
-    text = text.lower()
-    hrp, sep, data = text.rpartition("1")
-    if hrp != "bc" or not sep or len(data) < 7 or any(c not in _BECH32 for c in data):
-        return None
-    values = [_BECH32.index(c) for c in data]
-    check = _bech32_polymod([ord(c) >> 5 for c in hrp] + [0] + [ord(c) & 31 for c in hrp] + values)
-    version = values[0]
-    if check != (1 if version == 0 else 0x2BC830A3):
-        return None
-    acc = bits = 0
-    prog = bytearray()
-    for v in values[1:-6]:
-        acc = (acc << 5) | v
-        bits += 5
-        if bits >= 8:
-            bits -= 8
-            prog.append((acc >> bits) & 0xFF)
-    return version, bytes(prog)
-
-
 def address_script(address: str) -> bytes | None:
     """The output script paying a mainnet address (None for an address this cannot read)."""
-    if address.lower().startswith("bc1"):
-        got = _segwit(address)
-        if got is None or not 2 <= len(got[1]) <= 40:
-            return None
-        version, prog = got
-        return bytes([0x50 + version if version else 0, len(prog)]) + prog
-    raw = _base58check(address)
-    if raw is None or len(raw) != 21:
+    from cairn_servers.brk import script
+    from cairn_servers.core.errors import InvalidInput
+
+    try:
+        return script.address_script(address, "mainnet")
+    except InvalidInput:
         return None
-    if raw[0] == 0:
-        return b"\x76\xa9\x14" + raw[1:] + b"\x88\xac"
-    if raw[0] == 5:
-        return b"\xa9\x14" + raw[1:] + b"\x87"
-    return None
 
 
 @functools.lru_cache(maxsize=1)
