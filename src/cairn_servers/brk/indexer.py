@@ -37,8 +37,10 @@ from cairn_servers.brk.blocks.parser import (
     NULL_HASH,
     Block,
     MalformedBlock,
+    Packed,
     difficulty,
     hash_hex,
+    pack,
     parse_block,
     parse_header,
 )
@@ -142,14 +144,15 @@ def open_store(out: Path, *, durable: bool = True) -> VecStore:
 
 
 class _RecentTxids:
-    """The txid maps (txid -> first_outputindex << 24 | output_count) of the last committed batches, up to
-    ``limit`` transactions: most inputs spend recent outputs, and this answers them without the engine.
+    """Txid maps (txid -> first_outputindex << 24 | output_count) as sorted numpy columns, newest part first on
+    look-up, up to ``limit`` transactions (the oldest parts are dropped past it).
 
-    Compact, so its memory is a few MB however the chain grows: per batch, three numpy columns sorted
-    by the txid's first 8 bytes (the prefix, the whole txid, the value: 48 bytes a transaction, where a dict
-    of bytes keys took about 240). A chunk's wanted txids are looked up at once, newest batch first (a
-    txid repeated in a later batch is answered by the later one); a prefix hit is checked against the
-    whole txid, so a shared prefix only sends that txid to the engine."""
+    The indexer keeps two: the current batch's own transactions (a part per chunk, unbounded: a batch is a
+    few tens of MB of blocks), and the last committed batches' (a part per batch, up to ``recent_txs``): most
+    inputs spend recent outputs, and this answers them without the engine. Compact, so its memory is a few MB
+    however the chain grows: per part, three numpy columns sorted by the txid's first 8 bytes (the prefix,
+    the whole txid, the value: 48 bytes a transaction, where a dict of bytes keys took about 240). A prefix
+    hit is checked against the whole txid, so a shared prefix only sends that txid to the next source."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -159,27 +162,33 @@ class _RecentTxids:
     def add(self, txmap: dict[bytes, int]) -> None:
         import numpy as np
 
-        if not txmap or self.limit <= 0:
+        if txmap:
+            self.add_columns(np.frombuffer(b"".join(txmap), dtype="S32"),
+                             np.fromiter(txmap.values(), dtype=np.uint64, count=len(txmap)))
+
+    def add_columns(self, keys: Any, values: Any) -> None:
+        """One part: ``keys`` (S32 txids, each once) and their ``values`` (uint64)."""
+        import numpy as np
+
+        if not keys.shape[0] or self.limit <= 0:
             return
-        keys = np.frombuffer(b"".join(txmap), dtype="S32")
-        prefixes = np.frombuffer(keys.tobytes(), dtype="<u8")[::4]
+        prefixes = _prefixes(keys)
         order = np.argsort(prefixes, kind="stable")
-        values = np.fromiter(txmap.values(), dtype=np.uint64, count=len(txmap))
         self.batches.append((prefixes[order], keys[order], values[order]))
-        self.count += len(txmap)
+        self.count += keys.shape[0]
         while len(self.batches) > 1 and self.count > self.limit:
             self.count -= len(self.batches.popleft()[0])
 
-    def lookup(self, want: set[bytes]) -> dict[bytes, int]:
+    def find(self, keys: Any) -> tuple[Any, Any]:
+        """(found, value) of each of ``keys`` (S32): its latest value, newest part first."""
         import numpy as np
 
-        if not want or not self.batches:
-            return {}
-        asked = list(want)
-        keys = np.frombuffer(b"".join(asked), dtype="S32")
-        prefixes = np.frombuffer(keys.tobytes(), dtype="<u8")[::4]
-        open_ = np.ones(len(asked), dtype=bool)  # not yet answered
-        found: dict[bytes, int] = {}
+        n = keys.shape[0]
+        values = np.zeros(n, dtype=np.uint64)
+        open_ = np.ones(n, dtype=bool)  # not yet answered
+        if not n or not self.batches:
+            return ~open_, values
+        prefixes = _prefixes(keys)
         for bp, bk, bv in reversed(self.batches):
             rows = np.flatnonzero(open_)
             if rows.size == 0:
@@ -190,12 +199,46 @@ class _RecentTxids:
             if hit.any():
                 rows, pos = rows[hit], pos[hit]
                 open_[rows] = False
-                found.update(zip([asked[i] for i in rows.tolist()], bv[pos].tolist()))
-        return found
+                values[rows] = bv[pos]
+        return ~open_, values
+
+    def lookup(self, want: set[bytes]) -> dict[bytes, int]:
+        import numpy as np
+
+        if not want or not self.batches:
+            return {}
+        asked = list(want)
+        found, values = self.find(np.frombuffer(b"".join(asked), dtype="S32"))
+        rows = np.flatnonzero(found)
+        return dict(zip([asked[i] for i in rows.tolist()], values[rows].tolist()))
+
+    def columns(self) -> tuple[Any, Any]:
+        """Every txid held and its latest value (keys S32, values uint64), each txid once."""
+        import numpy as np
+
+        if not self.batches:
+            return np.zeros(0, dtype="S32"), np.zeros(0, dtype=np.uint64)
+        keys = np.concatenate([bk for _, bk, _ in reversed(self.batches)])  # newest part first
+        values = np.concatenate([bv for _, _, bv in reversed(self.batches)])
+        if len(self.batches) == 1:
+            return keys, values
+        _, first = np.unique(keys, return_index=True)  # the newest part's row of a repeated txid
+        return keys[first], values[first]
+
+    def as_dict(self) -> dict[bytes, int]:
+        keys, values = self.columns()
+        return dict(zip(keys.view("V32").tolist(), values.tolist()))
 
     def clear(self) -> None:
         self.batches.clear()
         self.count = 0
+
+
+def _prefixes(keys: Any) -> Any:
+    """The first 8 bytes of each S32 txid, as little-endian uint64 (a sort key)."""
+    import numpy as np
+
+    return np.ascontiguousarray(keys).view("<u8")[::4].copy() if keys.shape[0] else np.zeros(0, dtype="<u8")
 
 
 def _hashes(raw: bytes) -> list[bytes]:
@@ -210,7 +253,7 @@ class _Batch:
 
         self.h: dict[str, list[Any]] = {k: [] for k in ("hash", "time", "bits", "diff", "version", "size",
                                                         "weight", "ntx")}
-        self.txids: list[bytes] = []
+        self.txids = bytearray()  # 32 bytes a transaction
         # Typed arrays, not lists: 1-8 bytes a value instead of ~36 (a pointer and an int object), so
         # a batch of 32 MB of blocks holds ~12 MB of columns instead of ~60 MB.
         self.tx_height = array("I")
@@ -225,9 +268,9 @@ class _Batch:
         self.out_type = array("B")
         self.pos: list[int] = []  # blockpos of each block, to report where a bad one lives
         self.bytes = 0
-        # txid -> first_outputindex << 24 | output_count: this batch's own txs (latest wins) ...
-        self.txmap: dict[bytes, int] = {}
-        # ... and the committed txs the current chunk spends (looked up in the index at once).
+        # txid -> first_outputindex << 24 | output_count: this batch's own txs (a part per chunk, latest wins) ...
+        self.txmap = _RecentTxids(sys.maxsize)
+        # ... and, on the per-block path, the committed txs the current chunk spends (looked up at once).
         self.committed: dict[bytes, int] = {}
 
     def __len__(self) -> int:
@@ -238,7 +281,7 @@ class _Batch:
         for col in self.h.values():
             del col[blocks:]
         del self.pos[blocks:]
-        del self.txids[txs:]
+        del self.txids[32 * txs:]
         for arr in (self.tx_height, self.tx_version, self.tx_locktime, self.tx_size, self.tx_weight, self.tx_inputs,
                     self.tx_outputs):
             del arr[txs:]
@@ -385,8 +428,8 @@ class Indexer:
         counts = self._gather("txindex_to_output_count", idx).tolist()
         return {txids[i]: (f << _OUT_SHIFT) | c for i, f, c in zip(hit, firsts, counts)}
 
-    def _prefetch(self, blocks: list[Block], batch: _Batch) -> None:
-        """Look up, at once, the committed transactions a chunk of blocks spends."""
+    def _prefetch(self, blocks: list[Block], batch: _Batch, txmap: dict[bytes, int]) -> None:
+        """Look up, at once, the committed transactions a chunk of blocks spends (per-block path)."""
         own: set[bytes] = set()
         want: set[bytes] = set()
         for b in blocks:
@@ -394,7 +437,7 @@ class Indexer:
             want.update(b.in_prev_txid)
         want.discard(NULL_HASH)
         want -= own  # spent within the chunk (a rare earlier duplicate is looked up one by one)
-        want.difference_update(batch.txmap)
+        want.difference_update(txmap)
         found = self._recent.lookup(want)  # a repeated txid: its latest
         want.difference_update(found)
         found.update(self._resolve(sorted(want)))
@@ -635,16 +678,16 @@ class Indexer:
         return ParseWorker(self.key) if use and todo else None
 
     def _chunks(self, todo: list[bytes], worker: ParseWorker | None
-                ) -> Iterator[list[tuple[bytes, int, Block | Exception]]]:
+                ) -> Iterator[list[tuple[bytes, int, Packed | Exception]]]:
         """Each chunk's blocks, read and parsed (by ``worker`` when there is one), in chain order."""
         plan = self._plan(todo)
         if worker is None:
             for part in plan:
-                chunk: list[tuple[bytes, int, Block | Exception]] = []
+                chunk: list[tuple[bytes, int, Packed | Exception]] = []
                 for h, pos in part:
                     try:
                         raw = self._file(self.pos_file[pos]).read(self.pos_offset[pos], self.pos_length[pos])
-                        chunk.append((h, pos, parse_block(raw)))
+                        chunk.append((h, pos, pack(parse_block(raw))))
                     except (MalformedBlock, InvalidInput) as exc:
                         chunk.append((h, pos, exc))
                         break
@@ -663,33 +706,38 @@ class Indexer:
             part = parts.popleft()
             yield [(h, pos, block) for (h, pos), block in zip(part, answer)]
 
-    def _index_chunks(self, chunks: Iterator[list[tuple[bytes, int, Block | Exception]]], batch: _Batch,
+    def _index_chunks(self, chunks: Iterator[list[tuple[bytes, int, Packed | Exception]]], batch: _Batch,
                       result: IndexResult, started: float) -> tuple[int, bytes | None]:
         done = 0
         progress = self.progress
         for chunk in chunks:
             if self.stop_requested:
                 break
-            self._prefetch([b for _, _, b in chunk if isinstance(b, Block)], batch)
-            for h, pos, block in chunk:
-                if self.stop_requested:  # Ctrl-C: the blocks added so far are committed below
-                    break
-                try:
-                    if isinstance(block, Exception):
-                        raise block
-                    self._add_block(batch, block, len(self.chain))
-                except (MalformedBlock, InvalidInput) as exc:
-                    self._mark_invalid(pos, str(exc), result)
-                    bad = self._flush(batch, result)
-                    return done, h if bad is None else bad
+            height0 = len(self.chain)
+            # The chunk's leading parsed blocks at once; what that path leaves (an error, a block that does not
+            # resolve, a repeated txid) goes block by block, which finds and reports it.
+            n_fast = 0
+            while n_fast < len(chunk) and isinstance(chunk[n_fast][2], Packed):
+                n_fast += 1
+            if n_fast and not self._add_chunk(batch, [b for _, _, b in chunk[:n_fast] if isinstance(b, Packed)]):
+                n_fast = 0
+            added, bad_at, error = n_fast, None, ""
+            if n_fast < len(chunk):
+                more, bad_at, error = self._add_one_by_one(batch, [b for _, _, b in chunk[n_fast:]])
+                added += more
+            for i, (h, pos, _) in enumerate(chunk[:added]):
                 batch.pos.append(pos)
                 done += 1
                 result.indexed_blocks += 1
                 result.indexed_bytes += self.pos_length[pos]
                 batch.bytes += self.pos_length[pos]
                 if progress:
-                    progress("block", height=len(self.chain) - 1, blocks=result.indexed_blocks,
-                             bytes=result.indexed_bytes)
+                    progress("block", height=height0 + i, blocks=result.indexed_blocks, bytes=result.indexed_bytes)
+            if bad_at is not None:
+                h, pos, _ = chunk[n_fast + bad_at]
+                self._mark_invalid(pos, error, result)
+                bad = self._flush(batch, result)
+                return done, h if bad is None else bad
             if len(batch) >= self.commit_blocks or batch.bytes >= self.commit_bytes \
                     or time.monotonic() - started >= self.commit_seconds:
                 bad = self._flush(batch, result)
@@ -705,6 +753,118 @@ class Indexer:
             progress("commit", height=len(self.chain) - 1, blocks=result.indexed_blocks, bytes=result.indexed_bytes)
         return done, bad
 
+    def _add_chunk(self, batch: _Batch, blocks: list[Packed]) -> bool:
+        """Resolve the prevouts of a chunk's blocks at once (numpy, no object per input) and queue their rows.
+
+        False, with nothing queued, when a block needs the per-block path: a coinbase out of place, an input
+        that no earlier output answers, or a txid prefix repeated within the chunk (the per-block path keeps
+        "latest wins" for them, and reports a bad block where it is)."""
+        import numpy as np
+
+        n_tx = np.array([b.n_tx for b in blocks], dtype=np.int64)
+        txids = np.frombuffer(b"".join(b.txids for b in blocks), dtype="S32")
+        n_in = np.frombuffer(b"".join(b.tx_inputs.tobytes() for b in blocks), dtype=np.uint32).astype(np.int64)
+        n_out = np.frombuffer(b"".join(b.tx_outputs.tobytes() for b in blocks), dtype=np.uint32).astype(np.uint64)
+        prev = np.frombuffer(b"".join(b.in_prev_txid for b in blocks), dtype="S32")
+        vout = np.frombuffer(b"".join(b.in_prev_vout.tobytes() for b in blocks), dtype=np.uint32).astype(np.uint64)
+        n = txids.shape[0]
+        if prev.shape[0] != int(n_in.sum()) or n_out.shape[0] != n or (n_out >= 1 << _OUT_SHIFT).any():
+            return False
+        tx_first = np.concatenate(([0], np.cumsum(n_tx)[:-1]))
+        first_in = np.concatenate(([0], np.cumsum(n_in)[:-1]))
+        cb = first_in[tx_first]  # each block's coinbase input
+        if (n_in[tx_first] != 1).any() or (vout[cb] != COINBASE_VOUT).any() or (prev[cb] != NULL_HASH).any():
+            return False
+        spender = np.repeat(np.arange(n, dtype=np.int64), n_in)
+        ask = np.ones(prev.shape[0], dtype=bool)
+        ask[cb] = False
+        rows = np.flatnonzero(ask)
+        want, want_vout = prev[rows], vout[rows]
+        out0 = self.store.pending_length("outputindex_to_value") + len(batch.out_value)
+        first_out = np.uint64(out0) + np.concatenate(([0], np.cumsum(n_out)[:-1])).astype(np.uint64)
+        values = (first_out << np.uint64(_OUT_SHIFT)) | n_out
+        # 1. An earlier transaction of the chunk (a later one, or the spender itself, does not count).
+        pre = _prefixes(txids)
+        order = np.argsort(pre, kind="stable")
+        sp = pre[order]
+        if n > 1 and (sp[1:] == sp[:-1]).any():
+            return False
+        got = np.zeros(rows.shape[0], dtype=np.uint64)
+        if rows.size:
+            pos = np.minimum(np.searchsorted(sp, _prefixes(want)), n - 1)
+            cand = order[pos]
+            hit = (txids[cand] == want) & (cand < spender[rows])
+            got[hit] = values[cand[hit]]
+            # 2. The batch's earlier chunks, 3. the last committed batches, 4. the transaction index.
+            rest = np.flatnonzero(~hit)
+            if rest.size:
+                keys, inverse = np.unique(want[rest], return_inverse=True)
+                found, vals = batch.txmap.find(keys)
+                if not found.all():
+                    miss = np.flatnonzero(~found)
+                    f2, v2 = self._recent.find(keys[miss])
+                    found[miss[f2]] = True
+                    vals[miss[f2]] = v2[f2]
+                if not found.all():
+                    miss = np.flatnonzero(~found)
+                    asked = keys[miss].view("V32").tolist()
+                    committed = self._resolve(asked)
+                    if len(committed) != len(asked):
+                        return False
+                    vals[miss] = np.fromiter((committed[k] for k in asked), dtype=np.uint64, count=len(asked))
+                got[rest] = vals[inverse.ravel()]
+        if ((got & np.uint64((1 << _OUT_SHIFT) - 1)) <= want_vout).any():
+            return False
+        spent = np.full(prev.shape[0], NO_OUTPUT, dtype=np.uint64)
+        spent[rows] = (got >> np.uint64(_OUT_SHIFT)) + want_vout
+        # Queue the rows.
+        height = len(self.chain)
+        bh = batch.h
+        for b in blocks:
+            hd = b.header
+            bh["hash"].append(b.hash)
+            bh["time"].append(hd.time)
+            bh["bits"].append(hd.bits)
+            bh["diff"].append(difficulty(hd.bits))
+            bh["version"].append(hd.version)
+            bh["size"].append(b.size)
+            bh["weight"].append(b.weight)
+            bh["ntx"].append(b.n_tx)
+            batch.tx_version.extend(b.tx_version)
+            batch.tx_locktime.extend(b.tx_locktime)
+            batch.tx_size.extend(b.tx_size)
+            batch.tx_weight.extend(b.tx_weight)
+            batch.tx_inputs.extend(b.tx_inputs)
+            batch.tx_outputs.extend(b.tx_outputs)
+            batch.out_value.extend(b.out_value)
+            batch.out_type.extend(b.out_type)
+            self.chain.append(b.hash)
+        batch.txids += txids.tobytes()
+        batch.tx_height.frombytes(np.repeat(np.arange(height, height + len(blocks), dtype=np.uint32), n_tx).tobytes())
+        batch.spent.frombytes(spent.tobytes())
+        batch.txmap.add_columns(txids, values)
+        return True
+
+    def _add_one_by_one(self, batch: _Batch, blocks: list[Packed | Exception]) -> tuple[int, int | None, str]:
+        """The per-block path: (blocks added, the index of a bad block or None, its error)."""
+        unpacked = [b.unpack() if isinstance(b, Packed) else b for b in blocks]
+        txmap = batch.txmap.as_dict()
+        try:
+            self._prefetch([b for b in unpacked if isinstance(b, Block)], batch, txmap)
+            for i, block in enumerate(unpacked):
+                if self.stop_requested:  # Ctrl-C: the blocks added so far are committed
+                    return i, None, ""
+                try:
+                    if isinstance(block, Exception):
+                        raise block
+                    self._add_block(batch, block, len(self.chain), txmap)
+                except (MalformedBlock, InvalidInput) as exc:
+                    return i, i, str(exc)
+            return len(unpacked), None, ""
+        finally:
+            batch.txmap = _RecentTxids(sys.maxsize)
+            batch.txmap.add(txmap)
+
     def _mark_invalid(self, pos: int, error: str, result: IndexResult) -> None:
         """Remember a bad block (reported with its file and offset); it is never chosen again."""
         name = f"blk{self.pos_file[pos]:05d}.dat"
@@ -716,9 +876,8 @@ class Indexer:
     def _pos_hash(self, pos: int) -> bytes:
         return self.pos_hash[pos]
 
-    def _add_block(self, batch: _Batch, block: Block, height: int) -> None:
+    def _add_block(self, batch: _Batch, block: Block, height: int, txmap: dict[bytes, int]) -> None:
         """Resolve the block's prevouts and queue its rows; on error nothing of it is kept."""
-        txmap = batch.txmap
         committed = batch.committed
         out_base = self.store.pending_length("outputindex_to_value") + len(batch.out_value)
         spent: list[int] = []
@@ -769,7 +928,7 @@ class Indexer:
         bh["weight"].append(block.weight)
         bh["ntx"].append(len(block.txids))
         n = len(block.txids)
-        batch.txids.extend(block.txids)
+        batch.txids += b"".join(block.txids)
         batch.tx_height.extend([height] * n)
         batch.tx_version.extend(block.tx_version)
         batch.tx_locktime.extend(block.tx_locktime)
@@ -815,22 +974,23 @@ class Indexer:
         out_sum = np.add.reduceat(values, first_out.astype(np.int64))
         ntx = np.array(batch.h["ntx"], dtype=np.uint64)
         tx_first = np.concatenate(([0], np.cumsum(ntx)[:-1])).astype(np.int64)
-        coinbase = np.zeros(len(batch.txids), dtype=bool)
+        coinbase = np.zeros(len(batch.txids) // 32, dtype=bool)
         coinbase[tx_first] = True
         fee = np.where(coinbase, 0, in_sum.astype(np.int64) - out_sum.astype(np.int64))
         if (fee < 0).any():
             bad_tx = int(np.argmax(fee < 0))
             k = int(np.searchsorted(tx_first, bad_tx, "right")) - 1
             bad_hash: bytes = batch.h["hash"][k]
-            self._mark_invalid(batch.pos[k], f"transaction {hash_hex(batch.txids[bad_tx])} spends more than "
-                                             f"its inputs hold", result or IndexResult("", -1, ""))
+            bad_txid = bytes(batch.txids[32 * bad_tx:32 * bad_tx + 32])
+            self._mark_invalid(batch.pos[k], f"transaction {hash_hex(bad_txid)} spends more than its inputs hold",
+                               result or IndexResult("", -1, ""))
             cut_tx = int(tx_first[k])
             if result is not None:
                 result.indexed_blocks -= len(ntx) - k
                 result.indexed_bytes -= sum(self.pos_length[p] for p in batch.pos[k:])
             batch.truncate(k, cut_tx, int(first_in[cut_tx]), int(first_out[cut_tx]))
             del self.chain[len(self.chain) - (len(ntx) - k):]
-            batch.txmap = {}  # it names txs of the dropped blocks: not remembered
+            batch.txmap = _RecentTxids(sys.maxsize)  # it names txs of the dropped blocks: not remembered
             self._flush(batch)
             return bad_hash
         fee_u = fee.astype(np.uint64)
@@ -849,7 +1009,7 @@ class Indexer:
         s.append("height_to_first_txindex", tx_first.astype(np.uint64) + tx0)
         s.append("height_to_first_inputindex", first_in[tx_first] + in0)
         s.append("height_to_first_outputindex", first_out[tx_first] + out0)
-        s.append_bytes("txindex_to_txid", b"".join(batch.txids), len(batch.txids))
+        s.append_bytes("txindex_to_txid", bytes(batch.txids), len(batch.txids) // 32)
         s.append("txindex_to_height", np.array(batch.tx_height, dtype=np.uint32))
         s.append("txindex_to_version", np.array(batch.tx_version, dtype=np.int32))
         s.append("txindex_to_locktime", np.array(batch.tx_locktime, dtype=np.uint32))
@@ -868,8 +1028,8 @@ class Indexer:
         _fault("commit-index")
         # Second, the index (one atomic batch). A kill before it leaves the index behind the vecs;
         # opening re-inserts these transactions from txindex_to_txid.
-        self.txindex.insert(tx0, batch.txids)
-        self._recent.add(batch.txmap)
+        self.txindex.insert(tx0, bytes(batch.txids))
+        self._recent.add_columns(*batch.txmap.columns())
         trim_heap(min_interval=1.0)  # the batch's freed objects go back to the OS, not to a growing heap
         if self.on_commit is not None:
             self.on_commit()

@@ -164,21 +164,28 @@ class TxIndex:
         return [int(x) for x in result]
 
     # -- writing ---------------------------------------------------------------------------------
-    def insert(self, first: int, txids: Sequence[bytes]) -> None:
-        """Add txindexes ``first .. first+len(txids)-1`` (their txids in order) in one atomic batch.
+    def insert(self, first: int, txids: Sequence[bytes] | bytes) -> None:
+        """Add txindexes ``first ..`` (their txids in order: a sequence, or one bytes string of 32 bytes a
+        txid) in one atomic batch.
 
         Blind writes: a prefix already in the engine (or repeated in the batch) now names the later
         transaction; the earlier one is still found, by :meth:`scan`."""
+        from collections import deque
+
+        import numpy as np
         from rocksdict import WriteBatch
 
         if first != self.count:
             raise StorageError(f"transaction index holds {self.count} transactions, cannot append at {first}")
         p = self.prefix_bytes
+        blob = txids if isinstance(txids, bytes) else b"".join(txids)
+        n = len(blob) // 32
+        keys = np.frombuffer(blob, dtype=np.uint8).reshape(n, 32)[:, :p].copy().view(f"V{p}").ravel().tolist()
+        rows = np.arange(first, first + n, dtype="<u8").view("V8").tolist()
         wb = WriteBatch(raw_mode=True)
         put = wb.put
-        for n, t in enumerate(txids, first):
-            put(t[:p], n.to_bytes(_ROW, "little"))
-        count = first + len(txids)
+        deque(map(put, keys, rows), maxlen=0)  # the puts without a Python frame each
+        count = first + n
         put(COUNT_KEY, count.to_bytes(8, "little"))
         self._write(wb)
         self.count = count

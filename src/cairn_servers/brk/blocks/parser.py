@@ -10,6 +10,7 @@ bulk. Script types are classified by length and a few byte checks, never by deco
 from __future__ import annotations
 
 import hashlib
+from array import array
 from dataclasses import dataclass, field
 from struct import Struct
 from struct import error as StructError
@@ -137,6 +138,53 @@ class Block:
     def output_script(self, txi: int, vout: int) -> bytes:
         """Re-walk transaction ``txi`` to return the script of output ``vout`` (not on the hot path)."""
         return _tx_output_scripts(self.raw, self.tx_span[2 * txi])[vout]
+
+
+@dataclass(slots=True)
+class Packed:
+    """A parsed block's columns as the indexer consumes them: typed arrays (their type codes are the indexer's
+    batch columns', so appending one is a copy of its buffer) and the txids and prevout txids as one bytes string
+    each (32 bytes a row)."""
+
+    header: Header
+    size: int
+    weight: int
+    txids: bytes
+    tx_version: array[int]
+    tx_locktime: array[int]
+    tx_size: array[int]
+    tx_weight: array[int]
+    tx_inputs: array[int]
+    tx_outputs: array[int]
+    in_prev_txid: bytes
+    in_prev_vout: array[int]
+    out_value: array[int]
+    out_type: array[int]
+
+    @property
+    def hash(self) -> bytes:
+        return self.header.hash
+
+    @property
+    def n_tx(self) -> int:
+        return len(self.tx_inputs)
+
+    def unpack(self) -> Block:
+        """The block as :func:`parse_block` gives it (lists), less its bytes and transaction spans."""
+        t, p = self.txids, self.in_prev_txid
+        return Block(self.header, self.size, self.weight, [t[i:i + 32] for i in range(0, len(t), 32)],
+                     self.tx_version.tolist(), self.tx_locktime.tolist(), self.tx_size.tolist(),
+                     self.tx_weight.tolist(), self.tx_inputs.tolist(), self.tx_outputs.tolist(), [], [],
+                     [p[i:i + 32] for i in range(0, len(p), 32)], self.in_prev_vout.tolist(),
+                     self.out_value.tolist(), self.out_type.tolist())
+
+
+def pack(block: Block) -> Packed:
+    """``block``'s columns, packed (see :class:`Packed`)."""
+    return Packed(block.header, block.size, block.weight, b"".join(block.txids), array("i", block.tx_version),
+                  array("I", block.tx_locktime), array("I", block.tx_size), array("I", block.tx_weight),
+                  array("I", block.tx_inputs), array("I", block.tx_outputs), b"".join(block.in_prev_txid),
+                  array("I", block.in_prev_vout), array("Q", block.out_value), array("B", block.out_type))
 
 
 def bip34_height(script: bytes) -> int | None:
