@@ -123,7 +123,7 @@ def test_up_to_date_open_rebuilds_nothing(tmp_path: Path) -> None:
         inserted.append(len(txids))
         original(self, first, txids)
 
-    TxIndex.insert = spy  # type: ignore[method-assign,assignment]
+    TxIndex.insert = spy  # type: ignore[method-assign]
     try:
         ix = Indexer(tmp_path / "b", tmp_path / "out")
         r = ix.run()
