@@ -276,6 +276,25 @@ class _Batch:
     def __len__(self) -> int:
         return len(self.h["hash"])
 
+    def add(self, block: Block | Packed, n_tx: int) -> None:
+        """Queue ``block``'s header row and its transaction and output columns (not its txids, heights and
+        spends: the caller's, from its own look-ups)."""
+        hd = block.header
+        h = self.h
+        h["hash"].append(block.hash)
+        h["time"].append(hd.time)
+        h["bits"].append(hd.bits)
+        h["diff"].append(difficulty(hd.bits))
+        h["version"].append(hd.version)
+        h["size"].append(block.size)
+        h["weight"].append(block.weight)
+        h["ntx"].append(n_tx)
+        for mine, theirs in ((self.tx_version, block.tx_version), (self.tx_locktime, block.tx_locktime),
+                             (self.tx_size, block.tx_size), (self.tx_weight, block.tx_weight),
+                             (self.tx_inputs, block.tx_inputs), (self.tx_outputs, block.tx_outputs),
+                             (self.out_value, block.out_value), (self.out_type, block.out_type)):
+            mine.extend(theirs)
+
     def truncate(self, blocks: int, txs: int, inputs: int, outputs: int) -> None:
         """Keep only the first ``blocks`` blocks (and their txs, inputs and outputs)."""
         for col in self.h.values():
@@ -819,25 +838,8 @@ class Indexer:
         spent[rows] = (got >> np.uint64(_OUT_SHIFT)) + want_vout
         # Queue the rows.
         height = len(self.chain)
-        bh = batch.h
         for b in blocks:
-            hd = b.header
-            bh["hash"].append(b.hash)
-            bh["time"].append(hd.time)
-            bh["bits"].append(hd.bits)
-            bh["diff"].append(difficulty(hd.bits))
-            bh["version"].append(hd.version)
-            bh["size"].append(b.size)
-            bh["weight"].append(b.weight)
-            bh["ntx"].append(b.n_tx)
-            batch.tx_version.extend(b.tx_version)
-            batch.tx_locktime.extend(b.tx_locktime)
-            batch.tx_size.extend(b.tx_size)
-            batch.tx_weight.extend(b.tx_weight)
-            batch.tx_inputs.extend(b.tx_inputs)
-            batch.tx_outputs.extend(b.tx_outputs)
-            batch.out_value.extend(b.out_value)
-            batch.out_type.extend(b.out_type)
+            batch.add(b, len(b.tx_inputs))
             self.chain.append(b.hash)
         batch.txids += txids.tobytes()
         batch.tx_height.frombytes(np.repeat(np.arange(height, height + len(blocks), dtype=np.uint32), n_tx).tobytes())
@@ -917,28 +919,11 @@ class Indexer:
                 else:
                     txmap[txid] = old
             raise
-        hd = block.header
-        bh = batch.h
-        bh["hash"].append(block.hash)
-        bh["time"].append(hd.time)
-        bh["bits"].append(hd.bits)
-        bh["diff"].append(difficulty(hd.bits))
-        bh["version"].append(hd.version)
-        bh["size"].append(block.size)
-        bh["weight"].append(block.weight)
-        bh["ntx"].append(len(block.txids))
         n = len(block.txids)
+        batch.add(block, n)
         batch.txids += b"".join(block.txids)
         batch.tx_height.extend([height] * n)
-        batch.tx_version.extend(block.tx_version)
-        batch.tx_locktime.extend(block.tx_locktime)
-        batch.tx_size.extend(block.tx_size)
-        batch.tx_weight.extend(block.tx_weight)
-        batch.tx_inputs.extend(block.tx_inputs)
-        batch.tx_outputs.extend(block.tx_outputs)
         batch.spent.extend(spent)
-        batch.out_value.extend(block.out_value)
-        batch.out_type.extend(block.out_type)
         self.chain.append(block.hash)
 
     def _flush(self, batch: _Batch, result: IndexResult | None = None) -> bytes | None:
