@@ -116,6 +116,11 @@ def keyword(store: Store, text: str, filters: Filters, k: int, *, budget: int = 
     counts, ranked = store.fts_try_rank(kept, k, budget, sources=sources, since=since, until=until)
     if ranked is not None:
         return ranked
+    exact = getattr(store, "fts_exact", None)  # SQLite: the head index ranks common terms exactly
+    if exact is not None:
+        found: dict[int, float] | None = exact(kept, k, sources=sources, since=since, until=until)
+        if found is not None:
+            return found
     df = dict(zip(kept, counts))
     match, min_rowid = plan(store, text, budget, df)
     if match is None:
