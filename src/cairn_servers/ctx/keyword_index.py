@@ -202,11 +202,12 @@ def read_meta(where: Path) -> dict[str, Any] | None:
         return None
 
 
-def build(db_path: Path, *, head_min_df: int = HEAD_MIN_DF) -> dict[str, Any]:
+def build(db_path: Path, *, head_min_df: int | None = None) -> dict[str, Any]:
     """Write a new head index of the database at ``db_path`` (its own read connection, one snapshot) and put it
     in place; returns its description. Safe to kill at any moment (see the module's notes)."""
     import numpy as np
 
+    head_min_df = HEAD_MIN_DF if head_min_df is None else head_min_df
     where = folder(db_path)
     where.mkdir(parents=True, exist_ok=True)
     db = sqlite3.connect(str(db_path), isolation_level=None, check_same_thread=False)
@@ -287,7 +288,7 @@ def build(db_path: Path, *, head_min_df: int = HEAD_MIN_DF) -> dict[str, Any]:
         db.close()
 
 
-def build_locked(db_path: Path, *, head_min_df: int = HEAD_MIN_DF) -> dict[str, Any] | None:
+def build_locked(db_path: Path, *, head_min_df: int | None = None) -> dict[str, Any] | None:
     """:func:`build` under the database's builder lock; None when another process is building."""
     import fcntl
 
@@ -396,7 +397,7 @@ def _catch_up(db: sqlite3.Connection, base: Base, old: Delta | None, seq: int) -
     return Delta(seq, np.array(sorted(gone), dtype=np.int64), new_arr, new_len, postings)
 
 
-def _rebuild_later(db_path: Path, head_min_df: int) -> None:
+def _rebuild_later(db_path: Path, head_min_df: int | None) -> None:
     key = str(db_path)
     with _lock:
         if key in _building:
@@ -417,8 +418,8 @@ def _rebuild_later(db_path: Path, head_min_df: int) -> None:
     threading.Thread(target=work, name="ctx-keyword-index", daemon=True).start()
 
 
-def state(store: "SqliteStore", chunks: int | None = None, *, build_min_chunks: int = BUILD_MIN_CHUNKS,
-          head_min_df: int = HEAD_MIN_DF) -> HeadState | None:
+def state(store: "SqliteStore", chunks: int | None = None, *, build_min_chunks: int | None = None,
+          head_min_df: int | None = None) -> HeadState | None:
     """This database's head index caught up with the store's snapshot (call inside ``store.snapshot()``), or None
     when it has none usable yet (a rebuild is then started in the background when worth it)."""
     db = store.db
@@ -431,7 +432,7 @@ def state(store: "SqliteStore", chunks: int | None = None, *, build_min_chunks: 
     if stamp is None:
         if chunks is None:
             chunks = averages(db)[0]
-        if chunks >= build_min_chunks:
+        if chunks >= (BUILD_MIN_CHUNKS if build_min_chunks is None else build_min_chunks):
             _rebuild_later(store.path, head_min_df)
         return None
     row = db.execute("SELECT value FROM meta WHERE key = 'keyword_index'").fetchone()
