@@ -484,6 +484,7 @@ def rank(store: "SqliteStore", phrases: Sequence[str], k: int, admit: Callable[[
     matching row is neither in the files nor in the log (the files do not describe this database)."""
     import numpy as np
 
+    from cairn_servers.core import deadline
     from cairn_servers.search.query import literal
 
     db = store.db
@@ -509,6 +510,7 @@ def rank(store: "SqliteStore", phrases: Sequence[str], k: int, admit: Callable[[
         if rows:
             arr = np.array(rows, dtype=np.float64)
             rr, rs = arr[:, 0].astype(np.int64), arr[:, 1]
+    deadline.check()
     gone = delta.gone
     # Each head token: its postings, IDF from its current document count.
     terms: list[tuple[Any, Any, Any, float, Any, Any]] = []
@@ -596,6 +598,7 @@ def rank(store: "SqliteStore", phrases: Sequence[str], k: int, admit: Callable[[
     done, step = 0, 16
     try:
         while done < len(order):
+            deadline.check()  # a caller's time limit (an event loop's few ms, a Lua tool's), or its client gone
             batch = order[done:done + step]
             batch = batch[bound[batch] >= theta]
             if not len(batch):
