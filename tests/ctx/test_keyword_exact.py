@@ -246,3 +246,17 @@ def test_http_and_mcp_answer_the_same_exact_ranking(kb: Service, tmp_path: Path)
     for q in queries:
         assert http[q] == mcp[q], q
         assert [(r["id"], r["score"]) for r in http[q]] == expected[q], q
+
+
+def test_nothing_is_logged_before_a_first_build(tmp_path: Path) -> None:
+    write(tmp_path / "notes", _files(random.Random(3), range(0, 20)))
+    svc = _service(tmp_path)
+    try:
+        svc.sync("all")
+        write(tmp_path / "notes", _files(random.Random(4), range(0, 10), tag="again"))
+        svc.sync("all")
+        assert svc.store.sql("SELECT count(*) FROM keyword_log") == [(0,)]  # a small base: no head index, no log
+        assert not keyword_index.folder(svc.store.path).exists()  # type: ignore[attr-defined]
+        assert retrieval.keyword(svc.store, "w0 w1", Filters(), 10)  # FTS5 alone answers
+    finally:
+        svc.close()

@@ -16,7 +16,7 @@ counted over all its columns):
   hold a better chunk, and the search stops there. The answer is the exact top ``k``, ties by rowid.
 
 The files hold the database as of one commit, named by the ``keyword_log`` sequence (triggers append every
-inserted and deleted chunk rowid to that table, in the writing transaction). A process catches up by reading the
+inserted and deleted chunk rowid to that table, in the writing transaction, from the first build on). A process catches up by reading the
 log after that sequence: deleted rows are masked, inserted rows (bounded, :data:`DELTA_MAX`) are tokenised by an
 in-memory FTS5 table with the same tokenizer and scored apart. Past that bound, or when no files exist yet for a
 database of :data:`BUILD_MIN_CHUNKS` chunks or more, the process rebuilds the files in a background thread (one
@@ -219,6 +219,8 @@ def build(db_path: Path, *, head_min_df: int | None = None) -> dict[str, Any]:
         bid = uuid.uuid4().hex
         data_name = f"head-{bid}.bin"
         tmp = where / (data_name + ".tmp")
+        # The log starts with the first build (before its snapshot: every change after the snapshot is logged).
+        db.execute("INSERT INTO meta(key, value) VALUES ('keyword_log', '1') ON CONFLICT(key) DO NOTHING")
         db.execute("BEGIN")
         try:
             seq = int(db.execute(_LAST_SEQ).fetchone()[0])

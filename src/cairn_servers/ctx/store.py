@@ -56,14 +56,17 @@ END;
 _V2 = SOURCE_UPDATED
 # Version 3 folds accents in PostgreSQL's keyword index; FTS5 (remove_diacritics 2) always did: nothing to do.
 _V3 = ""
-# Version 4: every inserted and deleted chunk rowid logged, in the writing transaction: the keyword head index
-# (cairn_servers.ctx.keyword_index) catches up from it. Its builds trim it.
+# Version 4: every inserted and deleted chunk rowid logged, in the writing transaction, once a keyword head index
+# (cairn_servers.ctx.keyword_index) was first built (``meta.keyword_log``): it catches up from the log, and its
+# builds trim it.
 _V4 = """
 CREATE TABLE IF NOT EXISTS keyword_log(seq INTEGER PRIMARY KEY AUTOINCREMENT, chunk INTEGER NOT NULL, op INTEGER NOT NULL);
-CREATE TRIGGER IF NOT EXISTS chunks_log_ai AFTER INSERT ON chunks BEGIN
+CREATE TRIGGER IF NOT EXISTS chunks_log_ai AFTER INSERT ON chunks
+WHEN EXISTS (SELECT 1 FROM meta WHERE key = 'keyword_log') BEGIN
     INSERT INTO keyword_log(chunk, op) VALUES (new.rowid, 1);
 END;
-CREATE TRIGGER IF NOT EXISTS chunks_log_ad AFTER DELETE ON chunks BEGIN
+CREATE TRIGGER IF NOT EXISTS chunks_log_ad AFTER DELETE ON chunks
+WHEN EXISTS (SELECT 1 FROM meta WHERE key = 'keyword_log') BEGIN
     INSERT INTO keyword_log(chunk, op) VALUES (old.rowid, 0);
 END;
 """
