@@ -63,10 +63,15 @@ root = "wiki"
 """))
 
 
-@pytest.fixture
-def kb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Service]:
+@pytest.fixture(params=["blocks", "documents"])
+def kb(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Service]:
+    """The knowledge base, its head index in blocks of 8 rowids (many blocks, as at a million chunks), ranked
+    block by block only ("blocks") or chunk by chunk once the essential terms are known ("documents")."""
     monkeypatch.setattr(retrieval, "RANK_BUDGET", BUDGET)
     monkeypatch.setattr(keyword_index, "HEAD_MIN_DF", HEAD_MIN_DF)
+    monkeypatch.setattr(keyword_index, "BLOCK", 8)
+    monkeypatch.setattr(keyword_index, "CHUNK_ROWS", 16)
+    monkeypatch.setattr(keyword_index, "BY_DOCUMENTS_MAX", 0 if request.param == "blocks" else 10**9)
     rng = random.Random(7)
     write(tmp_path / "notes", _files(rng, range(0, 150)))
     write(tmp_path / "wiki", _files(rng, range(150, 220)))
@@ -121,8 +126,11 @@ def test_common_terms_are_ranked_exactly(kb: Service) -> None:
     (n,) = store.sql("SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH 'w0'")[0]
     assert n > 5 * BUDGET  # the commonest term is far over the budget
     assert store.fts_exact(["w0", "w1"], 10) is not None  # answered by the head index, not the budgeted plan
+    before = dict(keyword_index.STATS)
     over = _assert_exact(store, _queries(1, 150))
     assert over > 100
+    assert keyword_index.STATS["blocks"] > before["blocks"]  # both ways were taken
+    assert keyword_index.STATS["documents"] > before["documents"] or keyword_index.BY_DOCUMENTS_MAX == 0
 
 
 def test_filters_are_exact_too(kb: Service) -> None:

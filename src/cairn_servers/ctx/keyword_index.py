@@ -53,7 +53,11 @@ BLOCK = 256  # rowids per block of the block-max bounds
 HEAD_MIN_DF = 1_000  # a token in this many chunks or more is in the head index
 BUILD_MIN_CHUNKS = 50_000  # below this, FTS5 alone ranks fast enough: no files
 DELTA_MAX = 20_000  # rows inserted or deleted since the files were built, before they are rebuilt
-ROUND_UP = 1.0 + 1e-9  # bounds are compared with float sums: a margin over rounding
+ROUND_UP = 1.0 + 1e-9
+# Once the essential terms (see rank) hold at most this many postings, the rest is ranked chunk by chunk: each
+# chunk's exact essential part plus its block's bounds of the other terms; more, and blocks are scored whole.
+BY_DOCUMENTS_MAX = 400_000
+CHUNK_ROWS = 4096  # chunks scored at a time in that case  # bounds are compared with float sums: a margin over rounding
 
 # The log's last sequence number: AUTOINCREMENT keeps it in sqlite_sequence after the rows are trimmed.
 _LAST_SEQ = "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'keyword_log'), 0)"
@@ -65,6 +69,7 @@ _tokens_db: sqlite3.Connection | None = None
 _tokens_lock = threading.Lock()
 _tokens_cache: "OrderedDict[str, tuple[str, ...]]" = OrderedDict()
 TOKENS_CACHE = 4096
+STATS = {"blocks": 0, "batches": 0, "documents": 0}  # blocks scored since start (benchmarks)
 
 
 def folder(db_path: Path) -> Path:
@@ -171,6 +176,7 @@ class Base:
         self.max_rowid: int = meta["max_rowid"]
         self.avgdl: float = meta["avgdl"]
         self.nblocks: int = meta["nblocks"]
+        self.block: int = meta["block"]
         self.terms: dict[str, list[int]] = meta["terms"]  # token -> [postings, rowids offset, tf offset, bmax offset]
         with open(where / meta["data"], "rb") as f:
             self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
@@ -491,6 +497,7 @@ def rank(store: "SqliteStore", phrases: Sequence[str], k: int, admit: Callable[[
 
     db = store.db
     base, delta = hs.base, hs.delta
+    block = base.block
     n_rows, n_tokens = averages(db)
     if n_rows == 0:
         return {}
@@ -584,19 +591,112 @@ def rank(store: "SqliteStore", phrases: Sequence[str], k: int, admit: Callable[[
     if not live.all():  # a row past the files that the log does not name
         return None
     rb_r, rb_s = rb_r[live], rb_s[live]
+    if len(rb_r):
+        by_row = np.argsort(rb_r, kind="stable")
+        rb_r, rb_s = rb_r[by_row], rb_s[by_row]
     nb = base.nblocks
     bound = np.zeros(nb, dtype=np.float64)
     scale = max(1.0, avgdl / base.avgdl) * ROUND_UP
     for (_, _, bmax, idf, _, _) in terms:
         bound += bmax.astype(np.float64) * (idf * scale)
-    rblock = rb_r // BLOCK
+    rblock = rb_r // block
     if len(rb_r):
         rare_max = np.zeros(nb, dtype=np.float64)
         np.maximum.at(rare_max, rblock, rb_s * ROUND_UP)
         bound += rare_max
     order = np.argsort(-bound, kind="stable")
     order = order[bound[order] > 0]
-    pos = np.full(nb, -1, dtype=np.int64)
+    # MaxScore: the terms whose bounds together stay under the k-th best score cannot bring a chunk in by
+    # themselves, so only the others' postings (the essential terms) and the rare rows propose candidates; the
+    # non-essential terms are looked up for those candidates. Blocks come best bound first.
+    ub = [float(bmax.max()) * idf * scale if len(bmax) else 0.0 for (_, _, bmax, idf, _, _) in terms]
+    by_ub = sorted(range(len(terms)), key=lambda i: ub[i])
+    gone_old = gone[gone <= base.max_rowid]
+    processed = np.zeros(nb, dtype=bool)
+
+    def essential_terms() -> set[int]:
+        out = set(range(len(terms)))
+        total_ub = 0.0
+        for i in by_ub:
+            total_ub += ub[i]
+            if total_ub * ROUND_UP >= theta:
+                break
+            out.discard(i)
+        return out
+
+    def full_scores(rows: "npt.NDArray[np.int64]") -> "npt.NDArray[np.float64]":
+        """Exact scores of these rows (sorted; in the files, not deleted), the terms summed in the query's order."""
+        dl = base.doclen[rows]
+        key = rows.astype(np.uint32)
+        score = np.zeros(len(rows), dtype=np.float64)
+        for (r, f, _, idf, _, _) in terms:
+            c = np.zeros(len(rows), dtype=np.float64)
+            if len(r):
+                at = np.searchsorted(r, key)
+                ok = at < len(r)
+                ok[ok] = r[at[ok]] == key[ok]
+                c[ok] = contribution(idf, f[at[ok]], dl[ok])
+            score = score + c
+        if len(rb_r):
+            at = np.searchsorted(rb_r, rows)
+            ok = at < len(rb_r)
+            ok[ok] = rb_r[at[ok]] == rows[ok]
+            score[ok] += rb_s[at[ok]]
+        return score
+
+    def by_documents(ess: set[int]) -> None:
+        """The rest, chunk by chunk: every chunk holding an essential term (or a rare one) gets its essential
+        part exactly plus the other terms' block maxima; those whose bound reaches the k-th best are scored."""
+        parts = [terms[i][0].astype(np.int64) for i in ess] + ([rb_r] if len(rb_r) else [])
+        if not parts:
+            return
+        cand = np.concatenate(parts)
+        cand.sort()
+        if len(parts) > 1:
+            cand = cand[np.r_[True, cand[1:] != cand[:-1]]]
+        cand = cand[~processed[cand // block]]
+        if len(gone_old):
+            cand = cand[~np.isin(cand, gone_old)]
+        if not len(cand):
+            return
+        partial = np.zeros(len(cand), dtype=np.float64)
+        at: Any
+        for n, i in enumerate(ess):
+            f, idf = terms[i][1], terms[i][3]
+            r64 = parts[n]
+            at = np.searchsorted(cand, r64)
+            found = np.zeros(len(r64), dtype=bool)
+            inside = at < len(cand)
+            found[inside] = cand[at[inside]] == r64[inside]
+            partial[at[found]] += contribution(idf, f[found], base.doclen[r64[found]])
+        if len(rb_r):
+            at = np.searchsorted(cand, rb_r)
+            found = np.zeros(len(rb_r), dtype=bool)
+            inside = at < len(cand)
+            found[inside] = cand[at[inside]] == rb_r[inside]
+            partial[at[found]] += rb_s[found]
+        rest = np.zeros(nb, dtype=np.float64)
+        for i, (_, _, bmax, idf, _, _) in enumerate(terms):
+            if i not in ess:
+                rest += bmax.astype(np.float64) * (idf * scale)
+        top = partial * ROUND_UP + rest[cand // block]
+        while True:  # the best bounds first, a few thousand at a time, while they can beat the k-th best
+            deadline.check()
+            keep = top >= theta
+            cand, top = cand[keep], top[keep]
+            if not len(cand):
+                break
+            if len(cand) > CHUNK_ROWS:
+                pick = np.argpartition(-top, CHUNK_ROWS - 1)[:CHUNK_ROWS]
+                taken = np.zeros(len(cand), dtype=bool)
+                taken[pick] = True
+            else:
+                taken = np.ones(len(cand), dtype=bool)
+            rows = cand[taken]  # (sorted: cand is)
+            offer(rows, full_scores(rows))
+            STATS["documents"] += len(rows)
+            cand, top = cand[~taken], top[~taken]
+
     done, step = 0, 16
     try:
         while done < len(order):
@@ -607,31 +707,68 @@ def rank(store: "SqliteStore", phrases: Sequence[str], k: int, admit: Callable[[
                 break
             done += step
             step = min(step * 2, 512)
-            pos[batch] = np.arange(len(batch))
-            acc = np.zeros(len(batch) * BLOCK, dtype=np.float64)
-            lo, hi = batch * BLOCK, (batch + 1) * BLOCK
-            for (r, f, _, idf, _, _) in terms:
+            essential = set(range(len(terms)))
+            total_ub = 0.0
+            for i in by_ub:
+                total_ub += ub[i]
+                if total_ub * ROUND_UP >= theta:
+                    break
+                essential.discard(i)
+            batch.sort()
+            lo, hi = (batch * block).astype(np.uint32), ((batch + 1) * block).astype(np.uint32)  # (the postings' type)
+            gathered: dict[int, tuple[Any, Any]] = {}
+            parts = []
+            for i in essential:
+                r, f = terms[i][0], terms[i][1]
                 s0, s1 = np.searchsorted(r, lo), np.searchsorted(r, hi)
                 lens = s1 - s0
                 total = int(lens.sum())
                 if not total:
                     continue
                 idx = np.repeat(s0 - np.cumsum(np.r_[0, lens[:-1]]), lens) + np.arange(total)
-                rows_ = r[idx].astype(np.int64)
-                c = contribution(idf, f[idx], base.doclen[rows_])
-                acc[pos[rows_ // BLOCK] * BLOCK + rows_ % BLOCK] += c
+                gathered[i] = (r[idx].astype(np.int64), f[idx])
+                parts.append(gathered[i][0])
+            in_batch = np.zeros(0, dtype=bool)
             if len(rb_r):
-                m = pos[rblock] >= 0
-                sel = rb_r[m]
-                acc[pos[sel // BLOCK] * BLOCK + sel % BLOCK] += rb_s[m]
-            if len(gone):
-                g = gone[(gone <= base.max_rowid)]
-                g = g[pos[g // BLOCK] >= 0]
-                acc[pos[g // BLOCK] * BLOCK + g % BLOCK] = 0.0
-            cand = np.flatnonzero(acc > 0)
-            rows_ = batch[cand // BLOCK] * BLOCK + cand % BLOCK
-            offer(rows_, acc[cand])
-            pos[batch] = -1
+                in_batch = np.isin(rblock, batch)
+                parts.append(rb_r[in_batch])
+            if not parts:
+                continue
+            cand = np.unique(np.concatenate(parts))
+            if len(gone_old):
+                cand = cand[~np.isin(cand, gone_old)]
+            if not len(cand):
+                continue
+            dl = base.doclen[cand]
+            score = np.zeros(len(cand), dtype=np.float64)
+            for i, (r, f, _, idf, _, _) in enumerate(terms):  # summed in the query's order, as FTS5 does
+                c = np.zeros(len(cand), dtype=np.float64)
+                if i in gathered:
+                    rows_, tf = gathered[i]
+                    at = np.searchsorted(cand, rows_)
+                    ok = (at < len(cand))
+                    ok[ok] = cand[at[ok]] == rows_[ok]
+                    c[at[ok]] = contribution(idf, tf[ok], dl[at[ok]])
+                elif i not in essential and len(r):
+                    at = np.searchsorted(r, cand.astype(np.uint32))
+                    ok = at < len(r)
+                    ok[ok] = r[at[ok]] == cand[ok]
+                    c[ok] = contribution(idf, f[at[ok]], dl[ok])
+                score = score + c
+            if len(rb_r):
+                sel_r, sel_s = rb_r[in_batch], rb_s[in_batch]
+                at = np.searchsorted(cand, sel_r)
+                ok = at < len(cand)
+                ok[ok] = cand[at[ok]] == sel_r[ok]
+                score[at[ok]] += sel_s[ok]
+            offer(cand, score)
+            STATS["blocks"] += len(batch)
+            STATS["batches"] += 1
+            processed[batch] = True
+            ess = essential_terms()
+            if sum(len(terms[i][0]) for i in ess) + len(rb_r) <= BY_DOCUMENTS_MAX:
+                by_documents(ess)
+                break
     finally:
         base.release()
     return {int(r): float(s) for r, s in zip(best_r, best_s)}
