@@ -57,7 +57,8 @@ ROUND_UP = 1.0 + 1e-9
 # Once the essential terms (see rank) hold at most this many postings, the rest is ranked chunk by chunk: each
 # chunk's exact essential part plus its block's bounds of the other terms; more, and blocks are scored whole.
 BY_DOCUMENTS_MAX = 400_000
-CHUNK_ROWS = 4096  # chunks scored at a time in that case  # bounds are compared with float sums: a margin over rounding
+CHUNK_ROWS = 4096  # chunks scored at a time in that case
+RELEASE_BYTES = 64 << 20  # postings read before a process drops the index's pages it mapped  # bounds are compared with float sums: a margin over rounding
 
 # The log's last sequence number: AUTOINCREMENT keeps it in sqlite_sequence after the rows are trimmed.
 _LAST_SEQ = "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'keyword_log'), 0)"
@@ -177,6 +178,7 @@ class Base:
         self.avgdl: float = meta["avgdl"]
         self.nblocks: int = meta["nblocks"]
         self.block: int = meta["block"]
+        self.touched = 0  # bytes read since the pages were last dropped
         self.terms: dict[str, list[int]] = meta["terms"]  # token -> [postings, rowids offset, tf offset, bmax offset]
         with open(where / meta["data"], "rb") as f:
             self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
@@ -190,10 +192,15 @@ class Base:
                 np.frombuffer(self._map, dtype=np.uint16, count=n, offset=to),
                 np.frombuffer(self._map, dtype=np.float32, count=self.nblocks, offset=bo))
 
-    def release(self) -> None:
-        """Drop the pages this process mapped (the page cache keeps them): its RSS does not grow with the index."""
+    def release(self, touched: int) -> None:
+        """Count ``touched`` bytes read; past :data:`RELEASE_BYTES` since the last time, drop the pages this process
+        mapped (the page cache keeps them): its RSS does not grow with the index, by at most that much."""
         import mmap
 
+        self.touched += touched
+        if self.touched < RELEASE_BYTES:
+            return
+        self.touched = 0
         try:
             self._map.madvise(mmap.MADV_DONTNEED)
         except (AttributeError, OSError, ValueError):
@@ -647,34 +654,32 @@ def rank(store: "SqliteStore", phrases: Sequence[str], k: int, admit: Callable[[
     def by_documents(ess: set[int]) -> None:
         """The rest, chunk by chunk: every chunk holding an essential term (or a rare one) gets its essential
         part exactly plus the other terms' block maxima; those whose bound reaches the k-th best are scored."""
-        parts = [terms[i][0].astype(np.int64) for i in ess] + ([rb_r] if len(rb_r) else [])
-        if not parts:
+        rows_in: list[Any] = []
+        contrib_in: list[Any] = []
+        for i in ess:
+            r, f, _, idf, _, _ = terms[i]
+            r64 = r.astype(np.int64)
+            rows_in.append(r64)
+            contrib_in.append(contribution(idf, f, base.doclen[r64]))
+        if len(rb_r):
+            rows_in.append(rb_r)
+            contrib_in.append(rb_s)
+        if not rows_in:
             return
-        cand = np.concatenate(parts)
-        cand.sort()
-        if len(parts) > 1:
-            cand = cand[np.r_[True, cand[1:] != cand[:-1]]]
-        cand = cand[~processed[cand // block]]
+        rows_all = np.concatenate(rows_in)
+        contrib_all = np.concatenate(contrib_in)
+        if len(rows_in) > 1:  # (sorted runs, merged by the stable sort)
+            by_row = np.argsort(rows_all, kind="stable")
+            rows_all, contrib_all = rows_all[by_row], contrib_all[by_row]
+        starts = np.flatnonzero(np.r_[True, rows_all[1:] != rows_all[:-1]])
+        cand = rows_all[starts]
+        partial = np.add.reduceat(contrib_all, starts) if len(starts) else contrib_all[:0]
+        keep = ~processed[cand // block]
         if len(gone_old):
-            cand = cand[~np.isin(cand, gone_old)]
+            keep &= ~np.isin(cand, gone_old)
+        cand, partial = cand[keep], partial[keep]
         if not len(cand):
             return
-        partial = np.zeros(len(cand), dtype=np.float64)
-        at: Any
-        for n, i in enumerate(ess):
-            f, idf = terms[i][1], terms[i][3]
-            r64 = parts[n]
-            at = np.searchsorted(cand, r64)
-            found = np.zeros(len(r64), dtype=bool)
-            inside = at < len(cand)
-            found[inside] = cand[at[inside]] == r64[inside]
-            partial[at[found]] += contribution(idf, f[found], base.doclen[r64[found]])
-        if len(rb_r):
-            at = np.searchsorted(cand, rb_r)
-            found = np.zeros(len(rb_r), dtype=bool)
-            inside = at < len(cand)
-            found[inside] = cand[at[inside]] == rb_r[inside]
-            partial[at[found]] += rb_s[found]
         rest = np.zeros(nb, dtype=np.float64)
         for i, (_, _, bmax, idf, _, _) in enumerate(terms):
             if i not in ess:
@@ -770,5 +775,5 @@ def rank(store: "SqliteStore", phrases: Sequence[str], k: int, admit: Callable[[
                 by_documents(ess)
                 break
     finally:
-        base.release()
+        base.release(sum(6 * len(t[0]) + 4 * len(t[2]) for t in terms) + 4 * (base.max_rowid + 1))
     return {int(r): float(s) for r, s in zip(best_r, best_s)}
