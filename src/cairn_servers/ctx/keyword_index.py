@@ -771,7 +771,9 @@ def rank(store: "SqliteStore", phrases: Sequence[str], k: int, admit: Callable[[
             STATS["batches"] += 1
             processed[batch] = True
             ess = essential_terms()
-            if sum(len(terms[i][0]) for i in ess) + len(rb_r) <= BY_DOCUMENTS_MAX:
+            # (one list alone: its block maxima are its bounds, blocks stay best; several: their sum is loose)
+            if (len(terms) + bool(len(rb_r)) > 1
+                    and sum(len(terms[i][0]) for i in ess) + len(rb_r) <= BY_DOCUMENTS_MAX):
                 by_documents(ess)
                 break
     finally:
