@@ -66,6 +66,8 @@ _LAST_SEQ = "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'keyw
 _lock = threading.Lock()
 _states: dict[str, "HeadState"] = {}
 _building: set[str] = set()
+_failed: dict[str, float] = {}  # database -> when a failed build may be tried again (a read-only folder, a full disk)
+RETRY_AFTER_S = 600.0
 _tokens_db: sqlite3.Connection | None = None
 _tokens_lock = threading.Lock()
 _tokens_cache: "OrderedDict[str, tuple[str, ...]]" = OrderedDict()
@@ -415,7 +417,7 @@ def _catch_up(db: sqlite3.Connection, base: Base, old: Delta | None, seq: int) -
 def _rebuild_later(db_path: Path, head_min_df: int | None) -> None:
     key = str(db_path)
     with _lock:
-        if key in _building:
+        if key in _building or time.monotonic() < _failed.get(key, 0.0):
             return
         _building.add(key)
 
@@ -425,7 +427,10 @@ def _rebuild_later(db_path: Path, head_min_df: int | None) -> None:
         except Exception as exc:  # noqa: BLE001 (a background job: the budgeted plan keeps answering)
             import sys
 
-            print(f"ctx: the keyword head index of {db_path} was not rebuilt: {exc}", file=sys.stderr)
+            with _lock:
+                _failed[key] = time.monotonic() + RETRY_AFTER_S
+            print(f"ctx: the keyword head index of {db_path} was not built (tried again in {RETRY_AFTER_S:.0f} s;"
+                  f" keyword search meanwhile ranks within its budget): {exc}", file=sys.stderr)
         finally:
             with _lock:
                 _building.discard(key)
