@@ -327,11 +327,16 @@ class SqliteStore(SqlStore):
                     + "".join(" AND " + p for p in parts), (*ids, *params)))
             return found
 
-        with self.snapshot():
-            hs = keyword_index.state(self)
-            if hs is None:
-                return None
-            out = keyword_index.rank(self, list(dict.fromkeys(terms)), k, admit if parts else None, hs)
+        try:
+            with self.snapshot():
+                hs = keyword_index.state(self)
+                if hs is None:
+                    return None
+                out = keyword_index.rank(self, list(dict.fromkeys(terms)), k, admit if parts else None, hs)
+        except sqlite3.OperationalError as exc:
+            if "interrupt" in str(exc):  # a deadline or a client gone: the caller's error
+                raise
+            return None  # no log table (a database opened without its migrations): FTS5 ranks within its budget
         if out is not None and len(out) <= FTS_KNOWN_ROWS:
             known[key] = tuple(out.items())
             self._fts_rows += len(out)
