@@ -242,6 +242,8 @@ def build(db_path: Path, *, head_min_df: int | None = None) -> dict[str, Any]:
             n_rows, n_tokens = averages(db)
             ids, sizes = _doc_lengths(db)
             max_rowid = int(ids[-1]) if len(ids) else 0
+            if max_rowid >= 2**32:
+                raise ValueError("chunk rowids past 2**32: the head index stores them in 32 bits")
             avgdl = n_tokens / n_rows if n_rows else 1.0
             nblocks = max_rowid // BLOCK + 1
             doclen = np.zeros(max_rowid + 1, dtype=np.uint32)
@@ -533,15 +535,16 @@ def rank(store: "SqliteStore", phrases: Sequence[str], k: int, admit: Callable[[
             rr, rs = arr[:, 0].astype(np.int64), arr[:, 1]
     deadline.check()
     gone = delta.gone
+    gone32 = gone[gone < 2**32].astype(np.uint32)  # (the postings' type: no conversion of a whole list)
     # Each head token: its postings, IDF from its current document count.
     terms: list[tuple[Any, Any, Any, float, Any, Any]] = []
     for t in head:
         r, f, bmax = base.postings(t)
         n_gone = 0
-        if len(gone):
-            at = np.searchsorted(r, gone)
+        if len(gone32):
+            at = np.searchsorted(r, gone32)
             ok = at < len(r)
-            n_gone = int(np.count_nonzero(r[at[ok]] == gone[ok]))
+            n_gone = int(np.count_nonzero(r[at[ok]] == gone32[ok]))
         dr, df_ = delta.postings.get(t, (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)))
         n = len(r) - n_gone + len(dr)
         idf = math.log((n_rows - n + 0.5) / (n + 0.5))
