@@ -58,6 +58,7 @@ ROUND_UP = 1.0 + 1e-9
 # chunk's exact essential part plus its block's bounds of the other terms; more, and blocks are scored whole.
 BY_DOCUMENTS_MAX = 400_000
 CHUNK_ROWS = 4096  # chunks scored at a time in that case
+FIRST_BLOCKS = 16  # blocks scored first (best bounds): their k-th best score starts the pruning
 RELEASE_BYTES = 64 << 20  # postings read before a process drops the index's pages it mapped  # bounds are compared with float sums: a margin over rounding
 
 # The log's last sequence number: AUTOINCREMENT keeps it in sqlite_sequence after the rows are trimmed.
@@ -710,7 +711,7 @@ def rank(store: "SqliteStore", phrases: Sequence[str], k: int, admit: Callable[[
             STATS["documents"] += len(rows)
             cand, top = cand[~taken], top[~taken]
 
-    done, step = 0, 16
+    done, step = 0, FIRST_BLOCKS
     try:
         while done < len(order):
             deadline.check()  # a caller's time limit (an event loop's few ms, a Lua tool's), or its client gone
