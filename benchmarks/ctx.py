@@ -241,6 +241,10 @@ def build_kb(base: Path, n_chunks: int, provider: str = "local") -> Path:
             store.put_vectors(embedder.identity, hashes, [v.tobytes() for v in vecs])
             store.bump()
     store.db.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")
+    from cairn_servers.ctx import keyword_index
+
+    if n_chunks >= keyword_index.BUILD_MIN_CHUNKS:  # the keyword head index, as a server's first query would build it
+        keyword_index.build(store.path)
     from cairn_servers.ctx.vectorfile import build
 
     build(store, embedder.identity, embedder.dims)  # the vector files and their index, as `ctx embed rebuild` writes them
@@ -529,6 +533,16 @@ def bench_scale(kb: Path, chunks: int, queries: int) -> dict[str, object]:
         t = time.perf_counter()
         build_kb(kb, chunks, "minilm")
         out["build_kb_s"] = round(time.perf_counter() - t, 1)
+    from cairn_servers.ctx import keyword_index
+    from cairn_servers.ctx.store import Store
+
+    if keyword_index.read_meta(keyword_index.folder(kb / "kb.sqlite")) is None:  # a knowledge base of an earlier tree
+        Store(kb / "kb.sqlite").close()  # (its schema brought up to date)
+        t, cpu = time.perf_counter(), time.process_time()
+        keyword_index.build(kb / "kb.sqlite")
+        out["keyword_index_build_s"] = round(time.perf_counter() - t, 1)
+        out["keyword_index_build_cpu_s"] = round(time.process_time() - cpu, 1)
+    out["keyword_index_mb"] = round(sum(p.stat().st_size for p in keyword_index.folder(kb / "kb.sqlite").iterdir()) / 2**20, 1)
     rng = random.Random(3)
     words = vocabulary()
     qs = [" ".join(rng.choice(words) for _ in range(rng.randint(1, 4))) for _ in range(queries + 300)]

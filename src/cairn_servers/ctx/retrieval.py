@@ -101,11 +101,14 @@ def plan(store: Store, text: str, budget: int = RANK_BUDGET,
     return rarest, store.fts_newest_rowid(rarest, budget - 1)
 
 
-def keyword(store: Store, text: str, filters: Filters, k: int, *, budget: int = RANK_BUDGET) -> dict[int, float]:
+def keyword(store: Store, text: str, filters: Filters, k: int, *, budget: int | None = None) -> dict[int, float]:
     """Chunk rowid -> positive BM25 score, best ``k`` among chunks that pass the filters.
 
-    The common case, the terms together within the budget, is one call (one statement on PostgreSQL);
-    over it, :func:`plan` chooses from the counts that call returned."""
+    SQLite with its keyword head index built (:mod:`cairn_servers.ctx.keyword_index`): the exact ranking, however
+    common the terms. Otherwise the common case, the terms together within the budget (default
+    :data:`RANK_BUDGET`), is one call (one statement on PostgreSQL); over it, :func:`plan` chooses from the
+    counts that call returned."""
+    budget = RANK_BUDGET if budget is None else budget
     filtered = filters.sources is not None or filters.since is not None or filters.until is not None
     # Filtered queries join every matching chunk to its document, so they get a smaller budget.
     budget = budget // 2 if filtered else budget
@@ -113,6 +116,11 @@ def keyword(store: Store, text: str, filters: Filters, k: int, *, budget: int = 
     if not kept:
         return {}
     sources, since, until = filters.sources, filters.since, filters.until
+    exact = getattr(store, "fts_exact", None)  # SQLite: the head index ranks every query exactly, once built
+    if exact is not None:
+        found: dict[int, float] | None = exact(kept, k, sources=sources, since=since, until=until)
+        if found is not None:
+            return found
     counts, ranked = store.fts_try_rank(kept, k, budget, sources=sources, since=since, until=until)
     if ranked is not None:
         return ranked

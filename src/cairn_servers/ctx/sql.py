@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 # Versioned schema migrations (each backend's steps: SqliteStore.migrations, PostgresStore.migrations), applied in
 # order at open and by `ctx migrate`; ``meta.schema_version`` records the last one applied. Version N means the same
 # schema on both backends; never edit a released step, add one to both.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 # The rows both stores return in one shape.

@@ -56,7 +56,21 @@ END;
 _V2 = SOURCE_UPDATED
 # Version 3 folds accents in PostgreSQL's keyword index; FTS5 (remove_diacritics 2) always did: nothing to do.
 _V3 = ""
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
+# Version 4: every inserted and deleted chunk rowid logged, in the writing transaction, once a keyword head index
+# (cairn_servers.ctx.keyword_index) was first built (``meta.keyword_log``): it catches up from the log, and its
+# builds trim it.
+_V4 = """
+CREATE TABLE IF NOT EXISTS keyword_log(seq INTEGER PRIMARY KEY AUTOINCREMENT, chunk INTEGER NOT NULL, op INTEGER NOT NULL);
+CREATE TRIGGER IF NOT EXISTS chunks_log_ai AFTER INSERT ON chunks
+WHEN EXISTS (SELECT 1 FROM meta WHERE key = 'keyword_log') BEGIN
+    INSERT INTO keyword_log(chunk, op) VALUES (new.rowid, 1);
+END;
+CREATE TRIGGER IF NOT EXISTS chunks_log_ad AFTER DELETE ON chunks
+WHEN EXISTS (SELECT 1 FROM meta WHERE key = 'keyword_log') BEGIN
+    INSERT INTO keyword_log(chunk, op) VALUES (old.rowid, 0);
+END;
+"""
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 
@@ -288,6 +302,45 @@ class SqliteStore(SqlStore):
             return counts, None
         return counts, self.fts_rank(Match(tuple(terms)), k, sources=sources, since=since, until=until,
                                      df=dict(zip(terms, counts)))
+
+    def fts_exact(self, terms: Sequence[str], k: int, *, sources: Sequence[str] | None = None,
+                  since: int | None = None, until: int | None = None) -> dict[int, float] | None:
+        """What :meth:`fts_rank` answers for the OR of ``terms``, ranked exactly however common they are, by the
+        keyword head index (:mod:`cairn_servers.ctx.keyword_index`); None when this database has none usable yet
+        (one is then built in the background)."""
+        from cairn_servers.ctx import keyword_index
+
+        if self.db.in_transaction:  # (a caller's write transaction: its uncommitted rows are not in the log's view)
+            return None
+        known = self._fts_known()
+        key = ("exact", tuple(terms), k, tuple(sources) if sources is not None else None, since, until)
+        ranked = known.get(key)
+        if ranked is not None:
+            return dict(ranked)
+        parts, params = self.dialect.filters(sources, since, until)
+
+        def admit(rowids: list[int]) -> set[int]:
+            found: set[int] = set()
+            for cond, ids in self.dialect.ids("c.rowid", rowids):
+                found.update(int(r) for r, in self.db.execute(
+                    f"SELECT c.rowid FROM chunks c JOIN documents d ON d.rowid = c.doc WHERE {cond}"
+                    + "".join(" AND " + p for p in parts), (*ids, *params)))
+            return found
+
+        try:
+            with self.snapshot():
+                hs = keyword_index.state(self)
+                if hs is None:
+                    return None
+                out = keyword_index.rank(self, list(dict.fromkeys(terms)), k, admit if parts else None, hs)
+        except sqlite3.OperationalError as exc:
+            if "interrupt" in str(exc):  # a deadline or a client gone: the caller's error
+                raise
+            return None  # no log table (a database opened without its migrations): FTS5 ranks within its budget
+        if out is not None and len(out) <= FTS_KNOWN_ROWS:
+            known[key] = tuple(out.items())
+            self._fts_rows += len(out)
+        return out
 
     def fts_count(self, match: Match, cap: int) -> int:
         """How many chunks the FTS5 query ``match`` finds, counting no further than ``cap + 1``."""

@@ -92,8 +92,10 @@ ALTER TABLE chunks ADD COLUMN tsv TSVECTOR GENERATED ALWAYS AS (
 ) STORED;
 CREATE INDEX chunks_tsv ON chunks USING gin(tsv);
 """
+# Version 4 logs chunk changes for SQLite's keyword head index; PostgreSQL ranks in the database: nothing to do.
+_V4 = ""
 # Same numbering as cairn_servers.ctx.store.MIGRATIONS: version N means the same schema on both backends.
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 _MIGRATE_LOCK = 0x63616972_6E000001  # "cairn" + 1: the advisory lock migrations run under
