@@ -357,6 +357,19 @@ def test_the_loop_budget_caps_its_waste_and_skips_what_it_cannot_stop() -> None:
     assert budget.run(late) == b"late but kept"
 
 
+def test_a_large_knowledge_base_sends_its_keyword_searches_to_the_threads(tmp_path: Path) -> None:
+    """With a keyword head index (a large knowledge base: milliseconds of numpy per query), keyword searches are
+    not tried on the loop; get and sources still are."""
+    from cairn_servers.ctx import http as ctx_http
+
+    files = tmp_path / "kb.sqlite.keyword"
+    budget = ctx_http.LoopBudget(sqlite=True, keyword_files=files)
+    assert budget.allows("search", {"query": "x"})
+    files.mkdir()
+    budget.second = 0  # as if a new second began: the folder is looked at again
+    assert not budget.allows("search", {"query": "x"}) and budget.allows("get", {"id": "1"})
+
+
 def test_a_query_past_the_term_cap_is_refused_at_once(ctx: HttpServer) -> None:
     """The audit's 100,000 distinct words (689 KB): 400 over REST and an error over MCP, in well under a
     second of work, and the server answers /health meanwhile."""

@@ -10,7 +10,8 @@ learns their type. Each call runs on a service leased from the toolbox's pool. L
 on the shared thread pool, and so does any built-in tool on PostgreSQL or a semantic or hybrid search.
 A built-in tool on SQLite (keyword search, get, sources) is first tried on the event loop under
 :class:`LoopBudget` (a few ms, the statement interrupted past it): most answer there, which spares two
-thread hops that cost about a third of the throughput. Past the budget, the call is done again on one of
+thread hops that cost about a third of the throughput; a knowledge base large enough to have a keyword head
+index sends its keyword searches to the threads untried. Past the budget, the call is done again on one of
 ``TOOL_THREADS`` threads, and the event loop never waits longer. A GET never runs a Lua tool or agent.
 """
 
@@ -25,6 +26,8 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 from cairn_servers.core.errors import CairnError, InvalidInput, NotFound, TooLarge, Unauthorized, envelope
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import Response
@@ -46,11 +49,15 @@ class LoopBudget:
     every call goes to the threads until the next second (a flood of costly queries costs the loop at
     most 5 %)."""
 
-    def __init__(self, sqlite: bool) -> None:
+    def __init__(self, sqlite: bool, keyword_files: "Path | None" = None) -> None:
         self.sqlite = sqlite
         self.second = 0
         self.wasted = 0.0
         self.tries = self.stopped = 0  # (for tests and benchmarks)
+        # The knowledge base's keyword head index (cairn_servers.ctx.keyword_index): it exists for large ones
+        # only, whose keyword searches take milliseconds of numpy work: those go to the threads untried.
+        self.keyword_files = keyword_files
+        self.large = False
 
     def allows(self, name: str, params: Any) -> bool:
         if not self.sqlite or name not in ("search", "get", "sources"):
@@ -62,6 +69,9 @@ class LoopBudget:
         now = int(time.monotonic())
         if now != self.second:
             self.second, self.wasted = now, 0.0
+            self.large = self.keyword_files is not None and self.keyword_files.exists()  # looked at once a second
+        if name == "search" and self.large:
+            return False
         return self.wasted < LOOP_WASTE
 
     def run(self, fn: Callable[[], bytes]) -> bytes | None:
@@ -212,7 +222,9 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
     # pool's services (their caches of term counts and rankings) more than anyio's 40 would; Lua tools,
     # which mostly wait for their worker process, use the larger shared pool.
     tool_threads = ThreadPoolExecutor(max_workers=TOOL_THREADS, thread_name_prefix="ctx-tool")
-    loop_budget = LoopBudget(sqlite=config.db.url is None)
+    from cairn_servers.ctx.keyword_index import folder
+
+    loop_budget = LoopBudget(sqlite=config.db.url is None, keyword_files=folder(config.db.path))
 
     async def off_loop(fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(tool_threads, fn, *args)
