@@ -45,6 +45,7 @@ class EmbeddingSettings:
     url: str = ""
     api_key_env: str = ""  # the environment variable holding the API key (never the key itself)
     timeout: float = 30.0  # seconds per request
+    background: bool = True  # `ctx serve` (HTTP and stdio) embeds pending chunks while it serves
 
 
 class Embedder(Protocol):
