@@ -296,9 +296,9 @@ def cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-# The model's weight MatMuls after a LayerNorm or a GELU in integers, its outlier channels in float, and the attention's
-# NaN guards dropped (cairn_servers.search.quantize): ~1.45x less CPU per chunk, vectors at cosine >= 0.999 from the
-# float graph's; the quality harness's figures held (docs/benchmarks.md). False: the wheel's graph as it is.
+# The model's 36 weight MatMuls in integers, their inputs' outlier channels in float, and the attention's NaN guards
+# dropped (cairn_servers.search.quantize): ~1.5x less CPU per chunk, vectors within cosine 0.999 of the float graph's;
+# the quality harness's figures held (docs/benchmarks.md). False: the wheel's graph as it is.
 MINILM_INTEGER = True
 
 
