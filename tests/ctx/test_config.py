@@ -183,8 +183,15 @@ timeout = 2.5
     assert c.embedding == EmbeddingSettings("ollama", "nomic", 16, 256, "http://127.0.0.1:9", "MY_KEY", 2.5)
     # every field is a key of [embedding], and the defaults are the documented ones
     assert [f.name for f in dataclasses.fields(EmbeddingSettings)] == [
-        "provider", "model", "dims", "batch_size", "url", "api_key_env", "timeout"]
+        "provider", "model", "dims", "batch_size", "url", "api_key_env", "timeout", "background"]
     assert cfg.load(config_file(tmp_path, "")).embedding == EmbeddingSettings()
+    assert EmbeddingSettings().background is True
+    off = cfg.load(config_file(tmp_path, '[embedding]\nprovider = "local"\nbackground = false\n'))
+    assert off.embedding == EmbeddingSettings(provider="local", background=False)
+    path = config_file(tmp_path, '[embedding]\nbackground = "no"\n')
+    with pytest.raises(InvalidInput) as err:
+        cfg.load(path)
+    assert err.value.message == f"{path}: [embedding] background: must be true or false, not 'no'"
 
 
 def test_init_starter_config_is_owner_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,6 +1,7 @@
 """Embedding off the critical path: a sync commits its documents (keyword search finds them) before any chunk is
 embedded; semantic and hybrid search say how many chunks are not embedded yet, and hybrid ranks those by keyword;
-``ctx serve`` embeds pending chunks in the background and stops cleanly; ``ctx embed pending|rebuild`` take
+``ctx serve`` embeds pending chunks in the background (over HTTP and over stdio, unless ``[embedding] background =
+false``) and stops cleanly; ``ctx embed pending|rebuild`` take
 ``--limit``, ``--batch-size`` and ``--dry-run``; the minilm provider's parallel calls give the same vectors.
 
 The provider is the real ``local`` one (wordllama); where a test must look in mid-embedding, a gate registered
@@ -8,7 +9,10 @@ through the provider registry holds its calls for documents (queries pass)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -43,12 +47,13 @@ def _unembedded(results: list[SearchResult]) -> int | None:
     return results.unembedded
 
 
-def _config(tmp_path: Path, provider: str = "local", name: str = "ctx.toml") -> Path:
+def _config(tmp_path: Path, provider: str = "local", name: str = "ctx.toml", background: bool = True) -> Path:
     return config_file(tmp_path, f"""
 [db]
 path = "kb.sqlite"
 [embedding]
 provider = "{provider}"
+background = {str(background).lower()}
 [connectors.filesystem.docs]
 root = "{tmp_path / 'docs'}"
 """, name)
@@ -305,3 +310,91 @@ def test_a_failing_provider_is_logged_once_retried_and_stopped(
     assert err.count("background embedding stopped for") == 1 and "could not be reached" in err
     assert off.stats().vectors == 0
     off.close()
+
+
+def _pending_kb(tmp_path: Path) -> None:
+    """The three pages synced with embeddings off: every chunk is pending for the local model."""
+    write(tmp_path / "docs", PAGES)
+    off = Service.from_config(_config(tmp_path, "disabled", "off.toml"))
+    off.sync("all")
+    assert off.stats().pending_embeddings == 0 and off.stats().chunks == 3
+    off.close()
+
+
+def _vectors(path: Path) -> tuple[int, int]:
+    """(vectors, pending embeddings) of the knowledge base of ``path``, the local model's."""
+    check = Service.from_config(path)
+    try:
+        stats = check.stats()
+        return stats.vectors, stats.pending_embeddings
+    finally:
+        check.close()
+
+
+def _stdio_searches(path: Path, out: Path, until_embedded: bool, seconds: float) -> list[dict[str, Any]]:
+    """Semantic searches through the official MCP SDK client over ``ctx serve mcp --stdio`` (its stdout also
+    copied to ``out`` by ``tee``), every 0.1 s: until one answers ``unembedded: 0`` (``until_embedded``, at
+    most ``seconds``), else for ``seconds``. Returns their structured answers."""
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    repo = Path(__file__).resolve().parents[2]
+    params = StdioServerParameters(
+        command="sh", args=["-c", '"$0" -m cairn_servers.ctx.cli serve mcp --stdio --config "$1" | tee "$2"',
+                            sys.executable, str(path), str(out)],
+        env=dict(os.environ, PYTHONPATH=str(repo / "src")))
+    answers: list[dict[str, Any]] = []
+
+    async def run() -> None:
+        async with Client(params, cache=None) as client:
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                res = await client.call_tool("search", {"query": "water the plants", "mode": "semantic",
+                                                        "limit": 1})
+                assert not res.is_error and res.structured_content is not None
+                answers.append(res.structured_content)
+                if until_embedded and res.structured_content["unembedded"] == 0:
+                    return
+                await asyncio.sleep(0.1)
+
+    asyncio.run(asyncio.wait_for(run(), seconds + 60))
+    return answers
+
+
+def test_stdio_server_embeds_in_the_background_and_stdout_stays_json_rpc(tmp_path: Path) -> None:
+    _pending_kb(tmp_path)
+    path = _config(tmp_path)
+    assert _vectors(path) == (0, 3)
+    out = tmp_path / "stdout.jsonl"
+    answers = _stdio_searches(path, out, until_embedded=True, seconds=60)
+    assert answers[-1]["unembedded"] == 0, answers[-1]
+    assert answers[-1]["results"][0]["title"] == "Tomatoes"  # found by meaning: no word in common
+    assert all(a["unembedded"] in (0, 1, 2, 3) for a in answers)
+    assert _vectors(path) == (3, 0)
+    lines = out.read_text(encoding="utf-8").splitlines()
+    assert lines and all(json.loads(line)["jsonrpc"] == "2.0" for line in lines)  # nothing else on stdout
+
+
+def test_background_false_leaves_the_chunks_pending_on_both_servers(tmp_path: Path) -> None:
+    _pending_kb(tmp_path)
+    path = _config(tmp_path, background=False)
+    answers = _stdio_searches(path, tmp_path / "stdout.jsonl", until_embedded=False, seconds=3)
+    assert len(answers) >= 3 and all(a["unembedded"] == 3 for a in answers)
+    assert _vectors(path) == (0, 3)
+
+    app = create_app(load(path))
+    with serving(app) as base:
+        assert app.state.embedding is None and app.state.toolbox.embedding is None
+        for _ in range(10):
+            assert _post(base, {"query": "water the plants", "mode": "semantic", "limit": 1})["unembedded"] == 3
+            time.sleep(0.1)
+        assert not [t for t in threading.enumerate() if t.name.startswith("ctx-embed")]
+    assert _vectors(path) == (0, 3)
+    # The same configuration with background = true embeds them (the HTTP server; stdio: the test above).
+    app = create_app(load(_config(tmp_path)))
+    with serving(app) as base:
+        deadline = time.monotonic() + 60
+        while _post(base, {"query": "water the plants", "mode": "semantic", "limit": 1})["unembedded"]:
+            assert time.monotonic() < deadline, "the background embedder did not finish"
+            time.sleep(0.05)
+    assert _vectors(_config(tmp_path)) == (3, 0)

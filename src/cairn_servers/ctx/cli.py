@@ -449,7 +449,10 @@ def _run_tools(args: argparse.Namespace) -> tuple[Any, Any, int]:
 
             box = Toolbox(conf)
             try:
-                return None, lambda: "", serve_stdio(mcp_server(box))
+                # pending chunks embedded while serving, set up once `initialize` is answered (stdout is
+                # the protocol's by then: anything the model's libraries print goes to stderr)
+                return None, lambda: "", serve_stdio(mcp_server(box),
+                                                     after_first=lambda: box.embed_in_background(wait=False))
             finally:
                 box.close()
         from cairn_servers.ctx.http import serve

@@ -493,7 +493,7 @@ def _parse(data: dict[str, Any], file: Path, templated: dict[KeyPath, str]) -> C
     )
 
     r = _Reader(file, "embedding", data.get("embedding", {}))
-    r.check_keys(["provider", "model", "dims", "batch_size", "url", "api_key_env", "timeout"])
+    r.check_keys(["provider", "model", "dims", "batch_size", "url", "api_key_env", "timeout", "background"])
     embedding = EmbeddingSettings(
         provider=r.text("provider", "disabled", ("disabled", "local", "minilm", "e5", "openai", "ollama")),
         model=r.text("model", ""),
@@ -502,6 +502,7 @@ def _parse(data: dict[str, Any], file: Path, templated: dict[KeyPath, str]) -> C
         url=r.text("url", ""),
         api_key_env=r.text("api_key_env", ""),
         timeout=r.float("timeout", 30.0, 0.1, 3600.0),
+        background=r.bool("background", EmbeddingSettings.background),
     )
     if embedding.provider in ("openai", "ollama"):
         if not embedding.model:
@@ -884,6 +885,8 @@ dims = 384                        # local: 256
 batch_size = 256
 # url = "https://api.openai.com/v1"   # openai: any OpenAI-compatible base URL; ollama: http://127.0.0.1:11434
 # api_key_env = "OPENAI_API_KEY"     # the environment variable holding the API key
+# background = false              # `ctx serve` does not embed pending chunks while it serves (default true;
+                                  # then `ctx sync` or `ctx embed pending` embeds them)
 
 [server]
 bind = "127.0.0.1:7331"           # `ctx serve mcp`; non-loopback addresses also need --allow-remote

@@ -346,15 +346,10 @@ def create_app(config: "Config", toolbox: "Toolbox | None" = None, *, auth_token
 
     @asynccontextmanager
     async def lifespan(app: Any) -> Any:
-        from cairn_servers.ctx.service import background_embedder
-
-        embedding = background_embedder(config)  # pending chunks embedded while serving (None: disabled)
-        app.state.embedding = embedding
-        if embedding is not None:
-            embedding.start()
+        box.embed_in_background()  # pending chunks embedded while serving (unless disabled)
+        app.state.embedding = box.embedding
         yield
-        if embedding is not None:
-            await asyncio.to_thread(embedding.stop)  # after the provider call under way
+        await asyncio.to_thread(box.stop_embedding)  # after the provider call under way
         tool_threads.shutdown(wait=False, cancel_futures=True)
         box.close()
 

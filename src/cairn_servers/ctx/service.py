@@ -156,13 +156,15 @@ def init(config_path: str | os.PathLike[str] | None = None) -> InitReport:
 
 
 def background_embedder(config: cfg.Config) -> "BackgroundEmbedder | None":
-    """The embedder ``ctx serve`` runs in the background for ``config`` (not started), or None when embeddings
-    are disabled or the provider cannot be set up (said on stderr: search still answers by keyword)."""
+    """The embedder ``ctx serve`` runs in the background for ``config`` (not started; the servers start it
+    through :meth:`cairn_servers.ctx.tools.Toolbox.embed_in_background`), or None when embeddings are disabled,
+    ``[embedding] background = false``, or the provider cannot be set up (said on stderr: search still answers
+    by keyword)."""
     from cairn_servers.core import log
     from cairn_servers.ctx.sync import BackgroundEmbedder
     from cairn_servers.search import embed
 
-    if config.embedding.provider == "disabled":
+    if config.embedding.provider == "disabled" or not config.embedding.background:
         return None
     try:
         embedder = embed.create(config.embedding)

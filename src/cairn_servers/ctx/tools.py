@@ -9,6 +9,7 @@ every surface rejects the same input with the same message, naming the parameter
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Any
 
 from cairn_servers.core.errors import InvalidInput, NotFound
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from cairn_servers.ctx.config import Config
     from cairn_servers.ctx.luaproc import CancelCheck, LuaPool
     from cairn_servers.ctx.pool import ServicePool
+    from cairn_servers.ctx.sync import BackgroundEmbedder
     from cairn_servers.mcp.server import Server
 
 # Each Lua run may use up to 64 MiB in its worker process; bounding concurrent runs bounds the
@@ -50,6 +52,10 @@ class Toolbox:
         # The tools: the operations on MCP (agent_list/agent_show are not tools: agents are MCP prompts)
         self.ops: dict[str, Op] = {op.name: op for op in OPS.on("mcp")}
         self.pool: LuaPool | None = None  # Lua worker processes, started with the first Lua tool or agent
+        self.embedding: BackgroundEmbedder | None = None  # set by embed_in_background (a server)
+        self._embedding_lock = threading.Lock()
+        self._embedding_closed = False
+        self._embedding_asked = False  # embed_in_background was called
         for tc in config.tools:
             if tc.name in self.ops:
                 raise InvalidInput(f"{config.path}: [tools.script.{tc.name}]: {tc.name!r} is a built-in tool's name. "
@@ -75,8 +81,48 @@ class Toolbox:
                 self.pool.close()
             raise
 
+    def embed_in_background(self, *, wait: bool = True) -> None:
+        """Embed the chunks still pending while serving: both ``ctx serve mcp`` servers (HTTP and stdio) call
+        this, and :meth:`stop_embedding` (or :meth:`close`) when they stop. Nothing runs when embeddings are
+        disabled or ``[embedding] background = false``. The worker is
+        :func:`cairn_servers.ctx.service.background_embedder`'s, in :attr:`embedding` once set up.
+
+        :param wait: set it up before returning; False sets it up on a thread of its own (the stdio server
+            calls it after answering ``initialize``: the set-up imports the store and the provider)."""
+        settings = self.config.embedding
+        if settings.provider == "disabled" or not settings.background or self._embedding_asked:
+            return
+        self._embedding_asked = True
+
+        def setup() -> None:
+            from cairn_servers.ctx.service import background_embedder
+
+            worker = background_embedder(self.config)
+            with self._embedding_lock:
+                if worker is not None and not self._embedding_closed:
+                    self.embedding = worker
+                    worker.start()
+
+        if wait:
+            setup()
+        else:
+            threading.Thread(target=setup, name="ctx-embed-setup", daemon=True).start()
+
+    def stop_embedding(self, timeout: float = 60.0) -> None:
+        """Stop the background embedding (after the provider call under way, waiting at most ``timeout``
+        seconds for it); a set-up still under way starts nothing."""
+        if not self._embedding_asked:
+            return
+        with self._embedding_lock:
+            self._embedding_closed = True
+            worker = self.embedding
+        if worker is not None:
+            worker.stop(timeout)
+
     def close(self) -> None:
-        """Kill the Lua workers (a call still running ends with an error at once) and close the services."""
+        """Stop the background embedding, kill the Lua workers (a call still running ends with an error at
+        once) and close the services."""
+        self.stop_embedding()
         self.agents.close()
         if self.pool is not None:
             self.pool.close()

