@@ -157,8 +157,9 @@ def bucket_floor(bucket: np.ndarray) -> np.ndarray:
     import numpy as np
 
     b = np.asarray(bucket, dtype=np.float64)
-    out: np.ndarray = np.where(b == 0, 0.0, PRICE_FLOOR * 10.0 ** ((b - 1) / PER_DECADE))
-    return np.where(b == NO_BUCKET, np.nan, out)
+    none = b == NO_BUCKET
+    out: np.ndarray = np.where(b == 0, 0.0, PRICE_FLOOR * 10.0 ** ((np.where(none, 1, b) - 1) / PER_DECADE))
+    return np.where(none, np.nan, out)
 
 
 def update(out: Path, *, durable: bool = True, progress: Callable[..., None] | None = None,
