@@ -526,7 +526,8 @@ class _CohortPass:
         for name, row in zip(COST_METRICS, rows):
             s.append(f"height_to_{name}", np.ascontiguousarray(row, dtype="<u2"))
 
-    def _groups(self, val: np.ndarray, typ: np.ndarray, height: np.ndarray, day: np.ndarray) -> list[np.ndarray]:
+    @staticmethod
+    def _groups(val: np.ndarray, typ: np.ndarray, height: np.ndarray, day: np.ndarray) -> list[np.ndarray]:
         """The four group columns of each coin: amount band, type, epoch, year (NG - 1: none)."""
         import numpy as np
 

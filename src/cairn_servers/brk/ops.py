@@ -262,3 +262,28 @@ def get_address_utxos(iface: Interface, address: str) -> list[dict[str, Any]]:
     :param address: a Bitcoin address, a public key in hex, or a script hash (64 hexadecimal digits)
     """
     return iface.explorer.utxos(address)
+
+
+# -- UTXO cohorts (cairn_servers.brk.urpd) ---------------------------------------------------------------------
+
+@OPS.op(mcp="get_urpd", cli="urpd", http="GET /api/cohorts/urpd",
+        params={"cohort": {"positional": True, "metavar": "COHORT"},
+                "height": {"flags": ("--height",), "metavar": "N"},
+                "date": {"flags": ("--date",), "metavar": "YYYY-MM-DD"},
+                "per_decade": {"flags": ("--per-decade",), "metavar": "N"}})
+def get_urpd(iface: Interface, cohort: str, height: int | str | None = None, date: str | None = None,
+             per_decade: int | str = 10) -> dict[str, Any]:
+    """URPD, the UTXO realized price distribution: a UTXO cohort's supply by creation price (each coin at its
+    creation day's close) at one height, in log-spaced price buckets. Gives {cohort, height, date, close,
+    supply, supply_btc, realized_cap, buckets: [{price_floor, supply, supply_btc, utxo_count, realized_cap}]},
+    cheapest first, only the non-empty buckets; price_floor 0 holds the coins created before the first close.
+    Needs prices (brk price import).
+
+    :param cohort: all, or a UTXO cohort id: sth, lth, utxos_1d_to_1w_old, utxos_over_1btc, p2pkh, epoch_0, class_2009, ...
+    :param height: the block height (default: the tip)
+    :param date: instead of a height, a day (YYYY-MM-DD): its last block
+    :param per_decade: price buckets per decade, 1-1000 (10: each 26% wide; 100: 2.3%)
+    """
+    from cairn_servers.brk.urpd import urpd
+
+    return urpd(iface.out, cohort, height, date, per_decade)
