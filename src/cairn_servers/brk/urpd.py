@@ -90,16 +90,17 @@ def urpd(out: Path, cohort: str, height: int | str | None = None, date: str | No
     k = parse_int(per_decade, "per_decade", minimum=1)
     if k > MAX_PER_DECADE:
         raise InvalidInput(f"Invalid per_decade {k}: it must be at most {MAX_PER_DECADE}.")
+    out = Path(out)
     store = StoreReader(co.cohorts_dir(out))
     try:
         store.refresh()
         done = store.length("height_to_blockhash") if store.exists else 0
         if done == 0:
-            raise NotFound(f"No UTXO cohorts computed in {out} yet: run `brk index --out {out}`.")
+            raise NotFound("No UTXO cohorts computed yet: run `brk index`.")
         close = store.read("dateindex_to_close").astype(np.float64)
         if not (~np.isnan(close)).any():
             raise NotFound("No prices: the URPD prices each coin at its creation day's close. Import daily prices "
-                           f"with `brk price import FILE.csv --out {out}` (or `brk price fetch`), then `brk index`.")
+                           "with `brk price import FILE.csv` (or `brk price fetch`), then run `brk index`.")
         hashes = store.read("height_to_blockhash", 0, done)
         state_at = int(store.meta.get("state", done))
     finally:
