@@ -115,7 +115,7 @@ def ids(iface: Interface, index: str | None = None, page: int | str = 0, search:
 
     :param index: only the ids available on this index
     :param page: page number, 0-based; 1,000 ids per page (with --search, --limit per page)
-    :param search: words describing the data, e.g. "realized price"; ranked by the words of each id and its definition
+    :param search: words describing the data, e.g. "realized price", "median cost basis"; ranked by the words of each id and its definition
     :param limit: with --search, results per page (1-100, default 10)
     """
     if search is not None:  # the same answer as search_vecids (the parity tests compare them)
@@ -174,7 +174,7 @@ def get_vecs(iface: Interface, index: str, ids: str | list[str], from_: int | st
     per id). csv/tsv/md give a header of ids and one row per index position.
 
     :param index: index or accepted name: height, date, week, month, ...
-    :param ids: vec ids, comma or space separated (or a list), e.g. close,tx_count; cohort ids are <cohort>_<metric>, e.g. sth_realized_price, utxos_1btc_to_10btc_supply_btc (a search of the ids by words finds them)
+    :param ids: vec ids, comma or space separated (or a list), e.g. close,tx_count; cohort ids are <cohort>_<metric>, e.g. sth_realized_price, utxos_1btc_to_10btc_supply_btc, lth_cost_basis_pct50 (a search of the ids by words finds them)
     :param from_: first row, inclusive; negative counts from the end (-1 = latest)
     :param to: end row, exclusive; negative counts from the end; wins over count
     :param count: number of rows from `from`
