@@ -696,12 +696,10 @@ METRIC_LINES = {
                         "in sats",
     "supply_in_loss": "supply in loss of {c}: value of the coins whose creation-day close is above the close, in sats",
     "mvrv": "MVRV of {c}: supply_usd / realized_cap, market value to realized value",
-    "cost_basis_min": "lowest cost basis of {c}: the floor of the lowest price bucket holding supply (coins priced "
-                      "at their creation-day close; buckets 2.33% wide, 100 a decade from $0.01), US dollars per BTC",
-    "cost_basis_pct50": "median cost basis of {c}: the floor of the price bucket where the supply counted from the "
-                        "cheapest coins reaches half (creation-day close, buckets 2.33% wide), US dollars per BTC",
-    "cost_basis_max": "highest cost basis of {c}: the floor of the highest price bucket holding supply "
-                      "(creation-day close, buckets 2.33% wide), US dollars per BTC",
+    "cost_basis_min": "lowest cost basis of {c}: their lowest creation-day close, to a 2.33% bucket, in US dollars",
+    "cost_basis_pct50": "median cost basis of {c}: the creation-day close below which half their supply was "
+                        "created, to a 2.33% bucket, in US dollars",
+    "cost_basis_max": "highest cost basis of {c}: their highest creation-day close, to a 2.33% bucket, in US dollars",
     "nupl": "NUPL net unrealized profit and loss of {c}: 1 - realized_cap / supply_usd",
     "supply_rel_to_circulating_supply": "share of the supply held by {c}: supply / the whole supply",
     "supply_in_profit_rel_to_own_supply": "share of {c} in profit: supply_in_profit / supply",
