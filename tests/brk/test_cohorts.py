@@ -290,7 +290,7 @@ def test_generated_chain_recounted_from_the_blocks(generated: Path, tmp_path: Pa
     q = Interface(out)
     want = ["sth_supply_btc", "lth_supply_btc", "sth_realized_price", "lth_realized_price", "sth_sopr", "lth_sopr",
             "sth_mvrv", "lth_mvrv", "utxos_1d_to_1w_old_supply_btc", "utxos_1btc_to_10btc_supply_btc",
-            "p2pkh_supply_btc"]
+            "p2pkh_supply_btc", "sth_cost_basis_pct50", "utxos_over_1btc_cost_basis_max", "class_2009_cost_basis_min"]
     for index_name in ("height", "date", "week", "month", "year"):
         row = _vecs(q, index=index_name, ids=",".join(want), **{"from": -1})
         assert len(row) == len(want)
@@ -300,6 +300,9 @@ def test_generated_chain_recounted_from_the_blocks(generated: Path, tmp_path: Pa
     d = _vecs(q, index="date", ids="sth_supply,sth_realized_profit,sth_supply_usd,close", **{"from": -1})
     assert d[0][0] == h[0][-1] and d[1][0] == pytest.approx(h[1][first:].sum())
     assert d[2][0] == pytest.approx(h[0][-1] / 1e8 * d[3][0])
+    cb = _vecs(q, index="height", ids="lth_cost_basis_pct50,sth_cost_basis_max", **{"from": -1})
+    assert _vecs(q, index="date", ids="lth_cost_basis_pct50,sth_cost_basis_max", **{"from": -1}) == cb
+    assert cb[0][0] > 0 and cb[1][0] > 0
     # One chunk from scratch: the same bytes.
     fresh = tmp_path / "fresh"
     shutil.copytree(generated, fresh)
@@ -369,6 +372,9 @@ def test_price_change_reorg_and_kill_equal_a_fresh_run(tmp_path: Path, monkeypat
     compute(fresh)
     assert _bytes(out) == _bytes(fresh)
     _invariants(out)
+    median = VecStore(cohorts.cohorts_dir(out), cohorts.specs()).read("height_to_cost_basis_pct50")
+    assert median.shape == (400, len(cohorts.COHORTS))  # compared above with the other vecs, and not all null
+    assert (median[170:] != cohorts.NO_BUCKET).sum() > 100 * len(cohorts.COHORTS)
 
 
 def test_a_lagging_cohort_pass_is_read_once_it_commits(generated: Path, tmp_path: Path) -> None:
