@@ -182,8 +182,8 @@ def _check(out: Path, blocks: Path, close: dict[int, float], heights: list[int])
     c = Coins(blocks, open_store(out).read("height_to_blockhash"))
     basis = np.array([_basis(close, int(d)) for d in c.day])
     names = list(_cohort_masks(c, 0, np.arange(0)))
-    metrics = ("supply", "utxo_count", "realized_cap", "supply_in_profit", "supply_in_loss", "unrealized_profit",
-               "unrealized_loss", "sopr", "realized_profit", "realized_loss")
+    metrics: tuple[str, ...] = ("supply", "utxo_count", "realized_cap", "supply_in_profit", "supply_in_loss",
+                                "unrealized_profit", "unrealized_loss", "sopr", "realized_profit", "realized_loss")
     metrics += ("cost_basis_min", "cost_basis_pct50", "cost_basis_max")
     got = {(n, m): np.array(_vecs(q, index="height", ids=f"{n}_{m}"), dtype=float) for n in names for m in metrics}
     seen = {"lth_spends": 0, "checked": 0, "cost_basis": 0}
