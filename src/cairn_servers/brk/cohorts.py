@@ -648,6 +648,8 @@ class _CostBasis:
         at = np.searchsorted(blk, np.arange(nb + 1), "left")
         first = np.array([COHORTS[c][0] for c in COHORT_IDS])
         last = np.array([COHORTS[c][-1] for c in COHORT_IDS]) + 1
+        single = np.flatnonzero(last - first == 1)
+        runs = np.flatnonzero(last - first > 1).tolist()
         out = np.full((3, nb, nc), NO_BUCKET, dtype=np.int64)
         hist = self.start
         step = max(1, HIST_CELLS // (nc * nbk))
@@ -661,13 +663,25 @@ class _CostBasis:
             hist = d[-1].copy()
             if not priced[j0:j1].any():
                 continue
+            # min / max: a cohort's are the lowest / highest of its atomic columns' (cheaper than on its sums)
+            held = d > 0
+            some = held.any(axis=2)
+            amin = np.where(some, np.argmax(held, axis=2), nbk)
+            amax = np.where(some, nbk - 1 - np.argmax(held[:, :, ::-1], axis=2), -1)
+            cmin, cmax = np.empty((m, nc), np.int64), np.empty((m, nc), np.int64)
+            cmin[:, single], cmax[:, single] = amin[:, first[single]], amax[:, first[single]]
+            for i in runs:
+                cmin[:, i] = amin[:, first[i]:last[i]].min(axis=1)
+                cmax[:, i] = amax[:, first[i]:last[i]].max(axis=1)
+            # median: the first bucket where the running supply reaches half (exact: 0.5 x a sum of sats)
             acc = np.zeros((m, nat + 1, nbk))
-            np.cumsum(d, axis=1, out=acc[:, 1:])
-            cum = np.cumsum(acc[:, last] - acc[:, first], axis=2)  # (m, cohorts, buckets)
-            total = cum[:, :, -1:]
-            ok = (total[:, :, 0] > 0) & priced[j0:j1, None]
-            for i, reached in enumerate((cum > 0, 2 * cum >= total, cum >= total)):
-                out[i, j0:j1] = np.where(ok, np.argmax(reached, axis=2) + self.lo, NO_BUCKET)
+            np.cumsum(np.cumsum(d, axis=2), axis=1, out=acc[:, 1:])
+            cum = acc[:, last] - acc[:, first]  # (m, cohorts, buckets): running supply up the buckets
+            half = cum[:, :, -1:] * 0.5
+            ok = (half[:, :, 0] > 0) & priced[j0:j1, None]
+            cmed = np.count_nonzero(cum < half, axis=2)
+            for i, found in enumerate((cmin, cmed, cmax)):
+                out[i, j0:j1] = np.where(ok, found + self.lo, NO_BUCKET)
         return out
 
 
