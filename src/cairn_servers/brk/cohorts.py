@@ -609,31 +609,34 @@ class _CostBasis:
             np.add.at(by_bucket, self.db[:nd], p.g_sup.astype(np.float64))
             start[NA:] = by_bucket[:, :NG - 1].T
         self.start = start
-        self.blk: list[np.ndarray] = []
-        self.col: list[np.ndarray] = []
-        self.bkt: list[np.ndarray] = []
-        self.val: list[np.ndarray] = []
+        # What the blocks add, each source sorted by block: (block, column(s), bucket(s), sats, sign).
+        self.sources: list[tuple[np.ndarray, np.ndarray | int, np.ndarray, np.ndarray, int]] = []
+        self.moves: list[tuple[int, int, int, np.ndarray]] = []
+        self._buckets: dict[int, np.ndarray] = {}
 
     def move(self, j: int, k: int, lo: int, hi: int) -> None:
         """Block j moves the hour cells [lo, hi) from age band k to k + 1 (before it adds or spends)."""
-        import numpy as np
-
-        v = self.f_sup[lo:hi].astype(np.float64)
-        n = hi - lo
-        self.blk.append(np.full(2 * n, j, np.int64))
-        self.col.append(np.concatenate((np.full(n, k, np.int64), np.full(n, k + 1, np.int64))))
-        self.bkt.append(np.tile(self.hb[lo:hi], 2))
-        self.val.append(np.concatenate((-v, v)))
+        self.moves.append((j, k, lo, self.f_sup[lo:hi].copy()))
 
     def add(self, blk: np.ndarray, day: np.ndarray, val: np.ndarray, col: np.ndarray | int, sign: int) -> None:
+        bkt = self._buckets.get(id(day))
+        if bkt is None:
+            bkt = self._buckets[id(day)] = self.db[day - self.d0]
+        self.sources.append((blk, col, bkt, val, sign))
+
+    def _moves(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+        """The age-band crossings as one source: the cells leave band k and enter k + 1."""
         import numpy as np
 
-        cols = np.broadcast_to(np.asarray(col, dtype=np.int64), blk.shape)
-        keep = cols < len(ATOMIC)  # the group sink (NA + NG - 1) is no cohort
-        self.blk.append(blk[keep])
-        self.col.append(cols[keep])
-        self.bkt.append(self.db[day[keep] - self.d0])
-        self.val.append(sign * val[keep].astype(np.float64))
+        if not self.moves:
+            empty = np.zeros(0, np.int64)
+            return empty, empty, empty, empty, 1
+        n = np.array([len(v) for _, _, _, v in self.moves])
+        blk = np.repeat(np.array([j for j, _, _, _ in self.moves]), 2 * n)
+        col = np.concatenate([np.repeat((k, k + 1), len(v)) for _, k, _, v in self.moves])
+        bkt = np.concatenate([np.tile(self.hb[lo:lo + len(v)], 2) for _, _, lo, v in self.moves])
+        val = np.concatenate([np.concatenate((-v, v)) for _, _, _, v in self.moves])
+        return blk, col, bkt, val, 1
 
     def percentiles(self, priced: np.ndarray) -> np.ndarray:
         """(3, blocks, cohorts) uint16: the min, median and max buckets (``NO_BUCKET`` where the block has no
@@ -641,11 +644,7 @@ class _CostBasis:
         import numpy as np
 
         nb, nbk, nat, nc = self.nb, self.nbk, len(ATOMIC), len(COHORT_IDS)
-        blk = np.concatenate(self.blk)
-        order = np.argsort(blk, kind="stable")
-        blk, col = blk[order], np.concatenate(self.col)[order]
-        bkt, val = np.concatenate(self.bkt)[order], np.concatenate(self.val)[order]
-        at = np.searchsorted(blk, np.arange(nb + 1), "left")
+        sources = [*self.sources, self._moves()]
         first = np.array([COHORTS[c][0] for c in COHORT_IDS])
         last = np.array([COHORTS[c][-1] for c in COHORT_IDS]) + 1
         single = np.flatnonzero(last - first == 1)
@@ -655,9 +654,22 @@ class _CostBasis:
         step = max(1, HIST_CELLS // (nc * nbk))
         for j0 in range(0, nb, step):
             j1 = min(nb, j0 + step)
-            m, e0, e1 = j1 - j0, at[j0], at[j1]
-            key = ((blk[e0:e1] - j0) * nat + col[e0:e1]) * nbk + bkt[e0:e1]
-            d = np.bincount(key, weights=val[e0:e1], minlength=m * nat * nbk).reshape(m, nat, nbk)
+            m = j1 - j0
+            keys, vals = [], []
+            for blk, col, bkt, val, sign in sources:
+                e0, e1 = np.searchsorted(blk, [j0, j1], "left").tolist()
+                if e1 == e0:
+                    continue
+                c = col if isinstance(col, int) else col[e0:e1]
+                key = ((blk[e0:e1] - j0) * nat + c) * nbk + bkt[e0:e1]
+                v = val[e0:e1].astype(np.float64) * sign
+                if not isinstance(col, int):  # the group sink (NA + NG - 1) is no cohort
+                    key, v = key[c < nat], v[c < nat]
+                keys.append(key)
+                vals.append(v)
+            d = np.bincount(np.concatenate(keys) if keys else np.zeros(0, np.int64),
+                            weights=np.concatenate(vals) if vals else None,
+                            minlength=m * nat * nbk).astype(np.float64).reshape(m, nat, nbk)
             d[0] += hist
             np.cumsum(d, axis=0, out=d)
             hist = d[-1].copy()
