@@ -516,12 +516,8 @@ class _CohortPass:
         if cost is None:
             rows = np.full((len(COST_METRICS), nb, len(COHORT_IDS)), NO_BUCKET, dtype="<u2")
         else:
-            cost.add(cblk, cday, cval, 0, 1)
-            cost.add(sblk, sday, sval, s_band, -1)
-            for g in c_groups:
-                cost.add(cblk, cday, cval, NA + g, 1)
-            for g in s_groups:
-                cost.add(sblk, sday, sval, NA + g, -1)
+            cost.add(cblk, cday, cval, [0, *(NA + g for g in c_groups)], 1)
+            cost.add(sblk, sday, sval, [s_band, *(NA + g for g in s_groups)], -1)
             rows = cost.percentiles(priced)
         for name, row in zip(COST_METRICS, rows):
             s.append(f"height_to_{name}", np.ascontiguousarray(row, dtype="<u2"))
@@ -609,34 +605,34 @@ class _CostBasis:
             np.add.at(by_bucket, self.db[:nd], p.g_sup.astype(np.float64))
             start[NA:] = by_bucket[:, :NG - 1].T
         self.start = start
-        # What the blocks add, each source sorted by block: (block, column(s), bucket(s), sats, sign).
-        self.sources: list[tuple[np.ndarray, np.ndarray | int, np.ndarray, np.ndarray, int]] = []
+        # What the blocks add, each source sorted by block: (block, bucket, signed sats, the columns of each item).
+        self.sources: list[tuple[np.ndarray, np.ndarray, np.ndarray, list[np.ndarray | int]]] = []
         self.moves: list[tuple[int, int, int, np.ndarray]] = []
-        self._buckets: dict[int, np.ndarray] = {}
 
     def move(self, j: int, k: int, lo: int, hi: int) -> None:
         """Block j moves the hour cells [lo, hi) from age band k to k + 1 (before it adds or spends)."""
         self.moves.append((j, k, lo, self.f_sup[lo:hi].copy()))
 
-    def add(self, blk: np.ndarray, day: np.ndarray, val: np.ndarray, col: np.ndarray | int, sign: int) -> None:
-        bkt = self._buckets.get(id(day))
-        if bkt is None:
-            bkt = self._buckets[id(day)] = self.db[day - self.d0]
-        self.sources.append((blk, col, bkt, val, sign))
+    def add(self, blk: np.ndarray, day: np.ndarray, val: np.ndarray, cols: list[np.ndarray | int], sign: int) -> None:
+        """Items of blocks ``blk`` (sorted) created on ``day``, each in every column of ``cols`` (the group sink
+        NA + NG - 1 included: it is dropped at the end)."""
+        import numpy as np
 
-    def _moves(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+        self.sources.append((blk, self.db[day - self.d0], sign * val.astype(np.float64), cols))
+
+    def _moves(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[np.ndarray | int]]:
         """The age-band crossings as one source: the cells leave band k and enter k + 1."""
         import numpy as np
 
         if not self.moves:
             empty = np.zeros(0, np.int64)
-            return empty, empty, empty, empty, 1
+            return empty, empty, empty.astype(np.float64), [empty]
         n = np.array([len(v) for _, _, _, v in self.moves])
         blk = np.repeat(np.array([j for j, _, _, _ in self.moves]), 2 * n)
         col = np.concatenate([np.repeat((k, k + 1), len(v)) for _, k, _, v in self.moves])
         bkt = np.concatenate([np.tile(self.hb[lo:lo + len(v)], 2) for _, _, lo, v in self.moves])
-        val = np.concatenate([np.concatenate((-v, v)) for _, _, _, v in self.moves])
-        return blk, col, bkt, val, 1
+        val = np.concatenate([np.concatenate((-v, v)) for _, _, _, v in self.moves]).astype(np.float64)
+        return blk, bkt, val, [col]
 
     def percentiles(self, priced: np.ndarray) -> np.ndarray:
         """(3, blocks, cohorts) uint16: the min, median and max buckets (``NO_BUCKET`` where the block has no
@@ -644,6 +640,7 @@ class _CostBasis:
         import numpy as np
 
         nb, nbk, nat, nc = self.nb, self.nbk, len(ATOMIC), len(COHORT_IDS)
+        ncol = nat + 1  # and the group sink
         sources = [*self.sources, self._moves()]
         first = np.array([COHORTS[c][0] for c in COHORT_IDS])
         last = np.array([COHORTS[c][-1] for c in COHORT_IDS]) + 1
@@ -656,20 +653,17 @@ class _CostBasis:
             j1 = min(nb, j0 + step)
             m = j1 - j0
             keys, vals = [], []
-            for blk, col, bkt, val, sign in sources:
+            for blk, bkt, val, cols in sources:
                 e0, e1 = np.searchsorted(blk, [j0, j1], "left").tolist()
                 if e1 == e0:
                     continue
-                c = col if isinstance(col, int) else col[e0:e1]
-                key = ((blk[e0:e1] - j0) * nat + c) * nbk + bkt[e0:e1]
-                v = val[e0:e1].astype(np.float64) * sign
-                if not isinstance(col, int):  # the group sink (NA + NG - 1) is no cohort
-                    key, v = key[c < nat], v[c < nat]
-                keys.append(key)
-                vals.append(v)
-            d = np.bincount(np.concatenate(keys) if keys else np.zeros(0, np.int64),
-                            weights=np.concatenate(vals) if vals else None,
-                            minlength=m * nat * nbk).astype(np.float64).reshape(m, nat, nbk)
+                base = (blk[e0:e1] - j0) * (ncol * nbk) + bkt[e0:e1]
+                for col in cols:
+                    keys.append(base + (col if isinstance(col, int) else col[e0:e1]) * nbk)
+                    vals.append(val[e0:e1])
+            flat = np.bincount(np.concatenate(keys) if keys else np.zeros(0, np.int64),
+                               weights=np.concatenate(vals) if vals else None, minlength=m * ncol * nbk)
+            d = np.ascontiguousarray(flat.astype(np.float64, copy=False).reshape(m, ncol, nbk)[:, :nat])
             d[0] += hist
             np.cumsum(d, axis=0, out=d)
             hist = d[-1].copy()
