@@ -276,6 +276,7 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_generated_chain_recounted_from_the_blocks(generated: Path, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cohorts, "CHUNK_BLOCKS", 37)  # many commits: the state crosses chunks mid-day
+    monkeypatch.setattr(cohorts, "HIST_ITEMS", 3000)  # the cost-basis histograms a few blocks at a time
     out = tmp_path / "out"
     shutil.copytree(generated, out)
     days = _days(out)
@@ -308,6 +309,7 @@ def test_generated_chain_recounted_from_the_blocks(generated: Path, tmp_path: Pa
     shutil.copytree(generated, fresh)
     prices.save(fresh, [(d_, p, p, p, p) for d_, p in close.items()])
     monkeypatch.setattr(cohorts, "CHUNK_BLOCKS", 100_000)
+    monkeypatch.setattr(cohorts, "HIST_ITEMS", 1_000_000)
     compute(fresh)
     assert _bytes(out) == _bytes(fresh)
 

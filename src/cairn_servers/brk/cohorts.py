@@ -121,6 +121,7 @@ PRICE_FLOOR = 0.01
 NO_BUCKET = 0xFFFF  # no close that day, or a cohort without supply: NaN
 # Cells of a dense block x cohort x bucket histogram processed at a time (16 MB of float64).
 HIST_CELLS = 2_000_000
+HIST_ITEMS = 1_000_000  # and items x columns added at a time (16 MB of keys and sats)
 # Besides the log-spaced checkpoints, one per window of this many heights (a URPD query starts from it).
 URPD_EVERY = int(os.environ.get("CAIRN_BRK_URPD_EVERY", "20000"))
 # Blocks per chunk at most: the chunk's per-cohort rows stay a few MB whatever the block sizes.
@@ -649,8 +650,15 @@ class _CostBasis:
         out = np.full((3, nb, nc), NO_BUCKET, dtype=np.int64)
         hist = self.start
         step = max(1, HIST_CELLS // (nc * nbk))
-        for j0 in range(0, nb, step):
-            j1 = min(nb, j0 + step)
+        items = np.zeros(nb + 1, np.int64)  # items x columns added before each block
+        for blk, _, _, cols in sources:
+            items[1:] += np.bincount(blk, minlength=nb) * len(cols)
+        np.cumsum(items, out=items)
+        j1 = 0
+        while j1 < nb:
+            j0 = j1
+            fit = int(np.searchsorted(items, items[j0] + HIST_ITEMS, "right")) - 1
+            j1 = min(nb, j0 + step, max(j0 + 1, fit))
             m = j1 - j0
             keys, vals = [], []
             for blk, bkt, val, cols in sources:
