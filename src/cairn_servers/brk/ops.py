@@ -279,7 +279,7 @@ def get_urpd(iface: Interface, cohort: str, height: int | str | None = None, dat
     cheapest first, only the non-empty buckets; price_floor 0 holds the coins created before the first close.
     Needs prices (brk price import).
 
-    :param cohort: all, or a UTXO cohort id: sth, lth, utxos_1d_to_1w_old, utxos_over_1btc, p2pkh, epoch_0, class_2009, ...
+    :param cohort: all, or a UTXO cohort id: sth, lth, utxos_1d_to_1w_old, utxos_over_1btc, p2pkh, class_2009, ...
     :param height: the block height (default: the tip)
     :param date: instead of a height, a day (YYYY-MM-DD): its last block
     :param per_decade: price buckets per decade, 1-1000 (10: each 26% wide; 100: 2.3%)
