@@ -126,6 +126,31 @@ def _basis(close: dict[int, float], day: int) -> float:
     return close[max(known)] if known else 0.0
 
 
+def _bucket(price: np.ndarray) -> np.ndarray:
+    """The cost-basis bucket of a price, as docs/brk.md defines it: 0 for no price, else 1 + floor(100 x
+    log10(price / $0.01))."""
+    p = np.asarray(price, dtype=float)
+    k = np.floor(100 * np.log10(np.maximum(p, 0.01) / 0.01)) + 1
+    return np.where(p > 0, k, 0).astype(np.int64)
+
+
+def _floor(bucket: int) -> float:
+    return 0.0 if bucket == 0 else float(0.01 * 10 ** ((bucket - 1) / 100))
+
+
+def cost_basis(value: np.ndarray, cost: np.ndarray) -> tuple[float, float, float]:
+    """Min, median and max cost basis (bucket floors) of coins of these values and creation prices: the
+    lowest and highest bucket holding sats, and the first whose running sum of sats reaches half."""
+    held = value > 0
+    if not held.any():
+        return (np.nan, np.nan, np.nan)
+    b = _bucket(cost[held])
+    order = np.argsort(b, kind="stable")
+    run = np.cumsum(value[held][order])
+    median = int(b[order][int(np.argmax(2 * run >= run[-1]))])
+    return (_floor(int(b.min())), _floor(median), _floor(int(b.max())))
+
+
 def _cohort_masks(c: Coins, h: int, coins: np.ndarray) -> dict[str, np.ndarray]:
     """Which of ``coins`` (indices) each checked cohort holds at height h."""
     age = c.hour[h] - c.hour[c.created[coins]]
@@ -157,10 +182,11 @@ def _check(out: Path, blocks: Path, close: dict[int, float], heights: list[int])
     c = Coins(blocks, open_store(out).read("height_to_blockhash"))
     basis = np.array([_basis(close, int(d)) for d in c.day])
     names = list(_cohort_masks(c, 0, np.arange(0)))
-    metrics = ("supply", "utxo_count", "realized_cap", "supply_in_profit", "supply_in_loss", "unrealized_profit",
-               "unrealized_loss", "sopr", "realized_profit", "realized_loss")
+    metrics: tuple[str, ...] = ("supply", "utxo_count", "realized_cap", "supply_in_profit", "supply_in_loss",
+                                "unrealized_profit", "unrealized_loss", "sopr", "realized_profit", "realized_loss")
+    metrics += ("cost_basis_min", "cost_basis_pct50", "cost_basis_max")
     got = {(n, m): np.array(_vecs(q, index="height", ids=f"{n}_{m}"), dtype=float) for n in names for m in metrics}
-    seen = {"lth_spends": 0, "checked": 0}
+    seen = {"lth_spends": 0, "checked": 0, "cost_basis": 0}
     for h in heights:
         alive = np.flatnonzero((c.created <= h) & ((c.spent == -1) | (c.spent > h)))
         gone = np.flatnonzero(c.spent == h)
@@ -174,7 +200,12 @@ def _check(out: Path, blocks: Path, close: dict[int, float], heights: list[int])
             assert got[(n, "utxo_count")][h] == m.sum(), (n, h)
             if today is None:
                 assert np.isnan(got[(n, "realized_cap")][h]) and np.isnan(got[(n, "supply_in_profit")][h])
+                assert np.isnan(got[(n, "cost_basis_pct50")][h])
                 continue
+            want = cost_basis(v[m], cost[m])
+            have = tuple(got[(n, k)][h] for k in ("cost_basis_min", "cost_basis_pct50", "cost_basis_max"))
+            assert have == pytest.approx(want, rel=1e-12, nan_ok=True), (n, h)
+            seen["cost_basis"] += not np.isnan(want[1]) and want[0] < want[2]
             assert got[(n, "realized_cap")][h] == pytest.approx((v[m] / 1e8 * cost[m]).sum(), rel=1e-9, abs=1e-6)
             assert got[(n, "supply_in_profit")][h] == v[m][cost[m] < today].sum(), (n, h)
             assert got[(n, "supply_in_loss")][h] == v[m][cost[m] > today].sum(), (n, h)
@@ -245,6 +276,7 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_generated_chain_recounted_from_the_blocks(generated: Path, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cohorts, "CHUNK_BLOCKS", 37)  # many commits: the state crosses chunks mid-day
+    monkeypatch.setattr(cohorts, "HIST_ITEMS", 3000)  # the cost-basis histograms a few blocks at a time
     out = tmp_path / "out"
     shutil.copytree(generated, out)
     days = _days(out)
@@ -255,11 +287,11 @@ def test_generated_chain_recounted_from_the_blocks(generated: Path, tmp_path: Pa
     _invariants(out)
     step = 1 if STRESS else 13  # every height under make stress
     seen = _check(out, generated.parent / "blocks", close, list(range(0, 600, step)) + [599])
-    assert seen["lth_spends"] > 0 and seen["checked"] > 500
+    assert seen["lth_spends"] > 0 and seen["checked"] > 500 and seen["cost_basis"] > 300
     q = Interface(out)
     want = ["sth_supply_btc", "lth_supply_btc", "sth_realized_price", "lth_realized_price", "sth_sopr", "lth_sopr",
             "sth_mvrv", "lth_mvrv", "utxos_1d_to_1w_old_supply_btc", "utxos_1btc_to_10btc_supply_btc",
-            "p2pkh_supply_btc"]
+            "p2pkh_supply_btc", "sth_cost_basis_pct50", "utxos_over_1btc_cost_basis_max", "class_2009_cost_basis_min"]
     for index_name in ("height", "date", "week", "month", "year"):
         row = _vecs(q, index=index_name, ids=",".join(want), **{"from": -1})
         assert len(row) == len(want)
@@ -269,11 +301,15 @@ def test_generated_chain_recounted_from_the_blocks(generated: Path, tmp_path: Pa
     d = _vecs(q, index="date", ids="sth_supply,sth_realized_profit,sth_supply_usd,close", **{"from": -1})
     assert d[0][0] == h[0][-1] and d[1][0] == pytest.approx(h[1][first:].sum())
     assert d[2][0] == pytest.approx(h[0][-1] / 1e8 * d[3][0])
+    cb = _vecs(q, index="height", ids="lth_cost_basis_pct50,sth_cost_basis_max", **{"from": -1})
+    assert _vecs(q, index="date", ids="lth_cost_basis_pct50,sth_cost_basis_max", **{"from": -1}) == cb
+    assert cb[0][0] > 0 and cb[1][0] > 0
     # One chunk from scratch: the same bytes.
     fresh = tmp_path / "fresh"
     shutil.copytree(generated, fresh)
     prices.save(fresh, [(d_, p, p, p, p) for d_, p in close.items()])
     monkeypatch.setattr(cohorts, "CHUNK_BLOCKS", 100_000)
+    monkeypatch.setattr(cohorts, "HIST_ITEMS", 1_000_000)
     compute(fresh)
     assert _bytes(out) == _bytes(fresh)
 
@@ -286,7 +322,7 @@ def test_mainnet_first_blocks_recounted(tmp_path: Path) -> None:
     compute(out)
     _invariants(out)
     seen = _check(out, tmp_path / "blocks", close, list(range(0, 590, 1 if STRESS else 7)) + [589])
-    assert seen["checked"] > 500
+    assert seen["checked"] > 500 and seen["cost_basis"] > 100
     q = Interface(out)
     assert _vecs(q, index="height", ids="class_2009_supply", **{"from": -1}) == _vecs(
         q, index="height", ids="supply", **{"from": -1})
@@ -338,6 +374,9 @@ def test_price_change_reorg_and_kill_equal_a_fresh_run(tmp_path: Path, monkeypat
     compute(fresh)
     assert _bytes(out) == _bytes(fresh)
     _invariants(out)
+    median = VecStore(cohorts.cohorts_dir(out), cohorts.specs()).read("height_to_cost_basis_pct50")
+    assert median.shape == (400, len(cohorts.COHORTS))  # compared above with the other vecs, and not all null
+    assert (median[170:] != cohorts.NO_BUCKET).sum() > 100 * len(cohorts.COHORTS)
 
 
 def test_a_lagging_cohort_pass_is_read_once_it_commits(generated: Path, tmp_path: Path) -> None:

@@ -253,7 +253,7 @@ def test_mcp_tool_beside_the_ten_seed_tools(base_url: str) -> None:
 
         async with Client(f"{base_url}/mcp", cache=None) as client:
             tools = {t.name: t for t in (await client.list_tools()).tools}
-            assert sorted(tools) == sorted([*SEED_TOOLS, "search_vecids", *EXPLORER_TOOLS])
+            assert sorted(tools) == sorted([*SEED_TOOLS, "search_vecids", *EXPLORER_TOOLS, "get_urpd"])
             schema = tools["search_vecids"].input_schema
             assert schema["required"] == ["q"] and set(schema["properties"]) == {"q", "index", "i", "limit", "page"}
             assert client.instructions is not None and "search_vecids" in client.instructions

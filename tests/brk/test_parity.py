@@ -41,6 +41,7 @@ class Case(NamedTuple):
     args: dict[str, Any]
     error: str | None = None
     surfaces: tuple[str, ...] = SURFACES  # where the input can be spelled (argv cannot say `page: true`)
+    priced: bool = False  # on a copy of the store with a daily price series (the store has none)
 
 
 NO_ARGS = [Case({}), Case({"nope": 1}, "bad_request", ("mcp", "http"))]
@@ -107,6 +108,14 @@ CASES: dict[str, list[Case]] = {
                     Case({"address": "1A1zP1eP5QGefi2DMPTfTL5SLmv7DivfNb"}, "bad_request"),
                     Case({"address": "tb1qw508d6qejxtdg4y5r3zarvary0c5xw7kxpjzsx"}, "bad_request")],
     "get_address_utxos": [Case({"address": PUBKEY9}), Case({"address": "bc1q"}, "bad_request")],
+    "get_urpd": [Case({"cohort": "sth"}, "not_found"), Case({"cohort": "all"}, priced=True),
+                 Case({"cohort": "class_2009", "height": 170, "per_decade": 100}, priced=True),
+                 Case({"cohort": "sth", "date": "2009-01-12"}, priced=True),
+                 Case({"cohort": "sth", "height": 590}, "not_found", priced=True), Case({"cohort": "nope"}, "not_found"),
+                 Case({"cohort": "lth", "height": "x"}, "bad_request"), Case({"cohort": "lth", "date": "2009-13-01"},
+                                                                          "bad_request"),
+                 Case({"cohort": "all", "per_decade": 0}, "bad_request"),
+                 Case({}, "bad_request", ("mcp", "http"))],
 }
 # An operation on the CLI only answers as the MCP/HTTP operations it stands for.
 SAME_AS = {"ids": lambda args: (
@@ -224,25 +233,43 @@ async def run_mcp(out: Path, calls: list[tuple[str, dict[str, Any]]]) -> list[Ou
 
 
 @pytest.fixture(scope="module")
-def outcomes(out: Path) -> dict[tuple[str, int, str], Outcome]:
+def priced(out: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the store with a close for each day of its blocks (the cohorts' dollar figures, the URPD)."""
+    import shutil
+
+    from cairn_servers.brk import prices
+    from cairn_servers.brk.compute import compute
+
+    copy = tmp_path_factory.mktemp("brk_parity_priced") / "out"
+    shutil.copytree(out, copy)
+    prices.save(copy, [(d, 1.0 + d, 1.0 + d, 1.0 + d, 1.0 + d) for d in range(2, 20)])
+    compute(copy)
+    return copy
+
+
+@pytest.fixture(scope="module")
+def outcomes(out: Path, priced: Path) -> dict[tuple[str, int, str], Outcome]:
     """Every case on every surface its operation (or, for a CLI-only one, the operation it stands for) has."""
     got: dict[tuple[str, int, str], Outcome] = {}
-    mcp_calls: list[tuple[tuple[str, int, str], tuple[str, dict[str, Any]]]] = []
-    with serving(create_app(Interface(out))) as url, httpx.Client(base_url=url.removesuffix("/mcp")) as client:
+    mcp_calls: dict[Path, list[tuple[tuple[str, int, str], tuple[str, dict[str, Any]]]]] = {out: [], priced: []}
+    with serving(create_app(Interface(out))) as url, httpx.Client(base_url=url.removesuffix("/mcp")) as client, \
+            serving(create_app(Interface(priced))) as url2, httpx.Client(base_url=url2.removesuffix("/mcp")) as client2:
         for name, i, case in _cases():
             op = OPS[name]
             target, args = SAME_AS[name](case.args) if name in SAME_AS else (name, case.args)
             other = OPS[target]
+            store = priced if case.priced else out
             for surface in case.surfaces:
                 key = (name, i, surface)
                 if surface == "cli" and op.cli is not None:
-                    got[key] = run_cli(out, op, case.args)
+                    got[key] = run_cli(store, op, case.args)
                 elif surface == "http" and other.http is not None:
-                    got[key] = run_http(client, other, args)
+                    got[key] = run_http(client2 if case.priced else client, other, args)
                 elif surface == "mcp" and other.mcp is not None:
-                    mcp_calls.append((key, (other.mcp, args)))
-    answers = asyncio.run(asyncio.wait_for(run_mcp(out, [call for _, call in mcp_calls]), 120))
-    got.update(zip([key for key, _ in mcp_calls], answers))
+                    mcp_calls[store].append((key, (other.mcp, args)))
+    for store, calls in mcp_calls.items():
+        answers = asyncio.run(asyncio.wait_for(run_mcp(store, [call for _, call in calls]), 120))
+        got.update(zip([key for key, _ in calls], answers))
     return got
 
 

@@ -120,7 +120,7 @@ async def _every_tool(server: Any) -> None:
         assert tools == sorted(["get_accepted_indexes", "get_index_count", "get_index_to_vecids", "get_indexes",
                                 "get_vec_count", "get_vecid_count", "get_vecid_to_indexes", "get_vecids", "get_vecs",
                                 "get_version",  # the ten seed tools, then id search and the block explorer
-                                "search_vecids", "get_address", "get_address_utxos", "get_block", "get_tx"])
+                                "search_vecids", "get_address", "get_address_utxos", "get_block", "get_tx", "get_urpd"])
 
         async def call(name: str, args: dict[str, Any] | None = None) -> Any:
             res = await client.call_tool(name, args or {})

@@ -77,7 +77,7 @@ async def _mcp_ten_tools(url: str, expected: dict[str, Any], ids_on: dict[str, l
                 return text
 
         tools = sorted(t.name for t in (await client.list_tools()).tools)
-        assert len(tools) == 15 and "search_vecids" in tools  # the ten seed tools, id search, the explorer's four
+        assert len(tools) == 16 and "search_vecids" in tools  # the ten seed tools, id search, explorer (4), URPD
         assert client.instructions is not None
         for vec_id in SAMPLE_IDS:
             assert vec_id in client.instructions, vec_id

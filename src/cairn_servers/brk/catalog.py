@@ -107,8 +107,11 @@ COHORT_BASES: dict[str, tuple[str, str, str, bool]] = {
     f"{cohort}_{metric}": ("cohorts", metric, "state" if metric in cohorts.STATES else "flow",
                            metric in cohorts.SATS_METRICS)
     for cohort in cohorts.COHORTS for metric in cohorts.METRICS}
+COHORT_BASES.update({f"{cohort}_{metric}": ("cohorts", metric, "state", False)
+                     for cohort in cohorts.COHORTS for metric in cohorts.COST_METRICS})  # one column each
 COHORT_READ_ROWS = 1 << 16  # rows of every atomic cohort read at a time (4.5 MB): a whole chain is never held
-COHORT_OF = {f"{cohort}_{metric}": cohort for cohort in cohorts.COHORTS for metric in cohorts.METRICS}
+COHORT_OF = {f"{cohort}_{metric}": cohort for cohort in cohorts.COHORTS
+             for metric in (*cohorts.METRICS, *cohorts.COST_METRICS)}
 ALL_BASES = {**BASES, **REALIZED_BASES, **COHORT_BASES}
 # Flows with a stored running sum (``X_cumulative``) and the store holding it.
 CUMULATIVE_STORE = {**{name: "comp" for name in (*CUMULATED, "subsidy", "fees")}, "block_count": "",
@@ -293,13 +296,16 @@ class Source:
 
         start = min(start, stop)
         out = np.full(stop - start, np.nan)
-        if not self.cohorts.exists:
+        if not self.cohorts.exists or f"height_to_{metric}" not in self.cohorts.vecs:
             return out
         cols = cohorts.COHORTS[cohort]
         step = COHORT_READ_ROWS
         for a in range(start, stop, step):
             rows = self.cohorts.read(f"height_to_{metric}", a, min(a + step, stop))
-            part = rows[:, cols[0]] if len(cols) == 1 else rows[:, cols[0]:cols[-1] + 1].sum(axis=1)
+            if metric in cohorts.COST_METRICS:  # a bucket per cohort id, read as its floor price
+                part = cohorts.bucket_floor(rows[:, cohorts.COHORT_IDS.index(cohort)])
+            else:
+                part = rows[:, cols[0]] if len(cols) == 1 else rows[:, cols[0]:cols[-1] + 1].sum(axis=1)
             out[a - start:a - start + part.shape[0]] = part
             if part.shape[0] < min(a + step, stop) - a:
                 break

@@ -112,6 +112,18 @@ STATES = ("supply", "utxo_count", "realized_cap", "supply_in_profit", "supply_in
 FLOWS = ("realized_profit", "realized_loss", "value_created", "value_destroyed")
 METRICS = (*STATES, *FLOWS)
 SATS_METRICS = ("supply", "supply_in_profit", "supply_in_loss")
+# Cost-basis percentiles (BRK's ids), stored per height for every cohort of ``COHORTS`` (not summable: one column
+# per cohort id) as a price bucket (``bucket_floor``).
+COST_METRICS = ("cost_basis_min", "cost_basis_pct50", "cost_basis_max")
+COHORT_IDS = tuple(COHORTS)  # the columns of the cost-basis vecs
+PER_DECADE = 100  # price buckets per decade: each 2.33% wide, from $0.01
+PRICE_FLOOR = 0.01
+NO_BUCKET = 0xFFFF  # no close that day, or a cohort without supply: NaN
+# Cells of a dense block x cohort x bucket histogram processed at a time (16 MB of float64).
+HIST_CELLS = 2_000_000
+HIST_ITEMS = 1_000_000  # and items x columns added at a time (16 MB of keys and sats)
+# Besides the log-spaced checkpoints, one per window of this many heights (a URPD query starts from it).
+URPD_EVERY = int(os.environ.get("CAIRN_BRK_URPD_EVERY", "20000"))
 # Blocks per chunk at most: the chunk's per-cohort rows stay a few MB whatever the block sizes.
 CHUNK_BLOCKS = int(os.environ.get("CAIRN_BRK_COHORT_BLOCKS", "2000"))
 VERSION = 1
@@ -124,7 +136,31 @@ def cohorts_dir(out: Path) -> Path:
 def specs() -> list[VecSpec]:
     return [VecSpec("height_to_blockhash", "height", "u1", 32, VERSION),
             *(VecSpec(f"height_to_{m}", "height", "<f8", len(ATOMIC), VERSION) for m in METRICS),
+            *(VecSpec(f"height_to_{m}", "height", "<u2", len(COHORT_IDS), VERSION) for m in COST_METRICS),
             VecSpec("dateindex_to_close", "dateindex", "<f8", 1, VERSION)]
+
+
+def price_bucket(price: np.ndarray) -> np.ndarray:
+    """The cost-basis bucket of each price: 0 for 0 (coins created before the first close), else
+    ``1 + floor(PER_DECADE x log10(price / PRICE_FLOOR))`` (prices under a cent in bucket 1)."""
+    import numpy as np
+
+    p = np.asarray(price, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        k = np.floor(PER_DECADE * np.log10(np.maximum(p, PRICE_FLOOR) / PRICE_FLOOR)) + 1
+    out: np.ndarray = np.where(p > 0, np.clip(k, 1, NO_BUCKET - 1), 0).astype(np.int64)
+    return out
+
+
+def bucket_floor(bucket: np.ndarray) -> np.ndarray:
+    """The price a bucket stands for, its floor: ``PRICE_FLOOR x 10 ** ((bucket - 1) / PER_DECADE)`` (0 for
+    bucket 0, NaN for ``NO_BUCKET``)."""
+    import numpy as np
+
+    b = np.asarray(bucket, dtype=np.float64)
+    none = b == NO_BUCKET
+    out: np.ndarray = np.where(b == 0, 0.0, PRICE_FLOOR * 10.0 ** ((np.where(none, 1, b) - 1) / PER_DECADE))
+    return np.where(none, np.nan, out)
 
 
 def update(out: Path, *, durable: bool = True, progress: Callable[..., None] | None = None,
@@ -146,6 +182,31 @@ def update(out: Path, *, durable: bool = True, progress: Callable[..., None] | N
         chain.close()
 
 
+def _filled(close: np.ndarray) -> np.ndarray:
+    """Each day's creation price: its close, else the last earlier close, else 0."""
+    import numpy as np
+
+    idx = np.where(~np.isnan(close), np.arange(close.shape[0]), -1)
+    np.maximum.accumulate(idx, out=idx)
+    filled: np.ndarray = np.where(idx >= 0, close[np.maximum(idx, 0)], 0.0)
+    return filled
+
+
+def _read_state(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A checkpoint's hour table (supply, count), day x group table (supply, count) and running totals."""
+    import numpy as np
+
+    raw = np.fromfile(path, dtype="<i8")
+    nh, nd = int(raw[0]), int(raw[1])
+    at = 2
+    f_sup, at = raw[at:at + nh].copy(), at + nh
+    f_cnt, at = raw[at:at + nh].copy(), at + nh
+    g_sup, at = raw[at:at + nd * NG].reshape(nd, NG).copy(), at + nd * NG
+    g_cnt, at = raw[at:at + nd * NG].reshape(nd, NG).copy(), at + nd * NG
+    floats = raw[at:].view("<f8")
+    return f_sup, f_cnt, g_sup, g_cnt, floats[:NA * 7].reshape(NA, 7).copy(), floats[NA * 7:].reshape(NG, 7).copy()
+
+
 def _year_of_days(n: int) -> np.ndarray:
     """Calendar year of dateindex 0 .. n - 1."""
     import numpy as np
@@ -155,6 +216,15 @@ def _year_of_days(n: int) -> np.ndarray:
     days = day_nums(np.arange(n)).astype("datetime64[D]")
     years: np.ndarray = days.astype("datetime64[Y]").astype(np.int64) + 1970
     return years
+
+
+def _windowed(have: list[int]) -> set[int]:
+    """The first checkpoint of each window of ``URPD_EVERY`` heights: a URPD query advances fewer blocks than
+    that from one (each holds the hour and day tables: about 8 MB at mainnet's tip, so 45 of them there)."""
+    first: dict[int, int] = {}
+    for h in have:
+        first.setdefault(h // URPD_EVERY, h)
+    return set(first.values())
 
 
 class _CohortPass:
@@ -167,10 +237,7 @@ class _CohortPass:
         self.state_dir.mkdir(exist_ok=True)
         self.durable = durable
         self.close = close
-        filled = close.copy()
-        idx = np.where(~np.isnan(filled), np.arange(filled.shape[0]), -1)
-        np.maximum.accumulate(idx, out=idx)
-        self.basis_known = np.where(idx >= 0, filled[np.maximum(idx, 0)], 0.0)
+        self.basis_known = _filled(close)
         self.h0 = int(chain.mts[0]) // 3600 if chain.n else 0
         self.hour = chain.mts // 3600 - self.h0  # hour of each height, from the chain's first
         self.d0 = int(chain.dateindex[0]) if chain.n else 0  # the day table's first row: the chain's first day
@@ -218,20 +285,9 @@ class _CohortPass:
         replace_file(tmp, self._path(h), durable=self.durable)
 
     def _load(self, h: int) -> None:
-        import numpy as np
-
         if h == 0:
             return
-        raw = np.fromfile(self._path(h), dtype="<i8")
-        nh, nd = int(raw[0]), int(raw[1])
-        at = 2
-        self.f_sup, at = raw[at:at + nh].copy(), at + nh
-        self.f_cnt, at = raw[at:at + nh].copy(), at + nh
-        self.g_sup, at = raw[at:at + nd * NG].reshape(nd, NG).copy(), at + nd * NG
-        self.g_cnt, at = raw[at:at + nd * NG].reshape(nd, NG).copy(), at + nd * NG
-        floats = raw[at:].view("<f8")
-        self.age_state = floats[:NA * 7].reshape(NA, 7).copy()
-        self.grp_state = floats[NA * 7:].reshape(NG, 7).copy()
+        self.f_sup, self.f_cnt, self.g_sup, self.g_cnt, self.age_state, self.grp_state = _read_state(self._path(h))
 
     # -- the pass -------------------------------------------------------------------------------------
     def run(self, progress: Callable[..., None] | None, should_stop: Callable[[], bool] | None) -> dict[str, Any]:
@@ -279,7 +335,7 @@ class _CohortPass:
             meta["state"] = stop
             s.commit(meta)
             have_states = self._heights()
-            keep = _log_spaced(have_states, stop)
+            keep = _log_spaced(have_states, stop) | _windowed(have_states)
             for h in have_states:
                 if h not in keep:
                     self._path(h).unlink(missing_ok=True)
@@ -376,23 +432,28 @@ class _CohortPass:
         age_out = np.zeros((nb, NA, 7))
         state = self.age_state
         cell_cls = np.zeros(0, np.int64)
+        cost = _CostBasis(self, a, b, hour_basis) if (~np.isnan(closes)).any() else None
         for j in range(nb):
             h_abs = a + j
             h = int(hour[h_abs])
             close = closes[j]
-            if h_abs == 0 or day[h_abs] != day[h_abs - 1] or j == 0:
+            new_day = h_abs == 0 or day[h_abs] != day[h_abs - 1]
+            if new_day or j == 0:
                 cell_cls = np.where(close == close, np.sign(np.nan_to_num(close) - hour_basis), 0).astype(np.int64)
-            if h_abs == 0 or day[h_abs] != day[h_abs - 1]:
-                state = self._age_from_scratch(h, hour_basis, cell_cls)
-            else:
+            if h_abs > 0 and (cost is not None or not new_day):
                 hp = int(hour[h_abs - 1])
                 if h > hp:
                     lo_c = np.maximum(hp - edges + 1, 0)
                     hi_c = np.maximum(h - edges + 1, 0)
                     for k in np.flatnonzero(hi_c > lo_c).tolist():
-                        moved = self._cells(int(lo_c[k]), int(hi_c[k]), hour_basis, cell_cls)
-                        state[k] -= moved
-                        state[k + 1] += moved
+                        if cost is not None:
+                            cost.move(j, k, int(lo_c[k]), int(hi_c[k]))
+                        if not new_day:
+                            moved = self._cells(int(lo_c[k]), int(hi_c[k]), hour_basis, cell_cls)
+                            state[k] -= moved
+                            state[k + 1] += moved
+            if new_day:
+                state = self._age_from_scratch(h, hour_basis, cell_cls)
             state += delta_age[j]
             lo, hi = c_at[j], c_at[j + 1]
             if hi > lo:
@@ -453,8 +514,17 @@ class _CohortPass:
         s.append("height_to_blockhash", chain.hashes(a, b))
         for name in METRICS:
             s.append(f"height_to_{name}", np.ascontiguousarray(cols[name], dtype="<f8"))
+        if cost is None:
+            rows = np.full((len(COST_METRICS), nb, len(COHORT_IDS)), NO_BUCKET, dtype="<u2")
+        else:
+            cost.add(cblk, cday, cval, [0, *(NA + g for g in c_groups)], 1)
+            cost.add(sblk, sday, sval, [s_band, *(NA + g for g in s_groups)], -1)
+            rows = cost.percentiles(priced)
+        for name, row in zip(COST_METRICS, rows):
+            s.append(f"height_to_{name}", np.ascontiguousarray(row, dtype="<u2"))
 
-    def _groups(self, val: np.ndarray, typ: np.ndarray, height: np.ndarray, day: np.ndarray) -> list[np.ndarray]:
+    @staticmethod
+    def _groups(val: np.ndarray, typ: np.ndarray, height: np.ndarray, day: np.ndarray) -> list[np.ndarray]:
         """The four group columns of each coin: amount band, type, epoch, year (NG - 1: none)."""
         import numpy as np
 
@@ -504,6 +574,131 @@ class _CohortPass:
         return np.stack([w.sum(axis=0) for w in (sup, cnt, r, sup * p, r * p, sup * lo, r * lo)], axis=1)
 
 
+class _CostBasis:
+    """Each cohort's supply by cost-basis bucket (``price_bucket`` of the creation price) at every block of a
+    chunk, and its min / median / max buckets. The histogram at the chunk's start is rebuilt from the hour and
+    day tables (nothing more is checkpointed); then each block adds the same items as the state deltas
+    (created +, spent -, age-band crossings moved) as a dense block x atomic column x bucket array over the
+    chunk's occupied buckets, a few hundred blocks at a time, summed down the blocks, across each cohort's
+    columns and up the buckets."""
+
+    def __init__(self, p: _CohortPass, a: int, b: int, hour_basis: np.ndarray) -> None:
+        import numpy as np
+
+        self.a, self.nb, self.d0 = a, b - a, p.d0
+        chain = p.chain
+        n_days = int(chain.dateindex[b - 1]) + 1 - p.d0
+        hb = price_bucket(hour_basis)
+        db = price_bucket(p.basis(np.arange(p.d0, p.d0 + n_days)))
+        self.lo = int(min(hb.min(initial=NO_BUCKET), db.min()))
+        self.nbk = int(max(hb.max(initial=0), db.max())) - self.lo + 1
+        self.hb, self.db = hb - self.lo, db - self.lo
+        self.f_sup = p.f_sup
+        nbk = self.nbk
+        start = np.zeros((len(ATOMIC), nbk))
+        if a > 0:
+            hp = int(p.hour[a - 1])
+            band = np.searchsorted(np.asarray(AGE_EDGES), hp - np.arange(hp + 1), "right")
+            start[:NA] = np.bincount(band * nbk + self.hb[:hp + 1], weights=p.f_sup[:hp + 1].astype(np.float64),
+                                     minlength=NA * nbk).reshape(NA, nbk)
+            by_bucket = np.zeros((nbk, NG))
+            nd = p.g_sup.shape[0]
+            np.add.at(by_bucket, self.db[:nd], p.g_sup.astype(np.float64))
+            start[NA:] = by_bucket[:, :NG - 1].T
+        self.start = start
+        # What the blocks add, each source sorted by block: (block, bucket, signed sats, the columns of each item).
+        self.sources: list[tuple[np.ndarray, np.ndarray, np.ndarray, list[np.ndarray | int]]] = []
+        self.moves: list[tuple[int, int, int, np.ndarray]] = []
+
+    def move(self, j: int, k: int, lo: int, hi: int) -> None:
+        """Block j moves the hour cells [lo, hi) from age band k to k + 1 (before it adds or spends)."""
+        self.moves.append((j, k, lo, self.f_sup[lo:hi].copy()))
+
+    def add(self, blk: np.ndarray, day: np.ndarray, val: np.ndarray, cols: list[np.ndarray | int], sign: int) -> None:
+        """Items of blocks ``blk`` (sorted) created on ``day``, each in every column of ``cols`` (the group sink
+        NA + NG - 1 included: it is dropped at the end)."""
+        import numpy as np
+
+        self.sources.append((blk, self.db[day - self.d0], sign * val.astype(np.float64), cols))
+
+    def _moves(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[np.ndarray | int]]:
+        """The age-band crossings as one source: the cells leave band k and enter k + 1."""
+        import numpy as np
+
+        if not self.moves:
+            empty = np.zeros(0, np.int64)
+            return empty, empty, empty.astype(np.float64), [empty]
+        n = np.array([len(v) for _, _, _, v in self.moves])
+        blk = np.repeat(np.array([j for j, _, _, _ in self.moves]), 2 * n)
+        col = np.concatenate([np.repeat((k, k + 1), len(v)) for _, k, _, v in self.moves])
+        bkt = np.concatenate([np.tile(self.hb[lo:lo + len(v)], 2) for _, _, lo, v in self.moves])
+        val = np.concatenate([np.concatenate((-v, v)) for _, _, _, v in self.moves]).astype(np.float64)
+        return blk, bkt, val, [col]
+
+    def percentiles(self, priced: np.ndarray) -> np.ndarray:
+        """(3, blocks, cohorts) uint16: the min, median and max buckets (``NO_BUCKET`` where the block has no
+        close or the cohort no supply). Sums of whole sats stay exact in float64 (below 2**53)."""
+        import numpy as np
+
+        nb, nbk, nat, nc = self.nb, self.nbk, len(ATOMIC), len(COHORT_IDS)
+        ncol = nat + 1  # and the group sink
+        sources = [*self.sources, self._moves()]
+        first = np.array([COHORTS[c][0] for c in COHORT_IDS])
+        last = np.array([COHORTS[c][-1] for c in COHORT_IDS]) + 1
+        single = np.flatnonzero(last - first == 1)
+        runs = np.flatnonzero(last - first > 1).tolist()
+        out = np.full((3, nb, nc), NO_BUCKET, dtype=np.int64)
+        hist = self.start
+        step = max(1, HIST_CELLS // (nc * nbk))
+        items = np.zeros(nb + 1, np.int64)  # items x columns added before each block
+        for blk, _, _, cols in sources:
+            items[1:] += np.bincount(blk, minlength=nb) * len(cols)
+        np.cumsum(items, out=items)
+        j1 = 0
+        while j1 < nb:
+            j0 = j1
+            fit = int(np.searchsorted(items, items[j0] + HIST_ITEMS, "right")) - 1
+            j1 = min(nb, j0 + step, max(j0 + 1, fit))
+            m = j1 - j0
+            keys, vals = [], []
+            for blk, bkt, val, cols in sources:
+                e0, e1 = np.searchsorted(blk, [j0, j1], "left").tolist()
+                if e1 == e0:
+                    continue
+                base = (blk[e0:e1] - j0) * (ncol * nbk) + bkt[e0:e1]
+                for col in cols:
+                    keys.append(base + (col if isinstance(col, int) else col[e0:e1]) * nbk)
+                    vals.append(val[e0:e1])
+            flat = np.bincount(np.concatenate(keys) if keys else np.zeros(0, np.int64),
+                               weights=np.concatenate(vals) if vals else None, minlength=m * ncol * nbk)
+            d = np.ascontiguousarray(flat.astype(np.float64, copy=False).reshape(m, ncol, nbk)[:, :nat])
+            d[0] += hist
+            np.cumsum(d, axis=0, out=d)
+            hist = d[-1].copy()
+            if not priced[j0:j1].any():
+                continue
+            # min / max: a cohort's are the lowest / highest of its atomic columns' (cheaper than on its sums)
+            held = d > 0
+            some = held.any(axis=2)
+            amin = np.where(some, np.argmax(held, axis=2), nbk)
+            amax = np.where(some, nbk - 1 - np.argmax(held[:, :, ::-1], axis=2), -1)
+            cmin, cmax = np.empty((m, nc), np.int64), np.empty((m, nc), np.int64)
+            cmin[:, single], cmax[:, single] = amin[:, first[single]], amax[:, first[single]]
+            for i in runs:
+                cmin[:, i] = amin[:, first[i]:last[i]].min(axis=1)
+                cmax[:, i] = amax[:, first[i]:last[i]].max(axis=1)
+            # median: the first bucket where the running supply reaches half (exact: 0.5 x a sum of sats)
+            acc = np.zeros((m, nat + 1, nbk))
+            np.cumsum(np.cumsum(d, axis=2), axis=1, out=acc[:, 1:])
+            cum = acc[:, last] - acc[:, first]  # (m, cohorts, buckets): running supply up the buckets
+            half = cum[:, :, -1:] * 0.5
+            ok = (half[:, :, 0] > 0) & priced[j0:j1, None]
+            cmed = np.count_nonzero(cum < half, axis=2)
+            for i, found in enumerate((cmin, cmed, cmax)):
+                out[i, j0:j1] = np.where(ok, found + self.lo, NO_BUCKET)
+        return out
+
+
 # -- definitions (id search, /llms.txt): one line per metric, with its formula --------------------------------
 METRIC_LINES = {
     "supply": "supply held by {c}: the sum of their values, in sats",
@@ -529,6 +724,10 @@ METRIC_LINES = {
                         "in sats",
     "supply_in_loss": "supply in loss of {c}: value of the coins whose creation-day close is above the close, in sats",
     "mvrv": "MVRV of {c}: supply_usd / realized_cap, market value to realized value",
+    "cost_basis_min": "lowest cost basis of {c}: their lowest creation-day close, to a 2.33% bucket, in US dollars",
+    "cost_basis_pct50": "median cost basis of {c}: the creation-day close below which half their supply was "
+                        "created, to a 2.33% bucket, in US dollars",
+    "cost_basis_max": "highest cost basis of {c}: their highest creation-day close, to a 2.33% bucket, in US dollars",
     "nupl": "NUPL net unrealized profit and loss of {c}: 1 - realized_cap / supply_usd",
     "supply_rel_to_circulating_supply": "share of the supply held by {c}: supply / the whole supply",
     "supply_in_profit_rel_to_own_supply": "share of {c} in profit: supply_in_profit / supply",
@@ -616,7 +815,7 @@ def all_ids() -> set[str]:
     """Every cohort id the catalogue can serve (folded into a pattern by ``/llms.txt``)."""
     found = set()
     for c in COHORTS:
-        for m in (*METRICS, *DERIVED):
+        for m in (*METRICS, *COST_METRICS, *DERIVED):
             found.add(f"{c}_{m}")
             if m in SATS_METRICS:
                 found.update((f"{c}_{m}_btc", f"{c}_{m}_usd"))
@@ -626,7 +825,7 @@ def all_ids() -> set[str]:
 def patterns() -> list[tuple[str, str]]:
     """``<cohort>_<metric>`` lines for ``/llms.txt``: one per metric, the cohort left as a placeholder."""
     lines = []
-    for m in (*METRICS, *DERIVED):
+    for m in (*METRICS, *COST_METRICS, *DERIVED):
         units = " (also `_btc`, `_usd`)" if m in SATS_METRICS else ""
         lines.append((f"<cohort>_{m}", METRIC_LINES[m].format(c="the cohort") + units))
     return lines

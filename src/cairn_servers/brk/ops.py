@@ -115,7 +115,7 @@ def ids(iface: Interface, index: str | None = None, page: int | str = 0, search:
 
     :param index: only the ids available on this index
     :param page: page number, 0-based; 1,000 ids per page (with --search, --limit per page)
-    :param search: words describing the data, e.g. "realized price"; ranked by the words of each id and its definition
+    :param search: words describing the data, e.g. "realized price", "median cost basis"; ranked by the words of each id and its definition
     :param limit: with --search, results per page (1-100, default 10)
     """
     if search is not None:  # the same answer as search_vecids (the parity tests compare them)
@@ -174,7 +174,7 @@ def get_vecs(iface: Interface, index: str, ids: str | list[str], from_: int | st
     per id). csv/tsv/md give a header of ids and one row per index position.
 
     :param index: index or accepted name: height, date, week, month, ...
-    :param ids: vec ids, comma or space separated (or a list), e.g. close,tx_count; cohort ids are <cohort>_<metric>, e.g. sth_realized_price, utxos_1btc_to_10btc_supply_btc (a search of the ids by words finds them)
+    :param ids: vec ids, comma or space separated (or a list), e.g. close,tx_count; cohort ids are <cohort>_<metric>, e.g. sth_realized_price, utxos_1btc_to_10btc_supply_btc, lth_cost_basis_pct50 (a search of the ids by words finds them)
     :param from_: first row, inclusive; negative counts from the end (-1 = latest)
     :param to: end row, exclusive; negative counts from the end; wins over count
     :param count: number of rows from `from`
@@ -262,3 +262,28 @@ def get_address_utxos(iface: Interface, address: str) -> list[dict[str, Any]]:
     :param address: a Bitcoin address, a public key in hex, or a script hash (64 hexadecimal digits)
     """
     return iface.explorer.utxos(address)
+
+
+# -- UTXO cohorts (cairn_servers.brk.urpd) ---------------------------------------------------------------------
+
+@OPS.op(mcp="get_urpd", cli="urpd", http="GET /api/cohorts/urpd",
+        params={"cohort": {"positional": True, "metavar": "COHORT"},
+                "height": {"flags": ("--height",), "metavar": "N"},
+                "date": {"flags": ("--date",), "metavar": "YYYY-MM-DD"},
+                "per_decade": {"flags": ("--per-decade",), "metavar": "N"}})
+def get_urpd(iface: Interface, cohort: str, height: int | str | None = None, date: str | None = None,
+             per_decade: int | str = 10) -> dict[str, Any]:
+    """URPD, the UTXO realized price distribution: a UTXO cohort's supply by creation price (each coin at its
+    creation day's close) at one height, in log-spaced price buckets. Gives {cohort, height, date, close,
+    supply, supply_btc, realized_cap, buckets: [{price_floor, supply, supply_btc, utxo_count, realized_cap}]},
+    cheapest first, only the non-empty buckets; price_floor 0 holds the coins created before the first close.
+    Needs prices (brk price import).
+
+    :param cohort: all, or a UTXO cohort id: sth, lth, utxos_1d_to_1w_old, utxos_over_1btc, p2pkh, class_2009, ...
+    :param height: the block height (default: the tip)
+    :param date: instead of a height, a day (YYYY-MM-DD): its last block
+    :param per_decade: price buckets per decade, 1-1000 (10: each 26% wide; 100: 2.3%)
+    """
+    from cairn_servers.brk.urpd import urpd
+
+    return urpd(iface.out, cohort, height, date, per_decade)
