@@ -10,7 +10,12 @@ For each size N (transactions), with K transactions per block:
    ``addresses``, ``explorer``, from the command's own JSON progress lines) and the peak RSS of every process;
 3. with ``--prices``: ``brk price import`` of a synthetic daily series, then ``brk index`` again, which
    computes the realized family (it needs prices) on the indexed store: its wall time and stages;
-4. ``brk index`` once more (same flags): the reopen time of an up-to-date store.
+4. ``brk index`` once more (same flags): the reopen time of an up-to-date store;
+5. with ``--compare-no-explorer``: step 2 again into another fresh directory with the block explorer's
+   indexes left out (the explorer pass, and the script hashes of the address pass), through the
+   benchmark-only environment switch ``CAIRN_BRK_BENCH_NO_EXPLORER=1`` (no user setting: ``brk index``
+   always builds every family). ``explorer_cost`` then compares the two runs of the same tree: MB/s
+   (wall), the CPU seconds of every process added, and the stage processes' CPU seconds.
 
 ``--jobs N`` is passed to every ``brk index`` (default: ``brk index``'s own, the machine's cores): with
 N >= 2 the computed families run in stage processes beside the indexer, so stages overlap; each
@@ -27,7 +32,7 @@ others are listed as skipped with the reason. Prints one JSON document.
 
 Usage: python benchmarks/brk_scale.py [--sizes 1e6,5e6,20e6] [--txs-per-block 2500] [--budget 600]
                                       [--cache DIR] [--seed 7] [--no-compute] [--prices] [--no-fsync] [--keep]
-                                      [--jobs N]
+                                      [--jobs N] [--compare-no-explorer]
 """
 
 from __future__ import annotations
@@ -92,9 +97,10 @@ def _role(pid: int) -> str:
     return " ".join(argv[:3])
 
 
-def brk(*args: str, timeout: float | None = None) -> dict[str, Any]:
+def brk(*args: str, timeout: float | None = None, extra_env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run ``brk ARGS``; returns exit code, wall seconds, the child's peak RSS (MB), stdout JSON, stderr tail."""
     env = dict(os.environ)
+    env.update(extra_env or {})
     env["PYTHONPATH"] = str(REPO / "src") + os.pathsep + env.get("PYTHONPATH", "")
     load0 = _load()
     with tempfile.TemporaryFile("w+") as out, tempfile.NamedTemporaryFile("w+") as err, \
@@ -191,6 +197,35 @@ def _stages(stderr: str) -> dict[str, float]:
     return {name: round(t1 - t0, 2) for name, (t0, t1) in spans.items()}
 
 
+def _cpu_total(processes: dict[str, dict[str, float]]) -> float:
+    return round(sum(row["cpu_s"] for row in processes.values()), 2)
+
+
+def _without_explorer(blocks_dir: Path, data_bytes: int, flags: list[str], full: dict[str, Any]
+                      ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``brk index`` of the same chain into a fresh directory with the block explorer's indexes left out
+    (benchmark-only switch), and what the full run cost beyond it."""
+    out = Path(tempfile.mkdtemp(prefix="brk_scale_noexp_"))
+    try:
+        run = brk("index", "--blocks-dir", str(blocks_dir), "--out", str(out), "--progress", "json", *flags,
+                  extra_env={"CAIRN_BRK_BENCH_NO_EXPLORER": "1"})
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    if run["code"] != 0:
+        return {"failed": run["stderr_tail"]}, {}
+    base = {"wall_s": run["wall_s"], "mb_s": round(data_bytes / run["wall_s"] / 1e6, 2), "stages_s": run["stages"],
+            "cpu_s_all_processes": _cpu_total(run["processes"]), "processes": run["processes"],
+            "peak_together_rss_mb": run["peak_together_rss_mb"], "load_before": run["load_before"],
+            "load_after": run["load_after"]}
+    full_cpu = _cpu_total(full["processes"])
+    cost = {"mb_s_with": full["mb_s"], "mb_s_without": base["mb_s"],
+            # the speed bar: how much slower the full run indexed than the run without the explorer's indexes
+            "mb_s_drop_pct": round(100 * (1 - full["mb_s"] / base["mb_s"]), 1),
+            "cpu_s_all_processes_with": full_cpu, "cpu_s_all_processes_without": base["cpu_s_all_processes"],
+            "cpu_s_extra_pct": round(100 * (full_cpu / max(base["cpu_s_all_processes"], 1e-9) - 1), 1)}
+    return base, cost
+
+
 def chain(cache: Path, n_tx: int, k: int, seed: int) -> tuple[Path, dict[str, Any]]:
     """The cached blocks directory for ``n_tx`` transactions (generated when missing)."""
     blocks = math.ceil(n_tx / k) + WARMUP_BLOCKS
@@ -230,6 +265,9 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the output directories (printed)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                     help="brk index --jobs (default: the machine's cores, as brk index)")
+    ap.add_argument("--compare-no-explorer", action="store_true",
+                    help="also index each size with the block explorer's indexes left out (a benchmark-only "
+                         "environment switch) and report what they cost")
     args = ap.parse_args()
     sizes = sorted(int(float(s)) for s in args.sizes.split(","))
     k = args.txs_per_block
@@ -275,6 +313,8 @@ def main() -> None:
                           "mb_per_cpu_s": round(data_bytes / max(first["user_s"] + first["sys_s"], 1e-9) / 1e6, 2),
                           "main_cpu_s": first["main_cpu_s"], "parser_cpu_s": first["parser_cpu_s"],
                           "processes": first["processes"],
+                          # every process's CPU seconds added (wall time is about this / cores on a busy job)
+                          "cpu_s_all_processes": _cpu_total(first["processes"]),
                           # the rate if each process had a core to itself: block data / the busier one's CPU
                           "mb_s_two_free_cores": round(data_bytes / max(first["main_cpu_s"], first["parser_cpu_s"],
                                                                          1e-9) / 1e6, 2),
@@ -302,6 +342,9 @@ def main() -> None:
             run["reopen"] = {"wall_s": again["wall_s"], "peak_rss_mb": again["peak_rss_mb"],
                              "indexed_blocks": again["result"].get("indexed_blocks"), "load_after": again["load_after"]}
             run["out_bytes"] = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+            if args.compare_no_explorer and not args.no_compute:
+                run["index_no_explorer"], run["explorer_cost"] = _without_explorer(blocks_dir, data_bytes, fsync,
+                                                                                   run["index"])
             if args.keep:
                 run["out"] = str(out)
             runs.append(run)

@@ -65,3 +65,35 @@ def test_sorted_history_keys_past_2_23_addresses() -> None:
         want = sorted({b"H" + int(x).to_bytes(4, "big") + int(y).to_bytes(5, "big") for x, y in zip(addr, tx)})
         assert keys == want and all(len(k) == KEY_BYTES for k in keys)
     assert sorted_history_keys(np.zeros(0, np.int64), np.zeros(0, np.int64)).shape == (0, KEY_BYTES)
+
+
+def test_tiered_store_reopens_a_levelled_one_and_merges_overlapping_runs(tmp_path: Path) -> None:
+    """The address, script-hash and history stores use the tiered (universal) compaction: a store written
+    before with levels opens as is, and many ingested tables spread over the whole key space (as every chunk
+    writes them) are merged into fewer runs with every key's latest value."""
+    path = tmp_path / "index"
+    rng = np.random.default_rng(3)
+    db = open_rocksdb(path, memtable_mb=1, cache_mb=1)  # levels, as stores indexed before
+    try:
+        for i in range(3000):
+            db[i.to_bytes(8, "big")] = b"old"
+        db.flush()
+    finally:
+        db.close()
+    want: dict[bytes, bytes] = {i.to_bytes(8, "big"): b"old" for i in range(3000)}
+    db = open_rocksdb(path, memtable_mb=1, cache_mb=1, l0_files=4, tiered=True)
+    try:
+        for batch in range(24):  # overlapping tables: more than the trigger, so merges run
+            keys = np.unique(rng.integers(0, 6000, 400)).tolist()
+            raw = [int(k).to_bytes(8, "big") for k in keys]
+            value = b"v%d" % batch
+            ingest_sorted(db, path, raw, [value] * len(raw))
+            want.update(dict.fromkeys(raw, value))
+    finally:
+        db.close()
+    db = open_rocksdb(path, memtable_mb=1, cache_mb=1, l0_files=4, tiered=True)
+    try:
+        assert {bytes(k): bytes(v) for k, v in db.items()} == want
+        assert len(list(path.glob("*.sst"))) < 24  # merged
+    finally:
+        db.close()

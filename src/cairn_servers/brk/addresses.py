@@ -70,6 +70,7 @@ _U64 = Struct("<Q").unpack_from
 _MISS = b"\xff" * 8  # the look-up of a key not in the index: id -1
 GROUP_BYTES = 8 << 20  # block bytes walked at once (memory)
 _FEW, _MANY = 4, 32  # output_offsets: this few transactions with this many steps to go: a plain loop
+SCRIPTHASHES = os.environ.get("CAIRN_BRK_BENCH_NO_EXPLORER") != "1"  # benchmarks only: see explorer.BENCH_OFF
 FILTER = True  # False: every key is looked up in the index, seen.bin unused (tests compare the two)
 
 
@@ -307,7 +308,8 @@ class _AddressPass:
             # The transaction index's settings, with a bounded 16 MB block cache and partitioned index and
             # filter blocks: seen.bin answers most look-ups, so the cache serves few reads.
             try:
-                self._db = open_rocksdb(self.root / "index", memtable_mb=32, cache_mb=16, partitioned=True)
+                self._db = open_rocksdb(self.root / "index", memtable_mb=32, cache_mb=16, partitioned=True,
+                                        l0_files=8, tiered=True)
             except Exception as exc:  # rocksdict raises plain exceptions (a lock held, a corrupt file)
                 raise StorageError(f"Cannot open the address index {self.root / 'index'}: {exc}.") from exc
         return self._db
@@ -320,7 +322,7 @@ class _AddressPass:
             from cairn_servers.brk.rocks import open_rocksdb
 
             try:
-                self._sh = open_rocksdb(self.root / "scripthash", memtable_mb=16, cache_mb=8, l0_files=16)
+                self._sh = open_rocksdb(self.root / "scripthash", memtable_mb=16, cache_mb=8, l0_files=8, tiered=True)
             except Exception as exc:  # rocksdict raises plain exceptions (a lock held, a corrupt file)
                 raise StorageError(f"Cannot open the script hash index {self.root / 'scripthash'}: {exc}.") from exc
         return self._sh
@@ -421,10 +423,11 @@ class _AddressPass:
         have = s.lengths["height_to_blockhash"]
         # An interrupted chunk: its undo file reaches past the committed height. A store indexed before the
         # index kept script hashes (the block explorer's /scripthash/) is rebuilt once.
-        if not self._undo_to(have) or (have and not meta.get("scripthashes")):
+        if not self._undo_to(have) or (SCRIPTHASHES and have and not meta.get("scripthashes")):
             self._reset(meta)
             have = 0
-        meta["scripthashes"] = 1
+        if SCRIPTHASHES:
+            meta["scripthashes"] = 1
         fork = have
         if have:
             top = min(have, self.n)
@@ -598,11 +601,15 @@ class _AddressPass:
             from rocksdict import WriteBatch, WriteOptions
 
             wb = WriteBatch(raw_mode=True)
-            for keys, ids in new:  # in key order, and the engine told so: cheaper inserts
+            # In key order, and the engine told so: cheaper inserts. (Moved in as a sorted table file per
+            # chunk, like the explorer's history, these keys and the script hashes cost the pass more CPU in
+            # all: 44.2 against 41.2 s at 5 M transactions, the many small tables merged again and again.)
+            for keys, ids in new:
                 deque(map(wb.put, keys, ids.astype("<u8").view("V8").tolist()), maxlen=0)
             options = WriteOptions()
             options.memtable_insert_hint_per_batch = True
             self.db.write(wb, options)
+        if new and SCRIPTHASHES:
             # The block explorer's /scripthash/ look-up: sha256(script)[:16] -> key. Random keys: a batch
             # of its own, every type's entries in one key order, without the insert hint (each type sorted
             # apart, the write took 2.7x as long; unsorted, or with the hint, 4x). A table file moved in

@@ -44,6 +44,9 @@ CHUNK_ROWS = int(os.environ.get("CAIRN_BRK_UTXO_CHUNK", "250000"))  # inputs + o
 HISTORY = b"H"
 BLOCK = b"B"
 KEY_BYTES = 10  # H + 4 + 5
+# Benchmarks only (benchmarks/brk_scale.py --compare-no-explorer): "1" leaves the block explorer's indexes
+# out (this pass, and the address pass's script hashes), to measure what they cost. Never set otherwise.
+BENCH_OFF = os.environ.get("CAIRN_BRK_BENCH_NO_EXPLORER") == "1"
 
 
 def specs() -> list[VecSpec]:
@@ -89,7 +92,7 @@ def sorted_history_keys(addr: np.ndarray, tx: np.ndarray) -> np.ndarray:
 def update(out: Path, *, durable: bool = True, progress: Callable[..., None] | None = None,
            stop: Callable[[], bool] | None = None) -> dict[str, Any] | None:
     """Bring ``OUT/explorer`` up to the address pass's committed tip (None when there is no address pass)."""
-    if not (out / "addresses" / "manifest.json").exists():
+    if BENCH_OFF or not (out / "addresses" / "manifest.json").exists():
         return None
     p = _ExplorerPass(out, durable)
     try:
@@ -130,7 +133,8 @@ class _ExplorerPass:
             from cairn_servers.brk.rocks import open_rocksdb
 
             try:
-                self._db = open_rocksdb(self.root / "index", memtable_mb=16, cache_mb=8, partitioned=True, l0_files=16)
+                self._db = open_rocksdb(self.root / "index", memtable_mb=16, cache_mb=8, partitioned=True, l0_files=8,
+                                         tiered=True)
             except Exception as exc:  # rocksdict raises plain exceptions (a lock held, a corrupt file)
                 raise StorageError(f"Cannot open the explorer index {self.root / 'index'}: {exc}.") from exc
         return self._db
