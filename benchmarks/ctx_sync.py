@@ -87,6 +87,29 @@ def _children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
+# Polls keyword search until every file is found, while the sync process (pid argv[4]) runs; prints the Unix time.
+_POLL = """
+import os, sys, time
+from pathlib import Path
+from cairn_servers.ctx.service import Service
+cfg, marker, files, pid = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+svc = None
+while True:
+    try:
+        svc = svc or Service.from_config(cfg)
+        if len(svc.search(marker, "keyword", limit=1000)) >= files:
+            print(time.time())
+            break
+    except Exception:
+        pass  # the database is not created yet
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        break
+    time.sleep(0.05)
+"""
+
+
 def run_sync(src: Path, cfg: Path, files: int, poll: bool) -> dict[str, Any]:
     env = dict(os.environ, PYTHONPATH=str(src))
     cpu = _children_cpu()  # the syncs run one at a time: the difference is this one's
@@ -94,22 +117,15 @@ def run_sync(src: Path, cfg: Path, files: int, poll: bool) -> dict[str, Any]:
     proc = subprocess.Popen([sys.executable, "-m", "cairn_servers.ctx.cli", "sync", "--config", str(cfg), "--json",
                              "--progress", "none"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     keyword_s = None
-    if poll:
-        from cairn_servers.ctx.service import Service
-
-        svc = None
-        while proc.poll() is None and keyword_s is None:
-            try:
-                svc = svc or Service.from_config(cfg)
-                if len(svc.search(MARKER, "keyword", limit=1000)) >= files:
-                    keyword_s = time.perf_counter() - started
-            except Exception:
-                pass  # the database is not created yet
-            time.sleep(0.05)
-        if svc is not None:
-            svc.close()
+    poller = None
+    if poll:  # in a process of the same tree (another tree's code would migrate the database under the sync)
+        poller = subprocess.Popen([sys.executable, "-c", _POLL, str(cfg), MARKER, str(files), str(proc.pid)],
+                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     out, err = proc.communicate()
     wall = time.perf_counter() - started
+    if poller is not None:
+        found = poller.communicate()[0].decode().strip()
+        keyword_s = float(found) - (time.time() - (time.perf_counter() - started)) if found else None
     if proc.returncode != 0:
         raise SystemExit(f"ctx sync failed ({proc.returncode}): {err.decode()[-2000:]}")
     cpu = _children_cpu() - cpu
