@@ -308,13 +308,14 @@ class _AddrCohortPass:
         self.hist = np.fromfile(path, dtype="<i8").reshape(NC, NB, 3).astype(np.int64)
         return True
 
-    def _restored(self, files: list[tuple[int, int, Path]]) -> tuple[np.ndarray, np.ndarray]:
-        """The addresses the undo ``files`` touch and their state before the oldest of them."""
+    def _restored(self, files: list[tuple[int, int, Path]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The addresses the undo ``files`` touch, their state before the oldest of them and their type cohort
+        (the one they had then: after a reorg the address pass may have given their ids to other addresses)."""
         import numpy as np
 
         rows = np.concatenate([np.load(p) for _, _, p in files]).astype(np.int64)  # oldest file first
         ids, first = np.unique(rows[:, 0], return_index=True)  # each id's row of the oldest file holding it
-        return ids, rows[first, 1:4]
+        return ids, rows[first, 1:4], rows[first, 4]
 
     def _reset(self, meta: dict[str, Any]) -> None:
         import numpy as np
@@ -372,8 +373,7 @@ class _AddrCohortPass:
                 restart = 0
             else:
                 restart = files[0][0]
-                ids, then = self._restored(files)
-                typ = self._types(ids)
+                ids, then, typ = self._restored(files)
                 for state, sign in ((self._get(ids), -1), (then, 1)):
                     coh, bkt, f = self._contrib(state, typ, sign)
                     for k in range(3):
@@ -389,7 +389,7 @@ class _AddrCohortPass:
             s.commit(meta)
         if restart < have:  # then the files (a kill from here on: step 1 finishes it)
             files = [f for f in self._undo_files() if f[1] > restart]
-            ids, then = self._restored(files)
+            ids, then, _ = self._restored(files)
             self._put(ids, then)
             for _, _, p in files:
                 p.unlink()
@@ -470,9 +470,10 @@ class _AddrCohortPass:
         before = after - delta
         if (after < 0).any():
             raise RuntimeError(f"heights {a}..{b - 1}: an address's state went negative (vecs inconsistent)")
-        typ_u = self._types(u_addr[starts])[seg]
-        # Undo rows first (durable), then the per-address files.
-        undo = np.concatenate((u_addr[starts][:, None], start_state), axis=1).astype(np.int64)
+        typ_s = self._types(u_addr[starts])
+        typ_u = typ_s[seg]
+        # Undo rows first (durable), then the per-address files: (id, balance, realized, unspent count, type).
+        undo = np.concatenate((u_addr[starts][:, None], start_state, typ_s[:, None]), axis=1).astype(np.int64)
         with atomic_file(self.undo_dir / f"{a}-{b}.npy", durable=self.durable) as fh:
             np.save(fh, undo)
         last = np.append(starts[1:] - 1, nu - 1)
