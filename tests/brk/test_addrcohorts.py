@@ -125,7 +125,7 @@ def test_generated_chain_recounted_from_the_blocks(generated: Path, tmp_path: Pa
     seen = _check(out, blocks, close, list(range(0, 600, step)) + [599])
     assert seen["sopr"] > 100 and seen["checked"] > 1500 and seen["bands_used"] > 300
     q = Interface(out)
-    want = ["addrs_1btc_to_10btc_supply_btc", "p2pkh_addrs_addr_count", "p2pkh_addrs_address_count",
+    want = ["addrs_1btc_to_10btc_supply_btc", "p2pkh_addrs_addr_count",
             "addrs_over_1btc_realized_price", "p2wpkh_addrs_sopr", "addrs_under_1btc_mvrv", "p2tr_addrs_nupl",
             "addrs_1m_sats_to_10m_sats_net_realized_pnl"]
     for index_name in ("height", "date", "week", "month", "year", "decade"):

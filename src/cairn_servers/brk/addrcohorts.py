@@ -79,7 +79,7 @@ FLOWS = ("realized_profit", "realized_loss", "value_created", "value_destroyed")
 METRICS = (*STATES, *FLOWS)
 SATS_METRICS = ("supply", "supply_in_profit", "supply_in_loss")
 DERIVED = ("realized_price", "net_realized_pnl", "sopr", "mvrv", "nupl", "supply_rel_to_circulating_supply")
-ALIASES = {"address_count": "addr_count"}  # Cairn's word for it (``address_count_p2tr``), beside BRK's
+ALIASES: dict[str, str] = {}  # none: BRK's addr_count only (an alias doubled every count id in the search)
 UNDO_HEIGHTS = 10_000
 CHUNK_ROWS = int(os.environ.get("CAIRN_BRK_ADDRCOHORT_ROWS", "250000"))  # inputs + outputs a chunk (memory)
 NONE = (1 << 32) - 1
@@ -578,7 +578,6 @@ ADDR_METRIC_LINES = {
     **{m: METRIC_LINES[m] for m in ("supply", "realized_profit", "realized_loss", "net_realized_pnl", "value_created",
                                     "value_destroyed", "sopr", "mvrv", "nupl", "supply_rel_to_circulating_supply")},
     "addr_count": "number of {c}: funded addresses (holding at least one unspent output)",
-    "address_count": "number of {c} (= addr_count): funded addresses (holding at least one unspent output)",
     "realized_cap": "realized cap of {c}: sum over the outputs they hold of value x the close of each output's "
                     "creation day, in US dollars",
     "realized_price": "realized price of {c}: realized_cap / supply_btc, their average cost basis in US dollars "
@@ -596,13 +595,13 @@ ADDR_METRIC_LINES = {
 
 def _cohort_texts() -> dict[str, str]:
     words = [_amount_words(x) for x in AMOUNT_LABELS]
-    texts = {"addrs_0sats": "addresses holding 0 sats (only 0-sat outputs)",
-             "addrs_over_100k_btc": "addresses holding 100k BTC or more"}
+    texts = {"addrs_0sats": "addresses with a balance of 0 sats (only 0-sat outputs)",
+             "addrs_over_100k_btc": "addresses with a balance of 100k BTC or more"}
     for i in range(13):
-        texts[BAND_COHORTS[i + 1]] = f"addresses holding {words[i]} to under {words[i + 1]}"
+        texts[BAND_COHORTS[i + 1]] = f"addresses with a balance of {words[i]} to under {words[i + 1]}"
     for i, label in enumerate(AMOUNT_LABELS):
-        texts[f"addrs_over_{label}"] = f"addresses holding {words[i]} or more"
-        texts[f"addrs_under_{label}"] = f"addresses holding under {words[i]} (and funded)"
+        texts[f"addrs_over_{label}"] = f"addresses with a balance of {words[i]} or more"
+        texts[f"addrs_under_{label}"] = f"funded addresses with a balance under {words[i]}"
     for t, name in zip(TYPE_NAMES, TYPE_COHORTS):
         texts[name] = f"funded {t} addresses"
     return {c: texts[c] for c in COHORTS}

@@ -45,10 +45,10 @@ FAMILIES: tuple[tuple[str, tuple[str, ...], str], ...] = (
      "supply_rel_to_circulating_supply, ..._rel_to_market_cap, ..._rel_to_realized_cap); all but supply, utxo_count and "
      "supply_rel_to_circulating_supply need prices"),
     ("address cohorts", ("addrs_1btc_to_10btc_supply_btc", "addrs_1btc_to_10btc_addr_count", "p2pkh_addrs_supply_btc",
-                         "p2tr_addrs_realized_price", "addrs_over_1btc_sopr", "p2wpkh_addrs_mvrv"),
+                         "p2pk65_addrs_realized_price", "addrs_over_1btc_nupl", "p2pk65_addrs_mvrv"),
      "<addr_cohort>_<metric>: funded addresses by balance band addrs_0sats .. addrs_<1btc>_to_<10btc> .. "
      "addrs_over_100k_btc and addrs_over_<amount> / addrs_under_<amount>, by type p2pk65_addrs .. p2tr_addrs, "
-     "p2a_addrs; metrics supply (_btc, _usd), addr_count (= address_count), realized_cap, realized_price, "
+     "p2a_addrs; metrics supply (_btc, _usd), addr_count, realized_cap, realized_price, "
      "realized_profit, realized_loss, net_realized_pnl, value_created, value_destroyed, sopr, unrealized_profit, "
      "unrealized_loss, supply_in_profit, supply_in_loss, mvrv, nupl; all but supply and addr_count need prices"),
     ("mining", ("subsidy_btc", "fees_btc", "coinbase_btc", "pool_block_count_foundryusa", "foundryusa_dominance_1m",
