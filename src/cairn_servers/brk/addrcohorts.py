@@ -481,23 +481,30 @@ class _AddrCohortPass:
         _fault("addrcohorts-undo")  # the crash tests kill here: the files ahead of the manifest
 
         # -- histogram items: each row moves its address from its state before to its state after ------------
-        c_b, k_b, f_b = self._contrib(before, typ_u, -1)
-        c_a, k_a, f_a = self._contrib(after, typ_u, 1)
-        blk_b = np.concatenate((u_blk[before[:, 2] > 0],) * 2)
-        blk_a = np.concatenate((u_blk[after[:, 2] > 0],) * 2)
-        it_blk = np.concatenate((blk_b, blk_a))
-        it_coh = np.concatenate((c_b, c_a))
-        it_bkt = np.concatenate((k_b, k_a))
-        it_f = np.concatenate((f_b, f_a)).astype(np.float64)
-        order = np.argsort(it_blk, kind="stable")
-        it_blk, it_coh, it_bkt, it_f = it_blk[order], it_coh[order], it_bkt[order], it_f[order]
+        # (a row's state before is the one after the address's previous row, else its state at the chunk start)
+        k_a = _basis_bucket(after[:, 0], after[:, 1])
+        k_b = np.empty_like(k_a)
+        k_b[1:] = k_a[:-1]
+        k_b[starts] = _basis_bucket(start_state[:, 0], start_state[:, 1])
+        ib, ia = np.flatnonzero(before[:, 2] > 0), np.flatnonzero(after[:, 2] > 0)  # funded before / after
+        ty = NBAND + typ_u
+        it_blk = np.concatenate((u_blk[ib], u_blk[ib], u_blk[ia], u_blk[ia]))
+        it_coh = np.concatenate((band_of(before[ib, 0]), ty[ib], band_of(after[ia, 0]), ty[ia]))
+        it_bkt = np.concatenate((k_b[ib], k_b[ib], k_a[ia], k_a[ia]))
+        fb, fa = before[ib].astype(np.float64), after[ia].astype(np.float64)
+        fb[:, 2], fa[:, 2] = -1.0, 1.0
+        fb[:, :2] *= -1.0
+        it_f = np.concatenate((fb, fb, fa, fa))
         # per block, per cohort: supply, count, realized and the profit (p) / loss (l) parts
         st = np.zeros((nb, NC, 7))
         bdays = day[a:b]
         runs = np.flatnonzero(np.concatenate(([True], bdays[1:] != bdays[:-1])))
         bounds = np.append(runs, nb)
+        run_of = (np.cumsum(np.concatenate(([True], bdays[1:] != bdays[:-1]))) - 1)[it_blk]  # a day's blocks: a run
         hist = self.hist
-        for g0, g1 in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        for r, (g0, g1) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())):
+            sel = slice(None) if len(runs) == 1 else np.flatnonzero(run_of == r)
+            r_blk, r_coh, r_bkt, r_f = it_blk[sel], it_coh[sel], it_bkt[sel], it_f[sel]
             c = closes[g0]
             kc = int(bucket_of(np.array([c]))[0]) if c == c else NB  # no close: every bucket "below"
             # the run's starting state per class (0 below the close's bucket, 1 in it, 2 above)
@@ -506,11 +513,10 @@ class _AddrCohortPass:
             if kc < NB:
                 base[:, 1] = hist[:, kc]
                 base[:, 2] = hist[:, kc + 1:].sum(axis=1)
-            lo, hi = np.searchsorted(it_blk, [g0, g1], "left")
-            cls = np.where(it_bkt[lo:hi] < kc, 0, np.where(it_bkt[lo:hi] == kc, 1, 2))
-            key = ((it_blk[lo:hi] - g0) * NC + it_coh[lo:hi]) * 3 + cls
+            cls = (r_bkt >= kc).astype(np.int64) + (r_bkt > kc)
+            key = ((r_blk - g0) * NC + r_coh) * 3 + cls
             n = (g1 - g0) * NC * 3
-            d = np.stack([np.bincount(key, weights=it_f[lo:hi, k], minlength=n) for k in range(3)], axis=-1)
+            d = np.stack([np.bincount(key, weights=r_f[:, k], minlength=n) for k in range(3)], axis=-1)
             run = np.cumsum(d.reshape(g1 - g0, NC, 3, 3), axis=0) + base[None]  # (blocks, cohort, class, field)
             tot = run.sum(axis=2)
             st[g0:g1, :, 0], st[g0:g1, :, 1], st[g0:g1, :, 2] = tot[..., 0], tot[..., 2], tot[..., 1]
@@ -522,8 +528,10 @@ class _AddrCohortPass:
                 st[g0:g1, :, 4] = run[:, :, 0, 1] + np.where(at_profit, at_real, 0)
                 st[g0:g1, :, 5] = run[:, :, 2, 0] + np.where(at_loss, at_sup, 0)
                 st[g0:g1, :, 6] = run[:, :, 2, 1] + np.where(at_loss, at_real, 0)
-            for k in range(3):
-                np.add.at(hist[:, :, k], (it_coh[lo:hi], it_bkt[lo:hi]), it_f[lo:hi, k].astype(np.int64))
+            cell = r_coh * NB + r_bkt
+            for k in range(3):  # sums of integers below 2**53: exact in floats
+                hist[:, :, k] += np.rint(np.bincount(cell, weights=r_f[:, k], minlength=NC * NB)).astype(
+                    np.int64).reshape(NC, NB)
 
         # -- flows: each spent output, in the cohort of its address after the block's receipts ------------
         s_row = inv[nr:]
