@@ -212,3 +212,15 @@ def test_price_change_reorg_and_kill_equal_a_fresh_run(tmp_path: Path, monkeypat
     monkeypatch.setattr(addrcohorts, "CHUNK_ROWS", 10_000_000)
     compute(fresh, blocks_dir=fresh_blocks)
     assert _bytes(out) == _bytes(fresh)
+
+
+def test_ids_are_brks_and_collide_with_no_other_id() -> None:
+    from cairn_servers.brk import catalog, cohorts
+
+    mine = set(catalog.ADDR_COHORT_BASES)
+    others = set(catalog.BASES) | set(catalog.REALIZED_BASES) | set(catalog.COHORT_BASES) | cohorts.all_ids()
+    assert mine and not mine & others and not addrcohorts.all_ids() & cohorts.all_ids()
+    assert {"addrs_1k_sats_to_10k_sats_supply", "addrs_10m_sats_to_1btc_addr_count", "addrs_over_100k_btc_sopr",
+            "addrs_over_1btc_realized_cap", "addrs_under_1k_btc_mvrv", "p2pkh_addrs_nupl",
+            "p2a_addrs_supply_in_loss_btc"} <= addrcohorts.all_ids()
+    assert len(addrcohorts.COHORTS) == 49
