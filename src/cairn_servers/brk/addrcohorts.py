@@ -82,6 +82,7 @@ DERIVED = ("realized_price", "net_realized_pnl", "sopr", "mvrv", "nupl", "supply
 ALIASES: dict[str, str] = {}  # none: BRK's addr_count only (an alias doubled every count id in the search)
 UNDO_HEIGHTS = 10_000
 CHUNK_ROWS = int(os.environ.get("CAIRN_BRK_ADDRCOHORT_ROWS", "250000"))  # inputs + outputs a chunk (memory)
+CHUNK_BLOCKS = 2000  # and blocks a chunk at most: its per-block rows (23 cohorts x 11 metrics) stay a few MB
 NONE = (1 << 32) - 1
 NO_OUTPUT = (1 << 64) - 1
 VERSION = 1
@@ -400,7 +401,7 @@ class _AddrCohortPass:
             stage = Stage(progress, "addrcohorts", chain.raw, start, self.n, should_stop)
             while start < self.n:
                 limit = int(np.searchsorted(rows_at, int(rows_at[start]) + CHUNK_ROWS, "right"))
-                stop = max(start + 1, min(self.n, limit))
+                stop = max(start + 1, min(self.n, limit, start + CHUNK_BLOCKS))
                 if not self._chunk(start, stop, meta):
                     break
                 done += stop - start
