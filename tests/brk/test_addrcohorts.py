@@ -224,3 +224,26 @@ def test_ids_are_brks_and_collide_with_no_other_id() -> None:
             "addrs_over_1btc_realized_cap", "addrs_under_1k_btc_mvrv", "p2pkh_addrs_nupl",
             "p2a_addrs_supply_in_loss_btc"} <= addrcohorts.all_ids()
     assert len(addrcohorts.COHORTS) == 49
+
+
+def test_prices_after_indexing_beyond_the_undo_rows_start_again(generated: Path, tmp_path: Path,  # noqa: F811
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Prices stored after indexing change every day: when the undo rows kept do not reach back to the chain's
+    first day, the pass starts again from 0 (and ends as a run that had the prices from the start)."""
+    monkeypatch.setattr(addrcohorts, "CHUNK_ROWS", 900)
+    monkeypatch.setattr(addrcohorts, "UNDO_HEIGHTS", 50)
+    out = tmp_path / "out"
+    shutil.copytree(generated, out)
+    blocks = generated.parent / "blocks"
+    compute(out, blocks_dir=blocks)
+    undo = sorted(int(p.stem.split("-")[0]) for p in (addrcohorts.addrcohorts_dir(out) / "undo").glob("*.npy"))
+    assert undo and undo[0] > 0  # the first chunks' undo rows are gone
+    close = _closes(_days(out), 5)
+    prices.save(out, [(d, p, p, p, p) for d, p in close.items()])
+    assert compute(out) is not None
+    fresh = tmp_path / "fresh"
+    shutil.copytree(generated, fresh)
+    prices.save(fresh, [(d, p, p, p, p) for d, p in close.items()])
+    compute(fresh, blocks_dir=blocks)
+    assert _bytes(out) == _bytes(fresh)
+    assert _vecs(Interface(out), index="height", ids="p2pkh_addrs_realized_cap", **{"from": -1}) > 0

@@ -366,12 +366,12 @@ class _AddrCohortPass:
         changed = int(np.argmin(same)) if not same.all() else (m if old.shape[0] != self.close_.shape[0] else -1)
         if changed >= 0:
             fork = min(fork, int(np.searchsorted(chain.dateindex[:chain.n], changed, "left")))
-        restart = have
+        restart, reset = have, False
         if fork < have:
             files = [f for f in self._undo_files() if f[1] > fork]
-            if not files or files[0][0] > fork:
+            if not files or files[0][0] > fork:  # the undo rows do not reach back to the fork: from 0
                 self._reset(meta)
-                restart = 0
+                restart, reset = 0, True
             else:
                 restart = files[0][0]
                 ids, then, typ = self._restored(files)
@@ -380,7 +380,7 @@ class _AddrCohortPass:
                     for k in range(3):
                         np.add.at(self.hist[:, :, k], (coh, bkt), f[:, k])
                 self._save_hist(restart)  # before the manifest names ``restart``
-        if restart != have or changed >= 0:
+        if restart != have or changed >= 0 or reset:
             meta["generation"] = int(meta["generation"]) + 1
             lengths = {name: restart for name in s.lengths}
             lengths["dateindex_to_close"] = 0
@@ -388,7 +388,7 @@ class _AddrCohortPass:
             s.truncate(lengths, meta)
             s.append("dateindex_to_close", self.close_)
             s.commit(meta)
-        if restart < have:  # then the files (a kill from here on: step 1 finishes it)
+        if restart < have and not reset:  # then the files (a kill from here on: step 1 finishes it)
             files = [f for f in self._undo_files() if f[1] > restart]
             ids, then, _ = self._restored(files)
             self._put(ids, then)
