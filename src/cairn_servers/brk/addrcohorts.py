@@ -399,9 +399,14 @@ class _AddrCohortPass:
         if start < self.n:
             rows_at = chain.rows
             stage = Stage(progress, "addrcohorts", chain.raw, start, self.n, should_stop)
+            # While the address pass is behind the raw chain (a long indexing run), only whole chunks: each commit
+            # costs a dozen fsyncs, and the rest comes with the address pass's next commits (or at the end).
+            behind = self.n < chain.n
             while start < self.n:
                 limit = int(np.searchsorted(rows_at, int(rows_at[start]) + CHUNK_ROWS, "right"))
                 stop = max(start + 1, min(self.n, limit, start + CHUNK_BLOCKS))
+                if behind and stop == self.n and int(rows_at[stop] - rows_at[start]) < CHUNK_ROWS // 2:
+                    break
                 if not self._chunk(start, stop, meta):
                     break
                 done += stop - start
