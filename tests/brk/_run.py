@@ -63,7 +63,7 @@ def vec_bytes(out: Path) -> dict[str, bytes]:
     # Crash-recovery aids depend on where earlier runs committed (the analytics' state checkpoints and
     # undo rows) and engine files on their history: compared by contents below, not file by file.
     history = ("txindex", "utxo/state", "cohorts/state", "addresses/undo", "addresses/index", "addresses/balance.bin",
-               "addresses/scripthash", "explorer/index", "explorer/spender.bin")
+               "addresses/scripthash", "explorer/index", "explorer/spender.bin", "addrcohorts/undo", "addrcohorts/state")
     files = {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*"))
              if p.is_file() and not str(p.relative_to(out)).startswith(history)}
     # The transaction index is a RocksDB directory whose files (logs, table numbers) differ from run to

@@ -93,6 +93,7 @@ class Coins:
         kind: list[int] = []
         spent: list[int] = []
         times: list[int] = []
+        self.script: list[bytes] = []  # each coin's output script (its address, for tests/brk/test_addrcohorts.py)
         for h, bh in enumerate(hashes):
             block = by_hash[bytes(bh)]
             times.append(block.nTime)
@@ -111,6 +112,7 @@ class Coins:
                     value.append(txout.nValue)
                     kind.append(TYPES.index(k))
                     spent.append(-1)
+                    self.script.append(bytes(txout.scriptPubKey))
         self.created = np.array(created, dtype=np.int64)
         self.value = np.array(value, dtype=np.int64)
         self.kind = np.array(kind, dtype=np.int64)

@@ -161,10 +161,11 @@ def _rerun_is_clean(blocks: Path, out: Path, clean: tuple[dict[str, bytes], dict
 
 @pytest.mark.parametrize(("jobs", "fault", "who"), [
     (2, "commit-index:3", "indexer"),  # the parent, between the vecs' commit and the index write
-    (2, "utxo-commit:2", "computed+utxo+cohorts+mining"),  # each of the two stage processes
+    (2, "utxo-commit:2", "computed+utxo+cohorts+addrcohorts+mining"),  # each of the two stage processes
     (2, "explorer-chunk:2", "addresses+explorer"),  # between the explorer's index writes and its commit
-    (3, "utxo-commit:2", "computed+utxo+cohorts+mining"),
+    (3, "utxo-commit:2", "computed+utxo+cohorts+addrcohorts+mining"),
     (3, "address-commit:2", "addresses+explorer"),
+    (2, "addrcohorts-undo:2", "computed+utxo+cohorts+addrcohorts+mining"),  # between the undo rows and the commit
 ])
 def test_a_kill_in_each_stage_then_a_rerun_ends_as_a_clean_run(
         chain: tuple[Path, dict[str, bytes], dict[str, object]], tmp_path: Path, jobs: int, fault: str, who: str

@@ -37,7 +37,9 @@ SAMPLE_IDS = [i for _, ids, _ in FAMILIES for i in ids]
 PRICED = {*MARKET_IDS, "close", "market_cap", "supply_usd", "realized_cap", "realized_price", "mvrv", "nupl", "sopr",
           "supply_in_profit", "supply_in_loss", "supply_breakeven",
           # UTXO cohorts: all but supply and utxo_count are dollar series
-          "sth_realized_price", "sth_mvrv", "epoch_0_realized_price", "class_2009_supply_in_profit"}
+          "sth_realized_price", "sth_mvrv", "epoch_0_realized_price", "class_2009_supply_in_profit",
+          # address cohorts: likewise but supply and addr_count
+          "p2pk65_addrs_realized_price", "addrs_over_1btc_nupl", "p2pk65_addrs_mvrv"}
 # Mainnet 0..589 spans 2009-01-03 .. 2009-01-15; a price for each day (a few cents apart, as if).
 CSV = "date,price\n" + "".join(f"2009-01-{d:02d},{0.5 + d / 100:.2f}\n" for d in range(1, 21))
 SEED: dict[str, Any] = {"index": "date", "ids": "close", "from": -1}  # the seed's example

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from cairn_servers.brk.compute import CUMULATED, TYPE_COUNTS, computed_dir
 from cairn_servers.brk.addresses import COUNT_IDS, addresses_dir
-from cairn_servers.brk import cohorts, mining
+from cairn_servers.brk import addrcohorts, cohorts, mining
 from cairn_servers.brk.utxo import AGE_IDS, COIN_FLOWS, PROFIT_IDS, SUPPLY_TYPES, realized_dir, utxo_dir
 from cairn_servers.brk.dates import DATE_INDEXES, HEIGHT_INDEXES, first_day_of_period, format_days, period_of_height
 from cairn_servers.brk.reader import StoreReader
@@ -112,7 +112,13 @@ COHORT_BASES.update({f"{cohort}_{metric}": ("cohorts", metric, "state", False)
 COHORT_READ_ROWS = 1 << 16  # rows of every atomic cohort read at a time (4.5 MB): a whole chain is never held
 COHORT_OF = {f"{cohort}_{metric}": cohort for cohort in cohorts.COHORTS
              for metric in (*cohorts.METRICS, *cohorts.COST_METRICS)}
-ALL_BASES = {**BASES, **REALIZED_BASES, **COHORT_BASES}
+# Address cohorts (cairn_servers.brk.addrcohorts): the same, over ``OUT/addrcohorts``.
+ADDR_COHORT_BASES: dict[str, tuple[str, str, str, bool]] = {
+    f"{cohort}_{metric}": ("addrcohorts", metric, "state" if metric in addrcohorts.STATES else "flow",
+                           metric in addrcohorts.SATS_METRICS)
+    for cohort in addrcohorts.COHORTS for metric in addrcohorts.METRICS}
+ADDR_COHORT_OF = {f"{cohort}_{metric}": cohort for cohort in addrcohorts.COHORTS for metric in addrcohorts.METRICS}
+ALL_BASES = {**BASES, **REALIZED_BASES, **COHORT_BASES, **ADDR_COHORT_BASES}
 # Flows with a stored running sum (``X_cumulative``) and the store holding it.
 CUMULATIVE_STORE = {**{name: "comp" for name in (*CUMULATED, "subsidy", "fees")}, "block_count": "",
                     **{name: "utxo" for name in COIN_FLOWS}}
@@ -157,6 +163,7 @@ class Source:
         self.addr = StoreReader(addresses_dir(out))
         self.mining = StoreReader(mining.mining_dir(out))
         self.cohorts = StoreReader(cohorts.cohorts_dir(out))
+        self.addrcohorts = StoreReader(addrcohorts.addrcohorts_dir(out))
         self._lock = threading.Lock()
         self._cache: dict[Any, tuple[int, Any]] = {}
         self.generation = -1
@@ -189,11 +196,18 @@ class Source:
             with self._lock:  # the cohort pass commits after the served tip: its periods read before are redone
                 for key in [k for k in self._cache if isinstance(k, tuple) and k[0] == "agg" and k[2] in COHORT_OF]:
                     del self._cache[key]
+        if self.addrcohorts.refresh():
+            changed = True
+            with self._lock:  # the address cohorts follow the address pass: their periods read before are redone
+                for key in [k for k in self._cache
+                            if isinstance(k, tuple) and k[0] == "agg" and k[2] in ADDR_COHORT_OF]:
+                    del self._cache[key]
         if changed:
             with self._lock:
                 # Each store's generation only grows (a reorg or a price change bumps it): so does the sum.
                 gen = sum(int(r.meta.get("generation", 0))
-                          for r in (self.comp, self.utxo, self.realized, self.addr, self.mining, self.cohorts))
+                          for r in (self.comp, self.utxo, self.realized, self.addr, self.mining, self.cohorts,
+                                    self.addrcohorts))
                 if gen != self.generation or self.prices.exists != self._cache.get("prices", (0, None))[1]:
                     self._cache.clear()
                     self._cache["prices"] = (0, self.prices.exists)
@@ -279,6 +293,8 @@ class Source:
             return mining.height_series(self, base, start, stop)
         if store == "cohorts":
             return self._cohort(name, COHORT_OF[base], start, stop)
+        if store == "addrcohorts":
+            return self._cohort(name, ADDR_COHORT_OF[base], start, stop, self.addrcohorts, addrcohorts.COHORTS)
         if base == "block_count":
             return np.ones(max(stop - start, 0), dtype=np.uint32)
         result: np.ndarray = self._reader(store).read(name, start, stop)
@@ -290,19 +306,22 @@ class Source:
                 result = np.where(np.isnan(self.price("close", "height", start, stop)), np.nan, result)
         return result
 
-    def _cohort(self, metric: str, cohort: str, start: int, stop: int) -> np.ndarray:
-        """A cohort's metric at heights [start, stop): the sum of its atomic columns (NaN where the pass lags)."""
+    def _cohort(self, metric: str, cohort: str, start: int, stop: int, reader: StoreReader | None = None,
+                columns: dict[str, tuple[int, ...]] | None = None) -> np.ndarray:
+        """A cohort's metric at heights [start, stop): the sum of its atomic columns (NaN where the pass lags).
+        UTXO cohorts unless ``reader`` and ``columns`` say another pass's (the address cohorts)."""
         import numpy as np
 
+        reader = self.cohorts if reader is None else reader
         start = min(start, stop)
         out = np.full(stop - start, np.nan)
-        if not self.cohorts.exists or f"height_to_{metric}" not in self.cohorts.vecs:
+        if not reader.exists or f"height_to_{metric}" not in reader.vecs:
             return out
-        cols = cohorts.COHORTS[cohort]
+        cols = (cohorts.COHORTS if columns is None else columns)[cohort]
         step = COHORT_READ_ROWS
         for a in range(start, stop, step):
-            rows = self.cohorts.read(f"height_to_{metric}", a, min(a + step, stop))
-            if metric in cohorts.COST_METRICS:  # a bucket per cohort id, read as its floor price
+            rows = reader.read(f"height_to_{metric}", a, min(a + step, stop))
+            if columns is None and metric in cohorts.COST_METRICS:  # a bucket per cohort id, read as its floor price
                 part = cohorts.bucket_floor(rows[:, cohorts.COHORT_IDS.index(cohort)])
             else:
                 part = rows[:, cols[0]] if len(cols) == 1 else rows[:, cols[0]:cols[-1] + 1].sum(axis=1)
@@ -658,6 +677,7 @@ def table(index: str, prices: bool) -> dict[str, Recipe]:
                 _unit_variants(row, index, base, (_cumulative, base), sats, False, "_cumulative")
         _pools(row, index)
         _cohorts(row, index, prices)
+        _addr_cohorts(row, index, prices)
         if prices:
             for field in PRICES:
                 row[field] = (_price, field, index)
@@ -676,6 +696,7 @@ def table(index: str, prices: bool) -> dict[str, Recipe]:
                 _unit_variants(row, index, base, (_agg, index, base, stat), sats, usd, f"_{stat}")
         _pools(row, index)
         _cohorts(row, index, usd)
+        _addr_cohorts(row, index, usd)
         if usd:
             for field in PRICES:
                 row[field] = (_price, field, index)
@@ -761,6 +782,28 @@ def _cohorts(row: dict[str, Recipe], index: str, usd: bool) -> None:
                                                              False)
         row[f"{c}_net_realized_pnl_rel_to_realized_cap"] = (_ratio, r(c, "net_realized_pnl"), r(c, "realized_cap"),
                                                              False)
+
+
+def _addr_cohorts(row: dict[str, Recipe], index: str, usd: bool) -> None:
+    """Every address cohort's metrics (``cairn_servers.brk.addrcohorts``): supply and address counts always, the
+    dollar ones and the ratios with prices."""
+    for base, (_, metric, kind, sats) in ADDR_COHORT_BASES.items():
+        if not usd and metric not in ("supply", "addr_count"):
+            continue
+        read: Recipe = (_height, base) if index == "height" else (_agg, index, base, BARE[kind])
+        _unit_variants(row, index, base, read, sats, usd, "")
+    for c in addrcohorts.COHORTS:
+        for alias, metric in addrcohorts.ALIASES.items():
+            row[f"{c}_{alias}"] = row[f"{c}_{metric}"]
+        row[f"{c}_supply_rel_to_circulating_supply"] = (_ratio, row[f"{c}_supply"], row["supply"], False)
+        if not usd:
+            continue
+        r = row.__getitem__
+        row[f"{c}_realized_price"] = (_ratio, r(f"{c}_realized_cap"), r(f"{c}_supply_btc"), False)
+        row[f"{c}_mvrv"] = (_ratio, r(f"{c}_supply_usd"), r(f"{c}_realized_cap"), False)
+        row[f"{c}_nupl"] = (_ratio, r(f"{c}_realized_cap"), r(f"{c}_supply_usd"), True)
+        row[f"{c}_sopr"] = (_ratio, r(f"{c}_value_created"), r(f"{c}_value_destroyed"), False)
+        row[f"{c}_net_realized_pnl"] = (_combine, r(f"{c}_realized_profit"), r(f"{c}_realized_loss"), -1.0)
 
 
 def _market_ids(row: dict[str, Recipe], index: str) -> None:

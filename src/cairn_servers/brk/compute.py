@@ -82,8 +82,9 @@ def locked(root: Path, name: str = ".lock") -> Iterator[None]:
         os.close(fd)
 
 
-# In dependency order: utxo reads the computed vecs (and cohorts both), explorer the address pass's ids.
-PASSES = ("computed", "utxo", "cohorts", "addresses", "explorer", "mining")
+# In dependency order: utxo reads the computed vecs (and cohorts both), explorer and addrcohorts the address pass's
+# ids (addrcohorts never goes past the height the address pass committed, so it may run in another process).
+PASSES = ("computed", "utxo", "cohorts", "addresses", "addrcohorts", "explorer", "mining")
 
 
 def compute(out: Path, *, durable: bool = True, blocks_dir: Path | None = None,
@@ -132,6 +133,11 @@ def run_passes(out: Path, passes: tuple[str, ...], *, durable: bool = True, bloc
 
         with locked(computed_dir(out), ".addresses.lock"):
             addresses.update(out, durable=durable, blocks_dir=blocks_dir, progress=progress, stop=stop)
+    if "addrcohorts" in passes and not (len(passes) > 1 and stopped()):
+        from cairn_servers.brk import addrcohorts  # address cohorts: read what the address pass committed
+
+        with locked(computed_dir(out), ".addrcohorts.lock"):
+            addrcohorts.update(out, durable=durable, progress=progress, stop=stop)
     if "explorer" in passes and not (len(passes) > 1 and stopped()):
         from cairn_servers.brk import explorer
 

@@ -179,6 +179,12 @@ def _base(name: str) -> str | None:
 def _pattern(name: str) -> str | None:
     if name in BASES:
         return BASES[name]
+    if name.startswith(("addrs_", "p2")):
+        from cairn_servers.brk.addrcohorts import definition as addr_cohort_line  # address cohorts
+
+        line = addr_cohort_line(name)
+        if line is not None:
+            return line
     if name.startswith(_COHORT_STARTS):
         from cairn_servers.brk.cohorts import definition as cohort_line  # UTXO cohorts, with their formulas
 

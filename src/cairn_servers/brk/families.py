@@ -44,6 +44,13 @@ FAMILIES: tuple[tuple[str, tuple[str, ...], str], ...] = (
      "supply_in_profit, supply_in_loss, mvrv, nupl, and BRK's ratios (sell_side_risk_ratio, realized_price_ratio, "
      "supply_rel_to_circulating_supply, ..._rel_to_market_cap, ..._rel_to_realized_cap); all but supply, utxo_count and "
      "supply_rel_to_circulating_supply need prices"),
+    ("address cohorts", ("addrs_1btc_to_10btc_supply_btc", "addrs_1btc_to_10btc_addr_count", "p2pkh_addrs_supply_btc",
+                         "p2pk65_addrs_realized_price", "addrs_over_1btc_nupl", "p2pk65_addrs_mvrv"),
+     "<addr_cohort>_<metric>: funded addresses by balance band addrs_0sats .. addrs_<1btc>_to_<10btc> .. "
+     "addrs_over_100k_btc and addrs_over_<amount> / addrs_under_<amount>, by type p2pk65_addrs .. p2tr_addrs, "
+     "p2a_addrs; metrics supply (_btc, _usd), addr_count, realized_cap, realized_price, "
+     "realized_profit, realized_loss, net_realized_pnl, value_created, value_destroyed, sopr, unrealized_profit, "
+     "unrealized_loss, supply_in_profit, supply_in_loss, mvrv, nupl; all but supply and addr_count need prices"),
     ("mining", ("subsidy_btc", "fees_btc", "coinbase_btc", "pool_block_count_foundryusa", "foundryusa_dominance_1m",
                 "hash_value_ths", "annualized_issuance_btc"),
      "miner revenue and pools: subsidy, fees, coinbase (sats, _btc, _usd), pool_block_count_<pool> "

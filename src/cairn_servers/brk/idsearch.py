@@ -283,10 +283,11 @@ class IdIndex:
 
 
 def _cohort_prefixes() -> tuple[str, ...]:
-    """The UTXO cohorts' names (``cairn_servers.brk.cohorts``), longest first."""
+    """The UTXO and address cohorts' names (``cairn_servers.brk.cohorts``, ``.addrcohorts``), longest first."""
+    from cairn_servers.brk.addrcohorts import COHORTS as ADDR_COHORTS
     from cairn_servers.brk.cohorts import COHORTS
 
-    return tuple(sorted(COHORTS, key=len, reverse=True))
+    return tuple(sorted((*COHORTS, *ADDR_COHORTS), key=len, reverse=True))
 
 
 def _cohort_of(vec_id: str, prefixes: tuple[str, ...]) -> str:

@@ -63,9 +63,9 @@ def render(interface: Interface, paths: dict[str, Any]) -> str:
               "difficultyepoch and halvingepoch.", ""]
     from cairn_servers.brk.mining import POOL_PATTERNS, all_pool_ids, slugs
 
-    from cairn_servers.brk import cohorts
+    from cairn_servers.brk import addrcohorts, cohorts
 
-    pooled = all_pool_ids() | cohorts.all_ids()
+    pooled = all_pool_ids() | cohorts.all_ids() | addrcohorts.all_ids()
     for vec_id in sorted(catalogue):
         if vec_id in pooled or vec_id.endswith(variants) and vec_id.rsplit("_", 1)[0] in catalogue:
             continue
@@ -79,6 +79,11 @@ def render(interface: Interface, paths: dict[str, Any]) -> str:
                   "period; the others need prices; `<cohort>` is one of the cohorts below):", ""]
         lines += [f"- pattern `{pattern}`: {text}" for pattern, text in cohorts.patterns()]
         lines += ["", "Cohorts: " + ", ".join(f"`{c}`" for c in cohorts.COHORTS) + "."]
+    if "p2pkh_addrs_supply" in catalogue:
+        lines += ["", "Address cohorts, folded (height, every date index; `_supply`, `_supply_btc`, `_addr_count` on "
+                  "every period; the others need prices; `<addr_cohort>` is one of the cohorts below):", ""]
+        lines += [f"- pattern `{pattern}`: {text}" for pattern, text in addrcohorts.patterns()]
+        lines += ["", "Address cohorts: " + ", ".join(f"`{c}`" for c in addrcohorts.COHORTS) + "."]
     return "\n".join(lines) + "\n"
 
 

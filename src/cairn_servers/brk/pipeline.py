@@ -5,7 +5,8 @@ process runs its passes (``cairn_servers.brk.compute.run_passes``) over the heig
 committed, again and again as the indexer commits more:
 
 * ``N == 1``: no stage process; the passes run after the indexer in the same process (``compute``).
-* ``N >= 2``: two stage processes, ``computed`` + ``utxo`` (with ``realized``) + ``mining`` in one,
+* ``N >= 2``: two stage processes, ``computed`` + ``utxo`` (with ``realized``) + ``cohorts`` + ``addrcohorts`` +
+  ``mining`` in one,
   ``addresses`` + ``explorer`` (the block explorer's indexes, which read the address pass's ids) in the
   other (they cost several times the others together; a finer split would not go faster: see docs/brk.md).
 
@@ -60,7 +61,13 @@ def groups(jobs: int) -> list[tuple[str, ...]]:
     # Two processes or more: the address and explorer passes (the costly ones, and the explorer reads what the
     # address pass writes) in one stage, the others in another. With one stage for all of them, that stage
     # was the slowest process of a two-core job and the indexer waited on it (docs/benchmarks.md).
-    return [("computed", "utxo", "cohorts", "mining"), ("addresses", "explorer")]
+    # The address cohorts read what the address pass commits but cost little: in the lighter stage, following the
+    # address pass's committed height (``FOLLOWERS``: the tail it has not reached is done once both stages end).
+    return [("computed", "utxo", "cohorts", "addrcohorts", "mining"), ("addresses", "explorer")]
+
+
+# Passes of one stage that follow a pass of another: once every stage has ended, the parent runs them to the tip.
+FOLLOWERS = ("addrcohorts",)
 
 
 class StageFailed(CairnError):
@@ -233,6 +240,10 @@ class Pipeline:
         if self._relay is not None:
             self._relay.flush()
         self._check()
+        if not stop and self.children:
+            from cairn_servers.brk.compute import run_passes
+
+            run_passes(self.out, FOLLOWERS, durable=self.durable)
 
     def abandon(self, *, wait: float = 0.0) -> None:
         """The parent is leaving (an error, a second Ctrl-C): stages see end of file and stop at their next
