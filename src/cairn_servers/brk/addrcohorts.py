@@ -51,7 +51,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cairn_servers.brk.cohorts import AMOUNT_EDGES, AMOUNT_LABELS, METRIC_LINES, _amount_words
+from cairn_servers.brk.cohorts import AMOUNT_EDGES, AMOUNT_LABELS, METRIC_LINES, _amount_words, ids_of, pattern_lines
 from cairn_servers.brk.faults import fault as _fault
 from cairn_servers.brk.gather import Rows, gather
 from cairn_servers.brk.reader import StoreReader
@@ -633,19 +633,10 @@ def definition(name: str) -> str | None:
 
 def all_ids() -> set[str]:
     """Every address cohort id the catalogue can serve (folded into a pattern by ``/llms.txt``)."""
-    found = set()
-    for c in COHORTS:
-        for m in (*METRICS, *DERIVED, *ALIASES):
-            found.add(f"{c}_{m}")
-            if m in SATS_METRICS:
-                found.update((f"{c}_{m}_btc", f"{c}_{m}_usd"))
-    return found
+    return ids_of(COHORTS, (*METRICS, *DERIVED, *ALIASES), SATS_METRICS)
 
 
 def patterns() -> list[tuple[str, str]]:
     """``<addr_cohort>_<metric>`` lines for ``/llms.txt``: one per metric."""
-    lines = []
-    for m in (*METRICS, *ALIASES, *DERIVED):
-        units = " (also `_btc`, `_usd`)" if m in SATS_METRICS else ""
-        lines.append((f"<addr_cohort>_{m}", ADDR_METRIC_LINES[m].format(c="the cohort's addresses") + units))
-    return lines
+    return pattern_lines("<addr_cohort>", (*METRICS, *ALIASES, *DERIVED), SATS_METRICS, ADDR_METRIC_LINES,
+                         "the cohort's addresses")

@@ -37,7 +37,7 @@ the sums (``sth``, ``lth``, ``over_*``, ``under_*``) are read as sums of columns
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -811,21 +811,30 @@ DERIVED = ("realized_price", "mvrv", "nupl", "sopr", "net_realized_pnl", "supply
            "realized_loss_rel_to_realized_cap", "net_realized_pnl_rel_to_realized_cap")
 
 
-def all_ids() -> set[str]:
-    """Every cohort id the catalogue can serve (folded into a pattern by ``/llms.txt``)."""
+def ids_of(cohorts: Iterable[str], metrics: Iterable[str], sats: Collection[str]) -> set[str]:
+    """``<cohort>_<metric>`` for every pair, with ``_btc`` and ``_usd`` for the metrics in sats."""
+    metrics = tuple(metrics)
     found = set()
-    for c in COHORTS:
-        for m in (*METRICS, *COST_METRICS, *DERIVED):
+    for c in cohorts:
+        for m in metrics:
             found.add(f"{c}_{m}")
-            if m in SATS_METRICS:
+            if m in sats:
                 found.update((f"{c}_{m}_btc", f"{c}_{m}_usd"))
     return found
 
 
+def pattern_lines(placeholder: str, metrics: Iterable[str], sats: Collection[str], lines: Mapping[str, str],
+                  who: str) -> list[tuple[str, str]]:
+    """``<placeholder>_<metric>`` lines for ``/llms.txt``: one per metric, its line said of ``who``."""
+    return [(f"{placeholder}_{m}", lines[m].format(c=who) + (" (also `_btc`, `_usd`)" if m in sats else ""))
+            for m in metrics]
+
+
+def all_ids() -> set[str]:
+    """Every cohort id the catalogue can serve (folded into a pattern by ``/llms.txt``)."""
+    return ids_of(COHORTS, (*METRICS, *COST_METRICS, *DERIVED), SATS_METRICS)
+
+
 def patterns() -> list[tuple[str, str]]:
     """``<cohort>_<metric>`` lines for ``/llms.txt``: one per metric, the cohort left as a placeholder."""
-    lines = []
-    for m in (*METRICS, *COST_METRICS, *DERIVED):
-        units = " (also `_btc`, `_usd`)" if m in SATS_METRICS else ""
-        lines.append((f"<cohort>_{m}", METRIC_LINES[m].format(c="the cohort") + units))
-    return lines
+    return pattern_lines("<cohort>", (*METRICS, *COST_METRICS, *DERIVED), SATS_METRICS, METRIC_LINES, "the cohort")
