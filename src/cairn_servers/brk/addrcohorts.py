@@ -52,11 +52,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cairn_servers.brk.cohorts import AMOUNT_EDGES, AMOUNT_LABELS, METRIC_LINES, _amount_words, ids_of, pattern_lines
+from cairn_servers.brk.addresses import undo_files
 from cairn_servers.brk.faults import fault as _fault
 from cairn_servers.brk.gather import Rows, gather
 from cairn_servers.brk.reader import StoreReader
 from cairn_servers.brk.vecs import VecSpec, VecStore
-from cairn_servers.core.files import atomic_file, replace_file
+from cairn_servers.core.files import atomic_file, fsync_file, replace_file
 
 if TYPE_CHECKING:
     import numpy as np
@@ -246,21 +247,10 @@ class _AddrCohortPass:
             r.put(self.root / name, dtype, rows, state[:, k].astype(dtype))
         if self.durable:
             for name, _ in self.FILES:
-                fd = os.open(self.root / name, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+                fsync_file(self.root / name)
 
     def _undo_files(self) -> list[tuple[int, int, Path]]:
-        found = []
-        for p in self.undo_dir.glob("*.npy"):
-            try:
-                a, b = (int(x) for x in p.stem.split("-"))
-            except ValueError:
-                continue
-            found.append((a, b, p))
-        return sorted(found)
+        return undo_files(self.undo_dir)
 
     def _types(self, ids: np.ndarray) -> np.ndarray:
         """The type cohort (0 .. 7) of address ids."""

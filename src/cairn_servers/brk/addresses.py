@@ -43,7 +43,7 @@ from cairn_servers.brk.reader import StoreReader
 from cairn_servers.brk.seen import Seen
 from cairn_servers.brk.vecs import VecSpec, VecStore
 from cairn_servers.core.errors import CairnError, StorageError
-from cairn_servers.core.files import atomic_file
+from cairn_servers.core.files import atomic_file, fsync_file
 
 if TYPE_CHECKING:
     import numpy as np
@@ -125,6 +125,18 @@ def script_hash_keys(kmat: np.ndarray) -> np.ndarray:
     rows = scripts.view(f"V{scripts.shape[1]}").ravel().tolist()
     digests = b"".join(map(methodcaller("digest"), map(sha256, rows)))
     return np.frombuffer(digests, dtype=np.uint8).reshape(-1, 32)[:, :SCRIPTHASH_BYTES]
+
+
+def undo_files(folder: Path) -> list[tuple[int, int, Path]]:
+    """The undo files ``<a>-<b>.npy`` in ``folder`` as (a, b, path), in order of height."""
+    found = []
+    for p in folder.glob("*.npy"):
+        try:
+            a, b = (int(x) for x in p.stem.split("-"))
+        except ValueError:
+            continue
+        found.append((a, b, p))
+    return sorted(found)
 
 
 def addresses_dir(out: Path) -> Path:
@@ -353,21 +365,10 @@ class _AddressPass:
     def _sync_balances(self) -> None:
         """Balances written through short-lived maps are in the page cache: make them durable."""
         if self.durable:
-            fd = os.open(self.root / "balance.bin", os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_file(self.root / "balance.bin")
 
     def _undo_files(self) -> list[tuple[int, int, Path]]:
-        found = []
-        for p in self.undo_dir.glob("*.npy"):
-            try:
-                a, b = (int(x) for x in p.stem.split("-"))
-            except ValueError:
-                continue
-            found.append((a, b, p))
-        return sorted(found)
+        return undo_files(self.undo_dir)
 
     def _undo_to(self, height: int) -> bool:
         """Restore every balance to what it was before ``height`` (the heights from ``height`` on are

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from cairn_servers.brk.reader import StoreReader
 from cairn_servers.brk.vecs import VecSpec, VecStore
 from cairn_servers.core.errors import StorageError
+from cairn_servers.core.files import fsync_file
 
 if TYPE_CHECKING:
     import numpy as np
@@ -273,11 +274,7 @@ class _ExplorerPass:
         inputs = np.arange(i0, i1, dtype=np.int64)[real]
         Rows(so).put(self._spender_path, "<u8", o1, (inputs + 1).astype(np.uint64))
         if self.durable:
-            fd = os.open(self._spender_path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_file(self._spender_path)
         fault("explorer-chunk")
         s = self.store
         s.append("height_to_blockhash", hashes)

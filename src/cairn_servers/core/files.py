@@ -23,6 +23,15 @@ if TYPE_CHECKING:
 TEMP_PREFIX = ".tmp-"  # temporary files start with this (hidden; never matches blk*.dat or *.txt globs)
 
 
+def fsync_file(path: str | os.PathLike[str]) -> None:
+    """Make what was written to file ``path`` (through any handle or memory map) durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def fsync_dir(path: str | os.PathLike[str]) -> None:
     """Make a rename or creation inside directory ``path`` durable (a no-op where directories cannot be opened)."""
     try:

@@ -40,6 +40,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cairn_servers.core.files import replace_file, write_atomic
+
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
@@ -273,24 +275,12 @@ def build(db_path: Path, *, head_min_df: int | None = None) -> dict[str, Any]:
                     bpos = out.tell()
                     out.write(bmax.tobytes())
                     terms[token] = [len(rowids), pos, pos + 4 * len(rowids), bpos]
-                out.flush()
-                os.fsync(out.fileno())
         finally:
             db.execute("COMMIT")
-        os.replace(tmp, where / data_name)
+        replace_file(tmp, where / data_name)  # its data synced, then renamed in
         meta = {"id": bid, "seq": seq, "max_rowid": max_rowid, "avgdl": avgdl, "nblocks": nblocks, "block": BLOCK,
                 "data": data_name, "head_min_df": head_min_df, "built_at": int(time.time()), "terms": terms}
-        tmp_meta = where / "head.json.tmp"
-        with open(tmp_meta, "w") as f:
-            json.dump(meta, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp_meta, where / "head.json")
-        dfd = os.open(where, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        write_atomic(where / "head.json", json.dumps(meta).encode())  # the description last
         db.execute("BEGIN IMMEDIATE")
         try:
             db.execute("INSERT INTO meta(key, value) VALUES ('keyword_index', ?)"
