@@ -46,7 +46,8 @@ def uninterrupted(dense: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
     assert lines[-1]["stage"] == "index" and lines[-1]["blocks"] == TIP + 1  # the last line: what was indexed
     # The default path's computed passes are reported too: each says it starts, heading for the tip.
     stages = [line for line in lines if line["event"] == "stage"]
-    assert [line["stage"] for line in stages] == ["computed", "utxo", "cohorts", "addresses", "explorer", "mining"]
+    assert [line["stage"] for line in stages] == ["computed", "utxo", "cohorts", "addresses", "addrcohorts", "explorer",
+                                                "mining"]
     assert all(line["target_height"] == TIP and line["height"] == -1 for line in stages)
     index_lines = lines[:lines.index(stages[0])]
     committed = [line["committed_height"] for line in index_lines]

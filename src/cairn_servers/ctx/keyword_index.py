@@ -43,10 +43,17 @@ from typing import TYPE_CHECKING, Any
 from cairn_servers.core.files import replace_file, write_atomic
 
 if TYPE_CHECKING:
+    from typing import Protocol
+
     import numpy as np
     import numpy.typing as npt
 
-    from cairn_servers.ctx.store import SqliteStore
+    class SqliteStore(Protocol):
+        """What this module uses of :class:`cairn_servers.ctx.store.SqliteStore` (named here, not imported: the
+        store imports this module)."""
+
+        db: sqlite3.Connection
+        path: Path
 
 K1 = 1.2
 B = 0.75
