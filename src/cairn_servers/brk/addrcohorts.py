@@ -51,7 +51,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cairn_servers.brk.cohorts import AMOUNT_EDGES, AMOUNT_LABELS, METRIC_LINES, _amount_words, ids_of, pattern_lines
+from cairn_servers.brk.cohorts import (AMOUNT_EDGES, AMOUNT_LABELS, METRIC_LINES, _amount_words, close_of,
+                                      creation_prices, ids_of, pattern_lines)
 from cairn_servers.brk.addresses import undo_files
 from cairn_servers.brk.faults import fault as _fault
 from cairn_servers.brk.gather import Rows, gather
@@ -200,17 +201,10 @@ class _AddrCohortPass:
 
     # -- prices -------------------------------------------------------------------------------------
     def basis(self, days: np.ndarray) -> np.ndarray:
-        """Creation price of each dateindex (after the last close: the last close; none yet: 0)."""
-        import numpy as np
-
-        t = self.basis_known
-        if not t.shape[0]:
-            return np.zeros(days.shape[0])
-        result: np.ndarray = t[np.minimum(days, t.shape[0] - 1)]
-        return result
+        return creation_prices(self.basis_known, days)
 
     def today(self, day: int) -> float:
-        return float(self.close_[day]) if day < self.close_.shape[0] else float("nan")
+        return close_of(self.close_, day)
 
     # -- per-address files and undo rows ------------------------------------------------------------
     FILES = (("balance.bin", "<i8"), ("realized.bin", "<i8"), ("utxos.bin", "<i8"))

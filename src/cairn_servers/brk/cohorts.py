@@ -129,6 +129,22 @@ CHUNK_BLOCKS = int(os.environ.get("CAIRN_BRK_COHORT_BLOCKS", "2000"))
 VERSION = 1
 
 
+def creation_prices(known: np.ndarray, days: np.ndarray) -> np.ndarray:
+    """Creation price of each dateindex in ``days`` from ``known`` (each day's close, else the last earlier one,
+    else 0; past its end: its last)."""
+    import numpy as np
+
+    if not known.shape[0]:
+        return np.zeros(days.shape[0])
+    result: np.ndarray = known[np.minimum(days, known.shape[0] - 1)]
+    return result
+
+
+def close_of(close: np.ndarray, day: int) -> float:
+    """Day ``day``'s close (NaN when none is known)."""
+    return float(close[day]) if day < close.shape[0] else float("nan")
+
+
 def cohorts_dir(out: Path) -> Path:
     return out / "cohorts"
 
@@ -251,17 +267,10 @@ class _CohortPass:
 
     # -- prices -------------------------------------------------------------------------------------
     def basis(self, days: np.ndarray) -> np.ndarray:
-        """Creation price of each dateindex (after the last close: the last close; none yet: 0)."""
-        import numpy as np
-
-        t = self.basis_known
-        if not t.shape[0]:
-            return np.zeros(days.shape[0])
-        result: np.ndarray = t[np.minimum(days, t.shape[0] - 1)]
-        return result
+        return creation_prices(self.basis_known, days)
 
     def today(self, day: int) -> float:
-        return float(self.close[day]) if day < self.close.shape[0] else float("nan")
+        return close_of(self.close, day)
 
     # -- checkpoints ----------------------------------------------------------------------------------
     def _path(self, h: int) -> Path:

@@ -108,16 +108,38 @@ def _tensor(name: str, dtype: int, dims: Sequence[int], raw: bytes) -> bytes:
                     + _message(9, raw))
 
 
+def _text(v: Any) -> str:
+    return bytes(v).decode()
+
+
+def _part(node: list[tuple[int, int, Any]], number: int) -> list[str]:
+    """A node's strings of field ``number`` (1 inputs, 2 outputs, 3 name, 4 op type)."""
+    return [_text(v) for f, _, v in node if f == number]
+
+
+class _Graph:
+    """A model read for rewriting: its top-level fields (the graph is field ``at``), the graph's fields, its nodes
+    by position, the node making each tensor and how many node inputs read each."""
+
+    def __init__(self, model: bytes) -> None:
+        self.top = fields(model)
+        self.at = next(k for k, (f, _, _) in enumerate(self.top) if f == 7)
+        self.graph = fields(self.top[self.at][2])
+        self.nodes = {k: fields(v) for k, (f, _, v) in enumerate(self.graph) if f == 1}
+        self.made = {o: k for k, node in self.nodes.items() for o in _part(node, 2)}
+        self.uses: dict[str, int] = {}
+        for node in self.nodes.values():
+            for name in _part(node, 1):
+                self.uses[name] = self.uses.get(name, 0) + 1
+
+
 def integer_matmuls(model: bytes, inputs_from: Sequence[str] = INPUTS_FROM,
                     outliers: Mapping[str, Sequence[int]] = OUTLIERS) -> tuple[bytes, int]:
     """``model`` with its MatMuls over int8 weights whose input comes from a node of a type in ``inputs_from``
     computed as the module docstring says; and how many were rewritten (0: ``model`` unchanged)."""
-    def text(v: Any) -> str:
-        return bytes(v).decode()
-
-    top = fields(model)
-    at = next(k for k, (f, _, _) in enumerate(top) if f == 7)
-    graph = fields(top[at][2])
+    g = _Graph(model)
+    top, at, graph, nodes, made, uses = g.top, g.at, g.graph, g.nodes, g.made, g.uses
+    text, part = _text, _part
     int8: dict[str, int] = {}  # int8 initializer -> its first dimension (the MatMul's input channels)
     names = set()
     for f, _, v in graph:
@@ -127,16 +149,6 @@ def integer_matmuls(model: bytes, inputs_from: Sequence[str] = INPUTS_FROM,
             names.add(name)
             if any(n == 2 and x == INT8 for n, _, x in t):
                 int8[name] = next(x for n, _, x in t if n == 1)
-    nodes = {k: fields(v) for k, (f, _, v) in enumerate(graph) if f == 1}
-
-    def part(node: list[tuple[int, int, Any]], number: int) -> list[str]:
-        return [text(v) for f, _, v in node if f == number]
-
-    made = {o: k for k, node in nodes.items() for o in part(node, 2)}
-    uses: dict[str, int] = {}
-    for node in nodes.values():
-        for name in part(node, 1):
-            uses[name] = uses.get(name, 0) + 1
     dropped: set[int] = set()
     shared = [_tensor("q/scale", FLOAT, (), struct.pack("<f", 1 / 127)), _tensor("q/zero", UINT8, (), bytes([128])),
               _tensor("q/tiny", FLOAT, (), struct.pack("<f", 1e-12))]
@@ -211,22 +223,9 @@ def drop_nan_guards(model: bytes) -> tuple[bytes, int]:
     """``model`` without the exporter's guard after each attention softmax, ``Where(IsNaN(p), 0, p)``: a NaN needs a
     row of scores that are all masked, and every row sees at least the text's first token ([CLS]); the guard reads
     and writes the whole (batch x heads x tokens x tokens) tensor once more per layer. Returns how many went."""
-    def text(v: Any) -> str:
-        return bytes(v).decode()
-
-    top = fields(model)
-    at = next(k for k, (f, _, _) in enumerate(top) if f == 7)
-    graph = fields(top[at][2])
-    nodes = {k: fields(v) for k, (f, _, v) in enumerate(graph) if f == 1}
-
-    def part(node: list[tuple[int, int, Any]], number: int) -> list[str]:
-        return [text(v) for f, _, v in node if f == number]
-
-    made = {o: k for k, node in nodes.items() for o in part(node, 2)}
-    uses: dict[str, int] = {}
-    for node in nodes.values():
-        for name in part(node, 1):
-            uses[name] = uses.get(name, 0) + 1
+    g = _Graph(model)
+    top, at, graph, nodes, made, uses = g.top, g.at, g.graph, g.nodes, g.made, g.uses
+    part = _part
     replaced: dict[int, bytes] = {}
     dropped: set[int] = set()
     for k, node in nodes.items():
