@@ -58,7 +58,7 @@ from cairn_servers.brk.faults import fault as _fault
 from cairn_servers.brk.gather import Rows, gather
 from cairn_servers.brk.reader import StoreReader
 from cairn_servers.brk.vecs import VecSpec, VecStore
-from cairn_servers.core.files import atomic_file, fsync_file, replace_file
+from cairn_servers.core.files import atomic_file, fsync_file, grow_file, replace_file
 
 if TYPE_CHECKING:
     import numpy as np
@@ -214,9 +214,8 @@ class _AddrCohortPass:
         rows = n
         for name, _ in self.FILES:
             with open(self.root / name, "ab") as fh:
-                if fh.tell() < 8 * n:
-                    fh.truncate(8 * n)
-                rows = max(rows, fh.tell() // 8)
+                grow_file(fh, 8 * n)
+                rows = max(rows, fh.seek(0, os.SEEK_END) // 8)
         return rows
 
     def _get(self, ids: np.ndarray) -> np.ndarray:

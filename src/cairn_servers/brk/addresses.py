@@ -43,7 +43,7 @@ from cairn_servers.brk.reader import StoreReader
 from cairn_servers.brk.seen import Seen
 from cairn_servers.brk.vecs import VecSpec, VecStore
 from cairn_servers.core.errors import CairnError, StorageError
-from cairn_servers.core.files import atomic_file, fsync_file
+from cairn_servers.core.files import atomic_file, fsync_file, grow_file
 
 if TYPE_CHECKING:
     import numpy as np
@@ -358,9 +358,8 @@ class _AddressPass:
     def _grow_balances(self, n: int) -> int:
         """Make ``balance.bin`` hold at least ``n`` balances (new ones 0); returns the rows it holds."""
         with open(self._balance_path, "ab") as fh:
-            if fh.tell() < 8 * n:
-                fh.truncate(8 * n)
-            return max(fh.tell(), 8 * n) // 8
+            grow_file(fh, 8 * n)
+            return max(fh.seek(0, os.SEEK_END), 8 * n) // 8
 
     def _sync_balances(self) -> None:
         """Balances written through short-lived maps are in the page cache: make them durable."""

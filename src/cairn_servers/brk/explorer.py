@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from cairn_servers.brk.reader import StoreReader
 from cairn_servers.brk.vecs import VecSpec, VecStore
 from cairn_servers.core.errors import StorageError
-from cairn_servers.core.files import fsync_file
+from cairn_servers.core.files import fsync_file, grow_file
 
 if TYPE_CHECKING:
     import numpy as np
@@ -269,8 +269,7 @@ class _ExplorerPass:
                       partitioned=True)
         # Spenders: 1 + the input, at each spent output (in place; trusted once committed).
         with open(self._spender_path, "ab") as fh:
-            if fh.tell() < 8 * o1:
-                fh.truncate(8 * o1)
+            grow_file(fh, 8 * o1)
         inputs = np.arange(i0, i1, dtype=np.int64)[real]
         Rows(so).put(self._spender_path, "<u8", o1, (inputs + 1).astype(np.uint64))
         if self.durable:

@@ -23,6 +23,25 @@ if TYPE_CHECKING:
 TEMP_PREFIX = ".tmp-"  # temporary files start with this (hidden; never matches blk*.dat or *.txt globs)
 
 
+def grow_file(fh: BinaryIO, size: int) -> None:
+    """Make the open file ``fh`` at least ``size`` bytes long, the new bytes zero and their disk space reserved:
+    a file written in place through a memory map then never needs a block the disk no longer has (on a full
+    disk that is a SIGBUS; here it is an ``OSError`` when the file grows)."""
+    end = fh.seek(0, os.SEEK_END)
+    if end >= size:
+        return
+    if hasattr(os, "posix_fallocate"):
+        try:
+            os.posix_fallocate(fh.fileno(), end, size - end)
+            return
+        except OSError as exc:
+            import errno
+
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):  # a file system without it: a sparse file
+                raise
+    fh.truncate(size)
+
+
 def fsync_file(path: str | os.PathLike[str]) -> None:
     """Make what was written to file ``path`` (through any handle or memory map) durable."""
     fd = os.open(path, os.O_RDONLY)
